@@ -1,0 +1,82 @@
+"""The registry of diagnostic codes: one entry per code, with its severity and a title.
+
+Families: ``E000`` an internal error, ``Y`` loading YAML, ``S`` the schema, ``X`` expressions, ``C`` the compiler,
+``L`` lint rules (their rationale lives in :mod:`dsl.lint`). ``docs/language.md`` lists
+them all; a test checks that every code the package emits is registered here.
+"""
+
+from __future__ import annotations
+
+CODES: dict[str, tuple[str, str]] = {
+    "E000": ("error", "internal error in sealflow itself (a bug: please report it)"),
+    # loader
+    "Y100": ("error", "the file cannot be read"),
+    "Y101": ("error", "YAML syntax error"),
+    "Y102": ("error", "duplicate mapping key"),
+    "Y103": ("error", "mapping key is not a string"),
+    "Y104": ("error", "YAML tag not allowed (only plain data; never !!python/...)"),
+    "Y105": ("error", "YAML merge key '<<' not supported"),
+    "Y106": ("error", "nesting deeper than the limit"),
+    "Y107": ("error", "alias expansion or node count beyond the limit (billion laughs)"),
+    "Y108": ("error", "file larger than the size limit (1 MiB by default)"),
+    "Y109": ("error", "file is not UTF-8"),
+    "Y110": ("error", "infinity or NaN, which JSON cannot hold"),
+    "Y111": ("error", "more than one YAML document in a file"),
+    "Y112": ("error", "empty file"),
+    # schema
+    "S201": ("error", "a required field is missing"),
+    "S202": ("error", "unknown field"),
+    "S203": ("error", "value has the wrong type"),
+    "S204": ("error", "value not allowed (enum, const or pattern)"),
+    "S205": ("error", "value out of range or wrong size"),
+    "S206": ("error", "value does not match the schema"),
+    "S207": ("error", "a referenced file ($ref, prompt) is missing or invalid"),
+    "S208": ("error", "an embedded JSON Schema (input.schema, output_schema) is itself invalid"),
+    "S209": ("error", "invalid cron expression or timezone"),
+    # expressions
+    "X301": ("error", "expression syntax error"),
+    "X302": ("error", "unknown root in an expression"),
+    "X303": ("error", "expression refers to an unknown step"),
+    "X304": ("error", "expression refers to a step that cannot have run before it is evaluated"),
+    "X305": ("error", "unknown function"),
+    "X306": ("error", "wrong number of arguments to a function"),
+    "X307": ("error", "expression too long or too deeply nested"),
+    "X308": ("error", "'output' used outside validate/requires_approval_if"),
+    "X309": ("error", "unknown field of a step or of run"),
+    # compiler
+    "C401": ("error", "unknown next/goto target"),
+    "C402": ("error", "duplicate step id"),
+    "C403": ("error", "a step must have exactly one kind key"),
+    "C404": ("error", "unreachable step"),
+    "C405": ("error", "a cycle without budget.max_steps"),
+    "C406": ("error", "step permission not declared by the workflow"),
+    "C407": ("error", "retry class lists a never-retryable error class"),
+    "C408": ("error", "hard cap exceeded (attempts, timeouts, budgets)"),
+    "C409": ("error", "invalid duration"),
+    "C410": ("error", "irreversible action without idempotency_key"),
+    "C411": ("error", "unknown action"),
+    "C412": ("error", "unknown retry class"),
+    "C413": ("error", "action needs a permission the step does not list"),
+    "C414": ("error", "malformed switch (default not last, or no branch)"),
+    "C415": ("error", "file name does not match name and version"),
+    "C416": ("error", "unsupported language version"),
+    "C417": ("error", "unknown error class"),
+    "C418": ("error", "invalid step id or field value"),
+    # lint
+    "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
+    "L501": ("warning", "model output flows into an irreversible action unchecked"),
+    "L502": ("warning", "approval gate whose on_timeout is not reject"),
+    "L503": ("warning", "declared but unused permission"),
+    "L504": ("warning", "ai/agent steps without a token or cost budget"),
+    "L505": ("warning", "agent step without max_tool_calls"),
+    "L506": ("warning", "lock held across an approval or a long wait"),
+    "L507": ("info", "action metadata not loaded: action checks limited to names"),
+}
+
+
+def severity(code: str) -> str:
+    return CODES[code][0]
+
+
+def title(code: str) -> str:
+    return CODES[code][1]
