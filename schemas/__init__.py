@@ -1,0 +1,21 @@
+"""JSON Schemas shipped with Sealflow: the workflow language and output schemas used by definitions."""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+
+WORKFLOW = "workflow.schema.json"
+
+
+def path(name: str = WORKFLOW) -> pathlib.Path:
+    """Path of the schema file ``name`` (found next to this module, so it works when installed)."""
+    return pathlib.Path(__file__).with_name(name)
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str = WORKFLOW) -> dict:
+    """The parsed schema ``name``, cached: treat it as read-only (copy it before changing it)."""
+    with path(name).open(encoding="utf-8") as f:
+        return json.load(f)
