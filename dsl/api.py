@@ -1,0 +1,133 @@
+"""The language path as one call: bytes in, diagnostics and (when valid) a Plan out.
+
+    load (located YAML) -> schema -> Definition (pydantic) -> compile -> [lint]
+
+Every stage reports all it finds; a later stage runs only when the earlier ones
+found no error. Nothing here raises at the caller for bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import DefinitionError, Diagnostic, DslError, Location, sort_diagnostics
+from .loader import DEFAULT_LIMITS, Document, Limits, load_bytes, load_file
+from .model import ActionInfo, Definition
+from .plan import Plan
+
+LANGUAGE_VERSIONS = (1,)
+
+
+@dataclasses.dataclass
+class CheckResult:
+    path: str
+    diagnostics: list[Diagnostic]
+    plan: Plan | None = None
+    document: Document | None = None
+    definition: Definition | None = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _language_check(doc: Document) -> list[Diagnostic]:
+    data = doc.data
+    if isinstance(data, dict) and "sealflow" in data:
+        v = data["sealflow"]
+        if isinstance(v, int) and not isinstance(v, bool) and v not in LANGUAGE_VERSIONS:
+            return [Diagnostic("C416", f"language version {v} is not supported by this sealflow (it reads "
+                               f"{', '.join(map(str, LANGUAGE_VERSIONS))})", doc.locate(("sealflow",)),
+                               hint="write 'sealflow: 1', or upgrade sealflow")]
+    return []
+
+
+def _model(doc: Document) -> tuple[Definition | None, list[Diagnostic]]:
+    from pydantic import ValidationError
+
+    try:
+        return Definition.model_validate(doc.data), []
+    except ValidationError as exc:
+        diags = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper() or "[" in str(p)))
+            diags.append(Diagnostic("S206", f"{'.'.join(map(str, loc)) or 'document'}: {err['msg']}",
+                                    doc.locate(loc), hint="see docs/language.md for this field"))
+        return None, diags[:1] if diags else [Diagnostic("S206", "invalid definition", doc.locate(()))]
+
+
+def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = None, lint: bool = False,
+                   root: Path | None = None) -> CheckResult:
+    from . import schema
+    from .compiler import compile_definition
+
+    result = CheckResult(doc.path, [], document=doc)
+    diags = _language_check(doc) or schema.validate(doc)
+    if diags:
+        result.diagnostics = sort_diagnostics(diags)
+        return result
+    definition, diags = _model(doc)
+    result.definition = definition
+    if definition is None:
+        result.diagnostics = diags
+        return result
+    plan, diags = compile_definition(doc, definition, actions=actions, root=root)
+    result.plan = plan
+    if lint and plan is not None:
+        from .lint import lint as run_lint
+
+        diags = diags + run_lint(doc, definition, plan, actions=actions)
+    result.diagnostics = sort_diagnostics(diags)
+    return result
+
+
+def _guard(path: str, fn, *args, **kwargs) -> CheckResult:
+    try:
+        return fn(*args, **kwargs)
+    except DefinitionError as exc:
+        return CheckResult(path, exc.diagnostics)
+    except (DslError, RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        if os.environ.get("SEALFLOW_DEBUG"):
+            raise
+        return CheckResult(path, [Diagnostic("E000", f"internal error: {type(exc).__name__}: {exc}",
+                                             Location(path), hint="this is a bug in sealflow; please report it "
+                                             "with the file (set SEALFLOW_DEBUG=1 for a traceback)")])
+
+
+def check_bytes(data: bytes, path: str = "<string>", *, actions: dict[str, ActionInfo] | None = None,
+                lint: bool = False, root: Path | None = None, limits: Limits = DEFAULT_LIMITS) -> CheckResult:
+    def run() -> CheckResult:
+        return check_document(load_bytes(data, path, limits), actions=actions, lint=lint, root=root)
+
+    return _guard(path, run)
+
+
+def check_file(path: str | Path, *, actions: dict[str, ActionInfo] | None = None, lint: bool = False,
+               root: Path | None = None, limits: Limits = DEFAULT_LIMITS) -> CheckResult:
+    def run() -> CheckResult:
+        return check_document(load_file(path, limits), actions=actions, lint=lint, root=root)
+
+    return _guard(str(path), run)
+
+
+def compile_bytes(data: bytes, path: str = "<string>", **kwargs: Any) -> Plan:
+    """The plan of a valid definition; raise :class:`DefinitionError` with every error otherwise."""
+    result = check_bytes(data, path, **kwargs)
+    if result.plan is None or result.errors:
+        raise DefinitionError(result.errors or result.diagnostics)
+    return result.plan
+
+
+def compile_file(path: str | Path, **kwargs: Any) -> Plan:
+    return compile_bytes(Path(path).read_bytes(), str(path), **kwargs)

@@ -1,0 +1,411 @@
+"""Definition -> Plan: defaults applied, retry classes inlined, durations in ms, edges explicit.
+
+The compiler collects every error it finds (it never stops at the first) and
+returns a :class:`Plan` only when there are none. Expression checks live in
+:mod:`dsl.exprcheck`; control-flow analysis in :mod:`dsl.graph`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from . import exprcheck, graph
+from .durations import DAY, HOUR, DurationError, parse_ms
+from .errors import Diagnostic
+from .loader import Document
+from .model import KIND_KEYS, ActionInfo, ApprovalDefaults, Definition, RetryClass, Step
+from .plan import (
+    END, ActionMeta, AgentPlan, AiPlan, ApprovalPlan, BudgetPlan, CompensationPlan, Edge, ErrorRoutePlan, FailPlan,
+    Plan, PlanStep, RetryPolicy, StepBudgetPlan, SwitchCasePlan, TriggerPlan, ValidateRulePlan, WaitPlan,
+)
+from .refs import SchemaResolver
+
+NEVER_RETRYABLE = {"invalid_request", "unauthorized", "policy_denied", "budget_exceeded", "configuration", "cancelled"}
+
+# hard caps (docs/decisions.md item 14)
+MAX_ATTEMPTS = 20
+STEP_TIMEOUT_MS = (1, 6 * HOUR)
+APPROVAL_TIMEOUT_MAX = 30 * DAY
+WAIT_FOR_MAX = 365 * DAY
+BACKOFF_MAX_MS = 24 * HOUR
+BACKOFF_FACTOR = (1.0, 10.0)
+RUNTIME_MAX = 30 * DAY
+CAPS = {"max_steps": 10_000, "max_tokens": 10_000_000, "max_cost_usd": 10_000, "max_tool_calls": 10_000}
+AGENT_MAX_STEPS = 100
+QUORUM_MAX = 10
+
+_FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
+
+
+class Compiler:
+    def __init__(self, doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
+                 root: Path | None = None):
+        self.doc = doc
+        self.d = definition
+        self.actions = actions
+        self.resolver = SchemaResolver(doc, root)
+        self.diagnostics: list[Diagnostic] = []
+
+    # -- reporting ---------------------------------------------------------------------------------
+    def error(self, code: str, message: str, pointer: tuple, hint: str | None = None, *, key: bool = False) -> None:
+        self.diagnostics.append(
+            Diagnostic(code, message, self.doc.locate(pointer, key=key), hint=hint,
+                       pointer="/".join(str(p) for p in pointer))
+        )
+
+    def duration(self, text: str | None, pointer: tuple, lo: int, hi: int, what: str) -> int | None:
+        if text is None:
+            return None
+        try:
+            ms = parse_ms(text)
+        except DurationError as exc:
+            self.error("C409", str(exc), pointer, "use a number and a unit: ms, s, m, h or d")
+            return None
+        if not lo <= ms <= hi:
+            from .durations import format_ms
+
+            self.error("C408", f"{what} {text} is outside the allowed range {format_ms(lo)}..{format_ms(hi)}",
+                       pointer, f"use a value between {format_ms(lo)} and {format_ms(hi)}")
+            return None
+        return ms
+
+    # -- retry -------------------------------------------------------------------------------------
+    def retry_policy(self, spec: str | RetryClass | None, pointer: tuple) -> RetryPolicy:
+        if spec is None:
+            return RetryPolicy(name=None)
+        if isinstance(spec, str):
+            if spec not in self.d.retry:
+                known = ", ".join(sorted(self.d.retry)) or "none declared"
+                self.error("C412", f"unknown retry class {spec!r} (declared: {known})", pointer,
+                           "declare it under the top-level 'retry:' or use an inline class")
+                return RetryPolicy(name=spec)
+            return self._policy(self.d.retry[spec], ("retry", spec), spec)
+        return self._policy(spec, pointer, None)
+
+    def _policy(self, rc: RetryClass, pointer: tuple, name: str | None) -> RetryPolicy:
+        key = (pointer, name)
+        if key not in self._policies:
+            self._policies[key] = self._build_policy(rc, pointer, name)
+        return self._policies[key]
+
+    def _build_policy(self, rc: RetryClass, pointer: tuple, name: str | None) -> RetryPolicy:
+        for i, cls in enumerate(rc.on):
+            if cls in NEVER_RETRYABLE:
+                self.error("C407", f"retry class lists {cls!r}, which is never retried", pointer + ("on", i),
+                           f"remove {cls!r}: a retry cannot fix it; route it with on_error instead")
+        if not 1 <= rc.max_attempts <= MAX_ATTEMPTS:
+            self.error("C408", f"max_attempts {rc.max_attempts} is outside 1..{MAX_ATTEMPTS}",
+                       pointer + ("max_attempts",), f"use at most {MAX_ATTEMPTS} attempts (the first included)")
+        bp = pointer + ("backoff",)
+        initial = self.duration(rc.backoff.initial, bp + ("initial",), 0, BACKOFF_MAX_MS, "backoff.initial") or 0
+        maximum = self.duration(rc.backoff.max, bp + ("max",), 0, BACKOFF_MAX_MS, "backoff.max") or 0
+        if not BACKOFF_FACTOR[0] <= rc.backoff.factor <= BACKOFF_FACTOR[1]:
+            self.error("C408", f"backoff.factor {rc.backoff.factor} is outside 1..10", bp + ("factor",))
+        return RetryPolicy(name=name, on=tuple(rc.on), max_attempts=rc.max_attempts, initial_ms=initial,
+                           factor=float(rc.backoff.factor), max_ms=max(maximum, initial), jitter=rc.backoff.jitter)
+
+    # -- the whole definition -----------------------------------------------------------------------
+    def compile(self) -> Plan | None:
+        d = self._definition_checks()
+        self._policies: dict = {}
+        for name in self.d.retry:
+            self.retry_policy(name, ("retry", name))
+        self.default_retry = self.retry_policy(self.d.defaults.retry, ("defaults", "retry"))
+        self.default_timeout = self.duration(self.d.defaults.timeout, ("defaults", "timeout"), *STEP_TIMEOUT_MS,
+                                             "defaults.timeout") or 30_000
+        ids = [s.id for s in self.d.steps]
+        steps = [self._step(i, s, ids) for i, s in enumerate(self.d.steps)]
+        if any(s is None for s in steps):
+            return None
+        plan = Plan(
+            name=self.d.name, version=self.d.version, owner=self.d.owner, description=self.d.description,
+            trigger=self._trigger(), input_schema=self._input_schema(), permissions=tuple(self.d.permissions),
+            budget=self._budget(), concurrency=self.d.concurrency.model_dump() if self.d.concurrency else None,
+            priority=self.d.priority, start=self.d.steps[0].id, steps=tuple(steps), output=self.d.output,
+            actions=self._action_meta(),
+        )
+        self._flow_checks(plan)
+        exprcheck.check_plan(self, plan)
+        return None if any(x.severity == "error" for x in self.diagnostics) or d else plan.with_digest()
+
+    def _definition_checks(self) -> bool:
+        failed = False
+        seen: dict[str, int] = {}
+        for i, s in enumerate(self.d.steps):
+            if s.id in seen:
+                self.error("C402", f"duplicate step id {s.id!r} (first at steps[{seen[s.id]}])", ("steps", i, "id"),
+                           "give every step a unique id")
+                failed = True
+            seen.setdefault(s.id, i)
+            kinds = s.kinds()
+            if len(kinds) != 1:
+                failed = True
+                if kinds:
+                    self.error("C403", f"step {s.id!r} has {len(kinds)} kind keys ({', '.join(kinds)}); a step has "
+                               "exactly one", ("steps", i, kinds[1]), "split it into two steps", key=True)
+                else:
+                    self.error("C403", f"step {s.id!r} has no kind key", ("steps", i),
+                               "add one of: " + ", ".join(KIND_KEYS))
+        self._file_name_check()
+        return failed
+
+    def _file_name_check(self) -> None:
+        p = Path(self.doc.path)
+        m = _FILE_NAME.match(p.name)
+        if m is None and p.parent.name != "definitions":
+            return
+        expected = f"{self.d.name}.v{self.d.version}.yaml"
+        if m is None or m.group("name") != self.d.name or int(m.group("version")) != self.d.version:
+            self.error("C415", f"file is named {p.name!r} but holds {self.d.name} version {self.d.version}",
+                       ("name",), f"rename the file to {expected!r}")
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _step(self, i: int, s: Step, ids: list[str]) -> PlanStep | None:
+        kinds = s.kinds()
+        if len(kinds) != 1:
+            return None
+        kind = kinds[0]
+        p = ("steps", i)
+        fall = ids[i + 1] if i + 1 < len(ids) else END
+        nxt = s.next or fall
+        if s.next is not None:
+            self._target(s.next, p + ("next",), ids)
+        if kind in ("fail", "succeed") and s.next is not None:
+            self.error("C418", f"step {s.id!r} ends the run; 'next' has no effect", p + ("next",), key=True,
+                       hint="remove 'next'")
+        for j, perm in enumerate(s.permissions):
+            if perm not in self.d.permissions:
+                self.error("C406", f"step {s.id!r} needs permission {perm!r}, which the workflow does not declare",
+                           p + ("permissions", j), f"add {perm!r} to the top-level permissions, for review")
+        timeout = self.duration(s.timeout, p + ("timeout",), *STEP_TIMEOUT_MS, "timeout") if s.timeout else None
+        retry = self.retry_policy(s.retry, p + ("retry",)) if s.retry is not None else self.default_retry
+        fields: dict[str, Any] = {}
+        edges: list[Edge] = []
+        if kind == "action":
+            fields.update(self._action(s, p))
+        elif kind == "ai":
+            fields["ai"] = self._ai(s, p)
+        elif kind == "agent":
+            fields["agent"] = self._agent(s, p)
+        elif kind == "switch":
+            fields["switch"], edges = self._switch(s, p, ids, nxt)
+        elif kind == "approval":
+            fields["approval"] = self._approval(s.approval, p + ("approval",), ids)
+            if fields["approval"] and fields["approval"].on_timeout != "reject":
+                edges.append(Edge(kind="timeout", target=fields["approval"].on_timeout))
+        elif kind == "wait":
+            fields["wait"] = self._wait(s, p)
+        elif kind == "set":
+            fields["assign"] = dict(s.set or {})
+        elif kind == "fail":
+            fields["fail"] = FailPlan(error=s.fail.error, message=s.fail.message)
+        elif kind == "succeed":
+            fields["succeed_output"] = s.succeed.output
+        if kind not in ("switch", "fail", "succeed"):
+            edges.insert(0, Edge(kind="next", target=nxt))
+        if s.when is not None and kind in ("switch", "fail", "succeed"):
+            edges.append(Edge(kind="skip", target=nxt))
+        for j, route in enumerate(s.on_error):
+            self._target(route.next, p + ("on_error", j, "next"), ids)
+            edges.append(Edge(kind="error", target=route.next, label=",".join(route.errors)))
+        gate = None
+        if s.requires_approval_if is not None:
+            gate = self._approval(None, p + ("requires_approval_if",), ids, implicit=True)
+        comp = None
+        if s.compensate is not None:
+            cp = p + ("compensate",)
+            self._known_action(s.compensate.action, cp + ("action",))
+            comp = CompensationPlan(
+                action=s.compensate.action, args=dict(s.compensate.with_),
+                timeout_ms=self.duration(s.compensate.timeout, cp + ("timeout",), *STEP_TIMEOUT_MS, "timeout")
+                or timeout or self.default_timeout,
+                retry=self.retry_policy(s.compensate.retry, cp + ("retry",))
+                if s.compensate.retry is not None else retry,
+            )
+        effect = self.actions.get(s.action).effect if self.actions and s.action in self.actions else None
+        reauth = s.reauthorize if s.reauthorize is not None else effect in ("write", "irreversible")
+        budget = StepBudgetPlan(**(s.budget.model_dump() if s.budget else {}))
+        self._caps(budget.model_dump(), p + ("budget",))
+        return PlanStep(
+            id=s.id, index=i, kind=kind, args=dict(s.with_), when=s.when,
+            timeout_ms=timeout or self.default_timeout, retry=retry, permissions=tuple(s.permissions),
+            reauthorize=bool(reauth), idempotency_key=s.idempotency_key,
+            validations=tuple(ValidateRulePlan(check=v, message=None) if isinstance(v, str)
+                              else ValidateRulePlan(check=v.check, message=v.message) for v in s.validate_),
+            requires_approval_if=s.requires_approval_if, gate=gate,
+            on_error=tuple(ErrorRoutePlan(errors=tuple(r.errors), next=r.next) for r in s.on_error),
+            compensate=comp, concurrency=s.concurrency, lock=s.lock, circuit_breaker=s.circuit_breaker,
+            budget=budget, next=None if kind in ("fail", "succeed") else nxt, edges=tuple(edges), **fields,
+        )
+
+    def _target(self, target: str, pointer: tuple, ids: list[str]) -> None:
+        if target != END and target not in ids:
+            import difflib
+
+            close = difflib.get_close_matches(target, ids, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "use a step id or 'end'"
+            self.error("C401", f"unknown step {target!r}", pointer, hint)
+
+    def _known_action(self, name: str, pointer: tuple) -> ActionInfo | None:
+        if self.actions is None:
+            return None
+        info = self.actions.get(name)
+        if info is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(self.actions), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "check the --actions modules you passed"
+            self.error("C411", f"unknown action {name!r}", pointer, hint)
+        return info
+
+    def _action(self, s: Step, p: tuple) -> dict[str, Any]:
+        info = self._known_action(s.action, p + ("action",))
+        if info is not None:
+            for perm in info.permissions:
+                if perm not in s.permissions:
+                    self.error("C413", f"action {s.action!r} needs permission {perm!r}; step {s.id!r} does not list it",
+                               p + ("action",), f"add {perm!r} to the step's permissions")
+            if info.effect == "irreversible" and not s.idempotency_key:
+                self.error("C410", f"action {s.action!r} is irreversible; step {s.id!r} needs an idempotency_key",
+                           p + ("action",), 'add idempotency_key: "${{ run.id }}:' + s.id + '"')
+        return {"action": s.action}
+
+    def _ai(self, s: Step, p: tuple) -> AiPlan:
+        ai = s.ai
+        pp = p + ("ai",)
+        prompt = ai.prompt
+        ref = None
+        template = prompt.template if prompt else None
+        if prompt is not None and prompt.id is not None:
+            ref = {"id": prompt.id, "version": prompt.version}
+            template = self.resolver.prompt(prompt.id, prompt.version, pp + ("prompt",), self)
+        schema = self.resolver.schema(ai.output_schema, pp + ("output_schema",), self)
+        if ai.max_tokens is not None and ai.max_tokens > CAPS["max_tokens"]:
+            self.error("C408", f"max_tokens {ai.max_tokens} is over {CAPS['max_tokens']}", pp + ("max_tokens",))
+        return AiPlan(model=ai.model, fallback=tuple(ai.fallback), prompt_template=template,
+                      prompt_ref=ref, system=ai.system, output_schema=schema, max_tokens=ai.max_tokens,
+                      temperature=ai.temperature)
+
+    def _agent(self, s: Step, p: tuple) -> AgentPlan:
+        ag = s.agent
+        pp = p + ("agent",)
+        if not 1 <= ag.max_steps <= AGENT_MAX_STEPS:
+            self.error("C408", f"agent max_steps {ag.max_steps} is outside 1..{AGENT_MAX_STEPS}", pp + ("max_steps",))
+        if ag.max_tool_calls is not None and ag.max_tool_calls > CAPS["max_tool_calls"]:
+            self.error("C408", f"max_tool_calls {ag.max_tool_calls} is over {CAPS['max_tool_calls']}",
+                       pp + ("max_tool_calls",))
+        for j, tool in enumerate(ag.tools):
+            info = self._known_action(tool, pp + ("tools", j))
+            if info is not None:
+                for perm in info.permissions:
+                    if perm not in s.permissions:
+                        self.error("C413", f"tool {tool!r} needs permission {perm!r}; step {s.id!r} does not list it",
+                                   pp + ("tools", j), f"add {perm!r} to the step's permissions")
+        schema = self.resolver.schema(ag.output_schema, pp + ("output_schema",), self)
+        return AgentPlan(model=ag.model, goal=ag.goal, tools=tuple(ag.tools), max_steps=ag.max_steps,
+                         max_tool_calls=ag.max_tool_calls, output_schema=schema, system=ag.system,
+                         max_tokens=ag.max_tokens, temperature=ag.temperature)
+
+    def _switch(self, s: Step, p: tuple, ids: list[str], nxt: str):
+        cases = s.switch or []
+        edges: list[Edge] = []
+        if not cases:
+            self.error("C414", f"switch {s.id!r} has no branch", p + ("switch",), "add {when: <expr>, next: <id>}")
+        for j, case in enumerate(cases):
+            self._target(case.next, p + ("switch", j, "next"), ids)
+            if case.when is None and j != len(cases) - 1:
+                self.error("C414", "a branch without 'when' (the default) must be the last", p + ("switch", j),
+                           "move the default branch to the end")
+            edges.append(Edge(kind="case" if case.when is not None else "default", target=case.next,
+                              label=case.when))
+        if not cases or cases[-1].when is not None:
+            edges.append(Edge(kind="next", target=nxt, label="no match"))
+        return tuple(SwitchCasePlan(when=c.when, next=c.next) for c in cases), edges
+
+    def _approval(self, a, pointer: tuple, ids: list[str], implicit: bool = False) -> ApprovalPlan | None:
+        defaults = self.d.approvals or ApprovalDefaults()
+        approvers = (a.approvers if a and a.approvers else None) or defaults.approvers
+        if not approvers:
+            self.error("C418", "approval gate has no approvers", pointer,
+                       "list approvers on the step or in the top-level 'approvals: {approvers: [...]}'")
+            return None
+        quorum = (a.quorum if a and a.quorum else None) or defaults.quorum
+        if not 1 <= quorum <= QUORUM_MAX:
+            self.error("C408", f"quorum {quorum} is outside 1..{QUORUM_MAX}", pointer + ("quorum",))
+        tp = pointer + ("timeout",) if a and a.timeout else ("approvals", "timeout")
+        timeout = self.duration((a.timeout if a and a.timeout else None) or defaults.timeout, tp, 1000,
+                                APPROVAL_TIMEOUT_MAX, "approval timeout") or 0
+        on_timeout = "reject"
+        if a is not None and a.on_timeout != "reject":
+            on_timeout = a.on_timeout.next
+            self._target(on_timeout, pointer + ("on_timeout", "next"), ids)
+        return ApprovalPlan(approvers=tuple(approvers), quorum=quorum, timeout_ms=timeout, on_timeout=on_timeout,
+                            show=a.show if a else None,
+                            separation_of_duties=a.separation_of_duties if a else True, implicit=implicit)
+
+    def _wait(self, s: Step, p: tuple) -> WaitPlan | None:
+        w = s.wait
+        if (w.for_ is None) == (w.until is None):
+            self.error("C418", "wait needs exactly one of 'for' or 'until'", p + ("wait",))
+            return WaitPlan()
+        ms = self.duration(w.for_, p + ("wait", "for"), 0, WAIT_FOR_MAX, "wait") if w.for_ else None
+        return WaitPlan(for_ms=ms, until=w.until)
+
+    # -- workflow level ----------------------------------------------------------------------------
+    def _trigger(self) -> TriggerPlan | None:
+        t = self.d.trigger
+        if t is None:
+            return None
+        return TriggerPlan(schedule=t.schedule.model_dump() if t.schedule else None,
+                           event=t.event.model_dump() if t.event else None)
+
+    def _input_schema(self) -> dict | None:
+        if self.d.input is None:
+            return None
+        return self.resolver.schema(self.d.input.schema_, ("input", "schema"), self)
+
+    def _budget(self) -> BudgetPlan:
+        b = self.d.budget
+        self._caps(b.model_dump(exclude={"max_runtime"}), ("budget",))
+        runtime = self.duration(b.max_runtime, ("budget", "max_runtime"), 1000, RUNTIME_MAX, "max_runtime")
+        return BudgetPlan(max_steps=b.max_steps, max_runtime_ms=runtime, max_tokens=b.max_tokens,
+                          max_cost_usd=b.max_cost_usd, max_tool_calls=b.max_tool_calls)
+
+    def _caps(self, values: dict, pointer: tuple) -> None:
+        for key, value in values.items():
+            if value is not None and key in CAPS and not 0 < value <= CAPS[key]:
+                self.error("C408", f"{key} {value} is outside the allowed range (0, {CAPS[key]}]", pointer + (key,))
+
+    def _action_meta(self) -> dict[str, ActionMeta]:
+        if not self.actions:
+            return {}
+        used = {s.action for s in self.d.steps if s.action} | {s.compensate.action for s in self.d.steps
+                                                               if s.compensate}
+        used |= {t for s in self.d.steps if s.agent for t in s.agent.tools}
+        return {n: ActionMeta(permissions=self.actions[n].permissions, effect=self.actions[n].effect)
+                for n in sorted(used) if n in self.actions}
+
+    # -- control flow ------------------------------------------------------------------------------
+    def _flow_checks(self, plan: Plan) -> None:
+        adj = graph.adjacency(plan)
+        index = {s.id: s.index for s in plan.steps}
+        seen = graph.reachable(adj, plan.start)
+        for s in plan.steps:
+            if s.id not in seen:
+                self.error("C404", f"step {s.id!r} can never run: no step leads to it", ("steps", s.index),
+                           "remove it, or point a 'next', switch branch or on_error at it")
+        if plan.budget.max_steps is None:
+            back = graph.find_back_edge(adj, plan.start)
+            if back is not None:
+                src, dst = back
+                self.error("C405", f"steps {dst!r}..{src!r} form a loop, and the workflow has no budget.max_steps",
+                           ("steps", index[src]), "add budget: {max_steps: N} so a runaway loop stops")
+
+
+def compile_definition(doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
+                       root: Path | None = None) -> tuple[Plan | None, list[Diagnostic]]:
+    compiler = Compiler(doc, definition, actions=actions, root=root)
+    plan = compiler.compile()
+    return plan, compiler.diagnostics

@@ -1,0 +1,121 @@
+"""Static checks of every expression and template in a definition.
+
+Each bare expression and each ``${{ }}`` template is parsed, and its references
+checked against the steps that can have run before it is evaluated (the step's
+ancestors in the control-flow graph). Errors are located at the offending
+character inside the YAML string.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from . import graph
+from .errors import Diagnostic
+from .expressions import ExpressionError, check, compile_cached
+from .plan import Plan
+from .templates import parse_template
+
+Site = tuple[tuple, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
+
+
+def _templates(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
+    """Every string inside ``value`` (recursively), with its pointer."""
+    if isinstance(value, str):
+        yield pointer, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _templates(v, pointer + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _templates(v, pointer + (i,))
+
+
+def _step_sites(step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
+    """(pointer, kind, text, include_self, allow_output) for each expression site of a step."""
+    if step.when is not None:
+        yield p + ("when",), "expr", step.when, False, False
+    for ptr, text in _templates(step.with_, p + ("with",)):
+        yield ptr, "template", text, False, False
+    for name in ("idempotency_key", "lock"):
+        if getattr(step, name) is not None:
+            yield p + (name,), "template", getattr(step, name), False, False
+    for j, rule in enumerate(step.validate_):
+        if isinstance(rule, str):
+            yield p + ("validate", j), "expr", rule, True, True
+        else:
+            yield p + ("validate", j, "check"), "expr", rule.check, True, True
+    if step.requires_approval_if is not None:
+        yield p + ("requires_approval_if",), "expr", step.requires_approval_if, True, True
+    if step.ai is not None:
+        if step.ai.prompt is not None and step.ai.prompt.template is not None:
+            yield p + ("ai", "prompt", "template"), "template", step.ai.prompt.template, False, False
+        if step.ai.system is not None:
+            yield p + ("ai", "system"), "template", step.ai.system, False, False
+    if step.agent is not None:
+        yield p + ("agent", "goal"), "template", step.agent.goal, False, False
+        if step.agent.system is not None:
+            yield p + ("agent", "system"), "template", step.agent.system, False, False
+    for j, case in enumerate(step.switch or []):
+        if case.when is not None:
+            yield p + ("switch", j, "when"), "expr", case.when, False, False
+    if step.approval is not None and step.approval.show is not None:
+        yield p + ("approval", "show"), "expr", step.approval.show, False, False
+    if step.wait is not None and step.wait.until is not None:
+        yield p + ("wait", "until"), "expr", step.wait.until, False, False
+    for name, value in (step.set or {}).items():
+        if isinstance(value, str):
+            yield p + ("set", name), "expr", value, False, False
+    if step.fail is not None and step.fail.message:
+        yield p + ("fail", "message"), "template", step.fail.message, False, False
+    if step.succeed is not None:
+        for ptr, text in _templates(step.succeed.output, p + ("succeed", "output")):
+            yield ptr, "template", text, False, False
+    if step.compensate is not None:
+        for ptr, text in _templates(step.compensate.with_, p + ("compensate", "with")):
+            yield ptr, "template", text, True, False
+
+
+def check_plan(compiler, plan: Plan) -> None:
+    """Append every expression diagnostic of ``compiler``'s definition to ``compiler.diagnostics``."""
+    d = compiler.d
+    known = {s.id for s in plan.steps}
+    adj = graph.adjacency(plan)
+    before = graph.ancestors(adj)
+    reachable = graph.reachable(adj, plan.start) - {"end"}
+
+    def run(pointer: tuple, kind: str, text: str, ran: set[str], allow_output: bool) -> None:
+        _check_site(compiler, pointer, kind, text, known, ran, allow_output)
+
+    for i, step in enumerate(d.steps):
+        ran = before.get(step.id, set())
+        for pointer, kind, text, include_self, allow_output in _step_sites(step, ("steps", i)):
+            run(pointer, kind, text, ran | {step.id} if include_self else ran, allow_output)
+    for pointer, text in _templates(d.output, ("output",)):
+        run(pointer, "template", text, reachable, False)
+    if d.concurrency is not None:
+        run(("concurrency", "key"), "template", d.concurrency.key, set(), False)
+    if d.trigger is not None and d.trigger.event is not None and d.trigger.event.filter is not None:
+        run(("trigger", "event", "filter"), "expr", d.trigger.event.filter, set(), False)
+
+
+def _check_site(compiler, pointer, kind, text, known, ran, allow_output) -> None:
+    doc = compiler.doc
+    try:
+        if kind == "expr":
+            parts = [(compile_cached(text), 0)]
+        else:
+            parts = parse_template(text).expressions()
+    except ExpressionError as exc:
+        _report(compiler, doc, pointer, exc, exc.offset)
+        return
+    for expr, base in parts:
+        for exc in check(expr, known_steps=known, ran_before=ran, allow_output=allow_output):
+            _report(compiler, doc, pointer, exc, base + exc.offset)
+
+
+def _report(compiler, doc, pointer, exc: ExpressionError, offset: int) -> None:
+    compiler.diagnostics.append(
+        Diagnostic(exc.code, exc.message, doc.locate_in_string(pointer, offset), hint=exc.hint,
+                   pointer="/".join(str(p) for p in pointer))
+    )

@@ -1,0 +1,228 @@
+"""Lint: rules about safety that a valid definition can still get wrong.
+
+Each rule is a generator over a compiled definition that yields findings; the
+registry :data:`RULES` holds its code, severity, title and rationale (the
+rationale is printed by ``sealflow lint --explain CODE`` and listed in
+``docs/lint.md``). A step silences a rule with ``lint: {ignore: [CODE], reason: ...}``;
+a silenced finding is still reported, as ``info``, with the reason, never silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator
+
+from . import graph
+from .codes import CODES
+from .durations import MINUTE
+from .errors import Diagnostic
+from .expressions import ExpressionError, compile_cached
+from .loader import Document
+from .model import ActionInfo, Definition
+from .plan import Plan
+from .templates import parse_template
+
+Finding = tuple[str, tuple, str, str | None]  # (code, pointer, message, hint)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    code: str
+    title: str
+    rationale: str
+    check: Callable[["Context"], Iterator[Finding]]
+
+
+@dataclasses.dataclass
+class Context:
+    doc: Document
+    d: Definition
+    plan: Plan
+    actions: dict[str, ActionInfo] | None
+
+    def effect(self, action: str | None) -> str | None:
+        if not action:
+            return None
+        if self.actions and action in self.actions:
+            return self.actions[action].effect
+        meta = self.plan.actions.get(action)
+        return meta.effect if meta else None
+
+
+def _step_refs(text_values, kind: str = "template") -> Iterator[tuple[str, int, tuple]]:
+    """(step id, offset, pointer) for each ``steps.<id>`` reference in the given (pointer, text) pairs."""
+    for pointer, text in text_values:
+        try:
+            parts = [(compile_cached(text), 0)] if kind == "expr" else parse_template(text).expressions()
+        except ExpressionError:
+            continue
+        for expr, base in parts:
+            for ref in expr.references():
+                if ref.root == "steps" and ref.step:
+                    yield ref.step, base + ref.offset, pointer
+
+
+def _strings(value, pointer: tuple):
+    if isinstance(value, str):
+        yield pointer, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, pointer + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, pointer + (i,))
+
+
+def _gates(ctx: Context) -> set[str]:
+    return {s.id for s in ctx.plan.steps if s.kind == "approval" or s.requires_approval_if}
+
+
+def check_unchecked_model_output(ctx: Context) -> Iterator[Finding]:
+    adj = graph.adjacency(ctx.plan)
+    gates = _gates(ctx)
+    steps = ctx.plan.step_map()
+    # taint: ai/agent output not checked by validate or a gate on the step itself, propagated through set steps
+    tainted = {s.id for s in ctx.plan.steps if s.kind in ("ai", "agent") and not s.validations
+               and not s.requires_approval_if}
+    for s in ctx.d.steps:
+        if s.set and any(ref in tainted for ref, _, _ in _step_refs(_strings(s.set, ()), "expr")):
+            tainted.add(s.id)
+    for i, s in enumerate(ctx.d.steps):
+        if ctx.effect(s.action) != "irreversible":
+            continue
+        for src, offset, pointer in _step_refs(_strings(s.with_, ("steps", i, "with"))):
+            if src not in tainted or src not in steps:
+                continue
+            blocked = {g for g in gates if g != s.id}
+            if src in blocked:
+                continue
+            open_adj = {k: [t for t in v if t not in blocked] for k, v in adj.items() if k not in blocked}
+            open_adj[src] = [t for t in adj.get(src, []) if t not in blocked]
+            if s.id in graph.reachable(open_adj, src):
+                yield ("L501", pointer + (offset,),
+                       f"output of model step {src!r} flows into irreversible action {s.action!r} of step "
+                       f"{s.id!r} with no validate, approval or requires_approval_if in between",
+                       f"add 'validate:' rules to {src!r}, or an approval step before {s.id!r}")
+
+
+def check_approval_timeout(ctx: Context) -> Iterator[Finding]:
+    for i, s in enumerate(ctx.d.steps):
+        if s.approval is not None and s.approval.on_timeout != "reject":
+            yield ("L502", ("steps", i, "approval", "on_timeout"),
+                   f"approval {s.id!r} routes to {s.approval.on_timeout.next!r} on timeout instead of rejecting",
+                   "use on_timeout: reject so an unanswered approval fails closed")
+
+
+def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
+    used = {p for s in ctx.plan.steps for p in s.permissions}
+    for name, meta in ctx.plan.actions.items():
+        used.update(meta.permissions)
+    for j, perm in enumerate(ctx.d.permissions):
+        if perm not in used:
+            yield ("L503", ("permissions", j), f"permission {perm!r} is declared but no step uses it",
+                   "remove it: a workflow should ask for no more than it needs")
+
+
+def check_model_budget(ctx: Context) -> Iterator[Finding]:
+    model_steps = [s for s in ctx.plan.steps if s.kind in ("ai", "agent")]
+    b = ctx.plan.budget
+    if model_steps and b.max_tokens is None and b.max_cost_usd is None:
+        names = ", ".join(s.id for s in model_steps)
+        yield ("L504", ("budget",) if "budget" in ctx.doc.data else ("name",),
+               f"the workflow calls models ({names}) but sets no budget.max_tokens or budget.max_cost_usd",
+               "add budget: {max_tokens: N} or {max_cost_usd: X}")
+
+
+def check_agent_tool_calls(ctx: Context) -> Iterator[Finding]:
+    for i, s in enumerate(ctx.d.steps):
+        if s.agent is not None and s.agent.max_tool_calls is None and not (s.budget and s.budget.max_tool_calls):
+            yield ("L505", ("steps", i, "agent"), f"agent step {s.id!r} has no max_tool_calls",
+                   "set agent.max_tool_calls to bound what the model may do")
+
+
+def check_lock_across_wait(ctx: Context) -> Iterator[Finding]:
+    for i, s in enumerate(ctx.plan.steps):
+        if not s.lock:
+            continue
+        why = None
+        if s.kind == "approval" or s.requires_approval_if:
+            why = "an approval"
+        elif s.kind == "wait" and (s.wait.until is not None or (s.wait.for_ms or 0) >= MINUTE):
+            why = "a long wait"
+        if why:
+            yield ("L506", ("steps", i, "lock"), f"step {s.id!r} holds lock {s.lock!r} across {why}",
+                   "take the lock in the step after the approval or wait, not around it")
+
+
+RULES: dict[str, Rule] = {
+    r.code: r
+    for r in (
+        Rule("L501", CODES["L501"][1],
+             "A model's output is a proposal, not a decision. Passing it unchecked into an action that cannot be "
+             "undone lets a prompt injection or a hallucination act on the world. Check it with validate rules, "
+             "or put a human approval between them.", check_unchecked_model_output),
+        Rule("L502", CODES["L502"][1],
+             "An approval nobody answered is not an approval. Routing elsewhere on timeout usually lets the run "
+             "continue without the human decision the gate was there for; fail closed instead.",
+             check_approval_timeout),
+        Rule("L503", CODES["L503"][1],
+             "Least privilege: every declared permission is checked at submission and widens what the run may do. "
+             "An unused one is a grant nobody reviews.", check_unused_permissions),
+        Rule("L504", CODES["L504"][1],
+             "Model calls cost money and can loop. Without a token or cost budget a runaway run spends without "
+             "limit.", check_model_budget),
+        Rule("L505", CODES["L505"][1],
+             "An agent chooses its own tool calls; without max_tool_calls a confused or manipulated model can call "
+             "tools many times within its step budget.", check_agent_tool_calls),
+        Rule("L506", CODES["L506"][1],
+             "A lock held while a human decides or a timer runs blocks every other run on that resource for hours, "
+             "and a lease that outlives its holder invites a fencing failure.", check_lock_across_wait),
+    )
+}
+
+
+def _ignores(ctx: Context) -> tuple[dict[int, tuple[set[str], str]], list[Diagnostic]]:
+    result, problems = {}, []
+    for i, s in enumerate(ctx.d.steps):
+        if s.lint is None:
+            continue
+        if not (s.lint.reason or "").strip():
+            problems.append(Diagnostic("L500", f"step {s.id!r} silences {', '.join(s.lint.ignore)} without a reason",
+                                       ctx.doc.locate(("steps", i, "lint"), key=True),
+                                       hint="add lint.reason saying why the rule does not apply here"))
+        for j, code in enumerate(s.lint.ignore):
+            if code not in RULES:
+                problems.append(Diagnostic("L500", f"step {s.id!r} silences unknown rule {code!r}",
+                                           ctx.doc.locate(("steps", i, "lint", "ignore", j)),
+                                           hint="known rules: " + ", ".join(RULES)))
+        result[i] = (set(s.lint.ignore), (s.lint.reason or "").strip())
+    return result, problems
+
+
+def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str, ActionInfo] | None = None,
+         only: set[str] | None = None) -> list[Diagnostic]:
+    ctx = Context(doc, definition, plan, actions)
+    ignores, out = _ignores(ctx)
+    for rule in RULES.values():
+        if only and rule.code not in only:
+            continue
+        for code, pointer, message, hint in rule.check(ctx):
+            location = _locate(doc, pointer)
+            step_index = pointer[1] if len(pointer) > 1 and pointer[0] == "steps" else None
+            silenced = ignores.get(step_index)
+            if silenced and code in silenced[0] and silenced[1]:
+                out.append(Diagnostic(code, f"{message} [silenced: {silenced[1]}]", location, severity="info"))
+            else:
+                out.append(Diagnostic(code, message, location, severity=CODES[code][0], hint=hint,
+                                      pointer="/".join(map(str, pointer))))
+    if actions is None and any(s.action or s.agent for s in definition.steps):
+        out.append(Diagnostic("L507", "action metadata not loaded: effects and permissions of actions were not "
+                              "checked", doc.locate(("steps",), key=True), severity="info",
+                              hint="pass --actions MODULE_OR_FILE to check irreversible actions and permissions"))
+    return out
+
+
+def _locate(doc: Document, pointer: tuple):
+    if pointer and isinstance(pointer[-1], int) and pointer[:-1] in doc.spans:
+        return doc.locate_in_string(pointer[:-1], pointer[-1])
+    return doc.locate(pointer)

@@ -1,0 +1,227 @@
+"""The compiled plan: immutable, self-contained and content-addressed.
+
+A :class:`Plan` is what the runtime executes. Defaults are applied, retry
+classes resolved and inlined, durations in milliseconds, referenced schemas
+inlined, every edge explicit. Its ``digest`` is the sha256 of its canonical
+JSON (RFC 8785) without the digest itself and without ``actions`` (action
+metadata comes from code, not from the definition). The interpreter reads only
+this module of ``dsl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_FORMAT = 1
+
+StepKind = Literal["action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed"]
+END = "end"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RetryPolicy(_Frozen):
+    name: str | None = None
+    on: tuple[str, ...] = ()
+    max_attempts: int = 1
+    initial_ms: int = 1000
+    factor: float = 2.0
+    max_ms: int = 30_000
+    jitter: Literal["full", "equal", "none"] = "full"
+
+
+class BudgetPlan(_Frozen):
+    max_steps: int | None = None
+    max_runtime_ms: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_tool_calls: int | None = None
+
+
+class Edge(_Frozen):
+    """A possible transfer of control: ``kind`` says when it is taken."""
+
+    kind: Literal["next", "case", "default", "skip", "error", "timeout"]
+    target: str
+    label: str | None = None
+
+
+class AiPlan(_Frozen):
+    model: str
+    fallback: tuple[str, ...] = ()
+    prompt_template: str | None = None
+    prompt_ref: dict[str, Any] | None = None
+    system: str | None = None
+    output_schema: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class AgentPlan(_Frozen):
+    model: str
+    goal: str
+    tools: tuple[str, ...] = ()
+    max_steps: int
+    max_tool_calls: int | None = None
+    output_schema: dict[str, Any] | None = None
+    system: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class SwitchCasePlan(_Frozen):
+    when: str | None
+    next: str
+
+
+class ApprovalPlan(_Frozen):
+    approvers: tuple[str, ...]
+    quorum: int = 1
+    timeout_ms: int
+    on_timeout: str = "reject"  # "reject" or a step id to route to
+    show: str | None = None
+    separation_of_duties: bool = True
+    #: True when the gate comes from ``requires_approval_if`` on an effect step
+    implicit: bool = False
+
+
+class WaitPlan(_Frozen):
+    for_ms: int | None = None
+    until: str | None = None
+
+
+class FailPlan(_Frozen):
+    error: str
+    message: str = ""
+
+
+class ValidateRulePlan(_Frozen):
+    check: str
+    message: str | None = None
+
+
+class ErrorRoutePlan(_Frozen):
+    errors: tuple[str, ...]
+    next: str
+
+
+class CompensationPlan(_Frozen):
+    action: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    timeout_ms: int
+    retry: RetryPolicy
+
+
+class StepBudgetPlan(_Frozen):
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_tool_calls: int | None = None
+
+
+class ActionMeta(_Frozen):
+    permissions: tuple[str, ...] = ()
+    effect: Literal["read", "write", "irreversible"] = "read"
+
+
+class PlanStep(_Frozen):
+    id: str
+    index: int
+    kind: StepKind
+    action: str | None = None
+    ai: AiPlan | None = None
+    agent: AgentPlan | None = None
+    switch: tuple[SwitchCasePlan, ...] | None = None
+    approval: ApprovalPlan | None = None
+    wait: WaitPlan | None = None
+    assign: dict[str, Any] | None = None
+    fail: FailPlan | None = None
+    succeed_output: Any = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    when: str | None = None
+    timeout_ms: int
+    retry: RetryPolicy
+    permissions: tuple[str, ...] = ()
+    reauthorize: bool = False
+    idempotency_key: str | None = None
+    validations: tuple[ValidateRulePlan, ...] = ()
+    requires_approval_if: str | None = None
+    #: the gate used when ``requires_approval_if`` is true (top-level ``approvals`` defaults)
+    gate: ApprovalPlan | None = None
+    on_error: tuple[ErrorRoutePlan, ...] = ()
+    compensate: CompensationPlan | None = None
+    concurrency: str | None = None
+    lock: str | None = None
+    circuit_breaker: str | None = None
+    budget: StepBudgetPlan = Field(default_factory=StepBudgetPlan)
+    #: where control goes after success (or skip): a step id or ``end``; None for terminal kinds
+    next: str | None = None
+    edges: tuple[Edge, ...] = ()
+
+
+class TriggerPlan(_Frozen):
+    schedule: dict[str, Any] | None = None
+    event: dict[str, Any] | None = None
+
+
+class Plan(_Frozen):
+    format: int = PLAN_FORMAT
+    language: int = 1
+    name: str
+    version: int
+    owner: str
+    description: str | None = None
+    trigger: TriggerPlan | None = None
+    input_schema: dict[str, Any] | None = None
+    permissions: tuple[str, ...] = ()
+    budget: BudgetPlan = Field(default_factory=BudgetPlan)
+    concurrency: dict[str, Any] | None = None
+    priority: Literal["critical", "high", "normal", "low"] = "normal"
+    start: str
+    steps: tuple[PlanStep, ...]
+    output: Any = None
+    #: action metadata known at compile time (from code; not part of the digest)
+    actions: dict[str, ActionMeta] = Field(default_factory=dict)
+    digest: str = ""
+
+    def step(self, step_id: str) -> PlanStep:
+        for s in self.steps:
+            if s.id == step_id:
+                return s
+        raise KeyError(step_id)
+
+    def step_map(self) -> dict[str, PlanStep]:
+        return {s.id: s for s in self.steps}
+
+    def canonical_json(self) -> bytes:
+        return canonical_bytes(self.model_dump(mode="json", exclude={"digest", "actions"}))
+
+    def compute_digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.canonical_json()).hexdigest()
+
+    def with_digest(self) -> "Plan":
+        return self.model_copy(update={"digest": self.compute_digest()})
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        body = self.model_dump(mode="json")
+        ordered = {"digest": body.pop("digest"), **body}
+        return json.dumps(ordered, indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Plan":
+        plan = cls.model_validate_json(text)
+        if plan.digest and plan.digest != plan.compute_digest():
+            raise ValueError(f"plan digest mismatch: recorded {plan.digest}, computed {plan.compute_digest()}")
+        return plan
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 (JSON Canonicalization Scheme) bytes of ``value``."""
+    import rfc8785
+
+    return rfc8785.dumps(value)

@@ -1,0 +1,86 @@
+"""Files a definition refers to: JSON Schemas (``{$ref: path}``) and prompts (``{id, version}``).
+
+Paths are relative to the repository root: the nearest ancestor directory of the
+definition that holds ``.git``, else the current directory. Referenced content is
+inlined into the plan, so the plan's digest covers it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .loader import Document
+from .model import SchemaRef
+
+MAX_REF_BYTES = 1024 * 1024
+
+
+def repository_root(path: str | Path) -> Path:
+    p = Path(path).resolve().parent
+    for candidate in (p, *p.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return Path.cwd()
+
+
+class SchemaResolver:
+    def __init__(self, doc: Document, root: Path | None = None):
+        self.doc = doc
+        self.root = Path(root) if root else repository_root(doc.path)
+        self._cache: dict[str, Any] = {}
+
+    def _read(self, rel: str, pointer: tuple, compiler, what: str) -> str | None:
+        target = (self.root / rel).resolve()
+        try:
+            target.relative_to(self.root.resolve())
+        except ValueError:
+            compiler.error("S207", f"{what} {rel!r} points outside the repository", pointer,
+                           "use a path inside the repository, relative to its root")
+            return None
+        try:
+            if target.stat().st_size > MAX_REF_BYTES:
+                compiler.error("S207", f"{what} {rel!r} is over {MAX_REF_BYTES} bytes", pointer)
+                return None
+            return target.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            compiler.error("S207", f"cannot read {what} {rel!r} (looked in {self.root}): "
+                           f"{getattr(exc, 'strerror', None) or exc}", pointer,
+                           "paths are relative to the repository root (the directory holding .git)")
+            return None
+
+    def schema(self, spec: Any, pointer: tuple, compiler) -> dict | None:
+        """The JSON Schema at ``pointer``, with a top-level ``$ref`` to a file inlined."""
+        if spec is None:
+            return None
+        from .schema import validate_embedded_schema
+
+        if isinstance(spec, SchemaRef):
+            rel = spec.ref
+            if rel not in self._cache:
+                text = self._read(rel, pointer + ("$ref",), compiler, "schema file")
+                value = None
+                if text is not None:
+                    try:
+                        value = json.loads(text)
+                    except json.JSONDecodeError as exc:
+                        compiler.error("S207", f"schema file {rel!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                                       f"column {exc.colno}", pointer + ("$ref",))
+                    if value is not None and not isinstance(value, dict):
+                        compiler.error("S207", f"schema file {rel!r} must hold a JSON object", pointer + ("$ref",))
+                        value = None
+                self._cache[rel] = value
+            value = self._cache[rel]
+            if value is None:
+                return None
+            where = pointer + ("$ref",)
+        else:
+            value, where = dict(spec), pointer
+        for diag in validate_embedded_schema(value, self.doc, where):
+            compiler.diagnostics.append(diag)
+        return value
+
+    def prompt(self, prompt_id: str, version: Any, pointer: tuple, compiler) -> str | None:
+        rel = f"prompts/{prompt_id}.v{version}.txt"
+        return self._read(rel, pointer + ("id",), compiler, "prompt file")

@@ -1,0 +1,160 @@
+"""Language commands: validate, lint, plan, graph."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .output import emit_diagnostics, fail_usage
+
+FORMATS = click.Choice(["text", "json", "github"])
+actions_option = click.option(
+    "--actions", "actions", multiple=True, metavar="MODULE_OR_FILE",
+    help="Import action modules (dotted name or .py file) to check actions' permissions and effects. Repeatable.",
+)
+
+
+def expand_paths(paths: tuple[str, ...]) -> list[Path]:
+    """Files as given; folders expanded to the *.yaml / *.yml files under them, sorted."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
+            if not found:
+                fail_usage(f"{raw}: no .yaml files in this folder")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            fail_usage(f"{raw}: no such file or folder")
+    return out
+
+
+def load_action_metadata(actions: tuple[str, ...]):
+    if not actions:
+        return None
+    from tools.actions_loader import ActionsLoadError, load_actions
+
+    try:
+        return load_actions(actions)
+    except ActionsLoadError as exc:
+        fail_usage(str(exc))
+
+
+def _check_paths(paths, actions, lint: bool):
+    from dsl.api import check_file
+
+    metadata = load_action_metadata(actions)
+    return [check_file(p, actions=metadata, lint=lint) for p in expand_paths(paths)]
+
+
+def _report(results, fmt: str, strict_warnings: bool) -> int:
+    emit_diagnostics(results, fmt)
+    errors = sum(len(r.errors) for r in results)
+    warnings = sum(len(r.warnings) for r in results)
+    return 1 if errors or (strict_warnings and warnings) else 0
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@actions_option
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
+def validate(paths, actions, fmt):
+    """Validate definitions (files or folders): YAML, schema, expressions, compile checks.
+
+    Exit 0 when every file is valid, 1 when any has an error, 2 on a usage error.
+    """
+    sys.exit(_report(_check_paths(paths, actions, lint=False), fmt, strict_warnings=False))
+
+
+@click.command()
+@click.argument("paths", nargs=-1, metavar="PATH...")
+@actions_option
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
+@click.option("--explain", metavar="CODE", help="Print the rationale of a lint rule and exit.")
+def lint(paths, actions, fmt, explain):
+    """Validate, then apply the safety lint rules (L5xx).
+
+    Exit 0 when clean (info notes allowed), 1 on any error or warning, 2 on a usage error.
+    """
+    if explain:
+        from dsl.lint import RULES
+
+        rule = RULES.get(explain.upper())
+        if rule is None:
+            fail_usage(f"unknown lint rule {explain!r}; rules: {', '.join(RULES)}")
+        click.echo(f"{rule.code}: {rule.title}\n\n{rule.rationale}")
+        return
+    if not paths:
+        fail_usage("give at least one PATH (a definition file or a folder)")
+    sys.exit(_report(_check_paths(paths, actions, lint=True), fmt, strict_warnings=True))
+
+
+def compile_or_exit(path: str, actions, fmt: str = "text"):
+    from dsl.api import check_file
+
+    if not Path(path).is_file():
+        fail_usage(f"{path}: no such file")
+    result = check_file(path, actions=load_action_metadata(actions))
+    if result.plan is None or result.errors:
+        emit_diagnostics([result], fmt)
+        sys.exit(1)
+    return result.plan
+
+
+@click.command()
+@click.argument("file", metavar="FILE")
+@actions_option
+@click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON (digest first).")
+def plan(file, actions, as_json):
+    """Compile a definition and print its plan (and digest)."""
+    compiled = compile_or_exit(file, actions)
+    if as_json:
+        click.echo(compiled.to_json())
+        return
+    from dsl.durations import format_ms
+
+    click.echo(f"{compiled.name} v{compiled.version}  {compiled.digest}")
+    click.echo(f"owner: {compiled.owner}   priority: {compiled.priority}")
+    click.echo(f"permissions: {', '.join(compiled.permissions) or '-'}")
+    b = compiled.budget
+    budget = [f"{k}={v}" for k, v in (("max_steps", b.max_steps), ("max_tokens", b.max_tokens),
+                                     ("max_cost_usd", b.max_cost_usd), ("max_tool_calls", b.max_tool_calls)) if v]
+    if b.max_runtime_ms:
+        budget.append(f"max_runtime={format_ms(b.max_runtime_ms)}")
+    click.echo(f"budget: {', '.join(budget) or 'none'}")
+    click.echo("steps:")
+    for s in compiled.steps:
+        what = s.action or s.kind
+        extra = [f"timeout {format_ms(s.timeout_ms)}"]
+        if s.retry.max_attempts > 1:
+            extra.append(f"retry {s.retry.name or 'inline'} x{s.retry.max_attempts}")
+        if s.idempotency_key:
+            extra.append("idempotent")
+        if s.gate or s.approval:
+            extra.append("approval")
+        targets = ", ".join(f"{e.kind}->{e.target}" for e in s.edges) or "ends the run"
+        click.echo(f"  {s.index + 1:>2}. {s.id:<20} {what:<22} {'; '.join(extra)}")
+        click.echo(f"      {targets}")
+
+
+@click.command()
+@click.argument("file", metavar="FILE")
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
+def graph(file, fmt):
+    """Draw a definition's control flow as Mermaid or Graphviz dot."""
+    from dsl import graph as g
+
+    compiled = compile_or_exit(file, ())
+    click.echo(g.to_mermaid(compiled) if fmt == "mermaid" else g.to_dot(compiled), nl=False)
+
+
+def register(group: click.Group) -> None:
+    for command in (validate, lint, plan, graph):
+        group.add_command(command)
+
+
+__all__ = ["register", "compile_or_exit", "expand_paths"]
