@@ -224,14 +224,12 @@ class Compiler:
                 retry=self.retry_policy(s.compensate.retry, cp + ("retry",))
                 if s.compensate.retry is not None else retry,
             )
-        effect = self.actions.get(s.action).effect if self.actions and s.action in self.actions else None
-        reauth = s.reauthorize if s.reauthorize is not None else effect in ("write", "irreversible")
         budget = StepBudgetPlan(**(s.budget.model_dump() if s.budget else {}))
         self._caps(budget.model_dump(), p + ("budget",))
         return PlanStep(
             id=s.id, index=i, kind=kind, args=dict(s.with_), when=s.when,
             timeout_ms=timeout or self.default_timeout, retry=retry, permissions=tuple(s.permissions),
-            reauthorize=bool(reauth), idempotency_key=s.idempotency_key,
+            reauthorize=s.reauthorize, idempotency_key=s.idempotency_key,
             validations=tuple(ValidateRulePlan(check=v, message=None) if isinstance(v, str)
                               else ValidateRulePlan(check=v.check, message=v.message) for v in s.validate_),
             requires_approval_if=s.requires_approval_if, gate=gate,

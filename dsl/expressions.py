@@ -510,7 +510,7 @@ class _Compiler:
 
     def int(self, tree: Tree) -> Callable:
         token = tree.children[0]
-        value = int(token) if len(token) <= 19 else MAX_INT + 1
+        value = int(token)  # at most MAX_LENGTH digits: within Python's conversion limit
         if value > MAX_INT:
             raise ExpressionError("X301", "integer literal beyond 64 bits", token.start_pos,
                                   "write a float such as 1e20")

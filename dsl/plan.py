@@ -147,7 +147,8 @@ class PlanStep(_Frozen):
     timeout_ms: int
     retry: RetryPolicy
     permissions: tuple[str, ...] = ()
-    reauthorize: bool = False
+    #: as written (None: decided by the action's effect at run time, see :meth:`needs_reauthorization`)
+    reauthorize: bool | None = None
     idempotency_key: str | None = None
     validations: tuple[ValidateRulePlan, ...] = ()
     requires_approval_if: str | None = None
@@ -162,6 +163,13 @@ class PlanStep(_Frozen):
     #: where control goes after success (or skip): a step id or ``end``; None for terminal kinds
     next: str | None = None
     edges: tuple[Edge, ...] = ()
+
+
+    def needs_reauthorization(self, effect: str | None) -> bool:
+        """Whether to re-check permissions right before this step, given its action's effect."""
+        if self.reauthorize is not None:
+            return self.reauthorize
+        return effect in ("write", "irreversible")
 
 
 class TriggerPlan(_Frozen):

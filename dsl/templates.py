@@ -142,7 +142,8 @@ def _cached(text: str) -> Template:
 
 
 def render_value(value: Any, context: dict, *, clock: Callable[[], float] | None = None) -> Any:
-    """Render every template string inside ``value`` (dicts and lists, recursively)."""
+    """Render every template string inside ``value`` (dict values and list items, recursively;
+    dict keys stay as they are). Templates are parsed once and cached."""
     try:
         return _render_value(value, context, clock)
     except RecursionError:

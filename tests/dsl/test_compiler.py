@@ -185,15 +185,19 @@ def test_given_action_metadata_when_compiled_then_effects_are_in_the_plan_but_no
     assert with_meta.digest == without.digest
 
 
-def test_given_a_write_action_when_compiled_then_reauthorize_defaults_on():
+def test_given_a_write_action_when_compiled_then_reauthorize_defaults_on_by_effect_outside_the_digest():
     actions = {"crm.add_note": ActionInfo(name="crm.add_note", permissions=("crm:write",), effect="write")}
-    plan = check("""\
+    body = """\
         permissions: [crm:write]
         steps:
           - {id: a, action: crm.add_note, permissions: [crm:write]}
           - {id: b, action: crm.add_note, permissions: [crm:write], reauthorize: false}
-        """, actions=actions).plan
-    assert plan.step("a").reauthorize is True and plan.step("b").reauthorize is False
+        """
+    plan = check(body, actions=actions).plan
+    a, b = plan.step("a"), plan.step("b")
+    assert a.needs_reauthorization(plan.actions["crm.add_note"].effect) is True
+    assert b.needs_reauthorization("write") is False and a.needs_reauthorization("read") is False
+    assert plan.digest == check(body).plan.digest
 
 
 def test_given_a_referenced_output_schema_when_compiled_then_it_is_inlined(tmp_path):

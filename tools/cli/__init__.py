@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from . import lang
+from . import lang, runs
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -16,6 +16,7 @@ def cli() -> None:
 
 
 lang.register(cli)
+runs.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,51 @@
+"""The Dramatiq side: the step actor, and the embedded broker.
+
+The actor receives ids only, ``(run_id, step_id, attempt, token)``, hands them
+to the engine (which checks them against the store), and enqueues the
+messages the engine's commit made due. Retries are the interpreter's, never
+Dramatiq's: the actor has ``max_retries=0`` and never raises into Dramatiq (a
+failure is recorded in the store, or, if the store itself failed, left for
+the sweeper to redo once the lease expires). Long waits are timers in the
+store; nothing is sent with a Dramatiq ``delay``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import Retries
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("sealflow.actors")
+
+ACTOR_NAME = "sealflow_step"
+QUEUE = "sealflow"
+
+
+def embedded_broker() -> StubBroker:
+    """The in-process broker of the embedded default: no middleware but ``Retries`` pinned to zero
+    (kept so ``max_retries`` is a valid actor option on every broker, including Redis)."""
+    return StubBroker(middleware=[Retries(max_retries=0)])
+
+
+def declare_step_actor(broker: dramatiq.Broker, engine: "Engine", *, queue_name: str = QUEUE) -> dramatiq.Actor:
+    """Declare the step actor on ``broker`` (one per broker) bound to ``engine``."""
+
+    def sealflow_step(run_id: str, step_id: str, attempt: int, token: int) -> None:
+        try:
+            due = engine.handle(run_id, step_id, attempt, token)
+        except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
+            log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
+                          run_id, step_id, attempt)
+            return
+        for message in due:
+            step_actor.send(*message)
+
+    step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=ACTOR_NAME, queue_name=queue_name,
+                                max_retries=0)
+    return step_actor

@@ -1,0 +1,111 @@
+"""The model provider interface used by ``ai`` (and ``agent``) steps.
+
+A provider turns a :class:`ModelRequest` into a :class:`ModelResult`. The runtime
+never talks to a model API directly: it asks a :class:`~.registry.ProviderRegistry`
+for the provider serving ``request.model`` and calls :meth:`Provider.complete`.
+Real providers (OpenAI, Anthropic, ...) are adapters implementing this protocol;
+the only built-in one is the deterministic local model (:mod:`.local`).
+
+Failures are raised as :class:`interpreter.errors.StepError` with the error class
+the retry policy understands:
+
+==================  ==========================================================
+``rate_limited``    the provider throttled us (HTTP 429); pass ``retry_after``
+``unavailable``     outage, overload, HTTP 5xx
+``timeout``         no answer before ``request.deadline`` (or HTTP 408/504)
+``network``         the connection failed
+``invalid_request`` the provider refused the request as malformed (HTTP 400/422)
+``unauthorized``    the credentials were refused (HTTP 401/403)
+``configuration``   unknown model, missing API key or secret
+``policy_denied``   a content-policy refusal
+==================  ==========================================================
+
+:func:`error_for_status` maps an HTTP status to the right class for adapters.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import StepError
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One model call, fully rendered: the prompt is text, the schema is inlined JSON Schema.
+
+    ``deadline`` is an absolute ``time.time()`` timestamp (seconds since the epoch) after
+    which the answer is useless; ``idempotency_key`` lets providers that support it
+    deduplicate a retried call.
+    """
+
+    model: str
+    prompt: str
+    system: str | None = None
+    output_schema: dict | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    idempotency_key: str | None = None
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """What a model answered.
+
+    ``output`` is the parsed value (a JSON value satisfying ``output_schema`` when the
+    request had one, else the text); ``text`` is the raw answer. ``model`` names the model
+    that actually answered (it may differ from the one asked for when a provider aliases).
+    """
+
+    output: Any
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model: str = ""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model backend. ``name`` identifies it in logs and audit events."""
+
+    name: str
+
+    def complete(self, request: ModelRequest) -> ModelResult:
+        """Answer ``request`` or raise :class:`~interpreter.errors.StepError` (see the module docstring)."""
+        ...
+
+
+def error_for_status(status: int, message: str = "", *, retry_after: float | None = None) -> StepError:
+    """The :class:`StepError` an adapter should raise for an HTTP error ``status``."""
+    if status == 429:
+        cls = "rate_limited"
+    elif status in (408, 504):
+        cls = "timeout"
+    elif status in (401, 403):
+        cls = "unauthorized"
+    elif status == 404:
+        cls = "configuration"  # model (or endpoint) not found: fix the configuration
+    elif 500 <= status <= 599:
+        cls = "unavailable"
+    else:
+        cls = "invalid_request"
+    return StepError(cls, message or f"model provider answered HTTP {status}",
+                     retry_after=retry_after if cls in ("rate_limited", "unavailable") else None)
+
+
+def remaining_seconds(request: ModelRequest, *, now: float | None = None) -> float | None:
+    """Seconds left before ``request.deadline`` (None when there is no deadline).
+
+    Adapters use it as their HTTP timeout and raise ``timeout`` when it is not positive.
+    """
+    if request.deadline is None:
+        return None
+    return request.deadline - (time.time() if now is None else now)

@@ -1,0 +1,57 @@
+"""Which provider serves which model name."""
+
+from __future__ import annotations
+
+from ..errors import StepError
+from .base import Provider
+
+
+class ProviderRegistry:
+    """Model names (and name prefixes) to providers.
+
+    Exact names win over prefixes; among prefixes the longest wins, so an adapter can
+    claim a family (``register(openai, prefixes=["openai/"])``) while a specific name is
+    routed elsewhere::
+
+        providers = ProviderRegistry()
+        providers.register(LocalModel(), "default")
+        providers.get("default").complete(request)
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[str, Provider] = {}
+        self._prefixes: dict[str, Provider] = {}
+
+    def register(self, provider: Provider, *models: str, prefixes: list[str] | tuple[str, ...] = ()) -> Provider:
+        """Route each of ``models`` (exact names) and ``prefixes`` to ``provider``; the latest registration wins."""
+        if not models and not prefixes:
+            raise ValueError("register(provider, 'model-name', ...) needs at least one model name or prefix")
+        for name in (*models, *prefixes):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"model names and prefixes are non-empty strings, not {name!r}")
+        for model in models:
+            self._models[model] = provider
+        for prefix in prefixes:
+            self._prefixes[prefix] = provider
+        return provider
+
+    def get(self, model: str) -> Provider:
+        """The provider for ``model``; ``StepError("configuration")`` naming the known models if none."""
+        provider = self._models.get(model)
+        if provider is not None:
+            return provider
+        for prefix in sorted(self._prefixes, key=len, reverse=True):
+            if model.startswith(prefix):
+                return self._prefixes[prefix]
+        raise StepError("configuration", f"unknown model {model!r}; known: {', '.join(self.known()) or '(none)'}")
+
+    def known(self) -> list[str]:
+        """Known model names, then prefixes written as ``prefix*``."""
+        return sorted(self._models) + [f"{p}*" for p in sorted(self._prefixes)]
+
+    def __contains__(self, model: str) -> bool:
+        try:
+            self.get(model)
+        except StepError:
+            return False
+        return True

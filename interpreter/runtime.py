@@ -1,0 +1,301 @@
+"""The runtime: submit runs, drive them, answer approvals, operate the dead-letter list.
+
+On the embedded default everything runs in this process: the SQLite store,
+a Dramatiq ``StubBroker`` with an in-process ``dramatiq.Worker``, the outbox
+dispatcher and the sweeper. :meth:`Runtime.drive` runs them until the run
+*settles*: it completes, fails, is cancelled, or waits on something further
+away than ``sleep_threshold`` seconds (a human, a long ``wait``). Shorter
+timers (a retry backoff, a short ``wait``) are slept through. With another
+broker (Redis) the same actor runs in ``sealflow worker`` processes and
+``drive`` only dispatches, sweeps and watches the store.
+
+    rt = Runtime(open_store(), registry, providers)
+    run_id = rt.submit(plan, {"lead_id": "lead_1"}, initiator="user:ana")
+    rt.drive(run_id).state          # 'completed', or 'waiting' at an approval
+    rt.approve(run_id, actor="user:ben"); rt.drive(run_id)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+import time
+import uuid
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+
+from dsl.plan import Plan
+
+from . import recovery, states
+from .actions import REGISTRY
+from .actors import QUEUE, declare_step_actor, embedded_broker
+from .clock import SYSTEM, Clock
+from .dispatcher import Dispatcher
+from .engine import Engine, split_step_id
+from .errors import StepError
+from .flow import dumps, lease_ms
+from .steps import approval
+from .store import open_store
+from .store.base import AttemptRecord, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, RunRecord, Store
+from .store.errors import InvalidOperation
+from .sweeper import Sweeper
+
+log = logging.getLogger("sealflow.runtime")
+
+
+@dataclasses.dataclass
+class RunStatus:
+    """A run as the store has it now, with its attempts and what it waits for."""
+
+    run: RunRecord
+    attempts: list[AttemptRecord]
+    waiting: dict | None = None
+
+    @property
+    def state(self) -> str:
+        return self.run.state
+
+    @property
+    def output(self) -> Any:
+        return self.run.output
+
+    @property
+    def error(self) -> tuple[str | None, str | None]:
+        return self.run.error_class, self.run.error_message
+
+    def step_states(self) -> dict[str, str]:
+        """Step id -> state of its latest attempt."""
+        return {a.step_id: a.state for a in self.attempts}
+
+    def to_dict(self) -> dict:
+        return {"run": dataclasses.asdict(self.run), "attempts": [dataclasses.asdict(a) for a in self.attempts],
+                "waiting": self.waiting}
+
+
+def input_hash(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                 ensure_ascii=False).encode()).hexdigest()
+
+
+class Runtime:
+    """Submit, drive and operate runs on one store (see the module docstring)."""
+
+    def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
+                 clock: Clock | None = None, broker: dramatiq.Broker | None = None, queue_name: str = QUEUE,
+                 worker_threads: int = 2, sleep_threshold: float = 3.0, redeliver_after: float = 60.0,
+                 rng: random.Random | None = None):
+        self._owns_store = not isinstance(store, Store)
+        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        self.registry = registry if registry is not None else REGISTRY
+        if providers is None:
+            from .providers import PROVIDERS as providers
+        self.clock = clock or SYSTEM
+        self.owner = recovery.owner_id()
+        self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng)
+        self.broker = broker or embedded_broker()
+        self.queue_name = queue_name
+        self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
+        self.dispatcher = Dispatcher(self.store, self._send, self.clock)
+        self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after)
+        self.redeliver_after = redeliver_after
+        self.sleep_threshold = sleep_threshold
+        self.worker_threads = worker_threads
+        self._worker: dramatiq.Worker | None = None
+        self._dispatch_reset = False
+        self._input_validators: dict[str, Any] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _send(self, message: Message) -> None:
+        self.actor.send(*message)
+
+    def start(self) -> None:
+        """Start the in-process worker and recover what is in flight (idempotent)."""
+        if self._worker is None:
+            self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads, worker_timeout=100)
+            self._worker.start()
+            self.recover()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop(timeout=5_000)
+            self._worker = None
+        self.engine.services.runner.close()
+        self.broker.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- runs --------------------------------------------------------------------------------------
+    def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
+               idempotency_key: str | None = None) -> str:
+        """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id."""
+        if not plan.digest:
+            plan = plan.with_digest()
+        self._check_input(plan, input)
+        now = self.clock.now()
+        budget = plan.budget.max_runtime_ms
+        first = plan.step(plan.start)
+        new = NewRun(id="run_" + uuid.uuid4().hex[:20], tenant=tenant, workflow=plan.name,
+                     workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan.to_json(indent=None),
+                     input_json=dumps(input), input_hash=input_hash(input), initiator=initiator,
+                     idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
+                     first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority)
+        run, _created = self.store.submit(new, now)
+        self.engine.remember(plan)
+        return run.id
+
+    def _check_input(self, plan: Plan, value: Any) -> None:
+        if plan.input_schema is None:
+            return
+        validator = self._input_validators.get(plan.digest)
+        if validator is None:
+            import jsonschema
+
+            cls = jsonschema.validators.validator_for(plan.input_schema)
+            validator = self._input_validators[plan.digest] = cls(plan.input_schema)
+        errors = list(validator.iter_errors(value))
+        if errors:
+            import jsonschema
+
+            best = jsonschema.exceptions.best_match(errors)
+            where = "/".join(str(p) for p in best.absolute_path) or "(root)"
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is invalid at {where}: "
+                                               f"{best.message}; fix the input to match its input.schema")
+
+    def run(self, plan: Plan, input: Any, *, initiator: str, **kw: Any) -> RunStatus:
+        """Submit and drive until settled."""
+        return self.drive(self.submit(plan, input, initiator=initiator, **kw))
+
+    def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
+              sleep_threshold: float | None = None) -> RunStatus:
+        """Dispatch, work and sweep until the run settles (``until="final"``: until it is final or
+        waits for a human, sleeping through timers of any length)."""
+        if until not in ("settled", "final"):
+            raise ValueError("until must be 'settled' or 'final'")
+        self.start()
+        threshold = self.sleep_threshold if sleep_threshold is None else sleep_threshold
+        stop_at = None if timeout is None else time.monotonic() + timeout
+        idle_rounds = 0
+        while True:
+            sent = self.dispatcher.flush()
+            self._join()
+            report = self.sweeper.sweep()
+            if sent or report.runs_touched:
+                idle_rounds = 0
+                continue
+            run = self.store.get_run(run_id)
+            if run.state in states.RUN_FINAL:
+                break
+            due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
+            if due is None or (stop_at is not None and time.monotonic() >= stop_at):
+                break
+            delay = due - self.clock.now()
+            if until == "settled" and delay > threshold:
+                break
+            idle_rounds += 1
+            self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
+        return self.status(run_id)
+
+    def _join(self) -> None:
+        if isinstance(self.broker, StubBroker):
+            self.broker.join(self.queue_name, fail_fast=False)
+        else:
+            time.sleep(0.05)
+
+    def status(self, run_id: str) -> RunStatus:
+        run = self.store.get_run(run_id)
+        attempts = self.store.attempts(run_id)
+        waiting = None
+        active = next((a for a in attempts if a.state in states.STEP_ACTIVE), None)
+        if active is not None and active.state in ("waiting", "retry_wait"):
+            base, gate = split_step_id(active.step_id)
+            kind = "approval" if gate or "opened_at" in active.data else ("retry" if active.state == "retry_wait"
+                                                                         else "wait")
+            waiting = {"step": active.step_id, "kind": kind, "due_at": active.due_at}
+            if kind == "approval":
+                waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show")})
+        return RunStatus(run, attempts, waiting)
+
+    def approve(self, run_id: str, step_id: str | None = None, *, actor: str,
+                roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
+        """Approve the run's waiting approval as ``actor`` (``roles``, when given, must meet the approvers)."""
+        roles_t = None if roles is None else tuple(roles)
+        for message in self.engine.resolve(run_id, step_id, lambda x: approval.grant(x, actor, roles_t, comment),
+                                           actor=actor):
+            self._send(message)
+        return self.status(run_id)
+
+    def reject(self, run_id: str, step_id: str | None = None, *, actor: str, reason: str = "") -> RunStatus:
+        """Reject the run's waiting approval: the step fails with ``policy_denied``."""
+        for message in self.engine.resolve(run_id, step_id, lambda x: approval.deny(x, actor, reason), actor=actor):
+            self._send(message)
+        return self.status(run_id)
+
+    def cancel(self, run_id: str, *, actor: str = "system", reason: str = "") -> RunStatus:
+        """Cancel the run; a running attempt finishes (its ``ctx.cancelled()`` turns true) then it stops."""
+        self.store.cancel(run_id, self.clock.now(), actor=actor, reason=reason)
+        self.engine.note_cancelled(run_id)
+        return self.status(run_id)
+
+    def recover(self) -> dict:
+        """Find runs in flight and drive them on (see :mod:`interpreter.recovery`)."""
+        expired = recovery.expire_dead_owners(self.engine)
+        reset = 0
+        if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
+            reset = self.store.reset_dispatch()
+            self._dispatch_reset = True
+        report = self.sweeper.sweep()
+        repaired = []
+        for run_id in self.store.stalled_runs():
+            for message in recovery.repair(self.engine, run_id):
+                self._send(message)
+            repaired.append(run_id)
+        sent = self.dispatcher.flush()
+        return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
+                "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
+                "runs_repaired": repaired, "dispatched": sent}
+
+    # -- dead letters and audit --------------------------------------------------------------------
+    def dlq_list(self) -> list[DeadLetterRecord]:
+        return self.store.dead_letters()
+
+    def dlq_show(self, run_id: str) -> dict:
+        letter = self.store.dead_letter(run_id)
+        if letter is None:
+            raise InvalidOperation(f"run {run_id} is not in the dead-letter list; see `sealflow dlq`")
+        status = self.status(run_id)
+        failed = [dataclasses.asdict(a) for a in status.attempts if a.state in ("failed", "timed_out")]
+        return {"dead_letter": dataclasses.asdict(letter), "run": dataclasses.asdict(status.run),
+                "failed_attempts": failed, "audit": [dataclasses.asdict(e) for e in self.store.audit(run_id)][-20:]}
+
+    def dlq_redrive(self, run_id: str, *, actor: str = "operator") -> RunStatus:
+        """Rerun the failed step of a dead-lettered run, on the run's original plan digest."""
+        run = self.store.get_run(run_id)
+        plan = self.engine.plan(run.plan_digest)
+        step_id = run.cursor_step or plan.start
+        base, gate = split_step_id(step_id)
+        step = plan.step(base)
+        now = self.clock.now()
+        if gate:
+            cursor = next(a for a in reversed(self.store.attempts(run_id)) if a.step_id == step_id)
+            x = self.engine.execution(run, cursor, self.store.results(run_id), resumed=False)
+            nxt = NextAttempt(step_id, 1, "waiting", now + step.gate.timeout_ms / 1000.0, lease_ms(step),
+                              "approval_timeout", approval.opening(x, step.gate, now))
+        else:
+            nxt = NextAttempt(step_id, 1, "scheduled", now, lease_ms(step))
+        budget = plan.budget.max_runtime_ms
+        self.store.redrive(run_id, nxt, now, actor=actor, deadline=None if budget is None else now + budget / 1000.0)
+        return self.status(run_id)
+
+    def audit(self, run_id: str) -> list[AuditRecord]:
+        return self.store.audit(run_id)

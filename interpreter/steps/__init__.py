@@ -1,0 +1,28 @@
+"""Step kinds: one module per kind, each with ``execute(x: Execution) -> Outcome``.
+
+Kinds that call out (``action``, ``ai``, ``agent``) run their call on a runner
+thread bounded by the attempt's timeout (:mod:`interpreter.timeouts`); the
+others are pure and run inline on the worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..context import Execution
+from ..outcomes import Outcome
+from . import action, agent, ai, approval, fail, set as set_, succeed, switch, wait
+
+EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
+    "action": action.execute,
+    "ai": ai.execute,
+    "agent": agent.execute,
+    "switch": switch.execute,
+    "approval": approval.execute,
+    "wait": wait.execute,
+    "set": set_.execute,
+    "fail": fail.execute,
+    "succeed": succeed.execute,
+}
+
+__all__ = ["EXECUTORS"]

@@ -1,0 +1,58 @@
+"""``action``: call a registered Python action with the rendered ``with:`` arguments.
+
+With an ``idempotency_key`` the effect runs once per key: the ledger is read
+first, and a recorded result is returned without calling the action (a retry,
+a duplicate message, a recovery after a crash); a fresh result is recorded in
+the same commit as the step's success. The action runs on a runner thread
+bounded by the attempt's timeout.
+"""
+
+from __future__ import annotations
+
+from dsl import expressions
+
+from ..context import Execution, StepContext
+from ..errors import classify
+from ..idempotency import ledger_lookup
+from ..outcomes import Failed, Outcome, Succeeded
+from ..timeouts import AttemptTimedOut
+
+
+def execute(x: Execution) -> Outcome:
+    name = x.step.action
+    act = x.services.registry.get(name)
+    if act is None:
+        return Failed("configuration", f"unknown action {name!r}: load the module that defines it "
+                                       f"(--actions pkg.module) or register it on the runtime's registry")
+    args = x.render(x.step.args) if x.step.args else {}
+    key = None
+    if x.step.idempotency_key:
+        key = expressions.to_text(x.render(x.step.idempotency_key))
+        recorded = ledger_lookup(x, key)
+        if recorded is not None:
+            return recorded
+    return call(x, lambda ctx: act(ctx, **args), key)
+
+
+def call(x: Execution, fn, key: str | None) -> Outcome:
+    """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong."""
+    services = x.services
+    run_id = x.run.id
+    job_box: list = []
+
+    def cancelled() -> bool:
+        return bool(job_box and job_box[0].abandoned) or services.is_cancelled(run_id)
+
+    ctx = StepContext(x, key, cancelled)
+    timeout = max(0.0, ctx.deadline - services.clock.now())
+    job = services.runner.submit(lambda: fn(ctx))
+    job_box.append(job)
+    try:
+        output = services.runner.wait(job, timeout)
+    except AttemptTimedOut:
+        return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
+                                 f"{x.step.timeout_ms}ms; the late result, if any, will be ignored", timed_out=True)
+    except Exception as exc:  # noqa: BLE001 - every failure is classified
+        error_class, message, retry_after = classify(exc)
+        return Failed(error_class, message, retry_after)
+    return Succeeded(output, ledger_key=key)

@@ -1,0 +1,72 @@
+"""``ai``: one model call through a provider, its output checked before anyone uses it.
+
+The prompt template is rendered; the provider serving ``model`` is asked
+(then each ``fallback`` model in turn when a provider is ``unavailable`` or
+not ``configuration``-ready); the answer must satisfy ``output_schema``
+(else ``invalid_output``, retryable when the retry class lists it). Tokens and
+cost are added to the run's counters even when the output is refused, and the
+run's and the step's ``max_tokens`` budgets are enforced (``budget_exceeded``).
+"""
+
+from __future__ import annotations
+
+from dsl import expressions
+
+from ..context import Execution
+from ..errors import StepError
+from ..outcomes import Failed, Outcome, Succeeded
+from .action import call
+from .checks import schema_failure
+
+FALLBACK_ON = ("unavailable", "configuration")
+
+
+def execute(x: Execution) -> Outcome:
+    from ..providers.base import ModelRequest
+
+    ai = x.step.ai
+    limit = x.plan.budget.max_tokens
+    if limit is not None and x.run.tokens >= limit:
+        return Failed("budget_exceeded", f"the run has used {x.run.tokens} tokens of its budget of {limit}; "
+                                         "raise budget.max_tokens or shorten the prompts")
+    prompt = expressions.to_text(x.render(ai.prompt_template or ""))
+    system = expressions.to_text(x.render(ai.system)) if ai.system else None
+    failure: Failed | None = None
+    for model in (ai.model, *ai.fallback):
+        try:
+            provider = x.services.provider_for(model)
+        except StepError as exc:
+            failure = Failed(exc.error_class, exc.message, exc.retry_after)
+            if exc.error_class in FALLBACK_ON:
+                continue
+            return failure
+        request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
+                               max_tokens=ai.max_tokens, temperature=ai.temperature,
+                               idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
+        outcome = call(x, lambda ctx, p=provider, r=request: p.complete(r), None)
+        if isinstance(outcome, Failed):
+            failure = outcome
+            if outcome.error_class in FALLBACK_ON:
+                continue
+            return outcome
+        return _checked(x, model, outcome.output)
+    return failure or Failed("configuration", "the ai step names no model")
+
+
+def _checked(x: Execution, model: str, result) -> Outcome:
+    tokens = int(getattr(result, "total_tokens", 0) or 0)
+    cost = float(getattr(result, "cost_usd", 0.0) or 0.0)
+    used = {"tokens": tokens, "cost_usd": cost}
+    limit = x.plan.budget.max_tokens
+    if limit is not None and x.run.tokens + tokens > limit:
+        return Failed("budget_exceeded", f"the model call used {tokens} tokens, over the run's budget of {limit} "
+                                         f"({x.run.tokens} already used)", **used)
+    step_limit = x.step.budget.max_tokens
+    if step_limit is not None and tokens > step_limit:
+        return Failed("budget_exceeded", f"the model call used {tokens} tokens, over the step's budget of "
+                                         f"{step_limit}", **used)
+    output = result.output
+    problem = schema_failure(x, x.step.ai.output_schema, output)
+    if problem is not None:
+        return Failed("invalid_output", problem, **used)
+    return Succeeded(output, detail={"model": getattr(result, "model", "") or model}, **used)

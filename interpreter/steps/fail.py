@@ -1,0 +1,14 @@
+"""``fail``: end the run as failed with the step's error class and rendered message."""
+
+from __future__ import annotations
+
+from dsl.expressions import to_text
+
+from ..context import Execution
+from ..outcomes import EndRun, Outcome
+
+
+def execute(x: Execution) -> Outcome:
+    spec = x.step.fail
+    message = to_text(x.render(spec.message)) if spec.message else spec.error
+    return EndRun("failed", error_class=spec.error, message=message)

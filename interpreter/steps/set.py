@@ -1,0 +1,13 @@
+"""``set``: evaluate each value (a bare expression); the step's output is the resulting map."""
+
+from __future__ import annotations
+
+from ..context import Execution
+from ..outcomes import Outcome, Succeeded
+
+
+def execute(x: Execution) -> Outcome:
+    out = {}
+    for name, value in (x.step.assign or {}).items():
+        out[name] = x.evaluate(value) if isinstance(value, str) else value
+    return Succeeded(out)

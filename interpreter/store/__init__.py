@@ -1,0 +1,46 @@
+"""The state store: the single source of truth of every run (see :mod:`.base` for the contract).
+
+``open_store(url)`` opens a backend by URL; with no URL it reads ``SEALFLOW_STORE``,
+else uses the embedded default ``sqlite:///.sealflow/state.db``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import (
+    AttemptRecord, AuditEvent, AuditRecord, Claimed, Commit, Committed, DeadLetterRecord, DeadLetterSpec,
+    LedgerEntry, LedgerRecord, Message, NewRun, NextAttempt, OutboxRecord, RunChange, RunRecord, StepChange, Store,
+    SweepReport, TimerRecord,
+)
+from .errors import (
+    ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
+    SchemaTooNew, StoreError, StoreURLError,
+)
+
+DEFAULT_URL = "sqlite:///.sealflow/state.db"
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open the store at ``url`` (``sqlite:///PATH``; ``sqlite:////abs/path``; ``sqlite:///:memory:``)."""
+    url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
+    if url.startswith("sqlite:///"):
+        from .sqlite import SqliteStore
+
+        path = url[len("sqlite:///"):]
+        if not path:
+            raise StoreURLError(f"store URL {url!r} names no file; write sqlite:///.sealflow/state.db")
+        return SqliteStore(path)
+    if url.startswith(("redis://", "rediss://")):
+        raise StoreURLError(f"the Redis store is not available in this build ({url!r}); use sqlite:///PATH, "
+                            "or unset SEALFLOW_STORE for the embedded default")
+    raise StoreURLError(f"unknown store URL {url!r}; use sqlite:///PATH (e.g. {DEFAULT_URL})")
+
+
+__all__ = [
+    "open_store", "DEFAULT_URL", "Store", "Message", "RunRecord", "AttemptRecord", "Claimed", "NewRun", "StepChange",
+    "NextAttempt", "RunChange", "LedgerEntry", "DeadLetterSpec", "AuditEvent", "Commit", "Committed", "SweepReport",
+    "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreURLError",
+    "SchemaTooNew", "NotFound", "FencingError", "ConcurrencyError", "IllegalTransition", "IdempotencyConflict",
+    "MessageRefused", "InvalidOperation",
+]

@@ -1,0 +1,49 @@
+"""Errors of the state store. One root (:class:`StoreError`); one line of docstring per class."""
+
+from __future__ import annotations
+
+from ..errors import SealflowError
+
+
+class StoreError(SealflowError):
+    """Root of the store's exceptions."""
+
+
+class StoreURLError(StoreError):
+    """A store URL names a backend this build cannot open."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer sealflow; this one will not touch it."""
+
+
+class NotFound(StoreError):
+    """A run, step attempt or dead letter does not exist."""
+
+
+class FencingError(StoreError):
+    """A commit presented a fencing token that is no longer current; nothing was changed."""
+
+
+class ConcurrencyError(StoreError):
+    """The run changed since it was read (optimistic concurrency); re-read it and decide again."""
+
+
+class IllegalTransition(StoreError):
+    """A state change not listed in ``interpreter.states``; refused, audited, not applied."""
+
+
+class IdempotencyConflict(StoreError):
+    """An idempotency key was reused with a different input."""
+
+
+class MessageRefused(StoreError):
+    """A step message did not match stored state (stale, duplicate or forged); it was audited and dropped."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class InvalidOperation(StoreError):
+    """An operator action that the run's current state does not allow (e.g. redrive a completed run)."""
