@@ -80,6 +80,21 @@ def test_validates_and_lints_clean(path: Path):
     assert result.plan is not None
 
 
+@pytest.mark.parametrize("path", _definitions(), ids=lambda p: p.name)
+def test_validates_and_lints_clean_against_the_shipped_actions(path: Path):
+    from dsl.api import check_file
+    from tools.actions_loader import load_actions
+
+    # Given the metadata of the actions the runtime ships (the demo world)
+    actions = load_actions(["interpreter.demo"])
+    # When the definition is checked with it: unknown actions, permissions, effects, L501
+    result = check_file(path, actions=actions, lint=True)
+    # Then nothing is worse than info, and every action it calls is known
+    loud = [d for d in result.diagnostics if d.severity in ("error", "warning")]
+    assert not loud, f"{path.name}:\n{_describe(loud)}"
+    assert not [d for d in result.diagnostics if d.code == "L507"]
+
+
 def test_lead_qualification_is_the_contract_example_byte_for_byte():
     contract = next((p for p in DSL_MD if p.is_file()), None)
     if contract is None:
