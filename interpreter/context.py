@@ -29,9 +29,47 @@ from .timeouts import AttemptRunner
 _EMPTY: Mapping[str, str] = {}
 
 
-def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | None]]) -> dict:
-    steps = {sid: {"status": status, "output": None if out is None else json.loads(out)}
-             for sid, (status, out) in results.items()}
+class OutputCache:
+    """Decoded step outputs by run, so a step does not re-parse every earlier output.
+
+    Keyed by the JSON text itself: a changed output (a loop's next visit) is parsed again.
+    Bounded; a run's entry is dropped when the run ends.
+    """
+
+    def __init__(self, max_runs: int = 4096):
+        self._runs: dict[str, dict[str, tuple[str, Any]]] = {}
+        self._max = max_runs
+
+    def decode(self, run_id: str, step_id: str, text: str | None) -> Any:
+        if text is None:
+            return None
+        per_run = self._runs.get(run_id)
+        if per_run is None:
+            if len(self._runs) >= self._max:
+                try:
+                    self._runs.pop(next(iter(self._runs)), None)
+                except (StopIteration, RuntimeError):  # another thread changed it meanwhile
+                    pass
+            per_run = self._runs[run_id] = {}
+        hit = per_run.get(step_id)
+        if hit is not None and hit[0] == text:
+            return hit[1]
+        value = json.loads(text)
+        per_run[step_id] = (text, value)
+        return value
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+
+def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | None]],
+                       cache: OutputCache | None = None) -> dict:
+    if cache is None:
+        steps = {sid: {"status": status, "output": None if out is None else json.loads(out)}
+                 for sid, (status, out) in results.items()}
+    else:
+        decode, run_id = cache.decode, run.id
+        steps = {sid: {"status": status, "output": decode(run_id, sid, out)} for sid, (status, out) in results.items()}
     return {
         "input": run.input,
         "steps": steps,
@@ -55,21 +93,31 @@ class Services:
     validators: dict = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(slots=True)
 class Execution:
-    """One claimed attempt being executed and decided."""
+    """One claimed attempt being executed and decided.
 
-    services: Services
-    plan: Plan
-    step: PlanStep
-    run: RunRecord
-    attempt: AttemptRecord
-    context: dict
-    now: float
-    #: claimed out of ``waiting`` (a timer fired), not a fresh attempt
-    resumed: bool = False
-    #: the attempt is the approval gate of ``step`` (``requires_approval_if``)
-    gate: bool = False
+    The expression context is built on first use (a step without expressions never pays for it).
+    """
+
+    __slots__ = ("services", "plan", "step", "run", "attempt", "now", "resumed", "gate", "_results", "_outputs",
+                 "_context")
+
+    def __init__(self, services: Services, plan: Plan, step: PlanStep, run: RunRecord, attempt: AttemptRecord,
+                 context: dict | None, now: float, *, resumed: bool = False, gate: bool = False,
+                 results: Mapping[str, tuple[str, str | None]] | None = None, outputs: "OutputCache | None" = None):
+        self.services, self.plan, self.step, self.run, self.attempt = services, plan, step, run, attempt
+        self.now = now
+        #: claimed out of ``waiting`` (a timer fired), not a fresh attempt
+        self.resumed = resumed
+        #: the attempt is the approval gate of ``step`` (``requires_approval_if``)
+        self.gate = gate
+        self._results, self._outputs, self._context = results, outputs, context
+
+    @property
+    def context(self) -> dict:
+        if self._context is None:
+            self._context = expression_context(self.run, self._results or {}, self._outputs)
+        return self._context
 
     @property
     def step_id(self) -> str:
@@ -97,7 +145,7 @@ class StepContext:
     """The ``ctx`` argument of an action (DSL.md "Actions")."""
 
     __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "tempdir",
-                 "log", "_cancelled")
+                 "_log", "_cancelled")
 
     def __init__(self, x: Execution, idempotency_key: str | None, cancelled: Callable[[], bool]):
         self.run_id = x.run.id
@@ -108,9 +156,16 @@ class StepContext:
         self.deadline = x.deadline()
         self.secrets: Mapping[str, str] = _EMPTY
         self.tempdir = None
-        self.log = logging.LoggerAdapter(logging.getLogger("sealflow.action"),
-                                         {"run_id": self.run_id, "step_id": self.step_id})
+        self._log: logging.LoggerAdapter | None = None
         self._cancelled = cancelled
+
+    @property
+    def log(self) -> logging.LoggerAdapter:
+        """A logger that tags records with the run and step ids."""
+        if self._log is None:
+            self._log = logging.LoggerAdapter(logging.getLogger("sealflow.action"),
+                                              {"run_id": self.run_id, "step_id": self.step_id})
+        return self._log
 
     def cancelled(self) -> bool:
         """True once the run is being cancelled or this attempt timed out: stop early if you can."""

@@ -11,8 +11,13 @@ the run is quarantined (it leaves the automatic path; an operator reads it).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store.base import Store
 
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _HEX = re.compile(r"\b(?:0x)?[0-9a-f]{8,}\b", re.I)
@@ -34,3 +39,15 @@ def fingerprint(step_id: str | None, error_class: str, message: str) -> str:
     """The failure fingerprint: equal for failures that are 'the same' across redrives."""
     body = "\x1f".join((step_id or "<run>", error_class, normalise(message)))
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def show(store: "Store", run_id: str) -> dict:
+    """A dead letter with its run, its failed attempts and the last 20 audit events."""
+    from .store.errors import InvalidOperation
+
+    letter = store.dead_letter(run_id)
+    if letter is None:
+        raise InvalidOperation(f"run {run_id} is not in the dead-letter list; see `sealflow dlq list`")
+    failed = [dataclasses.asdict(a) for a in store.attempts(run_id) if a.state in ("failed", "timed_out")]
+    return {"dead_letter": dataclasses.asdict(letter), "run": dataclasses.asdict(store.get_run(run_id)),
+            "failed_attempts": failed, "audit": [dataclasses.asdict(e) for e in store.audit(run_id)][-20:]}

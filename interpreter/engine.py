@@ -34,9 +34,10 @@ from dsl.plan import Plan, PlanStep
 
 from . import flow
 from .clock import Clock
-from .context import Execution, Services, expression_context
+from .context import Execution, OutputCache, Services
 from .errors import StepError
 from .outcomes import Failed, Outcome, Skipped, Succeeded
+from .states import RUN_FINAL
 from .steps import EXECUTORS
 from .steps.checks import validation_failure
 from .store.base import AuditEvent, Message, RunRecord, Store
@@ -86,6 +87,8 @@ class Engine:
         self.owner = owner
         self.actor = f"worker:{owner}"
         self._plans: dict[str, Plan] = {}
+        self._steps: dict[str, dict[str, PlanStep]] = {}
+        self.outputs = OutputCache()
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled)
@@ -94,12 +97,14 @@ class Engine:
     def plan(self, digest: str) -> Plan:
         plan = self._plans.get(digest)
         if plan is None:
-            plan = self._plans[digest] = Plan.from_json(self.store.get_plan(digest))
+            plan = Plan.from_json(self.store.get_plan(digest))
+            self.remember(plan)
         return plan
 
     def remember(self, plan: Plan) -> None:
-        if plan.digest:
-            self._plans.setdefault(plan.digest, plan)
+        if plan.digest and plan.digest not in self._plans:
+            self._steps[plan.digest] = plan.step_map()
+            self._plans[plan.digest] = plan
 
     def is_cancelled(self, run_id: str) -> bool:
         """Whether the run is being cancelled; read from the store at most every 0.5 s per run."""
@@ -121,9 +126,9 @@ class Engine:
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
         plan = self.plan(run.plan_digest)
         base, gate = split_step_id(attempt.step_id)
-        step = plan.step(base)
-        return Execution(self.services, plan, step, run, attempt, expression_context(run, results),
-                         self.clock.now(), resumed=resumed, gate=gate)
+        step = self._steps[run.plan_digest][base]
+        return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
+                         results=results, outputs=self.outputs)
 
     # -- the message path --------------------------------------------------------------------------
     def handle(self, run_id: str, step_id: str, attempt: int, token: int) -> tuple[Message, ...]:
@@ -134,9 +139,19 @@ class Engine:
             log.info("%s", exc)
             return ()
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
-        outcome = self.execute(x)
-        counts = not claimed.resumed and not isinstance(outcome, Skipped)
+        refused = self.over_budget(x)
+        outcome = refused or self.execute(x)
+        counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
+
+    @staticmethod
+    def over_budget(x: Execution) -> Failed | None:
+        """``budget_exceeded`` when a fresh attempt would exceed ``budget.max_steps`` (it is not run)."""
+        limit = x.plan.budget.max_steps
+        if limit is not None and not x.resumed and not x.gate and x.run.steps_executed >= limit:
+            return Failed("budget_exceeded", f"the run has executed {x.run.steps_executed} step attempts, its "
+                                             f"budget.max_steps; raise it or look for a loop")
+        return None
 
     def execute(self, x: Execution) -> Outcome:
         step = x.step
@@ -144,10 +159,6 @@ class Engine:
         try:
             if not x.resumed and not x.gate and step.when is not None and not truthy(x.evaluate(step.when)):
                 return Skipped(_skip_target(step))
-            limit = x.plan.budget.max_steps
-            if limit is not None and not x.resumed and not x.gate and x.run.steps_executed >= limit:
-                return Failed("budget_exceeded", f"the run has executed {x.run.steps_executed} step attempts, its "
-                                                 f"budget.max_steps; raise it or look for a loop")
             outcome = EXECUTORS[kind](x)
             if isinstance(outcome, Succeeded) and kind in _CALLING_KINDS and step.validations:
                 failed = validation_failure(x, outcome.output)
@@ -170,7 +181,10 @@ class Engine:
         for _ in range(8):
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
             try:
-                return self.store.commit(commit, self.clock.now()).messages
+                done = self.store.commit(commit, self.clock.now())
+                if done.run_state in RUN_FINAL:
+                    self.outputs.forget(x.run.id)
+                return done.messages
             except ConcurrencyError:
                 x.run = self.store.get_run(x.run.id)
                 if x.run.state == "cancelling":
@@ -206,7 +220,10 @@ class Engine:
                                        "approval")
             commit = flow.decide(x, decide(x), actor=actor, counts_step=False)
             try:
-                return self.store.commit(commit, self.clock.now()).messages
+                done = self.store.commit(commit, self.clock.now())
+                if done.run_state in RUN_FINAL:
+                    self.outputs.forget(run_id)
+                return done.messages
             except ConcurrencyError:
                 continue
             except FencingError:

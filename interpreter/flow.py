@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Callable
 
 from dsl.errors import DslError
 from dsl.expressions import truthy
@@ -80,12 +80,12 @@ class _Decision:
             x = self.x
             self.ledger = LedgerEntry(x.run.tenant, key, x.run.id, x.step_id, output_json)
 
-    def go(self, target: str | None, context: dict) -> None:
+    def go(self, target: str | None, context: Callable[[], dict]) -> None:
         x = self.x
         if target is None or target == END:
             try:
                 out = x.plan.output
-                rendered = None if out is None else _render(x, out, context)
+                rendered = None if out is None else _render(x, out, context())
                 self.run_state, self.output_json = "completed", dumps(rendered)
             except (DslError, TypeError, ValueError) as exc:
                 self.fail_run("invalid_request", f"the workflow's output could not be rendered: {exc}")
@@ -134,14 +134,17 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
             d.audit.append(AuditEvent("idempotent_replay", x.step_id, actor, detail=outcome.detail))
         elif outcome.detail:
             d.audit.append(AuditEvent("step.detail", x.step_id, actor, detail=outcome.detail))
-        context = _with_result(x, "succeeded", outcome.output)
+        def context() -> dict:
+            return _with_result(x, "succeeded", outcome.output)
+
+        target = (x.attempt.data.get("then") or step.next) if x.gate else (outcome.next or step.next)
         if not x.gate and step.gate is not None and step.requires_approval_if and _gate_needed(x, outcome.output):
-            _open_gate(d, x, context)
+            _open_gate(d, x, context(), target)
         else:
-            d.go(step.next if x.gate else (outcome.next or step.next), context)
+            d.go(target, context)
     elif isinstance(outcome, Skipped):
         d.change("skipped")
-        d.go(outcome.target, _with_result(x, "skipped", None))
+        d.go(outcome.target, lambda: _with_result(x, "skipped", None))
     elif isinstance(outcome, Waiting):
         fresh = x.attempt.state == "running"
         d.change("waiting", due_at=outcome.due_at, data=outcome.data,
@@ -163,8 +166,13 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
     d.usage(f)
     d.change("timed_out" if f.timed_out else "failed", error_class=f.error_class, error_message=f.message)
     if f.ledger_key is not None:
-        d.record(f.ledger_key, dumps(f.ledger_output))
-    context = _with_result(x, "timed_out" if f.timed_out else "failed", None)
+        try:
+            d.record(f.ledger_key, dumps(f.ledger_output))
+        except (TypeError, ValueError):
+            pass  # not JSON: nothing to replay; the retry reports the same problem
+    def context() -> dict:
+        return _with_result(x, "timed_out" if f.timed_out else "failed", None)
+
     if f.route is not None:
         d.go(f.route, context)
         return
@@ -205,13 +213,15 @@ def _gate_needed(x: Execution, output: Any) -> bool:
         return True  # cannot tell: fail closed, a human decides
 
 
-def _open_gate(d: _Decision, x: Execution, context: dict) -> None:
+def _open_gate(d: _Decision, x: Execution, context: dict, then: str | None) -> None:
     from .steps.approval import opening
 
     gate = x.step.gate
     gx = Execution(x.services, x.plan, x.step, x.run, x.attempt, context, x.now, gate=True)
+    data = opening(gx, gate, x.now)
+    data["then"] = then  # where control goes once approved
     d.next = NextAttempt(f"{x.step.id}@gate", 1, "waiting", x.now + gate.timeout_ms / 1000.0, lease_ms(x.step),
-                         "approval_timeout", opening(gx, gate, x.now))
+                         "approval_timeout", data)
     d.run_state = "waiting"
     d.audit.append(AuditEvent("approval_required", x.step_id, d.actor,
                               detail={"condition": x.step.requires_approval_if,

@@ -17,11 +17,10 @@ broker (Redis) the same actor runs in ``sealflow worker`` processes and
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import logging
 import random
+import threading
 import time
 import uuid
 from typing import Any
@@ -31,7 +30,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from dsl.plan import Plan
 
-from . import recovery, states
+from . import dlq, recovery, states
 from .actions import REGISTRY
 from .actors import QUEUE, declare_step_actor, embedded_broker
 from .clock import SYSTEM, Clock
@@ -39,45 +38,15 @@ from .dispatcher import Dispatcher
 from .engine import Engine, split_step_id
 from .errors import StepError
 from .flow import dumps, lease_ms
+from .status import RunStatus, run_status
 from .steps import approval
 from .store import open_store
-from .store.base import AttemptRecord, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, RunRecord, Store
-from .store.errors import InvalidOperation
+from .store.base import AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
 from .sweeper import Sweeper
-
-log = logging.getLogger("sealflow.runtime")
-
-
-@dataclasses.dataclass
-class RunStatus:
-    """A run as the store has it now, with its attempts and what it waits for."""
-
-    run: RunRecord
-    attempts: list[AttemptRecord]
-    waiting: dict | None = None
-
-    @property
-    def state(self) -> str:
-        return self.run.state
-
-    @property
-    def output(self) -> Any:
-        return self.run.output
-
-    @property
-    def error(self) -> tuple[str | None, str | None]:
-        return self.run.error_class, self.run.error_message
-
-    def step_states(self) -> dict[str, str]:
-        """Step id -> state of its latest attempt."""
-        return {a.step_id: a.state for a in self.attempts}
-
-    def to_dict(self) -> dict:
-        return {"run": dataclasses.asdict(self.run), "attempts": [dataclasses.asdict(a) for a in self.attempts],
-                "waiting": self.waiting}
 
 
 def input_hash(value: Any) -> str:
+    """The hash idempotent submit compares: sha256 of the input's canonical JSON."""
     return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
                                                  ensure_ascii=False).encode()).hexdigest()
 
@@ -87,8 +56,8 @@ class Runtime:
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
                  clock: Clock | None = None, broker: dramatiq.Broker | None = None, queue_name: str = QUEUE,
-                 worker_threads: int = 2, sleep_threshold: float = 3.0, redeliver_after: float = 60.0,
-                 rng: random.Random | None = None):
+                 worker_threads: int = 2, worker_timeout_ms: int = 100, sleep_threshold: float = 3.0,
+                 redeliver_after: float = 60.0, rng: random.Random | None = None):
         self._owns_store = not isinstance(store, Store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
@@ -105,9 +74,12 @@ class Runtime:
         self.redeliver_after = redeliver_after
         self.sleep_threshold = sleep_threshold
         self.worker_threads = worker_threads
+        self.worker_timeout_ms = worker_timeout_ms  # idle wake-up of worker threads; bounds close() time
         self._worker: dramatiq.Worker | None = None
+        self._start_lock = threading.Lock()
         self._dispatch_reset = False
         self._input_validators: dict[str, Any] = {}
+        self._plan_json: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _send(self, message: Message) -> None:
@@ -115,10 +87,20 @@ class Runtime:
 
     def start(self) -> None:
         """Start the in-process worker and recover what is in flight (idempotent)."""
-        if self._worker is None:
-            self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads, worker_timeout=100)
-            self._worker.start()
-            self.recover()
+        with self._start_lock:
+            if self._worker is None:
+                self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads,
+                                               worker_timeout=self.worker_timeout_ms)
+                self._worker.start()
+                self.recover()
+
+    def serve(self, stop: threading.Event, *, interval: float = 0.2) -> None:
+        """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process)."""
+        self.start()
+        while not stop.is_set():
+            self.dispatcher.flush()
+            self.sweeper.sweep()
+            stop.wait(interval)
 
     def close(self) -> None:
         if self._worker is not None:
@@ -145,8 +127,11 @@ class Runtime:
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
         first = plan.step(plan.start)
+        plan_json = self._plan_json.get(plan.digest)
+        if plan_json is None:
+            plan_json = self._plan_json[plan.digest] = plan.to_json(indent=None)
         new = NewRun(id="run_" + uuid.uuid4().hex[:20], tenant=tenant, workflow=plan.name,
-                     workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan.to_json(indent=None),
+                     workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan_json,
                      input_json=dumps(input), input_hash=input_hash(input), initiator=initiator,
                      idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
                      first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority)
@@ -172,14 +157,16 @@ class Runtime:
             raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is invalid at {where}: "
                                                f"{best.message}; fix the input to match its input.schema")
 
-    def run(self, plan: Plan, input: Any, *, initiator: str, **kw: Any) -> RunStatus:
-        """Submit and drive until settled."""
-        return self.drive(self.submit(plan, input, initiator=initiator, **kw))
+    def run(self, plan: Plan, input: Any, *, initiator: str, until: str = "settled", **kw: Any) -> RunStatus:
+        """Submit and drive (see :meth:`drive` for ``until``)."""
+        return self.drive(self.submit(plan, input, initiator=initiator, **kw), until=until)
 
     def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
               sleep_threshold: float | None = None) -> RunStatus:
-        """Dispatch, work and sweep until the run settles (``until="final"``: until it is final or
-        waits for a human, sleeping through timers of any length)."""
+        """Dispatch, work and sweep until the run settles: it is final, waits for a human (an
+        approval), or waits for a timer more than ``sleep_threshold`` seconds away (shorter ones
+        are slept through; ``until="final"`` sleeps through timers of any length). ``timeout``
+        bounds the real time spent here."""
         if until not in ("settled", "final"):
             raise ValueError("until must be 'settled' or 'final'")
         self.start()
@@ -194,7 +181,7 @@ class Runtime:
                 idle_rounds = 0
                 continue
             run = self.store.get_run(run_id)
-            if run.state in states.RUN_FINAL:
+            if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
                 break
             due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
             if due is None or (stop_at is not None and time.monotonic() >= stop_at):
@@ -206,6 +193,10 @@ class Runtime:
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
         return self.status(run_id)
 
+    def _awaits_human(self, run_id: str) -> bool:
+        active = self.store.active_attempt(run_id)
+        return active is not None and active.state == "waiting" and "opened_at" in active.data
+
     def _join(self) -> None:
         if isinstance(self.broker, StubBroker):
             self.broker.join(self.queue_name, fail_fast=False)
@@ -213,18 +204,8 @@ class Runtime:
             time.sleep(0.05)
 
     def status(self, run_id: str) -> RunStatus:
-        run = self.store.get_run(run_id)
-        attempts = self.store.attempts(run_id)
-        waiting = None
-        active = next((a for a in attempts if a.state in states.STEP_ACTIVE), None)
-        if active is not None and active.state in ("waiting", "retry_wait"):
-            base, gate = split_step_id(active.step_id)
-            kind = "approval" if gate or "opened_at" in active.data else ("retry" if active.state == "retry_wait"
-                                                                         else "wait")
-            waiting = {"step": active.step_id, "kind": kind, "due_at": active.due_at}
-            if kind == "approval":
-                waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show")})
-        return RunStatus(run, attempts, waiting)
+        """The run, its attempts (oldest first) and what it waits for."""
+        return run_status(self.store, run_id)
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str,
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
@@ -263,20 +244,15 @@ class Runtime:
         sent = self.dispatcher.flush()
         return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
                 "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
-                "runs_repaired": repaired, "dispatched": sent}
+                "runs_repaired": repaired, "dispatched": sent, "runs_in_flight": self.store.active_runs()}
 
     # -- dead letters and audit --------------------------------------------------------------------
     def dlq_list(self) -> list[DeadLetterRecord]:
         return self.store.dead_letters()
 
     def dlq_show(self, run_id: str) -> dict:
-        letter = self.store.dead_letter(run_id)
-        if letter is None:
-            raise InvalidOperation(f"run {run_id} is not in the dead-letter list; see `sealflow dlq`")
-        status = self.status(run_id)
-        failed = [dataclasses.asdict(a) for a in status.attempts if a.state in ("failed", "timed_out")]
-        return {"dead_letter": dataclasses.asdict(letter), "run": dataclasses.asdict(status.run),
-                "failed_attempts": failed, "audit": [dataclasses.asdict(e) for e in self.store.audit(run_id)][-20:]}
+        """A dead letter with its run, its failed attempts and the end of its audit trail."""
+        return dlq.show(self.store, run_id)
 
     def dlq_redrive(self, run_id: str, *, actor: str = "operator") -> RunStatus:
         """Rerun the failed step of a dead-lettered run, on the run's original plan digest."""
@@ -289,8 +265,10 @@ class Runtime:
         if gate:
             cursor = next(a for a in reversed(self.store.attempts(run_id)) if a.step_id == step_id)
             x = self.engine.execution(run, cursor, self.store.results(run_id), resumed=False)
+            data = approval.opening(x, step.gate, now)
+            data["then"] = cursor.data.get("then")
             nxt = NextAttempt(step_id, 1, "waiting", now + step.gate.timeout_ms / 1000.0, lease_ms(step),
-                              "approval_timeout", approval.opening(x, step.gate, now))
+                              "approval_timeout", data)
         else:
             nxt = NextAttempt(step_id, 1, "scheduled", now, lease_ms(step))
         budget = plan.budget.max_runtime_ms

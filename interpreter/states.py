@@ -33,11 +33,9 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     # running: a step is claimed, or scheduled, or in retry backoff.
     #   -> waiting: a `wait:` step or an approval gate holds the run
     #   -> cancelling: cancel while an attempt is running (it finishes, then -> cancelled)
-    #   -> quarantined: a redriven run failed again with the same fingerprint
-    #      (the store applies running -> failed -> quarantined in one commit; the
-    #      direct edge exists so the audit can also record it in one step)
-    "running": frozenset({"waiting", "completed", "failed", "cancelling", "cancelled", "timed_out",
-                          "quarantined"}),
+    #   (a redriven run that fails again the same way goes running -> failed -> quarantined
+    #   in one commit, both edges audited)
+    "running": frozenset({"waiting", "completed", "failed", "cancelling", "cancelled", "timed_out"}),
     # waiting: a timer or a human holds the run; no worker is held.
     #   -> running: the timer fired or an approval arrived and the run goes on
     #   -> failed: approval rejected / timed out and no on_error route
@@ -91,9 +89,8 @@ STEP_TRANSITIONS: Mapping[str, frozenset[str]] = {
     #   -> running: its timer fired and a worker claimed it (wait done / approval timeout)
     #   -> succeeded: approved (quorum reached)
     #   -> failed: rejected (policy_denied)
-    #   -> scheduled: reserved for a wake-up that needs a worker (not used by the embedded engine)
     #   -> cancelled / timed_out: run cancelled / run deadline
-    "waiting": frozenset({"running", "scheduled", "succeeded", "failed", "cancelled", "timed_out"}),
+    "waiting": frozenset({"running", "succeeded", "failed", "cancelled", "timed_out"}),
     "succeeded": frozenset(),
     "failed": frozenset(),
     "skipped": frozenset(),

@@ -16,16 +16,19 @@ from ..actions import action
 from ..errors import StepError
 from . import store
 
-def _weekly_body(data: dict) -> str:
+
+def _weekly_body(report: dict) -> str:
     """The weekly report's body from the composed report (headline, status, highlights, risks, numbers)."""
-    lines = [f"{data.get('headline', 'Weekly AI report')} (status: {data.get('status', 'unknown')})", ""]
-    lines += [f"- {h}" for h in data.get("highlights") or []]
-    risks = data.get("risks") or []
+    def get(key: str) -> Any:
+        return report.get(key, "?")
+
+    lines = [f"{report.get('headline', 'Weekly AI report')} (status: {get('status')})", ""]
+    lines += [f"- {h}" for h in report.get("highlights") or []]
+    risks = [r for r in report.get("risks") or [] if isinstance(r, dict)]
     if risks:
-        lines += ["", "Risks:"] + [f"- [{r.get('severity', '?')}] {r.get('title', '')}" for r in risks
-                                   if isinstance(r, dict)]
-    lines += ["", f"Tokens: {data.get('tokens', '?')}, cost: ${data.get('cost_usd', '?')}, runs: "
-              f"{data.get('runs', '?')} ({data.get('failed_runs', '?')} failed), incidents: {data.get('incidents', '?')}"]
+        lines += ["", "Risks:"] + [f"- [{r.get('severity', '?')}] {r.get('title', '')}" for r in risks]
+    lines += ["", f"Tokens: {get('tokens')}, cost: ${get('cost_usd')}, runs: {get('runs')} "
+              f"({get('failed_runs')} failed), incidents: {get('incidents')}"]
     return "\n".join(lines)
 
 

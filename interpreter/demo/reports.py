@@ -68,9 +68,8 @@ def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list | None =
     start, end = _window(since, until)
     scale = (0.75 + _digest(metric, int(start // WEEK))[0] % 51 / 100) * (end - start) / WEEK
     with store.connect() as conn:
-        baselines = [(json.loads(r["dims"]), json.loads(r["values"]))
-                     for r in conn.execute('SELECT dims, "values" FROM metric_baselines WHERE metric = ? ORDER BY rowid',
-                                           (metric,))]
+        found = conn.execute('SELECT dims, "values" FROM metric_baselines WHERE metric = ? ORDER BY rowid', (metric,))
+        baselines = [(json.loads(r["dims"]), json.loads(r["values"])) for r in found]
     scaled = [(d, {name: _scaled(v, scale) for name, v in values.items()}) for d, values in baselines]
     groups: dict[tuple, dict] = {}
     totals: dict[str, Any] = {}

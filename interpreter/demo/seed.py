@@ -181,7 +181,8 @@ KB_ARTICLES = [
 
 METRIC_BASELINES = [
     ("llm_usage", {"workflow": w, "model": "default"},
-     {"calls": c, "input_tokens": c * 310, "output_tokens": c * 95, "tokens": c * 405, "cost_usd": round(c * 0.0004, 4)})
+     {"calls": c, "input_tokens": c * 310, "output_tokens": c * 95, "tokens": c * 405,
+      "cost_usd": round(c * 0.0004, 4)})
     for w, c in (("lead-qualification", 1200), ("document-ingestion", 860), ("image-upload-pipeline", 2400),
                  ("support-triage", 640), ("weekly-report", 1))
 ] + [
@@ -211,6 +212,7 @@ def load_more(conn: sqlite3.Connection) -> None:
                      [(o["order_id"], o["customer_id"], json.dumps(o, sort_keys=True)) for o in ORDERS])
     conn.executemany("INSERT OR IGNORE INTO kb_articles VALUES (?, ?, ?)", KB_ARTICLES)
     conn.executemany("INSERT INTO metric_baselines VALUES (?, ?, ?)",
-                     [(m, json.dumps(d, sort_keys=True), json.dumps(v, sort_keys=True)) for m, d, v in METRIC_BASELINES])
+                     [(m, json.dumps(d, sort_keys=True), json.dumps(v, sort_keys=True))
+                      for m, d, v in METRIC_BASELINES])
     conn.executemany("INSERT INTO incident_catalogue (severity, title, workflow, duration_minutes) VALUES (?, ?, ?, ?)",
                      INCIDENTS)

@@ -8,16 +8,17 @@ This is how the local model "answers" a structured request. The walk:
 * object -> its ``required`` properties (plus declared ones up to ``minProperties``);
 * array -> ``max(minItems, 1)`` items (none if ``maxItems`` is 0), distinct when
   ``uniqueItems``;
-* string -> the first candidate fitting ``minLength``/``maxLength``/``pattern``: a hint
-  for the property name (``language`` -> ``en``, ``email``), a value for ``format``, a
-  phrase of the prompt, single words of the prompt, then a string generated from the
-  pattern itself;
+* string -> a fixed example for a known ``format`` (``email``, ``date-time``, ``uri``,
+  ...); else the first candidate fitting ``minLength``/``maxLength``/``pattern``: a hint
+  for the property name (``language`` -> ``en``, ``email``), a phrase of the prompt,
+  single words of the prompt (words first inside arrays), then a string generated from
+  the pattern itself;
 * number/integer -> the middle of ``minimum``..``maximum`` (exclusive bounds and
   ``multipleOf`` honoured), else the bound, else 0; boolean -> false; null -> null.
 
-Text taken from the prompt is sanitised: URLs, quotes and backticks are dropped and
-``<>{}[]\\|`` become spaces, so a generated string never carries a link or markup from
-the prompt (JSON in a prompt reads as ``key: value, ...``).
+Text taken from the prompt is sanitised: URLs and words starting ``http``, quotes and
+backticks are dropped and ``<>{}[]\\|`` become spaces, so a generated string never
+carries a link or markup from the prompt (JSON in a prompt reads as ``key: value, ...``).
 A ``hook(name, schema)`` may override any value (the local model uses it for the
 lead-classification rule); it returns :data:`NOTHING` when it has no opinion.
 """
@@ -46,8 +47,9 @@ _FORMATS = {"email": "demo{n}@example.com", "idn-email": "demo{n}@example.com", 
 
 def phrase(prompt: str, max_words: int = 24) -> str:
     """The first ``max_words`` words of the sanitised prompt (never empty)."""
-    kept = [t for t in prompt.split() if "://" not in t and not t.lower().startswith("www.")]
-    text = _BRACKETS.sub(" ", _QUOTES.sub("", " ".join(kept)))
+    tokens = _QUOTES.sub("", prompt).split()
+    kept = [t for t in tokens if "://" not in t and not t.lower().lstrip("([{<'").startswith(("www.", "http"))]
+    text = _BRACKETS.sub(" ", " ".join(kept))
     text = re.sub(r"(?<=[A-Za-z_])([,;:])(?=\S)|([,;:])(?=[A-Za-z_])", lambda m: m.group(0) + " ", text)
     words = text.split()[:max_words]
     return " ".join(words).strip(" ,;:") or _PAD
@@ -57,7 +59,7 @@ def words(prompt: str) -> list[str]:
     """Distinct lower-case words of the sanitised prompt, in order (never empty)."""
     seen: dict[str, None] = {}
     for w in re.findall(r"[a-z][a-z0-9]*", phrase(prompt, 10_000).lower()):
-        if len(w) > 1 and w not in ("http", "https", "www"):
+        if len(w) > 1:
             seen.setdefault(w, None)
     return list(seen) or ["item"]
 

@@ -9,6 +9,8 @@ bounded by the attempt's timeout.
 
 from __future__ import annotations
 
+import json
+
 from dsl import expressions
 
 from ..context import Execution, StepContext
@@ -24,7 +26,7 @@ def execute(x: Execution) -> Outcome:
     if act is None:
         return Failed("configuration", f"unknown action {name!r}: load the module that defines it "
                                        f"(--actions pkg.module) or register it on the runtime's registry")
-    args = x.render(x.step.args) if x.step.args else {}
+    args = _own(x.render(x.step.args)) if x.step.args else {}
     key = None
     if x.step.idempotency_key:
         key = expressions.to_text(x.render(x.step.idempotency_key))
@@ -32,6 +34,12 @@ def execute(x: Execution) -> Outcome:
         if recorded is not None:
             return recorded
     return call(x, lambda ctx: act(ctx, **args), key)
+
+
+def _own(args: dict) -> dict:
+    """Arguments the action may mutate freely: maps and lists taken from earlier outputs are copied
+    (they are shared with the engine's decoded-output cache)."""
+    return {k: json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v for k, v in args.items()}
 
 
 def call(x: Execution, fn, key: str | None) -> Outcome:
@@ -52,7 +60,7 @@ def call(x: Execution, fn, key: str | None) -> Outcome:
     except AttemptTimedOut:
         return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
                                  f"{x.step.timeout_ms}ms; the late result, if any, will be ignored", timed_out=True)
-    except Exception as exc:  # noqa: BLE001 - every failure is classified
+    except BaseException as exc:  # noqa: BLE001 - every failure is classified, even SystemExit
         error_class, message, retry_after = classify(exc)
         return Failed(error_class, message, retry_after)
     return Succeeded(output, ledger_key=key)

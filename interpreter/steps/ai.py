@@ -5,7 +5,7 @@ The prompt template is rendered; the provider serving ``model`` is asked
 not ``configuration``-ready); the answer must satisfy ``output_schema``
 (else ``invalid_output``, retryable when the retry class lists it). Tokens and
 cost are added to the run's counters even when the output is refused, and the
-run's and the step's ``max_tokens`` budgets are enforced (``budget_exceeded``).
+run's and the step's ``max_tokens`` and ``max_cost_usd`` budgets are enforced (``budget_exceeded``).
 """
 
 from __future__ import annotations
@@ -65,6 +65,12 @@ def _checked(x: Execution, model: str, result) -> Outcome:
     if step_limit is not None and tokens > step_limit:
         return Failed("budget_exceeded", f"the model call used {tokens} tokens, over the step's budget of "
                                          f"{step_limit}", **used)
+    for scope, cap, spent in (("run", x.plan.budget.max_cost_usd, x.run.cost_usd),
+                              ("step", x.step.budget.max_cost_usd, 0.0)):
+        if cap is not None and spent + cost > cap:
+            return Failed("budget_exceeded", f"the model call cost ${cost:.4f}, over the {scope}'s budget of "
+                                             f"${cap:.4f} (${spent:.4f} already spent); raise budget.max_cost_usd",
+                          **used)
     output = result.output
     problem = schema_failure(x, x.step.ai.output_schema, output)
     if problem is not None:

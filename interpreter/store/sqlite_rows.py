@@ -24,6 +24,16 @@ AUDIT_COLS = "id, run_id, step_id, event, actor, state_before, state_after, deta
 DLQ_COLS = "run_id, step_id, reason, error_class, fingerprint, redrive_count, quarantined, status, created_at, updated_at"
 
 
+ACTIVE = "('pending','scheduled','running','retry_wait','waiting')"
+#: join condition: the run's cursor attempt (its single active attempt, invariant 1)
+CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor_attempt"
+A_COLS = ", ".join("a." + c.strip() for c in ATTEMPT_COLS.split(","))
+R_COLS = ", ".join("r." + c.strip() for c in RUN_COLS.split(","))
+N_ATTEMPT = len(ATTEMPT_COLS.split(","))
+AUDIT_INSERT = ("INSERT INTO audit (run_id, step_id, event, actor, state_before, state_after, detail, ts) "
+                "VALUES (?,?,?,?,?,?,?,?)")
+
+
 def run(row) -> RunRecord:
     r = list(row)
     r[5] = loads(r[5])

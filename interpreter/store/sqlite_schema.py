@@ -42,6 +42,7 @@ CREATE TABLE attempts (
   state TEXT NOT NULL, token INTEGER NOT NULL, lease_owner TEXT, lease_expires REAL,
   lease_ms INTEGER NOT NULL, scheduled_at REAL, started_at REAL, ended_at REAL, due_at REAL,
   output TEXT, error_class TEXT, error_message TEXT, data TEXT,
+  seq INTEGER NOT NULL,  -- the run's revision that created it: orders a run's attempts
   PRIMARY KEY (run_id, step_id, attempt)
 ) WITHOUT ROWID;
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from .. import states
 from ..dlq import fingerprint
-from .base import DeadLetterSpec, Message, SweepReport
+from . import sqlite_rows as rows
+from .records import DeadLetterSpec, Message, SweepReport
 
-_ACTIVE = "('pending','scheduled','running','retry_wait','waiting')"
-_CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor_attempt"
+_ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling')"
 
 
@@ -43,6 +43,9 @@ class SweepMixin:
         return [r[0] for r in self._read(f"SELECT DISTINCT a.lease_owner FROM runs r JOIN attempts a ON {_CURSOR} "
                                          f"WHERE r.state IN {_LIVE} AND a.state = 'running' AND "
                                          "a.lease_owner IS NOT NULL")]
+
+    def active_runs(self) -> list[str]:
+        return [r[0] for r in self._read(f"SELECT id FROM runs WHERE state IN {_LIVE} ORDER BY created_at")]
 
     def stalled_runs(self) -> list[str]:
         got = self._read(f"SELECT r.id FROM runs r LEFT JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} "

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from . import lang, runs
+from . import trust
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -17,6 +19,7 @@ def cli() -> None:
 
 lang.register(cli)
 runs.register(cli)
+trust.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:  # a bug of ours: say so plainly, keep the traceback for who asks
+        if os.environ.get("SEALFLOW_DEBUG"):
+            raise
+        click.echo(f"sealflow: internal error: {type(exc).__name__}: {exc}\n"
+                   "  hint: this is a bug in sealflow; rerun with SEALFLOW_DEBUG=1 to see the traceback, and report it",
+                   err=True)
+        return 1
     return 0
 
 

@@ -1,0 +1,268 @@
+"""The compiler: a checked Lark tree becomes closures ``run(env) -> value``.
+
+:class:`_Compiler` has one method per grammar rule. On the way it refuses what the grammar
+lets through but the language does not (unknown functions or names, wrong arity, literals
+out of range, bad escapes, duplicate map keys) and records every data path it reads as a
+:class:`Reference` with its offset, so :func:`dsl.expressions.check` can locate problems.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Callable
+
+from lark import Tree
+
+from .expr_catalogue import _KEYWORDS, _PYTHON_WORDS, _TERNARY, _TERNARY_HINT, _closest
+from .expr_errors import ExpressionError
+from .expr_functions import _FUNCTION_ALIASES, _USAGE, FUNCTIONS
+from .expr_values import _BINARY, _COMPARE, MAX_INT, _Env, _get, _negate, truthy
+
+ROOTS = ("input", "steps", "run", "output")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A data path in an expression; ``offset``/``length`` cover its static part.
+
+    ``steps.fetch.output.email`` is ``Reference("steps", "fetch", "output", 0, 26)`` with
+    ``path == ("fetch", "output", "email")``; ``run.id`` has ``field == "id"``.
+    """
+
+    root: str
+    step: str | None
+    field: str | None
+    offset: int
+    length: int
+    path: tuple = dataclasses.field(default=(), compare=False)
+
+
+#: JSON's escapes, plus \' and \0
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0", "\\": "\\", "'": "'",
+            '"': '"', "/": "/"}
+_ESCAPE = re.compile(r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.S)
+_DYNAMIC = object()
+
+
+class _Compiler:
+    """Turns a Lark tree into closures ``run(env) -> value``; one method per rule."""
+
+    def __init__(self) -> None:
+        self.refs: list = []
+        self.funcs: list = []
+
+    def build(self, tree: Tree) -> Callable:
+        return getattr(self, tree.data)(tree)
+
+    def or_test(self, tree: Tree) -> Callable:
+        parts = [self.build(c) for c in tree.children]
+        return lambda env: any(truthy(p(env)) for p in parts)
+
+    def and_test(self, tree: Tree) -> Callable:
+        parts = [self.build(c) for c in tree.children]
+        return lambda env: all(truthy(p(env)) for p in parts)
+
+    def not_(self, tree: Tree) -> Callable:
+        inner = self.build(tree.children[-1])
+        return lambda env: not truthy(inner(env))
+
+    def comparison(self, tree: Tree) -> Callable:
+        left, op, right = tree.children
+        a, b, fn = self.build(left), self.build(right), _COMPARE[" ".join(op.children)]
+        return lambda env: fn(a(env), b(env))
+
+    def sum(self, tree: Tree) -> Callable:
+        first = self.build(tree.children[0])
+        rest = [(_BINARY[op.children[0]], self.build(x))
+                for op, x in zip(tree.children[1::2], tree.children[2::2])]
+        if len(rest) == 1:
+            (fn, second), = rest
+            return lambda env: fn(first(env), second(env))
+
+        def run(env: _Env) -> Any:
+            value = first(env)
+            for fn, part in rest:
+                value = fn(value, part(env))
+            return value
+        return run
+
+    product = sum
+
+    def neg(self, tree: Tree) -> Callable:
+        inner = self.build(tree.children[0])
+        return lambda env: _negate(inner(env))
+
+    def postfix(self, tree: Tree) -> Callable:
+        atom, *segments = tree.children
+        keys = [self._static_key(s) for s in segments]
+        if atom.data == "name":
+            static = []
+            for seg, key in zip(segments, keys):
+                if key is _DYNAMIC:
+                    break
+                static.append((key, seg))
+            self._reference(atom, static)
+            base = self._root_loader(atom)
+        else:
+            base = self.build(atom)
+        ops = [(key, None, seg.data == "field") if key is not _DYNAMIC
+               else (None, self.build(seg.children[0]), False) for seg, key in zip(segments, keys)]
+
+        def run(env: _Env) -> Any:
+            value = base(env)
+            for key, index, dotted in ops:
+                if value is None:
+                    return None
+                value = _get(value, key if index is None else index(env), dotted)
+            return value
+        return run
+
+    def name(self, tree: Tree) -> Callable:
+        self._reference(tree, [])
+        return self._root_loader(tree)
+
+    def call(self, tree: Tree) -> Callable:
+        token, *args = tree.children
+        _refuse_keyword(token)
+        if token not in FUNCTIONS:
+            guess = _FUNCTION_ALIASES.get(token.lower()) or _closest(token, FUNCTIONS)
+            hint = f"did you mean {guess}()?" if guess else "functions: " + ", ".join(FUNCTIONS)
+            raise ExpressionError("X305", f"unknown function '{token}'", token.start_pos, hint)
+        low, high, impl = FUNCTIONS[token]
+        if not low <= len(args) <= high:
+            want = str(low) if low == high else f"{low} to {high}"
+            raise ExpressionError("X306", f"{token}() takes {want} argument{'s' * (want != '1')}, "
+                                  f"not {len(args)}", token.start_pos, f"usage: {_USAGE[token]}")
+        self.funcs.append((str(token), token.start_pos))
+        parts = [self.build(a) for a in args]
+        if not parts:
+            return lambda env: impl(env)
+        if len(parts) == 1:
+            (one,) = parts
+            return lambda env: impl(env, one(env))
+        return lambda env: impl(env, *[p(env) for p in parts])
+
+    def null(self, tree: Tree) -> Callable:
+        return lambda env: None
+
+    def true(self, tree: Tree) -> Callable:
+        return lambda env: True
+
+    def false(self, tree: Tree) -> Callable:
+        return lambda env: False
+
+    def int(self, tree: Tree) -> Callable:
+        token = tree.children[0]
+        value = int(token)  # at most MAX_LENGTH digits: within Python's conversion limit
+        if value > MAX_INT:
+            raise ExpressionError("X301", "integer literal beyond 64 bits", token.start_pos,
+                                  "write a float such as 1e20")
+        return lambda env: value
+
+    def float(self, tree: Tree) -> Callable:
+        token = tree.children[0]
+        value = float(token)
+        if not math.isfinite(value):
+            raise ExpressionError("X301", "number literal out of range", token.start_pos)
+        return lambda env: value
+
+    def string(self, tree: Tree) -> Callable:
+        value = _unescape(tree.children[0])
+        return lambda env: value
+
+    def list(self, tree: Tree) -> Callable:
+        parts = [self.build(c) for c in tree.children]
+        return lambda env: [p(env) for p in parts]
+
+    def map(self, tree: Tree) -> Callable:
+        items, seen = [], set()
+        for pair in tree.children:
+            token, value = pair.children
+            key = _unescape(token)
+            if key in seen:
+                raise ExpressionError("X301", f"duplicate key '{key}' in a map", token.start_pos)
+            seen.add(key)
+            items.append((key, self.build(value)))
+        return lambda env: {k: v(env) for k, v in items}
+
+    # helpers
+
+    def _static_key(self, segment: Tree) -> Any:
+        if segment.data == "field":
+            return str(segment.children[0])
+        inner = segment.children[0]
+        if isinstance(inner, Tree) and inner.data in ("string", "int"):
+            return _unescape(inner.children[0]) if inner.data == "string" else int(inner.children[0])
+        return _DYNAMIC
+
+    def _root_loader(self, tree: Tree) -> Callable:
+        root = str(tree.children[0])
+        return lambda env: env.ctx.get(root)
+
+    def _reference(self, tree: Tree, static: list) -> None:
+        token = tree.children[0]
+        root = str(token)
+        _refuse_keyword(token)
+        if root not in ROOTS:
+            if root in _PYTHON_WORDS:
+                raise ExpressionError("X301", f"'{root}' is not a value here", token.start_pos,
+                                      f"write {_PYTHON_WORDS[root]} (lowercase), not {root}")
+            if root in _TERNARY:
+                raise ExpressionError("X301", f"'{root}' is not part of the language", token.start_pos,
+                                      _TERNARY_HINT)
+            if root in FUNCTIONS:
+                hint = f"{root} is a function: call it, e.g. {root}(x)"
+            else:
+                guess = _closest(root, ROOTS)
+                hint = (f"did you mean '{guess}'? " if guess else "") + (
+                    "data starts at input, steps.<id>.output, steps.<id>.status, run or output")
+            raise ExpressionError("X302", f"unknown name '{root}'", token.start_pos, hint)
+        step = field = None
+        step_at = field_at = token.start_pos
+        names = [(k, s) for k, s in static]
+        if root == "steps" and names and isinstance(names[0][0], str):
+            step, step_at = names[0][0], _key_at(names[0][1])
+            field_at = step_at
+            names = names[1:]
+        if root in ("steps", "run") and (step is not None or root == "run") and names \
+                and isinstance(names[0][0], str):
+            field, field_at = names[0][0], _key_at(names[0][1])
+        end = static[-1][1].meta.end_pos if static else token.end_pos
+        reference = Reference(root, step, field, token.start_pos, end - token.start_pos,
+                              tuple(k for k, _ in static))
+        self.refs.append((reference, step_at, field_at))
+
+
+def _refuse_keyword(token: Any) -> None:
+    """The contextual lexer reads a keyword where none can stand as a name: refuse it."""
+    if token in _KEYWORDS:
+        hint = ("wrap it in parentheses: a == (not b)" if token == "not"
+                else "a value or an operator is missing next to it")
+        raise ExpressionError("X301", f"'{token}' cannot appear here", token.start_pos, hint)
+
+
+def _key_at(segment: Tree) -> int:
+    inner = segment.children[0]
+    return inner.start_pos if segment.data == "field" else inner.meta.start_pos
+
+
+def _unescape(token: Any) -> str:
+    body = str(token)[1:-1]
+    if "\\" not in body:
+        return body
+
+    def replace(match: re.Match) -> str:
+        escape = match.group(1)
+        if escape in _ESCAPES:
+            return _ESCAPES[escape]
+        if len(escape) == 11:  # a UTF-16 surrogate pair, as JSON writes it
+            high, low = int(escape[1:5], 16), int(escape[7:], 16)
+            return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+        if len(escape) == 5 and not 0xD800 <= int(escape[1:], 16) <= 0xDFFF:
+            return chr(int(escape[1:], 16))
+        raise ExpressionError("X301", f"unknown escape '\\{escape[:5]}' in a string",
+                              token.start_pos + 1 + match.start(),
+                              "escapes: \\n \\t \\r \\b \\f \\0 \\/ \\\\ \\' \\\" \\uXXXX")
+    return _ESCAPE.sub(replace, body)

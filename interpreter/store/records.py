@@ -1,0 +1,264 @@
+"""The records the store takes and gives back (plain dataclasses; JSON crosses as text)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+
+class Message(NamedTuple):
+    """What the broker carries: ids only."""
+
+    run_id: str
+    step_id: str
+    attempt: int
+    token: int
+
+
+@dataclasses.dataclass(slots=True)
+class RunRecord:
+    id: str
+    tenant: str
+    workflow: str
+    workflow_version: int
+    plan_digest: str
+    input: Any
+    state: str
+    rev: int
+    initiator: str
+    idempotency_key: str | None
+    input_hash: str
+    created_at: float
+    updated_at: float
+    deadline: float | None
+    output: Any
+    error_class: str | None
+    error_message: str | None
+    steps_executed: int
+    tokens: int
+    cost_usd: float
+    tool_calls: int
+    redrives: int
+    cursor_step: str | None
+    cursor_attempt: int | None
+    priority: str = "normal"
+
+
+@dataclasses.dataclass(slots=True)
+class AttemptRecord:
+    run_id: str
+    step_id: str
+    attempt: int
+    try_no: int
+    state: str
+    token: int
+    lease_owner: str | None
+    lease_expires: float | None
+    lease_ms: int
+    scheduled_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    due_at: float | None
+    output: Any
+    error_class: str | None
+    error_message: str | None
+    data: dict
+
+
+@dataclasses.dataclass(slots=True)
+class Claimed:
+    """A successful claim: the run, the attempt (with its new token) and the results so far."""
+
+    run: RunRecord
+    attempt: AttemptRecord
+    #: step id -> (status, output JSON text or None), latest visit of each step
+    results: dict[str, tuple[str, str | None]]
+    #: the attempt was ``waiting`` (its timer fired), not freshly scheduled
+    resumed: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewRun:
+    id: str
+    tenant: str
+    workflow: str
+    workflow_version: int
+    plan_digest: str
+    plan_json: str
+    input_json: str
+    input_hash: str
+    initiator: str
+    idempotency_key: str | None
+    deadline: float | None
+    first_step: str
+    first_lease_ms: int
+    priority: str = "normal"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepChange:
+    """The new state of the attempt a commit is fenced by."""
+
+    step_id: str
+    attempt: int
+    token: int
+    state: str
+    output_json: str | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    #: when the attempt goes ``waiting``: when its timer fires (None: waits for a human only)
+    due_at: float | None = None
+    #: replaces the attempt's ``data`` when not None
+    data: dict | None = None
+    #: a timer on this same attempt: ``wait`` or ``approval_timeout``
+    timer_kind: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NextAttempt:
+    """A new attempt row, the run's next cursor."""
+
+    step_id: str
+    try_no: int
+    state: str  # scheduled | retry_wait | waiting
+    due_at: float
+    lease_ms: int
+    #: backoff (retry_wait), approval_timeout (a gate opened in waiting), or None
+    timer_kind: str | None = None
+    data: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunChange:
+    state: str | None = None
+    output_json: str | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    add_steps: int = 0
+    add_tokens: int = 0
+    add_cost_usd: float = 0.0
+    add_tool_calls: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    tenant: str
+    key: str
+    run_id: str
+    step_id: str
+    result_json: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetterSpec:
+    step_id: str | None
+    reason: str
+    error_class: str
+    fingerprint: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuditEvent:
+    event: str
+    step_id: str | None = None
+    actor: str = "system"
+    state_before: str | None = None
+    state_after: str | None = None
+    detail: dict | None = None
+    run_id: str | None = None  # only for standalone appends; commits use their run
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one step result changes, applied together or not at all."""
+
+    run_id: str
+    expected_rev: int
+    step: StepChange | None = None
+    run: RunChange = RunChange()
+    next: NextAttempt | None = None
+    ledger: LedgerEntry | None = None
+    dead_letter: DeadLetterSpec | None = None
+    audit: tuple[AuditEvent, ...] = ()
+    actor: str = "system"
+    #: insert the next attempt's outbox row as already sent and return its message, so the
+    #: committing worker enqueues it at once (the sweeper re-sends it if the process dies first)
+    dispatch_inline: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Committed:
+    rev: int
+    run_state: str
+    #: messages to enqueue now (``dispatch_inline``)
+    messages: tuple[Message, ...] = ()
+
+
+@dataclasses.dataclass(slots=True)
+class SweepReport:
+    leases_expired: int = 0
+    timers_fired: int = 0
+    redelivered: int = 0
+    runs_timed_out: int = 0
+    runs_touched: set = dataclasses.field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.leases_expired or self.timers_fired or self.redelivered or self.runs_timed_out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimerRecord:
+    id: int
+    run_id: str
+    step_id: str | None
+    attempt: int | None
+    token: int | None
+    kind: str
+    fire_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    run_id: str
+    step_id: str
+    attempt: int
+    token: int
+    due_at: float
+    sent_at: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LedgerRecord:
+    tenant: str
+    key: str
+    run_id: str
+    step_id: str
+    result: Any
+    created_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    run_id: str
+    step_id: str | None
+    reason: str
+    error_class: str
+    fingerprint: str
+    redrive_count: int
+    quarantined: bool
+    status: str  # dead | redriven | quarantined
+    created_at: float
+    updated_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuditRecord:
+    id: int
+    run_id: str | None
+    step_id: str | None
+    event: str
+    actor: str
+    state_before: str | None
+    state_after: str | None
+    detail: dict | None
+    ts: float

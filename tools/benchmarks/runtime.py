@@ -1,0 +1,135 @@
+"""Benchmark: durable steps per second on the embedded default, next to a bare Dramatiq chain.
+
+    python -m tools.benchmarks.runtime [--runs 1000] [--steps 10]
+
+Sealflow: ``--runs`` runs of a ``--steps``-step workflow of no-op actions, each
+step claimed, executed and committed durably (SQLite WAL, fenced commit, audit,
+outbox) through a Dramatiq ``StubBroker`` and an in-process ``Worker``.
+Peer, in the same process and run: a bare Dramatiq chain of ``--steps`` no-op
+actors on a ``StubBroker`` (each actor sends the next), ``--runs`` times: the
+cost of the broker alone, with no durability at all.
+
+Prints steps per second for both and the ratio, and the process's resident
+memory after each quarter of the runs, to show whether memory stays flat as
+finished runs accumulate in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import sys
+import tempfile
+import time
+
+
+def rss_mib() -> float:
+    """Current resident set size (Linux /proc), in MiB."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:  # pragma: no cover - not Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def noop_plan(steps: int):
+    from dsl.api import compile_bytes
+
+    lines = ["sealflow: 1", "name: bench-noop", "version: 1", "owner: team:bench", "permissions: []",
+             "defaults: {timeout: 10s}", "steps:"]
+    lines += [f"  - {{id: s{i}, action: bench.noop}}" for i in range(steps)]
+    return compile_bytes(("\n".join(lines) + "\n").encode(), "bench-noop.v1.yaml")
+
+
+def bench_sealflow(runs: int, steps: int) -> tuple[float, list[tuple[int, float]]]:
+    from interpreter.actions import Registry, action
+    from interpreter.runtime import Runtime
+
+    registry = Registry()
+
+    @action("bench.noop", registry=registry)
+    def noop(ctx):
+        return None
+
+    plan = noop_plan(steps)
+    memory = []
+    with tempfile.TemporaryDirectory() as tmp:
+        rt = Runtime(f"sqlite:///{tmp}/state.db", registry)
+        try:
+            rt.run(plan, {}, initiator="user:bench")  # warm up: actor, plan cache, statements
+            gc.collect()
+            started = time.perf_counter()
+            for i in range(1, runs + 1):
+                status = rt.run(plan, {}, initiator="user:bench")
+                assert status.state == "completed", status.state
+                if i % max(runs // 4, 1) == 0:
+                    memory.append((i, rss_mib()))
+            elapsed = time.perf_counter() - started
+        finally:
+            rt.close()
+    return runs * steps / elapsed, memory
+
+
+def bench_dramatiq(runs: int, steps: int) -> float:
+    import threading
+
+    import dramatiq
+    from dramatiq.brokers.stub import StubBroker
+
+    broker = StubBroker()
+    broker.emit_after("process_boot")
+    done = threading.Semaphore(0)
+    actors = []
+
+    def make(i: int):
+        def fn():
+            if i + 1 < steps:
+                actors[i + 1].send()
+            else:
+                done.release()
+
+        fn.__name__ = f"noop_{i}"
+        return dramatiq.actor(fn, broker=broker, actor_name=f"noop_{i}", max_retries=0)
+
+    actors.extend(make(i) for i in range(steps))
+    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        actors[0].send()
+        done.acquire()
+        started = time.perf_counter()
+        for _ in range(runs):
+            actors[0].send()
+            done.acquire()
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+        broker.close()
+    return runs * steps / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.disable(logging.WARNING)
+    peer = bench_dramatiq(args.runs, args.steps)
+    ours, memory = bench_sealflow(args.runs, args.steps)
+    print(f"bare Dramatiq chain (StubBroker, no durability): {peer:10.0f} steps/s")
+    print(f"sealflow embedded default (durable):             {ours:10.0f} steps/s")
+    print(f"ratio sealflow / bare Dramatiq: {ours / peer:.2f}x")
+    print("resident memory as finished runs accumulate: "
+          + ", ".join(f"{n} runs {mib:.1f} MiB" for n, mib in memory))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak resident memory: {peak:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
