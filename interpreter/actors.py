@@ -1,6 +1,6 @@
 """The Dramatiq side: the step actor, and the embedded broker.
 
-The actor receives ids only, ``(run_id, step_id, attempt, token)``, hands them
+The actor receives ids only, ``(run_id, step_id, attempt, token, tenant)``, hands them
 to the engine (which checks them against the store), and enqueues the
 messages the engine's commit made due. Retries are the interpreter's, never
 Dramatiq's: the actor has ``max_retries=0`` and never raises into Dramatiq (a
@@ -36,9 +36,9 @@ def embedded_broker() -> StubBroker:
 def declare_step_actor(broker: dramatiq.Broker, engine: "Engine", *, queue_name: str = QUEUE) -> dramatiq.Actor:
     """Declare the step actor on ``broker`` (one per broker) bound to ``engine``."""
 
-    def sealflow_step(run_id: str, step_id: str, attempt: int, token: int) -> None:
+    def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
         try:
-            due = engine.handle(run_id, step_id, attempt, token)
+            due = engine.handle(run_id, step_id, attempt, token, tenant)
         except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
             log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
                           run_id, step_id, attempt)

@@ -91,6 +91,10 @@ class Services:
     rng: random.Random
     is_cancelled: Callable[[str], bool]
     validators: dict = dataclasses.field(default_factory=dict)
+    #: the runtime configuration (:class:`interpreter.config.RuntimeConfig`; None: defaults)
+    config: Any = None
+    #: where declared secrets come from (:class:`interpreter.secrets.SecretChain`; None: env, then files)
+    secret_chain: Any = None
 
 
 class Execution:
@@ -144,7 +148,7 @@ class Execution:
 class StepContext:
     """The ``ctx`` argument of an action (DSL.md "Actions")."""
 
-    __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "tempdir",
+    __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "_temp",
                  "_log", "_cancelled")
 
     def __init__(self, x: Execution, idempotency_key: str | None, cancelled: Callable[[], bool]):
@@ -155,7 +159,7 @@ class StepContext:
         self.tenant = x.run.tenant
         self.deadline = x.deadline()
         self.secrets: Mapping[str, str] = _EMPTY
-        self.tempdir = None
+        self._temp = None  # interpreter.tempfiles.TempArea, attached by interpreter.sandbox
         self._log: logging.LoggerAdapter | None = None
         self._cancelled = cancelled
 
@@ -170,6 +174,15 @@ class StepContext:
     def cancelled(self) -> bool:
         """True once the run is being cancelled or this attempt timed out: stop early if you can."""
         return self._cancelled()
+
+    @property
+    def tempdir(self) -> str | None:
+        """This attempt's private directory (mode 0700, created on first use, removed when the attempt ends)."""
+        return None if self._temp is None else self._temp.path
+
+    def tempdir_usage(self) -> int:
+        """Bytes used in :attr:`tempdir`; ``policy_denied`` once over the configured limit."""
+        return 0 if self._temp is None else self._temp.usage()
 
     def __repr__(self) -> str:
         return f"StepContext(run_id={self.run_id!r}, step_id={self.step_id!r}, attempt={self.attempt})"

@@ -1,10 +1,12 @@
 """The engine: one step message in, one fenced commit out.
 
-For a message ``(run_id, step_id, attempt, token)``:
+For a message ``(run_id, step_id, attempt, token, tenant)``:
 
 1. **claim** (:meth:`Store.claim`): compare-and-set on the attempt's token and
-   state; a stale, duplicate or forged message is refused and audited
-   (``message_refused``) and does nothing else;
+   state, and the run's tenant; a stale, duplicate, forged or cross-tenant
+   message is refused and audited (``message_refused``) and does nothing else;
+   a fresh attempt of a sensitive step is then reauthorised
+   (:func:`interpreter.authz.reauthorize`);
 2. **execute** the step kind (:mod:`interpreter.steps`) with the expression
    context read from the store; ``when`` false skips it; every failure is
    classified into an error class;
@@ -23,6 +25,7 @@ does not know how to redo.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -32,16 +35,20 @@ from dsl.errors import DslError
 from dsl.expressions import truthy
 from dsl.plan import Plan, PlanStep
 
-from . import flow
+from . import authz, budgets, compensation, flow
+from .access import AccessProvider, OpenAccess
 from .clock import Clock
 from .context import Execution, OutputCache, Services
 from .errors import StepError
 from .outcomes import Failed, Outcome, Skipped, Succeeded
+from .secrets import redact_commit
 from .states import RUN_FINAL
 from .steps import EXECUTORS
 from .steps.checks import validation_failure
 from .store.base import AuditEvent, Message, RunRecord, Store
-from .store.errors import ConcurrencyError, FencingError, IllegalTransition, InvalidOperation, MessageRefused, NotFound
+from .store.errors import (
+    ClaimDeferred, ConcurrencyError, FencingError, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
+)
 from .timeouts import AttemptRunner
 
 log = logging.getLogger("sealflow.engine")
@@ -81,15 +88,20 @@ class Engine:
     """Executes step messages against a store. Thread-safe; one per process is enough."""
 
     def __init__(self, store: Store, registry: Any, providers: Any = None, *, clock: Clock, owner: str,
+                 access: AccessProvider | None = None,
                  runner: AttemptRunner | None = None, rng: random.Random | None = None):
         self.store = store
         self.clock = clock
         self.owner = owner
         self.actor = f"worker:{owner}"
+        #: who holds which permissions now (reauthorisation before sensitive steps)
+        self.access: AccessProvider = access if access is not None else OpenAccess()
         self._plans: dict[str, Plan] = {}
         self._steps: dict[str, dict[str, PlanStep]] = {}
         self.outputs = OutputCache()
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
+        #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
+        self.running_limit: Callable[[str], int | None] | None = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled)
 
@@ -131,27 +143,34 @@ class Engine:
                          results=results, outputs=self.outputs)
 
     # -- the message path --------------------------------------------------------------------------
-    def handle(self, run_id: str, step_id: str, attempt: int, token: int) -> tuple[Message, ...]:
-        """Process one step message; return the messages now due (to enqueue)."""
+    def handle(self, run_id: str, step_id: str, attempt: int, token: int,
+               tenant: str | None = None) -> tuple[Message, ...]:
+        """Process one step message; return the messages now due (to enqueue). A message must name
+        the run's tenant ("" when it names none, which the claim refuses)."""
         try:
-            claimed = self.store.claim(run_id, step_id, attempt, token, owner=self.owner, now=self.clock.now())
+            claimed = self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
+                                       now=self.clock.now(), running_limit=self.running_limit)
         except MessageRefused as exc:
             log.info("%s", exc)
             return ()
+        except ClaimDeferred as exc:  # the tenant's bulkhead is full: the message comes back shortly
+            log.debug("%s", exc)
+            return ()
+        if compensation.is_compensation(step_id):
+            return compensation.handle(self, claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
-        refused = self.over_budget(x)
-        outcome = refused or self.execute(x)
+        refused = self.over_budget(x) or authz.reauthorize(self, x)
+        outcome = refused or budgets.after(x, self.execute(x))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
 
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:
-        """``budget_exceeded`` when a fresh attempt would exceed ``budget.max_steps`` (it is not run)."""
-        limit = x.plan.budget.max_steps
-        if limit is not None and not x.resumed and not x.gate and x.run.steps_executed >= limit:
-            return Failed("budget_exceeded", f"the run has executed {x.run.steps_executed} step attempts, its "
-                                             f"budget.max_steps; raise it or look for a loop")
-        return None
+        """Why the claimed attempt must not start (it is not run): the run is being cancelled, or it
+        would exceed a budget (:func:`interpreter.budgets.before`)."""
+        if x.run.state == "cancelling":
+            return Failed("cancelled", f"the run is being cancelled; step {x.step.id!r} did not start")
+        return budgets.before(x)
 
     def execute(self, x: Execution) -> Outcome:
         step = x.step
@@ -180,6 +199,7 @@ class Engine:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
         for _ in range(8):
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
+            commit = redact_commit(compensation.amend(self, x, commit))
             try:
                 done = self.store.commit(commit, self.clock.now())
                 if done.run_state in RUN_FINAL:
@@ -218,7 +238,12 @@ class Engine:
             if not gate and x.step.kind != "approval":
                 raise InvalidOperation(f"run {run_id} is waiting at {x.step.kind} step {base!r}, which is not an "
                                        "approval")
-            commit = flow.decide(x, decide(x), actor=actor, counts_step=False)
+            decided = decide(x)  # an outcome, or (outcome, audit events of the decision)
+            outcome, events = decided if isinstance(decided, tuple) else (decided, ())
+            commit = flow.decide(x, outcome, actor=actor, counts_step=False)
+            if events:
+                commit = dataclasses.replace(commit, audit=commit.audit + tuple(events))
+            commit = redact_commit(compensation.amend(self, x, commit))
             try:
                 done = self.store.commit(commit, self.clock.now())
                 if done.run_state in RUN_FINAL:

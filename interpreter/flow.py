@@ -94,9 +94,9 @@ class _Decision:
         self.next = NextAttempt(target, 1, "scheduled", x.now, lease_ms(nxt))
         self.run_state = "running"
 
-    def fail_run(self, error_class: str, message: str) -> None:
+    def fail_run(self, error_class: str, message: str, state: str = "failed") -> None:
         x = self.x
-        self.run_state = "failed"
+        self.run_state = state
         self.error = (error_class, message)
         self.dead = DeadLetterSpec(x.step_id, f"step {x.step_id!r} failed with {error_class}: {message}",
                                    error_class, fingerprint(x.step_id, error_class, message))
@@ -164,12 +164,18 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
 
 def _failed(d: _Decision, x: Execution, f: Failed) -> None:
     d.usage(f)
-    d.change("timed_out" if f.timed_out else "failed", error_class=f.error_class, error_message=f.message)
+    d.change("timed_out" if f.timed_out else "failed", error_class=f.error_class, error_message=f.message,
+             data=f.data)
+    if f.detail:
+        d.audit.append(AuditEvent("step.detail", x.step_id, d.actor, detail=f.detail))
     if f.ledger_key is not None:
         try:
             d.record(f.ledger_key, dumps(f.ledger_output))
         except (TypeError, ValueError):
             pass  # not JSON: nothing to replay; the retry reports the same problem
+    if f.ends_run is not None:  # a run budget or quota: the run ends here, whatever routes exist
+        d.fail_run(f.error_class, f.message, f.ends_run)
+        return
     def context() -> dict:
         return _with_result(x, "timed_out" if f.timed_out else "failed", None)
 

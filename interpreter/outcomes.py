@@ -47,6 +47,13 @@ class Failed:
     #: record it in the ledger so a retry does not repeat the effect
     ledger_key: str | None = None
     ledger_output: Any = None
+    #: stored on the failed attempt (as ``Succeeded.data``): e.g. the tool calls an agent made
+    data: dict | None = None
+    #: audited with the failure (``step.detail``); minimised, no raw tool results
+    detail: dict | None = None
+    #: end the run in this state at once (``failed``, ``timed_out``): no retry, no ``on_error``
+    #: route; run budgets and tenant quotas (:mod:`interpreter.budgets`)
+    ends_run: str | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
@@ -30,10 +31,12 @@ from dramatiq.brokers.stub import StubBroker
 
 from dsl.plan import Plan
 
-from . import dlq, recovery, states
+from . import approvals, authz, compensation, dlq, recovery, secrets, states
+from .access import AccessProvider, OpenAccess, is_open, mode_of
 from .actions import REGISTRY
 from .actors import QUEUE, declare_step_actor, embedded_broker
 from .clock import SYSTEM, Clock
+from .config import RuntimeConfig
 from .dispatcher import Dispatcher
 from .engine import Engine, split_step_id
 from .errors import StepError
@@ -41,7 +44,8 @@ from .flow import dumps, lease_ms
 from .status import RunStatus, run_status
 from .steps import approval
 from .store import open_store
-from .store.base import AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
+from .store.base import AuditEvent, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
+from .store.errors import AdmissionRefused
 from .sweeper import Sweeper
 
 
@@ -57,7 +61,8 @@ class Runtime:
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
                  clock: Clock | None = None, broker: dramatiq.Broker | None = None, queue_name: str = QUEUE,
                  worker_threads: int = 2, worker_timeout_ms: int = 100, sleep_threshold: float = 3.0,
-                 redeliver_after: float = 60.0, rng: random.Random | None = None):
+                 redeliver_after: float = 60.0, rng: random.Random | None = None,
+                 access: AccessProvider | None = None, config: RuntimeConfig | None = None):
         self._owns_store = not isinstance(store, Store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
@@ -65,7 +70,17 @@ class Runtime:
             from .providers import PROVIDERS as providers
         self.clock = clock or SYSTEM
         self.owner = recovery.owner_id()
-        self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng)
+        #: who holds what (interpreter.access); none configured: open development mode
+        self.access: AccessProvider = access if access is not None else OpenAccess()
+        if is_open(self.access):
+            logging.getLogger("sealflow.access").warning("%s", self.access.describe())
+        self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng,
+                             access=self.access)
+        #: tenant limits, temporary storage, secrets (interpreter.config); None: $SEALFLOW_CONFIG or defaults
+        self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
+        self.engine.services.config = self.config
+        self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
+        secrets.install_log_filter()
         self.broker = broker or embedded_broker()
         self.queue_name = queue_name
         self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
@@ -94,8 +109,11 @@ class Runtime:
                 self._worker.start()
                 self.recover()
 
-    def serve(self, stop: threading.Event, *, interval: float = 0.2) -> None:
-        """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process)."""
+    def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False) -> None:
+        """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
+        in open development mode unless ``allow_open`` (see :func:`interpreter.authz.require_policy`)."""
+        if not allow_open:
+            authz.require_policy(self.access, "a long-lived worker")
         self.start()
         while not stop.is_set():
             self.dispatcher.flush()
@@ -119,10 +137,15 @@ class Runtime:
 
     # -- runs --------------------------------------------------------------------------------------
     def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
-               idempotency_key: str | None = None) -> str:
-        """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id."""
+               idempotency_key: str | None = None, run_as: str | None = None) -> str:
+        """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
+
+        The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
+        the plan declares in ``tenant``, else :class:`~interpreter.authz.Unauthorized` and nothing is created."""
         if not plan.digest:
             plan = plan.with_digest()
+        acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
+                                        tenant=tenant, run_as=run_as)
         self._check_input(plan, input)
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
@@ -134,8 +157,16 @@ class Runtime:
                      workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan_json,
                      input_json=dumps(input), input_hash=input_hash(input), initiator=initiator,
                      idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
-                     first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority)
-        run, _created = self.store.submit(new, now)
+                     first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority,
+                     acting_as=acting, access_mode=mode_of(self.access))
+        limits = self.config.limits(tenant)
+        try:
+            run, _created = self.store.submit(new, now, None if limits.admits_all else limits)
+        except AdmissionRefused as exc:  # nothing was created; the refusal is audited
+            self.store.append_audit(AuditEvent("submit_refused", None, initiator, tenant=tenant, detail={
+                "limit": exc.limit, "retry_after": round(exc.retry_after, 3), "workflow": plan.name,
+                "version": plan.version}), now)
+            raise
         self.engine.remember(plan)
         return run.id
 
@@ -203,28 +234,38 @@ class Runtime:
         else:
             time.sleep(0.05)
 
-    def status(self, run_id: str) -> RunStatus:
+    def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: str):
+        """The run if ``tenant`` owns it (None: an in-process caller); another tenant's run is
+        reported as unknown and audited (``tenant_denied``)."""
+        return authz.scoped_run(self.store, self.clock.now(), run_id, tenant=tenant, actor=actor, operation=operation)
+
+    def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> RunStatus:
         """The run, its attempts (oldest first) and what it waits for."""
+        if tenant is not None:
+            self._scoped(run_id, tenant, actor, "status")
         return run_status(self.store, run_id)
 
-    def approve(self, run_id: str, step_id: str | None = None, *, actor: str,
+    def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
-        """Approve the run's waiting approval as ``actor`` (``roles``, when given, must meet the approvers)."""
-        roles_t = None if roles is None else tuple(roles)
-        for message in self.engine.resolve(run_id, step_id, lambda x: approval.grant(x, actor, roles_t, comment),
-                                           actor=actor):
-            self._send(message)
-        return self.status(run_id)
+        """Approve the run's waiting approval as ``actor`` (see :mod:`interpreter.approvals`; ``roles``,
+        when given, narrows the roles ``actor`` acts under)."""
+        return approvals.approve(self, run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
 
-    def reject(self, run_id: str, step_id: str | None = None, *, actor: str, reason: str = "") -> RunStatus:
-        """Reject the run's waiting approval: the step fails with ``policy_denied``."""
-        for message in self.engine.resolve(run_id, step_id, lambda x: approval.deny(x, actor, reason), actor=actor):
-            self._send(message)
-        return self.status(run_id)
+    def reject(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
+               roles: tuple[str, ...] | list[str] | None = None, reason: str = "") -> RunStatus:
+        """Reject the run's waiting approval (a reason is required): the step fails with ``policy_denied``."""
+        return approvals.reject(self, run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
 
-    def cancel(self, run_id: str, *, actor: str = "system", reason: str = "") -> RunStatus:
+    def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
+        """The approval gates of ``tenant`` that ``principal`` may decide now."""
+        return approvals.waiting_for(self, principal, tenant)
+
+    def cancel(self, run_id: str, *, actor: str = "system", reason: str = "", tenant: str | None = None) -> RunStatus:
         """Cancel the run; a running attempt finishes (its ``ctx.cancelled()`` turns true) then it stops."""
-        self.store.cancel(run_id, self.clock.now(), actor=actor, reason=reason)
+        self._scoped(run_id, tenant, actor, "cancel")
+        # completed steps to undo and nothing running: cancel and start compensating in one commit
+        if not compensation.cancel(self.engine, run_id, actor=actor, reason=reason):
+            self.store.cancel(run_id, self.clock.now(), actor=actor, reason=reason)
         self.engine.note_cancelled(run_id)
         return self.status(run_id)
 
@@ -247,16 +288,20 @@ class Runtime:
                 "runs_repaired": repaired, "dispatched": sent, "runs_in_flight": self.store.active_runs()}
 
     # -- dead letters and audit --------------------------------------------------------------------
-    def dlq_list(self) -> list[DeadLetterRecord]:
-        return self.store.dead_letters()
+    def dlq_list(self, *, tenant: str | None = None) -> list[DeadLetterRecord]:
+        letters = self.store.dead_letters()
+        if tenant is None:
+            return letters
+        return [d for d in letters if self.store.get_run(d.run_id).tenant == tenant]
 
-    def dlq_show(self, run_id: str) -> dict:
+    def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
         """A dead letter with its run, its failed attempts and the end of its audit trail."""
+        self._scoped(run_id, tenant, actor, "dlq_show")
         return dlq.show(self.store, run_id)
 
-    def dlq_redrive(self, run_id: str, *, actor: str = "operator") -> RunStatus:
+    def dlq_redrive(self, run_id: str, *, actor: str = "operator", tenant: str | None = None) -> RunStatus:
         """Rerun the failed step of a dead-lettered run, on the run's original plan digest."""
-        run = self.store.get_run(run_id)
+        run = self._scoped(run_id, tenant, actor, "redrive")
         plan = self.engine.plan(run.plan_digest)
         step_id = run.cursor_step or plan.start
         base, gate = split_step_id(step_id)
@@ -275,5 +320,7 @@ class Runtime:
         self.store.redrive(run_id, nxt, now, actor=actor, deadline=None if budget is None else now + budget / 1000.0)
         return self.status(run_id)
 
-    def audit(self, run_id: str) -> list[AuditRecord]:
+    def audit(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> list[AuditRecord]:
+        if tenant is not None:
+            self._scoped(run_id, tenant, actor, "audit")
         return self.store.audit(run_id)

@@ -18,7 +18,7 @@ from typing import Mapping
 
 RUN_STATES = (
     "created", "queued", "running", "waiting", "completed", "failed",
-    "cancelling", "cancelled", "timed_out", "quarantined",
+    "cancelling", "cancelled", "timed_out", "quarantined", "compensating",
 )
 
 RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
@@ -29,21 +29,28 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     #   -> cancelled / timed_out: cancel or run deadline before any worker ran
     #   -> cancelling: never needed (nothing runs), kept out on purpose
     #   -> failed: admission-time failure (budget exhausted before the first claim)
-    "queued": frozenset({"running", "cancelled", "timed_out", "failed"}),
+    #   -> compensating: a redriven run (with completed steps) cancelled before a worker claimed it
+    "queued": frozenset({"running", "cancelled", "timed_out", "failed", "compensating"}),
     # running: a step is claimed, or scheduled, or in retry backoff.
     #   -> waiting: a `wait:` step or an approval gate holds the run
     #   -> cancelling: cancel while an attempt is running (it finishes, then -> cancelled)
     #   (a redriven run that fails again the same way goes running -> failed -> quarantined
     #   in one commit, both edges audited)
-    "running": frozenset({"waiting", "completed", "failed", "cancelling", "cancelled", "timed_out"}),
+    #   -> compensating: it would fail or be cancelled and completed steps have `compensate`
+    "running": frozenset({"waiting", "completed", "failed", "cancelling", "cancelled", "timed_out", "compensating"}),
     # waiting: a timer or a human holds the run; no worker is held.
     #   -> running: the timer fired or an approval arrived and the run goes on
     #   -> failed: approval rejected / timed out and no on_error route
     #   -> completed: approved gate before `end`
-    "waiting": frozenset({"running", "completed", "failed", "cancelling", "cancelled", "timed_out"}),
+    "waiting": frozenset({"running", "completed", "failed", "cancelling", "cancelled", "timed_out", "compensating"}),
     # cancelling: the running attempt finishes (or its lease expires), then the run is cancelled.
     #   -> timed_out: the run deadline fires first
-    "cancelling": frozenset({"cancelled", "timed_out"}),
+    #   -> compensating: the attempt ended and completed steps have `compensate` (saga)
+    "cancelling": frozenset({"cancelled", "timed_out", "compensating"}),
+    # compensating: the `compensate` actions of completed steps run, newest first
+    #   (interpreter.compensation); then the run ends as it would have (failed, into the
+    #   dead-letter list, or cancelled), or -> quarantined when a compensation fails for good
+    "compensating": frozenset({"failed", "cancelled", "quarantined"}),
     "completed": frozenset(),
     # failed -> queued: a dead-letter redrive (on the original plan digest)
     # failed -> quarantined: the same failure fingerprint repeated across redrives
@@ -59,6 +66,9 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
 RUN_FINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "quarantined"})
 #: runs a worker may make progress on
 RUN_ACTIVE = frozenset({"queued", "running", "waiting"})
+#: runs whose scheduled attempts a worker may claim: active ones, a cancelling run's requeued attempt
+#: (the worker does not start it: the run is cancelled), a compensating run's compensations
+RUN_CLAIMABLE = RUN_ACTIVE | {"cancelling", "compensating"}
 
 # -- step attempts ---------------------------------------------------------------------------------
 

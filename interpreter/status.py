@@ -51,5 +51,6 @@ def run_status(store: Store, run_id: str) -> RunStatus:
                                                                      else "wait")
         waiting = {"step": active.step_id, "kind": kind, "due_at": active.due_at}
         if kind == "approval":
-            waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show")})
+            waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
+                                                             "plan_digest")})
     return RunStatus(run, attempts, waiting)

@@ -11,7 +11,7 @@ adapters implementing :class:`Provider` and registered by model name or prefix::
     PROVIDERS.register(MyOpenAIAdapter(), prefixes=["openai/"])
 """
 
-from .base import ModelRequest, ModelResult, Provider, error_for_status, remaining_seconds
+from .base import ModelRequest, ModelResult, Provider, ToolCall, ToolSpec, error_for_status, remaining_seconds
 from .local import LeadAssessment, LocalModel, assess_lead
 from .registry import ProviderRegistry
 
@@ -26,5 +26,5 @@ def default_registry() -> ProviderRegistry:
 #: the process-wide registry the runtime uses unless it is given another
 PROVIDERS = default_registry()
 
-__all__ = ["ModelRequest", "ModelResult", "Provider", "ProviderRegistry", "LocalModel", "LeadAssessment",
-           "assess_lead", "default_registry", "error_for_status", "remaining_seconds", "PROVIDERS"]
+__all__ = ["ModelRequest", "ModelResult", "Provider", "ToolCall", "ToolSpec", "ProviderRegistry", "LocalModel",
+           "LeadAssessment", "assess_lead", "default_registry", "error_for_status", "remaining_seconds", "PROVIDERS"]

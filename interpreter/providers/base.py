@@ -21,15 +21,59 @@ the retry policy understands:
 ==================  ==========================================================
 
 :func:`error_for_status` maps an HTTP status to the right class for adapters.
+
+**Tool use (agent steps).** An ``agent`` step sends the same request with
+``tools`` (what the model may propose to call: a name, a description and the JSON
+Schema of the arguments) and ``transcript`` (the previous turns of this attempt, oldest
+first). A result whose ``tool_call`` is set proposes one call; the system validates it
+and, if it passes, runs it, then asks again with the call and its outcome appended to
+the transcript. A result without ``tool_call`` is the agent's final answer, its
+``output``. Transcript turns are plain JSON maps::
+
+    {"call": {"name": "kb.search", "arguments": {"query": "..."}, "id": "c1"},
+     "status": "ok", "result": {...}}                       # the call ran
+    {"call": {...}, "status": "error", "error": {"class": "invalid_request", "message": "..."}}
+                                                            # the tool ran and failed
+    {"call": {...}, "status": "refused", "error": {"class": "not_allowed" | "invalid_arguments"
+                                                   | "malformed_call", "message": "..."}}
+                                                            # the system refused it; it did not run
+
+Adapters translate ``tools`` and ``transcript`` to their API's function-calling format
+and the API's tool-use answer to :class:`ToolCall`. ``ai`` steps send neither and
+ignore ``tool_call``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 from ..errors import StepError
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may propose to call: ``parameters`` is the JSON Schema of its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One proposed call: a tool name and its arguments (``id`` is the provider's call id, if any)."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "arguments": dict(self.arguments)}
+        if self.id is not None:
+            out["id"] = self.id
+        return out
 
 
 @dataclass(frozen=True)
@@ -38,7 +82,8 @@ class ModelRequest:
 
     ``deadline`` is an absolute ``time.time()`` timestamp (seconds since the epoch) after
     which the answer is useless; ``idempotency_key`` lets providers that support it
-    deduplicate a retried call.
+    deduplicate a retried call. ``tools`` and ``transcript`` are set by agent steps only
+    (see the module docstring); empty for ``ai`` steps.
     """
 
     model: str
@@ -49,6 +94,8 @@ class ModelRequest:
     temperature: float | None = None
     idempotency_key: str | None = None
     deadline: float | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    transcript: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +105,8 @@ class ModelResult:
     ``output`` is the parsed value (a JSON value satisfying ``output_schema`` when the
     request had one, else the text); ``text`` is the raw answer. ``model`` names the model
     that actually answered (it may differ from the one asked for when a provider aliases).
+    ``tool_call`` (agent steps): the call the model proposes next (a :class:`ToolCall` or a
+    map ``{name, arguments}``); None means ``output`` is the final answer.
     """
 
     output: Any
@@ -66,6 +115,7 @@ class ModelResult:
     output_tokens: int = 0
     cost_usd: float = 0.0
     model: str = ""
+    tool_call: ToolCall | Mapping[str, Any] | None = None
 
     @property
     def total_tokens(self) -> int:

@@ -9,6 +9,9 @@ No network, no weights: the same request always gets the same answer, whatever t
   sanitised prompt, cut to ``max_tokens * 4`` characters when ``max_tokens`` is set.
 * Tokens are estimated as ``len(system + prompt) // 4`` in and ``len(text) // 4`` out
   (at least 1 each); the cost is 0.
+* With ``tools`` (an ``agent`` step) it acts as a deterministic agent: it proposes one
+  grounded tool call per turn, then a final answer built from what the tools returned
+  (:mod:`.local_agent`); input tokens then also count the tools and the transcript.
 
 **Lead classification rule.** When the schema has a string ``enum`` holding ``high``
 and ``low`` (like the lead-qualification example), that value is chosen by
@@ -148,6 +151,8 @@ class LocalModel:
         if request.max_tokens is not None and request.max_tokens < 1:
             raise StepError("invalid_request", f"max_tokens must be at least 1, not {request.max_tokens}")
 
+        if request.tools or request.transcript:
+            return self._agent_turn(request)
         if schema is None:
             text = self._summary(request.prompt, request.max_tokens)
             output: Any = text
@@ -158,6 +163,23 @@ class LocalModel:
         source = (request.system or "") + request.prompt
         return ModelResult(output=output, text=text, input_tokens=max(1, len(source) // 4),
                            output_tokens=max(1, len(text) // 4), cost_usd=0.0, model=request.model)
+
+    @staticmethod
+    def _agent_turn(request: ModelRequest) -> ModelResult:
+        """One agent turn: the next tool call, or the final answer (see :mod:`.local_agent`)."""
+        from . import local_agent
+
+        call = local_agent.next_call(request)
+        if call is not None:
+            output: Any = None
+            text = local_agent.canonical(call.to_dict())
+        else:
+            output = local_agent.answer(request)
+            text = output if isinstance(output, str) else local_agent.canonical(output)
+        tools = local_agent.canonical([[t.name, t.description, t.parameters] for t in request.tools])
+        source = (request.system or "") + request.prompt + tools + local_agent.canonical(list(request.transcript))
+        return ModelResult(output=output, text=text, input_tokens=max(1, len(source) // 4),
+                           output_tokens=max(1, len(text) // 4), cost_usd=0.0, model=request.model, tool_call=call)
 
     @staticmethod
     def _summary(prompt: str, max_tokens: int | None) -> str:

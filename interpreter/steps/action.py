@@ -14,7 +14,8 @@ import json
 from dsl import expressions
 
 from ..context import Execution, StepContext
-from ..errors import classify
+from .. import sandbox
+from ..errors import StepError, classify
 from ..idempotency import ledger_lookup
 from ..outcomes import Failed, Outcome, Succeeded
 from ..timeouts import AttemptTimedOut
@@ -33,7 +34,7 @@ def execute(x: Execution) -> Outcome:
         recorded = ledger_lookup(x, key)
         if recorded is not None:
             return recorded
-    return call(x, lambda ctx: act(ctx, **args), key)
+    return call(x, lambda ctx: act(ctx, **args), key, act=act)
 
 
 def _own(args: dict) -> dict:
@@ -42,18 +43,29 @@ def _own(args: dict) -> dict:
     return {k: json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v for k, v in args.items()}
 
 
-def call(x: Execution, fn, key: str | None) -> Outcome:
-    """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong."""
+def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None = None,
+         cancellable: bool = True) -> Outcome:
+    """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
+
+    ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
+    ``fn`` ends (:mod:`interpreter.sandbox`); ``timeout_ms`` replaces the step's timeout (compensations);
+    ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out."""
     services = x.services
     run_id = x.run.id
     job_box: list = []
 
     def cancelled() -> bool:
-        return bool(job_box and job_box[0].abandoned) or services.is_cancelled(run_id)
+        return bool(job_box and job_box[0].abandoned) or (cancellable and services.is_cancelled(run_id))
 
     ctx = StepContext(x, key, cancelled)
+    if timeout_ms is not None:
+        ctx.deadline = services.clock.now() + timeout_ms / 1000.0
+    try:
+        box = sandbox.prepare(ctx, act, services)
+    except StepError as exc:
+        return Failed(exc.error_class, exc.message)
     timeout = max(0.0, ctx.deadline - services.clock.now())
-    job = services.runner.submit(lambda: fn(ctx))
+    job = services.runner.submit(lambda: box.run(fn, ctx))
     job_box.append(job)
     try:
         output = services.runner.wait(job, timeout)
@@ -62,5 +74,9 @@ def call(x: Execution, fn, key: str | None) -> Outcome:
                                  f"{x.step.timeout_ms}ms; the late result, if any, will be ignored", timed_out=True)
     except BaseException as exc:  # noqa: BLE001 - every failure is classified, even SystemExit
         error_class, message, retry_after = classify(exc)
-        return Failed(error_class, message, retry_after)
+        over = box.failure()
+        return Failed("policy_denied", over) if over else Failed(error_class, message, retry_after)
+    over = box.failure()
+    if over:
+        return Failed("policy_denied", over)
     return Succeeded(output, ledger_key=key)

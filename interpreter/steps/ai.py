@@ -4,8 +4,8 @@ The prompt template is rendered; the provider serving ``model`` is asked
 (then each ``fallback`` model in turn when a provider is ``unavailable`` or
 not ``configuration``-ready); the answer must satisfy ``output_schema``
 (else ``invalid_output``, retryable when the retry class lists it). Tokens and
-cost are added to the run's counters even when the output is refused, and the
-run's and the step's ``max_tokens`` and ``max_cost_usd`` budgets are enforced (``budget_exceeded``).
+cost are reported with the outcome even when the output is refused; the engine
+charges them and enforces the budgets (:mod:`interpreter.budgets`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ def execute(x: Execution) -> Outcome:
     from ..providers.base import ModelRequest
 
     ai = x.step.ai
-    limit = x.plan.budget.max_tokens
-    if limit is not None and x.run.tokens >= limit:
-        return Failed("budget_exceeded", f"the run has used {x.run.tokens} tokens of its budget of {limit}; "
-                                         "raise budget.max_tokens or shorten the prompts")
     prompt = expressions.to_text(x.render(ai.prompt_template or ""))
     system = expressions.to_text(x.render(ai.system)) if ai.system else None
     failure: Failed | None = None
@@ -57,20 +53,6 @@ def _checked(x: Execution, model: str, result) -> Outcome:
     tokens = int(getattr(result, "total_tokens", 0) or 0)
     cost = float(getattr(result, "cost_usd", 0.0) or 0.0)
     used = {"tokens": tokens, "cost_usd": cost}
-    limit = x.plan.budget.max_tokens
-    if limit is not None and x.run.tokens + tokens > limit:
-        return Failed("budget_exceeded", f"the model call used {tokens} tokens, over the run's budget of {limit} "
-                                         f"({x.run.tokens} already used)", **used)
-    step_limit = x.step.budget.max_tokens
-    if step_limit is not None and tokens > step_limit:
-        return Failed("budget_exceeded", f"the model call used {tokens} tokens, over the step's budget of "
-                                         f"{step_limit}", **used)
-    for scope, cap, spent in (("run", x.plan.budget.max_cost_usd, x.run.cost_usd),
-                              ("step", x.step.budget.max_cost_usd, 0.0)):
-        if cap is not None and spent + cost > cap:
-            return Failed("budget_exceeded", f"the model call cost ${cost:.4f}, over the {scope}'s budget of "
-                                             f"${cap:.4f} (${spent:.4f} already spent); raise budget.max_cost_usd",
-                          **used)
     output = result.output
     problem = schema_failure(x, x.step.ai.output_schema, output)
     if problem is not None:

@@ -14,7 +14,7 @@ from .base import (
     SweepReport, TimerRecord,
 )
 from .errors import (
-    ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
+    AdmissionRefused, ClaimDeferred, ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
     SchemaTooNew, StoreError, StoreURLError,
 )
 
@@ -42,5 +42,5 @@ __all__ = [
     "NextAttempt", "RunChange", "LedgerEntry", "DeadLetterSpec", "AuditEvent", "Commit", "Committed", "SweepReport",
     "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreURLError",
     "SchemaTooNew", "NotFound", "FencingError", "ConcurrencyError", "IllegalTransition", "IdempotencyConflict",
-    "MessageRefused", "InvalidOperation",
+    "MessageRefused", "InvalidOperation", "AdmissionRefused", "ClaimDeferred",
 ]

@@ -24,7 +24,9 @@ Invariants the engine relies on (kept by these operations, checked by tests):
    ``retry_wait`` attempt has a ``backoff`` timer; a ``waiting`` attempt has a
    ``wait`` or ``approval_timeout`` timer, or waits for a human with one; a
    ``running`` attempt has a lease that the sweeper expires.
-3. The audit log is append-only; nothing updates or deletes it.
+3. The audit log is append-only; nothing updates or deletes it; each event is
+   hash-chained to its tenant's previous one in the transaction that appends it
+   (:mod:`interpreter.auditchain`).
 
 So a process killed at any instant leaves the store in a state from which the
 sweeper and :meth:`Store.reset_dispatch` alone drive every run on.
@@ -67,16 +69,20 @@ class Store(abc.ABC):
         """The plan JSON stored under ``digest``; :class:`NotFound` if none."""
 
     @abc.abstractmethod
-    def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
+    def submit(self, new: NewRun, now: float, limits=None) -> tuple[RunRecord, bool]:
         """Create a run ``queued`` with its first attempt scheduled; or, for a known
         idempotency key with the same input hash, return the existing run (``created`` False).
-        The same key with another input raises :class:`IdempotencyConflict`."""
+        The same key with another input raises :class:`IdempotencyConflict`. With the tenant's
+        ``limits`` (:class:`interpreter.config.TenantLimits`), a run over its queued-run limit or
+        daily quota is refused (:class:`AdmissionRefused`) in the same transaction: nothing is written."""
 
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord: ...
 
     @abc.abstractmethod
-    def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100) -> list[RunRecord]: ...
+    def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100,
+                  tenant: str | None = None) -> list[RunRecord]:
+        """Runs oldest first, of the given states and ``tenant`` (None: every tenant)."""
 
     @abc.abstractmethod
     def attempts(self, run_id: str) -> list[AttemptRecord]:
@@ -91,9 +97,14 @@ class Store(abc.ABC):
 
     # -- the step path -------------------------------------------------------------------------
     @abc.abstractmethod
-    def claim(self, run_id: str, step_id: str, attempt: int, token: int, *, owner: str, now: float) -> Claimed:
+    def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
+              now: float, running_limit=None) -> Claimed:
         """Compare-and-set: take the attempt's lease with a new fencing token, or raise
-        :class:`MessageRefused` (after auditing ``message_refused``)."""
+        :class:`MessageRefused` (after auditing ``message_refused``). A ``tenant`` that is not the
+        run's is refused (``tenant_mismatch``); None skips that check (direct callers, not messages).
+        ``running_limit(tenant)``: the tenant's bulkhead; a scheduled attempt of a tenant with that
+        many attempts running is not claimed: its outbox row is due again shortly and
+        :class:`ClaimDeferred` is raised."""
 
     @abc.abstractmethod
     def commit(self, commit: Commit, now: float) -> Committed:
@@ -163,3 +174,20 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def append_audit(self, event: AuditEvent, now: float) -> None:
         """Append one event that goes with no state change (e.g. a fenced-off commit)."""
+
+    # -- the audit chain and tenant usage ------------------------------------------------------
+    @abc.abstractmethod
+    def audit_chain(self, tenant: str | None) -> list[tuple]:
+        """A tenant's audit events in append order, as :data:`interpreter.auditchain.VERIFY_COLS` tuples."""
+
+    @abc.abstractmethod
+    def audit_heads(self) -> dict[str, tuple[int, str]]:
+        """Tenant -> (seq, hash) of its chain's last event, as recorded when it was appended."""
+
+    @abc.abstractmethod
+    def audit_tenants(self) -> list[str | None]:
+        """Every tenant with audit events (None for events that name no tenant)."""
+
+    @abc.abstractmethod
+    def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
+        """Tokens and cost (USD) charged to ``tenant`` on UTC day number ``day``."""

@@ -47,3 +47,23 @@ class MessageRefused(StoreError):
 
 class InvalidOperation(StoreError):
     """An operator action that the run's current state does not allow (e.g. redrive a completed run)."""
+
+
+class ClaimDeferred(StoreError):
+    """A claim was put off because the run's tenant has its ``max_running_steps`` running (bulkhead)."""
+
+    def __init__(self, message: str, retry_in: float):
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class AdmissionRefused(StoreError):
+    """A submission over a tenant limit (daily quota, queued runs); nothing was created. Try after ``retry_after`` s."""
+
+    def __init__(self, message: str, *, limit: str, tenant: str, retry_after: float, error_class: str):
+        super().__init__(message)
+        self.limit = limit
+        self.tenant = tenant
+        self.retry_after = retry_after
+        #: ``budget_exceeded`` for a spent daily quota, ``rate_limited`` for a full queue
+        self.error_class = error_class

@@ -13,6 +13,8 @@ class Message(NamedTuple):
     step_id: str
     attempt: int
     token: int
+    #: the run's tenant: a worker refuses a message whose tenant is not the run's
+    tenant: str | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -42,6 +44,10 @@ class RunRecord:
     cursor_step: str | None
     cursor_attempt: int | None
     priority: str = "normal"
+    #: whose permissions the run acts with: its initiator, or a schedule's run_as service
+    acting_as: str | None = None
+    #: ``policy`` or ``open-development`` (no access policy was configured at submit)
+    access_mode: str | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -93,6 +99,8 @@ class NewRun:
     first_step: str
     first_lease_ms: int
     priority: str = "normal"
+    acting_as: str | None = None
+    access_mode: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -166,6 +174,21 @@ class AuditEvent:
     state_after: str | None = None
     detail: dict | None = None
     run_id: str | None = None  # only for standalone appends; commits use their run
+    #: the audit chain's columns (:mod:`interpreter.auditchain`); the tenant defaults to the run's,
+    #: else ``detail["tenant"]``; the decision to ``deny`` for ``*_denied`` / ``*_refused`` events
+    tenant: str | None = None
+    decision: str | None = None
+    tool: str | None = None
+    summary: str | None = None
+    error: str | None = None
+
+    def chain_fields(self) -> dict | None:
+        """The chain columns this event sets explicitly (None: all derived)."""
+        if self.tenant is None and self.decision is None and self.tool is None and self.summary is None \
+                and self.error is None:
+            return None
+        return {"tenant": self.tenant, "decision": self.decision, "tool": self.tool, "summary": self.summary,
+                "error": self.error}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -262,3 +285,15 @@ class AuditRecord:
     state_after: str | None
     detail: dict | None
     ts: float
+    #: the audit chain (:mod:`interpreter.auditchain`)
+    tenant: str | None = None
+    workflow: str | None = None
+    workflow_version: int | None = None
+    plan_digest: str | None = None
+    decision: str | None = None
+    tool: str | None = None
+    summary: str | None = None
+    error: str | None = None
+    seq: int | None = None
+    prev_hash: str | None = None
+    hash: str | None = None

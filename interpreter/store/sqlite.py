@@ -23,14 +23,14 @@ from .base import (
     AttemptRecord, AuditEvent, AuditRecord, DeadLetterRecord, LedgerRecord, NewRun, NextAttempt, OutboxRecord,
     RunRecord, Store, TimerRecord,
 )
-from . import sqlite_rows as rows
+from ..auditchain import VERIFY_COLS, SqliteChain
+from . import sqlite_admission, sqlite_rows as rows
 from .errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
 from .sqlite_schema import migrate
 from .sqlite_steps import StepPathMixin
 from .sqlite_sweep import SweepMixin
 
 dumps = rows.dumps
-_AUDIT_INSERT = rows.AUDIT_INSERT
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
 class _Checkpointer(threading.Thread):
     """Checkpoints the WAL every ``interval`` seconds (PASSIVE: never blocks writers)."""
@@ -71,6 +71,7 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._lock = threading.RLock()
         self._pending: list[tuple] = []  # audit rows of the transaction in progress
+        self._chain = SqliteChain()  # appends them hash-chained per tenant (interpreter.auditchain)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=512,
                                      timeout=busy_timeout_ms / 1000)
         c = self._conn
@@ -108,7 +109,7 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
             try:
                 yield c
                 if self._pending:
-                    c.executemany(_AUDIT_INSERT, self._pending)
+                    self._chain.append(c, self._pending)
             except IllegalTransition as exc:
                 self._pending.clear()
                 c.execute("ROLLBACK")
@@ -129,17 +130,18 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
 
     # -- audit helpers -----------------------------------------------------------------------------
     def _audit(self, c, now: float, run_id, step_id, event, actor="system", before=None, after=None,
-               detail=None) -> None:
-        """Queue an audit event; it is written with the transaction it belongs to, or not at all."""
+               detail=None, chain=None) -> None:
+        """Queue an audit event; it is written with the transaction it belongs to, or not at all.
+        ``chain``: chain columns set explicitly (tenant, decision, tool, summary, error)."""
         self._pending.append((run_id, step_id, event, actor, before, after,
-                              None if detail is None else dumps(detail), now))
+                              None if detail is None else dumps(detail), now, chain))
 
     def _audit_illegal(self, c, exc: IllegalTransition) -> None:
         info = getattr(exc, "info", {})
         c.execute("BEGIN IMMEDIATE")
-        c.execute(_AUDIT_INSERT, (info.get("run_id"), info.get("step_id"), "illegal_transition",
-                                  info.get("actor", "system"), info.get("before"), info.get("after"),
-                                  dumps({"kind": info.get("kind"), "message": str(exc)}), info.get("now", 0.0)))
+        self._chain.append(c, [(info.get("run_id"), info.get("step_id"), "illegal_transition",
+                                info.get("actor", "system"), info.get("before"), info.get("after"),
+                                dumps({"kind": info.get("kind"), "message": str(exc)}), info.get("now", 0.0))])
         c.execute("COMMIT")
 
     @staticmethod
@@ -151,11 +153,11 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
                     "now": now, "actor": actor}
         return exc
 
-    def _step_to(self, c, now, run_id, step_id, before, after, actor="system", detail=None) -> None:
+    def _step_to(self, c, now, run_id, step_id, before, after, actor="system", detail=None, chain=None) -> None:
         if not states.step_can(before, after):
             raise self._illegal("step", run_id, step_id, before, after, now, actor)
         if before != after:
-            self._audit(c, now, run_id, step_id, "step." + after, actor, before, after, detail)
+            self._audit(c, now, run_id, step_id, "step." + after, actor, before, after, detail, chain)
 
     def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
         if not states.run_can(before, after):
@@ -166,7 +168,7 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
     def append_audit(self, event: AuditEvent, now: float) -> None:
         with self._tx() as c:
             self._audit(c, now, event.run_id, event.step_id, event.event, event.actor, event.state_before,
-                        event.state_after, event.detail)
+                        event.state_after, event.detail, event.chain_fields())
 
     # -- plans and runs ----------------------------------------------------------------------------
     def put_plan(self, digest: str, workflow: str, version: int, body_json: str, now: float) -> None:
@@ -190,13 +192,17 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
         with self._lock:
             return self._get_run(self._conn, run_id)
 
-    def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100) -> list[RunRecord]:
+    def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100,
+                  tenant: str | None = None) -> list[RunRecord]:
+        where, args = [], []
         if states:
-            marks = ",".join("?" * len(states))
-            got = self._read(f"SELECT {rows.RUN_COLS} FROM runs WHERE state IN ({marks}) ORDER BY created_at LIMIT ?",
-                             (*states, limit))
-        else:
-            got = self._read(f"SELECT {rows.RUN_COLS} FROM runs ORDER BY created_at LIMIT ?", (limit,))
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        sql = f"SELECT {rows.RUN_COLS} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        got = self._read(sql + " ORDER BY created_at LIMIT ?", (*args, limit))
         return [rows.run(r) for r in got]
 
     def attempts(self, run_id: str) -> list[AttemptRecord]:
@@ -213,7 +219,7 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
         return {r[0]: (r[1], r[2]) for r in self._read("SELECT step_id, status, output FROM results WHERE run_id = ?",
                                                        (run_id,))}
 
-    def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
+    def submit(self, new: NewRun, now: float, limits=None) -> tuple[RunRecord, bool]:
         with self._tx() as c:
             if new.idempotency_key is not None:
                 got = c.execute("SELECT id, input_hash FROM runs WHERE tenant = ? AND workflow = ? AND "
@@ -224,17 +230,22 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
                             f"idempotency key {new.idempotency_key!r} was used by run {got[0]} with a different "
                             f"input; send the same input to get that run back, or use a new key")
                     return self._get_run(c, got[0]), False
+            if limits is not None:
+                sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
             c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
                       (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
             c.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
                       "initiator, idempotency_key, input_hash, created_at, updated_at, deadline, cursor_step, "
-                      "cursor_attempt, priority) VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?)",
+                      "cursor_attempt, priority, acting_as, access_mode) "
+                      "VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?)",
                       (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json,
                        new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
-                       new.priority))
+                       new.priority, new.acting_as, new.access_mode))
             self._audit(c, now, new.id, None, "run.created", new.initiator, None, "created",
                         {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
-                         "tenant": new.tenant, "idempotency_key": new.idempotency_key})
+                         "tenant": new.tenant, "idempotency_key": new.idempotency_key,
+                         **({"acting_as": new.acting_as} if new.acting_as not in (None, new.initiator) else {}),
+                         **({"access": new.access_mode} if new.access_mode else {})})
             self._run_to(c, now, new.id, "created", "queued", new.initiator)
             if new.deadline is not None:
                 c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",
@@ -277,3 +288,18 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
         else:
             got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit WHERE run_id = ? ORDER BY id{lim}", (run_id,))
         return [rows.audit(r) for r in got]
+
+    # -- the audit chain and tenant usage ------------------------------------------------------------
+    def audit_chain(self, tenant: str) -> list[tuple]:
+        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
+
+    def audit_heads(self) -> dict[str, tuple[int, str]]:
+        return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
+
+    def audit_tenants(self) -> list[str | None]:
+        """Every tenant with audit events (None: events that name no tenant, i.e. were not chained)."""
+        return [r[0] for r in self._read("SELECT DISTINCT tenant FROM audit")]
+
+    def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
+        with self._lock:
+            return sqlite_admission.usage(self._conn, tenant, day)

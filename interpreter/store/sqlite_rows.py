@@ -15,12 +15,13 @@ def dumps(value) -> str:
 
 RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, idempotency_key, "
             "input_hash, created_at, updated_at, deadline, output, error_class, error_message, steps_executed, "
-            "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority")
+            "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority, acting_as, access_mode")
 
 ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, "
                 "started_at, ended_at, due_at, output, error_class, error_message, data")
 
-AUDIT_COLS = "id, run_id, step_id, event, actor, state_before, state_after, detail, ts"
+AUDIT_COLS = ("id, run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, "
+              "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash")
 DLQ_COLS = "run_id, step_id, reason, error_class, fingerprint, redrive_count, quarantined, status, created_at, updated_at"
 
 
@@ -30,8 +31,7 @@ CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor
 A_COLS = ", ".join("a." + c.strip() for c in ATTEMPT_COLS.split(","))
 R_COLS = ", ".join("r." + c.strip() for c in RUN_COLS.split(","))
 N_ATTEMPT = len(ATTEMPT_COLS.split(","))
-AUDIT_INSERT = ("INSERT INTO audit (run_id, step_id, event, actor, state_before, state_after, detail, ts) "
-                "VALUES (?,?,?,?,?,?,?,?)")
+# audit rows are written only through interpreter.auditchain (hash-chained per tenant)
 
 
 def run(row) -> RunRecord:

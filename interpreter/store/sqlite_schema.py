@@ -95,6 +95,14 @@ ALTER TABLE runs ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal';
 CREATE INDEX dead_letters_status ON dead_letters(status);
 """
 
+# security (principals, tenants): who a run acts as (its initiator, or a schedule's run_as service),
+# whether it was submitted in open development mode, and tenant-scoped listing
+_V3_SECURITY = """
+ALTER TABLE runs ADD COLUMN acting_as TEXT;
+ALTER TABLE runs ADD COLUMN access_mode TEXT;
+CREATE INDEX runs_tenant_state ON runs(tenant, state);
+"""
+
 
 def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
     # one statement at a time (a trigger body holds ';' until its END;)
@@ -114,10 +122,19 @@ def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
     return apply
 
 
+def _audit_chain(conn: sqlite3.Connection) -> None:
+    # the chain's columns and heads, the tenants' daily usage; existing events are chained in id order
+    from ..auditchain import migrate as chain_migrate
+
+    chain_migrate(conn)
+
+
 #: (version, description, function); applied in order
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
     (2, "runs.priority; dead_letters status index", _statements(_V2)),
+    (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
+    (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
 ]
 LATEST = MIGRATIONS[-1][0]
 

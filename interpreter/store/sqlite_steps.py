@@ -15,7 +15,10 @@ import random
 from .. import states
 from . import sqlite_rows as rows
 from .records import Claimed, Commit, Committed, DeadLetterSpec, Message, NextAttempt, RunRecord
-from .errors import ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
+from . import sqlite_admission
+from ..auditchain import output_summary
+from ..budgets import day_of
+from .errors import ClaimDeferred, ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
 
 dumps = rows.dumps
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
@@ -42,15 +45,20 @@ class StepPathMixin:
         if nxt.state == "scheduled":
             c.execute("INSERT INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) VALUES (?,?,?,?,?,?)",
                       (run_id, nxt.step_id, number, token, nxt.due_at, now if inline else None))
-            return number, (Message(run_id, nxt.step_id, number, token) if inline else None)
+            if not inline:
+                return number, None
+            tenant = c.execute("SELECT tenant FROM runs WHERE id = ?", (run_id,)).fetchone()
+            return number, Message(run_id, nxt.step_id, number, token, tenant and tenant[0])
         if nxt.timer_kind is not None:
             c.execute("INSERT INTO timers (run_id, step_id, attempt, token, kind, fire_at) VALUES (?,?,?,?,?,?)",
                       (run_id, nxt.step_id, number, token, nxt.timer_kind, nxt.due_at))
         return number, None
 
     # -- the step path -----------------------------------------------------------------------------
-    def claim(self, run_id: str, step_id: str, attempt: int, token: int, *, owner: str, now: float) -> Claimed:
+    def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
+              now: float, running_limit=None) -> Claimed:
         refused: tuple[str, str] | None = None
+        deferred: float | None = None
         with self._tx() as c:
             row = c.execute(f"SELECT {_A_COLS}, {_R_COLS} FROM attempts a JOIN runs r ON r.id = a.run_id "
                             "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?",
@@ -65,12 +73,19 @@ class StepPathMixin:
                 elif not (before == "scheduled" or (before == "waiting" and att.due_at is not None
                                                     and att.due_at <= now)):
                     refused = ("not_claimable", f"attempt is {before}")
-                elif run.state not in states.RUN_ACTIVE:
+                elif run.state not in states.RUN_CLAIMABLE:
                     refused = ("run_not_active", f"run is {run.state}")
+                elif tenant is not None and tenant != run.tenant:
+                    refused = ("tenant_mismatch", f"the message names tenant {tenant!r}, not the run's"
+                               if tenant else "the message names no tenant")
             if refused is not None:
                 self._audit(c, now, run_id, step_id, "message_refused", owner, None, None,
-                            {"reason": refused[0], "detail": refused[1], "attempt": attempt})
-            else:
+                            {"reason": refused[0], "detail": refused[1], "attempt": attempt,
+                             **({"tenant": tenant} if tenant is not None else {})})
+            elif running_limit is not None and before == "scheduled":  # the tenant's bulkhead
+                deferred = sqlite_admission.defer_if_full(c, now, run.tenant, run_id, step_id, attempt, token,
+                                                          running_limit)
+            if refused is None and deferred is None:
                 att.state, att.token, att.lease_owner = "running", token + 1, owner
                 att.lease_expires = now + att.lease_ms / 1000.0
                 att.started_at = att.started_at or now
@@ -80,7 +95,7 @@ class StepPathMixin:
                 c.execute("DELETE FROM outbox WHERE run_id = ? AND step_id = ? AND attempt = ?",
                           (run_id, step_id, attempt))
                 self._step_to(c, now, run_id, step_id, before, "running", owner)
-                if run.state != "running":
+                if run.state in ("queued", "waiting"):  # cancelling / compensating runs keep their state
                     self._run_to(c, now, run_id, run.state, "running", owner)
                     c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?",
                               (now, run_id))
@@ -89,6 +104,9 @@ class StepPathMixin:
                            c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
         if refused is not None:
             raise MessageRefused(f"message for step {step_id!r} of run {run_id} refused: {refused[1]}", refused[0])
+        if deferred is not None:
+            raise ClaimDeferred(f"step {step_id!r} of run {run_id} put off {deferred:.2f}s: its tenant has "
+                                "max_running_steps attempts running", deferred)
         return Claimed(run, att, results, before == "waiting")
 
     def commit(self, commit: Commit, now: float) -> Committed:
@@ -119,6 +137,10 @@ class StepPathMixin:
                           "VALUES (?,?,?,?,?,?)", (led.tenant, led.key, led.run_id, led.step_id, led.result_json, now))
             messages: tuple[Message, ...] = ()
             cursor: tuple[str | None, int | None] = (None, None)
+            if commit.run.state == "compensating" and run_state != "compensating":
+                # a run being undone has nothing else due: no deadline, no approval timeout, no message
+                c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+                c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
             if commit.next is not None:
                 number, msg = self._insert_attempt(c, now, run_id, commit.next, commit.dispatch_inline, rev + 1,
                                                    actor)
@@ -143,14 +165,18 @@ class StepPathMixin:
                       "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
                       (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps,
                        ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0], cursor[1], run_id))
+            if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
+                c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
             for ev in commit.audit:
-                self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail)
+                self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
+                            ev.chain_fields())
             return Committed(rev + 1, final_state, messages)
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:
         after = step.state
         self._step_to(c, now, run_id, step.step_id, before, after, actor,
-                      {"error_class": step.error_class, "message": step.error_message} if step.error_class else None)
+                      {"error_class": step.error_class, "message": step.error_message} if step.error_class else None,
+                      None if step.output_json is None else {"summary": output_summary(step.output_json)})
         final = after in states.STEP_FINAL
         c.execute("UPDATE attempts SET state = ?, output = COALESCE(?, output), error_class = ?, error_message = ?, "
                   "due_at = COALESCE(?, due_at), data = COALESCE(?, data), ended_at = ?, "
@@ -172,9 +198,11 @@ class StepPathMixin:
                       (run_id, step.step_id, after, step.output_json))
 
     def _dead_letter(self, c, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str) -> str:
-        """Record the dead letter; quarantine when a redriven run fails the same way again."""
+        """Record the dead letter; quarantine when a redriven run fails the same way again (a run
+        going ``quarantined`` itself, after a failed compensation, gets a quarantined letter)."""
+        quarantine = run_state == "quarantined"
         got = c.execute("SELECT fingerprint, redrive_count FROM dead_letters WHERE run_id = ?", (run_id,)).fetchone()
-        if got is not None and got[1] > 0 and got[0] == spec.fingerprint:
+        if not quarantine and got is not None and got[1] > 0 and got[0] == spec.fingerprint:
             c.execute("UPDATE dead_letters SET status = 'quarantined', quarantined = 1, reason = ?, step_id = ?, "
                       "error_class = ?, updated_at = ? WHERE run_id = ?",
                       (spec.reason, spec.step_id, spec.error_class, now, run_id))
@@ -183,20 +211,22 @@ class StepPathMixin:
                           "why": "the same failure repeated after a redrive"})
             return "quarantined"
         c.execute("INSERT INTO dead_letters (run_id, step_id, reason, error_class, fingerprint, redrive_count, "
-                  "quarantined, status, created_at, updated_at) VALUES (?,?,?,?,?,0,0,'dead',?,?) "
+                  "quarantined, status, created_at, updated_at) VALUES (?,?,?,?,?,0,?,?,?,?) "
                   "ON CONFLICT (run_id) DO UPDATE SET step_id = excluded.step_id, reason = excluded.reason, "
-                  "error_class = excluded.error_class, fingerprint = excluded.fingerprint, status = 'dead', "
-                  "updated_at = excluded.updated_at",
-                  (run_id, spec.step_id, spec.reason, spec.error_class, spec.fingerprint, now, now))
+                  "error_class = excluded.error_class, fingerprint = excluded.fingerprint, status = excluded.status, "
+                  "quarantined = excluded.quarantined, updated_at = excluded.updated_at",
+                  (run_id, spec.step_id, spec.reason, spec.error_class, spec.fingerprint, int(quarantine),
+                   "quarantined" if quarantine else "dead", now, now))
         self._audit(c, now, run_id, spec.step_id, "dead_letter", actor, None, None,
-                    {"reason": spec.reason, "error_class": spec.error_class, "fingerprint": spec.fingerprint})
+                    {"reason": spec.reason, "error_class": spec.error_class, "fingerprint": spec.fingerprint,
+                     **({"quarantined": True} if quarantine else {})})
         return run_state
 
     # -- operator actions --------------------------------------------------------------------------
     def cancel(self, run_id: str, now: float, *, actor: str, reason: str = "") -> RunRecord:
         with self._tx() as c:
             run = self._get_run(c, run_id)
-            if run.state in ("cancelled", "cancelling"):
+            if run.state in ("cancelled", "cancelling", "compensating"):  # compensating: undoing must finish
                 return run
             active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
                                f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()

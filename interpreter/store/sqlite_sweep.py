@@ -17,17 +17,18 @@ from . import sqlite_rows as rows
 from .records import DeadLetterSpec, Message, SweepReport
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
-_LIVE = "('queued','running','waiting','cancelling')"
+_LIVE = "('queued','running','waiting','cancelling','compensating')"
 
 
 class SweepMixin:
     def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
         with self._tx() as c:
-            got = c.execute("SELECT run_id, step_id, attempt, token FROM outbox WHERE sent_at IS NULL AND "
-                            "due_at <= ? ORDER BY due_at LIMIT ?", (now, limit)).fetchall()
+            got = c.execute("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
+                            "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= ? "
+                            "ORDER BY o.due_at LIMIT ?", (now, limit)).fetchall()
             if got:
                 c.executemany("UPDATE outbox SET sent_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
-                              "token = ?", [(now, *r) for r in got])
+                              "token = ?", [(now, *r[:4]) for r in got])
         return [Message(*r) for r in got]
 
     def reset_dispatch(self) -> int:
@@ -90,7 +91,9 @@ class SweepMixin:
     def _expire(self, c, now, run_id, step_id, attempt, token, owner, run_state) -> None:
         detail = {"owner": owner, "attempt": attempt}
         self._audit(c, now, run_id, step_id, "lease_expired", "sweeper", None, None, detail)
-        if run_state in states.RUN_ACTIVE:
+        # claimable: a cancelling run's attempt goes back to a worker, which does not start it but
+        # cancels the run (and starts its compensation); a compensating run's compensation runs again
+        if run_state in states.RUN_CLAIMABLE:
             self._step_to(c, now, run_id, step_id, "running", "scheduled", "sweeper")
             c.execute("UPDATE attempts SET state = 'scheduled', token = ?, lease_owner = NULL, lease_expires = NULL "
                       "WHERE run_id = ? AND step_id = ? AND attempt = ?", (token + 1, run_id, step_id, attempt))

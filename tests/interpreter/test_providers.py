@@ -39,9 +39,12 @@ def valid(schema: dict, value) -> bool:
 
 def test_request_and_result_are_frozen_dataclasses_with_the_documented_fields():
     assert [f.name for f in dataclasses.fields(ModelRequest)] == [
-        "model", "prompt", "system", "output_schema", "max_tokens", "temperature", "idempotency_key", "deadline"]
+        "model", "prompt", "system", "output_schema", "max_tokens", "temperature", "idempotency_key", "deadline",
+        "tools", "transcript"]
     assert [f.name for f in dataclasses.fields(ModelResult)] == [
-        "output", "text", "input_tokens", "output_tokens", "cost_usd", "model"]
+        "output", "text", "input_tokens", "output_tokens", "cost_usd", "model", "tool_call"]
+    assert (ModelRequest("default", "hi").tools, ModelRequest("default", "hi").transcript) == ((), ())
+    assert ModelResult(output=1, text="1").tool_call is None
     request = ModelRequest("default", "hi")
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.prompt = "changed"  # type: ignore[misc]

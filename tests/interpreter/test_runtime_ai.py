@@ -69,10 +69,10 @@ def test_the_token_budget_stops_the_run(runtime, providers):
     assert status.error[0] == "budget_exceeded" and status.run.tokens == 1200
 
 
-def test_agent_steps_fail_with_configuration_for_now(runtime):
+def test_an_agent_step_with_an_unknown_model_is_a_configuration_error(runtime):
     plan = make_plan(S("agent", "agent", agent=AgentPlan(model="m1", goal="do it", max_steps=3)))
     status = runtime.run(plan, {}, initiator="u")
-    assert status.error[0] == "configuration" and "tool use" in status.error[1]
+    assert status.error[0] == "configuration" and "m1" in status.error[1]
 
 
 def test_the_cost_budget_stops_the_run(runtime, providers):

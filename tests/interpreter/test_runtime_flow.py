@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from interp_helpers import S, make_plan
@@ -185,14 +187,15 @@ def test_the_ctx_carries_ids_and_a_deadline(runtime, registry, clock):
     @action("t.ctx", registry=registry)
     def look(ctx):
         seen.update(run_id=ctx.run_id, step_id=ctx.step_id, attempt=ctx.attempt, tenant=ctx.tenant,
-                    deadline=ctx.deadline, cancelled=ctx.cancelled(), secrets=dict(ctx.secrets), tempdir=ctx.tempdir)
+                    deadline=ctx.deadline, cancelled=ctx.cancelled(), secrets=dict(ctx.secrets),
+                    tempdir=os.path.isdir(ctx.tempdir))
         ctx.log.info("hello")
         return None
 
     status = runtime.run(make_plan(S("look", "action", action="t.ctx", timeout_ms=7000)), {}, initiator="u",
                          tenant="acme")
     assert seen == {"run_id": status.run.id, "step_id": "look", "attempt": 1, "tenant": "acme",
-                    "deadline": pytest.approx(clock.now() + 7), "cancelled": False, "secrets": {}, "tempdir": None}
+                    "deadline": pytest.approx(clock.now() + 7), "cancelled": False, "secrets": {}, "tempdir": True}
 
 
 def test_invalid_input_is_refused_at_submit(runtime):

@@ -146,7 +146,7 @@ def test_a_commit_applies_everything_together(store):
     a, b = store.attempts("r1")
     assert (a.state, a.output, a.lease_owner) == ("succeeded", {"ok": True}, None)
     assert (b.step_id, b.state) == ("b", "scheduled")
-    assert done.messages == ((b.run_id, "b", 1, b.token),)
+    assert done.messages == ((b.run_id, "b", 1, b.token, "default"),)  # ids only, with the run's tenant
     assert store.get_run("r1").steps_executed == 1 and store.get_run("r1").cursor_step == "b"
     assert store.ledger_get("default", "k").result == "v"
     assert store.results("r1") == {"a": ("succeeded", '{"ok":true}')}

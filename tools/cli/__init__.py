@@ -9,10 +9,13 @@ import click
 
 from . import lang, runs
 from . import trust
+from . import security
+from . import controls
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="sealflow", prog_name="sealflow")
+@controls.config_option
 def cli() -> None:
     """Sealflow: declarative, durable, reviewable AI workflows."""
 
@@ -20,6 +23,7 @@ def cli() -> None:
 lang.register(cli)
 runs.register(cli)
 trust.register(cli)
+security.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

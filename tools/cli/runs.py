@@ -17,8 +17,11 @@ from typing import Any
 
 import click
 
+from . import controls
 from .lang import actions_option, compile_or_exit
 from .output import fail_usage
+from .security import access_option, check_principal_option, is_shared_store, load_access, require_policy, \
+    tenant_option
 
 FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
 
@@ -35,7 +38,9 @@ def default_principal() -> str:
 
 
 as_option = click.option("--as", "principal", metavar="PRINCIPAL", default=default_principal,
-                         help="Who acts: user:NAME or service:NAME (default: the local user).")
+                         callback=check_principal_option,
+                         help="Who acts: user:NAME or service:NAME (default: user:$SEALFLOW_USER, else the local "
+                              "user).")
 
 
 def parse_input(raw: str | None) -> Any:
@@ -65,8 +70,10 @@ def _import_actions(actions: tuple[str, ...]) -> None:
 
 
 @contextlib.contextmanager
-def open_runtime(store_url: str | None, actions: tuple[str, ...] = ()):
-    """A Runtime on the given store, with demo actions and ``--actions`` modules registered."""
+def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None):
+    """A Runtime on the given store, with demo actions and ``--actions`` modules registered, under the
+    access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open development mode)."""
+    provider = access if access is not None and not isinstance(access, str) else load_access(access)
     _import_actions(actions)
     from interpreter.runtime import Runtime
     from interpreter.store import StoreError
@@ -75,7 +82,7 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = ()):
     if url is None:
         os.makedirs(".sealflow", exist_ok=True)
     try:
-        rt = Runtime(url)
+        rt = Runtime(url, access=provider, config=controls.load_config())
     except StoreError as exc:
         fail_usage(str(exc))
     try:
@@ -103,6 +110,10 @@ def status_dict(status) -> dict:
     out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
            "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
            "steps": _steps(status)}
+    if getattr(run, "acting_as", None) not in (None, run.initiator):
+        out["acting_as"] = run.acting_as
+    if getattr(run, "access_mode", None):
+        out["access"] = run.access_mode
     if run.error_class:
         out["error"] = {"class": run.error_class, "message": run.error_message}
     if status.waiting:
@@ -158,12 +169,12 @@ def finish(status, as_json: bool) -> None:
     sys.exit(0 if state == "completed" else 3 if state == "waiting" else 1 if state in FAILED_STATES else 3)
 
 
-def _get_status(rt, run_id: str):
+def _get_status(rt, run_id: str, tenant: str | None = None, actor: str | None = None):
     from interpreter.store import NotFound
 
     try:
-        return rt.status(run_id)
-    except NotFound:
+        return rt.status(run_id, tenant=tenant, actor=actor)
+    except NotFound:  # a run of another tenant reads exactly like an unknown one
         fail_usage(f"no run {run_id!r} in this store; list dead letters with `sealflow dlq list`")
 
 
@@ -178,23 +189,27 @@ def _refuse(exc: Exception) -> None:
 @actions_option
 @store_option
 @as_option
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option
+@access_option
 @click.option("--idempotency-key", metavar="KEY", help="Submitting again with the same key returns the same run.")
 @json_option
-def run(file, raw_input, actions, store_url, principal, tenant, idempotency_key, as_json):
+def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, as_json):
     """Run a definition to its end (or until it waits) on the embedded default."""
     value = parse_input(raw_input)
     _import_actions(actions)
     plan = compile_or_exit(file, ("interpreter.demo",) + tuple(actions))
+    from interpreter.authz import Unauthorized
     from interpreter.errors import StepError
-    from interpreter.store import IdempotencyConflict
+    from interpreter.store import AdmissionRefused, IdempotencyConflict
 
-    with open_runtime(store_url, actions) as rt:
+    with open_runtime(store_url, actions, access=access_path) as rt:
         try:
             run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key)
+        except Unauthorized as exc:
+            _refuse(f"unauthorized: {exc.message}")
         except StepError as exc:
             fail_usage(exc.message)
-        except IdempotencyConflict as exc:
+        except (IdempotencyConflict, AdmissionRefused) as exc:
             _refuse(exc)
         if not as_json:
             click.echo(f"run {run_id}: {plan.name} v{plan.version} ({plan.digest[:19]}...) as {principal}")
@@ -219,23 +234,30 @@ def run(file, raw_input, actions, store_url, principal, tenant, idempotency_key,
 @actions_option
 @store_option
 @as_option
-@click.option("--tenant", default="default", show_default=True)
+@tenant_option
+@access_option
 @click.option("--idempotency-key", metavar="KEY")
 @json_option
-def submit(file, raw_input, actions, store_url, principal, tenant, idempotency_key, as_json):
+def submit(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, as_json):
     """Queue a run without driving it; `sealflow recover` (or a worker) drives it."""
     value = parse_input(raw_input)
+    provider = load_access(access_path)
+    if is_shared_store(store_url):
+        require_policy(provider, "submit to a shared store")
     _import_actions(actions)
     plan = compile_or_exit(file, ("interpreter.demo",) + tuple(actions))
+    from interpreter.authz import Unauthorized
     from interpreter.errors import StepError
-    from interpreter.store import IdempotencyConflict
+    from interpreter.store import AdmissionRefused, IdempotencyConflict
 
-    with open_runtime(store_url, actions) as rt:
+    with open_runtime(store_url, actions, access=provider) as rt:
         try:
             run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key)
+        except Unauthorized as exc:
+            _refuse(f"unauthorized: {exc.message}")
         except StepError as exc:
             fail_usage(exc.message)
-        except IdempotencyConflict as exc:
+        except (IdempotencyConflict, AdmissionRefused) as exc:
             _refuse(exc)
         click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
 
@@ -243,11 +265,14 @@ def submit(file, raw_input, actions, store_url, principal, tenant, idempotency_k
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
+@as_option
+@tenant_option
+@access_option
 @json_option
-def status(run_id, store_url, as_json):
+def status(run_id, store_url, principal, tenant, access_path, as_json):
     """Show a run: its state, steps, attempts, errors and what it waits for."""
-    with open_runtime(store_url) as rt:
-        finish(_get_status(rt, run_id), as_json)
+    with open_runtime(store_url, access=access_path) as rt:
+        finish(_get_status(rt, run_id, tenant, principal), as_json)
 
 
 def _drive_after(rt, run_id: str, as_json: bool) -> None:
@@ -261,15 +286,20 @@ def _drive_after(rt, run_id: str, as_json: bool) -> None:
 @actions_option
 @store_option
 @as_option
+@tenant_option
+@access_option
 @json_option
-def approve(run_id, step_id, comment, actions, store_url, principal, as_json):
+def approve(run_id, step_id, comment, actions, store_url, principal, tenant, access_path, as_json):
     """Approve a run waiting at an approval gate, then drive it on."""
+    from interpreter.authz import Unauthorized
     from interpreter.store import InvalidOperation
 
-    with open_runtime(store_url, actions) as rt:
-        _get_status(rt, run_id)
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
         try:
-            rt.approve(run_id, step_id, actor=principal, comment=comment)
+            rt.approve(run_id, step_id, actor=principal, tenant=tenant, comment=comment)
+        except Unauthorized as exc:
+            _refuse(f"unauthorized: {exc.message}")
         except InvalidOperation as exc:
             _refuse(exc)
         _drive_after(rt, run_id, as_json)
@@ -278,19 +308,24 @@ def approve(run_id, step_id, comment, actions, store_url, principal, as_json):
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--step", "step_id", metavar="STEP")
-@click.option("--reason", default="", help="Why (recorded in the audit trail).")
+@click.option("--reason", required=True, help="Why (required; recorded in the audit trail).")
 @actions_option
 @store_option
 @as_option
+@tenant_option
+@access_option
 @json_option
-def reject(run_id, step_id, reason, actions, store_url, principal, as_json):
+def reject(run_id, step_id, reason, actions, store_url, principal, tenant, access_path, as_json):
     """Reject a run waiting at an approval gate (the step fails with policy_denied), then drive it on."""
+    from interpreter.authz import Unauthorized
     from interpreter.store import InvalidOperation
 
-    with open_runtime(store_url, actions) as rt:
-        _get_status(rt, run_id)
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
         try:
-            rt.reject(run_id, step_id, actor=principal, reason=reason)
+            rt.reject(run_id, step_id, actor=principal, tenant=tenant, reason=reason)
+        except Unauthorized as exc:
+            _refuse(f"unauthorized: {exc.message}")
         except InvalidOperation as exc:
             _refuse(exc)
         _drive_after(rt, run_id, as_json)
@@ -302,15 +337,17 @@ def reject(run_id, step_id, reason, actions, store_url, principal, as_json):
 @actions_option
 @store_option
 @as_option
+@tenant_option
+@access_option
 @json_option
-def cancel(run_id, reason, actions, store_url, principal, as_json):
+def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
     """Cancel a run: no new step starts; a running action sees ctx.cancelled()."""
     from interpreter.store import InvalidOperation
 
-    with open_runtime(store_url, actions) as rt:
-        _get_status(rt, run_id)
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
         try:
-            rt.cancel(run_id, actor=principal, reason=reason)
+            rt.cancel(run_id, actor=principal, reason=reason, tenant=tenant)
         except InvalidOperation as exc:
             _refuse(exc)
         _drive_after(rt, run_id, as_json)
@@ -319,15 +356,19 @@ def cancel(run_id, reason, actions, store_url, principal, as_json):
 @click.command()
 @actions_option
 @store_option
+@as_option
+@tenant_option
+@access_option
 @json_option
-def recover(actions, store_url, as_json):
-    """Find runs in flight (after a crash, or with due timers) and drive them on."""
-    with open_runtime(store_url, actions) as rt:
+def recover(actions, store_url, principal, tenant, access_path, as_json):
+    """Find runs in flight (after a crash, or with due timers) and drive the tenant's on."""
+    with open_runtime(store_url, actions, access=access_path) as rt:
         report = rt.recover()
         touched = list(dict.fromkeys(report.get("runs_repaired", [])))
         for run_id in rt.store.active_runs() if hasattr(rt.store, "active_runs") else touched:
             if run_id not in touched:
                 touched.append(run_id)
+        touched = [r for r in touched if rt.store.get_run(r).tenant == tenant]
         results = {run_id: rt.drive(run_id).state for run_id in touched}
         if as_json:
             click.echo(json.dumps({"report": report, "runs": results}, indent=2, default=str))
@@ -344,13 +385,16 @@ def dlq():
 
 @dlq.command("list")
 @store_option
+@as_option
+@tenant_option
+@access_option
 @json_option
-def dlq_list(store_url, as_json):
-    """List dead-lettered runs."""
+def dlq_list(store_url, principal, tenant, access_path, as_json):
+    """List the tenant's dead-lettered runs."""
     import dataclasses
 
-    with open_runtime(store_url) as rt:
-        letters = rt.dlq_list()
+    with open_runtime(store_url, access=access_path) as rt:
+        letters = rt.dlq_list(tenant=tenant)
         if as_json:
             click.echo(json.dumps([dataclasses.asdict(x) for x in letters], indent=2, default=str))
             return
@@ -364,14 +408,18 @@ def dlq_list(store_url, as_json):
 @dlq.command("show")
 @click.argument("run_id", metavar="RUN")
 @store_option
+@as_option
+@tenant_option
+@access_option
 @json_option
-def dlq_show(run_id, store_url, as_json):
+def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
     """Show a dead-lettered run: why, its failed attempts, recent audit events."""
     from interpreter.store import InvalidOperation
 
-    with open_runtime(store_url) as rt:
+    with open_runtime(store_url, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
         try:
-            detail = rt.dlq_show(run_id)
+            detail = rt.dlq_show(run_id, tenant=tenant, actor=principal)
         except InvalidOperation as exc:
             fail_usage(str(exc))
         click.echo(json.dumps(detail, indent=2, default=str, ensure_ascii=False))
@@ -382,14 +430,17 @@ def dlq_show(run_id, store_url, as_json):
 @actions_option
 @store_option
 @as_option
+@tenant_option
+@access_option
 @json_option
-def dlq_redrive(run_id, actions, store_url, principal, as_json):
+def dlq_redrive(run_id, actions, store_url, principal, tenant, access_path, as_json):
     """Rerun a dead-lettered run from its failed step, on its original plan."""
     from interpreter.store import InvalidOperation
 
-    with open_runtime(store_url, actions) as rt:
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
         try:
-            rt.dlq_redrive(run_id, actor=principal)
+            rt.dlq_redrive(run_id, actor=principal, tenant=tenant)
         except InvalidOperation as exc:
             _refuse(exc)
         _drive_after(rt, run_id, as_json)
@@ -398,14 +449,17 @@ def dlq_redrive(run_id, actions, store_url, principal, as_json):
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
+@as_option
+@tenant_option
+@access_option
 @json_option
-def audit(run_id, store_url, as_json):
+def audit(run_id, store_url, principal, tenant, access_path, as_json):
     """Print a run's audit trail, oldest first."""
     import dataclasses
 
-    with open_runtime(store_url) as rt:
-        _get_status(rt, run_id)
-        events = rt.audit(run_id)
+    with open_runtime(store_url, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
+        events = rt.audit(run_id, tenant=tenant, actor=principal)
         if as_json:
             click.echo(json.dumps([dataclasses.asdict(e) for e in events], indent=2, default=str))
             return
@@ -413,11 +467,11 @@ def audit(run_id, store_url, as_json):
             d = dataclasses.asdict(e)
             when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(d.get("at") or d.get("ts") or 0))
             rest = {k: v for k, v in d.items() if k not in ("id", "run_id", "at", "ts", "event", "step_id", "actor")
-                    and v not in (None, {}, "")}
+                    and k not in controls.CHAIN_BOOKKEEPING and v not in (None, {}, "")}
             click.echo(f"{when}  {d.get('event'):<22} {d.get('step_id') or '-':<22} {d.get('actor') or '-':<16} "
                        f"{json.dumps(rest, default=str)}")
 
 
 def register(group: click.Group) -> None:
-    for command in (run, submit, status, approve, reject, cancel, recover, dlq, audit):
+    for command in (run, submit, status, approve, reject, cancel, recover, dlq, controls.audit_group(audit)):
         group.add_command(command)

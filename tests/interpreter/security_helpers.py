@@ -1,0 +1,66 @@
+"""Helpers for the security tests: an access policy file that tests rewrite, and runtimes under it.
+
+    policy = PolicyFile(tmp_path / "access.yaml")       # written with ACME
+    rt = secured_runtime(tmp_path, registry, clock, policy)
+    policy.revoke("user:alice", "buyer")                 # takes effect at the next check
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+
+import yaml
+
+from interpreter.access import FileAccess
+from interpreter.runtime import Runtime
+from interpreter.store import open_store
+
+#: acme: alice buys (and may approve nothing), bob and cy are managers, dan is finance;
+#: globex: a second tenant with its own manager, eve
+ACME = {
+    "acme": {
+        "roles": {"buyer": ["billing:charge", "crm:read"], "manager": ["crm:read"], "finance": ["billing:*"]},
+        "members": {"user:alice": ["buyer"], "user:bob": ["manager"], "user:cy": ["manager"],
+                    "user:dan": ["finance"], "service:nightly": ["buyer"]},
+    },
+    "globex": {
+        "roles": {"buyer": ["billing:charge", "crm:read"], "manager": ["crm:read"]},
+        "members": {"user:eve": ["buyer", "manager"], "user:gus": ["manager"]},
+    },
+}
+
+
+class PolicyFile:
+    """An access policy file a test edits while runs are in flight."""
+
+    def __init__(self, path: Path, tenants: dict | None = None):
+        self.path = Path(path)
+        self.tenants = copy.deepcopy(ACME if tenants is None else tenants)
+        self.save()
+
+    def save(self) -> None:
+        self.path.write_text(yaml.safe_dump({"tenants": self.tenants}, sort_keys=False))
+
+    def revoke(self, principal: str, role: str, tenant: str = "acme") -> None:
+        held = self.tenants[tenant]["members"][principal]
+        held.remove(role)
+        if not held:
+            del self.tenants[tenant]["members"][principal]
+        self.save()
+
+    def grant(self, principal: str, role: str, tenant: str = "acme") -> None:
+        self.tenants[tenant]["members"].setdefault(principal, []).append(role)
+        self.save()
+
+
+def secured_runtime(tmp_path: Path, registry, clock, policy: PolicyFile, *, name: str = "secure.db") -> Runtime:
+    return Runtime(open_store(f"sqlite:///{tmp_path}/{name}"), registry, {}, clock=clock, rng=random.Random(7),
+                   worker_timeout_ms=20, access=FileAccess(policy.path))
+
+
+def events(rt: Runtime, name: str, run_id: str | None = "*") -> list:
+    """Audit events called ``name`` (of one run, of none with ``run_id=None``, or of all with ``"*"``)."""
+    found = rt.store.audit(None)
+    return [e for e in found if e.event == name and (run_id == "*" or e.run_id == run_id)]
