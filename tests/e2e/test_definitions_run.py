@@ -40,7 +40,8 @@ SCENARIOS = {
         ({}, ["user:lee", "user:dana"], "completed", None),
     ],
     "support-triage.v1.yaml": [
-        ({"ticket_id": "tkt_1001"}, [], None, None),
+        ({"ticket_id": "tkt_1001"}, [], "completed", None),   # the agent finds the order: a public reply
+        ({"ticket_id": "tkt_1005"}, [], "completed", None),   # a prompt injection: handed to a human
     ],
 }
 
@@ -66,11 +67,14 @@ def test_given_a_definition_when_run_then_it_reaches_its_end_state(capsys, name,
         assert result["state"] == "waiting" and code == 3, result
         code, result = cli(capsys, "approve", result["run_id"], "--as", who, "--json")
     # Then it ends where expected, with the exit code that says so
-    if expected is None:  # a workflow whose path depends on the model: any orderly end
-        assert result["state"] in ("completed", "failed", "waiting"), result
-        assert result.get("error", {}).get("class") != "internal", result
-        return
     assert result["state"] == expected, result
     assert code == EXIT[expected]
     assert (result.get("error") or {}).get("class") == error_class
     assert all(step["state"] in ("succeeded", "skipped", "failed") for step in result["steps"]), result["steps"]
+
+
+def test_given_a_prompt_injection_ticket_when_triaged_then_no_reply_is_posted_and_a_human_takes_it(capsys):
+    code, result = cli(capsys, "run", str(DEFINITIONS / "support-triage.v1.yaml"), "--input",
+                       json.dumps({"ticket_id": "tkt_1005"}), "--json", "--as", "user:ana")
+    ran = {step["id"] for step in result["steps"]}
+    assert code == 0 and "escalate" in ran and "reply" not in ran, result["steps"]
