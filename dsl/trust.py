@@ -321,6 +321,8 @@ class Verified:
     digest: str = ""
     namespace: str = ""
     signature_file: str = ""
+    #: the plan compiled from exactly the verified bytes
+    plan: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def who(self) -> str:
         d = self.details
@@ -377,7 +379,7 @@ def _read(path: Path, what: str, limit: int) -> bytes:
 
 
 def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | None = None,
-                now: dt.datetime | None = None) -> Verified:
+                now: dt.datetime | None = None, actions: dict | None = None) -> Verified:
     """Verify the definition at ``path`` (its bytes read once) with its signature file or ``bundle``."""
     p = Path(path)
     try:
@@ -398,7 +400,7 @@ def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | N
     for candidate in candidates:
         try:
             return verify_bytes(data, str(p), _read(candidate, "signature file", MAX_BUNDLE_BYTES), policy,
-                                now=now, signature_file=str(candidate))
+                                now=now, signature_file=str(candidate), actions=actions)
         except Refused as exc:
             refusals.append(exc)
     # the most telling reason: a signature of a kind the policy accepts, over one it does not accept at all
@@ -406,14 +408,14 @@ def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | N
 
 
 def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, *,
-                 now: dt.datetime | None = None, signature_file: str = "") -> Verified:
+                 now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None) -> Verified:
     """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition."""
     kind = bundle_kind(signature)
     if kind == "dsse":
         signers, method, details = verify_envelope(data, signature, policy, now=now), "key", None
     else:
         signers, method, details = [SIGSTORE], "sigstore", verify_sigstore(data, signature, policy)
-    return _check_definition(data, path, policy, signers, method, details, signature_file)
+    return _check_definition(data, path, policy, signers, method, details, signature_file, actions)
 
 
 def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,
@@ -577,11 +579,11 @@ def _claims(cert) -> dict[str, str]:
 
 
 def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list, method: str,
-                      details: dict | None, signature_file: str) -> Verified:
+                      details: dict | None, signature_file: str, actions: dict | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
     from .api import check_bytes
 
-    result = check_bytes(data, path)
+    result = check_bytes(data, path, actions=actions)
     if result.plan is None or result.errors:
         first = (result.errors or result.diagnostics)[0].format().splitlines()[0]
         raise Refused("invalid-definition", f"signed, but not a valid definition: {first}",
@@ -603,7 +605,7 @@ def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list
     else:
         signer = SIGSTORE
     return Verified(path, method, signer, dict(details or {}), plan.name, plan.version, plan.digest, namespace,
-                    signature_file)
+                    signature_file, plan)
 
 
 def _first_line(exc: BaseException) -> str:

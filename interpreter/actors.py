@@ -1,4 +1,4 @@
-"""The Dramatiq side: the step actor, and the embedded broker.
+"""The Dramatiq side: the step actor, the embedded broker, and the Redis broker of ``sealflow worker``.
 
 The actor receives ids only, ``(run_id, step_id, attempt, token, tenant)``, hands them
 to the engine (which checks them against the store), and enqueues the
@@ -31,6 +31,27 @@ def embedded_broker() -> StubBroker:
     """The in-process broker of the embedded default: no middleware but ``Retries`` pinned to zero
     (kept so ``max_retries`` is a valid actor option on every broker, including Redis)."""
     return StubBroker(middleware=[Retries(max_retries=0)])
+
+
+def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dramatiq") -> dramatiq.Broker:
+    """A Dramatiq ``RedisBroker`` on ``url`` for ``sealflow worker`` processes, with the same middleware
+    as :func:`embedded_broker`: ``Retries`` pinned to zero and nothing else (no ``TimeLimit``: the
+    engine times attempts out itself; no ``AgeLimit``, ``Callbacks`` or ``Pipelines``: the store decides
+    what is due). Raises ``ValueError`` for a URL that is not ``redis://``, ``rediss://`` or ``unix://``;
+    connecting is lazy (``broker.client.ping()`` checks it)."""
+    from urllib.parse import urlsplit
+
+    from dramatiq.brokers.redis import RedisBroker
+
+    scheme = urlsplit(url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{url!r} is not a Redis URL; use redis://HOST:PORT/DB (rediss:// for TLS, "
+                         "unix:///path/to/redis.sock)")
+    broker = RedisBroker(url=url, namespace=namespace, middleware=[Retries(max_retries=0)])
+    # fail in seconds, not minutes, when the host does not answer; keep idle connections alive
+    broker.client.connection_pool.connection_kwargs.setdefault("socket_connect_timeout", 5.0)
+    broker.client.connection_pool.connection_kwargs.setdefault("socket_keepalive", True)
+    return broker
 
 
 def declare_step_actor(broker: dramatiq.Broker, engine: "Engine", *, queue_name: str = QUEUE) -> dramatiq.Actor:

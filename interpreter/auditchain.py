@@ -99,7 +99,9 @@ def output_summary(output_json: str | None) -> str | None:
     return f"{len(data)}B sha256:{hashlib.sha256(data).hexdigest()[:16]}"
 
 
-_EVENT_DECISION: dict[str, str | None] = {}
+#: events that are an authorisation decision in themselves (others: ``*_denied`` / ``*_refused`` deny)
+_EVENT_DECISION: dict[str, str | None] = {"run.created": "allow", "approval_granted": "allow",
+                                          "approval_rejected": "deny"}
 
 
 def _decision(event: str, detail: dict | None) -> str | None:
@@ -203,8 +205,15 @@ class SqliteChain:
                 tenant = extra["tenant"]
             if tenant is None:
                 tenant = str(pmap.get("tenant") or "") if pmap is not None else ""
-            decision = extra.get("decision") or _decision(event, pmap)
-            tool = extra.get("tool") or self._tool(c, digest, step_id)
+            decision = extra.get("decision")
+            if decision is None:
+                decision = _EVENT_DECISION.get(event, "?") if pmap is None else _decision(event, pmap)
+                if decision == "?":
+                    decision = _decision(event, None)
+            tool = extra.get("tool")
+            if tool is None and step_id is not None and digest is not None:
+                tools = self._tools.get(digest)
+                tool = tools.get(step_id) if tools is not None else self._tool(c, digest, step_id)
             summary = extra.get("summary")
             error = extra.get("error") or (_error(pmap) if pmap is not None else None)
             if redact and error:
@@ -217,8 +226,9 @@ class SqliteChain:
                     head = (got[0], got[1]) if got else (0, GENESIS)
                 based[tenant] = head
             seq = head[0] + 1
-            digest_ = event_hash(tenant, seq, head[1], ts, workflow, version, digest, run_id, step_id, event, actor,
-                                 before, after, decision, tool, summary, error, detail)
+            digest_ = _sha256(_canonical([tenant, seq, head[1], ts, workflow, version, digest, run_id, step_id, event,
+                                          actor, before, after, decision, tool, summary, error, detail]
+                                         ).encode()).hexdigest()  # = event_hash(...), inlined
             heads[tenant] = (seq, digest_)
             out.append((run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow, version, digest,
                         decision, tool, summary, error, seq, head[1], digest_))
@@ -265,7 +275,7 @@ class Break:
     tenant: str
     event_id: int | None
     seq: int | None
-    problem: str  # edited | deleted | inserted_or_reordered | truncated | unchained
+    problem: str  # edited | deleted | inserted | reordered | truncated | unchained
     message: str
 
 
@@ -286,32 +296,48 @@ class ChainReport:
         return min(self.breaks, key=lambda b: (b.event_id is None, b.event_id or 0)) if self.breaks else None
 
 
-def verify_tenant(tenant: str, rows: Iterable[tuple], head: tuple[int, str] | None) -> tuple[int, str, Break | None]:
+def _where(row: tuple) -> str:
+    event_id, seq, event, run_id = row[0], row[2], row[11], row[9]
+    return f"event {event_id} (seq {seq}, {event!r}" + (f", run {run_id})" if run_id else ")")
+
+
+def verify_tenant(tenant: str | None, rows: Iterable[tuple], head: tuple[int, str] | None
+                  ) -> tuple[int, str, Break | None]:
     """Walk one tenant's rows (``VERIFY_COLS``, in id order); return (events, last hash, first break)."""
-    prev, expected, count = GENESIS, 1, 0
-    for row in rows:
+    rows = list(rows)
+    seqs = {r[2] for r in rows}
+    prev, expected = GENESIS, 1
+    for i, row in enumerate(rows):
         (event_id, _tenant, seq, prev_hash, stored, ts, workflow, version, digest, run_id, step_id, event, actor,
          before, after, decision, tool, summary, error, detail) = row
-        count += 1
-        where = f"event {event_id} (seq {seq}, {event!r}"
-        where += f", run {run_id})" if run_id else ")"
+        where = _where(row)
         if seq is None or stored is None:
-            return count, prev, Break(tenant, event_id, seq, "unchained",
-                                      f"{where} carries no chain hash: it was inserted outside sealflow")
+            return i + 1, prev, Break(tenant, event_id, seq, "unchained",
+                                      f"{where} carries no chain hash: it was added outside sealflow")
         actual = event_hash(tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor,
                             before, after, decision, tool, summary, error, detail)
         if actual != stored:
-            return count, prev, Break(tenant, event_id, seq, "edited",
+            return i + 1, prev, Break(tenant, event_id, seq, "edited",
                                       f"{where} was edited: its content no longer matches its hash")
         if seq > expected:
             gap = f"seq {expected}" if seq == expected + 1 else f"seq {expected}..{seq - 1}"
-            return count, prev, Break(tenant, event_id, seq, "deleted",
-                                      f"{where}: {gap} before it is missing (deleted)")
-        if seq < expected or prev_hash != prev:
-            return count, prev, Break(tenant, event_id, seq, "inserted_or_reordered",
-                                      f"{where} does not follow the event before it (expected seq {expected} "
-                                      "linked to the previous hash): an event was inserted or events reordered")
+            if expected in seqs:
+                return i + 1, prev, Break(tenant, event_id, seq, "reordered",
+                                          f"{where} comes before {gap}: events were reordered")
+            return i + 1, prev, Break(tenant, event_id, seq, "deleted", f"{where}: {gap} before it is missing "
+                                                                        "(deleted)")
+        if seq < expected:
+            # two events claim one place: the genuine one is the one the chain goes on from
+            nxt = rows[i + 1][3] if i + 1 < len(rows) else (head[1] if head else None)
+            fake = rows[i - 1] if i and nxt == stored else row
+            return i + 1, prev, Break(tenant, fake[0], fake[2], "inserted",
+                                      f"{_where(fake)} was inserted: another event holds its place in the chain")
+        if prev_hash != prev:
+            return i + 1, prev, Break(tenant, event_id, seq, "inserted",
+                                      f"{where} does not link to the event before it: an event was inserted or "
+                                      "replaced before it")
         prev, expected = stored, expected + 1
+    count = len(rows)
     if head is not None and (head[0] != expected - 1 or head[1] != prev):
         return count, prev, Break(tenant, None, head[0], "truncated",
                                   f"the chain ends at seq {expected - 1} but its head is seq {head[0]}: the last "

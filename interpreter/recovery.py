@@ -98,7 +98,8 @@ def repair(engine: "Engine", run_id: str) -> tuple[Message, ...]:
     last = max(attempts, key=lambda a: (a.ended_at or a.scheduled_at or 0.0, a.attempt))
     step = plan.step(split_step_id(last.step_id)[0])
     outcome = _outcome_of(engine, last, step.kind, _skip_target(step))
-    if outcome is None:
+    if outcome is None or run.state == "compensating" or last.step_id.endswith("@compensate"):
+        # a compensation's way on is in its attempt data, not in the plan's edges: never guess it
         log.error("run %s is %s with no active attempt and its last attempt is %s; fail or cancel it by hand",
                   run_id, run.state, last.state)
         return ()

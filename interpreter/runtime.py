@@ -109,20 +109,35 @@ class Runtime:
                 self._worker.start()
                 self.recover()
 
-    def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False) -> None:
+    def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
+              dead_owner_check: float = 1.0) -> None:
         """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
-        in open development mode unless ``allow_open`` (see :func:`interpreter.authz.require_policy`)."""
+        in open development mode unless ``allow_open`` (see :func:`interpreter.authz.require_policy`).
+
+        Every ``interval`` seconds: send the outbox (rows any process wrote, e.g. ``sealflow submit``),
+        sweep expired leases and due timers; every ``dead_owner_check`` seconds, end the leases of dead
+        workers of this host, so another worker on the machine takes their steps over at once instead of
+        at lease expiry. A round that fails (the store busy past its timeout) is logged and tried again."""
         if not allow_open:
             authz.require_policy(self.access, "a long-lived worker")
         self.start()
+        check_at = time.monotonic() + dead_owner_check
         while not stop.is_set():
-            self.dispatcher.flush()
-            self.sweeper.sweep()
+            try:
+                self.dispatcher.flush()
+                if time.monotonic() >= check_at:
+                    recovery.expire_dead_owners(self.engine)
+                    check_at = time.monotonic() + dead_owner_check
+                self.sweeper.sweep()
+            except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
+                logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
             stop.wait(interval)
 
-    def close(self) -> None:
+    def close(self, *, grace: float = 5.0) -> None:
+        """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not
+        started go back to the broker), then release the broker and the store."""
         if self._worker is not None:
-            self._worker.stop(timeout=5_000)
+            self._worker.stop(timeout=int(grace * 1000))
             self._worker = None
         self.engine.services.runner.close()
         self.broker.close()
@@ -137,7 +152,7 @@ class Runtime:
 
     # -- runs --------------------------------------------------------------------------------------
     def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
-               idempotency_key: str | None = None, run_as: str | None = None) -> str:
+               idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None) -> str:
         """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
 
         The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
@@ -158,7 +173,7 @@ class Runtime:
                      input_json=dumps(input), input_hash=input_hash(input), initiator=initiator,
                      idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
                      first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority,
-                     acting_as=acting, access_mode=mode_of(self.access))
+                     acting_as=acting, access_mode=mode_of(self.access), signer=signer)
         limits = self.config.limits(tenant)
         try:
             run, _created = self.store.submit(new, now, None if limits.admits_all else limits)

@@ -38,6 +38,6 @@ def prepare(ctx: Any, act: Any, services: Any) -> Sandbox:
     if declared:
         chain = getattr(services, "secret_chain", None) or secrets_mod.chain_for(config)
         ctx.secrets = chain.resolve(declared)
-    area = area_for(config, f"step {ctx.step_id!r} of run {ctx.run_id} (attempt {ctx.attempt})")
+    area = area_for(config, ctx)  # the area names the attempt (from ctx) only in an error message
     ctx._temp = area
     return Sandbox(area)

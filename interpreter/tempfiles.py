@@ -45,7 +45,7 @@ class TempArea:
 
     __slots__ = ("max_bytes", "root", "label", "_path", "_lock", "closed", "used_at_close")
 
-    def __init__(self, max_bytes: int = DEFAULT_TEMPDIR_BYTES, root: str | None = None, label: str = ""):
+    def __init__(self, max_bytes: int = DEFAULT_TEMPDIR_BYTES, root: str | None = None, label: Any = ""):
         self.max_bytes = max_bytes
         self.root = root
         self.label = label
@@ -63,8 +63,8 @@ class TempArea:
     def path(self) -> str:
         with self._lock:
             if self.closed:
-                raise StepError("internal", f"the temporary directory of {self.label or 'this attempt'} was removed "
-                                            "when the attempt ended; use ctx.tempdir only while the action runs")
+                raise StepError("internal", f"the temporary directory of {self._name()} was removed when the "
+                                            "attempt ended; use ctx.tempdir only while the action runs")
             if self._path is None:
                 if self.root:
                     os.makedirs(self.root, mode=0o700, exist_ok=True)
@@ -81,8 +81,14 @@ class TempArea:
             raise StepError("policy_denied", self._over(used))
         return used
 
+    def _name(self) -> str:
+        label = self.label
+        if isinstance(label, str):
+            return label or "this attempt"
+        return f"step {label.step_id!r} of run {label.run_id} (attempt {label.attempt})"  # a StepContext
+
     def _over(self, used: int) -> str:
-        return (f"{self.label or 'the attempt'} used {used} bytes of temporary storage, over the limit of "
+        return (f"{self._name()} used {used} bytes of temporary storage, over the limit of "
                 f"{self.max_bytes} bytes (tempdir.max_bytes in the runtime configuration)")
 
     def close(self) -> None:
@@ -112,7 +118,7 @@ class TempArea:
             self.close()
 
 
-def area_for(config: Any, label: str = "") -> TempArea:
+def area_for(config: Any, label: Any = "") -> TempArea:
     """A fresh area with the configured limit and root."""
     if config is None:
         return TempArea(label=label)

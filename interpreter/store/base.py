@@ -191,3 +191,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
         """Tokens and cost (USD) charged to ``tenant`` on UTC day number ``day``."""
+
+    # -- the definition registry (see :mod:`interpreter.store.definitions`) -----------------------
+    @abc.abstractmethod
+    def register_definition(self, name: str, version: int, digest: str, signer: str, now: float, *,
+                            pin: bool = False, actor: str = "system"):
+        """Record a loaded (name, version, digest) and its signer, atomically refusing a second digest for a
+        recorded (name, version) and a lower version than the highest without ``pin``; returns the record."""
+
+    @abc.abstractmethod
+    def definitions(self, name: str | None = None) -> list:
+        """Every recorded definition version (with ``active`` and ``pinned``), by name then version."""
+
+    @abc.abstractmethod
+    def record_signer(self, run_id: str, signer: str) -> None:
+        """Record who signed the definition a run executes (``unsigned`` in development mode)."""
+
+    @abc.abstractmethod
+    def run_signer(self, run_id: str) -> str | None: ...

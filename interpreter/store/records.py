@@ -48,6 +48,8 @@ class RunRecord:
     acting_as: str | None = None
     #: ``policy`` or ``open-development`` (no access policy was configured at submit)
     access_mode: str | None = None
+    #: who signed the definition the run executes (a key id, ``sigstore:...``), or ``unsigned``
+    signer: str | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -101,6 +103,8 @@ class NewRun:
     priority: str = "normal"
     acting_as: str | None = None
     access_mode: str | None = None
+    #: who signed the definition (a key id, ``sigstore:...``), or ``unsigned`` (development mode)
+    signer: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

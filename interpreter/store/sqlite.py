@@ -27,6 +27,7 @@ from ..auditchain import VERIFY_COLS, SqliteChain
 from . import sqlite_admission, sqlite_rows as rows
 from .errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
 from .sqlite_schema import migrate
+from .definitions import DefinitionsMixin
 from .sqlite_steps import StepPathMixin
 from .sqlite_sweep import SweepMixin
 
@@ -60,7 +61,7 @@ class _Checkpointer(threading.Thread):
         self._conn.close()
 
 
-class SqliteStore(StepPathMixin, SweepMixin, Store):
+class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
@@ -236,16 +237,17 @@ class SqliteStore(StepPathMixin, SweepMixin, Store):
                       (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
             c.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
                       "initiator, idempotency_key, input_hash, created_at, updated_at, deadline, cursor_step, "
-                      "cursor_attempt, priority, acting_as, access_mode) "
-                      "VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?)",
+                      "cursor_attempt, priority, acting_as, access_mode, signer) "
+                      "VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?,?)",
                       (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json,
                        new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
-                       new.priority, new.acting_as, new.access_mode))
+                       new.priority, new.acting_as, new.access_mode, new.signer))
             self._audit(c, now, new.id, None, "run.created", new.initiator, None, "created",
                         {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
                          "tenant": new.tenant, "idempotency_key": new.idempotency_key,
                          **({"acting_as": new.acting_as} if new.acting_as not in (None, new.initiator) else {}),
-                         **({"access": new.access_mode} if new.access_mode else {})})
+                         **({"access": new.access_mode} if new.access_mode else {}),
+                         **({"signer": new.signer} if new.signer else {})})
             self._run_to(c, now, new.id, "created", "queued", new.initiator)
             if new.deadline is not None:
                 c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",

@@ -15,7 +15,8 @@ def dumps(value) -> str:
 
 RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, idempotency_key, "
             "input_hash, created_at, updated_at, deadline, output, error_class, error_message, steps_executed, "
-            "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority, acting_as, access_mode")
+            "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority, acting_as, access_mode, "
+            "signer")
 
 ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, "
                 "started_at, ended_at, due_at, output, error_class, error_message, data")

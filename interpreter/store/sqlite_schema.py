@@ -129,12 +129,19 @@ def _audit_chain(conn: sqlite3.Connection) -> None:
     chain_migrate(conn)
 
 
+def _definitions(conn: sqlite3.Connection) -> None:
+    from .definitions import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 #: (version, description, function); applied in order
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
     (2, "runs.priority; dead_letters status index", _statements(_V2)),
     (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
     (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
+    (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
 ]
 LATEST = MIGRATIONS[-1][0]
 

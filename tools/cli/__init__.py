@@ -11,6 +11,8 @@ from . import lang, runs
 from . import trust
 from . import security
 from . import controls
+from . import worker
+from . import registry
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -24,6 +26,8 @@ lang.register(cli)
 runs.register(cli)
 trust.register(cli)
 security.register(cli)
+worker.register(cli)
+registry.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
+import logging
 import os
 import sys
 import time
@@ -18,7 +19,8 @@ from typing import Any
 import click
 
 from . import controls
-from .lang import actions_option, compile_or_exit
+from .. import loading
+from .lang import actions_option
 from .output import fail_usage
 from .security import access_option, check_principal_option, is_shared_store, load_access, require_policy, \
     tenant_option
@@ -28,6 +30,17 @@ FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
 store_option = click.option("--store", "store_url", metavar="URL", envvar="SEALFLOW_STORE",
                             help="State store (sqlite:///PATH). Default: $SEALFLOW_STORE or sqlite:///.sealflow/state.db")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+
+def trust_options(fn):
+    """--trust POLICY, --bundle PATH, --pin-version: load only what a trusted signer signed (docs/trust.md)."""
+    fn = click.option("--pin-version", is_flag=True,
+                      help="Operator override: run this version although a newer one ran on this store (audited).")(fn)
+    fn = click.option("--bundle", metavar="PATH", help="The signature file (default: FILE.sigstore.json or "
+                      "FILE.dsse.json beside it).")(fn)
+    return click.option("--trust", metavar="POLICY", envvar="SEALFLOW_TRUST",
+                        help="Trust policy: run the file only if its signature verifies (offline). Without it, "
+                        "development mode: the run records 'unsigned'.")(fn)
 
 
 def default_principal() -> str:
@@ -81,6 +94,8 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     url = store_url or os.environ.get("SEALFLOW_STORE")
     if url is None:
         os.makedirs(".sealflow", exist_ok=True)
+    # the command line has said so itself (load_access): no second copy from the runtime's logger
+    logging.getLogger("sealflow.access").setLevel(logging.ERROR)
     try:
         rt = Runtime(url, access=provider, config=controls.load_config())
     except StoreError as exc:
@@ -110,6 +125,8 @@ def status_dict(status) -> dict:
     out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
            "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
            "steps": _steps(status)}
+    if getattr(run, "signer", None):
+        out["signer"] = run.signer
     if getattr(run, "acting_as", None) not in (None, run.initiator):
         out["acting_as"] = run.acting_as
     if getattr(run, "access_mode", None):
@@ -192,19 +209,24 @@ def _refuse(exc: Exception) -> None:
 @tenant_option
 @access_option
 @click.option("--idempotency-key", metavar="KEY", help="Submitting again with the same key returns the same run.")
+@trust_options
 @json_option
-def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, as_json):
+def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
+        pin_version, as_json):
     """Run a definition to its end (or until it waits) on the embedded default."""
     value = parse_input(raw_input)
     _import_actions(actions)
-    plan = compile_or_exit(file, ("interpreter.demo",) + tuple(actions))
+    loaded = loading.load(file, ("interpreter.demo",) + tuple(actions), trust=trust, bundle=bundle)
+    plan = loaded.plan
     from interpreter.authz import Unauthorized
     from interpreter.errors import StepError
     from interpreter.store import AdmissionRefused, IdempotencyConflict
 
     with open_runtime(store_url, actions, access=access_path) as rt:
         try:
-            run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key)
+            loading.record(rt, loaded, pin=pin_version, actor=principal)
+            run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
+                               signer=loaded.signer)
         except Unauthorized as exc:
             _refuse(f"unauthorized: {exc.message}")
         except StepError as exc:
@@ -237,22 +259,27 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
 @tenant_option
 @access_option
 @click.option("--idempotency-key", metavar="KEY")
+@trust_options
 @json_option
-def submit(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, as_json):
+def submit(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
+           pin_version, as_json):
     """Queue a run without driving it; `sealflow recover` (or a worker) drives it."""
     value = parse_input(raw_input)
     provider = load_access(access_path)
     if is_shared_store(store_url):
         require_policy(provider, "submit to a shared store")
     _import_actions(actions)
-    plan = compile_or_exit(file, ("interpreter.demo",) + tuple(actions))
+    loaded = loading.load(file, ("interpreter.demo",) + tuple(actions), trust=trust, bundle=bundle)
+    plan = loaded.plan
     from interpreter.authz import Unauthorized
     from interpreter.errors import StepError
     from interpreter.store import AdmissionRefused, IdempotencyConflict
 
     with open_runtime(store_url, actions, access=provider) as rt:
         try:
-            run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key)
+            loading.record(rt, loaded, pin=pin_version, actor=principal)
+            run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
+                               signer=loaded.signer)
         except Unauthorized as exc:
             _refuse(f"unauthorized: {exc.message}")
         except StepError as exc:

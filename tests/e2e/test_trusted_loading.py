@@ -1,0 +1,158 @@
+"""Runtime loading with a trust policy: only what a trusted signer signed runs, and a store never
+silently replaces or rolls back a signed version.
+
+Given an Ed25519 key in a trust policy and signed definitions, when `sealflow run --trust` loads them,
+then a verified file runs and records its signer; a tampered file, an unknown signer, a file whose name
+disagrees with the name and version inside, a second digest for a recorded version and a rollback are
+refused with exit 1 and nothing runs; an operator's pin allows the rollback and is audited.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
+INPUT = json.dumps({"lead_id": "lead_midco"})
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def signed(tmp_path, capsys):
+    """A folder with a key pair, a trust policy naming it, and the example signed as v1 and v2."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    assert cli(capsys, "keygen", "--out", folder / "ops")[0] == 0
+    (folder / "policy.yaml").write_text("keys:\n  - id: ops\n    public_key: ops.pub.pem\n")
+    v1 = folder / "lead-qualification.v1.yaml"
+    shutil.copy(EXAMPLE, v1)
+    v2 = folder / "lead-qualification.v2.yaml"
+    v2.write_text(EXAMPLE.read_text().replace("version: 1", "version: 2", 1))
+    for f in (v1, v2):
+        assert cli(capsys, "sign", f, "--key", folder / "ops.pem")[0] == 0
+    return folder
+
+
+def run(capsys, folder, name, *extra):
+    return cli(capsys, "run", folder / name, "--trust", folder / "policy.yaml", "--input", INPUT, "--json", *extra)
+
+
+def runs_in_store(capsys) -> int:
+    from interpreter.store import open_store
+
+    store = open_store()
+    try:
+        return len(store.list_runs())
+    finally:
+        store.close()
+
+
+def test_given_a_signed_definition_when_run_with_trust_then_it_runs_and_records_its_signer(capsys, signed):
+    code, out, _ = run(capsys, signed, "lead-qualification.v1.yaml")
+    result = json.loads(out)
+    assert code == 0 and result["state"] == "completed" and result["signer"] == "ops"
+    code, out, _ = cli(capsys, "definitions", "list", "--json")
+    [record] = json.loads(out)
+    assert (record["name"], record["version"], record["signer"], record["active"]) == \
+        ("lead-qualification", 1, "ops", True)
+
+
+def test_given_a_tampered_file_when_run_with_trust_then_refused_and_nothing_runs(capsys, signed):
+    path = signed / "lead-qualification.v1.yaml"
+    path.write_text(path.read_text().replace("max_attempts: 3", "max_attempts: 20"))
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml")
+    assert code == 1 and "[tampered]" in err
+    assert runs_in_store(capsys) == 0
+
+
+def test_given_an_unknown_signer_when_run_with_trust_then_refused(capsys, signed, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    assert cli(capsys, "keygen", "--out", other / "mallory")[0] == 0
+    assert cli(capsys, "sign", signed / "lead-qualification.v1.yaml", "--key", other / "mallory.pem")[0] == 0
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml")
+    assert code == 1 and "[unknown-signer]" in err
+    assert runs_in_store(capsys) == 0
+
+
+def test_given_an_unsigned_file_when_run_with_trust_then_refused(capsys, signed):
+    (signed / "lead-qualification.v1.yaml.dsse.json").unlink()
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml")
+    assert code == 1 and "[unsigned]" in err
+
+
+def test_given_a_file_named_for_another_version_when_run_with_trust_then_refused(capsys, signed):
+    renamed = signed / "lead-qualification.v7.yaml"
+    shutil.copy(signed / "lead-qualification.v1.yaml", renamed)
+    shutil.copy(signed / "lead-qualification.v1.yaml.dsse.json", str(renamed) + ".dsse.json")
+    code, _, err = run(capsys, signed, "lead-qualification.v7.yaml")
+    assert code == 1 and "holds lead-qualification" in err and "v7" in err
+    assert runs_in_store(capsys) == 0
+
+
+def test_given_a_signed_file_whose_name_says_no_version_when_run_with_trust_then_refused(capsys, signed):
+    renamed = signed / "latest.yaml"
+    shutil.copy(signed / "lead-qualification.v1.yaml", renamed)
+    shutil.copy(signed / "lead-qualification.v1.yaml.dsse.json", str(renamed) + ".dsse.json")
+    code, _, err = run(capsys, signed, "latest.yaml")
+    assert code == 1 and "not what its file name says" in err and "lead-qualification.v1.yaml" in err
+    assert runs_in_store(capsys) == 0
+
+
+def test_given_a_recorded_version_when_a_second_digest_arrives_then_refused(capsys, signed):
+    assert run(capsys, signed, "lead-qualification.v1.yaml")[0] == 0
+    path = signed / "lead-qualification.v1.yaml"
+    path.write_text(path.read_text().replace("timeout: 24h", "timeout: 48h"))
+    assert cli(capsys, "sign", path, "--key", signed / "ops.pem")[0] == 0  # validly signed, but v1 already ran
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml")
+    assert code == 1 and "[second-digest]" in err
+    assert runs_in_store(capsys) == 1
+
+
+def test_given_a_newer_version_ran_when_an_older_one_is_loaded_then_refused_unless_pinned(capsys, signed):
+    assert run(capsys, signed, "lead-qualification.v1.yaml")[0] == 0
+    assert run(capsys, signed, "lead-qualification.v2.yaml")[0] == 0
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml")
+    assert code == 1 and "[rollback]" in err and "--pin-version" in err
+    code, out, _ = run(capsys, signed, "lead-qualification.v1.yaml", "--pin-version", "--as", "user:operator")
+    assert code == 0 and json.loads(out)["version"] == 1
+    code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
+    records = {r["version"]: r for r in json.loads(out)}
+    assert records[1]["active"] and records[1]["pinned"] and not records[2]["active"]
+    from interpreter.store import open_store
+
+    store = open_store()
+    try:
+        pins = [e for e in store.audit(None) if e.event == "definition.pinned"]
+    finally:
+        store.close()
+    assert pins and pins[0].actor == "user:operator"
+
+
+def test_given_no_trust_policy_when_run_then_development_mode_is_announced_and_recorded(capsys):
+    code, out, err = cli(capsys, "run", EXAMPLE, "--input", INPUT, "--json")
+    assert code == 0 and "development mode" in err
+    assert json.loads(out)["signer"] == "unsigned"
+
+
+def test_given_a_run_in_flight_when_a_newer_version_is_loaded_then_it_keeps_its_version(capsys, signed):
+    code, out, _ = cli(capsys, "run", signed / "lead-qualification.v1.yaml", "--trust", signed / "policy.yaml",
+                       "--input", json.dumps({"lead_id": "lead_acme"}), "--json")
+    waiting = json.loads(out)
+    assert code == 3 and waiting["state"] == "waiting"
+    assert run(capsys, signed, "lead-qualification.v2.yaml")[0] == 0
+    code, out, _ = cli(capsys, "approve", waiting["run_id"], "--as", "user:ben", "--json")
+    done = json.loads(out)
+    assert code == 0 and done["state"] == "completed"
+    assert (done["version"], done["plan_digest"]) == (1, waiting["plan_digest"])

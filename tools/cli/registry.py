@@ -1,0 +1,80 @@
+"""`sealflow definitions list|show`: the store's registry of loaded definitions (versions, digests,
+signers, which is active, pins). See :mod:`interpreter.store.definitions`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import click
+
+from .output import fail_usage
+
+store_option = click.option("--store", "store_url", metavar="URL", envvar="SEALFLOW_STORE",
+                            help="State store (sqlite:///PATH). Default: $SEALFLOW_STORE or sqlite:///.sealflow/state.db")
+
+
+def _store(url: str | None):
+    from interpreter.store import StoreError, open_store
+
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        fail_usage(str(exc))
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@click.group()
+def definitions():
+    """The definitions a store has loaded: versions, digests, signers, the active one, pins."""
+
+
+@definitions.command("list")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+def list_(store_url, as_json):
+    """Every (name, version) loaded for a run, with its digest and signer."""
+    store = _store(store_url)
+    try:
+        records = store.definitions()
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(r) for r in records], indent=2))
+        return
+    if not records:
+        click.echo("no signed definition has been loaded on this store (unsigned runs are not recorded here)")
+    for r in records:
+        flags = " ".join(f for f, on in (("active", r.active), ("pinned", r.pinned)) if on)
+        click.echo(f"{r.name:<28} v{r.version:<4} {r.digest[:23]}...  {r.signer:<24} {flags}")
+
+
+@definitions.command("show")
+@click.argument("name")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+def show(name, store_url, as_json):
+    """The versions of one definition: digests, signers, first and last load, pins."""
+    store = _store(store_url)
+    try:
+        records = store.definitions(name)
+    finally:
+        store.close()
+    if not records:
+        fail_usage(f"no definition named {name!r} has been loaded on this store")
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(r) for r in records], indent=2))
+        return
+    for r in records:
+        flags = ", ".join(f for f, on in (("active", r.active), ("pinned by an operator", r.pinned)) if on)
+        click.echo(f"{r.name} v{r.version}{'  (' + flags + ')' if flags else ''}\n  digest {r.digest}\n"
+                   f"  signer {r.signer}\n  first loaded {_when(r.first_seen)}, last {_when(r.last_seen)}, "
+                   f"{r.loads} load(s)")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(definitions)

@@ -1,0 +1,220 @@
+"""``sealflow worker``: a long-lived worker process of the distributed deployment.
+
+    sealflow worker --broker redis://127.0.0.1:6379/0 --store sqlite:////srv/sealflow/state.db \\
+        --actions myco.actions --access access.yaml --threads 4 --queue sealflow
+
+It opens the store, builds a Dramatiq ``RedisBroker`` (:func:`interpreter.actors.redis_broker`:
+``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
+``worker ready: ...`` line on stdout and then serves (:meth:`interpreter.runtime.Runtime.serve`):
+it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
+``sealflow submit`` in another process is picked up within a fraction of a second), sweeps expired
+leases and due timers, and ends the leases of dead workers of this machine. Each step it runs is
+logged at INFO on stderr.
+
+Where it may run: several workers on one machine share one SQLite store file (WAL, every write one
+fenced transaction). Workers on several machines need a network store; the Redis store is not built
+yet, so today a deployment is one machine (a SQLite file on a network file system is not safe).
+
+It refuses to start without an access policy (``--access FILE`` or ``$SEALFLOW_ACCESS``; exit 1)
+unless ``--allow-open`` (development only). A broker URL that is not Redis, or a broker it cannot
+reach, is a usage error (exit 2).
+
+Stopping (SIGTERM or SIGINT): the worker *finishes* what it is running. It stops dispatching and
+taking messages, gives the attempts already running up to ``--grace`` seconds to finish and commit,
+puts the messages it fetched but had not started back on the queue (any left in Dramatiq's prefetch
+buffer are requeued once its heartbeat is old, or resent by a sweeper), and exits 0. An attempt
+still running after the grace period (or at a second signal, which exits at once with 1) is
+*abandoned*: its result is never committed; its lease is ended by another worker on this machine
+within about a second (else it expires: the step's timeout plus a margin) and another worker runs
+the step again. A completed effect with an idempotency key is not repeated (the ledger); an effect
+cut off before its commit is, unless the action passes ``ctx.idempotency_key`` on to its provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+
+import click
+
+from . import controls
+from .lang import actions_option
+from .output import fail_usage
+from .security import access_option, load_access, require_policy
+
+log = logging.getLogger("sealflow.worker")
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+_QUEUE = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,127}$")
+
+
+def _check_queue(ctx, param, value):
+    if not _QUEUE.match(value) or value.endswith((".DQ", ".XQ")):
+        raise click.BadParameter(f"{value!r} is not a queue name: a letter or '_', then letters, digits, '.', '_' "
+                                 "or '-' (not ending in .DQ or .XQ), like sealflow")
+    return value
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (``redis://user:PASSWORD@host`` or ``?password=``) shown as ``***``."""
+    url = re.sub(r"^([a-z]+://[^/@:]*:)[^/]*@", r"\1***@", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
+
+
+def step_log():
+    """A Dramatiq middleware that logs each step message this worker runs at INFO and remembers the
+    ones in progress (so a shutdown can name what it abandons). Set its ``store`` to add the run's
+    state to the log line. (Built on call: the command line imports Dramatiq only when it runs.)"""
+    import dramatiq
+
+    class StepLog(dramatiq.Middleware):
+        def __init__(self) -> None:
+            self.store = None
+            self.running: dict[str, tuple[tuple, float]] = {}
+            self._lock = threading.Lock()
+
+        def before_process_message(self, broker, message) -> None:
+            run_id, step_id, attempt = message.args[:3]
+            with self._lock:
+                self.running[message.message_id] = (tuple(message.args[:3]), time.monotonic())
+            log.info("run %s: step %s attempt %s: started", run_id, step_id, attempt)
+
+        def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
+            with self._lock:
+                _, started = self.running.pop(message.message_id, (None, time.monotonic()))
+            run_id, step_id, attempt = message.args[:3]
+            try:
+                state = self.store.get_run(run_id).state if self.store is not None else "?"
+            except Exception:  # noqa: BLE001 - a log line must not fail the message (the store may be closing)
+                state = "?"
+            log.info("run %s: step %s attempt %s: handled in %.0f ms; the run is %s", run_id, step_id, attempt,
+                     (time.monotonic() - started) * 1000, state)
+
+        after_skip_message = after_process_message
+
+    return StepLog()
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("dramatiq").setLevel(logging.WARNING)
+
+
+def _install_signals(stop: threading.Event) -> None:
+    def on_signal(signum, frame):
+        if stop.is_set():
+            os.write(2, f"sealflow worker: second {signal.Signals(signum).name}: exiting now, abandoning the "
+                        "running attempts (their leases end and other workers take them)\n".encode())
+            os._exit(1)
+        # set the event from another thread: the main thread may hold the event's lock right now
+        threading.Thread(target=stop.set, name="sealflow-stop").start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+@click.command()
+@click.option("--broker", "broker_url", metavar="URL", envvar="SEALFLOW_BROKER", default=DEFAULT_BROKER,
+              show_default=True, help="Redis broker URL: redis://HOST:PORT/DB, rediss:// for TLS ($SEALFLOW_BROKER).")
+@click.option("--store", "store_url", metavar="URL", envvar="SEALFLOW_STORE",
+              help="State store: sqlite:///PATH, shared by every worker on this machine ($SEALFLOW_STORE; default "
+                   "sqlite:///.sealflow/state.db). Several machines need a network store: the Redis store is not "
+                   "built yet.")
+@actions_option
+@access_option
+@click.option("--allow-open", is_flag=True,
+              help="Start without an access policy (open development mode: anyone may do anything). Development only.")
+@click.option("--threads", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Worker threads: step messages run at the same time in this process.")
+@click.option("--queue", "queue_name", metavar="NAME", default="sealflow", show_default=True, callback=_check_queue,
+              help="The Dramatiq queue to consume and send to; every worker of one store uses the same one.")
+@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True, metavar="SECONDS",
+              help="At SIGTERM/SIGINT, how long running attempts may take to finish before they are abandoned.")
+@click.option("--redeliver-after", type=click.FloatRange(1), default=60.0, show_default=True, metavar="SECONDS",
+              help="Send a message again when it was sent this long ago and never claimed (lost with a dead worker).")
+def worker(broker_url, store_url, actions, access_path, allow_open, threads, queue_name, grace, redeliver_after):
+    """Run steps from a Redis broker until SIGTERM/SIGINT (the distributed deployment).
+
+    Every worker of one deployment loads the same --actions and shares the store; several workers on
+    one machine may share one SQLite store file. Several machines need a network store (the Redis
+    store is not built yet). `sealflow submit --store URL` queues runs for the workers; no --broker
+    is needed there: the workers send what the store's outbox holds.
+
+    At SIGTERM/SIGINT running attempts get --grace seconds to finish; one still running after that
+    is abandoned (its lease ends, another worker reruns it). Exit 0 after a clean stop, 1 refused (no
+    access policy), 2 usage error (a bad or unreachable broker, a bad store URL).
+    """
+    provider = load_access(access_path, quiet=allow_open)
+    if not allow_open:
+        require_policy(provider, "sealflow worker")
+    from .runs import _import_actions
+
+    _import_actions(actions)
+    from interpreter.actors import redis_broker
+    from interpreter.runtime import Runtime
+    from interpreter.store import StoreError
+
+    shown = redact(broker_url)
+    try:
+        broker = redis_broker(broker_url)
+        broker.client.ping()
+    except ValueError as exc:
+        fail_usage(f"--broker {shown}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - redis-py raises several kinds: all mean "not there"
+        fail_usage(f"cannot reach the broker at {shown}: {exc}; start Redis there or fix --broker "
+                   "(or $SEALFLOW_BROKER)")
+    steps = step_log()
+    broker.add_middleware(steps)
+
+    url = store_url or os.environ.get("SEALFLOW_STORE")
+    if url is None:
+        os.makedirs(".sealflow", exist_ok=True)
+    stop = threading.Event()
+    _install_signals(stop)
+    _setup_logging()
+    try:
+        rt = Runtime(url, access=provider, config=controls.load_config(), broker=broker, queue_name=queue_name,
+                     worker_threads=threads, redeliver_after=redeliver_after)
+    except StoreError as exc:
+        fail_usage(str(exc))
+    steps.store = rt.store
+    try:
+        rt.start()  # the Dramatiq worker, then recovery of what is in flight
+        log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
+        click.echo(f"worker ready: broker {shown}, store {getattr(rt.store, 'url', url)}, "
+                   f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}")
+        sys.stdout.flush()
+        rt.serve(stop, allow_open=allow_open)
+        log.info("stopping: running attempts have %.0f s to finish", grace)
+    finally:
+        rt.close(grace=grace)
+    for (run_id, step_id, attempt), _ in list(steps.running.values()):
+        log.warning("run %s: step %s attempt %s: abandoned; its lease ends and another worker runs it again",
+                    run_id, step_id, attempt)
+    _forget_heartbeat(broker)
+    log.info("worker stopped")
+
+
+def _forget_heartbeat(broker) -> None:
+    """Remove this worker's Dramatiq heartbeat when it holds no unacknowledged message (a clean stop
+    leaves nothing in Redis); with one left (an abandoned attempt) keep it, so Dramatiq requeues it
+    once the heartbeat is old."""
+    try:
+        acks = f"{broker.namespace}:__acks__.{broker.broker_id}."
+        if next(iter(broker.client.scan_iter(match=acks + "*", count=1000)), None) is None:
+            broker.client.zrem(f"{broker.namespace}:__heartbeats__", broker.broker_id)
+    except Exception:  # noqa: BLE001 - tidiness only; Dramatiq's maintenance removes old heartbeats too
+        log.debug("could not remove the heartbeat of broker %s", broker.broker_id, exc_info=True)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(worker)

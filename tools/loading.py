@@ -1,0 +1,91 @@
+"""Loading a definition for a run: verify (when a trust policy is given), compile the same bytes, record it.
+
+With ``--trust POLICY`` the file's bytes are read once, their signature verified against the policy
+(offline), and those same bytes compiled (:func:`dsl.trust.verify_file`); the ``name`` and ``version``
+inside must match the file name (``<name>.v<version>.yaml``); the store's definition registry then refuses
+a second digest for a recorded (name, version) and a rollback without ``--pin-version``.
+
+Without a policy, a local file runs in development mode: a warning is printed and the run records
+``unsigned`` as its signer. Processes meant to serve a shared deployment (``worker``, ``serve``) refuse
+unsigned definitions unless started with ``--allow-unsigned``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from .cli.output import fail_usage
+
+UNSIGNED = "unsigned"
+_FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    plan: object
+    signer: str
+    who: str
+
+
+def refuse(message: str, hint: str | None = None) -> None:
+    click.echo(f"sealflow: refused: {message}" + (f"\n  hint: {hint}" if hint else ""), err=True)
+    sys.exit(1)
+
+
+def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
+         allow_unsigned: bool = True) -> Loaded:
+    """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
+    from .cli.lang import compile_or_exit, load_action_metadata
+
+    if trust is None:
+        if not allow_unsigned:
+            refuse(f"{path} is not verified: this process runs only signed definitions",
+                   "pass --trust POLICY (docs/trust.md), or --allow-unsigned for development")
+        click.echo(f"sealflow: warning: development mode: {path} is not verified (no --trust); the run records "
+                   "'unsigned'", err=True)
+        return Loaded(compile_or_exit(path, action_specs), UNSIGNED, UNSIGNED)
+    from dsl.errors import DefinitionError
+    from dsl.trust import Refused, load_policy, verify_file
+
+    if not Path(path).is_file():
+        fail_usage(f"{path}: no such file")
+    try:
+        policy = load_policy(trust)
+    except DefinitionError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        fail_usage(f"the trust policy {trust} is invalid")
+    except OSError as exc:
+        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
+    try:
+        verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
+    except Refused as exc:
+        refuse(f"{path}: [{exc.reason}] {exc}", getattr(exc, "hint", None))
+    m = _FILE_NAME.match(Path(path).name)
+    if m is None or (m.group("name"), int(m.group("version"))) != (verified.name, verified.version):
+        expected = f"{verified.name}.v{verified.version}.yaml"
+        refuse(f"{path} holds {verified.name} v{verified.version}, which is not what its file name says",
+               f"a signed definition is loaded by its name: call the file {expected}")
+    return Loaded(verified.plan, verified.signer if verified.method == "key" else f"sigstore:{verified.who()}",
+                  verified.who())
+
+
+def record(rt, loaded: Loaded, *, pin: bool, actor: str) -> None:
+    """Record a verified definition in the store's registry (refusing a second digest or a rollback)."""
+    if loaded.signer == UNSIGNED:
+        if pin:
+            fail_usage("--pin-version needs --trust: only signed versions are recorded and pinned")
+        return
+    from interpreter.store.definitions import DefinitionRefused
+
+    plan = loaded.plan
+    try:
+        rt.store.register_definition(plan.name, plan.version, plan.digest, loaded.signer, rt.clock.now(), pin=pin,
+                                     actor=actor)
+    except DefinitionRefused as exc:
+        refuse(f"[{exc.reason}] {exc}")
