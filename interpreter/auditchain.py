@@ -16,11 +16,14 @@ state_before, state_after, ts, decision`` (the authorisation decision:
                            step_id, event, actor, state_before, state_after, decision, tool, summary,
                            error, detail])
 
-computed inside the transaction that appends the event, after reading the
-tenant's head (``audit_heads``: last seq and hash) in that same ``BEGIN
-IMMEDIATE`` transaction; the head moves in the same commit. Inputs and outputs
-never enter the audit log: a step's output appears as its byte size and a
-truncated sha256.
+computed inside the transaction that appends the event, chained to the
+tenant's head (``audit_heads``: last seq and hash) as it stands in that same
+``BEGIN IMMEDIATE`` transaction, and the head moves in the same commit. (A
+process remembers the heads it wrote and moves a head with a compare-and-set
+on that value instead of reading it first; if another process appended
+meanwhile, the set fails and the batch is chained again on the stored heads.)
+Inputs and outputs never enter the audit log: a step's output appears as its
+byte size and a truncated sha256.
 
 :func:`verify` walks each tenant's chain in append order and names the first
 event that does not hold: an *edited* event (its hash no longer matches its
@@ -187,37 +190,43 @@ class SqliteChain:
         based: dict[str, tuple[int, str]] = {}
         out = []
         redact = REDACTOR.active
-        no_extra: dict = {}
+        runs, all_tools, decisions = self._runs, self._tools, _EVENT_DECISION
+        canonical, sha256 = _canonical, _sha256
         for item in pending:
             run_id, step_id, event, actor, before, after, detail, ts = item[:8]
             ts = float(ts)  # a REAL column gives a float back: hash what verify will read
-            extra = (item[8] if len(item) > 8 else None) or no_extra
-            tenant, workflow, version, digest = self._run_meta(c, run_id)
-            pmap = None
-            if detail is not None and ((redact and REDACTOR.contains(detail)) or tenant is None
-                                       or '"error_class"' in detail or '"decision"' in detail):
-                parsed = json.loads(detail)
-                if redact and REDACTOR.contains(detail):
-                    parsed = REDACTOR.value(parsed)
-                    detail = _dumps(parsed)
-                pmap = parsed if type(parsed) is dict else None
-            if extra.get("tenant"):
-                tenant = extra["tenant"]
-            if tenant is None:
-                tenant = str(pmap.get("tenant") or "") if pmap is not None else ""
-            decision = extra.get("decision")
-            if decision is None:
-                decision = _EVENT_DECISION.get(event, "?") if pmap is None else _decision(event, pmap)
-                if decision == "?":
-                    decision = _decision(event, None)
-            tool = extra.get("tool")
-            if tool is None and step_id is not None and digest is not None:
-                tools = self._tools.get(digest)
-                tool = tools.get(step_id) if tools is not None else self._tool(c, digest, step_id)
-            summary = extra.get("summary")
-            error = extra.get("error") or (_error(pmap) if pmap is not None else None)
-            if redact and error:
-                error = REDACTOR.text(error)
+            extra = item[8] if len(item) > 8 else None
+            meta = runs.get(run_id) if run_id is not None else None
+            tools = all_tools.get(meta[3]) if meta is not None else None
+            decision = decisions.get(event, "?")
+            if (detail is None and tools is not None and decision != "?" and not redact
+                    and (extra is None or len(extra) == 1 and "summary" in extra)):
+                # the common case (a step or run event of a known run): nothing to parse or look up
+                tenant, workflow, version, digest = meta
+                tool = tools.get(step_id) if step_id is not None else None
+                summary = extra["summary"] if extra is not None else None
+                error = None
+            else:
+                tenant, workflow, version, digest = self._run_meta(c, run_id)
+                extra = extra or {}
+                pmap = None
+                if detail is not None and ((redact and REDACTOR.contains(detail)) or tenant is None
+                                           or '"error_class"' in detail or '"decision"' in detail):
+                    parsed = json.loads(detail)
+                    if redact and REDACTOR.contains(detail):
+                        parsed = REDACTOR.value(parsed)
+                        detail = _dumps(parsed)
+                    pmap = parsed if type(parsed) is dict else None
+                if extra.get("tenant"):
+                    tenant = extra["tenant"]
+                if tenant is None:
+                    tenant = str(pmap.get("tenant") or "") if pmap is not None else ""
+                decision = extra.get("decision") or _decision(event, pmap)
+                tool = extra.get("tool") or self._tool(c, digest, step_id)
+                summary = extra.get("summary")
+                error = extra.get("error") or (_error(pmap) if pmap is not None else None)
+                if redact and error:
+                    error = REDACTOR.text(error)
             head = heads.get(tenant)
             if head is None:
                 head = known.get(tenant) if known else None
@@ -226,12 +235,13 @@ class SqliteChain:
                     head = (got[0], got[1]) if got else (0, GENESIS)
                 based[tenant] = head
             seq = head[0] + 1
-            digest_ = _sha256(_canonical([tenant, seq, head[1], ts, workflow, version, digest, run_id, step_id, event,
-                                          actor, before, after, decision, tool, summary, error, detail]
-                                         ).encode()).hexdigest()  # = event_hash(...), inlined
+            prev = head[1]
+            digest_ = sha256(canonical([tenant, seq, prev, ts, workflow, version, digest, run_id, step_id, event,
+                                        actor, before, after, decision, tool, summary, error, detail]
+                                       ).encode()).hexdigest()  # = event_hash(...), inlined
             heads[tenant] = (seq, digest_)
             out.append((run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow, version, digest,
-                        decision, tool, summary, error, seq, head[1], digest_))
+                        decision, tool, summary, error, seq, prev, digest_))
         return out, heads, based
 
     def append(self, c, pending: list[tuple]) -> None:

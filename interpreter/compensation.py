@@ -270,3 +270,13 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
                         detail={**info, "error_class": failed.error_class, "left": list(data.get("queue") or ())}),)
     return Commit(run.id, run.rev, step, RunChange(state="quarantined", error_class=failed.error_class,
                                                    error_message=reason), None, None, spec, audit, actor, True)
+
+
+def check_redrive(run) -> None:
+    """Refuse to redrive a run whose completed steps were compensated: rerunning its failed step would
+    build on effects that were undone. Submit a new run instead."""
+    from .store.errors import InvalidOperation
+
+    if run.state != "quarantined" and run.cursor_step and is_compensation(run.cursor_step):
+        raise InvalidOperation(f"run {run.id} cannot be redriven: its completed steps were compensated (undone); "
+                               "submit a new run instead")

@@ -35,7 +35,7 @@ from dsl.errors import DslError
 from dsl.expressions import truthy
 from dsl.plan import Plan, PlanStep
 
-from . import authz, budgets, compensation, flow
+from . import authz, budgets, compensation, flow, trustgate
 from .access import AccessProvider, OpenAccess
 from .clock import Clock
 from .context import Execution, OutputCache, Services
@@ -102,6 +102,8 @@ class Engine:
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
         #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
         self.running_limit: Callable[[str], int | None] | None = None
+        #: which signers' definitions this process executes (None: no check, the embedded default)
+        self.trust_gate: trustgate.TrustGate | None = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled)
 
@@ -159,7 +161,7 @@ class Engine:
         if compensation.is_compensation(step_id):
             return compensation.handle(self, claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
-        refused = self.over_budget(x) or authz.reauthorize(self, x)
+        refused = trustgate.check(self, x) or self.over_budget(x) or authz.reauthorize(self, x)
         outcome = refused or budgets.after(x, self.execute(x))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)

@@ -317,6 +317,7 @@ class Runtime:
     def dlq_redrive(self, run_id: str, *, actor: str = "operator", tenant: str | None = None) -> RunStatus:
         """Rerun the failed step of a dead-lettered run, on the run's original plan digest."""
         run = self._scoped(run_id, tenant, actor, "redrive")
+        compensation.check_redrive(run)
         plan = self.engine.plan(run.plan_digest)
         step_id = run.cursor_step or plan.start
         base, gate = split_step_id(step_id)

@@ -14,7 +14,8 @@ from .base import (
     SweepReport, TimerRecord,
 )
 from .errors import (
-    AdmissionRefused, ClaimDeferred, ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
+    AdmissionRefused, ClaimDeferred, ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition,
+    InvalidOperation, MessageRefused, NotFound,
     SchemaTooNew, StoreError, StoreURLError,
 )
 

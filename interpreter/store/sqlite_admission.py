@@ -83,6 +83,6 @@ def defer_if_full(c, now: float, tenant: str, run_id: str, step_id: str, attempt
     if busy < limit:
         return None
     delay = random.uniform(*DEFER_S)
-    c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) VALUES (?,?,?,?,?,NULL)",
-              (run_id, step_id, attempt, token, now + delay))
+    c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
+              "VALUES (?,?,?,?,?,NULL)", (run_id, step_id, attempt, token, now + delay))
     return delay

@@ -65,7 +65,7 @@ class Deployment:
 
     def start_worker(self, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
         out, err = (open(self.tmp / f"{name}.{s}", "w") for s in ("out", "err"))
-        proc = subprocess.Popen(self.worker_args(*(extra or ("--allow-open",))), cwd=ROOT,
+        proc = subprocess.Popen(self.worker_args("--allow-unsigned", *(extra or ("--allow-open",))), cwd=ROOT,
                                 env={**self.env, **(env or {})}, stdout=out, stderr=err, text=True)
         out.close(), err.close()
         self.workers[name] = proc
@@ -74,7 +74,7 @@ class Deployment:
     def log(self, name: str, stream: str = "err") -> str:
         return (self.tmp / f"{name}.{stream}").read_text()
 
-    def wait_ready(self, name: str, timeout: float = 30) -> str:
+    def wait_ready(self, name: str, timeout: float = 60) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ready = [line for line in self.log(name, "out").splitlines() if line.startswith("worker ready:")]
@@ -98,7 +98,7 @@ class Deployment:
         finally:
             conn.close()
 
-    def wait_completed(self, run_ids, timeout: float = 30) -> None:
+    def wait_completed(self, run_ids, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             states = self.run_states(run_ids)
@@ -163,7 +163,7 @@ def test_given_a_worker_when_another_process_submits_a_run_then_it_completes_wit
 
     run_id = deployment.submit()
     submitted = time.time()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         status = deployment.sealflow("status", run_id, "--store", deployment.store, "--json")
         detail = json.loads(status.stdout)
@@ -174,10 +174,10 @@ def test_given_a_worker_when_another_process_submits_a_run_then_it_completes_wit
     assert [s["id"] for s in detail["steps"]] == ["one", "two", "three", "done"]
     assert deployment.per_step("effects") == ALL_ONCE and deployment.per_step("calls") == ALL_ONCE
 
-    # picked up from the outbox by the worker's serve loop within about a second (bound kept loose for CI)
+    # picked up from the outbox by the worker's serve loop (0.2 s polls; the bound is loose for loaded CI hosts)
     started = next(line for line in deployment.log("a").splitlines() if f"run {run_id}: step one attempt 1: started"
                    in line)
-    assert log_time(started) - submitted < 3.0
+    assert log_time(started) - submitted < 5.0
     assert f"run {run_id}: step done attempt 1: handled in" in deployment.log("a")
 
     assert deployment.stop("a") == 0
@@ -205,7 +205,7 @@ def test_given_two_workers_under_a_policy_when_ten_runs_are_submitted_then_all_c
         run_ids.append(out.strip())
     assert len(set(run_ids)) == 10
 
-    deployment.wait_completed(run_ids, timeout=40)
+    deployment.wait_completed(run_ids)
     assert deployment.per_step("effects") == {"one": 10, "two": 10, "three": 10}
     calls = deployment.table("calls")
     assert len(calls) == 30 and len({key for _, key in calls}) == 30  # no action was called twice
@@ -220,7 +220,7 @@ def test_given_a_worker_killed_in_the_middle_of_a_step_then_another_worker_finis
     deployment.wait_ready("a")
     run_id = deployment.submit()
     marker = Path(deployment.env["CRASH_MARKER"])
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not marker.exists():
         assert time.monotonic() < deadline, f"step two never started: {deployment.log('a')}"
         time.sleep(0.05)
@@ -230,7 +230,7 @@ def test_given_a_worker_killed_in_the_middle_of_a_step_then_another_worker_finis
 
     assert deployment.stop("a", signal.SIGKILL) == -signal.SIGKILL
     # b ends the dead worker's lease (same machine: at once; elsewhere: at lease expiry) and reruns step two
-    deployment.wait_completed([run_id], timeout=30)
+    deployment.wait_completed([run_id])
     assert deployment.per_step("effects") == ALL_ONCE
     assert deployment.per_step("calls") == {"one": 1, "two": 2, "three": 1}  # the killed attempt, and b's
     assert f"run {run_id}: step two attempt 1: started" in deployment.log("b")
@@ -242,7 +242,7 @@ def test_given_a_step_outlasting_the_grace_when_a_worker_is_stopped_then_it_aban
     deployment.wait_ready("a")
     run_id = deployment.submit()
     marker = Path(deployment.env["CRASH_MARKER"])
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not marker.exists():
         assert time.monotonic() < deadline, f"step three never started: {deployment.log('a')}"
         time.sleep(0.05)
@@ -253,10 +253,27 @@ def test_given_a_step_outlasting_the_grace_when_a_worker_is_stopped_then_it_aban
     assert deployment.stop("a", signal.SIGTERM) == 0
     assert time.monotonic() - stopping < 15
     assert f"run {run_id}: step three attempt 1: abandoned" in deployment.log("a")
-    deployment.wait_completed([run_id], timeout=30)
+    deployment.wait_completed([run_id])
     assert deployment.per_step("effects") == ALL_ONCE
     assert deployment.per_step("calls") == {"one": 1, "two": 1, "three": 2}
     assert deployment.stop("b") == 0
+
+
+def test_given_a_worker_without_allow_unsigned_when_an_unsigned_run_arrives_then_it_refuses_to_execute_it(
+        deployment):
+    proc = subprocess.Popen(deployment.worker_args("--allow-open"), cwd=ROOT, env=deployment.env,
+                            stdout=open(deployment.tmp / "strict.out", "w"), stderr=open(deployment.tmp / "strict.err", "w"),
+                            text=True)
+    deployment.workers["strict"] = proc
+    deployment.wait_ready("strict")
+    run_id = deployment.submit()
+    deadline = time.monotonic() + 60
+    while deployment.run_states([run_id]).get(run_id) not in ("failed",) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = json.loads(deployment.sealflow("status", run_id, "--store", deployment.store, "--json").stdout)
+    assert status["state"] == "failed" and status["error"]["class"] == "unauthorized", status
+    assert "unsigned definition" in status["error"]["message"]
+    assert not Path(deployment.env["CRASH_EFFECTS_DB"]).exists()  # the action never ran: no effect, no call
 
 
 def test_given_no_access_policy_when_a_worker_starts_then_it_refuses(tmp_path):

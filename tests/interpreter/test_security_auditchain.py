@@ -169,15 +169,16 @@ def test_the_migration_chains_events_written_before_it(tmp_path):
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
     migrate(conn, target=3)
-    conn.execute("INSERT INTO plans VALUES ('sha256:p', 'w', 1, '{\"steps\": [{\"id\": \"a\", \"action\": \"x.y\"}]}', 0)")
+    body = json.dumps({"steps": [{"id": "a", "action": "x.y"}]})
+    conn.execute("INSERT INTO plans VALUES ('sha256:p', 'w', 1, ?, 0)", (body,))
     conn.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, "
                  "input_hash, created_at, updated_at) VALUES ('r1', 'acme', 'w', 1, 'sha256:p', '{}', 'completed', 3, "
                  "'user:ana', 'h', 0, 0)")
     for i, event in enumerate(("run.created", "step.succeeded", "run.completed")):
         conn.execute("INSERT INTO audit (run_id, step_id, event, actor, ts) VALUES ('r1', ?, ?, 'system', ?)",
                      ("a" if "step" in event else None, event, float(i)))
-    conn.execute("INSERT INTO audit (run_id, event, actor, detail, ts) VALUES (NULL, 'submit_denied', 'user:eve', ?, 3)",
-                 (json.dumps({"tenant": "globex"}),))
+    conn.execute("INSERT INTO audit (run_id, event, actor, detail, ts) VALUES (NULL, 'submit_denied', 'user:eve', "
+                 "?, 3)", (json.dumps({"tenant": "globex"}),))
     conn.close()
     # When it is opened by this version
     store = open_store(f"sqlite:///{path}")

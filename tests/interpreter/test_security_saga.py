@@ -83,6 +83,11 @@ def test_a_run_that_fails_for_good_undoes_its_completed_steps_newest_first(runti
     assert [e.tool for e in runtime.audit(status.run.id) if e.event == "compensation.succeeded"] == ["t.undo"] * 2
     # its result is in the idempotency ledger
     assert runtime.store.ledger_get("default", f"{status.run.id}:charge:compensate").result == {"undone": "charge"}
+    # and it cannot be redriven: its failed step would build on effects that were undone
+    from interpreter.store import InvalidOperation
+
+    with pytest.raises(InvalidOperation, match="compensated"):
+        runtime.dlq_redrive(status.run.id)
 
 
 def test_a_step_visited_twice_is_compensated_once(runtime, world):

@@ -122,6 +122,26 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, on_signal)
 
 
+def _trust_gate(trust: str | None, allow_unsigned: bool):
+    """Refuse runs of unsigned definitions unless --allow-unsigned; with --trust, only the policy's signers."""
+    from interpreter.trustgate import TrustGate, from_policy
+
+    if trust is None:
+        return TrustGate(allow_unsigned=allow_unsigned)
+    from dsl.errors import DefinitionError
+    from dsl.trust import load_policy
+
+    try:
+        policy = load_policy(trust)
+    except DefinitionError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        fail_usage(f"the trust policy {trust} is invalid")
+    except OSError as exc:
+        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
+    return TrustGate(allow_unsigned=allow_unsigned, signers=from_policy(policy))
+
+
 @click.command()
 @click.option("--broker", "broker_url", metavar="URL", envvar="SEALFLOW_BROKER", default=DEFAULT_BROKER,
               show_default=True, help="Redis broker URL: redis://HOST:PORT/DB, rediss:// for TLS ($SEALFLOW_BROKER).")
@@ -133,6 +153,10 @@ def _install_signals(stop: threading.Event) -> None:
 @access_option
 @click.option("--allow-open", is_flag=True,
               help="Start without an access policy (open development mode: anyone may do anything). Development only.")
+@click.option("--trust", metavar="POLICY", envvar="SEALFLOW_TRUST",
+              help="Trust policy: execute only runs whose definition a signer it names signed.")
+@click.option("--allow-unsigned", is_flag=True,
+              help="Development: also execute runs of unsigned definitions (refused by default).")
 @click.option("--threads", type=click.IntRange(1, 256), default=4, show_default=True,
               help="Worker threads: step messages run at the same time in this process.")
 @click.option("--queue", "queue_name", metavar="NAME", default="sealflow", show_default=True, callback=_check_queue,
@@ -141,7 +165,8 @@ def _install_signals(stop: threading.Event) -> None:
               help="At SIGTERM/SIGINT, how long running attempts may take to finish before they are abandoned.")
 @click.option("--redeliver-after", type=click.FloatRange(1), default=60.0, show_default=True, metavar="SECONDS",
               help="Send a message again when it was sent this long ago and never claimed (lost with a dead worker).")
-def worker(broker_url, store_url, actions, access_path, allow_open, threads, queue_name, grace, redeliver_after):
+def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow_unsigned, threads, queue_name,
+           grace, redeliver_after):
     """Run steps from a Redis broker until SIGTERM/SIGINT (the distributed deployment).
 
     Every worker of one deployment loads the same --actions and shares the store; several workers on
@@ -187,6 +212,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, threads, que
     except StoreError as exc:
         fail_usage(str(exc))
     steps.store = rt.store
+    rt.engine.trust_gate = _trust_gate(trust, allow_unsigned)
     try:
         rt.start()  # the Dramatiq worker, then recovery of what is in flight
         log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
