@@ -145,3 +145,28 @@ def test_given_garbage_when_validated_in_a_real_process_then_exit_1_and_no_trace
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert f"{path}:" in proc.stdout and "error[" in proc.stdout
+
+
+def test_the_lazy_command_map_names_every_command_its_modules_register():
+    import importlib
+
+    import click
+
+    from tools.cli import COMMANDS
+
+    # Given each command module, when it registers its commands on a fresh group
+    for module in set(COMMANDS.values()):
+        group = click.Group()
+        importlib.import_module(f"tools.cli.{module}").register(group)
+        # then the lazy map sends exactly those names to that module
+        assert set(group.commands) == {n for n, m in COMMANDS.items() if m == module}, module
+
+
+def test_validate_does_not_import_the_runtime_or_signing():
+    code = ("import sys; from tools.cli import main; main(['validate', %r]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('interpreter.runtime', 'dramatiq', 'sigstore', "
+            "'tools.cli.runs', 'tools.cli.worker'))))" % EXAMPLE)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

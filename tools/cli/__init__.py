@@ -7,27 +7,39 @@ import sys
 
 import click
 
-from . import lang, runs
-from . import trust
-from . import security
 from . import controls
-from . import worker
-from . import registry
+
+#: command name -> the module that registers it; a module is imported only when one of its commands runs
+#: (or for --help), so `sealflow validate` never pays for the runtime's, signing's or the worker's imports
+COMMANDS: dict[str, str] = {
+    **dict.fromkeys(("validate", "lint", "plan", "graph"), "lang"),
+    **dict.fromkeys(("run", "submit", "status", "approve", "reject", "cancel", "recover", "dlq", "audit"), "runs"),
+    **dict.fromkeys(("keygen", "sign", "verify", "diff"), "trust"),
+    "approvals": "security",
+    "worker": "worker",
+    "definitions": "registry",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A group whose commands live in modules imported on first use (click's documented lazy pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            import importlib
+
+            importlib.import_module(f"{__name__}.{COMMANDS[name]}").register(self)
+        return self.commands.get(name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="sealflow", prog_name="sealflow")
 @controls.config_option
 def cli() -> None:
     """Sealflow: declarative, durable, reviewable AI workflows."""
-
-
-lang.register(cli)
-runs.register(cli)
-trust.register(cli)
-security.register(cli)
-worker.register(cli)
-registry.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:
