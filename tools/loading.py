@@ -37,6 +37,21 @@ def refuse(message: str, hint: str | None = None) -> None:
     sys.exit(1)
 
 
+def load_trust_policy(trust: str):
+    """The trust policy at ``trust``; an invalid or unreadable one is a usage error with located diagnostics."""
+    from dsl.errors import DefinitionError
+    from dsl.trust import load_policy
+
+    try:
+        return load_policy(trust)
+    except DefinitionError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        fail_usage(f"the trust policy {trust} is invalid")
+    except OSError as exc:
+        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
+
+
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
     """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
@@ -49,19 +64,11 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
         click.echo(f"sealflow: warning: development mode: {path} is not verified (no --trust); the run records "
                    "'unsigned'", err=True)
         return Loaded(compile_or_exit(path, action_specs), UNSIGNED, UNSIGNED)
-    from dsl.errors import DefinitionError
-    from dsl.trust import Refused, load_policy, verify_file
+    from dsl.trust import Refused, verify_file
 
     if not Path(path).is_file():
         fail_usage(f"{path}: no such file")
-    try:
-        policy = load_policy(trust)
-    except DefinitionError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        fail_usage(f"the trust policy {trust} is invalid")
-    except OSError as exc:
-        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
+    policy = load_trust_policy(trust)
     try:
         verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
     except Refused as exc:

@@ -306,6 +306,22 @@ def _drive_after(rt, run_id: str, as_json: bool) -> None:
     finish(rt.drive(run_id), as_json)
 
 
+def _decide(run_id, actions, store_url, principal, tenant, access_path, as_json, decision) -> None:
+    """Answer an approval gate as ``principal`` (refusals exit 1), then drive the run on."""
+    from interpreter.authz import Unauthorized
+    from interpreter.store import InvalidOperation
+
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        _get_status(rt, run_id, tenant, principal)
+        try:
+            decision(rt)
+        except Unauthorized as exc:
+            _refuse(f"unauthorized: {exc.message}")
+        except InvalidOperation as exc:
+            _refuse(exc)
+        _drive_after(rt, run_id, as_json)
+
+
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--step", "step_id", metavar="STEP", help="The approval step (default: the one waiting).")
@@ -318,18 +334,8 @@ def _drive_after(rt, run_id: str, as_json: bool) -> None:
 @json_option
 def approve(run_id, step_id, comment, actions, store_url, principal, tenant, access_path, as_json):
     """Approve a run waiting at an approval gate, then drive it on."""
-    from interpreter.authz import Unauthorized
-    from interpreter.store import InvalidOperation
-
-    with open_runtime(store_url, actions, access=access_path) as rt:
-        _get_status(rt, run_id, tenant, principal)
-        try:
-            rt.approve(run_id, step_id, actor=principal, tenant=tenant, comment=comment)
-        except Unauthorized as exc:
-            _refuse(f"unauthorized: {exc.message}")
-        except InvalidOperation as exc:
-            _refuse(exc)
-        _drive_after(rt, run_id, as_json)
+    _decide(run_id, actions, store_url, principal, tenant, access_path, as_json,
+            lambda rt: rt.approve(run_id, step_id, actor=principal, tenant=tenant, comment=comment))
 
 
 @click.command()
@@ -344,18 +350,8 @@ def approve(run_id, step_id, comment, actions, store_url, principal, tenant, acc
 @json_option
 def reject(run_id, step_id, reason, actions, store_url, principal, tenant, access_path, as_json):
     """Reject a run waiting at an approval gate (the step fails with policy_denied), then drive it on."""
-    from interpreter.authz import Unauthorized
-    from interpreter.store import InvalidOperation
-
-    with open_runtime(store_url, actions, access=access_path) as rt:
-        _get_status(rt, run_id, tenant, principal)
-        try:
-            rt.reject(run_id, step_id, actor=principal, tenant=tenant, reason=reason)
-        except Unauthorized as exc:
-            _refuse(f"unauthorized: {exc.message}")
-        except InvalidOperation as exc:
-            _refuse(exc)
-        _drive_after(rt, run_id, as_json)
+    _decide(run_id, actions, store_url, principal, tenant, access_path, as_json,
+            lambda rt: rt.reject(run_id, step_id, actor=principal, tenant=tenant, reason=reason))
 
 
 @click.command()

@@ -128,18 +128,9 @@ def _trust_gate(trust: str | None, allow_unsigned: bool):
 
     if trust is None:
         return TrustGate(allow_unsigned=allow_unsigned)
-    from dsl.errors import DefinitionError
-    from dsl.trust import load_policy
+    from tools.loading import load_trust_policy
 
-    try:
-        policy = load_policy(trust)
-    except DefinitionError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        fail_usage(f"the trust policy {trust} is invalid")
-    except OSError as exc:
-        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
-    return TrustGate(allow_unsigned=allow_unsigned, signers=from_policy(policy))
+    return TrustGate(allow_unsigned=allow_unsigned, signers=from_policy(load_trust_policy(trust)))
 
 
 @click.command()
