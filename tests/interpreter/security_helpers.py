@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import copy
 import random
 from pathlib import Path
@@ -64,3 +66,18 @@ def events(rt: Runtime, name: str, run_id: str | None = "*") -> list:
     """Audit events called ``name`` (of one run, of none with ``run_id=None``, or of all with ``"*"``)."""
     found = rt.store.audit(None)
     return [e for e in found if e.event == name and (run_id == "*" or e.run_id == run_id)]
+
+
+@pytest.fixture
+def policy(tmp_path):
+    """An access policy file the test rewrites (the runtime re-reads it at each decision)."""
+    return PolicyFile(tmp_path / "access.yaml")
+
+
+@pytest.fixture
+def rt(tmp_path, registry, clock, policy):
+    """A runtime under ``policy`` (not open development mode)."""
+    runtime = secured_runtime(tmp_path, registry, clock, policy)
+    yield runtime
+    runtime.close()
+    runtime.store.close()

@@ -10,6 +10,7 @@ from interpreter.approvals import ApprovalVoid, show_hash
 from interpreter.authz import Unauthorized
 from interpreter.store import InvalidOperation
 from security_helpers import PolicyFile, events, secured_runtime
+from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture
@@ -22,19 +23,6 @@ def charges(registry):
         return {"charged": amount}
 
     return done
-
-
-@pytest.fixture
-def policy(tmp_path):
-    return PolicyFile(tmp_path / "access.yaml")
-
-
-@pytest.fixture
-def rt(tmp_path, registry, clock, policy):
-    runtime = secured_runtime(tmp_path, registry, clock, policy)
-    yield runtime
-    runtime.close()
-    runtime.store.close()
 
 
 def gated(approvers=("role:manager",), quorum=1, timeout_ms=3_600_000, version=1, **kw):

@@ -7,6 +7,7 @@ import pytest
 from interp_helpers import S, approval, make_plan, retry
 from interpreter.actions import action
 from security_helpers import PolicyFile, events, secured_runtime
+from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture
@@ -24,19 +25,6 @@ def effects(registry):
         return {"found": True}
 
     return done
-
-
-@pytest.fixture
-def policy(tmp_path):
-    return PolicyFile(tmp_path / "access.yaml")
-
-
-@pytest.fixture
-def rt(tmp_path, registry, clock, policy):
-    runtime = secured_runtime(tmp_path, registry, clock, policy)
-    yield runtime
-    runtime.close()
-    runtime.store.close()
 
 
 def approve_then_charge(trigger=None, **step):

@@ -15,6 +15,7 @@ from interpreter.access import (
 from interpreter.actions import action
 from interpreter.authz import Unauthorized
 from security_helpers import PolicyFile, events, secured_runtime
+from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture
@@ -33,19 +34,6 @@ def charge_plan(**kw):
     return make_plan(S("charge", "action", action="t.charge", args={"amount": "${{ input.amount }}"},
                        permissions=("billing:charge",), idempotency_key="${{ run.id }}:charge"),
                      permissions=("billing:charge", "crm:read"), **kw)
-
-
-@pytest.fixture
-def policy(tmp_path):
-    return PolicyFile(tmp_path / "access.yaml")
-
-
-@pytest.fixture
-def rt(tmp_path, registry, clock, policy):
-    runtime = secured_runtime(tmp_path, registry, clock, policy)
-    yield runtime
-    runtime.close()
-    runtime.store.close()
 
 
 def test_an_outsider_submits_and_is_refused_nothing_created_and_audited(rt, charges):

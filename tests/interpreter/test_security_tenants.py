@@ -8,6 +8,7 @@ from interp_helpers import S, approval, make_plan
 from interpreter.actions import action
 from interpreter.store import Message, NotFound
 from security_helpers import PolicyFile, events, secured_runtime
+from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture
@@ -20,19 +21,6 @@ def charges(registry):
         return {"charged": amount}
 
     return done
-
-
-@pytest.fixture
-def policy(tmp_path):
-    return PolicyFile(tmp_path / "access.yaml")
-
-
-@pytest.fixture
-def rt(tmp_path, registry, clock, policy):
-    runtime = secured_runtime(tmp_path, registry, clock, policy)
-    yield runtime
-    runtime.close()
-    runtime.store.close()
 
 
 def gated():
