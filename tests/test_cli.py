@@ -170,3 +170,33 @@ def test_validate_does_not_import_the_runtime_or_signing():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+SLOW_ACTIONS = '''
+import time
+from interpreter import action
+
+@action("slowcli.work", permissions=[], effect="read")
+def work(ctx, seconds: float = 0.5):
+    time.sleep(seconds)
+    return {"slept": seconds}
+'''
+
+SLOW_WORKFLOW = """\
+sealflow: 1
+name: slowcli
+version: 1
+owner: team:test
+steps:
+  - {id: first, action: slowcli.work, with: {seconds: 0.8}}
+  - {id: done, succeed: {}}
+"""
+
+
+def test_given_a_slow_step_when_run_then_its_start_is_printed_before_it_ends(capsys, tmp_path):
+    (tmp_path / "slow_actions.py").write_text(SLOW_ACTIONS)
+    (tmp_path / "slowcli.v1.yaml").write_text(SLOW_WORKFLOW)
+    code, out, _ = run(capsys, "run", str(tmp_path / "slowcli.v1.yaml"), "--actions", str(tmp_path / "slow_actions.py"))
+    lines = [line.split() for line in out.splitlines() if line.startswith("  first")]
+    assert code == 0
+    assert [line[3] for line in lines] == ["started", "succeeded"]

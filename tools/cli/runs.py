@@ -157,6 +157,53 @@ def print_timeline(status, *, since: int = 0) -> None:
         click.echo(line)
 
 
+_ENDED = ("succeeded", "failed", "timed_out", "skipped", "cancelled", "retry_wait", "waiting")
+
+
+class LiveTimeline:
+    """Prints each attempt as it starts and as it ends, read from the store while the run is driven."""
+
+    def __init__(self) -> None:
+        self.shown: dict[tuple[str, int], str] = {}
+
+    def update(self, status) -> None:
+        for a in status.attempts:
+            key = (a.step_id, a.attempt)
+            last = self.shown.get(key)
+            if a.state == last or a.state in ("pending", "scheduled"):
+                continue
+            self.shown[key] = a.state
+            if a.state == "running":
+                click.echo(f"  {a.step_id:<24} {'attempt ' + str(a.attempt):<10} started")
+            elif a.state in _ENDED:
+                print_timeline(type(status)(status.run, [a], status.waiting))
+
+
+def drive_live(rt, run_id: str):
+    """Drive the run on a background thread, printing its steps as they start and end; the final status."""
+    import threading
+
+    done: dict = {}
+
+    def work() -> None:
+        try:
+            done["status"] = rt.drive(run_id)
+        except BaseException as exc:  # re-raised on the calling thread
+            done["error"] = exc
+
+    timeline = LiveTimeline()
+    thread = threading.Thread(target=work, name="sealflow-drive", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+        if thread.is_alive():
+            timeline.update(rt.status(run_id))
+    if "error" in done:
+        raise done["error"]
+    timeline.update(done["status"])
+    return done["status"]
+
+
 def print_status(status) -> None:
     d = status_dict(status)
     click.echo(f"run {d['run_id']}  {d['workflow']} v{d['version']}  {d['plan_digest'][:19]}...  "
@@ -235,9 +282,8 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
             _refuse(exc)
         if not as_json:
             click.echo(f"run {run_id}: {plan.name} v{plan.version} ({plan.digest[:19]}...) as {principal}")
-        status = rt.drive(run_id)
+        status = rt.drive(run_id) if as_json else drive_live(rt, run_id)
         if not as_json:
-            print_timeline(status)
             click.echo(f"state: {status.state}")
             if status.run.error_class:
                 click.echo(f"error: {status.run.error_class}: {status.run.error_message}")
