@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sealflow.compensation")
 
 SUFFIX = "@compensate"
-_ENDINGS = ("failed", "cancelled")
+_ENDINGS = ("failed", "cancelled", "timed_out")
 _has: dict[str, bool] = {}
 
 
@@ -109,8 +109,9 @@ def _started(actor: str, order: list[str], end: str) -> AuditEvent:
 # -- entering ---------------------------------------------------------------------------------------
 
 def amend(engine: "Engine", x: Execution, commit: Commit) -> Commit:
-    """``commit``, turned into the start of compensation when it ends the run ``failed`` or
-    ``cancelled`` and completed steps have something to undo. Cheap when it does not apply."""
+    """``commit``, turned into the start of compensation when it ends the run ``failed``, ``timed_out``
+    (a step that timed out for good, or the run deadline seen by a worker) or ``cancelled`` and completed
+    steps have something to undo. Cheap when it does not apply."""
     change = commit.run
     if change.state not in _ENDINGS or is_compensation(x.step_id):
         return commit
@@ -245,7 +246,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
             return Commit(run.id, run.rev, step, RunChange(), following, ledger, None, tuple(audit), actor, True)
         end = data.get("end") or "failed"
         dead = data.get("dead_letter")
-        spec = DeadLetterSpec(**dead) if end == "failed" and dead else None
+        spec = DeadLetterSpec(**dead) if end in ("failed", "timed_out") and dead else None
         audit.append(AuditEvent("compensation.finished", None, actor, detail={"then": end}))
         return Commit(run.id, run.rev, step, RunChange(state=end), None, ledger, spec, tuple(audit), actor, True)
     failed = outcome if isinstance(outcome, Failed) else Failed("internal", f"unexpected outcome {outcome!r}")

@@ -50,7 +50,7 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     # compensating: the `compensate` actions of completed steps run, newest first
     #   (interpreter.compensation); then the run ends as it would have (failed, into the
     #   dead-letter list, or cancelled), or -> quarantined when a compensation fails for good
-    "compensating": frozenset({"failed", "cancelled", "quarantined"}),
+    "compensating": frozenset({"failed", "cancelled", "timed_out", "quarantined"}),
     "completed": frozenset(),
     # failed -> queued: a dead-letter redrive (on the original plan digest)
     # failed -> quarantined: the same failure fingerprint repeated across redrives

@@ -225,3 +225,24 @@ def test_sigkill_mid_compensation_resumes_it_on_recovery(tmp_path):
         assert "lease_expired" in [e.event for e in rt.audit(run_id)]
     finally:
         rt.close()
+
+
+def test_a_run_found_past_its_deadline_by_a_worker_is_compensated_and_ends_timed_out(runtime, world, registry,
+                                                                                     clock):
+    # Given a completed step with a compensation, and a step during which the run's deadline passes
+    @action("t.long", registry=registry)
+    def long_(ctx):
+        clock.advance(120)  # two minutes pass on the run's clock
+        return {}
+
+    plan = make_plan(S("reserve", "action", action="t.make", args={"name": "reserve"}, compensate=undo("reserve")),
+                     S("long", "action", action="t.long"),
+                     S("after", "action", action="t.make", args={"name": "after"}),
+                     budget={"max_runtime_ms": 60_000})
+    # When a worker claims the next step after the deadline
+    status = runtime.run(plan, {}, initiator="user:ana")
+    # Then that step does not start, the completed step is undone, and the run ends timed_out
+    assert "after" not in world["done"] and world["undone"] == ["reserve"]
+    assert status.state == "timed_out" and status.error[0] == "timeout", status.error
+    assert status.step_states()["reserve@compensate"] == "succeeded"
+    assert runtime.store.dead_letter(status.run.id) is not None
