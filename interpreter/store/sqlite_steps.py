@@ -31,7 +31,7 @@ def new_token() -> int:
 
 class StepPathMixin:
     def _insert_attempt(self, c, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
-                        actor: str = "system") -> tuple[int, Message | None]:
+                        actor: str = "system", *, tenant: str | None = None) -> tuple[int, Message | None]:
         """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor."""
         number = c.execute("SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts WHERE run_id = ? AND step_id = ?",
                            (run_id, nxt.step_id)).fetchone()[0]
@@ -47,8 +47,10 @@ class StepPathMixin:
                       (run_id, nxt.step_id, number, token, nxt.due_at, now if inline else None))
             if not inline:
                 return number, None
-            tenant = c.execute("SELECT tenant FROM runs WHERE id = ?", (run_id,)).fetchone()
-            return number, Message(run_id, nxt.step_id, number, token, tenant and tenant[0])
+            if tenant is None:  # the caller did not have it at hand
+                got = c.execute("SELECT tenant FROM runs WHERE id = ?", (run_id,)).fetchone()
+                tenant = got and got[0]
+            return number, Message(run_id, nxt.step_id, number, token, tenant)
         if nxt.timer_kind is not None:
             c.execute("INSERT INTO timers (run_id, step_id, attempt, token, kind, fire_at) VALUES (?,?,?,?,?,?)",
                       (run_id, nxt.step_id, number, token, nxt.timer_kind, nxt.due_at))
@@ -113,13 +115,13 @@ class StepPathMixin:
         with self._tx() as c:
             run_id = commit.run_id
             step = commit.step
-            got = c.execute("SELECT r.state, r.rev, a.state, a.token FROM runs r LEFT JOIN attempts a ON "
+            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant FROM runs r LEFT JOIN attempts a ON "
                             "a.run_id = r.id AND a.step_id = ? AND a.attempt = ? WHERE r.id = ?",
                             (step and step.step_id, step and step.attempt, run_id)).fetchone()
             if got is None:
                 raise NotFound(f"no run {run_id!r}")
-            run_state, rev = got[0], got[1]
-            cur = got[2:]
+            run_state, rev, tenant = got[0], got[1], got[4]
+            cur = got[2:4]
             if step is not None:
                 if cur[0] is None or cur[1] != step.token:
                     raise FencingError(f"step {step.step_id!r} attempt {step.attempt} of run {run_id}: token "
@@ -143,7 +145,7 @@ class StepPathMixin:
                 c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
             if commit.next is not None:
                 number, msg = self._insert_attempt(c, now, run_id, commit.next, commit.dispatch_inline, rev + 1,
-                                                   actor)
+                                                   actor, tenant=tenant)
                 cursor = (commit.next.step_id, number)
                 if msg is not None:
                     messages = (msg,)
