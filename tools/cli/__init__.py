@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "approvals": "security",
     "worker": "worker",
     "definitions": "registry",
+    "scheduler": "scheduler",
 }
 
 

@@ -1,0 +1,46 @@
+"""`sealflow scheduler`: scheduled definitions are submitted once per slot, acting as their run_as."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tools.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFINITIONS = ROOT / "definitions"
+SLOT_TIME = "2026-11-30T07:20:00+01:00"  # twenty minutes after weekly-report's Monday 07:00 (Berlin) slot
+
+
+def fire(capsys, at: str, *extra: str):
+    code = main(["scheduler", str(DEFINITIONS), "--once", "--at", at, "--json", *extra])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_given_a_due_slot_when_the_scheduler_fires_then_one_run_acts_as_the_schedules_identity(capsys):
+    code, done = fire(capsys, SLOT_TIME)
+    assert code == 0 and len(done) == 1
+    [entry] = done
+    assert entry["workflow"] == "weekly-report" and entry["run_as"] == "service:weekly-report"
+    assert entry["state"] == "waiting"  # at its approval gate
+    main(["status", entry["run_id"], "--json"])
+    status = json.loads(capsys.readouterr().out)
+    assert status["initiator"] == "service:sealflow-scheduler" and status["acting_as"] == "service:weekly-report"
+
+
+def test_given_a_slot_already_submitted_when_the_scheduler_fires_again_then_no_second_run(capsys):
+    _, first = fire(capsys, SLOT_TIME)
+    _, again = fire(capsys, "2026-11-30T07:45:00+01:00")
+    assert [e["run_id"] for e in again] == [e["run_id"] for e in first]
+
+
+def test_given_a_slot_older_than_the_catch_up_window_when_fired_then_nothing_is_submitted(capsys):
+    code, done = fire(capsys, "2026-11-30T09:30:00+01:00")
+    assert code == 0 and done == []
+
+
+def test_given_a_policy_without_the_service_identity_when_fired_then_the_submission_is_refused(capsys, tmp_path):
+    policy = tmp_path / "access.yaml"
+    policy.write_text("tenants:\n  default:\n    roles: {viewer: [metrics:read]}\n    members: {user:ana: [viewer]}\n")
+    code, done = fire(capsys, SLOT_TIME, "--access", str(policy))
+    assert code == 1 and "refused" in done[0] and "service:weekly-report" in done[0]["refused"]
