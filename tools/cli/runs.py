@@ -247,6 +247,24 @@ def _refuse(exc: Exception) -> None:
     sys.exit(1)
 
 
+def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
+    """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
+    from interpreter.authz import Unauthorized
+    from interpreter.errors import StepError
+    from interpreter.store import AdmissionRefused, IdempotencyConflict
+
+    try:
+        loading.record(rt, loaded, pin=pin_version, actor=principal)
+        return rt.submit(loaded.plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
+                         signer=loaded.signer)
+    except Unauthorized as exc:
+        _refuse(f"unauthorized: {exc.message}")
+    except StepError as exc:
+        fail_usage(exc.message)
+    except (IdempotencyConflict, AdmissionRefused) as exc:
+        _refuse(exc)
+
+
 @click.command()
 @click.argument("file", metavar="FILE")
 @click.option("--input", "raw_input", metavar="JSON|@FILE", help="The run's input, as JSON or @path/to/file.json.")
@@ -265,21 +283,9 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     _import_actions(actions)
     loaded = loading.load(file, ("interpreter.demo",) + tuple(actions), trust=trust, bundle=bundle)
     plan = loaded.plan
-    from interpreter.authz import Unauthorized
-    from interpreter.errors import StepError
-    from interpreter.store import AdmissionRefused, IdempotencyConflict
-
     with open_runtime(store_url, actions, access=access_path) as rt:
-        try:
-            loading.record(rt, loaded, pin=pin_version, actor=principal)
-            run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
-                               signer=loaded.signer)
-        except Unauthorized as exc:
-            _refuse(f"unauthorized: {exc.message}")
-        except StepError as exc:
-            fail_usage(exc.message)
-        except (IdempotencyConflict, AdmissionRefused) as exc:
-            _refuse(exc)
+        run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
+                         pin_version=pin_version)
         if not as_json:
             click.echo(f"run {run_id}: {plan.name} v{plan.version} ({plan.digest[:19]}...) as {principal}")
         status = rt.drive(run_id) if as_json else drive_live(rt, run_id)
@@ -316,22 +322,9 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
         require_policy(provider, "submit to a shared store")
     _import_actions(actions)
     loaded = loading.load(file, ("interpreter.demo",) + tuple(actions), trust=trust, bundle=bundle)
-    plan = loaded.plan
-    from interpreter.authz import Unauthorized
-    from interpreter.errors import StepError
-    from interpreter.store import AdmissionRefused, IdempotencyConflict
-
     with open_runtime(store_url, actions, access=provider) as rt:
-        try:
-            loading.record(rt, loaded, pin=pin_version, actor=principal)
-            run_id = rt.submit(plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
-                               signer=loaded.signer)
-        except Unauthorized as exc:
-            _refuse(f"unauthorized: {exc.message}")
-        except StepError as exc:
-            fail_usage(exc.message)
-        except (IdempotencyConflict, AdmissionRefused) as exc:
-            _refuse(exc)
+        run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
+                         pin_version=pin_version)
         click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
 
 
