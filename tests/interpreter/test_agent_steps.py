@@ -457,10 +457,11 @@ def test_a_tool_that_outlives_the_attempt_times_it_out(runtime, providers, regis
 
     @action("kb.slow", permissions=["kb:read"], registry=registry)
     def slow(ctx, query: str) -> dict:
-        time.sleep(0.5)
+        time.sleep(2.0)
         return {"count": 1}
 
     providers["m"] = ScriptedAgent(Call("kb.slow", query="x"), {"answer": "late"})
-    status = run_plan(runtime, agent_step(tools=("kb.slow",), timeout_ms=100))
+    # (a timeout long enough that the call has surely started on a loaded machine, far shorter than the tool)
+    status = run_plan(runtime, agent_step(tools=("kb.slow",), timeout_ms=500))
     assert status.error[0] == "timeout" and attempt_of(status).state == "timed_out"
     assert attempt_of(status).data["agent"]["calls"][0]["outcome"] == "timeout"
