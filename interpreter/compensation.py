@@ -172,6 +172,45 @@ def cancel(engine: "Engine", run_id: str, *, actor: str, reason: str = "") -> bo
     return False
 
 
+def deadline(engine: "Engine", run_id: str) -> bool:
+    """A run past its deadline whose completed steps need undoing, while none of its attempts runs: its
+    pending attempt (a timer, a backoff, an approval) ends and compensation starts, then the run ends
+    ``timed_out`` (dead-lettered), in one commit. False when it does not apply (nothing to undo, an
+    attempt is running, the run is no longer active): the sweeper then times the run out as usual."""
+    store = engine.store
+    for _ in range(8):
+        run = store.get_run(run_id)
+        if run.state not in ("queued", "running", "waiting") or run.deadline is None:
+            return False
+        plan = engine.plan(run.plan_digest)
+        if not has_compensations(plan):
+            return False
+        active = store.active_attempt(run_id)
+        if active is not None and active.state == "running":
+            return False
+        order = queue(engine, run_id, plan)
+        if not order:
+            return False
+        now = engine.clock.now()
+        limit = plan.budget.max_runtime_ms
+        why = "the run passed " + (f"its budget.max_runtime of {limit // 1000}s" if limit else "its deadline")
+        step_id = None if active is None else active.step_id
+        step = None if active is None else StepChange(
+            active.step_id, active.attempt, active.token, "timed_out" if active.state == "waiting" else "cancelled")
+        dead = DeadLetterSpec(step_id, f"run timed out: {why}", "timeout", fingerprint(step_id, "timeout", why))
+        commit = Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="timeout",
+                                                         error_message=why),
+                        _first(plan, order, {"end": "timed_out", "why": why, "dead_letter": dataclasses.asdict(dead)},
+                               now),
+                        audit=(_started("sweeper", order, "timed_out"),), actor="sweeper")
+        try:
+            store.commit(commit, now)
+            return True
+        except (ConcurrencyError, FencingError):
+            continue  # a worker claimed or the run moved: look again
+    return False
+
+
 # -- one compensation attempt -----------------------------------------------------------------------
 
 def handle(engine: "Engine", claimed: Claimed) -> tuple[Message, ...]:

@@ -85,7 +85,8 @@ class Runtime:
         self.queue_name = queue_name
         self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
         self.dispatcher = Dispatcher(self.store, self._send, self.clock)
-        self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after)
+        self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
+                               past_deadline=lambda run_id: compensation.deadline(self.engine, run_id))
         self.redeliver_after = redeliver_after
         self.sleep_threshold = sleep_threshold
         self.worker_threads = worker_threads

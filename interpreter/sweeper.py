@@ -10,18 +10,27 @@ outbox row sent long ago and never claimed is sent again.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .clock import Clock
 from .store.base import Store, SweepReport
 
 
 class Sweeper:
-    def __init__(self, store: Store, clock: Clock, *, redeliver_after: float = 60.0):
+    def __init__(self, store: Store, clock: Clock, *, redeliver_after: float = 60.0,
+                 past_deadline: Callable[[str], bool] | None = None):
         self.store = store
         self.clock = clock
         self.redeliver_after = redeliver_after
+        #: given a run past its deadline, start its compensation (True) or leave it to be timed out (False)
+        self.past_deadline = past_deadline
 
     def sweep(self) -> SweepReport:
         total = SweepReport()
+        if self.past_deadline is not None:
+            for run_id in self.store.due_deadlines(self.clock.now()):
+                if self.past_deadline(run_id):
+                    total.runs_touched.add(run_id)
         while True:
             report = self.store.sweep(self.clock.now(), redeliver_after=self.redeliver_after)
             total.leases_expired += report.leases_expired

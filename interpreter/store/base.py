@@ -209,3 +209,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def run_signer(self, run_id: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def due_deadlines(self, now: float) -> list[str]:
+        """Runs whose ``run_deadline`` timer is due at ``now`` (the sweeper times them out)."""

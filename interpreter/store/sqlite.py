@@ -271,6 +271,10 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
         got = self._read(f"SELECT {rows.DLQ_COLS} FROM dead_letters WHERE run_id = ?", (run_id,))
         return rows.dead_letter(got[0]) if got else None
 
+    def due_deadlines(self, now: float) -> list[str]:
+        return [r[0] for r in self._read("SELECT run_id FROM timers WHERE kind = 'run_deadline' AND fire_at <= ? "
+                                         "ORDER BY fire_at", (now,))]
+
     def timers(self, run_id: str | None = None) -> list[TimerRecord]:
         sql = "SELECT id, run_id, step_id, attempt, token, kind, fire_at FROM timers"
         got = self._read(sql + " WHERE run_id = ? ORDER BY fire_at", (run_id,)) if run_id else \

@@ -246,3 +246,23 @@ def test_a_run_found_past_its_deadline_by_a_worker_is_compensated_and_ends_timed
     assert status.state == "timed_out" and status.error[0] == "timeout", status.error
     assert status.step_states()["reserve@compensate"] == "succeeded"
     assert runtime.store.dead_letter(status.run.id) is not None
+
+
+def test_a_run_past_its_deadline_while_it_waits_is_compensated_and_ends_timed_out(runtime, world, clock):
+    from interp_helpers import approval
+
+    # Given a completed step with a compensation, then an approval nobody answers, and a one-minute deadline
+    plan = make_plan(S("reserve", "action", action="t.make", args={"name": "reserve"}, compensate=undo("reserve")),
+                     S("gate", "approval", approval=approval(timeout_ms=3_600_000)),
+                     S("after", "action", action="t.make", args={"name": "after"}),
+                     budget={"max_runtime_ms": 60_000})
+    run_id = runtime.submit(plan, {}, initiator="user:ana")
+    assert runtime.drive(run_id).state == "waiting"
+    # When the deadline passes while it waits, and the sweeper runs
+    clock.advance(120)
+    status = runtime.drive(run_id, until="final")
+    # Then the gate ends, the completed step is undone, and the run ends timed_out in the dead-letter list
+    assert world["undone"] == ["reserve"] and "after" not in world["done"]
+    assert status.state == "timed_out" and status.error[0] == "timeout", status.error
+    assert status.step_states()["gate"] == "timed_out"
+    assert runtime.store.dead_letter(run_id).step_id == "gate"
