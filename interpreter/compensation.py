@@ -135,16 +135,14 @@ def amend(engine: "Engine", x: Execution, commit: Commit) -> Commit:
                                audit=commit.audit + (_started(commit.actor, order, end),))
 
 
-def cancel(engine: "Engine", run_id: str, *, actor: str, reason: str = "") -> bool:
-    """Cancel a run whose completed steps need undoing while none of its attempts runs: its
-    pending attempt (scheduled, in backoff, waiting on a timer or an approval) is cancelled and
-    compensation starts, in one commit. False when there is nothing to undo or an attempt is
-    running (then :meth:`Store.cancel` does the rest: ``cancelling``, and the attempt's own commit
-    starts compensation)."""
+def _start_while_idle(engine: "Engine", run_id: str, build, *, needs_deadline: bool = False) -> bool:
+    """Start compensation of an active run none of whose attempts is running, with the commit
+    ``build(run, plan, active, order, now)`` makes; False when there is nothing to undo, an attempt
+    is running or the run is no longer active. Retried when a worker or an operator moved the run."""
     store = engine.store
     for _ in range(8):
         run = store.get_run(run_id)
-        if run.state not in ("queued", "running", "waiting"):
+        if run.state not in ("queued", "running", "waiting") or (needs_deadline and run.deadline is None):
             return False
         plan = engine.plan(run.plan_digest)
         if not has_compensations(plan):
@@ -156,20 +154,32 @@ def cancel(engine: "Engine", run_id: str, *, actor: str, reason: str = "") -> bo
         if not order:
             return False
         now = engine.clock.now()
-        why = reason or f"cancelled by {actor}"
-        step = None if active is None else StepChange(active.step_id, active.attempt, active.token, "cancelled")
-        commit = Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="cancelled",
-                                                         error_message=why),
-                        _first(plan, order, {"end": "cancelled", "why": why, "dead_letter": None}, now),
-                        audit=(AuditEvent("cancel_requested", None, actor, detail={"reason": reason} if reason
-                                          else None), _started(actor, order, "cancelled")),
-                        actor=actor)
         try:
-            store.commit(commit, now)
+            store.commit(build(run, plan, active, order, now), now)
             return True
         except (ConcurrencyError, FencingError):
             continue  # a worker claimed or the run moved: look again
     return False
+
+
+def cancel(engine: "Engine", run_id: str, *, actor: str, reason: str = "") -> bool:
+    """Cancel a run whose completed steps need undoing while none of its attempts runs: its
+    pending attempt (scheduled, in backoff, waiting on a timer or an approval) is cancelled and
+    compensation starts, in one commit. False when there is nothing to undo or an attempt is
+    running (then :meth:`Store.cancel` does the rest: ``cancelling``, and the attempt's own commit
+    starts compensation)."""
+    why = reason or f"cancelled by {actor}"
+
+    def build(run, plan, active, order, now) -> Commit:
+        step = None if active is None else StepChange(active.step_id, active.attempt, active.token, "cancelled")
+        return Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="cancelled",
+                                                       error_message=why),
+                      _first(plan, order, {"end": "cancelled", "why": why, "dead_letter": None}, now),
+                      audit=(AuditEvent("cancel_requested", None, actor, detail={"reason": reason} if reason
+                                        else None), _started(actor, order, "cancelled")),
+                      actor=actor)
+
+    return _start_while_idle(engine, run_id, build)
 
 
 def deadline(engine: "Engine", run_id: str) -> bool:
@@ -177,38 +187,21 @@ def deadline(engine: "Engine", run_id: str) -> bool:
     pending attempt (a timer, a backoff, an approval) ends and compensation starts, then the run ends
     ``timed_out`` (dead-lettered), in one commit. False when it does not apply (nothing to undo, an
     attempt is running, the run is no longer active): the sweeper then times the run out as usual."""
-    store = engine.store
-    for _ in range(8):
-        run = store.get_run(run_id)
-        if run.state not in ("queued", "running", "waiting") or run.deadline is None:
-            return False
-        plan = engine.plan(run.plan_digest)
-        if not has_compensations(plan):
-            return False
-        active = store.active_attempt(run_id)
-        if active is not None and active.state == "running":
-            return False
-        order = queue(engine, run_id, plan)
-        if not order:
-            return False
-        now = engine.clock.now()
+
+    def build(run, plan, active, order, now) -> Commit:
         limit = plan.budget.max_runtime_ms
         why = "the run passed " + (f"its budget.max_runtime of {limit // 1000}s" if limit else "its deadline")
         step_id = None if active is None else active.step_id
         step = None if active is None else StepChange(
             active.step_id, active.attempt, active.token, "timed_out" if active.state == "waiting" else "cancelled")
         dead = DeadLetterSpec(step_id, f"run timed out: {why}", "timeout", fingerprint(step_id, "timeout", why))
-        commit = Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="timeout",
-                                                         error_message=why),
-                        _first(plan, order, {"end": "timed_out", "why": why, "dead_letter": dataclasses.asdict(dead)},
-                               now),
-                        audit=(_started("sweeper", order, "timed_out"),), actor="sweeper")
-        try:
-            store.commit(commit, now)
-            return True
-        except (ConcurrencyError, FencingError):
-            continue  # a worker claimed or the run moved: look again
-    return False
+        return Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="timeout",
+                                                       error_message=why),
+                      _first(plan, order, {"end": "timed_out", "why": why, "dead_letter": dataclasses.asdict(dead)},
+                             now),
+                      audit=(_started("sweeper", order, "timed_out"),), actor="sweeper")
+
+    return _start_while_idle(engine, run_id, build, needs_deadline=True)
 
 
 # -- one compensation attempt -----------------------------------------------------------------------
