@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import DefinitionError, Diagnostic, DslError, Location, sort_diagnostics
-from .loader import DEFAULT_LIMITS, Document, Limits, load_bytes, load_file
-from .model import ActionInfo, Definition
-from .plan import Plan
+from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError, Location, sort_diagnostics
+from sealflow.dsl.loader import DEFAULT_LIMITS, Document, Limits, load_bytes, load_file
+from sealflow.dsl.model import ActionInfo, Definition
+from sealflow.dsl.plan import Plan
 
 LANGUAGE_VERSIONS = (1,)
 
@@ -69,8 +69,8 @@ def _model(doc: Document) -> tuple[Definition | None, list[Diagnostic]]:
 
 def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = None, lint: bool = False,
                    root: Path | None = None) -> CheckResult:
-    from . import schema
-    from .compiler import compile_definition
+    from sealflow.dsl import schema
+    from sealflow.dsl.compiler import compile_definition
 
     result = CheckResult(doc.path, [], document=doc)
     diags = _language_check(doc) or schema.validate(doc)
@@ -85,7 +85,7 @@ def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = Non
     plan, diags = compile_definition(doc, definition, actions=actions, root=root)
     result.plan = plan
     if lint and plan is not None:
-        from .lint import lint as run_lint
+        from sealflow.dsl.lint import lint as run_lint
 
         diags = diags + run_lint(doc, definition, plan, actions=actions)
     result.diagnostics = sort_diagnostics(diags)

@@ -1,7 +1,7 @@
 """The registry of diagnostic codes: one entry per code, with its severity and a title.
 
 Families: ``E000`` an internal error, ``Y`` loading YAML, ``S`` the schema, ``X`` expressions, ``C`` the compiler,
-``L`` lint rules (their rationale lives in :mod:`dsl.lint`). ``docs/language.md`` lists
+``L`` lint rules (their rationale lives in :mod:`sealflow.dsl.lint`). ``docs/language.md`` lists
 them all; a test checks that every code the package emits is registered here.
 """
 

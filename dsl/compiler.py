@@ -2,7 +2,7 @@
 
 The compiler collects every error it finds (it never stops at the first) and
 returns a :class:`Plan` only when there are none. Expression checks live in
-:mod:`dsl.exprcheck`; control-flow analysis in :mod:`dsl.graph`.
+:mod:`sealflow.dsl.exprcheck`; control-flow analysis in :mod:`sealflow.dsl.graph`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import exprcheck, graph
-from .durations import DAY, HOUR, DurationError, parse_ms
-from .errors import Diagnostic
-from .loader import Document
-from .model import KIND_KEYS, ActionInfo, ApprovalDefaults, Definition, RetryClass, Step
-from .plan import (
+from sealflow.dsl import exprcheck, graph
+from sealflow.dsl.durations import DAY, HOUR, DurationError, parse_ms
+from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.loader import Document
+from sealflow.dsl.model import KIND_KEYS, ActionInfo, ApprovalDefaults, Definition, RetryClass, Step
+from sealflow.dsl.plan import (
     END, ActionMeta, AgentPlan, AiPlan, ApprovalPlan, BudgetPlan, CompensationPlan, Edge, ErrorRoutePlan, FailPlan,
     Plan, PlanStep, RetryPolicy, StepBudgetPlan, SwitchCasePlan, TriggerPlan, ValidateRulePlan, WaitPlan,
 )
-from .refs import SchemaResolver
+from sealflow.dsl.refs import SchemaResolver
 
 NEVER_RETRYABLE = {"invalid_request", "unauthorized", "policy_denied", "budget_exceeded", "configuration", "cancelled"}
 
@@ -64,7 +64,7 @@ class Compiler:
             self.error("C409", str(exc), pointer, "use a number and a unit: ms, s, m, h or d")
             return None
         if not lo <= ms <= hi:
-            from .durations import format_ms
+            from sealflow.dsl.durations import format_ms
 
             self.error("C408", f"{what} {text} is outside the allowed range {format_ms(lo)}..{format_ms(hi)}",
                        pointer, f"use a value between {format_ms(lo)} and {format_ms(hi)}")

@@ -1,10 +1,10 @@
 """The security diff: what changed between two compiled plans that matters for safety.
 
-Pure: plans in, findings out. Comparing compiled :class:`~dsl.plan.Plan` objects means
+Pure: plans in, findings out. Comparing compiled :class:`~sealflow.dsl.plan.Plan` objects means
 formatting, key order, comments, flow vs block style and defaults written out or left
 implicit make no difference; a named retry class or ``defaults`` change shows up on
 every step it reaches. Each :class:`Finding` has a code (``D6xx``, registered in
-:mod:`dsl.codes`), a severity (``review``: a security reviewer must look; ``info``:
+:mod:`sealflow.dsl.codes`), a severity (``review``: a security reviewer must look; ``info``:
 for the record), the workflow, the step, old -> new, and where it is in the new file.
 
 Workflows are matched by ``name``: a new (name, version) is compared with the same
@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Iterator
 
-from .codes import CODES
-from .durations import format_ms
-from .errors import Location
-from .plan import ApprovalPlan, Plan, PlanStep, RetryPolicy
+from sealflow.dsl.codes import CODES
+from sealflow.dsl.durations import format_ms
+from sealflow.dsl.errors import Location
+from sealflow.dsl.plan import ApprovalPlan, Plan, PlanStep, RetryPolicy
 
 Locate = Callable[[tuple], Location]
 

@@ -3,7 +3,7 @@
 :class:`_Compiler` has one method per grammar rule. On the way it refuses what the grammar
 lets through but the language does not (unknown functions or names, wrong arity, literals
 out of range, bad escapes, duplicate map keys) and records every data path it reads as a
-:class:`Reference` with its offset, so :func:`dsl.expressions.check` can locate problems.
+:class:`Reference` with its offset, so :func:`sealflow.dsl.expressions.check` can locate problems.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 from lark import Tree
 
-from .expr_catalogue import _KEYWORDS, _PYTHON_WORDS, _TERNARY, _TERNARY_HINT, _closest
-from .expr_errors import ExpressionError
-from .expr_functions import _FUNCTION_ALIASES, _USAGE, FUNCTIONS
-from .expr_values import _BINARY, _COMPARE, MAX_INT, _Env, _get, _negate, truthy
+from sealflow.dsl.expr_catalogue import _KEYWORDS, _PYTHON_WORDS, _TERNARY, _TERNARY_HINT, _closest
+from sealflow.dsl.expr_errors import ExpressionError
+from sealflow.dsl.expr_functions import _FUNCTION_ALIASES, _USAGE, FUNCTIONS
+from sealflow.dsl.expr_values import _BINARY, _COMPARE, MAX_INT, _Env, _get, _negate, truthy
 
 ROOTS = ("input", "steps", "run", "output")
 

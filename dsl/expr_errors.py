@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import DslError
+from sealflow.dsl.errors import DslError
 
 
 class ExpressionError(DslError):

@@ -2,7 +2,7 @@
 
 Building the parser from the grammar (``Lark.open``) costs about 50 ms on every cold start.
 ``python -m tools.gen_grammar`` writes the built parser (``Lark.memo_serialize``) to
-:mod:`dsl.expr_tables`, with the sha256 of the grammar and the Lark version it came from.
+:mod:`sealflow.dsl.expr_tables`, with the sha256 of the grammar and the Lark version it came from.
 :func:`parser` loads those tables when both still match, and otherwise (someone edited the
 grammar, or upgraded Lark) builds from the grammar, so nothing is ever stale at run time.
 
@@ -59,9 +59,9 @@ def _int_keys(pairs: list) -> dict:
 
 
 def current_tables() -> str | None:
-    """The JSON text of :mod:`dsl.expr_tables` if it was made from this grammar and this Lark."""
+    """The JSON text of :mod:`sealflow.dsl.expr_tables` if it was made from this grammar and this Lark."""
     try:
-        from . import expr_tables
+        from sealflow.dsl import expr_tables
     except ImportError:
         return None
     if expr_tables.GRAMMAR_SHA256 != grammar_sha256() or expr_tables.LARK_VERSION != lark.__version__:

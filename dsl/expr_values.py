@@ -1,7 +1,7 @@
 """Values of the expression language: types, truthiness, equality, operators, text.
 
 Values are JSON's (null, booleans, numbers, strings, lists, maps); the semantics are
-described in :mod:`dsl.expressions`. Every operation here checks its operand types and
+described in :mod:`sealflow.dsl.expressions`. Every operation here checks its operand types and
 the bounds below and raises :class:`EvaluationError` rather than a Python error.
 """
 
@@ -12,7 +12,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from .expr_errors import EvaluationError
+from sealflow.dsl.expr_errors import EvaluationError
 
 MAX_STRING = 1_000_000
 MAX_ITEMS = 100_000

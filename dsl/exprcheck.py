@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from . import graph
-from .errors import Diagnostic
-from .expressions import ExpressionError, check, compile_cached
-from .plan import Plan
-from .templates import parse_template
+from sealflow.dsl import graph
+from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.expressions import ExpressionError, check, compile_cached
+from sealflow.dsl.plan import Plan
+from sealflow.dsl.templates import parse_template
 
 Site = tuple[tuple, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
 

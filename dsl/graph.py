@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable, Mapping
 
-from .plan import END, Plan
+from sealflow.dsl.plan import END, Plan
 
 Adjacency = Mapping[str, Iterable[str]]
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterator
 
-from . import graph
-from .codes import CODES
-from .durations import MINUTE
-from .errors import Diagnostic
-from .expressions import ExpressionError, compile_cached
-from .loader import Document
-from .model import ActionInfo, Definition
-from .plan import Plan
-from .templates import parse_template
+from sealflow.dsl import graph
+from sealflow.dsl.codes import CODES
+from sealflow.dsl.durations import MINUTE
+from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.expressions import ExpressionError, compile_cached
+from sealflow.dsl.loader import Document
+from sealflow.dsl.model import ActionInfo, Definition
+from sealflow.dsl.plan import Plan
+from sealflow.dsl.templates import parse_template
 
 Finding = tuple[str, tuple, str, str | None]  # (code, pointer, message, hint)
 

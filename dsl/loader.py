@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .errors import DefinitionError, Diagnostic, Location
+from sealflow.dsl.errors import DefinitionError, Diagnostic, Location
 
 try:  # libyaml's parser when available: same events, faster
     from yaml import CSafeLoader as _Loader

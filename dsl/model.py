@@ -3,7 +3,7 @@
 These models mirror ``schemas/workflow.schema.json``; the schema runs first and
 gives the located, friendly errors, so a model error here means the two drifted
 (a test keeps them in step). Durations and expressions stay as written; the
-compiler turns them into a :class:`dsl.plan.Plan`.
+compiler turns them into a :class:`sealflow.dsl.plan.Plan`.
 """
 
 from __future__ import annotations

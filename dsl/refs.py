@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .loader import Document
-from .model import SchemaRef
+from sealflow.dsl.loader import Document
+from sealflow.dsl.model import SchemaRef
 
 MAX_REF_BYTES = 1024 * 1024
 
@@ -54,7 +54,7 @@ class SchemaResolver:
         """The JSON Schema at ``pointer``, with a top-level ``$ref`` to a file inlined."""
         if spec is None:
             return None
-        from .schema import validate_embedded_schema
+        from sealflow.dsl.schema import validate_embedded_schema
 
         if isinstance(spec, SchemaRef):
             rel = spec.ref

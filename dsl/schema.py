@@ -1,6 +1,6 @@
 """Validate a loaded definition against ``schemas/workflow.schema.json``.
 
-Every JSON Schema error becomes a located :class:`~dsl.errors.Diagnostic` that
+Every JSON Schema error becomes a located :class:`~sealflow.dsl.errors.Diagnostic` that
 names the field in readable form (``steps[2].retry.max_attempts: ...``), says
 what was expected in YAML terms, and carries a one-line hint. ``anyOf``/``oneOf``
 failures are resolved to the branch the author evidently meant, so the message is
@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterable, Iterator
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
-import schemas
+from sealflow import schemas
 
-from .errors import Diagnostic
-from .loader import Document, Pointer
+from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.loader import Document, Pointer
 
 DURATION_WORDS = "a whole number followed by ms, s, m, h or d, like 500ms, 30s, 15m, 24h, 7d"
 _YAML_TYPES = {"object": "map", "array": "list", "string": "string", "integer": "integer",

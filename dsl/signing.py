@@ -8,7 +8,7 @@ A DSSE envelope (https://github.com/secure-systems-lab/dsse) is JSON::
 and each signature is over ``PAE(payloadType, payload)``, so the type is signed too.
 The ``keyid`` is an unauthenticated hint: by default the sha256 (hex) of the public
 key's DER encoding. Which key is trusted, and for what, is the trust policy's business
-(:mod:`dsl.trust`), never the envelope's.
+(:mod:`sealflow.dsl.trust`), never the envelope's.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import DslError
+from sealflow.dsl.errors import DslError
 
 #: The payload type of a signed Sealflow definition: the YAML file, byte for byte.
 PAYLOAD_TYPE = "application/vnd.sealflow.definition+yaml"

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-from .expressions import (MAX_STRING, EvaluationError, Expression, ExpressionError, Reference,
+from sealflow.dsl.expressions import (MAX_STRING, EvaluationError, Expression, ExpressionError, Reference,
                           compile_cached, evaluate, to_text)
 
 OPEN = "${{"

@@ -1,4 +1,4 @@
-"""Verification of a signed definition against a trust policy (:mod:`dsl.trust_policy`).
+"""Verification of a signed definition against a trust policy (:mod:`sealflow.dsl.trust_policy`).
 
 The policy names who may sign; the namespace of a definition is the name part of its
 ``owner`` (``team:sales`` -> ``sales``). The policy's names are re-exported here.
@@ -24,9 +24,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from . import signing
-from .loader import DEFAULT_LIMITS
-from .trust_policy import (  # noqa: F401 - the policy's names are part of this module's API
+from sealflow.dsl import signing
+from sealflow.dsl.loader import DEFAULT_LIMITS
+from sealflow.dsl.trust_policy import (  # noqa: F401 - the policy's names are part of this module's API
     ANY_NAMESPACE, DSSE_SUFFIX, MAX_BUNDLE_BYTES, POLICY_CODES, POLICY_SCHEMA, REASONS, SIGSTORE, SIGSTORE_SUFFIX,
     Identity, Key, PolicyError, Refused, TrustPolicy, _first_line, load_policy,
 )
@@ -309,7 +309,7 @@ def _claims(cert) -> dict[str, str]:
 def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list, method: str,
                       details: dict | None, signature_file: str, actions: dict | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
-    from .api import check_bytes
+    from sealflow.dsl.api import check_bytes
 
     result = check_bytes(data, path, actions=actions)
     if result.plan is None or result.errors:

@@ -3,7 +3,7 @@
 A policy (YAML, ``schemas/trust-policy.schema.json``) names Sigstore identities checked against a
 pinned trusted root, offline Ed25519 keys (with optional expiry), and optionally which of them may
 sign for which namespace. :func:`load_policy` validates it with located errors, like definitions.
-Verification against a policy lives in :mod:`dsl.trust`.
+Verification against a policy lives in :mod:`sealflow.dsl.trust`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import signing
-from .errors import DefinitionError, Diagnostic, DslError
-from .loader import Document, load_file
+from sealflow.dsl import signing
+from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError
+from sealflow.dsl.loader import Document, load_file
 
 POLICY_SCHEMA = "trust-policy.schema.json"
 SIGSTORE = "sigstore"  # the signer name of every Sigstore identity in ``namespaces``
@@ -167,15 +167,15 @@ class TrustPolicy:
 def _policy_validator():
     from jsonschema import Draft202012Validator
 
-    import schemas
+    from sealflow import schemas
 
     return Draft202012Validator(schemas.load(POLICY_SCHEMA))
 
 
 def _schema_diagnostics(doc: Document) -> list[Diagnostic]:
-    import schemas
+    from sealflow import schemas
 
-    from .schema import _Mapper, _rank  # the definitions' error mapping, given another schema
+    from sealflow.dsl.schema import _Mapper, _rank  # the definitions' error mapping, given another schema
 
     mapper = _Mapper(doc, schemas.load(POLICY_SCHEMA))
     found = [d for error in _policy_validator().iter_errors(doc.data) for d in mapper.map(error)]

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping, Protocol, runtime_checkable
 
-from .errors import SealflowError
+from sealflow.interpreter.errors import SealflowError
 
 PRINCIPAL = re.compile(r"^(user|service):[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 ROLE = re.compile(r"^role:[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -272,8 +272,8 @@ class FileAccess:
 def _schema_diagnostics(doc) -> list:
     from jsonschema import Draft202012Validator
 
-    import schemas
-    from dsl.schema import _Mapper, _rank  # the definitions' located error mapping, given another schema
+    from sealflow import schemas
+    from sealflow.dsl.schema import _Mapper, _rank  # the definitions' located error mapping, given another schema
 
     schema = schemas.load(SCHEMA)
     mapper = _Mapper(doc, schema)
@@ -283,7 +283,7 @@ def _schema_diagnostics(doc) -> list:
 
 
 def _check(doc) -> Policy:
-    from dsl.errors import Diagnostic
+    from sealflow.dsl.errors import Diagnostic
 
     diags = _schema_diagnostics(doc)
     if not diags:
@@ -307,7 +307,7 @@ def _check(doc) -> Policy:
 
 
 def _loaded(load, path: str):
-    from dsl.errors import DefinitionError
+    from sealflow.dsl.errors import DefinitionError
 
     try:
         return load()
@@ -317,13 +317,13 @@ def _loaded(load, path: str):
 
 def load_access_policy(path: str | os.PathLike) -> Policy:
     """Load and check an access policy file; :class:`AccessPolicyError` with every located problem."""
-    from dsl.loader import load_file
+    from sealflow.dsl.loader import load_file
 
     return _check(_loaded(lambda: load_file(path), str(path)))
 
 
 def parse_access_policy_bytes(data: bytes, path: str = "<access policy>") -> Policy:
-    from dsl.loader import load_bytes
+    from sealflow.dsl.loader import load_bytes
 
     return _check(_loaded(lambda: load_bytes(data, path), path))
 

@@ -11,7 +11,7 @@ import inspect
 import re
 from typing import Any, Callable
 
-from .errors import ActionRegistrationError
+from sealflow.interpreter.errors import ActionRegistrationError
 
 EFFECTS = ("read", "write", "irreversible")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")

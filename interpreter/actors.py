@@ -18,10 +18,10 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Retries
 
-from .store.records import Message
+from sealflow.interpreter.store.records import Message
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from sealflow.interpreter.engine import Engine
 
 log = logging.getLogger("sealflow.actors")
 

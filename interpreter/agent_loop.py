@@ -1,7 +1,7 @@
 """The agent loop: the model proposes, the system decides.
 
 One attempt of an ``agent`` step is a bounded conversation with a model (see
-:mod:`interpreter.providers.base`, "Tool use"). Each turn the model either
+:mod:`sealflow.interpreter.providers.base`, "Tool use"). Each turn the model either
 proposes one tool call or gives its final answer. A proposed call runs only after
 it passes, in this order:
 
@@ -12,7 +12,7 @@ it passes, in this order:
    checks and gates) and its permissions are all held by the step; else the step fails
    with ``policy_denied``. Such tools are not even offered to the model;
 4. **arguments**: they satisfy the tool's argument schema (built from the action's
-   signature, :mod:`interpreter.providers.tools`; undeclared arguments are refused) and
+   signature, :mod:`sealflow.interpreter.providers.tools`; undeclared arguments are refused) and
    serialise to at most 8 KiB of JSON; else refused (``invalid_arguments``);
 5. **budget**: fewer calls made than the least of ``agent.max_tool_calls``, the step's
    ``budget.max_tool_calls`` and what is left of the run's ``budget.max_tool_calls``;
@@ -25,7 +25,7 @@ message, except for ``internal`` errors, whose details stay in the logs); it is 
 retried inside the loop. A call that outlives the attempt's timeout times the attempt
 out. The step also fails with ``budget_exceeded`` when the model has not answered within
 ``max_steps`` turns, or when the tokens or cost of its turns exceed the run's or the
-step's ``max_tokens``/``max_cost_usd``. As everywhere (:mod:`interpreter.budgets`), a
+step's ``max_tokens``/``max_cost_usd``. As everywhere (:mod:`sealflow.interpreter.budgets`), a
 step's own limits (``max_steps``, ``agent.max_tool_calls``, the step's ``budget``) fail
 the step, which ``on_error`` may route; the *run's* budgets end the run at once.
 
@@ -62,14 +62,14 @@ import logging
 import re
 from typing import Any, Mapping
 
-from dsl import expressions
+from sealflow.dsl import expressions
 
-from .context import Execution
-from .errors import StepError
-from .idempotency import ledger_lookup
-from .outcomes import Failed, Outcome, Succeeded
-from .steps.action import call
-from .steps.checks import jsonschema_best, schema_failure, validation_failure
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.idempotency import ledger_lookup
+from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.steps.action import call
+from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
 
 log = logging.getLogger("sealflow.agent")
 
@@ -108,7 +108,7 @@ _validators: dict[tuple[str, int], tuple[Any, Any]] = {}
 
 def tools_for(x: Execution) -> dict[str, Tool] | Failed:
     """The step's allow-listed tools, or a ``configuration`` failure naming an unknown one."""
-    from .providers.tools import tool_spec
+    from sealflow.interpreter.providers.tools import tool_spec
 
     held = set(x.step.permissions)
     out: dict[str, Tool] = {}
@@ -156,7 +156,7 @@ class AgentLoop:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> Outcome:
-        from .providers.base import ModelRequest
+        from sealflow.interpreter.providers.base import ModelRequest
 
         x, agent = self.x, self.agent
         if x.step.idempotency_key:
@@ -356,7 +356,7 @@ class AgentLoop:
     def fail(self, error_class: str, message: str, retry_after: float | None = None, *,
              timed_out: bool = False, run_scope: bool = False) -> Failed:
         """The attempt's failure, with what it used and its transcript summary. A *run* budget ends the run
-        (``ends_run``, as :mod:`interpreter.budgets` does); a step budget may be routed by ``on_error``."""
+        (``ends_run``, as :mod:`sealflow.interpreter.budgets` does); a step budget may be routed by ``on_error``."""
         summary = self.summary(error_class)
         failed = Failed(error_class, message, retry_after, timed_out=timed_out, tokens=self.tokens,
                         cost_usd=self.cost, tool_calls=self.tool_calls, data={"agent": summary},

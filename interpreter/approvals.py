@@ -31,19 +31,19 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from dsl.errors import DslError
-from dsl.plan import ApprovalPlan
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.plan import ApprovalPlan
 
-from . import access as acc
-from .authz import Unauthorized, scoped_run
-from .outcomes import Failed, Outcome, Succeeded, Waiting
-from .store.base import AuditEvent
-from .store.errors import InvalidOperation
+from sealflow.interpreter import access as acc
+from sealflow.interpreter.authz import Unauthorized, scoped_run
+from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded, Waiting
+from sealflow.interpreter.store.base import AuditEvent
+from sealflow.interpreter.store.errors import InvalidOperation
 
 if TYPE_CHECKING:
-    from .context import Execution
-    from .runtime import Runtime
-    from .status import RunStatus
+    from sealflow.interpreter.context import Execution
+    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.status import RunStatus
 
 
 class ApprovalVoid(InvalidOperation):
@@ -62,7 +62,7 @@ class _Refusal(Exception):
 
 def canonical(value: Any) -> bytes:
     """Canonical JSON (RFC 8785) of ``value``; sorted compact JSON for what JCS cannot hold (huge ints)."""
-    from dsl.plan import canonical_bytes
+    from sealflow.dsl.plan import canonical_bytes
 
     try:
         return canonical_bytes(value)
@@ -254,7 +254,7 @@ def reject(rt: "Runtime", run_id: str, step_id: str | None = None, *, actor: str
 
 def waiting_for(rt: "Runtime", principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
     """The gates of ``tenant`` that ``principal`` may decide now, oldest run first."""
-    from .engine import split_step_id
+    from sealflow.interpreter.engine import split_step_id
 
     try:
         roles = rt.access.roles(tenant, principal)

@@ -42,7 +42,7 @@ import json
 import threading
 from typing import Any, Iterable, Mapping
 
-from .secrets import REDACTOR
+from sealflow.interpreter.secrets import REDACTOR
 
 GENESIS = ""
 #: how a report names events that carry no tenant (appended outside sealflow)

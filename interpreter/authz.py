@@ -14,7 +14,7 @@
   run of another is told the run does not exist -- the same words as for an
   unknown run -- and ``tenant_denied`` is audited.
 
-Decisions ask an :class:`~interpreter.access.AccessProvider` at the moment they
+Decisions ask an :class:`~sealflow.interpreter.access.AccessProvider` at the moment they
 are made; a provider that cannot answer (an unreadable policy file) denies.
 """
 
@@ -22,17 +22,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
-from .errors import StepError
-from .outcomes import Failed
-from .store.base import AuditEvent, RunRecord, Store
-from .store.errors import NotFound
+from sealflow.interpreter.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.outcomes import Failed
+from sealflow.interpreter.store.base import AuditEvent, RunRecord, Store
+from sealflow.interpreter.store.errors import NotFound
 
 if TYPE_CHECKING:
-    from dsl.plan import Plan, PlanStep
+    from sealflow.dsl.plan import Plan, PlanStep
 
-    from .context import Execution
-    from .engine import Engine
+    from sealflow.interpreter.context import Execution
+    from sealflow.interpreter.engine import Engine
 
 _EFFECT_RANK = {"read": 0, "write": 1, "irreversible": 2}
 

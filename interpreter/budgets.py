@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dsl.durations import format_ms
+from sealflow.dsl.durations import format_ms
 
-from .outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
 
 if TYPE_CHECKING:
-    from .context import Execution
+    from sealflow.interpreter.context import Execution
 
 DAY_S = 86_400.0
 _MODEL_KINDS = ("ai", "agent")
@@ -55,7 +55,7 @@ def worst_case(step) -> tuple[int | None, int | None]:
     """The most tokens and tool calls one attempt of ``step`` may use (None: unknown).
 
     An ``ai`` step's is its ``max_tokens``. An ``agent`` step's is left unknown: its loop checks
-    every turn and every proposed tool call against what is left (:mod:`interpreter.agent_loop`),
+    every turn and every proposed tool call against what is left (:mod:`sealflow.interpreter.agent_loop`),
     so refusing it up front for ``max_steps`` worst-case turns would refuse agents that fit."""
     if step.kind == "ai" and step.ai is not None:
         return step.ai.max_tokens, 0

@@ -40,22 +40,22 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from dsl.errors import DslError
-from dsl.plan import Plan, PlanStep
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.plan import Plan, PlanStep
 
-from . import retry
-from .context import Execution
-from .dlq import fingerprint
-from .idempotency import ledger_lookup
-from .outcomes import Failed, Outcome, Succeeded
-from .secrets import redact_commit
-from .store.base import (
+from sealflow.interpreter import retry
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.dlq import fingerprint
+from sealflow.interpreter.idempotency import ledger_lookup
+from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.secrets import redact_commit
+from sealflow.interpreter.store.base import (
     AuditEvent, Claimed, Commit, DeadLetterSpec, LedgerEntry, Message, NextAttempt, RunChange, StepChange,
 )
-from .store.errors import ConcurrencyError, FencingError
+from sealflow.interpreter.store.errors import ConcurrencyError, FencingError
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from sealflow.interpreter.engine import Engine
 
 log = logging.getLogger("sealflow.compensation")
 
@@ -81,7 +81,7 @@ def has_compensations(plan: Plan) -> bool:
 
 
 def lease_for(step: PlanStep) -> int:
-    from .flow import LEASE_GRACE_MS
+    from sealflow.interpreter.flow import LEASE_GRACE_MS
 
     return step.compensate.timeout_ms + LEASE_GRACE_MS
 
@@ -232,7 +232,7 @@ def handle(engine: "Engine", claimed: Claimed) -> tuple[Message, ...]:
 
 def execute(x: Execution) -> Outcome:
     """Call the step's compensate action (or replay its recorded result)."""
-    from .steps.action import _own, call
+    from sealflow.interpreter.steps.action import _own, call
 
     comp = x.step.compensate
     key = key_for(x.run.id, x.step.id)
@@ -308,7 +308,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
 def check_redrive(run) -> None:
     """Refuse to redrive a run whose completed steps were compensated: rerunning its failed step would
     build on effects that were undone. Submit a new run instead."""
-    from .store.errors import InvalidOperation
+    from sealflow.interpreter.store.errors import InvalidOperation
 
     if run.state != "quarantined" and run.cursor_step and is_compensation(run.cursor_step):
         raise InvalidOperation(f"run {run.id} cannot be redriven: its completed steps were compensated (undone); "

@@ -29,7 +29,7 @@ import os
 import re
 from typing import Any, Mapping
 
-from .errors import SealflowError
+from sealflow.interpreter.errors import SealflowError
 
 DEFAULT_TEMPDIR_BYTES = 100 * 2**20
 ANY_TENANT = "*"

@@ -19,12 +19,12 @@ import logging
 import random
 from typing import Any, Callable, Mapping
 
-from dsl import expressions, templates
-from dsl.plan import Plan, PlanStep
+from sealflow.dsl import expressions, templates
+from sealflow.dsl.plan import Plan, PlanStep
 
-from .clock import Clock
-from .store.base import AttemptRecord, RunRecord, Store
-from .timeouts import AttemptRunner
+from sealflow.interpreter.clock import Clock
+from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
+from sealflow.interpreter.timeouts import AttemptRunner
 
 _EMPTY: Mapping[str, str] = {}
 
@@ -84,16 +84,16 @@ class Services:
     """The engine's collaborators, shared by every execution."""
 
     store: Store
-    registry: Any  # interpreter.actions.Registry
+    registry: Any  # sealflow.interpreter.actions.Registry
     provider_for: Callable[[str], Any]
     clock: Clock
     runner: AttemptRunner
     rng: random.Random
     is_cancelled: Callable[[str], bool]
     validators: dict = dataclasses.field(default_factory=dict)
-    #: the runtime configuration (:class:`interpreter.config.RuntimeConfig`; None: defaults)
+    #: the runtime configuration (:class:`sealflow.interpreter.config.RuntimeConfig`; None: defaults)
     config: Any = None
-    #: where declared secrets come from (:class:`interpreter.secrets.SecretChain`; None: env, then files)
+    #: where declared secrets come from (:class:`sealflow.interpreter.secrets.SecretChain`; None: env, then files)
     secret_chain: Any = None
 
 
@@ -159,7 +159,7 @@ class StepContext:
         self.tenant = x.run.tenant
         self.deadline = x.deadline()
         self.secrets: Mapping[str, str] = _EMPTY
-        self._temp = None  # interpreter.tempfiles.TempArea, attached by interpreter.sandbox
+        self._temp = None  # sealflow.interpreter.tempfiles.TempArea, attached by sealflow.interpreter.sandbox
         self._log: logging.LoggerAdapter | None = None
         self._cancelled = cancelled
 

@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .store.base import Store
+    from sealflow.interpreter.store.base import Store
 
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _HEX = re.compile(r"\b(?:0x)?[0-9a-f]{8,}\b", re.I)
@@ -43,7 +43,7 @@ def fingerprint(step_id: str | None, error_class: str, message: str) -> str:
 
 def show(store: "Store", run_id: str) -> dict:
     """A dead letter with its run, its failed attempts and the last 20 audit events."""
-    from .store.errors import InvalidOperation
+    from sealflow.interpreter.store.errors import InvalidOperation
 
     letter = store.dead_letter(run_id)
     if letter is None:

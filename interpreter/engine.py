@@ -6,11 +6,11 @@ For a message ``(run_id, step_id, attempt, token, tenant)``:
    state, and the run's tenant; a stale, duplicate, forged or cross-tenant
    message is refused and audited (``message_refused``) and does nothing else;
    a fresh attempt of a sensitive step is then reauthorised
-   (:func:`interpreter.authz.reauthorize`);
-2. **execute** the step kind (:mod:`interpreter.steps`) with the expression
+   (:func:`sealflow.interpreter.authz.reauthorize`);
+2. **execute** the step kind (:mod:`sealflow.interpreter.steps`) with the expression
    context read from the store; ``when`` false skips it; every failure is
    classified into an error class;
-3. **decide** (:mod:`interpreter.flow`) and **commit**: one atomic write fenced
+3. **decide** (:mod:`sealflow.interpreter.flow`) and **commit**: one atomic write fenced
    by the claim's token and the run's revision. On a revision conflict (an
    operator cancelled or approved meanwhile) the engine re-reads the run and
    decides again; on a fencing failure (the lease expired and the attempt was
@@ -31,25 +31,25 @@ import random
 import time
 from typing import Any, Callable, Mapping
 
-from dsl.errors import DslError
-from dsl.expressions import truthy
-from dsl.plan import Plan, PlanStep
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.expressions import truthy
+from sealflow.dsl.plan import Plan, PlanStep
 
-from . import authz, budgets, compensation, flow, trustgate
-from .access import AccessProvider, OpenAccess
-from .clock import Clock
-from .context import Execution, OutputCache, Services
-from .errors import StepError
-from .outcomes import Failed, Outcome, Skipped, Succeeded
-from .secrets import redact_commit
-from .states import RUN_FINAL
-from .steps import EXECUTORS
-from .steps.checks import validation_failure
-from .store.base import AuditEvent, Message, RunRecord, Store
-from .store.errors import (
+from sealflow.interpreter import authz, budgets, compensation, flow, trustgate
+from sealflow.interpreter.access import AccessProvider, OpenAccess
+from sealflow.interpreter.clock import Clock
+from sealflow.interpreter.context import Execution, OutputCache, Services
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.outcomes import Failed, Outcome, Skipped, Succeeded
+from sealflow.interpreter.secrets import redact_commit
+from sealflow.interpreter.states import RUN_FINAL
+from sealflow.interpreter.steps import EXECUTORS
+from sealflow.interpreter.steps.checks import validation_failure
+from sealflow.interpreter.store.base import AuditEvent, Message, RunRecord, Store
+from sealflow.interpreter.store.errors import (
     ClaimDeferred, ConcurrencyError, FencingError, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
 )
-from .timeouts import AttemptRunner
+from sealflow.interpreter.timeouts import AttemptRunner
 
 log = logging.getLogger("sealflow.engine")
 
@@ -169,7 +169,7 @@ class Engine:
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:
         """Why the claimed attempt must not start (it is not run): the run is being cancelled, or it
-        would exceed a budget (:func:`interpreter.budgets.before`)."""
+        would exceed a budget (:func:`sealflow.interpreter.budgets.before`)."""
         if x.run.state == "cancelling":
             return Failed("cancelled", f"the run is being cancelled; step {x.step.id!r} did not start")
         return budgets.before(x)

@@ -1,4 +1,4 @@
-"""Decisions: an attempt's :mod:`outcome <interpreter.outcomes>` becomes one atomic commit.
+"""Decisions: an attempt's :mod:`outcome <sealflow.interpreter.outcomes>` becomes one atomic commit.
 
 Pure given its inputs (the plan, the run as read, the attempt, the outcome,
 the time): no I/O here, so the engine can decide again after an optimistic
@@ -20,15 +20,15 @@ import dataclasses
 import json
 from typing import Any, Callable
 
-from dsl.errors import DslError
-from dsl.expressions import truthy
-from dsl.plan import END, PlanStep
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.expressions import truthy
+from sealflow.dsl.plan import END, PlanStep
 
-from . import retry
-from .context import Execution
-from .dlq import fingerprint
-from .outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
-from .store.base import AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange
+from sealflow.interpreter import retry
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.dlq import fingerprint
+from sealflow.interpreter.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
+from sealflow.interpreter.store.base import AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange
 
 #: a lease outlives the attempt's timeout by this much before the sweeper takes it back
 LEASE_GRACE_MS = 5_000
@@ -116,7 +116,7 @@ class _Decision:
 
 
 def _render(x: Execution, value: Any, context: dict) -> Any:
-    from dsl import templates
+    from sealflow.dsl import templates
 
     return templates.render_value(value, context, clock=x.services.clock.now)
 
@@ -220,7 +220,7 @@ def _gate_needed(x: Execution, output: Any) -> bool:
 
 
 def _open_gate(d: _Decision, x: Execution, context: dict, then: str | None) -> None:
-    from .steps.approval import opening
+    from sealflow.interpreter.steps.approval import opening
 
     gate = x.step.gate
     gx = Execution(x.services, x.plan, x.step, x.run, x.attempt, context, x.now, gate=True)

@@ -18,8 +18,8 @@ happens once.
 
 from __future__ import annotations
 
-from .context import Execution
-from .outcomes import Succeeded
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.outcomes import Succeeded
 
 
 def ledger_lookup(x: Execution, key: str) -> Succeeded | None:

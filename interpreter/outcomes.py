@@ -1,8 +1,8 @@
 """What executing one step attempt produced, before the engine decides what it means.
 
-Step kinds (:mod:`interpreter.steps`) return one of these; :mod:`interpreter.flow`
+Step kinds (:mod:`sealflow.interpreter.steps`) return one of these; :mod:`sealflow.interpreter.flow`
 turns it, with the plan and the run, into one atomic
-:class:`~interpreter.store.base.Commit`.
+:class:`~sealflow.interpreter.store.base.Commit`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Failed:
     #: audited with the failure (``step.detail``); minimised, no raw tool results
     detail: dict | None = None
     #: end the run in this state at once (``failed``, ``timed_out``): no retry, no ``on_error``
-    #: route; run budgets and tenant quotas (:mod:`interpreter.budgets`)
+    #: route; run budgets and tenant quotas (:mod:`sealflow.interpreter.budgets`)
     ends_run: str | None = None
 
 

@@ -2,7 +2,7 @@
 
 A process killed with SIGKILL at any instant loses nothing, because the store
 is the truth and every state change was one atomic commit (see the invariants
-in :mod:`interpreter.store.base`). What recovery does, in order:
+in :mod:`sealflow.interpreter.store.base`). What recovery does, in order:
 
 1. leases held by dead workers of this host (their pid no longer exists) are
    ended now instead of at their expiry (other hosts' leases simply expire);
@@ -24,12 +24,12 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from .outcomes import Failed, Outcome, Skipped, Succeeded
-from .store.base import AttemptRecord, AuditEvent, Commit, Message, NextAttempt
-from . import flow
+from sealflow.interpreter.outcomes import Failed, Outcome, Skipped, Succeeded
+from sealflow.interpreter.store.base import AttemptRecord, AuditEvent, Commit, Message, NextAttempt
+from sealflow.interpreter import flow
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from sealflow.interpreter.engine import Engine
 
 log = logging.getLogger("sealflow.recovery")
 
@@ -81,7 +81,7 @@ def _outcome_of(engine: "Engine", attempt: AttemptRecord, kind: str, skip_target
 
 def repair(engine: "Engine", run_id: str) -> tuple[Message, ...]:
     """Decide again from the run's latest finished attempt (or schedule its start if it has none)."""
-    from .engine import _skip_target, split_step_id
+    from sealflow.interpreter.engine import _skip_target, split_step_id
 
     store = engine.store
     run = store.get_run(run_id)

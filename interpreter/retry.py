@@ -1,8 +1,8 @@
 """Retry decisions: which failures are retried, and after how long.
 
 A failed attempt is retried only when its error class is listed in the
-step's :class:`~dsl.plan.RetryPolicy` ``on``, the class is retryable at all
-(:data:`interpreter.errors.ERROR_CLASSES`; never-retryable classes are never
+step's :class:`~sealflow.dsl.plan.RetryPolicy` ``on``, the class is retryable at all
+(:data:`sealflow.interpreter.errors.ERROR_CLASSES`; never-retryable classes are never
 retried, whatever a policy says) and attempts remain (``max_attempts`` counts
 the first one). The delay before attempt ``n+1`` is exponential,
 ``initial_ms * factor**(n-1)`` capped at ``max_ms``, with ``full`` jitter
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import random
 
-from dsl.plan import RetryPolicy
+from sealflow.dsl.plan import RetryPolicy
 
-from .errors import ERROR_CLASSES
+from sealflow.interpreter.errors import ERROR_CLASSES
 
 
 def should_retry(policy: RetryPolicy, error_class: str, try_no: int) -> bool:

@@ -29,24 +29,24 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from dsl.plan import Plan
+from sealflow.dsl.plan import Plan
 
-from . import approvals, authz, compensation, dlq, recovery, secrets, states
-from .access import AccessProvider, OpenAccess, is_open, mode_of
-from .actions import REGISTRY
-from .actors import QUEUE, declare_step_actor, embedded_broker
-from .clock import SYSTEM, Clock
-from .config import RuntimeConfig
-from .dispatcher import Dispatcher
-from .engine import Engine, split_step_id
-from .errors import StepError
-from .flow import dumps, lease_ms
-from .status import RunStatus, run_status
-from .steps import approval
-from .store import open_store
-from .store.base import AuditEvent, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
-from .store.errors import AdmissionRefused
-from .sweeper import Sweeper
+from sealflow.interpreter import approvals, authz, compensation, dlq, recovery, secrets, states
+from sealflow.interpreter.access import AccessProvider, OpenAccess, is_open, mode_of
+from sealflow.interpreter.actions import REGISTRY
+from sealflow.interpreter.actors import QUEUE, declare_step_actor, embedded_broker
+from sealflow.interpreter.clock import SYSTEM, Clock
+from sealflow.interpreter.config import RuntimeConfig
+from sealflow.interpreter.dispatcher import Dispatcher
+from sealflow.interpreter.engine import Engine, split_step_id
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.flow import dumps, lease_ms
+from sealflow.interpreter.status import RunStatus, run_status
+from sealflow.interpreter.steps import approval
+from sealflow.interpreter.store import open_store
+from sealflow.interpreter.store.base import AuditEvent, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
+from sealflow.interpreter.store.errors import AdmissionRefused
+from sealflow.interpreter.sweeper import Sweeper
 
 
 def input_hash(value: Any) -> str:
@@ -67,16 +67,16 @@ class Runtime:
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
         if providers is None:
-            from .providers import PROVIDERS as providers
+            from sealflow.interpreter.providers import PROVIDERS as providers
         self.clock = clock or SYSTEM
         self.owner = recovery.owner_id()
-        #: who holds what (interpreter.access); none configured: open development mode
+        #: who holds what (sealflow.interpreter.access); none configured: open development mode
         self.access: AccessProvider = access if access is not None else OpenAccess()
         if is_open(self.access):
             logging.getLogger("sealflow.access").warning("%s", self.access.describe())
         self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng,
                              access=self.access)
-        #: tenant limits, temporary storage, secrets (interpreter.config); None: $SEALFLOW_CONFIG or defaults
+        #: tenant limits, temporary storage, secrets (sealflow.interpreter.config); None: $SEALFLOW_CONFIG or defaults
         self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
         self.engine.services.config = self.config
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
@@ -113,7 +113,7 @@ class Runtime:
     def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
               dead_owner_check: float = 1.0) -> None:
         """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
-        in open development mode unless ``allow_open`` (see :func:`interpreter.authz.require_policy`).
+        in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.authz.require_policy`).
 
         Every ``interval`` seconds: send the outbox (rows any process wrote, e.g. ``sealflow submit``),
         sweep expired leases and due timers; every ``dead_owner_check`` seconds, end the leases of dead
@@ -157,7 +157,7 @@ class Runtime:
         """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
 
         The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
-        the plan declares in ``tenant``, else :class:`~interpreter.authz.Unauthorized` and nothing is created."""
+        the plan declares in ``tenant``, else :class:`~sealflow.interpreter.authz.Unauthorized` and nothing is created."""
         if not plan.digest:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
@@ -263,7 +263,7 @@ class Runtime:
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
-        """Approve the run's waiting approval as ``actor`` (see :mod:`interpreter.approvals`; ``roles``,
+        """Approve the run's waiting approval as ``actor`` (see :mod:`sealflow.interpreter.approvals`; ``roles``,
         when given, narrows the roles ``actor`` acts under)."""
         return approvals.approve(self, run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
 
@@ -286,7 +286,7 @@ class Runtime:
         return self.status(run_id)
 
     def recover(self) -> dict:
-        """Find runs in flight and drive them on (see :mod:`interpreter.recovery`)."""
+        """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.recovery`)."""
         expired = recovery.expire_dead_owners(self.engine)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:

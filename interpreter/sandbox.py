@@ -3,18 +3,18 @@
 :func:`prepare` is called right before the action's thread starts: it resolves
 the action's declared secrets into ``ctx.secrets`` (a read-only mapping; a
 missing one fails the attempt with ``configuration`` before anything runs)
-and gives ``ctx`` a lazily created :class:`~interpreter.tempfiles.TempArea`.
+and gives ``ctx`` a lazily created :class:`~sealflow.interpreter.tempfiles.TempArea`.
 The returned :class:`Sandbox` runs the action so that the directory is
 removed on the action's own thread when it returns or raises (see
-:mod:`interpreter.tempfiles`), and reports a size-limit violation afterwards.
+:mod:`sealflow.interpreter.tempfiles`), and reports a size-limit violation afterwards.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import secrets as secrets_mod
-from .tempfiles import TempArea, area_for
+from sealflow.interpreter import secrets as secrets_mod
+from sealflow.interpreter.tempfiles import TempArea, area_for
 
 
 class Sandbox:

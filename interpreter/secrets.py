@@ -42,7 +42,7 @@ import threading
 import types
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
-from .errors import StepError
+from sealflow.interpreter.errors import StepError
 
 ENV_PREFIX = "SEALFLOW_SECRET_"
 DIR_ENV = "SEALFLOW_SECRETS_DIR"
@@ -199,7 +199,7 @@ REDACTOR = Redactor()
 
 
 def redact_commit(commit):
-    """``commit`` (a :class:`~interpreter.store.base.Commit`) with secret values blanked out of what it records."""
+    """``commit`` (a :class:`~sealflow.interpreter.store.base.Commit`) with secret values blanked out of what it records."""
     red = REDACTOR
     if not red.active:
         return commit

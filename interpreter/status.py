@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import states
-from .engine import split_step_id
-from .store.base import AttemptRecord, RunRecord, Store
+from sealflow.interpreter import states
+from sealflow.interpreter.engine import split_step_id
+from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
 
 
 @dataclasses.dataclass

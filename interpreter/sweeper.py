@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .clock import Clock
-from .store.base import Store, SweepReport
+from sealflow.interpreter.clock import Clock
+from sealflow.interpreter.store.base import Store, SweepReport
 
 
 class Sweeper:

@@ -23,8 +23,8 @@ import tempfile
 import threading
 from typing import Any, Callable
 
-from .config import DEFAULT_TEMPDIR_BYTES
-from .errors import StepError
+from sealflow.interpreter.config import DEFAULT_TEMPDIR_BYTES
+from sealflow.interpreter.errors import StepError
 
 
 def tree_size(path: str) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .outcomes import Failed
+from sealflow.interpreter.outcomes import Failed
 
 UNSIGNED = "unsigned"
 
@@ -49,7 +49,7 @@ def check(engine, x) -> Failed | None:
 
 
 def from_policy(policy) -> frozenset[str]:
-    """The signer names a :class:`dsl.trust.TrustPolicy` accepts."""
+    """The signer names a :class:`sealflow.dsl.trust.TrustPolicy` accepts."""
     names = {k.id for k in policy.keys}
     if policy.identities:
         names.add("sigstore")

@@ -9,7 +9,7 @@ Each case file opens with comment lines that say what checking it must produce
     # actions: tests/cases/actions.py    load action metadata from these files/modules
     # lint: true                         run the linter as well
 
-Given a case file, when ``dsl.api.check_file`` checks it, then every expected
+Given a case file, when ``sealflow.dsl.api.check_file`` checks it, then every expected
 diagnostic is among those reported (others may be reported too), or, for a valid
 case, none of them is an error.
 """
@@ -32,7 +32,7 @@ _EXPECT = re.compile(r"^(?P<code>[A-Z][0-9]{3})\s+line\s+(?P<line>[0-9]+)(?:\s+c
 _DIRECTIVE = re.compile(r"^#\s*(?P<key>expect|actions|lint)\s*:\s*(?P<value>.*?)\s*$")
 
 # Error codes no case file can (or should) trigger, and why. Every other error code
-# registered in dsl.codes must be expected by at least one case.
+# registered in sealflow.dsl.codes must be expected by at least one case.
 NOT_COVERED = {
     "Y100": "the file cannot be read: a property of the file system, not of a definition",
     "Y108": "a file over 1 MiB is not worth keeping in the repository; unit tests cover it",
@@ -127,7 +127,7 @@ def _params():
 
 @functools.lru_cache(maxsize=None)
 def _load_actions(specs: tuple[str, ...]):
-    from tools.actions_loader import load_actions
+    from sealflow.cli.actions_loader import load_actions
 
     return load_actions([str(ROOT / s) if (ROOT / s).exists() else s for s in specs])
 
@@ -146,7 +146,7 @@ def _matches(d, e: Expected) -> bool:
 def test_case(case):
     if isinstance(case, CaseFormatError):
         pytest.fail(str(case))
-    from dsl.api import check_file
+    from sealflow.dsl.api import check_file
 
     # Given a case file and, when it asks for them, the action metadata of its modules
     actions = _load_actions(case.actions) if case.actions else None
@@ -178,7 +178,7 @@ def test_case_folders_hold_cases():
 
 
 def test_every_error_code_has_a_case():
-    from dsl.codes import CODES
+    from sealflow.dsl.codes import CODES
 
     # Given every expectation of every case
     expected = {e.code for p in _case_files() for e in parse_case(p).expected}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cli import main
+from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
@@ -140,7 +140,7 @@ def test_given_a_definition_when_graphed_then_every_step_and_edge_is_drawn(capsy
 def test_given_garbage_when_validated_in_a_real_process_then_exit_1_and_no_traceback(tmp_path, content):
     path = tmp_path / "garbage.yaml"
     path.write_bytes(content)
-    proc = subprocess.run([sys.executable, "-m", "tools", "validate", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "sealflow", "validate", str(path)], capture_output=True, text=True,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -152,20 +152,20 @@ def test_the_lazy_command_map_names_every_command_its_modules_register():
 
     import click
 
-    from tools.cli import COMMANDS
+    from sealflow.cli import COMMANDS
 
     # Given each command module, when it registers its commands on a fresh group
     for module in set(COMMANDS.values()):
         group = click.Group()
-        importlib.import_module(f"tools.cli.{module}").register(group)
+        importlib.import_module(f"sealflow.cli.{module}").register(group)
         # then the lazy map sends exactly those names to that module
         assert set(group.commands) == {n for n, m in COMMANDS.items() if m == module}, module
 
 
 def test_validate_does_not_import_the_runtime_or_signing():
-    code = ("import sys; from tools.cli import main; main(['validate', %r]); "
-            "print(sorted(m for m in sys.modules if m.startswith(('interpreter.runtime', 'dramatiq', 'sigstore', "
-            "'tools.cli.runs', 'tools.cli.worker'))))" % EXAMPLE)
+    code = ("import sys; from sealflow.cli import main; main(['validate', %r]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('sealflow.interpreter.runtime', 'dramatiq', 'sigstore', "
+            "'sealflow.cli.runs', 'sealflow.cli.worker'))))" % EXAMPLE)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.cli import main
+from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
@@ -228,7 +228,7 @@ def test_in_a_real_process_garbage_never_prints_a_traceback(workspace):
             (["verify", "garbage.json", "--trust", "policy.yaml"], 1),
             (["verify", workspace, "--trust", "policy.yaml"], 1),
             (["diff", "garbage.yaml", "lead-qualification.v1.yaml"], 1)):
-        proc = subprocess.run([sys.executable, "-m", "tools", *map(str, argv)], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "sealflow", *map(str, argv)], capture_output=True, text=True,
                               cwd=workspace, env=env)
         assert proc.returncode == expected, (argv, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stdout + proc.stderr
@@ -238,8 +238,8 @@ def test_in_a_real_process_garbage_never_prints_a_traceback(workspace):
 
 PROBE = """\
 import json, sys
-import tools.cli, dsl.api
-from tools.cli import main
+import sealflow.cli, sealflow.dsl.api
+from sealflow.cli import main
 codes = [main(argv) for argv in json.loads(sys.argv[1])]
 print(json.dumps({"codes": codes, "sigstore": sorted(m for m in sys.modules if m.split('.')[0] == 'sigstore')}))
 """

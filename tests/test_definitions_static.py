@@ -51,7 +51,7 @@ def test_the_example_workflows_exist():
 
 @pytest.mark.parametrize("path", _definitions(), ids=lambda p: p.name)
 def test_file_name_matches_name_and_version(path: Path):
-    from dsl.loader import load_file
+    from sealflow.dsl.loader import load_file
 
     # Given a definition file name
     m = FILE_NAME.match(path.name)
@@ -71,7 +71,7 @@ def test_opens_with_a_comment_saying_what_it_demonstrates(path: Path):
 
 @pytest.mark.parametrize("path", _definitions(), ids=lambda p: p.name)
 def test_validates_and_lints_clean(path: Path):
-    from dsl.api import check_file
+    from sealflow.dsl.api import check_file
 
     # When the definition is validated, compiled and linted
     result = check_file(path, lint=True)
@@ -84,11 +84,11 @@ def test_validates_and_lints_clean(path: Path):
 
 @pytest.mark.parametrize("path", _definitions(), ids=lambda p: p.name)
 def test_validates_and_lints_clean_against_the_shipped_actions(path: Path):
-    from dsl.api import check_file
-    from tools.actions_loader import load_actions
+    from sealflow.dsl.api import check_file
+    from sealflow.cli.actions_loader import load_actions
 
     # Given the metadata of the actions the runtime ships (the demo world)
-    actions = load_actions(["interpreter.demo"])
+    actions = load_actions(["sealflow.demo"])
     # When the definition is checked with it: unknown actions, permissions, effects, L501
     result = check_file(path, actions=actions, lint=True)
     # Then nothing is worse than info, and every action it calls is known

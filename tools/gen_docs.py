@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-import schemas
-from dsl.codes import CODES
+from sealflow import schemas
+from sealflow.dsl.codes import CODES
 
 BEGIN = "<!-- BEGIN GENERATED REFERENCE -->"
 END = "<!-- END GENERATED REFERENCE -->"
@@ -136,7 +136,7 @@ def render() -> str:
     lines += ["", "### Diagnostic codes", "", "| code | severity | meaning |", "|---|---|---|"]
     for code, (severity, title) in sorted(CODES.items()):
         lines.append(f"| `{code}` | {severity} | {_cell(title)} |")
-    from dsl.lint import RULES
+    from sealflow.dsl.lint import RULES
 
     lines += ["", "### Lint rules", "",
               "`sealflow lint` applies these after validation; `sealflow lint --explain CODE` prints one. A step",

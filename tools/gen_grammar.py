@@ -2,7 +2,7 @@
 
 ``python -m tools.gen_grammar`` rewrites the module; ``python -m tools.gen_grammar --check``
 exits 1 when it is stale (CI runs it). Run it after editing the grammar or upgrading Lark;
-until then :func:`dsl.expr_parser.parser` notices the mismatch and builds from the grammar.
+until then :func:`sealflow.dsl.expr_parser.parser` notices the mismatch and builds from the grammar.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import lark
 from lark.grammar import Rule
 from lark.lexer import TerminalDef
 
-from dsl import expr_parser
+from sealflow.dsl import expr_parser
 
 TABLES = Path(expr_parser.__file__).with_name("expr_tables.py")
 WIDTH = 100

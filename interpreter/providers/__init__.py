@@ -3,17 +3,17 @@
 The runtime renders a step into a :class:`ModelRequest`, finds the provider with
 ``PROVIDERS.get(request.model)`` (a :class:`ProviderRegistry`) and calls
 ``provider.complete(request)``, which returns a :class:`ModelResult` or raises a
-classified :class:`~interpreter.errors.StepError`. The only built-in provider is the
+classified :class:`~sealflow.interpreter.errors.StepError`. The only built-in provider is the
 deterministic :class:`LocalModel`, registered as ``default``; real providers are
 adapters implementing :class:`Provider` and registered by model name or prefix::
 
-    from interpreter.providers import PROVIDERS
+    from sealflow.interpreter.providers import PROVIDERS
     PROVIDERS.register(MyOpenAIAdapter(), prefixes=["openai/"])
 """
 
-from .base import ModelRequest, ModelResult, Provider, ToolCall, ToolSpec, error_for_status, remaining_seconds
-from .local import LeadAssessment, LocalModel, assess_lead
-from .registry import ProviderRegistry
+from sealflow.interpreter.providers.base import ModelRequest, ModelResult, Provider, ToolCall, ToolSpec, error_for_status, remaining_seconds
+from sealflow.interpreter.providers.local import LeadAssessment, LocalModel, assess_lead
+from sealflow.interpreter.providers.registry import ProviderRegistry
 
 
 def default_registry() -> ProviderRegistry:

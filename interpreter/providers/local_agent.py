@@ -60,8 +60,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .base import ModelRequest, ToolCall
-from .synth import NOTHING, _string_ok, fit, phrase, synthesize
+from sealflow.interpreter.providers.base import ModelRequest, ToolCall
+from sealflow.interpreter.providers.synth import NOTHING, _string_ok, fit, phrase, synthesize
 
 MAX_QUERY_WORDS = 12
 _ID_TOKEN = re.compile(r"\b([A-Za-z]{2,10})_([A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*)\b")

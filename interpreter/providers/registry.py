@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import StepError
-from .base import Provider
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.providers.base import Provider
 
 
 class ProviderRegistry:

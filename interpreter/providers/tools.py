@@ -26,7 +26,7 @@ import types
 import typing
 from typing import Any, Callable
 
-from .base import ToolSpec
+from sealflow.interpreter.providers.base import ToolSpec
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 _ARRAYS = (list, tuple, set, frozenset)

@@ -5,24 +5,24 @@ The prompt template is rendered; the provider serving ``model`` is asked
 not ``configuration``-ready); the answer must satisfy ``output_schema``
 (else ``invalid_output``, retryable when the retry class lists it). Tokens and
 cost are reported with the outcome even when the output is refused; the engine
-charges them and enforces the budgets (:mod:`interpreter.budgets`).
+charges them and enforces the budgets (:mod:`sealflow.interpreter.budgets`).
 """
 
 from __future__ import annotations
 
-from dsl import expressions
+from sealflow.dsl import expressions
 
-from ..context import Execution
-from ..errors import StepError
-from ..outcomes import Failed, Outcome, Succeeded
-from .action import call
-from .checks import schema_failure
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.steps.action import call
+from sealflow.interpreter.steps.checks import schema_failure
 
 FALLBACK_ON = ("unavailable", "configuration")
 
 
 def execute(x: Execution) -> Outcome:
-    from ..providers.base import ModelRequest
+    from sealflow.interpreter.providers.base import ModelRequest
 
     ai = x.step.ai
     prompt = expressions.to_text(x.render(ai.prompt_template or ""))

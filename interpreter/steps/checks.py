@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsl import expressions
+from sealflow.dsl import expressions
 
-from ..context import Execution
-from ..outcomes import Failed
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.outcomes import Failed
 
 
 def schema_failure(x: Execution, schema: dict | None, output: Any) -> str | None:

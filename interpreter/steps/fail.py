@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dsl.expressions import to_text
+from sealflow.dsl.expressions import to_text
 
-from ..context import Execution
-from ..outcomes import EndRun, Outcome
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.outcomes import EndRun, Outcome
 
 
 def execute(x: Execution) -> Outcome:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dsl.expressions import truthy
+from sealflow.dsl.expressions import truthy
 
-from ..context import Execution
-from ..outcomes import Outcome, Succeeded
+from sealflow.interpreter.context import Execution
+from sealflow.interpreter.outcomes import Outcome, Succeeded
 
 
 def execute(x: Execution) -> Outcome:

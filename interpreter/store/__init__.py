@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 
-from .base import (
+from sealflow.interpreter.store.base import (
     AttemptRecord, AuditEvent, AuditRecord, Claimed, Commit, Committed, DeadLetterRecord, DeadLetterSpec,
     LedgerEntry, LedgerRecord, Message, NewRun, NextAttempt, OutboxRecord, RunChange, RunRecord, StepChange, Store,
     SweepReport, TimerRecord,
 )
-from .errors import (
+from sealflow.interpreter.store.errors import (
     AdmissionRefused, ClaimDeferred, ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition,
     InvalidOperation, MessageRefused, NotFound,
     SchemaTooNew, StoreError, StoreURLError,
@@ -26,7 +26,7 @@ def open_store(url: str | None = None) -> Store:
     """Open the store at ``url`` (``sqlite:///PATH``; ``sqlite:////abs/path``; ``sqlite:///:memory:``)."""
     url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
     if url.startswith("sqlite:///"):
-        from .sqlite import SqliteStore
+        from sealflow.interpreter.store.sqlite import SqliteStore
 
         path = url[len("sqlite:///"):]
         if not path:

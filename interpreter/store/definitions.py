@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .errors import StoreError
+from sealflow.interpreter.store.errors import StoreError
 
 
 class DefinitionRefused(StoreError):

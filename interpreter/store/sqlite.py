@@ -6,7 +6,7 @@ other processes on the same file. WAL checkpoints (which fsync) run on a
 background thread with its own connection instead of inside a step's commit. One connection per store object guarded by
 a lock (threads of one process queue on the lock instead of spinning in
 SQLite's busy handler); every write is one ``BEGIN IMMEDIATE`` transaction, so
-each operation of :class:`~interpreter.store.base.Store` is atomic. Statements
+each operation of :class:`~sealflow.interpreter.store.base.Store` is atomic. Statements
 are fixed strings so the sqlite3 statement cache keeps them prepared.
 """
 
@@ -18,18 +18,18 @@ import sqlite3
 import threading
 from typing import Iterator
 
-from .. import states
-from .base import (
+from sealflow.interpreter import states
+from sealflow.interpreter.store.base import (
     AttemptRecord, AuditEvent, AuditRecord, DeadLetterRecord, LedgerRecord, NewRun, NextAttempt, OutboxRecord,
     RunRecord, Store, TimerRecord,
 )
-from ..auditchain import VERIFY_COLS, SqliteChain
-from . import sqlite_admission, sqlite_rows as rows
-from .errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
-from .sqlite_schema import migrate
-from .definitions import DefinitionsMixin
-from .sqlite_steps import StepPathMixin
-from .sqlite_sweep import SweepMixin
+from sealflow.interpreter.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.interpreter.store import sqlite_admission, sqlite_rows as rows
+from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
+from sealflow.interpreter.store.sqlite_schema import migrate
+from sealflow.interpreter.store.definitions import DefinitionsMixin
+from sealflow.interpreter.store.sqlite_steps import StepPathMixin
+from sealflow.interpreter.store.sqlite_sweep import SweepMixin
 
 dumps = rows.dumps
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
@@ -72,7 +72,7 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._lock = threading.RLock()
         self._pending: list[tuple] = []  # audit rows of the transaction in progress
-        self._chain = SqliteChain()  # appends them hash-chained per tenant (interpreter.auditchain)
+        self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.interpreter.auditchain)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=512,
                                      timeout=busy_timeout_ms / 1000)
         c = self._conn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .base import AttemptRecord, AuditRecord, DeadLetterRecord, LedgerRecord, OutboxRecord, RunRecord, TimerRecord
+from sealflow.interpreter.store.base import AttemptRecord, AuditRecord, DeadLetterRecord, LedgerRecord, OutboxRecord, RunRecord, TimerRecord
 
 loads = json.loads
 
@@ -32,7 +32,7 @@ CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor
 A_COLS = ", ".join("a." + c.strip() for c in ATTEMPT_COLS.split(","))
 R_COLS = ", ".join("r." + c.strip() for c in RUN_COLS.split(","))
 N_ATTEMPT = len(ATTEMPT_COLS.split(","))
-# audit rows are written only through interpreter.auditchain (hash-chained per tenant)
+# audit rows are written only through sealflow.interpreter.auditchain (hash-chained per tenant)
 
 
 def run(row) -> RunRecord:

@@ -13,7 +13,7 @@ import sqlite3
 import time
 from typing import Callable
 
-from .errors import SchemaTooNew
+from sealflow.interpreter.store.errors import SchemaTooNew
 
 # Indexes are few on purpose: every index is one more page written per step. A run's single
 # active attempt is found through runs.cursor_step/cursor_attempt (a primary-key lookup), and
@@ -124,13 +124,13 @@ def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
 
 def _audit_chain(conn: sqlite3.Connection) -> None:
     # the chain's columns and heads, the tenants' daily usage; existing events are chained in id order
-    from ..auditchain import migrate as chain_migrate
+    from sealflow.interpreter.auditchain import migrate as chain_migrate
 
     chain_migrate(conn)
 
 
 def _definitions(conn: sqlite3.Connection) -> None:
-    from .definitions import SCHEMA
+    from sealflow.interpreter.store.definitions import SCHEMA
 
     _statements(SCHEMA)(conn)
 

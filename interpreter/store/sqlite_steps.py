@@ -4,7 +4,7 @@ Each method is one ``BEGIN IMMEDIATE`` transaction. The fences are checked
 before anything is written: the attempt's token (:class:`FencingError`), then
 the run's revision (:class:`ConcurrencyError`); every state change goes
 through ``_step_to`` / ``_run_to``, which refuse edges not in
-:mod:`interpreter.states` (the transaction rolls back and the refusal is
+:mod:`sealflow.interpreter.states` (the transaction rolls back and the refusal is
 audited).
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 
-from .. import states
-from . import sqlite_rows as rows
-from .records import Claimed, Commit, Committed, DeadLetterSpec, Message, NextAttempt, RunRecord
-from . import sqlite_admission
-from ..auditchain import output_summary
-from ..budgets import day_of
-from .errors import ClaimDeferred, ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.interpreter import states
+from sealflow.interpreter.store import sqlite_rows as rows
+from sealflow.interpreter.store.records import Claimed, Commit, Committed, DeadLetterSpec, Message, NextAttempt, RunRecord
+from sealflow.interpreter.store import sqlite_admission
+from sealflow.interpreter.auditchain import output_summary
+from sealflow.interpreter.budgets import day_of
+from sealflow.interpreter.store.errors import ClaimDeferred, ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
 
 dumps = rows.dumps
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT

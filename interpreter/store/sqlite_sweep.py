@@ -1,6 +1,6 @@
 """The SQLite store's dispatch and sweeping operations (a mixin of :class:`SqliteStore`).
 
-The sweeper keeps invariant 2 of :mod:`interpreter.store.base` moving:
+The sweeper keeps invariant 2 of :mod:`sealflow.interpreter.store.base` moving:
 expired leases become ``scheduled`` again with a new token (so the zombie's
 commit fails its fence); due timers become outbox rows (``backoff``:
 ``retry_wait -> scheduled``; ``wait`` / ``approval_timeout``: a wake-up
@@ -11,10 +11,10 @@ found again; a duplicate is refused by the claim).
 
 from __future__ import annotations
 
-from .. import states
-from ..dlq import fingerprint
-from . import sqlite_rows as rows
-from .records import DeadLetterSpec, Message, SweepReport
+from sealflow.interpreter import states
+from sealflow.interpreter.dlq import fingerprint
+from sealflow.interpreter.store import sqlite_rows as rows
+from sealflow.interpreter.store.records import DeadLetterSpec, Message, SweepReport
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"

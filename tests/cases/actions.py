@@ -1,7 +1,7 @@
 """Demo actions for the data-driven cases that need action metadata.
 
 Loaded by cases that carry ``# actions: tests/cases/actions.py`` (see README.md),
-through ``tools.actions_loader.load_actions``, exactly as ``--actions`` loads a file.
+through ``sealflow.cli.actions_loader.load_actions``, exactly as ``--actions`` loads a file.
 The names live under ``cases.`` so that they never collide with the project's own
 demo actions (``crm.*``, ``email.*``) registered in the same process.
 
@@ -12,7 +12,7 @@ permission). The bodies are small, deterministic and touch nothing outside.
 
 from __future__ import annotations
 
-from interpreter import action
+from sealflow.interpreter import action
 
 
 @action("cases.get_lead", permissions=["crm:read"], effect="read")

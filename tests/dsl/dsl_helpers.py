@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from dsl.api import check_bytes
+from sealflow.dsl.api import check_bytes
 
 HEADER = """\
 sealflow: 1

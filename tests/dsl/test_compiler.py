@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from dsl.api import check_bytes, check_file, compile_file
-from dsl.errors import DefinitionError
-from dsl.model import ActionInfo
-from dsl.plan import Plan
+from sealflow.dsl.api import check_bytes, check_file, compile_file
+from sealflow.dsl.errors import DefinitionError
+from sealflow.dsl.model import ActionInfo
+from sealflow.dsl.plan import Plan
 
 from dsl_helpers import HEADER, check, codes
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsl.api import check_bytes
+from sealflow.dsl.api import check_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "definitions").glob("*.yaml"))

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-import schemas
-from dsl.codes import CODES
+from sealflow import schemas
+from sealflow.dsl.codes import CODES
 from tools import gen_docs
 
 

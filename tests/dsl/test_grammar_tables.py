@@ -8,8 +8,8 @@ import pytest
 from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from dsl import expr_parser, expr_tables
-from dsl.expressions import CATALOGUE, ExpressionError, parse
+from sealflow.dsl import expr_parser, expr_tables
+from sealflow.dsl.expressions import CATALOGUE, ExpressionError, parse
 from tools import gen_grammar
 
 VALID = [
@@ -135,7 +135,7 @@ def test_stale_tables_fall_back_to_the_grammar(fresh_parser, monkeypatch, stale)
 
 
 def test_missing_tables_fall_back_to_the_grammar(fresh_parser, monkeypatch):
-    monkeypatch.delattr(sys.modules["dsl"], "expr_tables")
-    monkeypatch.setitem(sys.modules, "dsl.expr_tables", None)  # import fails
+    monkeypatch.delattr(sys.modules["sealflow.dsl"], "expr_tables")
+    monkeypatch.setitem(sys.modules, "sealflow.dsl.expr_tables", None)  # import fails
     assert fresh_parser.current_tables() is None
     assert fresh_parser.parser().parse("input.x == 1")

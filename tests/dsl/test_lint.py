@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dsl.lint import RULES
-from dsl.model import ActionInfo
+from sealflow.dsl.lint import RULES
+from sealflow.dsl.model import ActionInfo
 
 from dsl_helpers import check
 

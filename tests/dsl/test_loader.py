@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from dsl.errors import DefinitionError
-from dsl.loader import Limits, load_bytes, load_file, load_text
+from sealflow.dsl.errors import DefinitionError
+from sealflow.dsl.loader import Limits, load_bytes, load_file, load_text
 
 
 def refused(text: str, **kw) -> DefinitionError:

@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-import schemas
-from dsl.codes import CODES
-from dsl.loader import load_text
-from dsl.schema import readable, schema_for_docs, validate, validate_embedded_schema
+from sealflow import schemas
+from sealflow.dsl.codes import CODES
+from sealflow.dsl.loader import load_text
+from sealflow.dsl.schema import readable, schema_for_docs, validate, validate_embedded_schema
 
 # The full example of DSL.md, copied verbatim: it must validate as written.
 FULL_EXAMPLE = """\
@@ -237,7 +237,7 @@ def test_every_step_kind_and_field_validates():
 
 
 def test_schema_valid_documents_are_accepted_by_the_model():
-    from dsl.model import Definition
+    from sealflow.dsl.model import Definition
 
     for text in (FULL_EXAMPLE, HEADER + EVERYTHING_TOP + "steps:\n" + textwrap.indent(EVERYTHING_STEPS, "  ")):
         doc = load_text(text)

@@ -12,8 +12,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from dsl import signing
-from dsl.trust import Refused, load_policy, verify_bytes, verify_file
+from sealflow.dsl import signing
+from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dsl.trust import Refused, load_policy, verify_bytes, verify_file, verify_sigstore
+from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file, verify_sigstore
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = (ROOT / ".." / "shared" / "fixtures" / "sigstore").resolve()
@@ -190,7 +190,7 @@ def test_the_signature_is_checked_before_the_definition(tmp_path, staging, fixtu
 
 def test_a_sigstore_bundle_is_refused_when_the_policy_has_no_sigstore_section(tmp_path, staging):
     data, bundle = staging
-    from dsl import signing
+    from sealflow.dsl import signing
 
     (tmp_path / "k.pub.pem").write_bytes(signing.public_pem(signing.generate_key().public_key()))
     (tmp_path / "policy.yaml").write_text("keys: [{id: k, public_key: k.pub.pem}]\n")
@@ -250,7 +250,7 @@ def test_one_of_several_identities_is_enough(tmp_path, production):
 
 
 def test_without_the_sigstore_package_a_bundle_is_a_clear_refusal(tmp_path, monkeypatch):
-    from dsl.trust import Identity, TrustPolicy
+    from sealflow.dsl.trust import Identity, TrustPolicy
 
     # Given a process where sigstore cannot be imported (it is an optional extra)
     for name in [m for m in sys.modules if m == "sigstore" or m.startswith("sigstore.")]:

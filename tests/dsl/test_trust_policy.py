@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import schemas
-from dsl import signing
-from dsl.trust import POLICY_CODES, REASONS, Identity, PolicyError, TrustPolicy, load_policy, namespace_of
+from sealflow import schemas
+from sealflow.dsl import signing
+from sealflow.dsl.trust import POLICY_CODES, REASONS, Identity, PolicyError, TrustPolicy, load_policy, namespace_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

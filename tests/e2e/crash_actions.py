@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from interpreter import action
+from sealflow.interpreter import action
 
 
 def _db() -> sqlite3.Connection:

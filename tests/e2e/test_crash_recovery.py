@@ -26,7 +26,7 @@ ACTIONS = HERE / "crash_actions.py"
 
 
 def sealflow(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "tools", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sealflow", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120, **kw)
 
 
@@ -43,7 +43,7 @@ def start_run(env, crash_at: str | None):
     e = dict(env)
     if crash_at:
         e["CRASH_AT"] = crash_at
-    return subprocess.Popen([sys.executable, "-m", "tools", "run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"],
+    return subprocess.Popen([sys.executable, "-m", "sealflow", "run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"],
                             cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cli import main
+from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITIONS = ROOT / "definitions"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.cli import main
+from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITIONS = ROOT / "definitions"

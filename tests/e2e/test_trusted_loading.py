@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cli import main
+from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
@@ -49,7 +49,7 @@ def run(capsys, folder, name, *extra):
 
 
 def runs_in_store(capsys) -> int:
-    from interpreter.store import open_store
+    from sealflow.interpreter.store import open_store
 
     store = open_store()
     try:
@@ -130,7 +130,7 @@ def test_given_a_newer_version_ran_when_an_older_one_is_loaded_then_refused_unle
     code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
     records = {r["version"]: r for r in json.loads(out)}
     assert records[1]["active"] and records[1]["pinned"] and not records[2]["active"]
-    from interpreter.store import open_store
+    from sealflow.interpreter.store import open_store
 
     store = open_store()
     try:

@@ -56,11 +56,11 @@ class Deployment:
         self.workers: dict[str, subprocess.Popen] = {}
 
     def sealflow(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tools", *args], cwd=ROOT, env=self.env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "sealflow", *args], cwd=ROOT, env=self.env, capture_output=True,
                               text=True, timeout=timeout)
 
     def worker_args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "tools", "worker", "--broker", REDIS, "--store", self.store,
+        return [sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", self.store,
                 "--actions", str(ACTIONS), "--queue", self.queue, *extra]
 
     def start_worker(self, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
@@ -194,7 +194,7 @@ def test_given_two_workers_under_a_policy_when_ten_runs_are_submitted_then_all_c
     for name in ("a", "b"):
         deployment.wait_ready(name)
 
-    submits = [subprocess.Popen([sys.executable, "-m", "tools", "submit", str(WORKFLOW), "--store", deployment.store,
+    submits = [subprocess.Popen([sys.executable, "-m", "sealflow", "submit", str(WORKFLOW), "--store", deployment.store,
                                  "--actions", str(ACTIONS), "--as", "user:ana", "--access", str(policy)],
                                 cwd=ROOT, env=deployment.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(10)]
@@ -279,7 +279,7 @@ def test_given_a_worker_without_allow_unsigned_when_an_unsigned_run_arrives_then
 def test_given_no_access_policy_when_a_worker_starts_then_it_refuses(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("SEALFLOW_ACCESS", "SEALFLOW_BROKER")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-m", "tools", "worker", "--broker", REDIS, "--store",
+    done = subprocess.run([sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store",
                            f"sqlite:///{tmp_path / 'state.db'}", "--queue", "q_" + uuid.uuid4().hex], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -292,7 +292,7 @@ def test_given_no_access_policy_when_a_worker_starts_then_it_refuses(tmp_path):
                                        ("redis://127.0.0.1:1/0", "cannot reach the broker at redis://127.0.0.1:1/0")])
 def test_given_a_bad_broker_url_when_a_worker_starts_then_it_is_a_usage_error(tmp_path, url, says):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tools", "worker", "--broker", url, "--allow-open", "--store",
+    done = subprocess.run([sys.executable, "-m", "sealflow", "worker", "--broker", url, "--allow-open", "--store",
                            f"sqlite:///{tmp_path / 'state.db'}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -305,6 +305,6 @@ def test_given_a_bad_broker_url_when_a_worker_starts_then_it_is_a_usage_error(tm
                                         ("unix:///run/redis.sock?db=0&password=s3cret",
                                          "unix:///run/redis.sock?db=0&password=***")])
 def test_given_a_broker_url_with_a_password_when_shown_then_the_password_is_hidden(url, shown):
-    from tools.cli.worker import redact
+    from sealflow.cli.worker import redact
 
     assert redact(url) == shown

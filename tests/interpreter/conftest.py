@@ -10,10 +10,10 @@ import random
 import pytest
 
 from interp_helpers import BACKENDS
-from interpreter.actions import Registry
-from interpreter.clock import FakeClock
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
+from sealflow.interpreter.actions import Registry
+from sealflow.interpreter.clock import FakeClock
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 
 @pytest.fixture(params=BACKENDS)

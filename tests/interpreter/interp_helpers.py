@@ -1,6 +1,6 @@
 """Plans built in Python for the interpreter tests, and a scripted model provider.
 
-Plans are built directly from ``dsl.plan`` models (no YAML) with :func:`make_plan`
+Plans are built directly from ``sealflow.dsl.plan`` models (no YAML) with :func:`make_plan`
 and :func:`S`, so each test states exactly the steps it needs::
 
     plan = make_plan(S("a", "action", action="t.work"), S("b", "set", assign={"x": "1"}))
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsl.plan import END, ApprovalPlan, Edge, Plan, PlanStep, RetryPolicy
+from sealflow.dsl.plan import END, ApprovalPlan, Edge, Plan, PlanStep, RetryPolicy
 
 BACKENDS = ["sqlite"]  # "redis" joins here when its store lands
 
@@ -64,7 +64,7 @@ class FakeProvider:
         self.cost = cost
 
     def complete(self, request):
-        from interpreter.providers.base import ModelResult
+        from sealflow.interpreter.providers.base import ModelResult
 
         self.requests.append(request)
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]

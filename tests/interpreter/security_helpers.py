@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from interpreter.access import FileAccess
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
+from sealflow.interpreter.access import FileAccess
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 #: acme: alice buys (and may approve nothing), bob and cy are managers, dan is finance;
 #: globex: a second tenant with its own manager, eve

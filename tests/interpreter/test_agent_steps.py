@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dsl.plan import AgentPlan, ErrorRoutePlan, StepBudgetPlan, ValidateRulePlan
+from sealflow.dsl.plan import AgentPlan, ErrorRoutePlan, StepBudgetPlan, ValidateRulePlan
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import action
-from interpreter.errors import StepError
-from interpreter.providers.base import ModelResult, ToolCall
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.providers.base import ModelResult, ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -381,10 +381,10 @@ def test_a_malformed_call_is_refused(runtime, providers, world):
 
 @pytest.fixture
 def triage(tmp_path):
-    api = pytest.importorskip("dsl.api")
-    from interpreter.actions import REGISTRY
-    from interpreter.demo import store as demo_store
-    from interpreter.runtime import Runtime
+    api = pytest.importorskip("sealflow.dsl.api")
+    from sealflow.interpreter.actions import REGISTRY
+    from sealflow.demo import store as demo_store
+    from sealflow.interpreter.runtime import Runtime
 
     demo_store.configure(tmp_path / "demo.db")
     plan = api.compile_file(ROOT / "definitions" / "support-triage.v1.yaml")
@@ -395,7 +395,7 @@ def triage(tmp_path):
 
 
 def test_support_triage_answers_a_routine_ticket_end_to_end(triage):
-    from interpreter import demo
+    from sealflow import demo
 
     rt, plan = triage
     # Given a customer asking where their order is
@@ -416,7 +416,7 @@ def test_support_triage_answers_a_routine_ticket_end_to_end(triage):
 
 
 def test_support_triage_hands_a_prompt_injection_to_a_human(triage):
-    from interpreter import demo
+    from sealflow import demo
 
     rt, plan = triage
     status = rt.run(plan, {"ticket_id": "tkt_1005"}, initiator="user:ana")

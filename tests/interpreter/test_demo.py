@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-import interpreter.demo as demo
-from interpreter.actions import REGISTRY
-from interpreter.demo import seed
-from interpreter.errors import StepError
-from interpreter.providers import PROVIDERS, ModelRequest
+import sealflow.demo as demo
+from sealflow.interpreter.actions import REGISTRY
+from sealflow.demo import seed
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.providers import PROVIDERS, ModelRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ ACTIONS = {
 def test_importing_the_demo_registers_each_action_with_its_permissions_and_effect(name):
     act = REGISTRY.get(name)
     assert act is not None and (act.permissions, act.effect) == ACTIONS[name]
-    assert act.description and act.fn.__module__.startswith("interpreter.demo.")
+    assert act.description and act.fn.__module__.startswith("sealflow.demo.")
 
 
 def _definition_action_uses():

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from interp_helpers import retry
-from interpreter import states
-from interpreter.clock import FakeClock
-from interpreter.dlq import fingerprint, normalise
-from interpreter.retry import backoff_ms, delay_seconds, should_retry
-from interpreter.timeouts import AttemptRunner, AttemptTimedOut
+from sealflow.interpreter import states
+from sealflow.interpreter.clock import FakeClock
+from sealflow.interpreter.dlq import fingerprint, normalise
+from sealflow.interpreter.retry import backoff_ms, delay_seconds, should_retry
+from sealflow.interpreter.timeouts import AttemptRunner, AttemptTimedOut
 
 
 # -- states ------------------------------------------------------------------------------------------

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from interpreter.errors import StepError
-from interpreter.providers import (PROVIDERS, LocalModel, ModelRequest, ModelResult, Provider, ProviderRegistry,
-                                   assess_lead, default_registry, error_for_status, remaining_seconds)
-from interpreter.providers.synth import fit, sample_pattern
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.providers import PROVIDERS, LocalModel, ModelRequest, ModelResult, Provider, ProviderRegistry, assess_lead, default_registry, error_for_status, remaining_seconds
+from sealflow.interpreter.providers.synth import fit, sample_pattern
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -182,7 +181,7 @@ def test_bad_requests_are_invalid_request():
 
 
 def _definition_model_steps():
-    from dsl.api import compile_file
+    from sealflow.dsl.api import compile_file
 
     for path in sorted((ROOT / "definitions").glob("*.yaml")):
         plan = compile_file(path)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dsl.plan import AgentPlan, AiPlan
+from sealflow.dsl.plan import AgentPlan, AiPlan
 from interp_helpers import FakeProvider, S, make_plan, retry
-from interpreter.errors import StepError
+from sealflow.interpreter.errors import StepError
 
 SCHEMA = {"type": "object", "required": ["classification"],
           "properties": {"classification": {"enum": ["high", "low"]}, "reason": {"type": "string"}}}

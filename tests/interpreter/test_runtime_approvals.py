@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from interp_helpers import S, approval, gate, make_plan
-from interpreter.actions import action
-from interpreter.errors import StepError
-from interpreter.store import InvalidOperation
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.store import InvalidOperation
 
 
 @pytest.fixture

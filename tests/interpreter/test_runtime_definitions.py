@@ -11,16 +11,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def lead_plan():
-    api = pytest.importorskip("dsl.api")
-    pytest.importorskip("interpreter.demo.actions")
+    api = pytest.importorskip("sealflow.dsl.api")
+    pytest.importorskip("sealflow.demo.actions")
     return api.compile_file(ROOT / "definitions" / "lead-qualification.v1.yaml")
 
 
 @pytest.fixture
 def demo_runtime(tmp_path):
-    from interpreter.actions import REGISTRY
-    from interpreter.demo import store as demo_store
-    from interpreter.runtime import Runtime
+    from sealflow.interpreter.actions import REGISTRY
+    from sealflow.demo import store as demo_store
+    from sealflow.interpreter.runtime import Runtime
 
     demo_store.configure(tmp_path / "demo.db")
     rt = Runtime(f"sqlite:///{tmp_path}/state.db", REGISTRY)

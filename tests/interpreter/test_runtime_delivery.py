@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import action
-from interpreter.errors import StepError
-from interpreter.store import IdempotencyConflict, Message
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.store import IdempotencyConflict, Message
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import action
-from interpreter.errors import StepError
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.errors import StepError
 
 
 class Flaky:

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from interp_helpers import S, make_plan
-from interpreter.actions import action
-from interpreter.errors import StepError
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.errors import StepError
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import threading
 import time
 
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import Registry, action
-from interpreter.errors import StepError
-from interpreter.runtime import Runtime
+from sealflow.interpreter.actions import Registry, action
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.runtime import Runtime
 
 
 def test_concurrent_runs_with_retries_and_duplicate_delivery(tmp_path):

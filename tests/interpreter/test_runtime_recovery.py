@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from interp_helpers import S, make_plan
-from interpreter.actions import Registry, action
-from interpreter.clock import FakeClock
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
-from interpreter.outcomes import Succeeded
+from sealflow.interpreter.actions import Registry, action
+from sealflow.interpreter.clock import FakeClock
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
+from sealflow.interpreter.outcomes import Succeeded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,10 +42,10 @@ def three_steps():
 CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
-    from dsl.plan import Plan
-    from interpreter.actions import Registry, action
-    from interpreter.runtime import Runtime
-    from interpreter.store import open_store
+    from sealflow.dsl.plan import Plan
+    from sealflow.interpreter.actions import Registry, action
+    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.store import open_store
 
     reg = Registry()
 

@@ -8,11 +8,11 @@ import sqlite3
 import pytest
 
 from interp_helpers import S, make_plan
-from interpreter import auditchain
-from interpreter.actions import action
-from interpreter.store import open_store
-from interpreter.store.sqlite_schema import migrate
-from tools.cli import main
+from sealflow.interpreter import auditchain
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.store import open_store
+from sealflow.interpreter.store.sqlite_schema import migrate
+from sealflow.cli import main
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_the_chain_is_computed_in_the_appending_transaction_across_store_objects
     # Given two store objects (two processes) appending to the same file
     one, two = (open_store(f"sqlite:///{tmp_path}/s.db") for _ in range(2))
     try:
-        from interpreter.store.base import AuditEvent
+        from sealflow.interpreter.store.base import AuditEvent
 
         for i in range(6):
             (one if i % 2 else two).append_audit(AuditEvent("note", None, "user:ana", tenant="acme",

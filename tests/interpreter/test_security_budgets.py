@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dsl.plan import AiPlan, ErrorRoutePlan, StepBudgetPlan
+from sealflow.dsl.plan import AiPlan, ErrorRoutePlan, StepBudgetPlan
 from interp_helpers import FakeProvider, S, make_plan, retry
-from interpreter.actions import action
-from interpreter.budgets import day_of
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.budgets import day_of
 
 
 def ai(step_id="think", max_tokens=100, **kw):

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from interp_helpers import S, make_plan
-from interpreter.actions import Registry, action
-from interpreter.config import RuntimeConfig, TenantLimits
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
+from sealflow.interpreter.actions import Registry, action
+from sealflow.interpreter.config import RuntimeConfig, TenantLimits
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 
 class World:

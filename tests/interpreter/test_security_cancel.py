@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from dsl.plan import CompensationPlan, RetryPolicy
+from sealflow.dsl.plan import CompensationPlan, RetryPolicy
 from interp_helpers import S, approval, make_plan
-from interpreter.actions import action
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 
 def undo(step_id: str, **kw) -> CompensationPlan:
@@ -134,7 +134,7 @@ def test_a_cancelled_runs_requeued_attempt_is_not_started(runtime, world, clock)
     store = runtime.store
     first = store.active_attempt(run_id)
     claimed = store.claim(run_id, "reserve", first.attempt, first.token, owner="host:1:dead", now=clock.now())
-    from interpreter.store.base import Commit, NextAttempt, RunChange, StepChange
+    from sealflow.interpreter.store.base import Commit, NextAttempt, RunChange, StepChange
 
     store.commit(Commit(run_id, claimed.run.rev, StepChange("reserve", 1, claimed.attempt.token, "succeeded",
                                                             output_json='{"made": "reserve"}'),

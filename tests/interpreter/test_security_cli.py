@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from interpreter.store import open_store
+from sealflow.interpreter.store import open_store
 from security_helpers import PolicyFile
-from tools.cli import main
+from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")

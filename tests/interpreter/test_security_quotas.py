@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from dsl.plan import AiPlan
+from sealflow.dsl.plan import AiPlan
 from interp_helpers import FakeProvider, S, make_plan
-from interpreter.config import ConfigError, RuntimeConfig, TenantLimits, parse_size
-from interpreter.runtime import Runtime
-from interpreter.store import AdmissionRefused, open_store
-from tools.cli import main
+from sealflow.interpreter.config import ConfigError, RuntimeConfig, TenantLimits, parse_size
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import AdmissionRefused, open_store
+from sealflow.cli import main
 
 
 def limited(tmp_path, registry, providers, clock, **limits):

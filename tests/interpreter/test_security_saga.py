@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dsl.plan import CompensationPlan, ErrorRoutePlan, RetryPolicy
+from sealflow.dsl.plan import CompensationPlan, ErrorRoutePlan, RetryPolicy
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import Registry, action
-from interpreter.clock import FakeClock
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
+from sealflow.interpreter.actions import Registry, action
+from sealflow.interpreter.clock import FakeClock
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_a_run_that_fails_for_good_undoes_its_completed_steps_newest_first(runti
     # its result is in the idempotency ledger
     assert runtime.store.ledger_get("default", f"{status.run.id}:charge:compensate").result == {"undone": "charge"}
     # and it cannot be redriven: its failed step would build on effects that were undone
-    from interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation
 
     with pytest.raises(InvalidOperation, match="compensated"):
         runtime.dlq_redrive(status.run.id)
@@ -134,7 +134,7 @@ def test_a_compensation_that_fails_for_good_quarantines_the_run_with_the_reason(
     failed = next(e for e in runtime.audit(status.run.id) if e.event == "compensation.failed")
     assert failed.detail["left"] == ["reserve"]
     # and it cannot be redriven blindly
-    from interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation
 
     with pytest.raises(InvalidOperation, match="quarantined"):
         runtime.dlq_redrive(status.run.id)
@@ -152,10 +152,10 @@ def test_a_missing_compensate_action_quarantines(runtime, world):
 CHILD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from dsl.plan import Plan
-    from interpreter.actions import Registry, action
-    from interpreter.runtime import Runtime
-    from interpreter.store import open_store
+    from sealflow.dsl.plan import Plan
+    from sealflow.interpreter.actions import Registry, action
+    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.store import open_store
 
     reg = Registry()
 

@@ -10,12 +10,12 @@ import random
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import action
-from interpreter.config import RuntimeConfig
-from interpreter.errors import StepError
-from interpreter.runtime import Runtime
-from interpreter.secrets import REDACTOR, SecretChain, env_name
-from interpreter.store import open_store
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.config import RuntimeConfig
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.secrets import REDACTOR, SecretChain, env_name
+from sealflow.interpreter.store import open_store
 
 SECRET = "sk-live-7f3a9b2c1d8e"
 

@@ -10,11 +10,11 @@ import threading
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from interpreter.actions import action
-from interpreter.config import RuntimeConfig
-from interpreter.errors import StepError
-from interpreter.runtime import Runtime
-from interpreter.store import open_store
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.config import RuntimeConfig
+from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 
 @pytest.fixture

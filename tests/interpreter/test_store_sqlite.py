@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from interpreter.store import SchemaTooNew, StoreURLError, open_store
-from interpreter.store.sqlite_schema import LATEST, migrate
+from sealflow.interpreter.store import SchemaTooNew, StoreURLError, open_store
+from sealflow.interpreter.store.sqlite_schema import LATEST, migrate
 
 
 def test_open_store_reads_the_url_from_the_environment(tmp_path, monkeypatch):
@@ -60,7 +60,7 @@ def test_a_newer_database_is_refused_with_a_clear_error(tmp_path):
 def test_audit_rows_cannot_be_updated_or_deleted(tmp_path):
     path = tmp_path / "a.db"
     s = open_store(f"sqlite:///{path}")
-    from interpreter.store import AuditEvent
+    from sealflow.interpreter.store import AuditEvent
 
     s.append_audit(AuditEvent("note", run_id="r"), 0.0)
     s.close()

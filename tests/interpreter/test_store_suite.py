@@ -1,7 +1,7 @@
 """The store contract, written once and run against every backend (the ``store`` fixture).
 
 Given / When / Then in each test. Everything here goes through the abstract
-:class:`interpreter.store.base.Store` interface; backend-specific checks live in
+:class:`sealflow.interpreter.store.base.Store` interface; backend-specific checks live in
 ``test_store_sqlite.py``.
 """
 
@@ -12,10 +12,7 @@ import json
 
 import pytest
 
-from interpreter.store import (
-    AuditEvent, Commit, ConcurrencyError, DeadLetterSpec, FencingError, IdempotencyConflict, IllegalTransition,
-    InvalidOperation, LedgerEntry, MessageRefused, NewRun, NextAttempt, RunChange, StepChange,
-)
+from sealflow.interpreter.store import AuditEvent, Commit, ConcurrencyError, DeadLetterSpec, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, LedgerEntry, MessageRefused, NewRun, NextAttempt, RunChange, StepChange
 
 T0 = 1_700_000_000.0
 

@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args(argv)
 
-    from dsl.api import check_bytes
-    from schemas import load as load_schema
+    from sealflow.dsl.api import check_bytes
+    from sealflow.schemas import load as load_schema
 
     files: list[Path] = []
     for p in map(Path, args.paths):

@@ -36,7 +36,7 @@ def rss_mib() -> float:
 
 
 def noop_plan(steps: int):
-    from dsl.api import compile_bytes
+    from sealflow.dsl.api import compile_bytes
 
     lines = ["sealflow: 1", "name: bench-noop", "version: 1", "owner: team:bench", "permissions: []",
              "defaults: {timeout: 10s}", "steps:"]
@@ -45,8 +45,8 @@ def noop_plan(steps: int):
 
 
 def bench_sealflow(runs: int, steps: int) -> tuple[float, list[tuple[int, float]]]:
-    from interpreter.actions import Registry, action
-    from interpreter.runtime import Runtime
+    from sealflow.interpreter.actions import Registry, action
+    from sealflow.interpreter.runtime import Runtime
 
     registry = Registry()
 

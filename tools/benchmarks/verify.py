@@ -4,12 +4,12 @@
 
 Per definition (medians over ``--rounds``, warm caches, as a long-lived runtime would be):
 
-* compile: ``dsl.api.check_bytes`` (load, schema, model, compile, digest);
+* compile: ``sealflow.dsl.api.check_bytes`` (load, schema, model, compile, digest);
 * Ed25519 DSSE: parsing the envelope and checking the signature against the policy's keys;
 * Sigstore: verifying the staging fixture bundle offline against the pinned staging root
   (certificate chain, SCT, transparency-log inclusion and signed checkpoint, identity policy,
   artifact digest); the same for every row, since no definition is Sigstore-signed offline;
-* full verify: ``dsl.trust.verify_bytes`` with the DSSE envelope: signature, then compile,
+* full verify: ``sealflow.dsl.trust.verify_bytes`` with the DSSE envelope: signature, then compile,
   then the namespace check; what the runtime pays to load a definition.
 
 Then one-off costs: building the Sigstore verifier from the root file, and process start-up:
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=10, help="fresh processes per start-up figure")
     args = parser.parse_args(argv)
 
-    from dsl import signing
-    from dsl.api import check_bytes
-    from dsl.trust import load_policy, verify_bytes, verify_envelope, verify_sigstore
+    from sealflow.dsl import signing
+    from sealflow.dsl.api import check_bytes
+    from sealflow.dsl.trust import load_policy, verify_bytes, verify_envelope, verify_sigstore
 
     files: list[Path] = []
     for p in map(Path, args.paths):
@@ -127,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     runs = {
         "bare python": [py, "-c", "pass"],
-        "import tools.cli, dsl.api": [py, "-c", "import tools.cli, dsl.api"],
+        "import sealflow.cli, sealflow.dsl.api": [py, "-c", "import sealflow.cli, sealflow.dsl.api"],
         "import sigstore.verify": [py, "-c", "import sigstore.verify"],
         "sealflow validate FILE": [py, "-m", "tools", "validate", target],
         "sealflow validate FILE + import sigstore.verify": [
-            py, "-c", "import sys, sigstore.verify; from tools.cli import main; sys.exit(main(sys.argv[1:]))",
+            py, "-c", "import sys, sigstore.verify; from sealflow.cli import main; sys.exit(main(sys.argv[1:]))",
             "validate", target],
     }
     print(f"start-up, median of {args.starts} fresh processes:")

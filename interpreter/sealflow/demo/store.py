@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import seed
+from sealflow.demo import seed
 
 ENV_VAR = "SEALFLOW_DEMO_DB"
 DEFAULT_PATH = Path(".sealflow") / "demo.db"

@@ -1,9 +1,9 @@
 """The embedded demo world: the actions the example workflows call, with no service and no key.
 
-Importing this package registers the actions below on :data:`interpreter.actions.REGISTRY`.
+Importing this package registers the actions below on :data:`sealflow.interpreter.actions.REGISTRY`.
 State lives in one SQLite file: the path given to :func:`configure`, else the environment
 variable ``SEALFLOW_DEMO_DB``, else ``.sealflow/demo.db``; it is created and seeded on first
-use (seed data: :mod:`interpreter.demo.seed`). Everything is deterministic and offline.
+use (seed data: :mod:`sealflow.demo.seed`). Everything is deterministic and offline.
 Actions marked *once* run at most once per ``ctx.idempotency_key``: a repeat returns the
 first result and changes nothing. Actions use only ``ctx.idempotency_key`` and ``ctx.run_id``.
 
@@ -101,8 +101,8 @@ from __future__ import annotations
 
 import os
 
-from . import actions, docs, media, reports, support  # noqa: F401  (importing registers the actions)
-from .store import TABLES, configure, db_path, reset, rows
+from sealflow.demo import actions, docs, media, reports, support  # noqa: F401  (importing registers the actions)
+from sealflow.demo.store import TABLES, configure, db_path, reset, rows
 
 __all__ = ["configure", "db_path", "reset", "outbox", "notes", "notifications", "publications", "replies",
            "archived_reports", "rows", "TABLES"]

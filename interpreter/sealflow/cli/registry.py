@@ -1,5 +1,5 @@
 """`sealflow definitions list|show`: the store's registry of loaded definitions (versions, digests,
-signers, which is active, pins). See :mod:`interpreter.store.definitions`."""
+signers, which is active, pins). See :mod:`sealflow.interpreter.store.definitions`."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import time
 
 import click
 
-from .output import fail_usage
+from sealflow.cli.output import fail_usage
 
 store_option = click.option("--store", "store_url", metavar="URL", envvar="SEALFLOW_STORE",
                             help="State store (sqlite:///PATH). Default: $SEALFLOW_STORE or sqlite:///.sealflow/state.db")
 
 
 def _store(url: str | None):
-    from interpreter.store import StoreError, open_store
+    from sealflow.interpreter.store import StoreError, open_store
 
     try:
         return open_store(url)

@@ -10,11 +10,11 @@ import threading
 
 import click
 
-from .. import loading
-from .lang import actions_option, expand_paths
-from .output import fail_usage
-from .runs import open_runtime, store_option
-from .security import access_option, tenant_option
+from sealflow.cli import loading
+from sealflow.cli.lang import actions_option, expand_paths
+from sealflow.cli.output import fail_usage
+from sealflow.cli.runs import open_runtime, store_option
+from sealflow.cli.security import access_option, tenant_option
 
 SCHEDULER = "service:sealflow-scheduler"
 
@@ -32,7 +32,7 @@ def _parse_at(value: str | None) -> dt.datetime | None:
 def _load(paths, actions, trust):
     plans = []
     for path in expand_paths(paths):
-        loaded = loading.load(str(path), ("interpreter.demo",) + tuple(actions), trust=trust)
+        loaded = loading.load(str(path), ("sealflow.demo",) + tuple(actions), trust=trust)
         schedule = loaded.plan.trigger.schedule if loaded.plan.trigger else None
         if schedule:
             plans.append((loaded, schedule))
@@ -43,10 +43,10 @@ def _load(paths, actions, trust):
 
 def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, drive: bool) -> list[dict]:
     """Submit every definition whose latest slot is due (idempotently, per slot); return what was done."""
-    from interpreter.authz import Unauthorized
-    from interpreter.errors import StepError
-    from interpreter.schedule import due_slot, slot_key
-    from interpreter.store import AdmissionRefused
+    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.errors import StepError
+    from sealflow.interpreter.schedule import due_slot, slot_key
+    from sealflow.interpreter.store import AdmissionRefused
 
     done = []
     for loaded, schedule in plans:
@@ -91,7 +91,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     restarts and several schedulers on one store never submit a slot twice; a missed slot older than
     --catch-up is skipped, not replayed. On the embedded default the runs are driven here.
     """
-    from interpreter.schedule import next_slot
+    from sealflow.interpreter.schedule import next_slot
 
     at_time = _parse_at(at)
     if at_time is not None and not once:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from . import controls
+from sealflow.cli import controls
 
 #: command name -> the module that registers it; a module is imported only when one of its commands runs
 #: (or for --help), so `sealflow validate` never pays for the runtime's, signing's or the worker's imports

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .output import emit_diagnostics, fail_usage
+from sealflow.cli.output import emit_diagnostics, fail_usage
 
 FORMATS = click.Choice(["text", "json", "github"])
 actions_option = click.option(
@@ -36,7 +36,7 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
 def load_action_metadata(actions: tuple[str, ...]):
     if not actions:
         return None
-    from tools.actions_loader import ActionsLoadError, load_actions
+    from sealflow.cli.actions_loader import ActionsLoadError, load_actions
 
     try:
         return load_actions(actions)
@@ -45,7 +45,7 @@ def load_action_metadata(actions: tuple[str, ...]):
 
 
 def _check_paths(paths, actions, lint: bool):
-    from dsl.api import check_file
+    from sealflow.dsl.api import check_file
 
     metadata = load_action_metadata(actions)
     return [check_file(p, actions=metadata, lint=lint) for p in expand_paths(paths)]
@@ -81,7 +81,7 @@ def lint(paths, actions, fmt, explain):
     Exit 0 when clean (info notes allowed), 1 on any error or warning, 2 on a usage error.
     """
     if explain:
-        from dsl.lint import RULES
+        from sealflow.dsl.lint import RULES
 
         rule = RULES.get(explain.upper())
         if rule is None:
@@ -94,7 +94,7 @@ def lint(paths, actions, fmt, explain):
 
 
 def compile_or_exit(path: str, actions, fmt: str = "text"):
-    from dsl.api import check_file
+    from sealflow.dsl.api import check_file
 
     if not Path(path).is_file():
         fail_usage(f"{path}: no such file")
@@ -115,7 +115,7 @@ def plan(file, actions, as_json):
     if as_json:
         click.echo(compiled.to_json())
         return
-    from dsl.durations import format_ms
+    from sealflow.dsl.durations import format_ms
 
     click.echo(f"{compiled.name} v{compiled.version}  {compiled.digest}")
     click.echo(f"owner: {compiled.owner}   priority: {compiled.priority}")
@@ -146,7 +146,7 @@ def plan(file, actions, as_json):
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 def graph(file, fmt):
     """Draw a definition's control flow as Mermaid or Graphviz dot."""
-    from dsl import graph as g
+    from sealflow.dsl import graph as g
 
     compiled = compile_or_exit(file, ())
     click.echo(g.to_mermaid(compiled) if fmt == "mermaid" else g.to_dot(compiled), nl=False)

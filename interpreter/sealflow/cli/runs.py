@@ -18,12 +18,11 @@ from typing import Any
 
 import click
 
-from . import controls
-from .. import loading
-from .lang import actions_option
-from .output import fail_usage
-from .security import access_option, check_principal_option, is_shared_store, load_access, require_policy, \
-    tenant_option
+from sealflow.cli import controls
+from sealflow.cli import loading
+from sealflow.cli.lang import actions_option
+from sealflow.cli.output import fail_usage
+from sealflow.cli.security import access_option, check_principal_option, is_shared_store, load_access, require_policy, tenant_option
 
 FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
 
@@ -73,8 +72,8 @@ def parse_input(raw: str | None) -> Any:
 
 
 def _import_actions(actions: tuple[str, ...]) -> None:
-    import interpreter.demo  # noqa: F401  (the built-in demo world registers its actions)
-    from tools.actions_loader import ActionsLoadError, import_actions
+    import sealflow.demo  # noqa: F401  (the built-in demo world registers its actions)
+    from sealflow.cli.actions_loader import ActionsLoadError, import_actions
 
     try:
         import_actions(actions)
@@ -88,8 +87,8 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open development mode)."""
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     _import_actions(actions)
-    from interpreter.runtime import Runtime
-    from interpreter.store import StoreError
+    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.store import StoreError
 
     url = store_url or os.environ.get("SEALFLOW_STORE")
     if url is None:
@@ -234,7 +233,7 @@ def finish(status, as_json: bool) -> None:
 
 
 def _get_status(rt, run_id: str, tenant: str | None = None, actor: str | None = None):
-    from interpreter.store import NotFound
+    from sealflow.interpreter.store import NotFound
 
     try:
         return rt.status(run_id, tenant=tenant, actor=actor)
@@ -249,9 +248,9 @@ def _refuse(exc: Exception) -> None:
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
     """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
-    from interpreter.authz import Unauthorized
-    from interpreter.errors import StepError
-    from interpreter.store import AdmissionRefused, IdempotencyConflict
+    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.errors import StepError
+    from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:
         loading.record(rt, loaded, pin=pin_version, actor=principal)
@@ -281,7 +280,7 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     """Run a definition to its end (or until it waits) on the embedded default."""
     value = parse_input(raw_input)
     _import_actions(actions)
-    loaded = loading.load(file, ("interpreter.demo",) + tuple(actions), trust=trust, bundle=bundle)
+    loaded = loading.load(file, ("sealflow.demo",) + tuple(actions), trust=trust, bundle=bundle)
     plan = loaded.plan
     with open_runtime(store_url, actions, access=access_path) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
@@ -321,7 +320,7 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
     if is_shared_store(store_url):
         require_policy(provider, "submit to a shared store")
     _import_actions(actions)
-    loaded = loading.load(file, ("interpreter.demo",) + tuple(actions), trust=trust, bundle=bundle)
+    loaded = loading.load(file, ("sealflow.demo",) + tuple(actions), trust=trust, bundle=bundle)
     with open_runtime(store_url, actions, access=provider) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
@@ -347,8 +346,8 @@ def _drive_after(rt, run_id: str, as_json: bool) -> None:
 
 def _decide(run_id, actions, store_url, principal, tenant, access_path, as_json, decision) -> None:
     """Answer an approval gate as ``principal`` (refusals exit 1), then drive the run on."""
-    from interpreter.authz import Unauthorized
-    from interpreter.store import InvalidOperation
+    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.store import InvalidOperation
 
     with open_runtime(store_url, actions, access=access_path) as rt:
         _get_status(rt, run_id, tenant, principal)
@@ -404,7 +403,7 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
 @json_option
 def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
     """Cancel a run: no new step starts; a running action sees ctx.cancelled()."""
-    from interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation
 
     with open_runtime(store_url, actions, access=access_path) as rt:
         _get_status(rt, run_id, tenant, principal)
@@ -476,7 +475,7 @@ def dlq_list(store_url, principal, tenant, access_path, as_json):
 @json_option
 def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
     """Show a dead-lettered run: why, its failed attempts, recent audit events."""
-    from interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation
 
     with open_runtime(store_url, access=access_path) as rt:
         _get_status(rt, run_id, tenant, principal)
@@ -497,7 +496,7 @@ def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
 @json_option
 def dlq_redrive(run_id, actions, store_url, principal, tenant, access_path, as_json):
     """Rerun a dead-lettered run from its failed step, on its original plan."""
-    from interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation
 
     with open_runtime(store_url, actions, access=access_path) as rt:
         _get_status(rt, run_id, tenant, principal)

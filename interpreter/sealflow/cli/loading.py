@@ -1,7 +1,7 @@
 """Loading a definition for a run: verify (when a trust policy is given), compile the same bytes, record it.
 
 With ``--trust POLICY`` the file's bytes are read once, their signature verified against the policy
-(offline), and those same bytes compiled (:func:`dsl.trust.verify_file`); the ``name`` and ``version``
+(offline), and those same bytes compiled (:func:`sealflow.dsl.trust.verify_file`); the ``name`` and ``version``
 inside must match the file name (``<name>.v<version>.yaml``); the store's definition registry then refuses
 a second digest for a recorded (name, version) and a rollback without ``--pin-version``.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from .cli.output import fail_usage
+from sealflow.cli.output import fail_usage
 
 UNSIGNED = "unsigned"
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
@@ -39,8 +39,8 @@ def refuse(message: str, hint: str | None = None) -> None:
 
 def load_trust_policy(trust: str):
     """The trust policy at ``trust``; an invalid or unreadable one is a usage error with located diagnostics."""
-    from dsl.errors import DefinitionError
-    from dsl.trust import load_policy
+    from sealflow.dsl.errors import DefinitionError
+    from sealflow.dsl.trust import load_policy
 
     try:
         return load_policy(trust)
@@ -55,7 +55,7 @@ def load_trust_policy(trust: str):
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
     """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
-    from .cli.lang import compile_or_exit, load_action_metadata
+    from sealflow.cli.lang import compile_or_exit, load_action_metadata
 
     if trust is None:
         if not allow_unsigned:
@@ -64,7 +64,7 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
         click.echo(f"sealflow: warning: development mode: {path} is not verified (no --trust); the run records "
                    "'unsigned'", err=True)
         return Loaded(compile_or_exit(path, action_specs), UNSIGNED, UNSIGNED)
-    from dsl.trust import Refused, verify_file
+    from sealflow.dsl.trust import Refused, verify_file
 
     if not Path(path).is_file():
         fail_usage(f"{path}: no such file")
@@ -88,7 +88,7 @@ def record(rt, loaded: Loaded, *, pin: bool, actor: str) -> None:
         if pin:
             fail_usage("--pin-version needs --trust: only signed versions are recorded and pinned")
         return
-    from interpreter.store.definitions import DefinitionRefused
+    from sealflow.interpreter.store.definitions import DefinitionRefused
 
     plan = loaded.plan
     try:

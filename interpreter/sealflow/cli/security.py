@@ -19,13 +19,13 @@ import time
 
 import click
 
-from .output import fail_usage
+from sealflow.cli.output import fail_usage
 
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def _check_principal(ctx, param, value):
-    from interpreter.access import InvalidPrincipal, check_principal
+    from sealflow.interpreter.access import InvalidPrincipal, check_principal
 
     if value is None:
         return value
@@ -55,7 +55,7 @@ access_option = click.option(
 def load_access(path: str | None, *, quiet: bool = False):
     """The access provider for ``path`` (None: ``$SEALFLOW_ACCESS``, else open development mode, announced
     on stderr); an unreadable or invalid policy prints its located diagnostics and exits 2."""
-    from interpreter.access import AccessPolicyError, access_provider, is_open
+    from sealflow.interpreter.access import AccessPolicyError, access_provider, is_open
 
     path = path if path is not None else os.environ.get("SEALFLOW_ACCESS") or None
     try:
@@ -80,8 +80,8 @@ def is_shared_store(url: str | None) -> bool:
 def require_policy(provider, what: str) -> None:
     """Exit 1 when ``what`` (a worker, a server, a submit to a shared store) would start in open mode.
     The hook for ``sealflow worker`` and ``sealflow serve``: call it before starting."""
-    from interpreter.authz import PolicyRequired
-    from interpreter.authz import require_policy as check
+    from sealflow.interpreter.authz import PolicyRequired
+    from sealflow.interpreter.authz import require_policy as check
 
     try:
         check(provider, what)
@@ -107,7 +107,7 @@ def approvals():
 def approvals_list(principal, tenant, access_path, store_url, as_json):
     """List the approval gates of the tenant that you may decide now: you are an approver (by name or
     by a role you hold), the run is not yours (separation of duties), you have not approved it yet."""
-    from .runs import default_principal, open_runtime
+    from sealflow.cli.runs import default_principal, open_runtime
 
     principal = principal or _check_principal(None, None, default_principal())
     with open_runtime(store_url, access=access_path) as rt:

@@ -1,7 +1,7 @@
 """What the demo world holds on first use: leads, documents and uploads.
 
 Leads (the local model's classification in brackets, see
-:mod:`interpreter.providers.local`): ``lead_acme`` [high], ``lead_globex`` [high],
+:mod:`sealflow.interpreter.providers.local`): ``lead_acme`` [high], ``lead_globex`` [high],
 ``lead_midco`` [medium], ``lead_initech`` [medium], ``lead_quietco`` [medium, no
 signal], ``lead_bobsbikes`` [low], ``lead_tinycafe`` [low].
 

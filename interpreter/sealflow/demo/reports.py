@@ -15,9 +15,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from ..actions import action
-from ..errors import StepError
-from . import store
+from sealflow.interpreter.actions import action
+from sealflow.interpreter.errors import StepError
+from sealflow.demo import store
 
 WEEK = 7 * 24 * 3600
 SEVERITIES = ("sev1", "sev2", "sev3", "sev4")  # most severe first

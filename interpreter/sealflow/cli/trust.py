@@ -15,8 +15,8 @@ from pathlib import Path
 
 import click
 
-from .lang import actions_option, expand_paths, load_action_metadata
-from .output import _github_escape, emit_diagnostics, fail_usage
+from sealflow.cli.lang import actions_option, expand_paths, load_action_metadata
+from sealflow.cli.output import _github_escape, emit_diagnostics, fail_usage
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -52,7 +52,7 @@ def keygen(prefix):
 
     Never overwrites a file. Keep PREFIX.pem secret; put PREFIX.pub.pem in the trust policy's keys.
     """
-    from dsl import signing
+    from sealflow.dsl import signing
 
     private, public = Path(prefix + ".pem"), Path(prefix + ".pub.pem")
     for p in (private, public):
@@ -94,7 +94,7 @@ class _Item:
 
 def _validated(paths: tuple[str, ...], actions) -> list[_Item]:
     """Read each file once and check those bytes; refuse (exit 1) when any is invalid."""
-    from dsl.api import check_bytes
+    from sealflow.dsl.api import check_bytes
 
     metadata = load_action_metadata(actions)
     items, bad = [], []
@@ -138,7 +138,7 @@ def sign(paths, key_path, key_id, staging, actions):
 
 
 def _sign_with_key(items: list[_Item], key_path: Path, key_id: str | None) -> None:
-    from dsl import signing
+    from sealflow.dsl import signing
 
     try:
         key = signing.load_private_key(key_path.read_bytes(), str(key_path))
@@ -208,7 +208,7 @@ def verify(paths, policy_path, bundle, as_json):
 
     Exit 0 when every file verifies (prints who signed), 1 when any is refused (prints why), 2 usage.
     """
-    from dsl.trust import PolicyError, Refused, load_policy, verify_file
+    from sealflow.dsl.trust import PolicyError, Refused, load_policy, verify_file
 
     files = expand_paths(paths)
     if bundle and len(files) != 1:
@@ -310,9 +310,9 @@ def diff(paths, base, actions, fmt, overrides):
     formatting does not matter. Exit 2 when a change needs a security reviewer, 0 when none,
     1 when either side is invalid.
     """
-    from dsl.api import check_bytes, check_file
-    from dsl.codes import CODES
-    from dsl.diff import Side, diff_sides
+    from sealflow.dsl.api import check_bytes, check_file
+    from sealflow.dsl.codes import CODES
+    from sealflow.dsl.diff import Side, diff_sides
 
     levels = {}
     for item in overrides:

@@ -50,9 +50,9 @@ def import_actions(specs: list[str] | tuple[str, ...]) -> None:
 
 
 def load_actions(specs: list[str] | tuple[str, ...]):
-    """Import ``specs`` and return ``{name: dsl.model.ActionInfo}`` for every registered action."""
-    from dsl.model import ActionInfo
-    from interpreter.actions import REGISTRY
+    """Import ``specs`` and return ``{name: sealflow.dsl.model.ActionInfo}`` for every registered action."""
+    from sealflow.dsl.model import ActionInfo
+    from sealflow.interpreter.actions import REGISTRY
 
     import_actions(specs)
     return {name: ActionInfo(name=name, permissions=a.permissions, effect=a.effect) for name, a in REGISTRY.items()}

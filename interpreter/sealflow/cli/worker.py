@@ -3,9 +3,9 @@
     sealflow worker --broker redis://127.0.0.1:6379/0 --store sqlite:////srv/sealflow/state.db \\
         --actions myco.actions --access access.yaml --threads 4 --queue sealflow
 
-It opens the store, builds a Dramatiq ``RedisBroker`` (:func:`interpreter.actors.redis_broker`:
+It opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.actors.redis_broker`:
 ``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
-``worker ready: ...`` line on stdout and then serves (:meth:`interpreter.runtime.Runtime.serve`):
+``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
 ``sealflow submit`` in another process is picked up within a fraction of a second), sweeps expired
 leases and due timers, and ends the leases of dead workers of this machine. Each step it runs is
@@ -42,10 +42,10 @@ import time
 
 import click
 
-from . import controls
-from .lang import actions_option
-from .output import fail_usage
-from .security import access_option, load_access, require_policy
+from sealflow.cli import controls
+from sealflow.cli.lang import actions_option
+from sealflow.cli.output import fail_usage
+from sealflow.cli.security import access_option, load_access, require_policy
 
 log = logging.getLogger("sealflow.worker")
 
@@ -124,11 +124,11 @@ def _install_signals(stop: threading.Event) -> None:
 
 def _trust_gate(trust: str | None, allow_unsigned: bool):
     """Refuse runs of unsigned definitions unless --allow-unsigned; with --trust, only the policy's signers."""
-    from interpreter.trustgate import TrustGate, from_policy
+    from sealflow.interpreter.trustgate import TrustGate, from_policy
 
     if trust is None:
         return TrustGate(allow_unsigned=allow_unsigned)
-    from tools.loading import load_trust_policy
+    from sealflow.cli.loading import load_trust_policy
 
     return TrustGate(allow_unsigned=allow_unsigned, signers=from_policy(load_trust_policy(trust)))
 
@@ -172,12 +172,12 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     provider = load_access(access_path, quiet=allow_open)
     if not allow_open:
         require_policy(provider, "sealflow worker")
-    from .runs import _import_actions
+    from sealflow.cli.runs import _import_actions
 
     _import_actions(actions)
-    from interpreter.actors import redis_broker
-    from interpreter.runtime import Runtime
-    from interpreter.store import StoreError
+    from sealflow.interpreter.actors import redis_broker
+    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.store import StoreError
 
     shown = redact(broker_url)
     try:
