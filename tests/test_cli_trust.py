@@ -16,7 +16,7 @@ from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
-FIXTURES = (ROOT / ".." / "shared" / "fixtures" / "sigstore").resolve()
+FIXTURES = ROOT / "tests" / "fixtures" / "sigstore"
 CI = ROOT / "tools" / "ci"
 
 AMBIENT = ("GITHUB_ACTIONS", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",

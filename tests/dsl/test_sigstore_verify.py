@@ -1,6 +1,6 @@
 """Sigstore bundles verified fully offline against pinned trusted roots, with real public bundles.
 
-The bundles and roots are read from ../shared/fixtures/sigstore/ (never copied into the project);
+The bundles and roots are public data shipped in tests/fixtures/sigstore/ (see its README.md);
 the production bundle signs the rfc8785 0.1.2 wheel, fetched once from the package registry into
 .sealflow/test-cache/ (or taken from $SEALFLOW_TEST_WHEELS) and checked by digest.
 """
@@ -21,7 +21,7 @@ import pytest
 from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file, verify_sigstore
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = (ROOT / ".." / "shared" / "fixtures" / "sigstore").resolve()
+FIXTURES = ROOT / "tests" / "fixtures" / "sigstore"
 CACHE = ROOT / ".sealflow" / "test-cache"
 WHEEL = "rfc8785-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "c4e92e9ecc828bef2aa7dba1de8ac983511f7532a0df11c770d39099a25cf201"
@@ -34,7 +34,7 @@ STAGING_ISSUER = "https://github.com/login/oauth"
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     if not (FIXTURES / "README.md").is_file():
-        pytest.skip(f"the Sigstore fixtures folder {FIXTURES} is absent (it is not part of a user's clone)")
+        pytest.skip(f"the Sigstore fixtures folder {FIXTURES} is absent (it ships in tests/fixtures/sigstore: is the clone complete?)")
     pytest.importorskip("sigstore", reason="sigstore is not installed: pip install 'sealflow[sigstore]'")
     return FIXTURES
 
