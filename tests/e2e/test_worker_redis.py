@@ -305,6 +305,6 @@ def test_given_a_bad_broker_url_when_a_worker_starts_then_it_is_a_usage_error(tm
                                         ("unix:///run/redis.sock?db=0&password=s3cret",
                                          "unix:///run/redis.sock?db=0&password=***")])
 def test_given_a_broker_url_with_a_password_when_shown_then_the_password_is_hidden(url, shown):
-    from sealflow.cli.worker import redact
+    from sealflow.cli.commands.worker import redact
 
     assert redact(url) == shown

@@ -1,4 +1,11 @@
-"""The ``sealflow`` command line. Each command group lives in its own module; imports stay lazy."""
+"""The ``sealflow`` command line. Imports stay lazy.
+
+Its rooms: ``commands/`` holds one module per command group, named after it; ``options`` the options they
+share, each defined once; ``session`` what a command opens (configuration, access policy, action modules,
+store, runtime); ``render`` every rendering of a run; ``definition_files`` finding, compiling and loading
+definition files; ``exits`` how a command stops (usage error 2, refusal 1); ``diagnostics`` how a definition's
+diagnostics print; ``actions_loader`` importing ``--actions`` modules; ``git_files`` files at a git ref.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +14,16 @@ import sys
 
 import click
 
-from sealflow.cli import controls
+from sealflow.cli.options import config_option
 
-#: command name -> the module that registers it; a module is imported only when one of its commands runs
-#: (or for --help), so `sealflow validate` never pays for the runtime's, signing's or the worker's imports
+#: command name -> the module under sealflow.cli that registers it; a module is imported only when one of
+#: its commands runs (or for --help), so `sealflow validate` never pays for the runtime's, signing's or the
+#: worker's imports. Each command group has its module in commands/, named after it.
 COMMANDS: dict[str, str] = {
-    **dict.fromkeys(("validate", "lint", "plan", "graph"), "lang"),
-    **dict.fromkeys(("run", "submit", "status", "approve", "reject", "cancel", "recover", "dlq", "audit"), "runs"),
-    **dict.fromkeys(("keygen", "sign", "verify", "diff"), "trust"),
-    "approvals": "security",
-    "worker": "worker",
-    "definitions": "registry",
-    "scheduler": "scheduler",
+    **dict.fromkeys(("validate", "lint", "plan", "graph"), "commands.lang"),
+    **dict.fromkeys(("run", "submit", "status", "approve", "reject", "cancel", "recover"), "commands.runs"),
+    **dict.fromkeys(("keygen", "sign", "verify", "diff"), "commands.trust"),
+    **{group: f"commands.{group}" for group in ("approvals", "dlq", "audit", "worker", "definitions", "scheduler")},
 }
 
 
@@ -38,7 +43,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="sealflow", prog_name="sealflow")
-@controls.config_option
+@config_option
 def cli() -> None:
     """Sealflow: declarative, durable, reviewable AI workflows."""
 

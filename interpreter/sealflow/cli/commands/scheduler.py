@@ -10,11 +10,11 @@ import threading
 
 import click
 
-from sealflow.cli import loading
-from sealflow.cli.lang import actions_option, expand_paths
-from sealflow.cli.output import fail_usage
-from sealflow.cli.runs import open_runtime, store_option
-from sealflow.cli.security import access_option, tenant_option
+from sealflow.cli import definition_files
+from sealflow.cli.definition_files import expand_paths
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import access_option, actions_option, json_flag, store_option, tenant_option
+from sealflow.cli.session import open_runtime, with_demo
 
 SCHEDULER = "service:sealflow-scheduler"
 
@@ -32,7 +32,7 @@ def _parse_at(value: str | None) -> dt.datetime | None:
 def _load(paths, actions, trust):
     plans = []
     for path in expand_paths(paths):
-        loaded = loading.load(str(path), ("sealflow.demo",) + tuple(actions), trust=trust)
+        loaded = definition_files.load(str(path), with_demo(actions), trust=trust)
         schedule = loaded.plan.trigger.schedule if loaded.plan.trigger else None
         if schedule:
             plans.append((loaded, schedule))
@@ -58,7 +58,7 @@ def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, dr
         entry = {"workflow": plan.name, "version": plan.version, "slot": slot.isoformat(), "run_as":
                  schedule.get("run_as")}
         try:
-            loading.record(rt, loaded, pin=False, actor=SCHEDULER)
+            definition_files.record(rt, loaded, pin=False, actor=SCHEDULER)
             run_id = rt.submit(plan, {}, initiator=SCHEDULER, tenant=tenant, idempotency_key=key,
                                run_as=schedule.get("run_as"), signer=loaded.signer)
         except (Unauthorized, StepError, AdmissionRefused) as exc:
@@ -83,7 +83,7 @@ def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, dr
 @click.option("--once", is_flag=True, help="Submit what is due now (or at --at), then exit.")
 @click.option("--at", "at", metavar="ISO-8601", help="With --once: act as if it were this time.")
 @click.option("--no-drive", is_flag=True, help="Only submit: workers drive the runs.")
-@click.option("--json", "as_json", is_flag=True)
+@json_flag(None)
 def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s, once, at, no_drive, as_json):
     """Submit scheduled definitions at their cron slots, each run acting as the schedule's run_as.
 

@@ -9,19 +9,9 @@ import time
 
 import click
 
-from sealflow.cli.output import fail_usage
-
-store_option = click.option("--store", "store_url", metavar="URL", envvar="SEALFLOW_STORE",
-                            help="State store (sqlite:///PATH). Default: $SEALFLOW_STORE or sqlite:///.sealflow/state.db")
-
-
-def _store(url: str | None):
-    from sealflow.interpreter.store import StoreError, open_store
-
-    try:
-        return open_store(url)
-    except StoreError as exc:
-        fail_usage(str(exc))
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import json_flag, store_option
+from sealflow.cli.session import open_store
 
 
 def _when(ts: float) -> str:
@@ -35,10 +25,10 @@ def definitions():
 
 @definitions.command("list")
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@json_flag(None)
 def list_(store_url, as_json):
     """Every (name, version) loaded for a run, with its digest and signer."""
-    store = _store(store_url)
+    store = open_store(store_url)
     try:
         records = store.definitions()
     finally:
@@ -56,10 +46,10 @@ def list_(store_url, as_json):
 @definitions.command("show")
 @click.argument("name")
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@json_flag(None)
 def show(name, store_url, as_json):
     """The versions of one definition: digests, signers, first and last load, pins."""
-    store = _store(store_url)
+    store = open_store(store_url)
     try:
         records = store.definitions(name)
     finally:

@@ -1,47 +1,18 @@
-"""Language commands: validate, lint, plan, graph."""
+"""Language commands: validate, lint, plan, graph. None of them imports the runtime."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from sealflow.cli.output import emit_diagnostics, fail_usage
+from sealflow.cli.definition_files import compile_or_exit, expand_paths
+from sealflow.cli.diagnostics import emit_diagnostics
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import actions_option
+from sealflow.cli.session import load_action_metadata
 
 FORMATS = click.Choice(["text", "json", "github"])
-actions_option = click.option(
-    "--actions", "actions", multiple=True, metavar="MODULE_OR_FILE",
-    help="Import action modules (dotted name or .py file) to check actions' permissions and effects. Repeatable.",
-)
-
-
-def expand_paths(paths: tuple[str, ...]) -> list[Path]:
-    """Files as given; folders expanded to the *.yaml / *.yml files under them, sorted."""
-    out: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
-            if not found:
-                fail_usage(f"{raw}: no .yaml files in this folder")
-            out.extend(found)
-        elif p.exists():
-            out.append(p)
-        else:
-            fail_usage(f"{raw}: no such file or folder")
-    return out
-
-
-def load_action_metadata(actions: tuple[str, ...]):
-    if not actions:
-        return None
-    from sealflow.cli.actions_loader import ActionsLoadError, load_actions
-
-    try:
-        return load_actions(actions)
-    except ActionsLoadError as exc:
-        fail_usage(str(exc))
 
 
 def _check_paths(paths, actions, lint: bool):
@@ -91,18 +62,6 @@ def lint(paths, actions, fmt, explain):
     if not paths:
         fail_usage("give at least one PATH (a definition file or a folder)")
     sys.exit(_report(_check_paths(paths, actions, lint=True), fmt, strict_warnings=True))
-
-
-def compile_or_exit(path: str, actions, fmt: str = "text"):
-    from sealflow.dsl.api import check_file
-
-    if not Path(path).is_file():
-        fail_usage(f"{path}: no such file")
-    result = check_file(path, actions=load_action_metadata(actions))
-    if result.plan is None or result.errors:
-        emit_diagnostics([result], fmt)
-        sys.exit(1)
-    return result.plan
 
 
 @click.command()
@@ -156,5 +115,3 @@ def register(group: click.Group) -> None:
     for command in (validate, lint, plan, graph):
         group.add_command(command)
 
-
-__all__ = ["register", "compile_or_exit", "expand_paths"]

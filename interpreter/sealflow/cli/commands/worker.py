@@ -3,7 +3,8 @@
     sealflow worker --broker redis://127.0.0.1:6379/0 --store sqlite:////srv/sealflow/state.db \\
         --actions myco.actions --access access.yaml --threads 4 --queue sealflow
 
-It opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.actors.redis_broker`:
+It registers the actions of the ``--actions`` modules and no others (unlike the embedded quick start,
+not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.actors.redis_broker`:
 ``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
 ``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
@@ -42,10 +43,9 @@ import time
 
 import click
 
-from sealflow.cli import controls
-from sealflow.cli.lang import actions_option
-from sealflow.cli.output import fail_usage
-from sealflow.cli.security import access_option, load_access, require_policy
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import access_option, actions_option
+from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location
 
 log = logging.getLogger("sealflow.worker")
 
@@ -128,7 +128,7 @@ def _trust_gate(trust: str | None, allow_unsigned: bool):
 
     if trust is None:
         return TrustGate(allow_unsigned=allow_unsigned)
-    from sealflow.cli.loading import load_trust_policy
+    from sealflow.cli.definition_files import load_trust_policy
 
     return TrustGate(allow_unsigned=allow_unsigned, signers=from_policy(load_trust_policy(trust)))
 
@@ -160,7 +160,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
            grace, redeliver_after):
     """Run steps from a Redis broker until SIGTERM/SIGINT (the distributed deployment).
 
-    Every worker of one deployment loads the same --actions and shares the store; several workers on
+    Every worker of one deployment loads the same --actions (only those: the demo world's actions too
+    only with --actions sealflow.demo) and shares the store; several workers on
     one machine may share one SQLite store file. Several machines need a network store (the Redis
     store is not built yet). `sealflow submit --store URL` queues runs for the workers; no --broker
     is needed there: the workers send what the store's outbox holds.
@@ -172,9 +173,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     provider = load_access(access_path, quiet=allow_open)
     if not allow_open:
         require_policy(provider, "sealflow worker")
-    from sealflow.cli.runs import _import_actions
-
-    _import_actions(actions)
+    import_actions(actions, demo=False)  # only what it is given: `--actions sealflow.demo` for the demo world
     from sealflow.interpreter.actors import redis_broker
     from sealflow.interpreter.runtime import Runtime
     from sealflow.interpreter.store import StoreError
@@ -191,14 +190,12 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     steps = step_log()
     broker.add_middleware(steps)
 
-    url = store_url or os.environ.get("SEALFLOW_STORE")
-    if url is None:
-        os.makedirs(".sealflow", exist_ok=True)
+    url = store_location(store_url)
     stop = threading.Event()
     _install_signals(stop)
     _setup_logging()
     try:
-        rt = Runtime(url, access=provider, config=controls.load_config(), broker=broker, queue_name=queue_name,
+        rt = Runtime(url, access=provider, config=load_config(), broker=broker, queue_name=queue_name,
                      worker_threads=threads, redeliver_after=redeliver_after)
     except StoreError as exc:
         fail_usage(str(exc))

@@ -9,23 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from sealflow.cli.lang import actions_option, expand_paths, load_action_metadata
-from sealflow.cli.output import _github_escape, emit_diagnostics, fail_usage
-
-YAML_SUFFIXES = (".yaml", ".yml")
-
-
-def fail(message: str, code: int = 1) -> None:
-    """Print an error (not a usage error) and exit ``code``."""
-    click.echo(f"sealflow: error: {message}", err=True)
-    sys.exit(code)
-
+from sealflow.cli.definition_files import expand_paths
+from sealflow.cli.diagnostics import emit_diagnostics, github_escape
+from sealflow.cli.exits import fail, fail_usage
+from sealflow.cli.git_files import GitError, files_at_ref, working_files
+from sealflow.cli.options import actions_option
+from sealflow.cli.session import load_action_metadata
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -247,52 +241,6 @@ def verify(paths, policy_path, bundle, as_json):
 
 # ---------------------------------------------------------------- diff
 
-class GitError(Exception):
-    """A git command failed."""
-
-
-def _git(args: list[str], cwd: Path) -> bytes:
-    try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc.strerror or exc}") from None
-    if proc.returncode != 0:
-        raise GitError(proc.stderr.decode("utf-8", "replace").strip() or f"git {' '.join(args)} failed")
-    return proc.stdout
-
-
-def files_at_ref(ref: str, paths: list[str]) -> tuple[Path, list[tuple[str, bytes]]]:
-    """The repository root and the (repo-relative path, bytes) of every .yaml file under ``paths`` at ``ref``."""
-    cwd = Path.cwd()
-    top = Path(_git(["rev-parse", "--show-toplevel"], cwd).decode().strip()).resolve()
-    try:
-        _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], top)
-    except GitError:
-        raise GitError(f"unknown git ref {ref!r} (fetch it first: actions/checkout with fetch-depth: 0)") from None
-    specs = []
-    for raw in paths:
-        try:
-            rel = (cwd / raw).resolve().relative_to(top)
-        except ValueError:
-            raise GitError(f"{raw} is outside the repository {top}") from None
-        specs.append(rel.as_posix() if str(rel) != "." else ".")
-    listed = _git(["ls-tree", "-r", "-z", "--name-only", "--full-tree", ref, "--", *specs], top)
-    names = sorted({n for n in listed.decode("utf-8", "surrogateescape").split("\0")
-                    if n.endswith(YAML_SUFFIXES)})
-    return top, [(n, _git(["show", f"{ref}:{n}"], top)) for n in names]
-
-
-def _working_files(paths: list[str]) -> list[Path]:
-    out: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            out.extend(sorted(q for q in p.rglob("*") if q.suffix in YAML_SUFFIXES and q.is_file()))
-        elif p.is_file():
-            out.append(p)
-    return out
-
-
 @click.command()
 @click.argument("paths", nargs=-1, metavar="OLD NEW | [PATH...]")
 @click.option("--base", metavar="GITREF", help="Compare the working tree under PATH (default definitions/) with "
@@ -328,7 +276,7 @@ def diff(paths, base, actions, fmt, overrides):
         except GitError as exc:
             fail_usage(str(exc))
         old_results = [check_bytes(data, f"{base}:{name}", actions=metadata, root=top) for name, data in old_files]
-        new_results = [check_file(p, actions=metadata) for p in _working_files(targets)]
+        new_results = [check_file(p, actions=metadata) for p in working_files(targets)]
         if not old_results and not new_results:
             fail_usage(f"no .yaml files under {', '.join(targets)} in the working tree or at {base}")
     else:
@@ -365,12 +313,12 @@ def _emit_findings(findings, fmt: str, base: str | None) -> None:
         for f in findings:
             level = "warning" if f.severity == "review" else "notice"
             loc = f.location
-            props = [f"file={_github_escape(loc.path if loc else f.path, prop=True)}"] if (loc or f.path) else []
+            props = [f"file={github_escape(loc.path if loc else f.path, prop=True)}"] if (loc or f.path) else []
             if loc:
                 props += [f"line={loc.line}", f"col={loc.column}"]
             title = f"{f.code} {'security review' if f.severity == 'review' else 'info'}"
-            props.append(f"title={_github_escape(title, prop=True)}")
-            click.echo(f"::{level} {','.join(props)}::{_github_escape(f.where + ': ' + f.message)}")
+            props.append(f"title={github_escape(title, prop=True)}")
+            click.echo(f"::{level} {','.join(props)}::{github_escape(f.where + ': ' + f.message)}")
         click.echo(summary, err=True)
         return
     if fmt == "markdown":
@@ -400,4 +348,4 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
-__all__ = ["register", "files_at_ref", "GitError"]
+__all__ = ["register"]

@@ -1,20 +1,13 @@
-"""How the command line prints diagnostics: text, JSON for machines, GitHub annotations for CI."""
+"""How the command line prints a definition's diagnostics: text, JSON for machines, GitHub annotations for CI."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 
-def fail_usage(message: str) -> None:
-    """Print a usage error and exit 2."""
-    click.echo(f"sealflow: error: {message}", err=True)
-    sys.exit(2)
-
-
-def _github_escape(text: str, *, prop: bool = False) -> str:
+def github_escape(text: str, *, prop: bool = False) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
@@ -47,8 +40,8 @@ def emit_diagnostics(results, fmt: str) -> None:
             for d in r.diagnostics:
                 msg = d.message + (f"\nhint: {d.hint}" if d.hint else "")
                 click.echo(
-                    f"::{level[d.severity]} file={_github_escape(d.location.path, prop=True)},"
-                    f"line={d.location.line},col={d.location.column},title={d.code}::{_github_escape(msg)}"
+                    f"::{level[d.severity]} file={github_escape(d.location.path, prop=True)},"
+                    f"line={d.location.line},col={d.location.column},title={d.code}::{github_escape(msg)}"
                 )
         _summary(results)
         return

@@ -1,4 +1,5 @@
-"""Loading a definition for a run: verify (when a trust policy is given), compile the same bytes, record it.
+"""Definition files on the command line: find them, compile them, and load one for a run (verify it when a
+trust policy is given, compile the same bytes, record it in the store's registry).
 
 With ``--trust POLICY`` the file's bytes are read once, their signature verified against the policy
 (offline), and those same bytes compiled (:func:`sealflow.dsl.trust.verify_file`); the ``name`` and ``version``
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import click
 
-from sealflow.cli.output import fail_usage
+from sealflow.cli.diagnostics import emit_diagnostics
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.session import load_action_metadata
 
 UNSIGNED = "unsigned"
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
@@ -32,9 +35,34 @@ class Loaded:
     who: str
 
 
-def refuse(message: str, hint: str | None = None) -> None:
-    click.echo(f"sealflow: refused: {message}" + (f"\n  hint: {hint}" if hint else ""), err=True)
-    sys.exit(1)
+def expand_paths(paths: tuple[str, ...]) -> list[Path]:
+    """Files as given; folders expanded to the *.yaml / *.yml files under them, sorted."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
+            if not found:
+                fail_usage(f"{raw}: no .yaml files in this folder")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            fail_usage(f"{raw}: no such file or folder")
+    return out
+
+
+def compile_or_exit(path: str, actions, fmt: str = "text"):
+    """The plan compiled from ``path``; an invalid definition prints its diagnostics and exits 1."""
+    from sealflow.dsl.api import check_file
+
+    if not Path(path).is_file():
+        fail_usage(f"{path}: no such file")
+    result = check_file(path, actions=load_action_metadata(actions))
+    if result.plan is None or result.errors:
+        emit_diagnostics([result], fmt)
+        sys.exit(1)
+    return result.plan
 
 
 def load_trust_policy(trust: str):
@@ -55,8 +83,6 @@ def load_trust_policy(trust: str):
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
     """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
-    from sealflow.cli.lang import compile_or_exit, load_action_metadata
-
     if trust is None:
         if not allow_unsigned:
             refuse(f"{path} is not verified: this process runs only signed definitions",

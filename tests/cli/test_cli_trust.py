@@ -14,7 +14,7 @@ import yaml
 
 from sealflow.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
 FIXTURES = ROOT / "tests" / "fixtures" / "sigstore"
 CI = ROOT / "tools" / "ci"

@@ -1,0 +1,35 @@
+"""``sealflow approvals list``: the approval gates waiting for you."""
+
+from __future__ import annotations
+
+import click
+
+from sealflow.cli import render
+from sealflow.cli.options import access_option, check_principal, default_principal, json_flag, store_option, \
+    tenant_option
+from sealflow.cli.session import open_runtime
+
+
+@click.group()
+def approvals():
+    """Approvals waiting for you."""
+
+
+@approvals.command("list")
+@click.option("--as", "principal", metavar="PRINCIPAL", default=None, callback=check_principal,
+              help="Whose list: user:NAME or service:NAME (default: the local user).")
+@tenant_option
+@access_option
+@store_option
+@json_flag("Print a JSON list.")
+def approvals_list(principal, tenant, access_path, store_url, as_json):
+    """List the approval gates of the tenant that you may decide now: you are an approver (by name or
+    by a role you hold), the run is not yours (separation of duties), you have not approved it yet."""
+    principal = principal or check_principal(None, None, default_principal())
+    with open_runtime(store_url, access=access_path) as rt:
+        waiting = rt.approvals_waiting(principal, tenant)
+    render.print_approvals(waiting, principal, tenant, as_json)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(approvals)

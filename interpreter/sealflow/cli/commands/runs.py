@@ -1,0 +1,180 @@
+"""Run commands on the embedded default: run, submit, status, approve, reject, cancel, recover.
+
+Exit codes: 0 completed (or the command did what it was asked), 3 waiting,
+1 a failed end state (failed, cancelled, timed_out, quarantined) or a refusal,
+2 a usage error (bad arguments, unreadable input, unknown run).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from sealflow.cli import definition_files, render
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
+from sealflow.cli.session import find_run, import_actions, is_shared_store, load_access, open_runtime, \
+    require_policy, with_demo
+
+
+def parse_input(raw: str | None) -> Any:
+    """``--input``: JSON, or ``@FILE`` holding JSON; None is ``{}``."""
+    if raw is None:
+        return {}
+    text = raw
+    if raw.startswith("@"):
+        try:
+            with open(raw[1:], encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            fail_usage(f"--input {raw}: cannot read: {exc.strerror or exc}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail_usage(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+
+
+def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
+    """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
+    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.errors import StepError
+    from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
+
+    try:
+        definition_files.record(rt, loaded, pin=pin_version, actor=principal)
+        return rt.submit(loaded.plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
+                         signer=loaded.signer)
+    except Unauthorized as exc:
+        refuse(f"unauthorized: {exc.message}")
+    except StepError as exc:
+        fail_usage(exc.message)
+    except (IdempotencyConflict, AdmissionRefused) as exc:
+        refuse(exc)
+
+
+def _load(file, actions, trust, bundle):
+    import_actions(actions, demo=True)
+    return definition_files.load(file, with_demo(actions), trust=trust, bundle=bundle)
+
+
+@click.command()
+@click.argument("file", metavar="FILE")
+@input_option
+@on_a_store(idempotency_option, trust_options, actions=True)
+def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
+        pin_version, as_json):
+    """Run a definition to its end (or until it waits) on the embedded default."""
+    value = parse_input(raw_input)
+    loaded = _load(file, actions, trust, bundle)
+    plan = loaded.plan
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
+                         pin_version=pin_version)
+        if as_json:
+            render.finish(rt.drive(run_id), as_json)
+        click.echo(f"run {run_id}: {plan.name} v{plan.version} ({plan.digest[:19]}...) as {principal}")
+        render.finish(render.drive_live(rt, run_id), as_json, header=False)
+
+
+@click.command()
+@click.argument("file", metavar="FILE")
+@input_option
+@on_a_store(idempotency_option, trust_options, actions=True)
+def submit(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
+           pin_version, as_json):
+    """Queue a run without driving it; `sealflow recover` (or a worker) drives it."""
+    value = parse_input(raw_input)
+    provider = load_access(access_path)
+    if is_shared_store(store_url):
+        require_policy(provider, "submit to a shared store")
+    loaded = _load(file, actions, trust, bundle)
+    with open_runtime(store_url, actions, access=provider) as rt:
+        run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
+                         pin_version=pin_version)
+        click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@on_a_store()
+def status(run_id, store_url, principal, tenant, access_path, as_json):
+    """Show a run: its state, steps, attempts, errors and what it waits for."""
+    with open_runtime(store_url, access=access_path) as rt:
+        render.finish(find_run(rt, run_id, tenant, principal), as_json)
+
+
+def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
+    """Do ``act(rt)`` on a run as ``principal`` (refusals exit 1), then drive the run on and show it."""
+    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.store import InvalidOperation
+
+    find_run(rt, run_id, tenant, principal)
+    try:
+        act(rt)
+    except Unauthorized as exc:
+        refuse(f"unauthorized: {exc.message}")
+    except InvalidOperation as exc:
+        refuse(exc)
+    render.finish(rt.drive(run_id), as_json)
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--step", "step_id", metavar="STEP", help="The approval step (default: the one waiting).")
+@click.option("--comment", help="Why you approve (recorded in the audit trail).")
+@on_a_store(actions=True)
+def approve(run_id, step_id, comment, actions, store_url, principal, tenant, access_path, as_json):
+    """Approve a run waiting at an approval gate, then drive it on."""
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        act_then_drive(rt, run_id, principal, tenant, as_json,
+                       lambda rt: rt.approve(run_id, step_id, actor=principal, tenant=tenant, comment=comment))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--step", "step_id", metavar="STEP")
+@click.option("--reason", required=True, help="Why (required; recorded in the audit trail).")
+@on_a_store(actions=True)
+def reject(run_id, step_id, reason, actions, store_url, principal, tenant, access_path, as_json):
+    """Reject a run waiting at an approval gate (the step fails with policy_denied), then drive it on."""
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        act_then_drive(rt, run_id, principal, tenant, as_json,
+                       lambda rt: rt.reject(run_id, step_id, actor=principal, tenant=tenant, reason=reason))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--reason", default="")
+@on_a_store(actions=True)
+def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
+    """Cancel a run: no new step starts; a running action sees ctx.cancelled()."""
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        act_then_drive(rt, run_id, principal, tenant, as_json,
+                       lambda rt: rt.cancel(run_id, actor=principal, reason=reason, tenant=tenant))
+
+
+@click.command()
+@on_a_store(actions=True)
+def recover(actions, store_url, principal, tenant, access_path, as_json):
+    """Find runs in flight (after a crash, or with due timers) and drive the tenant's on."""
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        report = rt.recover()
+        touched = list(dict.fromkeys(report.get("runs_repaired", [])))
+        for run_id in rt.store.active_runs() if hasattr(rt.store, "active_runs") else touched:
+            if run_id not in touched:
+                touched.append(run_id)
+        touched = [r for r in touched if rt.store.get_run(r).tenant == tenant]
+        results = {run_id: rt.drive(run_id).state for run_id in touched}
+        if as_json:
+            click.echo(json.dumps({"report": report, "runs": results}, indent=2, default=str))
+        else:
+            click.echo(f"recovered: {len(results)} run(s) in flight")
+            for run_id, state in results.items():
+                click.echo(f"  {run_id}: {state}")
+
+
+def register(group: click.Group) -> None:
+    for command in (run, submit, status, approve, reject, cancel, recover):
+        group.add_command(command)

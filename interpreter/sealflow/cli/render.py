@@ -1,0 +1,212 @@
+"""Every rendering of a run, in text and JSON: its status, its live timeline, its audit trail, the approvals
+and dead letters that name it; and the exit code its state means.
+
+Exit codes: 0 completed, 3 waiting, 1 a failed end state (failed, cancelled, timed_out, quarantined).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from typing import NoReturn
+
+import click
+
+FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
+
+#: audit record fields the text view of ``audit RUN`` leaves out (``--json`` has them)
+CHAIN_BOOKKEEPING = ("tenant", "workflow", "workflow_version", "plan_digest", "seq", "prev_hash", "hash")
+
+_ENDED = ("succeeded", "failed", "timed_out", "skipped", "cancelled", "retry_wait", "waiting")
+
+
+def _json(value, **kw) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, **kw)
+
+
+# ---------------------------------------------------------------- status
+
+def _steps(status) -> list[dict]:
+    """One entry per step (gates included), in the order they first ran."""
+    steps: dict[str, dict] = {}
+    for a in status.attempts:
+        entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
+        entry["attempts"] = max(entry["attempts"], a.attempt)
+        entry["state"] = a.state
+        if a.error_class:
+            entry["error"] = {"class": a.error_class, "message": a.error_message}
+        elif "error" in entry and a.state == "succeeded":
+            del entry["error"]
+    return list(steps.values())
+
+
+def status_dict(status) -> dict:
+    """The run as one JSON object (docs/runtime.md names its fields)."""
+    run = status.run
+    out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
+           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
+           "steps": _steps(status)}
+    if getattr(run, "signer", None):
+        out["signer"] = run.signer
+    if getattr(run, "acting_as", None) not in (None, run.initiator):
+        out["acting_as"] = run.acting_as
+    if getattr(run, "access_mode", None):
+        out["access"] = run.access_mode
+    if run.error_class:
+        out["error"] = {"class": run.error_class, "message": run.error_message}
+    if status.waiting:
+        out["waiting"] = status.waiting
+    out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
+                    "tool_calls": run.tool_calls}
+    return out
+
+
+def exit_code(state: str) -> int:
+    return 0 if state == "completed" else 3 if state == "waiting" else 1 if state in FAILED_STATES else 3
+
+
+def _ms(a) -> str:
+    if a.started_at and a.ended_at:
+        return f"{(a.ended_at - a.started_at) * 1000:.0f}ms"
+    return ""
+
+
+def print_timeline(status, *, since: int = 0) -> None:
+    """One line per attempt: step, attempt, state, duration, error, when it is due."""
+    for a in status.attempts[since:]:
+        tries = f"attempt {a.attempt}"
+        line = f"  {a.step_id:<24} {tries:<10} {a.state:<10} {_ms(a):>7}"
+        if a.error_class:
+            line += f"  {a.error_class}: {a.error_message}"
+        if a.state in ("retry_wait", "waiting") and a.due_at:
+            line += f"  (due in {max(a.due_at - time.time(), 0):.1f}s)"
+        click.echo(line)
+
+
+def print_header(status) -> None:
+    run = status.run
+    click.echo(f"run {run.id}  {run.workflow} v{run.workflow_version}  {run.plan_digest[:19]}...  "
+               f"initiator {run.initiator}")
+
+
+def print_outcome(status) -> None:
+    """Where the run stands: its state, its error, what it waits for (and how to answer), its output."""
+    run = status.run
+    click.echo(f"state: {run.state}")
+    if run.error_class:
+        click.echo(f"error: {run.error_class}: {run.error_message}")
+    if status.waiting:
+        w = status.waiting
+        if w.get("kind") == "approval":
+            click.echo(f"waiting for approval at {w['step']} by {', '.join(w.get('approvers') or [])} "
+                       f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id}  or  "
+                       f"sealflow reject {run.id} --reason TEXT")
+        else:
+            click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover` drives it on when due")
+    if run.state == "completed":
+        click.echo("output: " + _json(run.output))
+
+
+def finish(status, as_json: bool, *, header: bool = True) -> NoReturn:
+    """Print the run (JSON, or text: its header and timeline unless ``header`` is False, then its outcome)
+    and exit with the code its state means."""
+    if as_json:
+        click.echo(_json(status_dict(status), indent=2))
+    else:
+        if header:
+            print_header(status)
+            print_timeline(status)
+        print_outcome(status)
+    sys.exit(exit_code(status.state))
+
+
+# ---------------------------------------------------------------- the live view of `run`
+
+class LiveTimeline:
+    """Prints each attempt as it starts and as it ends, read from the store while the run is driven."""
+
+    def __init__(self) -> None:
+        self.shown: dict[tuple[str, int], str] = {}
+
+    def update(self, status) -> None:
+        for a in status.attempts:
+            key = (a.step_id, a.attempt)
+            last = self.shown.get(key)
+            if a.state == last or a.state in ("pending", "scheduled"):
+                continue
+            self.shown[key] = a.state
+            if a.state == "running":
+                click.echo(f"  {a.step_id:<24} {'attempt ' + str(a.attempt):<10} started")
+            elif a.state in _ENDED:
+                print_timeline(type(status)(status.run, [a], status.waiting))
+
+
+def drive_live(rt, run_id: str):
+    """Drive the run on a background thread, printing its steps as they start and end; the final status."""
+    import threading
+
+    done: dict = {}
+
+    def work() -> None:
+        try:
+            done["status"] = rt.drive(run_id)
+        except BaseException as exc:  # re-raised on the calling thread
+            done["error"] = exc
+
+    timeline = LiveTimeline()
+    thread = threading.Thread(target=work, name="sealflow-drive", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+        if thread.is_alive():
+            timeline.update(rt.status(run_id))
+    if "error" in done:
+        raise done["error"]
+    timeline.update(done["status"])
+    return done["status"]
+
+
+# ---------------------------------------------------------------- what names runs
+
+def print_audit(events, as_json: bool) -> None:
+    """A run's audit trail, oldest first: one line per event (``--json``: every field)."""
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(e) for e in events], indent=2, default=str))
+        return
+    for e in events:
+        d = dataclasses.asdict(e)
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(d.get("at") or d.get("ts") or 0))
+        rest = {k: v for k, v in d.items() if k not in ("id", "run_id", "at", "ts", "event", "step_id", "actor")
+                and k not in CHAIN_BOOKKEEPING and v not in (None, {}, "")}
+        click.echo(f"{when}  {d.get('event'):<22} {d.get('step_id') or '-':<22} {d.get('actor') or '-':<16} "
+                   f"{json.dumps(rest, default=str)}")
+
+
+def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: bool) -> None:
+    """The approval gates ``principal`` may decide now, with the commands that answer them."""
+    if as_json:
+        click.echo(_json(waiting, indent=2))
+        return
+    if not waiting:
+        click.echo(f"nothing waits for {principal} in tenant {tenant}")
+        return
+    for w in waiting:
+        due = "" if w["due_at"] is None else f"  due in {max(w['due_at'] - time.time(), 0) / 3600:.1f}h"
+        click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}  as {w['as']}  "
+                   f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
+        click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
+        click.echo(f"    sealflow approve {w['run_id']} --tenant {tenant}  |  sealflow reject {w['run_id']} "
+                   f"--tenant {tenant} --reason TEXT")
+
+
+def print_dead_letters(letters, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(x) for x in letters], indent=2, default=str))
+        return
+    if not letters:
+        click.echo("the dead-letter list is empty")
+    for x in letters:
+        flag = " QUARANTINED" if getattr(x, "quarantined", False) else ""
+        click.echo(f"{x.run_id}  {x.reason}{flag}")

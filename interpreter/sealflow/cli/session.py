@@ -1,0 +1,166 @@
+"""What a command opens: the runtime configuration, the access policy, action modules, the store, the runtime.
+
+Nothing heavy is imported at module level (``sealflow validate`` imports this module through
+:func:`load_action_metadata` and must never pay for the runtime).
+
+**The demo world.** The embedded quick start (``run``, ``submit``, ``approve`` ... on the embedded default)
+registers the demo actions (:mod:`sealflow.demo`) besides the ``--actions`` modules, so the README's flow works
+with no setup. ``sealflow worker`` does not: a worker of a deployment loads exactly the ``--actions`` it is
+given (``--actions sealflow.demo`` for the demo world).
+
+**Access.** Without an access policy (``--access FILE``, ``$SEALFLOW_ACCESS``) the embedded default runs in open
+development mode and says so on stderr at every command; commands that serve others (``submit`` to a shared
+store, ``worker``) refuse to start without one (:func:`require_policy`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+import click
+
+from sealflow.cli.exits import fail_usage, refuse
+
+#: the demo world's action module, loaded by the embedded quick start
+DEMO = "sealflow.demo"
+
+
+def with_demo(actions: tuple[str, ...]) -> tuple[str, ...]:
+    """``actions`` with the demo world first: what the embedded quick start compiles and runs against."""
+    return (DEMO,) + tuple(actions)
+
+
+# ---------------------------------------------------------------- configuration and access
+
+def load_config(path: str | None = None):
+    """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else defaults)."""
+    from sealflow.interpreter.config import ConfigError, RuntimeConfig
+
+    if path is None:
+        ctx = click.get_current_context(silent=True)
+        obj = ctx.find_root().obj if ctx is not None else None
+        path = (obj or {}).get("config_path") if isinstance(obj, dict) else None
+    try:
+        return RuntimeConfig.from_env(path)
+    except ConfigError as exc:
+        fail_usage(str(exc))
+
+
+def load_access(path: str | None, *, quiet: bool = False):
+    """The access provider for ``path`` (None: ``$SEALFLOW_ACCESS``, else open development mode, announced
+    on stderr); an unreadable or invalid policy prints its located diagnostics and exits 2."""
+    from sealflow.interpreter.access import AccessPolicyError, access_provider, is_open
+
+    path = path if path is not None else os.environ.get("SEALFLOW_ACCESS") or None
+    try:
+        provider = access_provider(path)
+    except AccessPolicyError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        fail_usage(exc.message if not exc.diagnostics else f"access policy {path} is invalid (see above)")
+    if is_open(provider) and not quiet:
+        click.echo("sealflow: warning: OPEN DEVELOPMENT MODE: no access policy (--access FILE or SEALFLOW_ACCESS), "
+                   "so every principal holds every permission and role; runs record access: open-development",
+                   err=True)
+    return provider
+
+
+def is_shared_store(url: str | None) -> bool:
+    """Whether the store URL names a store others share (anything but a local SQLite file)."""
+    url = url or os.environ.get("SEALFLOW_STORE")
+    return bool(url) and not url.startswith("sqlite:///")
+
+
+def require_policy(provider, what: str) -> None:
+    """Exit 1 when ``what`` (a worker, a server, a submit to a shared store) would start in open mode.
+    The hook for ``sealflow worker`` and ``sealflow serve``: call it before starting."""
+    from sealflow.interpreter.authz import PolicyRequired
+    from sealflow.interpreter.authz import require_policy as check
+
+    try:
+        check(provider, what)
+    except PolicyRequired as exc:
+        refuse(exc.message)
+
+
+# ---------------------------------------------------------------- action modules
+
+def import_actions(actions: tuple[str, ...], *, demo: bool) -> None:
+    """Register the ``--actions`` modules (and the demo world when ``demo``); one that fails is a usage error."""
+    from sealflow.cli.actions_loader import ActionsLoadError
+    from sealflow.cli.actions_loader import import_actions as load
+
+    try:
+        load(with_demo(actions) if demo else tuple(actions))
+    except ActionsLoadError as exc:
+        fail_usage(str(exc))
+
+
+def load_action_metadata(actions: tuple[str, ...]):
+    """The compiler's view of the actions ``actions`` register (None when none are named)."""
+    if not actions:
+        return None
+    from sealflow.cli.actions_loader import ActionsLoadError, load_actions
+
+    try:
+        return load_actions(actions)
+    except ActionsLoadError as exc:
+        fail_usage(str(exc))
+
+
+# ---------------------------------------------------------------- the store and the runtime
+
+def store_location(store_url: str | None) -> str | None:
+    """The store URL to open (``--store``, else ``$SEALFLOW_STORE``); None is the default file, whose folder
+    ``.sealflow`` is made here."""
+    url = store_url or os.environ.get("SEALFLOW_STORE")
+    if url is None:
+        os.makedirs(".sealflow", exist_ok=True)
+    return url
+
+
+def open_store(store_url: str | None):
+    """The bare store (no runtime, no actions): for commands that only read it."""
+    from sealflow.interpreter.store import StoreError
+    from sealflow.interpreter.store import open_store as open_
+
+    try:
+        return open_(store_url)
+    except StoreError as exc:
+        fail_usage(str(exc))
+
+
+@contextlib.contextmanager
+def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True):
+    """A Runtime on the given store, with the ``--actions`` modules (and the demo world when ``demo``)
+    registered, under the access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open
+    development mode)."""
+    provider = access if access is not None and not isinstance(access, str) else load_access(access)
+    import_actions(actions, demo=demo)
+    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.store import StoreError
+
+    url = store_location(store_url)
+    # the command line has said so itself (load_access): no second copy from the runtime's logger
+    logging.getLogger("sealflow.access").setLevel(logging.ERROR)
+    try:
+        rt = Runtime(url, access=provider, config=load_config())
+    except StoreError as exc:
+        fail_usage(str(exc))
+    try:
+        yield rt
+    finally:
+        rt.close()
+
+
+def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = None):
+    """The status of ``run_id`` as ``actor`` in ``tenant``; an unknown run is a usage error."""
+    from sealflow.interpreter.store import NotFound
+
+    try:
+        return rt.status(run_id, tenant=tenant, actor=actor)
+    except NotFound:  # a run of another tenant reads exactly like an unknown one
+        fail_usage(f"no run {run_id!r} in this store; list dead letters with `sealflow dlq list`")

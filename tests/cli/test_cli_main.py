@@ -1,0 +1,36 @@
+"""The command line as a whole: the lazy command map, and what `validate` never imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
+
+
+def test_the_lazy_command_map_names_every_command_its_modules_register():
+    import importlib
+
+    import click
+
+    from sealflow.cli import COMMANDS
+
+    # Given each command module, when it registers its commands on a fresh group
+    for module in set(COMMANDS.values()):
+        group = click.Group()
+        importlib.import_module(f"sealflow.cli.{module}").register(group)
+        # then the lazy map sends exactly those names to that module
+        assert set(group.commands) == {n for n, m in COMMANDS.items() if m == module}, module
+
+
+def test_validate_does_not_import_the_runtime_or_signing():
+    code = ("import sys; from sealflow.cli import main; main(['validate', %r]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('sealflow.interpreter.runtime', 'dramatiq', 'sigstore', "
+            "'sealflow.cli.commands.runs', 'sealflow.cli.commands.worker'))))" % EXAMPLE)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

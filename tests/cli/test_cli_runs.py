@@ -1,0 +1,65 @@
+"""The run commands (run, submit, status, approve, ...): what they print while a run is driven and after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sealflow.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SLOW_ACTIONS = '''
+import time
+from sealflow import action
+
+@action("slowcli.work", permissions=[], effect="read")
+def work(ctx, seconds: float = 0.5):
+    time.sleep(seconds)
+    return {"slept": seconds}
+'''
+
+SLOW_WORKFLOW = """\
+sealflow: 1
+name: slowcli
+version: 1
+owner: team:test
+steps:
+  - {id: first, action: slowcli.work, with: {seconds: 0.8}}
+  - {id: done, succeed: {}}
+"""
+
+
+def test_given_a_slow_step_when_run_then_its_start_is_printed_before_it_ends(capsys, tmp_path):
+    (tmp_path / "slow_actions.py").write_text(SLOW_ACTIONS)
+    (tmp_path / "slowcli.v1.yaml").write_text(SLOW_WORKFLOW)
+    code, out, _ = run(capsys, "run", str(tmp_path / "slowcli.v1.yaml"), "--actions", str(tmp_path / "slow_actions.py"))
+    lines = [line.split() for line in out.splitlines() if line.startswith("  first")]
+    assert code == 0
+    assert [line[3] for line in lines] == ["started", "succeeded"]
+
+
+def test_given_a_run_that_waits_for_approval_when_run_and_status_print_it_then_they_say_the_same_and_approve_ends_it(
+        capsys, monkeypatch):
+    monkeypatch.setenv("SEALFLOW_USER", "alice")
+    # Given a run of the example that waits for a sales manager (the README's quick start)
+    code, out, _ = run(capsys, "run", EXAMPLE, "--input", '{"lead_id": "lead_acme"}')
+    assert code == 3
+    run_id = out.split()[1].rstrip(":")
+    outcome = out[out.index("state: "):]
+    # When status prints the same run
+    code, shown, _ = run(capsys, "status", run_id)
+    # Then it ends with exactly the lines run ended with (one renderer), naming the gate and how to answer
+    assert code == 3 and shown.endswith(outcome)
+    assert f"waiting for approval at record@gate by role:sales-manager (quorum 1); answer with: sealflow approve " \
+           f"{run_id}  or  sealflow reject {run_id} --reason TEXT" in outcome
+    # And approving as a sales manager drives it to its end
+    code, out, _ = run(capsys, "approve", run_id, "--as", "user:ben")
+    assert code == 0 and "state: completed" in out
