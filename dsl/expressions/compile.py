@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 from lark import Tree
 
-from sealflow.dsl.expr_catalogue import _KEYWORDS, _PYTHON_WORDS, _TERNARY, _TERNARY_HINT, _closest
-from sealflow.dsl.expr_errors import ExpressionError
-from sealflow.dsl.expr_functions import _FUNCTION_ALIASES, _USAGE, FUNCTIONS
-from sealflow.dsl.expr_values import _BINARY, _COMPARE, MAX_INT, _Env, _get, _negate, truthy
+from sealflow.dsl.expressions.catalogue import _KEYWORDS, _PYTHON_WORDS, _TERNARY, _TERNARY_HINT, _closest
+from sealflow.dsl.expressions.errors import ExpressionError
+from sealflow.dsl.expressions.functions import _FUNCTION_ALIASES, _USAGE, FUNCTIONS
+from sealflow.dsl.expressions.values import _BINARY, _COMPARE, MAX_INT, _Env, _get, _negate, truthy
 
 ROOTS = ("input", "steps", "run", "output")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput
 
-from sealflow.dsl.expr_errors import ExpressionError
-from sealflow.dsl.expr_functions import FUNCTIONS
-from sealflow.dsl.expr_parser import parser
+from sealflow.dsl.expressions.errors import ExpressionError
+from sealflow.dsl.expressions.functions import FUNCTIONS
+from sealflow.dsl.expressions.parser import parser
 
 _KEYWORDS = ("and", "or", "not", "in", "null", "true", "false")
 _PYTHON_WORDS = {"None": "null", "NULL": "null", "nil": "null", "True": "true", "False": "false"}

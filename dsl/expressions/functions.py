@@ -6,8 +6,8 @@ import math
 import re
 from typing import Any, Callable
 
-from sealflow.dsl.expr_errors import EvaluationError
-from sealflow.dsl.expr_values import _contains, _number, _sized, to_text, type_name
+from sealflow.dsl.expressions.errors import EvaluationError
+from sealflow.dsl.expressions.values import _contains, _number, _sized, to_text, type_name
 
 
 def _text_arg(name: str, v: Any) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file, verify_sigstore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = (ROOT / ".." / "shared" / "fixtures" / "sigstore").resolve()
 CACHE = ROOT / ".sealflow" / "test-cache"
 WHEEL = "rfc8785-0.1.2-py3-none-any.whl"

@@ -12,7 +12,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from sealflow.dsl.expr_errors import EvaluationError
+from sealflow.dsl.expressions.errors import EvaluationError
 
 MAX_STRING = 1_000_000
 MAX_ITEMS = 100_000
