@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=10, help="fresh processes per start-up figure")
     args = parser.parse_args(argv)
 
-    from sealflow.dsl import signing
+    from sealflow.dsl.trust import signing
     from sealflow.dsl.api import check_bytes
     from sealflow.dsl.trust import load_policy, verify_bytes, verify_envelope, verify_sigstore
 

@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from sealflow.dsl import signing
+from sealflow.dsl.trust import signing
 from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file
 
 ROOT = Path(__file__).resolve().parents[3]
