@@ -175,12 +175,10 @@ def _policy_validator():
 def _schema_diagnostics(doc: Document) -> list[Diagnostic]:
     from sealflow import schemas
 
-    from sealflow.dsl.schema import _Mapper, _rank  # the definitions' error mapping, given another schema
+    from sealflow.dsl.schema_errors import SchemaErrorMapper
 
-    mapper = _Mapper(doc, schemas.load(POLICY_SCHEMA))
-    found = [d for error in _policy_validator().iter_errors(doc.data) for d in mapper.map(error)]
-    return [dataclasses.replace(d, message="policy: " + d.message[len("workflow: "):])
-            if d.message.startswith("workflow: ") else d for d in _rank(found)]
+    mapper = SchemaErrorMapper(doc, schemas.load(POLICY_SCHEMA), subject="policy")
+    return mapper.diagnostics(_policy_validator().iter_errors(doc.data))
 
 
 def _parse_expiry(text: str) -> dt.datetime:
