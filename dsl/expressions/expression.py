@@ -11,11 +11,11 @@ from typing import Any, Callable
 from lark import Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
-from sealflow.dsl.expressions.catalogue import _CLOSE, _OPEN, _closest, _scan, _syntax_error
-from sealflow.dsl.expressions.compile import Reference, _Compiler
+from sealflow.dsl.expressions.catalogue import CLOSERS, OPENERS, closest, scan, syntax_error
+from sealflow.dsl.expressions.compile import Compiler, Reference
 from sealflow.dsl.expressions.errors import EvaluationError, ExpressionError
 from sealflow.dsl.expressions.parser import parser as _parser
-from sealflow.dsl.expressions.values import _Env, type_name
+from sealflow.dsl.expressions.values import Env, type_name
 
 MAX_LENGTH = 4096
 MAX_DEPTH = 64
@@ -54,16 +54,16 @@ class Expression:
 # ---------------------------------------------------------------- bounds of the text
 
 def _check_nesting(text: str) -> None:
-    if sum(map(text.count, _OPEN)) <= MAX_DEPTH:  # too few brackets to nest too deep: skip the scan
+    if sum(map(text.count, OPENERS)) <= MAX_DEPTH:  # too few brackets to nest too deep: skip the scan
         return
     depth = 0
-    for tok in _scan(text):
-        if tok.kind == "op" and tok.value in _OPEN:
+    for tok in scan(text):
+        if tok.kind == "op" and tok.value in OPENERS:
             depth += 1
             if depth > MAX_DEPTH:
                 raise ExpressionError("X307", f"brackets nested deeper than {MAX_DEPTH} levels",
                                       tok.start, "split it: compute parts in a set step")
-        elif tok.kind == "op" and tok.value in _CLOSE:
+        elif tok.kind == "op" and tok.value in CLOSERS:
             depth = max(0, depth - 1)
 
 
@@ -92,11 +92,11 @@ def parse(text: str) -> Expression:
         try:
             tree = _parser().parse(text)
         except UnexpectedInput as exc:
-            raise _syntax_error(text, exc) from None
+            raise syntax_error(text, exc) from None
         except LarkError as exc:  # pragma: no cover - defensive
             raise ExpressionError("X301", f"syntax error: {exc}", 0) from None
         _check_depth(tree)
-        compiler = _Compiler()
+        compiler = Compiler()
         run = compiler.build(tree)
     except ExpressionError as exc:
         raise exc.shifted(0, text) from None
@@ -129,7 +129,7 @@ def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool)
                             "write steps.<id>.output or steps.<id>.status")
                 continue
             if ref.step not in known:
-                guess = _closest(ref.step, known)
+                guess = closest(ref.step, known)
                 yield error("X303", f"unknown step '{ref.step}'", step_at,
                             f"did you mean '{guess}'?" if guess else "steps: " + ", ".join(sorted(known)))
                 continue
@@ -142,7 +142,7 @@ def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool)
                 yield error("X309", f"{what} steps.{ref.step}", field_at,
                             f"write steps.{ref.step}.output or steps.{ref.step}.status")
         elif ref.root == "run" and ref.field is not None and ref.field not in RUN_FIELDS:
-            guess = _closest(ref.field, RUN_FIELDS)
+            guess = closest(ref.field, RUN_FIELDS)
             yield error("X309", f"unknown field '{ref.field}' of run", field_at,
                         (f"did you mean run.{guess}? " if guess else "") + "run has: " + ", ".join(RUN_FIELDS))
 
@@ -150,7 +150,7 @@ def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool)
 def evaluate(expr: Expression, context: dict, *, clock: Callable[[], float] | None = None) -> Any:
     """The value of ``expr`` in ``context``; raise :class:`EvaluationError` on any runtime problem."""
     try:
-        return expr._run(_Env(context, clock or time.time))
+        return expr._run(Env(context, clock or time.time))
     except EvaluationError:
         raise
     except RecursionError:
