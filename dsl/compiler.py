@@ -2,7 +2,7 @@
 
 The compiler collects every error it finds (it never stops at the first) and
 returns a :class:`Plan` only when there are none. Expression checks live in
-:mod:`sealflow.dsl.exprcheck`; control-flow analysis in :mod:`sealflow.dsl.graph`.
+:mod:`sealflow.dsl.expressions.static_check`; control-flow analysis in :mod:`sealflow.dsl.graph`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sealflow.dsl import exprcheck, graph
+from sealflow.dsl.expressions import static_check as exprcheck
+from sealflow.dsl import graph
 from sealflow.dsl.durations import DAY, HOUR, DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.loader import Document

@@ -20,7 +20,7 @@ from sealflow.dsl.expressions import ExpressionError, compile_cached
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
-from sealflow.dsl.templates import parse_template
+from sealflow.dsl.expressions.templates import parse_template
 
 Finding = tuple[str, tuple, str, str | None]  # (code, pointer, message, hint)
 

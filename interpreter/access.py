@@ -273,13 +273,11 @@ def _schema_diagnostics(doc) -> list:
     from jsonschema import Draft202012Validator
 
     from sealflow import schemas
-    from sealflow.dsl.schema import _Mapper, _rank  # the definitions' located error mapping, given another schema
+    from sealflow.dsl.schema_errors import SchemaErrorMapper
 
     schema = schemas.load(SCHEMA)
-    mapper = _Mapper(doc, schema)
-    found = [d for error in Draft202012Validator(schema).iter_errors(doc.data) for d in mapper.map(error)]
-    return [dataclasses.replace(d, message="access policy: " + d.message[len("workflow: "):])
-            if d.message.startswith("workflow: ") else d for d in _rank(found)]
+    return SchemaErrorMapper(doc, schema, subject="access policy").diagnostics(
+        Draft202012Validator(schema).iter_errors(doc.data))
 
 
 def _check(doc) -> Policy:

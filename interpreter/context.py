@@ -19,7 +19,8 @@ import logging
 import random
 from typing import Any, Callable, Mapping
 
-from sealflow.dsl import expressions, templates
+from sealflow.dsl import expressions
+from sealflow.dsl.expressions import templates
 from sealflow.dsl.plan import Plan, PlanStep
 
 from sealflow.interpreter.clock import Clock

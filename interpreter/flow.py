@@ -116,7 +116,7 @@ class _Decision:
 
 
 def _render(x: Execution, value: Any, context: dict) -> Any:
-    from sealflow.dsl import templates
+    from sealflow.dsl.expressions import templates
 
     return templates.render_value(value, context, clock=x.services.clock.now)
 

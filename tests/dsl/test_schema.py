@@ -11,7 +11,8 @@ from jsonschema import Draft202012Validator
 from sealflow import schemas
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.loader import load_text
-from sealflow.dsl.schema import readable, schema_for_docs, validate, validate_embedded_schema
+from sealflow.dsl.schema import schema_for_docs, validate, validate_embedded_schema
+from sealflow.dsl.schema_errors import readable
 
 # The full example of DSL.md, copied verbatim: it must validate as written.
 FULL_EXAMPLE = """\

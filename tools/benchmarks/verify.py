@@ -65,9 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=10, help="fresh processes per start-up figure")
     args = parser.parse_args(argv)
 
-    from sealflow.dsl import signing
     from sealflow.dsl.api import check_bytes
-    from sealflow.dsl.trust import load_policy, verify_bytes, verify_envelope, verify_sigstore
+    from sealflow.dsl.trust import load_policy, signing, verify_bytes, verify_envelope, verify_sigstore
 
     files: list[Path] = []
     for p in map(Path, args.paths):

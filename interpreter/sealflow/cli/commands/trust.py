@@ -46,7 +46,7 @@ def keygen(prefix):
 
     Never overwrites a file. Keep PREFIX.pem secret; put PREFIX.pub.pem in the trust policy's keys.
     """
-    from sealflow.dsl import signing
+    from sealflow.dsl.trust import signing
 
     private, public = Path(prefix + ".pem"), Path(prefix + ".pub.pem")
     for p in (private, public):
@@ -132,7 +132,7 @@ def sign(paths, key_path, key_id, staging, actions):
 
 
 def _sign_with_key(items: list[_Item], key_path: Path, key_id: str | None) -> None:
-    from sealflow.dsl import signing
+    from sealflow.dsl.trust import signing
 
     try:
         key = signing.load_private_key(key_path.read_bytes(), str(key_path))

@@ -6,8 +6,8 @@ import math
 import re
 from typing import Any, Callable
 
-from sealflow.dsl.expr_errors import EvaluationError
-from sealflow.dsl.expr_values import _contains, _number, _sized, to_text, type_name
+from sealflow.dsl.expressions.errors import EvaluationError
+from sealflow.dsl.expressions.values import contains, number, sized, to_text, type_name
 
 
 def _text_arg(name: str, v: Any) -> str:
@@ -34,17 +34,17 @@ def _fn_int(env: Any, v: Any) -> int:
     if isinstance(v, (bool, int)):
         return int(v)
     if isinstance(v, float) and math.isfinite(v):
-        return _number(int(v))
+        return number(int(v))
     if isinstance(v, str) and _INT_TEXT.match(v.strip()):
-        return _number(int(v.strip()))
+        return number(int(v.strip()))
     raise EvaluationError(f"int() cannot convert {type_name(v)} {to_text(v, null='null')[:40]!r}")
 
 
 def _fn_float(env: Any, v: Any) -> float:
     if isinstance(v, (bool, int, float)):
-        return _number(float(v))
+        return number(float(v))
     if isinstance(v, str) and len(v) < 400 and _FLOAT_TEXT.match(v.strip()):
-        return _number(float(v.strip()))
+        return number(float(v.strip()))
     raise EvaluationError(f"float() cannot convert {type_name(v)} {to_text(v, null='null')[:40]!r}")
 
 
@@ -52,29 +52,29 @@ def _fn_duration(env: Any, v: Any) -> float:
     match = _DURATION.match(_text_arg("duration", v).strip())
     if not match:
         raise EvaluationError(f"duration() needs text like '500ms', '30s', '15m', '24h' or '7d', not {v[:40]!r}")
-    return _number(float(match.group(1)) * _UNITS[match.group(2)])
+    return number(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 #: name -> (minimum arguments, maximum arguments, implementation(env, *args))
 FUNCTIONS: dict[str, tuple[int, int, Callable[..., Any]]] = {
     "len": (1, 1, _fn_len),
-    "lower": (1, 1, lambda env, s: _sized(_text_arg("lower", s).lower())),
-    "upper": (1, 1, lambda env, s: _sized(_text_arg("upper", s).upper())),
-    "contains": (2, 2, lambda env, haystack, needle: _contains(haystack, needle)),
+    "lower": (1, 1, lambda env, s: sized(_text_arg("lower", s).lower())),
+    "upper": (1, 1, lambda env, s: sized(_text_arg("upper", s).upper())),
+    "contains": (2, 2, lambda env, haystack, needle: contains(haystack, needle)),
     "startswith": (2, 2, lambda env, s, p: _text_arg("startswith", s).startswith(_text_arg("startswith", p))),
     "endswith": (2, 2, lambda env, s, p: _text_arg("endswith", s).endswith(_text_arg("endswith", p))),
     "default": (2, 2, lambda env, value, fallback: fallback if value is None else value),
     "int": (1, 1, _fn_int),
     "float": (1, 1, _fn_float),
     "str": (1, 1, lambda env, v: to_text(v, null="null")),
-    "now": (0, 0, lambda env: _number(float(env.clock()))),
+    "now": (0, 0, lambda env: number(float(env.clock()))),
     "duration": (1, 1, _fn_duration),
 }
-_USAGE = {"len": "len(x)", "lower": "lower(text)", "upper": "upper(text)",
+USAGE = {"len": "len(x)", "lower": "lower(text)", "upper": "upper(text)",
           "contains": "contains(haystack, needle)", "startswith": "startswith(text, prefix)",
           "endswith": "endswith(text, suffix)", "default": "default(value, fallback)",
           "int": "int(x)", "float": "float(x)", "str": "str(x)", "now": "now()",
           "duration": "duration('15m')"}
-_FUNCTION_ALIASES = {"length": "len", "size": "len", "count": "len", "coalesce": "default",
+FUNCTION_ALIASES = {"length": "len", "size": "len", "count": "len", "coalesce": "default",
                      "includes": "contains", "has": "contains", "string": "str", "tostring": "str",
                      "starts_with": "startswith", "ends_with": "endswith", "number": "float"}

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sealflow.dsl.expressions import EvaluationError, ExpressionError, evaluate, parse
-from sealflow.dsl.templates import parse_template, render, render_value
+from sealflow.dsl.expressions.templates import parse_template, render, render_value
 
 FAST = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -12,7 +12,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from sealflow.dsl.expr_errors import EvaluationError
+from sealflow.dsl.expressions.errors import EvaluationError
 
 MAX_STRING = 1_000_000
 MAX_ITEMS = 100_000
@@ -48,7 +48,8 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _number(v: Any) -> Any:
+def number(v: Any) -> Any:
+    """``v`` if it is a finite float or a 64-bit integer, else an :class:`EvaluationError`."""
     if isinstance(v, float):
         if not math.isfinite(v):
             raise EvaluationError("number out of range (not finite)")
@@ -57,7 +58,8 @@ def _number(v: Any) -> Any:
     return v
 
 
-def _sized(v: Any) -> Any:
+def sized(v: Any) -> Any:
+    """``v`` if it is within the bounds of strings and collections, else an :class:`EvaluationError`."""
     if isinstance(v, str) and len(v) > MAX_STRING:
         raise EvaluationError(f"string longer than {MAX_STRING:,} characters")
     if isinstance(v, (list, tuple, dict)) and len(v) > MAX_ITEMS:
@@ -78,7 +80,8 @@ def equal(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _contains(container: Any, item: Any) -> bool:
+def contains(container: Any, item: Any) -> bool:
+    """``item in container``: an item of a list, a substring of a string, a key of a map; false in null."""
     if container is None:
         return False
     if isinstance(container, str):
@@ -102,7 +105,7 @@ def _ordered(symbol: str, op: Callable) -> Callable:
 
 def _add(a: Any, b: Any) -> Any:
     if _is_num(a) and _is_num(b):
-        return _number(a + b)
+        return number(a + b)
     if isinstance(a, str) and isinstance(b, str):
         if len(a) + len(b) > MAX_STRING:
             raise EvaluationError(f"string longer than {MAX_STRING:,} characters")
@@ -121,17 +124,19 @@ def _arithmetic(symbol: str, op: Callable) -> Callable:
             raise EvaluationError(f"'{symbol}' needs numbers, not {type_name(a)} and {type_name(b)}")
         if symbol in "/%" and b == 0:
             raise EvaluationError("division by zero")
-        return _number(op(a, b))
+        return number(op(a, b))
     return apply
 
 
-def _negate(v: Any) -> Any:
+def negate(v: Any) -> Any:
+    """``-v`` of a number."""
     if not _is_num(v):
         raise EvaluationError(f"'-' needs a number, not {type_name(v)}")
-    return _number(-v)
+    return number(-v)
 
 
-def _get(value: Any, key: Any, dotted: bool) -> Any:
+def lookup(value: Any, key: Any, dotted: bool) -> Any:
+    """One step of a path, ``value.key`` (``dotted``) or ``value[key]``: null where nothing is."""
     if value is None:
         return None
     if isinstance(value, dict):
@@ -160,20 +165,20 @@ def to_text(value: Any, *, null: str = "") -> str:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise EvaluationError(f"cannot turn a {type_name(value)} into text: {exc}") from None
-    return _sized(text)
+    return sized(text)
 
 
 # ---------------------------------------------------------------- operators
 
-_COMPARE = {"==": equal, "!=": lambda a, b: not equal(a, b),
+COMPARE = {"==": equal, "!=": lambda a, b: not equal(a, b),
             "<": _ordered("<", operator.lt), "<=": _ordered("<=", operator.le),
             ">": _ordered(">", operator.gt), ">=": _ordered(">=", operator.ge),
-            "in": lambda a, b: _contains(b, a), "not in": lambda a, b: not _contains(b, a)}
-_BINARY = {"+": _add, "-": _arithmetic("-", operator.sub), "*": _arithmetic("*", operator.mul),
+            "in": lambda a, b: contains(b, a), "not in": lambda a, b: not contains(b, a)}
+BINARY = {"+": _add, "-": _arithmetic("-", operator.sub), "*": _arithmetic("*", operator.mul),
            "/": _arithmetic("/", operator.truediv), "%": _arithmetic("%", operator.mod)}
 
 
-class _Env:
+class Env:
     """What a compiled expression runs against: the context and the clock."""
 
     __slots__ = ("ctx", "clock")

@@ -3,7 +3,7 @@
 A policy (YAML, ``schemas/trust-policy.schema.json``) names Sigstore identities checked against a
 pinned trusted root, offline Ed25519 keys (with optional expiry), and optionally which of them may
 sign for which namespace. :func:`load_policy` validates it with located errors, like definitions.
-Verification against a policy lives in :mod:`sealflow.dsl.trust`.
+Verification against a policy lives in :mod:`sealflow.dsl.trust.verify`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sealflow.dsl import signing
+from sealflow.dsl.trust import signing
 from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError
 from sealflow.dsl.loader import Document, load_file
 
@@ -156,10 +156,10 @@ class TrustPolicy:
                 self._verifier = Verifier(trusted_root=TrustedRoot.from_file(str(self.trusted_root)))
             except Error as exc:
                 raise Refused("bad-policy", f"the pinned trusted root {self.trusted_root} cannot be used: "
-                              f"{_first_line(exc)}") from None
+                              f"{first_line(exc)}") from None
             except Exception as exc:  # malformed JSON, wrong shape: the root's own parser raises many kinds
                 raise Refused("bad-policy", f"the pinned trusted root {self.trusted_root} cannot be used: "
-                              f"{type(exc).__name__}: {_first_line(exc)}") from None
+                              f"{type(exc).__name__}: {first_line(exc)}") from None
         return self._verifier
 
 
@@ -175,12 +175,10 @@ def _policy_validator():
 def _schema_diagnostics(doc: Document) -> list[Diagnostic]:
     from sealflow import schemas
 
-    from sealflow.dsl.schema import _Mapper, _rank  # the definitions' error mapping, given another schema
+    from sealflow.dsl.schema_errors import SchemaErrorMapper
 
-    mapper = _Mapper(doc, schemas.load(POLICY_SCHEMA))
-    found = [d for error in _policy_validator().iter_errors(doc.data) for d in mapper.map(error)]
-    return [dataclasses.replace(d, message="policy: " + d.message[len("workflow: "):])
-            if d.message.startswith("workflow: ") else d for d in _rank(found)]
+    mapper = SchemaErrorMapper(doc, schemas.load(POLICY_SCHEMA), subject="policy")
+    return mapper.diagnostics(_policy_validator().iter_errors(doc.data))
 
 
 def _parse_expiry(text: str) -> dt.datetime:
@@ -291,6 +289,7 @@ def load_policy(path: str | Path) -> TrustPolicy:
     return policy
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), or its class name."""
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]

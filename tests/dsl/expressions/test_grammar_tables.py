@@ -8,8 +8,9 @@ import pytest
 from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from sealflow.dsl import expr_parser, expr_tables
 from sealflow.dsl.expressions import CATALOGUE, ExpressionError, parse
+from sealflow.dsl.expressions import parser as expr_parser
+from sealflow.dsl.expressions import tables as expr_tables
 from tools import gen_grammar
 
 VALID = [
@@ -65,7 +66,7 @@ def built():
 def test_tables_are_current():
     # Given the grammar and the installed Lark, When the tables are regenerated, Then nothing changes.
     assert expr_tables.GRAMMAR_SHA256 == expr_parser.grammar_sha256()
-    assert gen_grammar.is_fresh(), "dsl/expr_tables.py is stale: run `python -m tools.gen_grammar`"
+    assert gen_grammar.is_fresh(), "dsl/expressions/tables.py is stale: run `python -m tools.gen_grammar`"
     assert gen_grammar.main(["--check"]) == 0
 
 
@@ -75,7 +76,7 @@ def test_generation_is_deterministic():
 
 
 def test_check_reports_stale_tables_and_regeneration_fixes_them(tmp_path, capsys):
-    stale = tmp_path / "expr_tables.py"
+    stale = tmp_path / "tables.py"
     stale.write_text(gen_grammar.render().replace(expr_tables.GRAMMAR_SHA256, "0" * 64), encoding="utf-8")
     assert gen_grammar.main(["--check", "--path", str(stale)]) == 1
     assert "stale" in capsys.readouterr().err
@@ -135,7 +136,7 @@ def test_stale_tables_fall_back_to_the_grammar(fresh_parser, monkeypatch, stale)
 
 
 def test_missing_tables_fall_back_to_the_grammar(fresh_parser, monkeypatch):
-    monkeypatch.delattr(sys.modules["sealflow.dsl"], "expr_tables")
-    monkeypatch.setitem(sys.modules, "sealflow.dsl.expr_tables", None)  # import fails
+    monkeypatch.delattr(sys.modules["sealflow.dsl.expressions"], "tables")
+    monkeypatch.setitem(sys.modules, "sealflow.dsl.expressions.tables", None)  # import fails
     assert fresh_parser.current_tables() is None
     assert fresh_parser.parser().parse("input.x == 1")

@@ -1,8 +1,8 @@
-"""The LALR parser of ``expressions.lark``, loaded from generated tables while they are current.
+"""The LALR parser of ``grammar.lark``, loaded from generated tables while they are current.
 
 Building the parser from the grammar (``Lark.open``) costs about 50 ms on every cold start.
 ``python -m tools.gen_grammar`` writes the built parser (``Lark.memo_serialize``) to
-:mod:`sealflow.dsl.expr_tables`, with the sha256 of the grammar and the Lark version it came from.
+:mod:`sealflow.dsl.expressions.tables`, with the sha256 of the grammar and the Lark version it came from.
 :func:`parser` loads those tables when both still match, and otherwise (someone edited the
 grammar, or upgraded Lark) builds from the grammar, so nothing is ever stale at run time.
 
@@ -25,17 +25,17 @@ from lark import Lark
 from lark.grammar import Rule
 from lark.lexer import TerminalDef
 
-GRAMMAR = Path(__file__).with_name("expressions.lark")
+GRAMMAR = Path(__file__).with_name("grammar.lark")
 
 
 def grammar_sha256() -> str:
-    """The sha256 of ``expressions.lark`` as it is on disk now."""
+    """The sha256 of ``grammar.lark`` as it is on disk now."""
     return hashlib.sha256(GRAMMAR.read_bytes()).hexdigest()
 
 
 def build() -> Lark:
     """The parser built from the grammar: always current, and slow."""
-    return Lark.open("expressions.lark", rel_to=__file__, parser="lalr", propagate_positions=True)
+    return Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True)
 
 
 def encode(built: Lark) -> Any:
@@ -59,14 +59,14 @@ def _int_keys(pairs: list) -> dict:
 
 
 def current_tables() -> str | None:
-    """The JSON text of :mod:`sealflow.dsl.expr_tables` if it was made from this grammar and this Lark."""
+    """The JSON text of :mod:`sealflow.dsl.expressions.tables` if it was made from this grammar and this Lark."""
     try:
-        from sealflow.dsl import expr_tables
+        from sealflow.dsl.expressions import tables
     except ImportError:
         return None
-    if expr_tables.GRAMMAR_SHA256 != grammar_sha256() or expr_tables.LARK_VERSION != lark.__version__:
+    if tables.GRAMMAR_SHA256 != grammar_sha256() or tables.LARK_VERSION != lark.__version__:
         return None
-    return expr_tables.TABLES
+    return tables.TABLES
 
 
 @functools.cache

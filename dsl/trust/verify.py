@@ -1,7 +1,7 @@
-"""Verification of a signed definition against a trust policy (:mod:`sealflow.dsl.trust_policy`).
+"""Verification of a signed definition against a trust policy (:mod:`sealflow.dsl.trust.policy`).
 
 The policy names who may sign; the namespace of a definition is the name part of its
-``owner`` (``team:sales`` -> ``sales``). The policy's names are re-exported here.
+``owner`` (``team:sales`` -> ``sales``). The policy itself is :mod:`sealflow.dsl.trust.policy`.
 
 Verification, in order, over bytes read once:
 
@@ -24,12 +24,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from sealflow.dsl import signing
+from sealflow.dsl.trust import signing
 from sealflow.dsl.loader import DEFAULT_LIMITS
-from sealflow.dsl.trust_policy import (  # noqa: F401 - the policy's names are part of this module's API
-    ANY_NAMESPACE, DSSE_SUFFIX, MAX_BUNDLE_BYTES, POLICY_CODES, POLICY_SCHEMA, REASONS, SIGSTORE, SIGSTORE_SUFFIX,
-    Identity, Key, PolicyError, Refused, TrustPolicy, _first_line, load_policy,
-)
+from sealflow.dsl.trust.policy import (DSSE_SUFFIX, MAX_BUNDLE_BYTES, SIGSTORE, SIGSTORE_SUFFIX, Key, Refused,
+                                        TrustPolicy, first_line)
 
 
 # ---------------------------------------------------------------- verification
@@ -83,7 +81,7 @@ def bundle_kind(raw: bytes) -> Literal["dsse", "sigstore"]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise Refused("malformed-bundle", f"the signature file is not JSON ({_first_line(exc)})") from None
+        raise Refused("malformed-bundle", f"the signature file is not JSON ({first_line(exc)})") from None
     if isinstance(body, dict):
         if str(body.get("mediaType", "")).startswith("application/vnd.dev.sigstore.bundle"):
             return "sigstore"
@@ -215,10 +213,10 @@ def verify_sigstore(data: bytes, bundle_bytes: bytes, policy: TrustPolicy) -> di
     try:
         bundle = Bundle.from_json(bundle_bytes)
     except Error as exc:
-        raise Refused("malformed-bundle", f"malformed Sigstore bundle: {_first_line(exc)}") from None
+        raise Refused("malformed-bundle", f"malformed Sigstore bundle: {first_line(exc)}") from None
     except Exception as exc:
         raise Refused("malformed-bundle", f"malformed Sigstore bundle: {type(exc).__name__}: "
-                      f"{_first_line(exc)}") from None
+                      f"{first_line(exc)}") from None
     verifier = policy.sigstore_verifier()
     identity_policy = AnyOf([i.sigstore_policy() for i in policy.identities])
     raw = _bundle_json(bundle_bytes)
@@ -231,7 +229,7 @@ def verify_sigstore(data: bytes, bundle_bytes: bytes, policy: TrustPolicy) -> di
         raise _classify(exc, data, bundle, raw, policy) from None
     except Exception as exc:  # a bundle that parses but holds nonsense (bad certificate bytes, ...)
         raise Refused("malformed-bundle", f"the Sigstore bundle cannot be verified: {type(exc).__name__}: "
-                      f"{_first_line(exc)}") from None
+                      f"{first_line(exc)}") from None
     if "dsseEnvelope" in raw:
         if payload_type != signing.PAYLOAD_TYPE:
             raise Refused("wrong-payload-type", f"the bundle's envelope holds {payload_type!r}, not a Sealflow "
@@ -243,7 +241,7 @@ def verify_sigstore(data: bytes, bundle_bytes: bytes, policy: TrustPolicy) -> di
 
 def _classify(exc: Exception, data: bytes, bundle, raw: dict, policy: TrustPolicy) -> Refused:
     """Name the reason a Sigstore verification failed, whatever order sigstore checked in."""
-    message = _first_line(exc)
+    message = first_line(exc)
     recorded = (raw.get("messageSignature") or {}).get("messageDigest") or {}
     if recorded.get("digest"):
         import base64
@@ -335,9 +333,3 @@ def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list
     return Verified(path, method, signer, dict(details or {}), plan.name, plan.version, plan.digest, namespace,
                     signature_file, plan)
 
-
-__all__ = [
-    "POLICY_CODES", "REASONS", "PolicyError", "Refused", "Identity", "Key", "TrustPolicy", "Verified",
-    "load_policy", "verify_file", "verify_bytes", "verify_envelope", "verify_sigstore", "namespace_of",
-    "signature_files", "bundle_kind", "SIGSTORE", "DSSE_SUFFIX", "SIGSTORE_SUFFIX",
-]

@@ -20,7 +20,7 @@ import pytest
 
 from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file, verify_sigstore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "sigstore"
 CACHE = ROOT / ".sealflow" / "test-cache"
 WHEEL = "rfc8785-0.1.2-py3-none-any.whl"
@@ -190,7 +190,7 @@ def test_the_signature_is_checked_before_the_definition(tmp_path, staging, fixtu
 
 def test_a_sigstore_bundle_is_refused_when_the_policy_has_no_sigstore_section(tmp_path, staging):
     data, bundle = staging
-    from sealflow.dsl import signing
+    from sealflow.dsl.trust import signing
 
     (tmp_path / "k.pub.pem").write_bytes(signing.public_pem(signing.generate_key().public_key()))
     (tmp_path / "policy.yaml").write_text("keys: [{id: k, public_key: k.pub.pem}]\n")

@@ -1,6 +1,6 @@
 """The compiler: a checked Lark tree becomes closures ``run(env) -> value``.
 
-:class:`_Compiler` has one method per grammar rule. On the way it refuses what the grammar
+:class:`Compiler` has one method per grammar rule. On the way it refuses what the grammar
 lets through but the language does not (unknown functions or names, wrong arity, literals
 out of range, bad escapes, duplicate map keys) and records every data path it reads as a
 :class:`Reference` with its offset, so :func:`sealflow.dsl.expressions.check` can locate problems.
@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 from lark import Tree
 
-from sealflow.dsl.expr_catalogue import _KEYWORDS, _PYTHON_WORDS, _TERNARY, _TERNARY_HINT, _closest
-from sealflow.dsl.expr_errors import ExpressionError
-from sealflow.dsl.expr_functions import _FUNCTION_ALIASES, _USAGE, FUNCTIONS
-from sealflow.dsl.expr_values import _BINARY, _COMPARE, MAX_INT, _Env, _get, _negate, truthy
+from sealflow.dsl.expressions.catalogue import KEYWORDS, PYTHON_WORDS, TERNARY, TERNARY_HINT, closest
+from sealflow.dsl.expressions.errors import ExpressionError
+from sealflow.dsl.expressions.functions import FUNCTION_ALIASES, FUNCTIONS, USAGE
+from sealflow.dsl.expressions.values import BINARY, COMPARE, MAX_INT, Env, lookup, negate, truthy
 
 ROOTS = ("input", "steps", "run", "output")
 
@@ -46,7 +46,7 @@ _ESCAPE = re.compile(r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{
 _DYNAMIC = object()
 
 
-class _Compiler:
+class Compiler:
     """Turns a Lark tree into closures ``run(env) -> value``; one method per rule."""
 
     def __init__(self) -> None:
@@ -70,18 +70,18 @@ class _Compiler:
 
     def comparison(self, tree: Tree) -> Callable:
         left, op, right = tree.children
-        a, b, fn = self.build(left), self.build(right), _COMPARE[" ".join(op.children)]
+        a, b, fn = self.build(left), self.build(right), COMPARE[" ".join(op.children)]
         return lambda env: fn(a(env), b(env))
 
     def sum(self, tree: Tree) -> Callable:
         first = self.build(tree.children[0])
-        rest = [(_BINARY[op.children[0]], self.build(x))
+        rest = [(BINARY[op.children[0]], self.build(x))
                 for op, x in zip(tree.children[1::2], tree.children[2::2])]
         if len(rest) == 1:
             (fn, second), = rest
             return lambda env: fn(first(env), second(env))
 
-        def run(env: _Env) -> Any:
+        def run(env: Env) -> Any:
             value = first(env)
             for fn, part in rest:
                 value = fn(value, part(env))
@@ -92,7 +92,7 @@ class _Compiler:
 
     def neg(self, tree: Tree) -> Callable:
         inner = self.build(tree.children[0])
-        return lambda env: _negate(inner(env))
+        return lambda env: negate(inner(env))
 
     def postfix(self, tree: Tree) -> Callable:
         atom, *segments = tree.children
@@ -110,12 +110,12 @@ class _Compiler:
         ops = [(key, None, seg.data == "field") if key is not _DYNAMIC
                else (None, self.build(seg.children[0]), False) for seg, key in zip(segments, keys)]
 
-        def run(env: _Env) -> Any:
+        def run(env: Env) -> Any:
             value = base(env)
             for key, index, dotted in ops:
                 if value is None:
                     return None
-                value = _get(value, key if index is None else index(env), dotted)
+                value = lookup(value, key if index is None else index(env), dotted)
             return value
         return run
 
@@ -127,14 +127,14 @@ class _Compiler:
         token, *args = tree.children
         _refuse_keyword(token)
         if token not in FUNCTIONS:
-            guess = _FUNCTION_ALIASES.get(token.lower()) or _closest(token, FUNCTIONS)
+            guess = FUNCTION_ALIASES.get(token.lower()) or closest(token, FUNCTIONS)
             hint = f"did you mean {guess}()?" if guess else "functions: " + ", ".join(FUNCTIONS)
             raise ExpressionError("X305", f"unknown function '{token}'", token.start_pos, hint)
         low, high, impl = FUNCTIONS[token]
         if not low <= len(args) <= high:
             want = str(low) if low == high else f"{low} to {high}"
             raise ExpressionError("X306", f"{token}() takes {want} argument{'s' * (want != '1')}, "
-                                  f"not {len(args)}", token.start_pos, f"usage: {_USAGE[token]}")
+                                  f"not {len(args)}", token.start_pos, f"usage: {USAGE[token]}")
         self.funcs.append((str(token), token.start_pos))
         parts = [self.build(a) for a in args]
         if not parts:
@@ -206,16 +206,16 @@ class _Compiler:
         root = str(token)
         _refuse_keyword(token)
         if root not in ROOTS:
-            if root in _PYTHON_WORDS:
+            if root in PYTHON_WORDS:
                 raise ExpressionError("X301", f"'{root}' is not a value here", token.start_pos,
-                                      f"write {_PYTHON_WORDS[root]} (lowercase), not {root}")
-            if root in _TERNARY:
+                                      f"write {PYTHON_WORDS[root]} (lowercase), not {root}")
+            if root in TERNARY:
                 raise ExpressionError("X301", f"'{root}' is not part of the language", token.start_pos,
-                                      _TERNARY_HINT)
+                                      TERNARY_HINT)
             if root in FUNCTIONS:
                 hint = f"{root} is a function: call it, e.g. {root}(x)"
             else:
-                guess = _closest(root, ROOTS)
+                guess = closest(root, ROOTS)
                 hint = (f"did you mean '{guess}'? " if guess else "") + (
                     "data starts at input, steps.<id>.output, steps.<id>.status, run or output")
             raise ExpressionError("X302", f"unknown name '{root}'", token.start_pos, hint)
@@ -237,7 +237,7 @@ class _Compiler:
 
 def _refuse_keyword(token: Any) -> None:
     """The contextual lexer reads a keyword where none can stand as a name: refuse it."""
-    if token in _KEYWORDS:
+    if token in KEYWORDS:
         hint = ("wrap it in parentheses: a == (not b)" if token == "not"
                 else "a value or an operator is missing next to it")
         raise ExpressionError("X301", f"'{token}' cannot appear here", token.start_pos, hint)

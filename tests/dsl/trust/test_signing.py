@@ -12,10 +12,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from sealflow.dsl import signing
+from sealflow.dsl.trust import signing
 from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
 
 

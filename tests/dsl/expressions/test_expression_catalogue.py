@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sealflow.dsl.expressions import CATALOGUE, ExpressionError, parse
-from sealflow.dsl.templates import parse_template
+from sealflow.dsl.expressions.templates import parse_template
 
 #: example -> the text the error offset must point at (the offending character onwards)
 OFFENDING = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sealflow.dsl.expressions import MAX_LENGTH, EvaluationError, Expression, ExpressionError, Reference
-from sealflow.dsl.templates import Template, is_template, parse_template, render, render_value
+from sealflow.dsl.expressions.templates import Template, is_template, parse_template, render, render_value
 
 CONTEXT = {
     "input": {"lead_id": "lead_1", "n": 3, "f": 1.5, "m": {"k": [1, None]}, "flag": False, "none": None},

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sealflow import schemas
-from sealflow.dsl import signing
+from sealflow.dsl.trust import signing
 from sealflow.dsl.trust import POLICY_CODES, REASONS, Identity, PolicyError, TrustPolicy, load_policy, namespace_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 TRUST_MD_EXAMPLE = """\
 sigstore:

@@ -12,9 +12,10 @@ from typing import Any, Iterator
 
 from sealflow.dsl import graph
 from sealflow.dsl.errors import Diagnostic
-from sealflow.dsl.expressions import ExpressionError, check, compile_cached
+from sealflow.dsl.expressions.errors import ExpressionError
+from sealflow.dsl.expressions.expression import check, compile_cached
+from sealflow.dsl.expressions.templates import parse_template
 from sealflow.dsl.plan import Plan
-from sealflow.dsl.templates import parse_template
 
 Site = tuple[tuple, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
 

@@ -1,6 +1,6 @@
 """The catalogue of common mistakes: friendly messages and hints for syntax errors.
 
-When the parser rejects a text, :func:`_syntax_error` asks :func:`_diagnose` for a known
+When the parser rejects a text, :func:`syntax_error` asks :func:`_diagnose` for a known
 cause (``=`` for ``==``, ``&&``, an unclosed bracket, Python's ``None``, a method call...)
 found by rescanning the text with a small tokenizer; :data:`CATALOGUE` lists one malformed
 input per known cause with the hint it gets, and is itself tested. Otherwise the error says
@@ -15,18 +15,19 @@ from typing import Any
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput
 
-from sealflow.dsl.expr_errors import ExpressionError
-from sealflow.dsl.expr_functions import FUNCTIONS
-from sealflow.dsl.expr_parser import parser
+from sealflow.dsl.expressions.errors import ExpressionError
+from sealflow.dsl.expressions.functions import FUNCTIONS
+from sealflow.dsl.expressions.parser import parser
 
-_KEYWORDS = ("and", "or", "not", "in", "null", "true", "false")
-_PYTHON_WORDS = {"None": "null", "NULL": "null", "nil": "null", "True": "true", "False": "false"}
-_TERNARY = ("if", "else", "elif")
-_TERNARY_HINT = ("expressions have no if/else: branch with a switch step, or use "
+KEYWORDS = ("and", "or", "not", "in", "null", "true", "false")
+PYTHON_WORDS = {"None": "null", "NULL": "null", "nil": "null", "True": "true", "False": "false"}
+TERNARY = ("if", "else", "elif")
+TERNARY_HINT = ("expressions have no if/else: branch with a switch step, or use "
                  "default(x, fallback) for a fallback value")
 
 
-def _closest(word: str, choices: Any) -> str | None:
+def closest(word: str, choices: Any) -> str | None:
+    """The choice that ``word`` most likely misspells, if any."""
     import difflib  # only on the error path: keeps it out of the start-up
 
     found = difflib.get_close_matches(word, list(choices), n=1)
@@ -45,8 +46,8 @@ _TOKEN = re.compile(r"""
   | (?P<op>\$\{\{|===|!==|==|!=|<=|>=|&&|\|\||[-+*/%<>=!()\[\]{},.:$&|])
   | (?P<other>.)
 """, re.X | re.S)
-_OPEN = {"(": ")", "[": "]", "{": "}"}
-_CLOSE = {")": "(", "]": "[", "}": "{"}
+OPENERS = {"(": ")", "[": "]", "{": "}"}
+CLOSERS = {")": "(", "]": "[", "}": "{"}
 _COMPARISONS = ("==", "!=", "<", "<=", ">", ">=", "in")
 _LEXICAL = {
     "=": ("'=' is not an operator", "use == to compare: input.x == 'a'"),
@@ -97,7 +98,8 @@ CATALOGUE: list[tuple[str, str]] = [
 ]
 
 
-def _scan(text: str) -> list:
+def scan(text: str) -> list:
+    """A rough tokenisation of ``text`` (kind, value, start, end) for diagnosing syntax errors."""
     return [_Tok(m.lastgroup, m.group(), m.start(), m.end())
             for m in _TOKEN.finditer(text) if m.lastgroup != "ws"]
 
@@ -106,9 +108,9 @@ def _scan(text: str) -> list:
 def _chained(toks: list, i: int) -> bool:
     depth = 0
     for tok in reversed(toks[:i]):
-        if tok.value in _CLOSE:
+        if tok.value in CLOSERS:
             depth += 1
-        elif tok.value in _OPEN:
+        elif tok.value in OPENERS:
             if depth == 0:
                 return False
             depth -= 1
@@ -121,7 +123,7 @@ def _chained(toks: list, i: int) -> bool:
 
 def _diagnose(text: str, pos: int, at_end: bool) -> tuple[int, str, str] | None:
     """A friendly (offset, message, hint) for a syntax error the parser found at ``pos``."""
-    toks = _scan(text)
+    toks = scan(text)
     if not toks:
         return 0, "empty expression", "write an expression, e.g. input.x == 'a'"
     i = next((n for n, t in enumerate(toks) if t.start <= pos < t.end), None)
@@ -141,13 +143,13 @@ def _diagnose(text: str, pos: int, at_end: bool) -> tuple[int, str, str] | None:
             call = f"{name}(x, ...)" if FUNCTIONS[name][1] > 1 else f"{name}(x)"
             return toks[i - 1].start, f"method calls are not supported: .{name}()", (
                 f"call functions with the value as an argument: {call}, not x.{name}()")
-        if here.kind == "name" and here.value in _TERNARY:
-            return here.start, f"'{here.value}' is not part of the language", _TERNARY_HINT
+        if here.kind == "name" and here.value in TERNARY:
+            return here.start, f"'{here.value}' is not part of the language", TERNARY_HINT
         if here.kind == "name" and i > 0 and toks[i - 1].value in ("{", ",") \
                 and i + 1 < len(toks) and toks[i + 1].value == ":":
             return here.start, "map keys are quoted strings", (
                 f"map keys are quoted strings: {{'{here.value}': ...}}")
-        if here.kind == "name" and i >= 2 and toks[i - 1].value in _KEYWORDS and toks[i - 2].value != ".":
+        if here.kind == "name" and i >= 2 and toks[i - 1].value in KEYWORDS and toks[i - 2].value != ".":
             word = toks[i - 1]
             return word.start, f"'{word.value}' cannot appear here", (
                 "wrap it in parentheses: a == (not b)" if word.value == "not"
@@ -160,29 +162,29 @@ def _diagnose(text: str, pos: int, at_end: bool) -> tuple[int, str, str] | None:
             break
         if tok.kind != "op":
             continue
-        if tok.value in _OPEN:
+        if tok.value in OPENERS:
             stack.append(tok)
-        elif tok.value in _CLOSE:
-            if stack and stack[-1].value == _CLOSE[tok.value]:
+        elif tok.value in CLOSERS:
+            if stack and stack[-1].value == CLOSERS[tok.value]:
                 stack.pop()
             elif stack:
                 opener = stack[-1]
                 return tok.start, f"'{tok.value}' does not close '{opener.value}' (character " \
-                    f"{opener.start + 1})", f"close '{opener.value}' with '{_OPEN[opener.value]}'"
+                    f"{opener.start + 1})", f"close '{opener.value}' with '{OPENERS[opener.value]}'"
             else:
                 return tok.start, f"unmatched '{tok.value}'", "remove it, or add the bracket it closes"
     if at_end and stack:
         opener = stack[-1]
-        return opener.start, f"unclosed '{opener.value}'", f"close it with '{_OPEN[opener.value]}'"
+        return opener.start, f"unclosed '{opener.value}'", f"close it with '{OPENERS[opener.value]}'"
     for n, tok in enumerate(toks):
         if tok.start > pos:
             break
         if tok.kind == "name" and (n == 0 or toks[n - 1].value != "."):
-            if tok.value in _PYTHON_WORDS:
-                word = _PYTHON_WORDS[tok.value]
+            if tok.value in PYTHON_WORDS:
+                word = PYTHON_WORDS[tok.value]
                 return tok.start, f"'{tok.value}' is not a value here", f"write {word} (lowercase), not {tok.value}"
-            if tok.value in _TERNARY:
-                return tok.start, f"'{tok.value}' is not part of the language", _TERNARY_HINT
+            if tok.value in TERNARY:
+                return tok.start, f"'{tok.value}' is not part of the language", TERNARY_HINT
     return None
 
 
@@ -212,7 +214,8 @@ def _expected(names: Any) -> str:
     return "expected " + ", ".join(sorted(words)) if words else "check the syntax"
 
 
-def _syntax_error(text: str, exc: UnexpectedInput) -> ExpressionError:
+def syntax_error(text: str, exc: UnexpectedInput) -> ExpressionError:
+    """The :class:`ExpressionError` for Lark's syntax error: located, with a hint from :data:`CATALOGUE`."""
     if isinstance(exc, UnexpectedCharacters):
         pos, at_end = exc.pos_in_stream, False
         message, expected = f"unexpected character {text[pos]!r}", exc.allowed

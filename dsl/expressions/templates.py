@@ -20,8 +20,10 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-from sealflow.dsl.expressions import (MAX_STRING, EvaluationError, Expression, ExpressionError, Reference,
-                          compile_cached, evaluate, to_text)
+from sealflow.dsl.expressions.compile import Reference
+from sealflow.dsl.expressions.errors import EvaluationError, ExpressionError
+from sealflow.dsl.expressions.expression import Expression, compile_cached, evaluate
+from sealflow.dsl.expressions.values import MAX_STRING, to_text
 
 OPEN = "${{"
 CLOSE = "}}"
