@@ -20,9 +20,10 @@ CODES: dict[str, tuple[str, str]] = {
     "Y107": ("error", "alias expansion or node count beyond the limit (billion laughs)"),
     "Y108": ("error", "file larger than the size limit (1 MiB by default)"),
     "Y109": ("error", "file is not UTF-8"),
-    "Y110": ("error", "infinity or NaN, which JSON cannot hold"),
+    "Y110": ("error", "infinity, NaN or a number too large or too long for JSON (1e400, .inf)"),
     "Y111": ("error", "more than one YAML document in a file"),
     "Y112": ("error", "empty file"),
+    "Y113": ("error", "integer outside ±(2^53 - 1), which JSON and the plan digest cannot hold exactly"),
     # schema
     "S201": ("error", "a required field is missing"),
     "S202": ("error", "unknown field"),

@@ -15,6 +15,7 @@ None) from PyYAML's *event* stream with an explicit stack, so that
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,10 @@ _INT8 = re.compile(r"^0o[0-7]+$")
 _INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 _SPECIAL_FLOAT = re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+#: the largest integer every JSON reader (and RFC 8785, which the plan digest uses) holds exactly
+MAX_SAFE_INT = 2**53 - 1
+#: digits read before refusing a number: more can never be a safe integer or a finite float worth keeping
+_MAX_NUMBER_CHARS = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,13 +205,13 @@ def _resolve_plain(value: str, pos: Pos) -> Any:
     if value in _BOOL:
         return _BOOL[value]
     if _INT10.match(value):
-        return int(value)
+        return _safe_int(value, value.lstrip("+-").lstrip("0"), 10, pos)
     if _INT8.match(value):
-        return int(value[2:], 8)
+        return _safe_int(value, value[2:].lstrip("0"), 8, pos)
     if _INT16.match(value):
-        return int(value[2:], 16)
+        return _safe_int(value, value[2:].lstrip("0"), 16, pos)
     if _FLOAT.match(value) and any(c.isdigit() for c in value):
-        return float(value)
+        return _finite_float(value, pos)
     if _SPECIAL_FLOAT.match(value):
         raise _LoadError(
             "Y110",
@@ -217,10 +222,48 @@ def _resolve_plain(value: str, pos: Pos) -> Any:
     return value
 
 
+def _short(value: str) -> str:
+    return value if len(value) <= 40 else f"{value[:20]}...{value[-8:]} ({len(value)} characters)"
+
+
+def _out_of_range(value: str, pos: Pos) -> _LoadError:
+    return _LoadError(
+        "Y113",
+        f"integer {_short(value)} is outside the safe range ±{MAX_SAFE_INT} (2^53 - 1) that JSON holds exactly",
+        pos,
+        "quote it if it is an identifier or code, or use a smaller number",
+    )
+
+
+def _safe_int(value: str, digits: str, base: int, pos: Pos) -> int:
+    """``value`` as an int, refusing it (before converting thousands of digits) beyond ±(2^53 - 1)."""
+    if len(digits) > 20:  # 2^53 has 16 decimal, 18 octal, 14 hex digits: longer is surely out of range
+        raise _out_of_range(value, pos)
+    number = int(value if base == 10 else value[2:], base)
+    if abs(number) > MAX_SAFE_INT:
+        raise _out_of_range(value, pos)
+    return number
+
+
+def _finite_float(value: str, pos: Pos) -> float:
+    if len(value) > _MAX_NUMBER_CHARS or not math.isfinite(number := float(value)):
+        raise _LoadError(
+            "Y110",
+            f"number {_short(value)} is too large (it reads as infinity) or too long "
+            f"(over {_MAX_NUMBER_CHARS} characters); JSON cannot hold it",
+            pos,
+            "use a finite number of ordinary size, or quote it if you meant the string",
+        )
+    return number
+
+
 def _construct_tagged(tag: str, value: str, pos: Pos) -> Any:
     short = tag.rsplit(":", 1)[-1]
     if short == "str":
         return value
+    if short == "float" and _FLOAT.match(value.strip()) and any(c.isdigit() for c in value):
+        # read the text as a float: a long integer is a large float here, not an out-of-range integer
+        return _finite_float(value.strip(), pos)
     resolved = _resolve_plain(value, pos)
     expected = {"int": int, "float": (int, float), "bool": bool, "null": type(None)}[short]
     if (short == "int" and isinstance(resolved, bool)) or not isinstance(resolved, expected):
@@ -239,6 +282,8 @@ class _Frame:
     key_pos: Pos | None = None
     has_key: bool = False
     first_node: int = 0
+    #: levels of nesting of the deepest child container (after alias expansion)
+    child_height: int = 0
 
 
 @dataclasses.dataclass
@@ -247,6 +292,8 @@ class _Anchored:
     size: int
     # relative pointer -> (value pos, key pos or None, span or None)
     records: list[tuple[Pointer, Pos | None, Pos | None, ScalarSpan | None]]
+    #: levels of container nesting in the value (0 for a scalar)
+    height: int = 0
 
 
 class _Builder:
@@ -365,10 +412,13 @@ class _Builder:
 
     def end(self) -> None:
         frame = self.stack.pop()
+        height = frame.child_height + 1
+        if self.stack:
+            self.stack[-1].child_height = max(self.stack[-1].child_height, height)
         if frame.anchor:
             base = len(frame.pointer)
             records = [(p[base:], vp, kp, sp) for (p, vp, kp, sp) in self.log[frame.first_node :]]
-            self.anchors[frame.anchor] = _Anchored(frame.value, len(records), records)
+            self.anchors[frame.anchor] = _Anchored(frame.value, len(records), records, height)
 
     def alias(self, event: yaml.AliasEvent) -> None:
         pos = _pos(event.start_mark)
@@ -382,6 +432,16 @@ class _Builder:
             self._take_key(anchored.value, pos, None, f"*{event.anchor}")
             return
         self._count(anchored.size, pos)
+        if len(self.stack) + anchored.height > self.limits.max_depth:
+            raise _LoadError(
+                "Y106",
+                f"alias *{event.anchor} nests the document deeper than {self.limits.max_depth} levels "
+                "once expanded",
+                pos,
+                "flatten the structure; depth counts aliased content where it is used",
+            )
+        if self.stack:
+            self.stack[-1].child_height = max(self.stack[-1].child_height, anchored.height)
         pointer, key_pos = self._child_pointer(pos)
         for rel, vp, kp, sp in anchored.records:
             self._record(pointer + rel, vp or pos, kp if rel else key_pos, sp)
