@@ -93,3 +93,11 @@ def test_given_str_of_many_references_to_a_large_input_when_evaluated_then_refus
     finally:
         tracemalloc.stop()
     assert peak < 64 * 1024 * 1024  # 3.8 GB before the fix
+
+
+def test_given_a_huge_whole_float_where_an_integer_is_expected_when_checked_then_a_located_error():
+    # pydantic reads 9007199254740992.0 as the int 2^53, which rfc8785 refused with an E000 before
+    result = check_bytes(HEAD.replace("version: 1", "version: 9007199254740992.0").encode() + set_step("1").encode(),
+                         "wf.yaml")
+    assert codes(result) == ["S205"]
+    assert result.diagnostics[0].location.line == 3
