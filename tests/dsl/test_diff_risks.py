@@ -197,3 +197,19 @@ def test_given_a_read_only_step_moved_before_the_gate_with_actions_then_no_gate_
     new = edit("  - id: done\n", "  - id: reread\n    action: orders.get\n"
                "    with: {order_id: \"${{ input.order_id }}\"}\n    permissions: [orders:read]\n  - id: done\n")
     assert not [f for f in diff(new, ACTIONS) if f.code == "D630"]
+
+
+@pytest.mark.parametrize("case", ["a new switch case reaching the irreversible step around the gate",
+                                  "when added to an approval step", "reauthorize false added where the default applied"])
+def test_given_the_ci_command_without_actions_when_a_risk_is_added_then_it_exits_2_naming_it(capsys, tmp_path, case):
+    from sealflow.cli import main
+
+    code_expected, words, new_text = CASES[case]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old" / "refund.v1.yaml").write_text(BASE)
+    (tmp_path / "new" / "refund.v1.yaml").write_text(new_text)
+    code = main(["diff", str(tmp_path / "old" / "refund.v1.yaml"), str(tmp_path / "new" / "refund.v1.yaml")])
+    out, _ = capsys.readouterr()
+    assert code == 2
+    assert f"review[{code_expected}]" in out and words in out
