@@ -27,7 +27,7 @@ def step_risks(d: Any, os_: PlanStep, ns: PlanStep) -> None:
     if ns.reauthorize is False and os_.reauthorize is None:
         effect = effect_of(ns.action, d.new, d.old)
         if effect != "read":
-            was = "on" if effect in ("write", "irreversible") else f"on for write and irreversible actions ({effect or 'effect unknown'})"
+            was = "on" if effect else "on for write and irreversible actions; effect unknown without --actions"
             d.add("D621", f"reauthorize: false added: permissions were re-checked right before the step by default "
                   f"({was}) and no longer are", d.sp(sid, "reauthorize"), step=sid, old=None, new=False)
     if ns.approval is not None and os_.approval is not None and ns.when != os_.when:

@@ -122,7 +122,8 @@ CASES = {
     "a next: jumping over the gate": (
         "D630", "approval gate",
         edit("      - {next: hold}\n", "      - {when: \"input.amount < 5\", next: shortcut}\n      - {next: hold}\n",
-             "  - id: give_up\n", "  - id: shortcut\n    set: {note: \"'small'\"}\n    next: refund\n  - id: give_up\n")),
+             "  - id: give_up\n",
+             "  - id: shortcut\n    set: {note: \"'small'\"}\n    next: refund\n  - id: give_up\n")),
     "an approval on_timeout routing to the irreversible step": (
         "D630", "approval gate", edit("      timeout: 4h\n", "      timeout: 4h\n      on_timeout: {next: refund}\n")),
     "an existing action reused in a new step before the gate": (
@@ -200,7 +201,8 @@ def test_given_a_read_only_step_moved_before_the_gate_with_actions_then_no_gate_
 
 
 @pytest.mark.parametrize("case", ["a new switch case reaching the irreversible step around the gate",
-                                  "when added to an approval step", "reauthorize false added where the default applied"])
+                                  "when added to an approval step",
+                                  "reauthorize false added where the default applied"])
 def test_given_the_ci_command_without_actions_when_a_risk_is_added_then_it_exits_2_naming_it(capsys, tmp_path, case):
     from sealflow.cli import main
 
