@@ -129,7 +129,22 @@ class Compiler:
         )
         self._flow_checks(plan)
         exprcheck.check_plan(self, plan)
-        return None if any(x.severity == "error" for x in self.diagnostics) or d else plan.with_digest()
+        if any(x.severity == "error" for x in self.diagnostics) or d:
+            return None
+        return self._digested(plan)
+
+    def _digested(self, plan: Plan) -> Plan | None:
+        """The plan with its digest, or a located error for a number RFC 8785 cannot hold exactly."""
+        import rfc8785
+
+        try:
+            return plan.with_digest()
+        except rfc8785.CanonicalizationError as exc:
+            pointer, value = _first_unsafe_number(self.doc.data) or ((), None)
+            shown = f"number {value!r} is" if value is not None else "a number is"
+            self.error("S205", f"{shown} used as a whole number beyond ±(2^53 - 1), which the plan's canonical JSON "
+                       f"cannot hold exactly ({exc})", pointer, "use a smaller number")
+            return None
 
     def _definition_checks(self) -> bool:
         failed = False
@@ -401,6 +416,20 @@ class Compiler:
                 src, dst = back
                 self.error("C405", f"steps {dst!r}..{src!r} form a loop, and the workflow has no budget.max_steps",
                            ("steps", index[src]), "add budget: {max_steps: N} so a runaway loop stops")
+
+
+def _first_unsafe_number(value, pointer: tuple = (), depth: int = 0) -> tuple[tuple, float] | None:
+    """The first number in the document that a whole-number field would read beyond ±(2^53 - 1)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) > 2**53 - 1:
+        return pointer, value
+    if depth > 128:
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, sub in items:
+        found = _first_unsafe_number(sub, pointer + (key,), depth + 1)
+        if found:
+            return found
+    return None
 
 
 def compile_definition(doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,

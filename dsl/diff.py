@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Iterator
 
 from sealflow.dsl.codes import CODES
+from sealflow.dsl.diff_risks import new_step_risks, step_risks, workflow_risks
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.errors import Location
 from sealflow.dsl.plan import ApprovalPlan, Plan, PlanStep, RetryPolicy
@@ -114,6 +115,7 @@ class _Differ:
         for sid, os_ in old_steps.items():
             if sid not in new_steps:
                 self._removed_step(os_)
+        workflow_risks(self)
         return self.findings
 
     def _permissions(self, old: Iterable[str], new: tuple[str, ...], pointer: tuple, step: str | None) -> None:
@@ -205,6 +207,7 @@ class _Differ:
         self._permissions((), ns.permissions, self.sp(ns.id, "permissions"), ns.id)
         if ns.approval is not None or ns.gate is not None:
             self.add("D609", "approval gate added", self.sp(ns.id), step=ns.id)
+        new_step_risks(self, ns)
 
     def _removed_step(self, os_: PlanStep) -> None:
         if os_.approval is not None:
@@ -223,6 +226,9 @@ class _Differ:
         if os_.kind != ns.kind:
             self.add("D626", f"step kind changed: {os_.kind} -> {ns.kind}", self.sp(sid), step=sid, old=os_.kind,
                      new=ns.kind)
+        elif os_.action != ns.action:
+            self.add("D626", f"step action changed: {os_.action} -> {ns.action}", self.sp(sid, "action"), step=sid,
+                     old=os_.action, new=ns.action)
         self._permissions(os_.permissions, ns.permissions, self.sp(sid, "permissions"), sid)
         self._budget_fields(os_.budget, ns.budget, self.sp(sid, "budget"), sid,
                             {"max_tokens": "max_tokens", "max_cost_usd": "max_cost_usd",
@@ -248,6 +254,7 @@ class _Differ:
         elif os_.idempotency_key and ns.idempotency_key != os_.idempotency_key:
             self.add("D617", f"idempotency_key changed: {os_.idempotency_key!r} -> {ns.idempotency_key!r}",
                      self.sp(sid, "idempotency_key"), step=sid, old=os_.idempotency_key, new=ns.idempotency_key)
+        step_risks(self, os_, ns)
         if os_.reauthorize and not ns.reauthorize:
             self.add("D621", "reauthorize turned off: permissions are no longer checked again right before the "
                      "step runs", self.sp(sid, "reauthorize"), step=sid, old=True, new=False)
@@ -340,7 +347,9 @@ class _Differ:
         if a.show and not b.show:
             self.add("D608", f"{label}: show removed: the approval no longer binds to what is approved",
                      pointer, step=sid, old=a.show, new=None)
-        self._timeout(a.timeout_ms, b.timeout_ms, pointer + ("timeout",), sid, f"{label} timeout")
+        if b.timeout_ms > a.timeout_ms:  # a longer window to approve a stale request: a weaker gate
+            self.add("D608", f"{label}: timeout lengthened: {format_ms(a.timeout_ms)} -> {format_ms(b.timeout_ms)}",
+                     pointer + ("timeout",), step=sid, old=a.timeout_ms, new=b.timeout_ms)
 
 
 def _on_timeout(value: str) -> str:

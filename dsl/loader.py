@@ -5,9 +5,11 @@ None) from PyYAML's *event* stream with an explicit stack, so that
 
 * no constructor runs: ``!!python/...`` and every other non-core tag is an error;
 * scalars resolve by the YAML 1.2 core schema (``on``/``yes``/``no`` stay strings,
-  dates stay strings);
-* duplicate keys, non-string keys, oversized files, deep nesting and alias
-  expansion beyond a limit (the "billion laughs") are refused with a location;
+  dates stay strings), with numbers bounded to what JSON holds exactly
+  (:mod:`sealflow.dsl.yaml_scalars`);
+* duplicate keys, non-string keys, oversized files, deep nesting (counted after
+  alias expansion) and alias expansion beyond a limit (the "billion laughs") are
+  refused with a location;
 * every value, key and string scalar keeps its line and column, addressed by its
   path in the document (a tuple of keys and indexes).
 """
@@ -15,13 +17,17 @@ None) from PyYAML's *event* stream with an explicit stack, so that
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sealflow.dsl.errors import DefinitionError, Diagnostic, Location
+from sealflow.dsl.yaml_scalars import CORE_TAGS as _CORE_TAGS
+from sealflow.dsl.yaml_scalars import LoadError as _LoadError
+from sealflow.dsl.yaml_scalars import Pos
+from sealflow.dsl.yaml_scalars import mark_pos as _pos
+from sealflow.dsl.yaml_scalars import resolve_scalar as _resolve_scalar
 
 try:  # libyaml's parser when available: same events, faster
     from yaml import CSafeLoader as _Loader
@@ -43,33 +49,6 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-
-_CORE_TAGS = {
-    "tag:yaml.org,2002:str",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:null",
-    "tag:yaml.org,2002:map",
-    "tag:yaml.org,2002:seq",
-}
-
-_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
-_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-_INT10 = re.compile(r"^[-+]?[0-9]+$")
-_INT8 = re.compile(r"^0o[0-7]+$")
-_INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
-_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
-_SPECIAL_FLOAT = re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
-
-
-@dataclasses.dataclass(frozen=True)
-class Pos:
-    """0-based line and column and absolute character index of a mark."""
-
-    line: int
-    column: int
-    index: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,67 +146,6 @@ def _map_offset(text: str, span: ScalarSpan, value: str, offset: int) -> Pos:
     return start
 
 
-class _LoadError(Exception):
-    def __init__(self, code: str, message: str, pos: Pos, hint: str | None = None):
-        super().__init__(message)
-        self.code, self.message, self.pos, self.hint = code, message, pos, hint
-
-
-def _pos(mark: Any) -> Pos:
-    return Pos(mark.line, mark.column, getattr(mark, "index", 0) or 0)
-
-
-def _resolve_scalar(event: yaml.ScalarEvent, pos: Pos) -> Any:
-    value, tag, style = event.value, event.tag, event.style
-    plain_implicit = event.implicit[0]
-    if tag not in (None, "!") and not (plain_implicit and tag is None):
-        if tag not in _CORE_TAGS:
-            raise _LoadError(
-                "Y104",
-                f"tag {tag!r} is not allowed; definitions use plain YAML data only",
-                pos,
-                "remove the tag: only strings, numbers, booleans, null, lists and maps are allowed",
-            )
-        return _construct_tagged(tag, value, pos)
-    if tag == "!" or style not in (None, ""):
-        return value  # quoted or non-specific tag: a string
-    return _resolve_plain(value, pos)
-
-
-def _resolve_plain(value: str, pos: Pos) -> Any:
-    if _NULL.match(value):
-        return None
-    if value in _BOOL:
-        return _BOOL[value]
-    if _INT10.match(value):
-        return int(value)
-    if _INT8.match(value):
-        return int(value[2:], 8)
-    if _INT16.match(value):
-        return int(value[2:], 16)
-    if _FLOAT.match(value) and any(c.isdigit() for c in value):
-        return float(value)
-    if _SPECIAL_FLOAT.match(value):
-        raise _LoadError(
-            "Y110",
-            f"{value!r} (infinity or NaN) cannot be represented in JSON",
-            pos,
-            "quote it if you meant the string, or use a finite number",
-        )
-    return value
-
-
-def _construct_tagged(tag: str, value: str, pos: Pos) -> Any:
-    short = tag.rsplit(":", 1)[-1]
-    if short == "str":
-        return value
-    resolved = _resolve_plain(value, pos)
-    expected = {"int": int, "float": (int, float), "bool": bool, "null": type(None)}[short]
-    if (short == "int" and isinstance(resolved, bool)) or not isinstance(resolved, expected):
-        raise _LoadError("Y104", f"{value!r} is not a valid !!{short}", pos)
-    return float(resolved) if short == "float" else resolved
-
-
 @dataclasses.dataclass
 class _Frame:
     kind: str  # "map" | "seq"
@@ -239,6 +157,8 @@ class _Frame:
     key_pos: Pos | None = None
     has_key: bool = False
     first_node: int = 0
+    #: levels of nesting of the deepest child container (after alias expansion)
+    child_height: int = 0
 
 
 @dataclasses.dataclass
@@ -247,6 +167,8 @@ class _Anchored:
     size: int
     # relative pointer -> (value pos, key pos or None, span or None)
     records: list[tuple[Pointer, Pos | None, Pos | None, ScalarSpan | None]]
+    #: levels of container nesting in the value (0 for a scalar)
+    height: int = 0
 
 
 class _Builder:
@@ -365,10 +287,13 @@ class _Builder:
 
     def end(self) -> None:
         frame = self.stack.pop()
+        height = frame.child_height + 1
+        if self.stack:
+            self.stack[-1].child_height = max(self.stack[-1].child_height, height)
         if frame.anchor:
             base = len(frame.pointer)
             records = [(p[base:], vp, kp, sp) for (p, vp, kp, sp) in self.log[frame.first_node :]]
-            self.anchors[frame.anchor] = _Anchored(frame.value, len(records), records)
+            self.anchors[frame.anchor] = _Anchored(frame.value, len(records), records, height)
 
     def alias(self, event: yaml.AliasEvent) -> None:
         pos = _pos(event.start_mark)
@@ -382,6 +307,16 @@ class _Builder:
             self._take_key(anchored.value, pos, None, f"*{event.anchor}")
             return
         self._count(anchored.size, pos)
+        if len(self.stack) + anchored.height > self.limits.max_depth:
+            raise _LoadError(
+                "Y106",
+                f"alias *{event.anchor} nests the document deeper than {self.limits.max_depth} levels "
+                "once expanded",
+                pos,
+                "flatten the structure; depth counts aliased content where it is used",
+            )
+        if self.stack:
+            self.stack[-1].child_height = max(self.stack[-1].child_height, anchored.height)
         pointer, key_pos = self._child_pointer(pos)
         for rel, vp, kp, sp in anchored.records:
             self._record(pointer + rel, vp or pos, kp if rel else key_pos, sp)

@@ -1,8 +1,10 @@
 """Files a definition refers to: JSON Schemas (``{$ref: path}``) and prompts (``{id, version}``).
 
 Paths are relative to the repository root: the nearest ancestor directory of the
-definition that holds ``.git``, else the current directory. Referenced content is
-inlined into the plan, so the plan's digest covers it.
+definition that holds ``.git``, else the definition's own folder (never the current
+directory, which would make the plan depend on where the command ran). A path that
+leaves that root (``..``, an absolute path, a symbolic link pointing out) is refused.
+Referenced content is inlined into the plan, so the plan's digest covers it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ MAX_REF_BYTES = 1024 * 1024
 
 
 def repository_root(path: str | Path) -> Path:
+    """The nearest ancestor of the definition holding ``.git``; without one, the definition's folder."""
     p = Path(path).resolve().parent
     for candidate in (p, *p.parents):
         if (candidate / ".git").exists():
             return candidate
-    return Path.cwd()
+    return p
 
 
 class SchemaResolver:
@@ -36,8 +39,9 @@ class SchemaResolver:
         try:
             target.relative_to(self.root.resolve())
         except ValueError:
-            compiler.error("S207", f"{what} {rel!r} points outside the repository", pointer,
-                           "use a path inside the repository, relative to its root")
+            compiler.error("S207", f"{what} {rel!r} points outside the repository ({self.root})", pointer,
+                           "use a path inside the repository, relative to its root (the folder holding .git, "
+                           "else the definition's folder)")
             return None
         try:
             if target.stat().st_size > MAX_REF_BYTES:
@@ -47,7 +51,8 @@ class SchemaResolver:
         except (OSError, UnicodeDecodeError) as exc:
             compiler.error("S207", f"cannot read {what} {rel!r} (looked in {self.root}): "
                            f"{getattr(exc, 'strerror', None) or exc}", pointer,
-                           "paths are relative to the repository root (the directory holding .git)")
+                           "paths are relative to the repository root (the folder holding .git, else the "
+                           "definition's folder)")
             return None
 
     def schema(self, spec: Any, pointer: tuple, compiler) -> dict | None:

@@ -151,6 +151,31 @@ def lookup(value: Any, key: Any, dotted: bool) -> Any:
     raise EvaluationError(f"cannot {what} a {type_name(value)}")
 
 
+def _check_text_size(value: Any) -> None:
+    """Refuse ``value`` if its JSON text would surely exceed :data:`MAX_STRING`, without building it.
+
+    Counts a lower bound of the text's length (strings, numbers and punctuation), stopping as soon
+    as the bound passes the limit, so the walk costs at most about MAX_STRING steps.
+    """
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 2 + 2 * len(item)
+            for key, sub in item.items():
+                total += len(key) if isinstance(key, str) else 0
+                stack.append(sub)
+        elif isinstance(item, (list, tuple)):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 1
+        if total > MAX_STRING:
+            raise EvaluationError(f"text of this {type_name(value)} would be longer than {MAX_STRING:,} characters")
+
+
 def to_text(value: Any, *, null: str = "") -> str:
     """Text of a value for interpolation: null -> ``null``, maps/lists -> compact JSON."""
     if value is None:
@@ -162,6 +187,7 @@ def to_text(value: Any, *, null: str = "") -> str:
     try:
         if isinstance(value, (int, float)):
             return repr(value) if isinstance(value, float) else str(value)
+        _check_text_size(value)  # before building it: 500 references to a 4 MB string are 2 GB of JSON
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise EvaluationError(f"cannot turn a {type_name(value)} into text: {exc}") from None

@@ -223,7 +223,7 @@ def test_kind_keys_are_all_optional_and_caps_are_not_encoded():
 
 
 def test_duration_definition():
-    assert schemas.load()["$defs"]["duration"]["pattern"] == "^[0-9]+(ms|s|m|h|d)$"
+    assert schemas.load()["$defs"]["duration"]["pattern"] == "^[0-9]+(ms|s|m|h|d)$(?!\\n)"
 
 
 # ---------------------------------------------------------------- valid documents
