@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers.base import ModelRequest, ModelResult
 from sealflow.interpreter.providers.synth import NOTHING, fit, phrase, synthesize
 

@@ -13,12 +13,12 @@ import json
 
 from sealflow.dsl import expressions
 
-from sealflow.interpreter.context import Execution, StepContext
-from sealflow.interpreter import sandbox
-from sealflow.interpreter.errors import StepError, classify
-from sealflow.interpreter.idempotency import ledger_lookup
-from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.timeouts import AttemptTimedOut
+from sealflow.interpreter.execution.context import Execution, StepContext
+from sealflow.interpreter.execution import sandbox
+from sealflow.interpreter.core.errors import StepError, classify
+from sealflow.interpreter.execution.idempotency import ledger_lookup
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution.timeouts import AttemptTimedOut
 
 
 def execute(x: Execution) -> Outcome:
@@ -48,7 +48,7 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
 
     ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
-    ``fn`` ends (:mod:`sealflow.interpreter.sandbox`); ``timeout_ms`` replaces the step's timeout (compensations);
+    ``fn`` ends (:mod:`sealflow.interpreter.execution.sandbox`); ``timeout_ms`` replaces the step's timeout (compensations);
     ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out."""
     services = x.services
     run_id = x.run.id

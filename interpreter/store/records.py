@@ -178,7 +178,7 @@ class AuditEvent:
     state_after: str | None = None
     detail: dict | None = None
     run_id: str | None = None  # only for standalone appends; commits use their run
-    #: the audit chain's columns (:mod:`sealflow.interpreter.auditchain`); the tenant defaults to the run's,
+    #: the audit chain's columns (:mod:`sealflow.interpreter.store.auditchain`); the tenant defaults to the run's,
     #: else ``detail["tenant"]``; the decision to ``deny`` for ``*_denied`` / ``*_refused`` events
     tenant: str | None = None
     decision: str | None = None
@@ -289,7 +289,7 @@ class AuditRecord:
     state_after: str | None
     detail: dict | None
     ts: float
-    #: the audit chain (:mod:`sealflow.interpreter.auditchain`)
+    #: the audit chain (:mod:`sealflow.interpreter.store.auditchain`)
     tenant: str | None = None
     workflow: str | None = None
     workflow_version: int | None = None

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from interp_helpers import retry
-from sealflow.interpreter import states
-from sealflow.interpreter.clock import FakeClock
-from sealflow.interpreter.dlq import fingerprint, normalise
-from sealflow.interpreter.retry import backoff_ms, delay_seconds, should_retry
-from sealflow.interpreter.timeouts import AttemptRunner, AttemptTimedOut
+from sealflow.interpreter.core import states
+from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.service.dlq import fingerprint, normalise
+from sealflow.interpreter.core.retry import backoff_ms, delay_seconds, should_retry
+from sealflow.interpreter.execution.timeouts import AttemptRunner, AttemptTimedOut
 
 
 # -- states ------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 
 from sealflow.dsl.plan import AgentPlan, AiPlan
 from interp_helpers import FakeProvider, S, make_plan, retry
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.core.errors import StepError
 
 SCHEMA = {"type": "object", "required": ["classification"],
           "properties": {"classification": {"enum": ["high", "low"]}, "reason": {"type": "string"}}}

@@ -18,9 +18,9 @@ def lead_plan():
 
 @pytest.fixture
 def demo_runtime(tmp_path):
-    from sealflow.interpreter.actions import REGISTRY
+    from sealflow.interpreter.execution.actions import REGISTRY
     from sealflow.demo import store as demo_store
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.service.runtime import Runtime
 
     demo_store.configure(tmp_path / "demo.db")
     rt = Runtime(f"sqlite:///{tmp_path}/state.db", REGISTRY)

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.store import IdempotencyConflict, Message
 
 

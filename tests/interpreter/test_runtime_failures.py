@@ -8,8 +8,8 @@ import time
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 
 
 class Flaky:

@@ -8,9 +8,9 @@ import threading
 import time
 
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.actions import Registry, action
-from sealflow.interpreter.errors import StepError
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.service.runtime import Runtime
 
 
 def test_concurrent_runs_with_retries_and_duplicate_delivery(tmp_path):

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from interp_helpers import S, make_plan
-from sealflow.interpreter.actions import Registry, action
-from sealflow.interpreter.clock import FakeClock
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
-from sealflow.interpreter.outcomes import Succeeded
+from sealflow.interpreter.core.outcomes import Succeeded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,8 +43,8 @@ CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
     from sealflow.dsl.plan import Plan
-    from sealflow.interpreter.actions import Registry, action
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.execution.actions import Registry, action
+    from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import open_store
 
     reg = Registry()

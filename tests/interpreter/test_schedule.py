@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sealflow.interpreter.schedule import due_slot, latest_slot, next_slot, slot_key
+from sealflow.interpreter.core.schedule import due_slot, latest_slot, next_slot, slot_key
 
 BERLIN_MONDAY_7 = "0 7 * * 1"
 

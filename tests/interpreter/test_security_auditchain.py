@@ -8,10 +8,10 @@ import sqlite3
 import pytest
 
 from interp_helpers import S, make_plan
-from sealflow.interpreter import auditchain
-from sealflow.interpreter.actions import action
+from sealflow.interpreter.store import auditchain
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.store import open_store
-from sealflow.interpreter.store.sqlite_schema import migrate
+from sealflow.interpreter.store.sqlite.schema import migrate
 from sealflow.cli import main
 
 

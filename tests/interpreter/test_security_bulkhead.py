@@ -8,9 +8,9 @@ import time
 import pytest
 
 from interp_helpers import S, make_plan
-from sealflow.interpreter.actions import Registry, action
-from sealflow.interpreter.config import RuntimeConfig, TenantLimits
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service.config import RuntimeConfig, TenantLimits
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 

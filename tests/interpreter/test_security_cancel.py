@@ -10,8 +10,8 @@ import pytest
 
 from sealflow.dsl.plan import CompensationPlan, RetryPolicy
 from interp_helpers import S, approval, make_plan
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 

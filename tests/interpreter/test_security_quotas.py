@@ -9,8 +9,8 @@ import pytest
 
 from sealflow.dsl.plan import AiPlan
 from interp_helpers import FakeProvider, S, make_plan
-from sealflow.interpreter.config import ConfigError, RuntimeConfig, TenantLimits, parse_size
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.service.config import ConfigError, RuntimeConfig, TenantLimits, parse_size
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import AdmissionRefused, open_store
 from sealflow.cli import main
 

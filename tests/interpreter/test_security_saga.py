@@ -15,9 +15,9 @@ import pytest
 
 from sealflow.dsl.plan import CompensationPlan, ErrorRoutePlan, RetryPolicy
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.actions import Registry, action
-from sealflow.interpreter.clock import FakeClock
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,8 +153,8 @@ CHILD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
     from sealflow.dsl.plan import Plan
-    from sealflow.interpreter.actions import Registry, action
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.execution.actions import Registry, action
+    from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import open_store
 
     reg = Registry()

@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.config import RuntimeConfig
-from sealflow.interpreter.errors import StepError
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.service.config import RuntimeConfig
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 

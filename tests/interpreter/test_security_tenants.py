@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from interp_helpers import S, approval, make_plan
-from sealflow.interpreter.actions import action
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.store import Message, NotFound
 from security_helpers import PolicyFile, events, secured_runtime
 from security_helpers import policy, rt  # noqa: F401 - shared fixtures

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from sealflow.interpreter.store import SchemaTooNew, StoreURLError, open_store
-from sealflow.interpreter.store.sqlite_schema import LATEST, migrate
+from sealflow.interpreter.store.sqlite.schema import LATEST, migrate
 
 
 def test_open_store_reads_the_url_from_the_environment(tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 
-from sealflow.interpreter.trustgate import TrustGate, check
+from sealflow.interpreter.policy.trustgate import TrustGate, check
 
 
 def run(signer):

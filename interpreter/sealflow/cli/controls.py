@@ -2,7 +2,7 @@
 
 ``sealflow --config FILE <command>`` (or ``$SEALFLOW_CONFIG``) loads the
 runtime configuration (tenant limits, temporary storage, secrets; see
-:mod:`sealflow.interpreter.config`) for any command that opens a runtime.
+:mod:`sealflow.interpreter.service.config`) for any command that opens a runtime.
 
 ``sealflow audit`` is a group whose default is the run's trail::
 
@@ -40,7 +40,7 @@ def config_option(fn):
 
 def load_config(path: str | None = None):
     """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else defaults)."""
-    from sealflow.interpreter.config import ConfigError, RuntimeConfig
+    from sealflow.interpreter.service.config import ConfigError, RuntimeConfig
 
     if path is None:
         ctx = click.get_current_context(silent=True)
@@ -79,7 +79,7 @@ def audit_group(show: click.Command) -> click.Group:
 def verify(store_url, tenant, as_json):
     """Verify the audit chains: exit 0 when intact, 1 naming the first edited, deleted, inserted or
     reordered event."""
-    from sealflow.interpreter.auditchain import verify as verify_chain
+    from sealflow.interpreter.store.auditchain import verify as verify_chain
     from sealflow.interpreter.store import StoreError, open_store
 
     url = store_url or os.environ.get("SEALFLOW_STORE")

@@ -87,7 +87,7 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open development mode)."""
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     _import_actions(actions)
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import StoreError
 
     url = store_url or os.environ.get("SEALFLOW_STORE")
@@ -248,8 +248,8 @@ def _refuse(exc: Exception) -> None:
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
     """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
-    from sealflow.interpreter.authz import Unauthorized
-    from sealflow.interpreter.errors import StepError
+    from sealflow.interpreter.policy.authz import Unauthorized
+    from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:
@@ -346,7 +346,7 @@ def _drive_after(rt, run_id: str, as_json: bool) -> None:
 
 def _decide(run_id, actions, store_url, principal, tenant, access_path, as_json, decision) -> None:
     """Answer an approval gate as ``principal`` (refusals exit 1), then drive the run on."""
-    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import InvalidOperation
 
     with open_runtime(store_url, actions, access=access_path) as rt:

@@ -25,7 +25,7 @@ _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def _check_principal(ctx, param, value):
-    from sealflow.interpreter.access import InvalidPrincipal, check_principal
+    from sealflow.interpreter.policy.access import InvalidPrincipal, check_principal
 
     if value is None:
         return value
@@ -55,7 +55,7 @@ access_option = click.option(
 def load_access(path: str | None, *, quiet: bool = False):
     """The access provider for ``path`` (None: ``$SEALFLOW_ACCESS``, else open development mode, announced
     on stderr); an unreadable or invalid policy prints its located diagnostics and exits 2."""
-    from sealflow.interpreter.access import AccessPolicyError, access_provider, is_open
+    from sealflow.interpreter.policy.access import AccessPolicyError, access_provider, is_open
 
     path = path if path is not None else os.environ.get("SEALFLOW_ACCESS") or None
     try:
@@ -80,8 +80,8 @@ def is_shared_store(url: str | None) -> bool:
 def require_policy(provider, what: str) -> None:
     """Exit 1 when ``what`` (a worker, a server, a submit to a shared store) would start in open mode.
     The hook for ``sealflow worker`` and ``sealflow serve``: call it before starting."""
-    from sealflow.interpreter.authz import PolicyRequired
-    from sealflow.interpreter.authz import require_policy as check
+    from sealflow.interpreter.policy.authz import PolicyRequired
+    from sealflow.interpreter.policy.authz import require_policy as check
 
     try:
         check(provider, what)

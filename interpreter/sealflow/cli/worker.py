@@ -3,9 +3,9 @@
     sealflow worker --broker redis://127.0.0.1:6379/0 --store sqlite:////srv/sealflow/state.db \\
         --actions myco.actions --access access.yaml --threads 4 --queue sealflow
 
-It opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.actors.redis_broker`:
+It opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.service.actors.redis_broker`:
 ``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
-``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.runtime.Runtime.serve`):
+``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.service.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
 ``sealflow submit`` in another process is picked up within a fraction of a second), sweeps expired
 leases and due timers, and ends the leases of dead workers of this machine. Each step it runs is
@@ -124,7 +124,7 @@ def _install_signals(stop: threading.Event) -> None:
 
 def _trust_gate(trust: str | None, allow_unsigned: bool):
     """Refuse runs of unsigned definitions unless --allow-unsigned; with --trust, only the policy's signers."""
-    from sealflow.interpreter.trustgate import TrustGate, from_policy
+    from sealflow.interpreter.policy.trustgate import TrustGate, from_policy
 
     if trust is None:
         return TrustGate(allow_unsigned=allow_unsigned)
@@ -175,8 +175,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     from sealflow.cli.runs import _import_actions
 
     _import_actions(actions)
-    from sealflow.interpreter.actors import redis_broker
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.service.actors import redis_broker
+    from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import StoreError
 
     shown = redact(broker_url)
