@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+
+class ErrorClass(StrEnum):
+    """The error classes a step failure is classified into (stored and printed as their plain strings)."""
+
+    TIMEOUT = "timeout"
+    NETWORK = "network"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    INVALID_OUTPUT = "invalid_output"
+    INVALID_REQUEST = "invalid_request"
+    UNAUTHORIZED = "unauthorized"
+    POLICY_DENIED = "policy_denied"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CONFIGURATION = "configuration"
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
 #: error class -> retryable by a retry class that lists it
 ERROR_CLASSES: dict[str, bool] = {
     "timeout": True,
@@ -17,6 +37,9 @@ ERROR_CLASSES: dict[str, bool] = {
     "cancelled": False,
     "internal": False,
 }
+
+
+assert set(ERROR_CLASSES) == {e.value for e in ErrorClass}, "every error class needs a retryable flag"
 
 
 class SealflowError(Exception):

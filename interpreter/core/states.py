@@ -12,14 +12,45 @@ A *step attempt* is one row per try of one step: ``pending`` is its origin
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Mapping
+
+
+class RunState(StrEnum):
+    """A run's state (stored and printed as its plain string)."""
+
+    CREATED = "created"
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    QUARANTINED = "quarantined"
+    COMPENSATING = "compensating"
+
+
+class StepState(StrEnum):
+    """A step attempt's state (stored and printed as its plain string)."""
+
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRY_WAIT = "retry_wait"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    WAITING = "waiting"
+
 
 # -- runs ------------------------------------------------------------------------------------------
 
-RUN_STATES = (
-    "created", "queued", "running", "waiting", "completed", "failed",
-    "cancelling", "cancelled", "timed_out", "quarantined", "compensating",
-)
+#: the tables below hold the plain strings (what the store reads back), in this order
+RUN_STATES = tuple(s.value for s in RunState)
 
 RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     # submit inserts the row and queues its first step in the same commit
@@ -72,10 +103,7 @@ RUN_CLAIMABLE = RUN_ACTIVE | {"cancelling", "compensating"}
 
 # -- step attempts ---------------------------------------------------------------------------------
 
-STEP_STATES = (
-    "pending", "scheduled", "running", "succeeded", "failed", "retry_wait",
-    "skipped", "cancelled", "timed_out", "waiting",
-)
+STEP_STATES = tuple(s.value for s in StepState)
 
 STEP_TRANSITIONS: Mapping[str, frozenset[str]] = {
     # pending: the origin of every attempt row.

@@ -36,36 +36,31 @@ worker); see ``docs/security.md``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Callable
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import Plan, PlanStep
 
-from sealflow.interpreter.core import retry
-from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core import leases
+from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.execution.idempotency import ledger_lookup
+from sealflow.interpreter.core.ids import compensation_id, is_compensation
+from sealflow.interpreter.core.jsonc import dumps_or_none
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.execution.secrets import redact_commit
+from sealflow.interpreter.engine.committing import AGAIN, commit_retrying
+from sealflow.interpreter.engine.decide import schedule_retry
+from sealflow.interpreter.execution.calls import call, own_args
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.execution.idempotency import ledger_lookup
 from sealflow.interpreter.store.base import (
-    AuditEvent, Claimed, Commit, DeadLetterSpec, LedgerEntry, Message, NextAttempt, RunChange, StepChange,
+    AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange, Store,
 )
-from sealflow.interpreter.store.errors import ConcurrencyError, FencingError
-
-if TYPE_CHECKING:
-    from sealflow.interpreter.engine.engine import Engine
 
 log = logging.getLogger("sealflow.compensation")
 
-SUFFIX = "@compensate"
 _ENDINGS = ("failed", "cancelled", "timed_out")
 _has: dict[str, bool] = {}
-
-
-def is_compensation(step_id: str) -> bool:
-    return step_id.endswith(SUFFIX)
 
 
 def key_for(run_id: str, step_id: str) -> str:
@@ -81,16 +76,14 @@ def has_compensations(plan: Plan) -> bool:
 
 
 def lease_for(step: PlanStep) -> int:
-    from sealflow.interpreter.engine.decide import LEASE_GRACE_MS
-
-    return step.compensate.timeout_ms + LEASE_GRACE_MS
+    return leases.lease_ms(step.compensate.timeout_ms)
 
 
-def queue(engine: "Engine", run_id: str, plan: Plan, newest: str | None = None) -> list[str]:
+def queue(store: Store, run_id: str, plan: Plan, newest: str | None = None) -> list[str]:
     """The run's completed steps that declare ``compensate``, newest first, each once (``newest``:
     a step completing in the commit being decided)."""
     undoable = {s.id for s in plan.steps if s.compensate is not None}
-    done = [a.step_id for a in engine.store.attempts(run_id) if a.state == "succeeded" and a.step_id in undoable]
+    done = [a.step_id for a in store.attempts(run_id) if a.state == "succeeded" and a.step_id in undoable]
     if newest in undoable:
         done.append(newest)
     return list(dict.fromkeys(reversed(done)))
@@ -98,7 +91,7 @@ def queue(engine: "Engine", run_id: str, plan: Plan, newest: str | None = None) 
 
 def _first(plan: Plan, order: list[str], data: dict, now: float) -> NextAttempt:
     step = plan.step(order[0])
-    return NextAttempt(order[0] + SUFFIX, 1, "scheduled", now, lease_for(step), None,
+    return NextAttempt(compensation_id(order[0]), 1, "scheduled", now, lease_for(step), None,
                        {**data, "queue": order[1:]})
 
 
@@ -108,7 +101,7 @@ def _started(actor: str, order: list[str], end: str) -> AuditEvent:
 
 # -- entering ---------------------------------------------------------------------------------------
 
-def amend(engine: "Engine", x: Execution, commit: Commit) -> Commit:
+def amend(x: Execution, commit: Commit) -> Commit:
     """``commit``, turned into the start of compensation when it ends the run ``failed``, ``timed_out``
     (a step that timed out for good, or the run deadline seen by a worker) or ``cancelled`` and completed
     steps have something to undo. Cheap when it does not apply."""
@@ -123,7 +116,7 @@ def amend(engine: "Engine", x: Execution, commit: Commit) -> Commit:
     if not has_compensations(x.plan):
         return commit
     newest = step.step_id if step is not None and step.state == "succeeded" else None
-    order = queue(engine, x.run.id, x.plan, newest)
+    order = queue(x.services.store, x.run.id, x.plan, newest)
     if not order:
         return commit
     end = change.state
@@ -135,34 +128,33 @@ def amend(engine: "Engine", x: Execution, commit: Commit) -> Commit:
                                audit=commit.audit + (_started(commit.actor, order, end),))
 
 
-def _start_while_idle(engine: "Engine", run_id: str, build, *, needs_deadline: bool = False) -> bool:
+Plans = Callable[[str], Plan]
+
+
+def _start_while_idle(store: Store, plans: Plans, clock: Clock, run_id: str, build, *,
+                      needs_deadline: bool = False) -> bool:
     """Start compensation of an active run none of whose attempts is running, with the commit
     ``build(run, plan, active, order, now)`` makes; False when there is nothing to undo, an attempt
     is running or the run is no longer active. Retried when a worker or an operator moved the run."""
-    store = engine.store
-    for _ in range(8):
+
+    def attempt() -> Commit | None:
         run = store.get_run(run_id)
         if run.state not in ("queued", "running", "waiting") or (needs_deadline and run.deadline is None):
-            return False
-        plan = engine.plan(run.plan_digest)
+            return None
+        plan = plans(run.plan_digest)
         if not has_compensations(plan):
-            return False
+            return None
         active = store.active_attempt(run_id)
         if active is not None and active.state == "running":
-            return False
-        order = queue(engine, run_id, plan)
-        if not order:
-            return False
-        now = engine.clock.now()
-        try:
-            store.commit(build(run, plan, active, order, now), now)
-            return True
-        except (ConcurrencyError, FencingError):
-            continue  # a worker claimed or the run moved: look again
-    return False
+            return None
+        order = queue(store, run_id, plan)
+        return build(run, plan, active, order, clock.now()) if order else None
+
+    # a worker claimed or the run moved (a conflict, or a fenced token): look again
+    return commit_retrying(store, clock, attempt, fenced=lambda exc: AGAIN) is not None
 
 
-def cancel(engine: "Engine", run_id: str, *, actor: str, reason: str = "") -> bool:
+def cancel(store: Store, plans: Plans, clock: Clock, run_id: str, *, actor: str, reason: str = "") -> bool:
     """Cancel a run whose completed steps need undoing while none of its attempts runs: its
     pending attempt (scheduled, in backoff, waiting on a timer or an approval) is cancelled and
     compensation starts, in one commit. False when there is nothing to undo or an attempt is
@@ -172,17 +164,17 @@ def cancel(engine: "Engine", run_id: str, *, actor: str, reason: str = "") -> bo
 
     def build(run, plan, active, order, now) -> Commit:
         step = None if active is None else StepChange(active.step_id, active.attempt, active.token, "cancelled")
-        return Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="cancelled",
-                                                       error_message=why),
-                      _first(plan, order, {"end": "cancelled", "why": why, "dead_letter": None}, now),
+        return Commit(run_id=run_id, expected_rev=run.rev, step=step,
+                      run=RunChange(state="compensating", error_class="cancelled", error_message=why),
+                      next=_first(plan, order, {"end": "cancelled", "why": why, "dead_letter": None}, now),
                       audit=(AuditEvent("cancel_requested", None, actor, detail={"reason": reason} if reason
                                         else None), _started(actor, order, "cancelled")),
                       actor=actor)
 
-    return _start_while_idle(engine, run_id, build)
+    return _start_while_idle(store, plans, clock, run_id, build)
 
 
-def deadline(engine: "Engine", run_id: str) -> bool:
+def deadline(store: Store, plans: Plans, clock: Clock, run_id: str) -> bool:
     """A run past its deadline whose completed steps need undoing, while none of its attempts runs: its
     pending attempt (a timer, a backoff, an approval) ends and compensation starts, then the run ends
     ``timed_out`` (dead-lettered), in one commit. False when it does not apply (nothing to undo, an
@@ -195,45 +187,19 @@ def deadline(engine: "Engine", run_id: str) -> bool:
         step = None if active is None else StepChange(
             active.step_id, active.attempt, active.token, "timed_out" if active.state == "waiting" else "cancelled")
         dead = DeadLetterSpec(step_id, f"run timed out: {why}", "timeout", fingerprint(step_id, "timeout", why))
-        return Commit(run_id, run.rev, step, RunChange(state="compensating", error_class="timeout",
-                                                       error_message=why),
-                      _first(plan, order, {"end": "timed_out", "why": why, "dead_letter": dataclasses.asdict(dead)},
-                             now),
+        return Commit(run_id=run_id, expected_rev=run.rev, step=step,
+                      run=RunChange(state="compensating", error_class="timeout", error_message=why),
+                      next=_first(plan, order, {"end": "timed_out", "why": why,
+                                                "dead_letter": dataclasses.asdict(dead)}, now),
                       audit=(_started("sweeper", order, "timed_out"),), actor="sweeper")
 
-    return _start_while_idle(engine, run_id, build, needs_deadline=True)
+    return _start_while_idle(store, plans, clock, run_id, build, needs_deadline=True)
 
 
-# -- one compensation attempt -----------------------------------------------------------------------
-
-def handle(engine: "Engine", claimed: Claimed) -> tuple[Message, ...]:
-    """Run one claimed ``<step>@compensate`` attempt and commit its result."""
-    run, att = claimed.run, claimed.attempt
-    plan = engine.plan(run.plan_digest)
-    base = att.step_id[: -len(SUFFIX)]
-    step = plan.step(base)
-    x = Execution(engine.services, plan, step, run, att, None, engine.clock.now(), results=claimed.results,
-                  outputs=engine.outputs)
-    outcome = execute(x)
-    for _ in range(8):
-        commit = redact_commit(decide(x, outcome, actor=engine.actor))
-        try:
-            return engine.store.commit(commit, engine.clock.now()).messages
-        except ConcurrencyError:
-            x.run = engine.store.get_run(run.id)
-        except FencingError as exc:
-            log.warning("%s", exc)
-            engine.store.append_audit(AuditEvent("commit_fenced", x.step_id, engine.actor, run_id=run.id,
-                                                 detail={"attempt": att.attempt, "token": att.token}),
-                                      engine.clock.now())
-            return ()
-    raise ConcurrencyError(f"run {run.id} kept changing while {x.step_id!r} committed; try again")
-
+# -- one compensation attempt (claimed and committed by the engine) ---------------------------------
 
 def execute(x: Execution) -> Outcome:
     """Call the step's compensate action (or replay its recorded result)."""
-    from sealflow.interpreter.steps.action import _own, call
-
     comp = x.step.compensate
     key = key_for(x.run.id, x.step.id)
     recorded = ledger_lookup(x, key)
@@ -244,17 +210,10 @@ def execute(x: Execution) -> Outcome:
         return Failed("configuration", f"unknown compensate action {comp.action!r} of step {x.step.id!r}: load the "
                                        "module that defines it (--actions pkg.module)")
     try:
-        args = _own(x.render(comp.args)) if comp.args else {}
+        args = own_args(x.render(comp.args)) if comp.args else {}
     except DslError as exc:
         return Failed("invalid_request", f"compensate.with of step {x.step.id!r} could not be rendered: {exc}")
     return call(x, lambda ctx: act(ctx, **args), key, act=act, timeout_ms=comp.timeout_ms, cancellable=False)
-
-
-def _json(value: Any) -> str | None:
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        return None
 
 
 def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
@@ -264,7 +223,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
     base = x.step.id
     info = {"step": base, "action": comp.action, "try": att.try_no}
     if isinstance(outcome, Succeeded):
-        out_json = _json(outcome.output)
+        out_json = dumps_or_none(outcome.output)
         step = StepChange(att.step_id, att.attempt, att.token, "succeeded", output_json=out_json)
         ledger = None if outcome.replayed or out_json is None else \
             LedgerEntry(run.tenant, key_for(run.id, base), run.id, att.step_id, out_json)
@@ -273,25 +232,25 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
         rest = list(data.get("queue") or ())
         if rest:
             nxt = x.plan.step(rest[0])
-            following = NextAttempt(rest[0] + SUFFIX, 1, "scheduled", x.now, lease_for(nxt), None,
+            following = NextAttempt(compensation_id(rest[0]), 1, "scheduled", x.now, lease_for(nxt), None,
                                     {**data, "queue": rest[1:]})
-            return Commit(run.id, run.rev, step, RunChange(), following, ledger, None, tuple(audit), actor, True)
+            return Commit(run_id=run.id, expected_rev=run.rev, step=step, next=following, ledger=ledger,
+                          audit=tuple(audit), actor=actor, dispatch_inline=True)
         end = data.get("end") or "failed"
         dead = data.get("dead_letter")
         spec = DeadLetterSpec(**dead) if end in ("failed", "timed_out") and dead else None
         audit.append(AuditEvent("compensation.finished", None, actor, detail={"then": end}))
-        return Commit(run.id, run.rev, step, RunChange(state=end), None, ledger, spec, tuple(audit), actor, True)
+        return Commit(run_id=run.id, expected_rev=run.rev, step=step, run=RunChange(state=end), ledger=ledger,
+                      dead_letter=spec, audit=tuple(audit), actor=actor, dispatch_inline=True)
     failed = outcome if isinstance(outcome, Failed) else Failed("internal", f"unexpected outcome {outcome!r}")
     step = StepChange(att.step_id, att.attempt, att.token, "timed_out" if failed.timed_out else "failed",
                       error_class=failed.error_class, error_message=failed.message)
-    if retry.should_retry(comp.retry, failed.error_class, att.try_no):
-        delay = retry.delay_seconds(comp.retry, att.try_no, failed.retry_after, x.services.rng)
-        again = NextAttempt(att.step_id, att.try_no + 1, "retry_wait" if delay > 0 else "scheduled", x.now + delay,
-                            lease_for(x.step), "backoff" if delay > 0 else None, data)
-        audit = (AuditEvent("retry_scheduled", att.step_id, actor,
-                            detail={"error_class": failed.error_class, "delay_s": round(delay, 6),
-                                    "next_try": att.try_no + 1, "max_attempts": comp.retry.max_attempts}),)
-        return Commit(run.id, run.rev, step, RunChange(), again, None, None, audit, actor, True)
+    again = schedule_retry(comp.retry, att.step_id, att.try_no, failed, rng=x.services.rng, now=x.now,
+                           lease=lease_for(x.step), actor=actor, data=data)
+    if again is not None:
+        nxt, event = again
+        return Commit(run_id=run.id, expected_rev=run.rev, step=step, next=nxt, audit=(event,), actor=actor,
+                      dispatch_inline=True)
     before = data.get("end") or "failed"
     why = data.get("why")
     had = f"the run had been cancelled ({why})" if before == "cancelled" else f"the run had failed ({why})"
@@ -301,8 +260,9 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
                           fingerprint(att.step_id, failed.error_class, failed.message))
     audit = (AuditEvent("compensation.failed", att.step_id, actor,
                         detail={**info, "error_class": failed.error_class, "left": list(data.get("queue") or ())}),)
-    return Commit(run.id, run.rev, step, RunChange(state="quarantined", error_class=failed.error_class,
-                                                   error_message=reason), None, None, spec, audit, actor, True)
+    return Commit(run_id=run.id, expected_rev=run.rev, step=step,
+                  run=RunChange(state="quarantined", error_class=failed.error_class, error_message=reason),
+                  dead_letter=spec, audit=audit, actor=actor, dispatch_inline=True)
 
 
 def check_redrive(run) -> None:

@@ -17,7 +17,6 @@ concurrency conflict, and tests can check decisions without a store.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Callable
 
 from sealflow.dsl.errors import DslError
@@ -25,21 +24,41 @@ from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import END, PlanStep
 
 from sealflow.interpreter.core import retry
+from sealflow.interpreter.core.ids import gate_id
+from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.core import leases
+from sealflow.interpreter.policy.approvals import opening
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.interpreter.store.base import AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange
 
-#: a lease outlives the attempt's timeout by this much before the sweeper takes it back
-LEASE_GRACE_MS = 5_000
-
-
 def lease_ms(step: PlanStep) -> int:
-    return step.timeout_ms + LEASE_GRACE_MS
+    """The lease of an attempt of ``step`` (:mod:`sealflow.interpreter.core.leases`)."""
+    return leases.lease_ms(step.timeout_ms)
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def skip_target(step: PlanStep) -> str:
+    """Where a skipped step (``when`` false) goes: its ``skip`` edge, else ``next``, else the end."""
+    for edge in step.edges:
+        if edge.kind == "skip":
+            return edge.target
+    return step.next or "end"
+
+
+def schedule_retry(policy, step_id: str, try_no: int, failed: Failed, *, rng, now: float, lease: int, actor: str,
+                   data: dict | None = None) -> tuple[NextAttempt, AuditEvent] | None:
+    """The next try of a failed attempt and its ``retry_scheduled`` event, when ``policy`` (a step's or a
+    compensation's ``retry``) allows one; None when it does not. The one retry scheduler."""
+    if not retry.should_retry(policy, failed.error_class, try_no):
+        return None
+    delay = retry.delay_seconds(policy, try_no, failed.retry_after, rng)
+    nxt = NextAttempt(step_id, try_no + 1, "retry_wait" if delay > 0 else "scheduled", now + delay, lease,
+                      "backoff" if delay > 0 else None, data)
+    event = AuditEvent("retry_scheduled", step_id, actor,
+                       detail={"error_class": failed.error_class, "delay_s": round(delay, 6),
+                               "next_try": try_no + 1, "max_attempts": policy.max_attempts})
+    return nxt, event
 
 
 def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
@@ -111,8 +130,9 @@ class _Decision:
             self.error = (None, None)
         change = RunChange(state=self.run_state, output_json=self.output_json, error_class=self.error[0],
                            error_message=self.error[1], **self.counters)
-        return Commit(x.run.id, x.run.rev, self.step, change, self.next, self.ledger, self.dead,
-                      tuple(self.audit), self.actor, inline)
+        return Commit(run_id=x.run.id, expected_rev=x.run.rev, step=self.step, run=change, next=self.next,
+                      ledger=self.ledger, dead_letter=self.dead, audit=tuple(self.audit), actor=self.actor,
+                      dispatch_inline=inline)
 
 
 def _render(x: Execution, value: Any, context: dict) -> Any:
@@ -183,15 +203,12 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
         d.go(f.route, context)
         return
     step, attempt = x.step, x.attempt
-    if not x.gate and retry.should_retry(step.retry, f.error_class, attempt.try_no):
-        delay = retry.delay_seconds(step.retry, attempt.try_no, f.retry_after, x.services.rng)
-        state = "retry_wait" if delay > 0 else "scheduled"
-        d.next = NextAttempt(x.step_id, attempt.try_no + 1, state, x.now + delay, lease_ms(step),
-                             "backoff" if delay > 0 else None)
+    again = None if x.gate else schedule_retry(step.retry, x.step_id, attempt.try_no, f, rng=x.services.rng,
+                                               now=x.now, lease=lease_ms(step), actor=d.actor)
+    if again is not None:
+        d.next, event = again
         d.run_state = "running"
-        d.audit.append(AuditEvent("retry_scheduled", x.step_id, d.actor,
-                                  detail={"error_class": f.error_class, "delay_s": round(delay, 6),
-                                          "next_try": attempt.try_no + 1, "max_attempts": step.retry.max_attempts}))
+        d.audit.append(event)
         return
     for route in step.on_error:
         if f.error_class in route.errors:
@@ -220,13 +237,11 @@ def _gate_needed(x: Execution, output: Any) -> bool:
 
 
 def _open_gate(d: _Decision, x: Execution, context: dict, then: str | None) -> None:
-    from sealflow.interpreter.steps.approval import opening
-
     gate = x.step.gate
     gx = Execution(x.services, x.plan, x.step, x.run, x.attempt, context, x.now, gate=True)
     data = opening(gx, gate, x.now)
     data["then"] = then  # where control goes once approved
-    d.next = NextAttempt(f"{x.step.id}@gate", 1, "waiting", x.now + gate.timeout_ms / 1000.0, lease_ms(x.step),
+    d.next = NextAttempt(gate_id(x.step.id), 1, "waiting", x.now + gate.timeout_ms / 1000.0, lease_ms(x.step),
                          "approval_timeout", data)
     d.run_state = "waiting"
     d.audit.append(AuditEvent("approval_required", x.step_id, d.actor,

@@ -35,8 +35,12 @@ from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import Plan, PlanStep
 
+from sealflow.interpreter.core.ids import StepRef, split_step_id
+from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
 from sealflow.interpreter.policy import authz, budgets, trustgate
-from sealflow.interpreter.engine import compensation, decide as flow
+from sealflow.interpreter.engine import compensation, recovery
+from sealflow.interpreter.engine import decide as flow
+from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
@@ -46,15 +50,13 @@ from sealflow.interpreter.execution.secrets import redact_commit
 from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.steps import EXECUTORS
 from sealflow.interpreter.steps.checks import validation_failure
-from sealflow.interpreter.store.base import AuditEvent, Message, RunRecord, Store
-from sealflow.interpreter.store.errors import (
-    ClaimDeferred, ConcurrencyError, FencingError, IllegalTransition, InvalidOperation, MessageRefused, NotFound,
-)
+from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
+from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.interpreter.store.records import Committed
 from sealflow.interpreter.execution.timeouts import AttemptRunner
 
 log = logging.getLogger("sealflow.engine")
 
-_CALLING_KINDS = ("action", "ai", "agent")
 _CANCEL_RECHECK_S = 0.5
 
 
@@ -77,12 +79,6 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     if callable(providers):
         return providers
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
-
-
-def split_step_id(step_id: str) -> tuple[str, bool]:
-    """``"record@gate"`` -> ``("record", True)``; a plain id -> ``(id, False)``."""
-    base, _, suffix = step_id.partition("@")
-    return base, suffix == "gate"
 
 
 class Engine:
@@ -159,10 +155,10 @@ class Engine:
         except ClaimDeferred as exc:  # the tenant's bulkhead is full: the message comes back shortly
             log.debug("%s", exc)
             return ()
-        if compensation.is_compensation(step_id):
-            return compensation.handle(self, claimed)
+        if StepRef.parse(step_id).is_compensation:
+            return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
-        refused = trustgate.check(self, x) or self.over_budget(x) or authz.reauthorize(self, x)
+        refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
         outcome = refused or budgets.after(x, self.execute(x))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
@@ -177,12 +173,12 @@ class Engine:
 
     def execute(self, x: Execution) -> Outcome:
         step = x.step
-        kind = "approval" if x.gate else step.kind
+        kind = StepKind.APPROVAL if x.gate else step.kind
         try:
             if not x.resumed and not x.gate and step.when is not None and not truthy(x.evaluate(step.when)):
-                return Skipped(_skip_target(step))
+                return Skipped(flow.skip_target(step))
             outcome = EXECUTORS[kind](x)
-            if isinstance(outcome, Succeeded) and kind in _CALLING_KINDS and step.validations:
+            if isinstance(outcome, Succeeded) and kind in CALLING_KINDS and step.validations:
                 failed = validation_failure(x, outcome.output)
                 if failed is not None:
                     failed.tokens, failed.cost_usd, failed.tool_calls = \
@@ -200,35 +196,77 @@ class Engine:
 
     def commit(self, x: Execution, outcome: Outcome, *, actor: str, counts_step: bool) -> tuple[Message, ...]:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
-        for _ in range(8):
+        def build() -> Commit:
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
-            commit = redact_commit(compensation.amend(self, x, commit))
-            try:
-                done = self.store.commit(commit, self.clock.now())
-                if done.run_state in RUN_FINAL:
-                    self.outputs.forget(x.run.id)
-                return done.messages
-            except ConcurrencyError:
-                x.run = self.store.get_run(x.run.id)
-                if x.run.state == "cancelling":
-                    self.note_cancelled(x.run.id)
-            except FencingError as exc:
-                log.warning("%s", exc)
-                self.store.append_audit(AuditEvent(
-                    "commit_fenced", x.step_id, actor, run_id=x.run.id,
-                    detail={"attempt": x.attempt.attempt, "token": x.attempt.token,
-                            "outcome": type(outcome).__name__}), self.clock.now())
-                return ()
-            except IllegalTransition as exc:
-                log.error("%s", exc)
-                return ()
-        raise ConcurrencyError(f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again")
+            return redact_commit(compensation.amend(x, commit))
+
+        def conflict() -> None:
+            x.run = self.store.get_run(x.run.id)
+            if x.run.state == "cancelling":
+                self.note_cancelled(x.run.id)
+
+        return self._done(x.run.id, commit_retrying(
+            self.store, self.clock, build, conflict=conflict,
+            fenced=lambda exc: self._fenced(exc, x, actor, {"outcome": type(outcome).__name__}),
+            illegal=lambda exc: log.error("%s", exc),
+            gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"))
+
+    def _done(self, run_id: str, done: Committed | None) -> tuple[Message, ...]:
+        if done is None:
+            return ()
+        if done.run_state in RUN_FINAL:
+            self.outputs.forget(run_id)
+        return done.messages
+
+    def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict | None = None) -> None:
+        """A late result (the lease expired and the attempt moved on, or the run timed out): audited only."""
+        log.warning("%s", exc)
+        self.store.append_audit(AuditEvent(
+            "commit_fenced", x.step_id, actor, run_id=x.run.id,
+            detail={"attempt": x.attempt.attempt, "token": x.attempt.token, **(detail or {})}), self.clock.now())
+
+    # -- compensation and repair -------------------------------------------------------------------
+    def compensate(self, claimed: Claimed) -> tuple[Message, ...]:
+        """Run one claimed ``<step>@compensate`` attempt (:mod:`.compensation`) and commit its result."""
+        run, att = claimed.run, claimed.attempt
+        plan = self.plan(run.plan_digest)
+        step = plan.step(StepRef.parse(att.step_id).step)
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=claimed.results,
+                      outputs=self.outputs)
+        outcome = compensation.execute(x)
+
+        def conflict() -> None:
+            x.run = self.store.get_run(run.id)
+
+        done = commit_retrying(
+            self.store, self.clock, lambda: redact_commit(compensation.decide(x, outcome, actor=self.actor)),
+            conflict=conflict, fenced=lambda exc: self._fenced(exc, x, self.actor),
+            gave_up=f"run {run.id} kept changing while {x.step_id!r} committed; try again")
+        return () if done is None else done.messages
+
+    def repair(self, run_id: str) -> tuple[Message, ...]:
+        """Decide again from the run's latest finished attempt (or schedule its start if it has none):
+        the safety net of :mod:`.recovery` for an active run without an active attempt."""
+        store = self.store
+        run = store.get_run(run_id)
+        plan = self.plan(run.plan_digest)
+        attempts = store.attempts(run_id)
+        store.append_audit(AuditEvent("run_repaired", None, "recovery", run_id=run_id,
+                                      detail={"state": run.state, "attempts": len(attempts)}), self.clock.now())
+        if not attempts:
+            return store.commit(recovery.start_commit(run, plan, self.clock.now()), self.clock.now()).messages
+        last = recovery.last_finished(attempts)
+        outcome = recovery.outcome_of(last, plan.step(split_step_id(last.step_id)[0]))
+        if not recovery.may_decide_again(run, last, outcome):
+            return ()
+        x = self.execution(run, last, store.results(run_id), resumed=False)
+        return self.commit(x, outcome, actor="recovery", counts_step=False)
 
     # -- human decisions on a waiting attempt ------------------------------------------------------
     def resolve(self, run_id: str, step_id: str | None, decide: Callable[[Execution], Outcome], *,
                 actor: str) -> tuple[Message, ...]:
         """Apply an approval or rejection to the run's waiting approval (fenced, re-read on conflict)."""
-        for _ in range(8):
+        def build() -> Commit:
             run = self.store.get_run(run_id)
             att = self.store.active_attempt(run_id)
             if att is None or att.state != "waiting":
@@ -246,22 +284,11 @@ class Engine:
             commit = flow.decide(x, outcome, actor=actor, counts_step=False)
             if events:
                 commit = dataclasses.replace(commit, audit=commit.audit + tuple(events))
-            commit = redact_commit(compensation.amend(self, x, commit))
-            try:
-                done = self.store.commit(commit, self.clock.now())
-                if done.run_state in RUN_FINAL:
-                    self.outputs.forget(run_id)
-                return done.messages
-            except ConcurrencyError:
-                continue
-            except FencingError:
-                raise InvalidOperation(f"the approval of run {run_id} moved on meanwhile (timed out or decided); "
-                                       f"see `sealflow status {run_id}`") from None
-        raise ConcurrencyError(f"run {run_id} kept changing; try again")
+            return redact_commit(compensation.amend(x, commit))
 
+        def fenced(exc: FencingError) -> None:
+            raise InvalidOperation(f"the approval of run {run_id} moved on meanwhile (timed out or decided); "
+                                   f"see `sealflow status {run_id}`") from None
 
-def _skip_target(step: PlanStep) -> str:
-    for edge in step.edges:
-        if edge.kind == "skip":
-            return edge.target
-    return step.next or "end"
+        return self._done(run_id, commit_retrying(self.store, self.clock, build, fenced=fenced,
+                                                  gave_up=f"run {run_id} kept changing; try again"))

@@ -22,14 +22,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
 
+from sealflow.dsl.plan import Plan, PlanStep
+
+from sealflow.interpreter.core.ids import is_compensation
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
-from sealflow.interpreter.store.base import AttemptRecord, AuditEvent, Commit, Message, NextAttempt
-from sealflow.interpreter.engine import decide as flow
-
-if TYPE_CHECKING:
-    from sealflow.interpreter.engine.engine import Engine
+from sealflow.interpreter.engine.decide import lease_ms, skip_target
+from sealflow.interpreter.store.base import AttemptRecord, Commit, NextAttempt, RunRecord, Store
 
 log = logging.getLogger("sealflow.recovery")
 
@@ -59,49 +58,46 @@ def owner_is_dead(owner: str) -> bool:
     return False
 
 
-def expire_dead_owners(engine: "Engine") -> int:
-    store, now, count = engine.store, engine.clock.now(), 0
-    for owner in store.lease_owners():
-        if owner != engine.owner and owner_is_dead(owner):
-            count += store.expire_leases(owner, now)
+def expire_dead_owners(store: Store, now: float, owner: str) -> int:
+    """End now the leases of this host's dead workers (all but ``owner``, this process); how many."""
+    count = 0
+    for other in store.lease_owners():
+        if other != owner and owner_is_dead(other):
+            count += store.expire_leases(other, now)
     return count
 
 
-def _outcome_of(engine: "Engine", attempt: AttemptRecord, kind: str, skip_target: str) -> Outcome | None:
+def outcome_of(attempt: AttemptRecord, step: PlanStep) -> Outcome | None:
+    """The outcome a finished ``attempt`` of ``step`` had, to decide again from (None: not finished)."""
     if attempt.state == "succeeded":
-        nxt = attempt.output.get("next") if kind == "switch" and isinstance(attempt.output, dict) else None
-        return Succeeded(attempt.output, next=nxt)
+        out = attempt.output
+        nxt = out.get("next") if step.kind == "switch" and isinstance(out, dict) else None
+        return Succeeded(out, next=nxt)
     if attempt.state == "skipped":
-        return Skipped(skip_target)
+        return Skipped(skip_target(step))
     if attempt.state in ("failed", "timed_out"):
         return Failed(attempt.error_class or "internal", attempt.error_message or "",
                       timed_out=attempt.state == "timed_out")
     return None
 
 
-def repair(engine: "Engine", run_id: str) -> tuple[Message, ...]:
-    """Decide again from the run's latest finished attempt (or schedule its start if it has none)."""
-    from sealflow.interpreter.engine.engine import _skip_target, split_step_id
+def start_commit(run: RunRecord, plan: Plan, now: float) -> Commit:
+    """The commit that schedules a run's first step (a run that has no attempt at all)."""
+    first = plan.step(plan.start)
+    return Commit(run_id=run.id, expected_rev=run.rev, next=NextAttempt(plan.start, 1, "scheduled", now,
+                                                                         lease_ms(first)),
+                  actor="recovery", dispatch_inline=True)
 
-    store = engine.store
-    run = store.get_run(run_id)
-    plan = engine.plan(run.plan_digest)
-    attempts = store.attempts(run_id)
-    store.append_audit(AuditEvent("run_repaired", None, "recovery", run_id=run_id,
-                                  detail={"state": run.state, "attempts": len(attempts)}), engine.clock.now())
-    if not attempts:
-        first = plan.step(plan.start)
-        commit = Commit(run_id, run.rev, next=NextAttempt(plan.start, 1, "scheduled", engine.clock.now(),
-                                                          flow.lease_ms(first)), actor="recovery",
-                        dispatch_inline=True)
-        return store.commit(commit, engine.clock.now()).messages
-    last = max(attempts, key=lambda a: (a.ended_at or a.scheduled_at or 0.0, a.attempt))
-    step = plan.step(split_step_id(last.step_id)[0])
-    outcome = _outcome_of(engine, last, step.kind, _skip_target(step))
-    if outcome is None or run.state == "compensating" or last.step_id.endswith("@compensate"):
-        # a compensation's way on is in its attempt data, not in the plan's edges: never guess it
+
+def last_finished(attempts: list[AttemptRecord]) -> AttemptRecord:
+    return max(attempts, key=lambda a: (a.ended_at or a.scheduled_at or 0.0, a.attempt))
+
+
+def may_decide_again(run: RunRecord, last: AttemptRecord, outcome: Outcome | None) -> bool:
+    """Whether a run can be driven on from ``last``: never a compensation (its way on is in its attempt
+    data, not in the plan's edges: never guess it)."""
+    if outcome is None or run.state == "compensating" or is_compensation(last.step_id):
         log.error("run %s is %s with no active attempt and its last attempt is %s; fail or cancel it by hand",
-                  run_id, run.state, last.state)
-        return ()
-    x = engine.execution(run, last, store.results(run_id), resumed=False)
-    return engine.commit(x, outcome, actor="recovery", counts_step=False)
+                  run.id, run.state, last.state)
+        return False
+    return True

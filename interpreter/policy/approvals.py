@@ -29,28 +29,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
 
 from sealflow.interpreter.policy import access as acc
-from sealflow.interpreter.policy.authz import Unauthorized, scoped_run
+from sealflow.interpreter.policy.authz import Unauthorized
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.interpreter.store.base import AuditEvent
 from sealflow.interpreter.store.errors import InvalidOperation
 
 if TYPE_CHECKING:
     from sealflow.interpreter.execution.context import Execution
-    from sealflow.interpreter.service.runtime import Runtime
-    from sealflow.interpreter.service.status import RunStatus
 
 
 class ApprovalVoid(InvalidOperation):
     """The payload or the plan changed since the gate opened: earlier approvals are void, the gate re-opened."""
 
 
-class _Refusal(Exception):
+class Refusal(Exception):
     """A refused decision: audited as ``approval_refused``, then ``error`` is raised to the caller."""
 
     def __init__(self, reason: str, error: Exception, step_id: str | None = None):
@@ -97,7 +95,7 @@ def _binding_changed(x: "Execution", ap: ApprovalPlan) -> dict | None:
     try:
         now_hash = show_hash(render_show(x, ap))
     except DslError as exc:
-        raise _Refusal("show_unrenderable", InvalidOperation(
+        raise Refusal("show_unrenderable", InvalidOperation(
             f"the approval of run {x.run.id} cannot be checked: its show payload no longer renders ({exc}); it "
             "cannot be approved and will be rejected at its timeout"), x.step_id) from None
     recorded_hash, recorded_plan = data.get("show_hash"), data.get("plan_digest")
@@ -127,11 +125,13 @@ def eligible_as(actor: str, approvers: Iterable[str], roles: Iterable[str]) -> s
     return None
 
 
-def _roles(rt: "Runtime", tenant: str, actor: str, claimed: tuple[str, ...] | None) -> frozenset[str]:
+def acting_roles(access: "acc.AccessProvider", tenant: str, actor: str,
+                 claimed: tuple[str, ...] | None) -> frozenset[str]:
+    """The roles ``actor`` decides under in ``tenant``: those it holds, narrowed to ``claimed`` if given."""
     try:
-        held = rt.access.roles(tenant, actor)
+        held = access.roles(tenant, actor)
     except acc.AccessPolicyError as exc:
-        raise _Refusal("policy_unusable", Unauthorized(f"the access policy cannot be used, so no approval is "
+        raise Refusal("policy_unusable", Unauthorized(f"the access policy cannot be used, so no approval is "
                                                         f"accepted: {exc.message}")) from None
     if claimed is None:
         return held
@@ -142,21 +142,21 @@ def _roles(rt: "Runtime", tenant: str, actor: str, claimed: tuple[str, ...] | No
 def _check_decider(x: "Execution", ap: ApprovalPlan, actor: str, roles: frozenset[str], verb: str) -> str:
     run = x.run
     if x.attempt.due_at is not None and x.now >= x.attempt.due_at:
-        raise _Refusal("expired", InvalidOperation(
+        raise Refusal("expired", InvalidOperation(
             f"the approval of step {x.step_id!r} of run {run.id} expired; it fails closed (the run is rejected "
             "when its timeout is processed) and can no longer be decided"), x.step_id)
-    acting = getattr(run, "acting_as", None) or run.initiator
+    acting = run.acting
     if ap.separation_of_duties and actor in (run.initiator, acting):
         if verb == "approve":
             message = (f"{actor} started run {run.id} and cannot also approve it (separation of duties); ask one "
                        f"of: {', '.join(ap.approvers)}")
         else:
             message = f"{actor} started run {run.id} and cannot decide its approval; use cancel to stop your own run"
-        raise _Refusal("separation_of_duties", Unauthorized(message), x.step_id)
+        raise Refusal("separation_of_duties", Unauthorized(message), x.step_id)
     via = eligible_as(actor, ap.approvers, roles)
     if via is None:
         shown = ", ".join(sorted(r for r in roles if r != acc.ALL)) or "none"
-        raise _Refusal("not_an_approver", Unauthorized(
+        raise Refusal("not_an_approver", Unauthorized(
             f"{actor} (roles in tenant {run.tenant!r}: {shown}) is not an approver of step {x.step_id!r} of run "
             f"{run.id}; approvers: {', '.join(ap.approvers)}"), x.step_id)
     return via
@@ -164,11 +164,12 @@ def _check_decider(x: "Execution", ap: ApprovalPlan, actor: str, roles: frozense
 
 # ---------------------------------------------------------------- decisions
 
-def grant(rt: "Runtime", x: "Execution", actor: str, claimed: tuple[str, ...] | None, comment: str | None,
+def grant(x: "Execution", actor: str, roles: frozenset[str], comment: str | None,
           void: list) -> tuple[Outcome, tuple[AuditEvent, ...]]:
-    """Record ``actor``'s approval (succeed at quorum), or re-open the gate if its binding changed."""
+    """Record ``actor``'s approval (succeed at quorum), or re-open the gate if its binding changed.
+    ``roles``: what ``actor`` acts under in the run's tenant (:func:`acting_roles`)."""
     ap = plan_of(x)
-    via = _check_decider(x, ap, actor, _roles(rt, x.run.tenant, actor, claimed), "approve")
+    via = _check_decider(x, ap, actor, roles, "approve")
     data = x.attempt.data
     changed = _binding_changed(x, ap)
     if changed is not None:
@@ -183,7 +184,7 @@ def grant(rt: "Runtime", x: "Execution", actor: str, claimed: tuple[str, ...] | 
         return Waiting(x.attempt.due_at, None, fresh), (event,)
     approvals = list(data.get("approvals", ()))
     if any(a.get("actor") == actor for a in approvals):
-        raise _Refusal("already_approved", InvalidOperation(
+        raise Refusal("already_approved", InvalidOperation(
             f"{actor} already approved step {x.step_id!r} of run {x.run.id}; the quorum of {ap.quorum} needs "
             "distinct approvers"), x.step_id)
     record = {"actor": actor, "as": via, "at": x.now, "comment": comment, "show_hash": data.get("show_hash"),
@@ -201,91 +202,31 @@ def grant(rt: "Runtime", x: "Execution", actor: str, claimed: tuple[str, ...] | 
                      detail={"approved_by": [a["actor"] for a in approvals]}), (event,)
 
 
-def deny(rt: "Runtime", x: "Execution", actor: str, claimed: tuple[str, ...] | None,
+def deny(x: "Execution", actor: str, roles: frozenset[str],
          reason: str) -> tuple[Outcome, tuple[AuditEvent, ...]]:
     """A rejection by an approver: the step fails with ``policy_denied``."""
     ap = plan_of(x)
-    via = _check_decider(x, ap, actor, _roles(rt, x.run.tenant, actor, claimed), "reject")
+    via = _check_decider(x, ap, actor, roles, "reject")
     data = x.attempt.data
     event = AuditEvent("approval_rejected", x.step_id, actor, detail={
         "as": via, "reason": reason, "show_hash": data.get("show_hash"), "plan_digest": data.get("plan_digest")})
     return Failed("policy_denied", f"rejected by {actor}: {reason}"), (event,)
 
 
-def _decide(rt: "Runtime", run_id: str, step_id: str | None, *, actor: str, tenant: str | None, verb: str,
-            decide: Callable[["Execution"], tuple[Outcome, tuple[AuditEvent, ...]]]) -> None:
-    now = rt.clock.now()
-    scoped_run(rt.store, now, run_id, tenant=tenant, actor=actor, operation=verb)
-    try:
-        for message in rt.engine.resolve(run_id, step_id, decide, actor=actor):
-            rt._send(message)
-    except _Refusal as refusal:
-        rt.store.append_audit(AuditEvent("approval_refused", refusal.step_id, actor, run_id=run_id, detail={
-            "decision": verb, "reason": refusal.reason, "message": str(refusal.error)}), rt.clock.now())
-        raise refusal.error from None
+def may_decide(run, att, principal: str, roles: frozenset[str], now: float) -> str | None:
+    """The approver entry through which ``principal`` may decide the open gate ``att`` of ``run`` now
+    (None: it may not: no open gate, expired, separation of duties, already approved, not an approver)."""
+    if att is None or att.state != "waiting" or "opened_at" not in att.data:
+        return None
+    data = att.data
+    if att.due_at is not None and att.due_at <= now:
+        return None
+    if data.get("separation_of_duties", True) and principal in (run.initiator, run.acting):
+        return None
+    if any(a.get("actor") == principal for a in data.get("approvals", ())):
+        return None
+    return eligible_as(principal, data.get("approvers", ()), roles)
 
 
-def approve(rt: "Runtime", run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
-            roles: Iterable[str] | None = None, comment: str | None = None) -> "RunStatus":
-    claimed = None if roles is None else tuple(roles)
-    void: list = []
-    _decide(rt, run_id, step_id, actor=actor, tenant=tenant, verb="approve",
-            decide=lambda x: grant(rt, x, actor, claimed, comment, void))
-    if void:
-        what = " and ".join({"show_hash": "the approved payload", "plan_digest": "the plan"}.get(k, k)
-                            for k in void[-1] if k != "approvals_bound_elsewhere") or "an earlier approval's binding"
-        raise ApprovalVoid(f"approval void: {what} changed since the gate of run {run_id} opened; earlier approvals "
-                           f"no longer count and the gate was re-opened on the new payload: review it with "
-                           f"`sealflow status {run_id}` and approve again")
-    return rt.status(run_id)
-
-
-def reject(rt: "Runtime", run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
-           roles: Iterable[str] | None = None, reason: str = "") -> "RunStatus":
-    if not (reason or "").strip():
-        raise InvalidOperation("a rejection needs a reason (--reason TEXT): it is recorded in the audit trail")
-    claimed = None if roles is None else tuple(roles)
-    _decide(rt, run_id, step_id, actor=actor, tenant=tenant, verb="reject",
-            decide=lambda x: deny(rt, x, actor, claimed, reason))
-    return rt.status(run_id)
-
-
-# ---------------------------------------------------------------- what waits for whom
-
-def waiting_for(rt: "Runtime", principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
-    """The gates of ``tenant`` that ``principal`` may decide now, oldest run first."""
-    from sealflow.interpreter.engine.engine import split_step_id
-
-    try:
-        roles = rt.access.roles(tenant, principal)
-    except acc.AccessPolicyError:
-        return []
-    now = rt.clock.now()
-    out = []
-    for run in rt.store.list_runs(states=("waiting",), tenant=tenant, limit=limit):
-        att = rt.store.active_attempt(run.id)
-        if att is None or att.state != "waiting" or "opened_at" not in att.data:
-            continue
-        data = att.data
-        if att.due_at is not None and att.due_at <= now:
-            continue
-        acting = getattr(run, "acting_as", None) or run.initiator
-        if data.get("separation_of_duties", True) and principal in (run.initiator, acting):
-            continue
-        if any(a.get("actor") == principal for a in data.get("approvals", ())):
-            continue
-        via = eligible_as(principal, data.get("approvers", ()), roles)
-        if via is None:
-            continue
-        out.append({"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version,
-                    "tenant": run.tenant, "initiator": run.initiator, "step": att.step_id,
-                    "for_step": split_step_id(att.step_id)[0], "as": via, "approvers": data.get("approvers"),
-                    "quorum": data.get("quorum"), "approvals": len(data.get("approvals", ())),
-                    "show": data.get("show"), "show_hash": data.get("show_hash"),
-                    "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
-                    "due_at": att.due_at})
-    return out
-
-
-__all__ = ["ApprovalVoid", "approve", "reject", "grant", "deny", "opening", "show_hash", "canonical", "eligible_as",
-           "waiting_for", "plan_of"]
+__all__ = ["ApprovalVoid", "Refusal", "acting_roles", "grant", "deny", "opening", "show_hash", "canonical",
+           "eligible_as", "may_decide", "plan_of"]

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from sealflow.dsl.plan import Plan, PlanStep
 
     from sealflow.interpreter.execution.context import Execution
-    from sealflow.interpreter.engine.engine import Engine
 
 _EFFECT_RANK = {"read": 0, "write": 1, "irreversible": 2}
 
@@ -141,19 +140,20 @@ def step_permissions(registry: Any, step: "PlanStep") -> tuple[str, ...]:
     return tuple(dict.fromkeys(perms))
 
 
-def reauthorize(engine: "Engine", x: "Execution") -> Failed | None:
-    """``unauthorized`` when a fresh attempt of a sensitive step is no longer allowed (it is not run)."""
+def reauthorize(access: AccessProvider, x: "Execution") -> Failed | None:
+    """``unauthorized`` when a fresh attempt of a sensitive step is no longer allowed by ``access`` (it is
+    not run); the refusal is audited through the execution's store."""
     if x.resumed or x.gate:
         return None
-    step, registry = x.step, engine.services.registry
+    step, registry = x.step, x.services.registry
     effect = step_effect(registry, step)
     if not step.needs_reauthorization(effect):
         return None
     run = x.run
-    acting = getattr(run, "acting_as", None) or run.initiator
+    acting = run.acting
     needed = step_permissions(registry, step)
     try:
-        perms, member = member_permissions(engine.access, run.tenant, acting)
+        perms, member = member_permissions(access, run.tenant, acting)
         lacking = missing(perms, needed) if member else needed
         reason = None if member else "not_a_member"
     except Unauthorized as exc:
@@ -161,9 +161,9 @@ def reauthorize(engine: "Engine", x: "Execution") -> Failed | None:
     if member and not lacking:
         return None
     detail = {"acting_as": acting, "tenant": run.tenant, "permissions": list(needed), "missing": list(lacking),
-              "effect": effect, "access": mode_of(engine.access), "reason": reason or "missing_permissions"}
-    engine.store.append_audit(AuditEvent("reauthorization_denied", x.step_id, acting, run_id=run.id,
-                                         detail=detail), engine.clock.now())
+              "effect": effect, "access": mode_of(access), "reason": reason or "missing_permissions"}
+    x.services.store.append_audit(AuditEvent("reauthorization_denied", x.step_id, acting, run_id=run.id,
+                                             detail=detail), x.services.clock.now())
     if reason == "not_a_member":
         why = f"{acting} is no longer a member of tenant {run.tenant!r}"
     elif reason:

@@ -39,9 +39,8 @@ class TrustGate:
         return None
 
 
-def check(engine, x) -> Failed | None:
-    """The refusal of the claimed attempt's run by the engine's trust gate, if it has one."""
-    gate = getattr(engine, "trust_gate", None)
+def check(gate: "TrustGate | None", x) -> Failed | None:
+    """The refusal of the claimed attempt's run by ``gate`` (the worker's trust gate), if there is one."""
     if gate is None:
         return None
     reason = gate.refusal(x.run)

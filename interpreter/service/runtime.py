@@ -31,7 +31,8 @@ from dramatiq.brokers.stub import StubBroker
 
 from sealflow.dsl.plan import Plan
 
-from sealflow.interpreter.policy import approvals, authz
+from sealflow.interpreter.policy import authz
+from sealflow.interpreter.service import approvals
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.service import dlq
 from sealflow.interpreter.execution import secrets
@@ -42,9 +43,11 @@ from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embed
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
-from sealflow.interpreter.engine.engine import Engine, split_step_id
+from sealflow.interpreter.core.ids import split_step_id
+from sealflow.interpreter.engine.engine import Engine
 from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.engine.decide import dumps, lease_ms
+from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.service.status import RunStatus, run_status
 from sealflow.interpreter.steps import approval
 from sealflow.interpreter.store import open_store
@@ -88,9 +91,10 @@ class Runtime:
         self.broker = broker or embedded_broker()
         self.queue_name = queue_name
         self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
-        self.dispatcher = Dispatcher(self.store, self._send, self.clock)
+        self.dispatcher = Dispatcher(self.store, self.send, self.clock)
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
-                               past_deadline=lambda run_id: compensation.deadline(self.engine, run_id))
+                               past_deadline=lambda run_id: compensation.deadline(self.store, self.engine.plan, self.clock,
+                                                                                    run_id))
         self.redeliver_after = redeliver_after
         self.sleep_threshold = sleep_threshold
         self.worker_threads = worker_threads
@@ -102,7 +106,7 @@ class Runtime:
         self._plan_json: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def _send(self, message: Message) -> None:
+    def send(self, message: Message) -> None:
         self.actor.send(*message)
 
     def start(self) -> None:
@@ -131,7 +135,7 @@ class Runtime:
             try:
                 self.dispatcher.flush()
                 if time.monotonic() >= check_at:
-                    recovery.expire_dead_owners(self.engine)
+                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
                     check_at = time.monotonic() + dead_owner_check
                 self.sweeper.sweep()
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
@@ -269,29 +273,34 @@ class Runtime:
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
         """Approve the run's waiting approval as ``actor`` (see :mod:`sealflow.interpreter.policy.approvals`; ``roles``,
         when given, narrows the roles ``actor`` acts under)."""
-        return approvals.approve(self, run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
+        approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
+        return self.status(run_id)
 
     def reject(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                roles: tuple[str, ...] | list[str] | None = None, reason: str = "") -> RunStatus:
         """Reject the run's waiting approval (a reason is required): the step fails with ``policy_denied``."""
-        return approvals.reject(self, run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
+        approvals.reject(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
+        return self.status(run_id)
 
     def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
         """The approval gates of ``tenant`` that ``principal`` may decide now."""
-        return approvals.waiting_for(self, principal, tenant)
+        return approvals.waiting_for(self._desk(), principal, tenant)
+
+    def _desk(self) -> approvals.Desk:
+        return approvals.Desk(self.store, self.clock, self.access, self.engine.resolve, self.send)
 
     def cancel(self, run_id: str, *, actor: str = "system", reason: str = "", tenant: str | None = None) -> RunStatus:
         """Cancel the run; a running attempt finishes (its ``ctx.cancelled()`` turns true) then it stops."""
         self._scoped(run_id, tenant, actor, "cancel")
         # completed steps to undo and nothing running: cancel and start compensating in one commit
-        if not compensation.cancel(self.engine, run_id, actor=actor, reason=reason):
+        if not compensation.cancel(self.store, self.engine.plan, self.clock, run_id, actor=actor, reason=reason):
             self.store.cancel(run_id, self.clock.now(), actor=actor, reason=reason)
         self.engine.note_cancelled(run_id)
         return self.status(run_id)
 
     def recover(self) -> dict:
         """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`)."""
-        expired = recovery.expire_dead_owners(self.engine)
+        expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
             reset = self.store.reset_dispatch()
@@ -299,8 +308,8 @@ class Runtime:
         report = self.sweeper.sweep()
         repaired = []
         for run_id in self.store.stalled_runs():
-            for message in recovery.repair(self.engine, run_id):
-                self._send(message)
+            for message in self.engine.repair(run_id):
+                self.send(message)
             repaired.append(run_id)
         sent = self.dispatcher.flush()
         return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,

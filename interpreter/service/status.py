@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from sealflow.interpreter.core import states
-from sealflow.interpreter.engine.engine import split_step_id
+from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
 
 

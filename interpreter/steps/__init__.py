@@ -10,20 +10,21 @@ from __future__ import annotations
 from typing import Callable
 
 from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.kinds import StepKind
 from sealflow.interpreter.core.outcomes import Outcome
 from sealflow.interpreter.steps.agent import step as agent
 from sealflow.interpreter.steps import action, ai, approval, fail, set as set_, succeed, switch, wait
 
 EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
-    "action": action.execute,
-    "ai": ai.execute,
-    "agent": agent.execute,
-    "switch": switch.execute,
-    "approval": approval.execute,
-    "wait": wait.execute,
-    "set": set_.execute,
-    "fail": fail.execute,
-    "succeed": succeed.execute,
+    StepKind.ACTION: action.execute,
+    StepKind.AI: ai.execute,
+    StepKind.AGENT: agent.execute,
+    StepKind.SWITCH: switch.execute,
+    StepKind.APPROVAL: approval.execute,
+    StepKind.WAIT: wait.execute,
+    StepKind.SET: set_.execute,
+    StepKind.FAIL: fail.execute,
+    StepKind.SUCCEED: succeed.execute,
 }
 
 __all__ = ["EXECUTORS"]

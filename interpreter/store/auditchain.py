@@ -42,6 +42,7 @@ import json
 import threading
 from typing import Any, Iterable, Mapping
 
+from sealflow.interpreter.core.ids import compensation_id
 from sealflow.interpreter.core.redaction import REDACTOR
 
 GENESIS = ""
@@ -140,7 +141,7 @@ def tools_of_plan(body: str) -> dict[str, str]:
             tools[sid] = "agent:" + str(step["agent"].get("model"))
         comp = step.get("compensate")
         if comp:
-            tools[f"{sid}@compensate"] = comp.get("action")
+            tools[compensation_id(sid)] = comp.get("action")
     return tools
 
 

@@ -51,6 +51,11 @@ class RunRecord:
     #: who signed the definition the run executes (a key id, ``sigstore:...``), or ``unsigned``
     signer: str | None = None
 
+    @property
+    def acting(self) -> str:
+        """Whose permissions the run acts with: ``acting_as`` when set, else its initiator."""
+        return self.acting_as or self.initiator
+
 
 @dataclasses.dataclass(slots=True)
 class AttemptRecord:
@@ -195,9 +200,9 @@ class AuditEvent:
                 "error": self.error}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
-    """Everything one step result changes, applied together or not at all."""
+    """Everything one step result changes, applied together or not at all (keyword arguments only)."""
 
     run_id: str
     expected_rev: int

@@ -47,7 +47,7 @@ def test_duplicate_messages_after_the_fact_cause_no_second_effect(runtime, count
 
 def test_messages_duplicated_in_flight_cause_no_second_effect(runtime, counted):
     # Given a broker that delivers every message twice
-    send = runtime._send
+    send = runtime.send
     runtime.dispatcher.send = lambda m: (send(m), send(m))
     real = runtime.actor.send
     runtime.actor.send = lambda *m: (real(*m), real(*m))

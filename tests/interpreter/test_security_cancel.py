@@ -136,9 +136,11 @@ def test_a_cancelled_runs_requeued_attempt_is_not_started(runtime, world, clock)
     claimed = store.claim(run_id, "reserve", first.attempt, first.token, owner="host:1:dead", now=clock.now())
     from sealflow.interpreter.store.base import Commit, NextAttempt, RunChange, StepChange
 
-    store.commit(Commit(run_id, claimed.run.rev, StepChange("reserve", 1, claimed.attempt.token, "succeeded",
-                                                            output_json='{"made": "reserve"}'),
-                        RunChange(add_steps=1), NextAttempt("ship", 1, "scheduled", clock.now(), 10_000)), clock.now())
+    store.commit(Commit(run_id=run_id, expected_rev=claimed.run.rev,
+                        step=StepChange("reserve", 1, claimed.attempt.token, "succeeded",
+                                        output_json='{"made": "reserve"}'),
+                        run=RunChange(add_steps=1), next=NextAttempt("ship", 1, "scheduled", clock.now(), 10_000)),
+                 clock.now())
     ship = store.active_attempt(run_id)
     store.claim(run_id, "ship", ship.attempt, ship.token, owner="host:1:dead", now=clock.now())
     assert runtime.cancel(run_id, actor="user:ana").state == "cancelling"

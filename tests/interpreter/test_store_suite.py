@@ -171,7 +171,7 @@ def test_an_illegal_step_transition_is_refused_and_audited(store):
     att = store.attempts("r1")[0]
     before = snapshot(store, "r1")
     # When something tries to move it back to running
-    bad = Commit("r1", store.get_run("r1").rev, StepChange("a", 1, att.token, "running"))
+    bad = Commit(run_id="r1", expected_rev=store.get_run("r1").rev, step=StepChange("a", 1, att.token, "running"))
     with pytest.raises(IllegalTransition, match="cannot go from 'succeeded' to 'running'"):
         store.commit(bad, T0)
     # Then it stays succeeded and the audit records the attempt
@@ -215,7 +215,8 @@ def test_a_backoff_timer_schedules_the_retry_when_due(store):
     # Given a failed attempt with a retry in 2s
     claimed, _ = submit_and_claim(store)
     att = claimed.attempt
-    store.commit(Commit("r1", claimed.run.rev, StepChange("a", 1, att.token, "failed", error_class="network",
+    store.commit(Commit(run_id="r1", expected_rev=claimed.run.rev,
+                        step=StepChange("a", 1, att.token, "failed", error_class="network",
                                                           error_message="boom"),
                         next=NextAttempt("a", 2, "retry_wait", T0 + 2, 30_000, "backoff")), T0)
     (timer,) = store.timers("r1")
@@ -235,9 +236,10 @@ def test_a_waiting_attempt_is_claimable_only_when_its_timer_is_due(store):
     # Given an attempt waiting on a timer 60s out
     claimed, _ = submit_and_claim(store)
     att = claimed.attempt
-    store.commit(Commit("r1", claimed.run.rev, StepChange("a", 1, att.token, "waiting", due_at=T0 + 60,
-                                                          data={"fire_at": T0 + 60}, timer_kind="wait"),
-                        RunChange(state="waiting")), T0)
+    store.commit(Commit(run_id="r1", expected_rev=claimed.run.rev,
+                        step=StepChange("a", 1, att.token, "waiting", due_at=T0 + 60, data={"fire_at": T0 + 60},
+                                        timer_kind="wait"),
+                        run=RunChange(state="waiting")), T0)
     assert store.next_due("r1") == T0 + 60
     with pytest.raises(MessageRefused, match="attempt is waiting"):
         store.claim("r1", "a", 1, att.token, owner="w", now=T0 + 1)
@@ -268,8 +270,9 @@ def test_cancel_while_running_waits_for_the_attempt(store):
         store.commit(succeed_and_go(claimed), T0)
     run = store.get_run("r1")
     att = claimed.attempt
-    store.commit(Commit("r1", run.rev, StepChange("a", 1, att.token, "succeeded", output_json="1"),
-                        RunChange(state="cancelled")), T0)
+    store.commit(Commit(run_id="r1", expected_rev=run.rev,
+                        step=StepChange("a", 1, att.token, "succeeded", output_json="1"),
+                        run=RunChange(state="cancelled")), T0)
     assert store.get_run("r1").state == "cancelled"
 
 
@@ -297,9 +300,10 @@ def test_the_run_deadline_times_the_run_out_and_fences_the_running_attempt(store
 def fail_run(store, claimed, message="boom", now=T0):
     att = claimed.attempt
     spec = DeadLetterSpec("a", f"step 'a' failed: {message}", "internal", f"fp:{message}")
-    return store.commit(Commit(att.run_id, claimed.run.rev, StepChange("a", att.attempt, att.token, "failed",
-                                                                      error_class="internal", error_message=message),
-                               RunChange(state="failed", error_class="internal", error_message=message),
+    return store.commit(Commit(run_id=att.run_id, expected_rev=claimed.run.rev,
+                               step=StepChange("a", att.attempt, att.token, "failed", error_class="internal",
+                                               error_message=message),
+                               run=RunChange(state="failed", error_class="internal", error_message=message),
                                dead_letter=spec), now)
 
 

@@ -12,15 +12,14 @@ def run(signer):
 
 
 def test_given_no_gate_when_checked_then_everything_runs():
-    engine = types.SimpleNamespace(trust_gate=None)
-    assert check(engine, types.SimpleNamespace(run=run("unsigned"))) is None
+    assert check(None, types.SimpleNamespace(run=run("unsigned"))) is None
 
 
 def test_given_the_default_gate_when_a_run_is_unsigned_then_it_is_refused_as_unauthorized():
-    engine = types.SimpleNamespace(trust_gate=TrustGate())
-    failed = check(engine, types.SimpleNamespace(run=run("unsigned")))
+    gate = TrustGate()
+    failed = check(gate, types.SimpleNamespace(run=run("unsigned")))
     assert failed.error_class == "unauthorized" and "--allow-unsigned" in failed.message
-    assert check(engine, types.SimpleNamespace(run=run(None))).error_class == "unauthorized"
+    assert check(gate, types.SimpleNamespace(run=run(None))).error_class == "unauthorized"
 
 
 def test_given_allow_unsigned_when_a_run_is_unsigned_then_it_runs():

@@ -68,7 +68,7 @@ from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.execution.idempotency import ledger_lookup
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.steps.action import call
+from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
 
 log = logging.getLogger("sealflow.agent")

@@ -18,6 +18,7 @@ from sealflow.interpreter.store.records import Claimed, Commit, Committed, DeadL
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.auditchain import output_summary
 from sealflow.interpreter.core.clock import day_of
+from sealflow.interpreter.core.ids import StepRef, StepRole
 from sealflow.interpreter.store.errors import ClaimDeferred, ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
 
 dumps = rows.dumps
@@ -194,7 +195,7 @@ class StepPathMixin:
         if step.timer_kind is not None and step.due_at is not None:
             c.execute("INSERT INTO timers (run_id, step_id, attempt, token, kind, fire_at) VALUES (?,?,?,?,?,?)",
                       (run_id, step.step_id, step.attempt, step.token, step.timer_kind, step.due_at))
-        if final and "@" not in step.step_id:
+        if final and StepRef.parse(step.step_id).role is StepRole.STEP:
             c.execute("INSERT INTO results (run_id, step_id, status, output) VALUES (?,?,?,?) "
                       "ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status, output = excluded.output",
                       (run_id, step.step_id, after, step.output_json))
