@@ -11,7 +11,7 @@ from sealflow.interpreter.store import open_store
 from security_helpers import PolicyFile
 from sealflow.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
 HIGH = json.dumps({"lead_id": "lead_acme"})  # classified high: waits for a sales manager after the note
 

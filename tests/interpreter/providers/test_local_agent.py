@@ -17,7 +17,7 @@ from sealflow.interpreter.providers.base import ToolCall, ToolSpec
 from sealflow.interpreter.providers.local_agent import choose, id_tokens, query_text
 from sealflow.interpreter.steps.agent.tools import parameters_schema, tool_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TRIAGE_SCHEMA = json.loads((ROOT / "schemas" / "support-triage-result.json").read_text())
 GOAL = ("Triage ticket tkt_1001 from customer cus_0042. Subject: Where is my order?. Body: Hi, I ordered a desk lamp "
         "(order ord_5521) ten days ago and the tracking page has not changed since Monday. Propose a category.")

@@ -18,7 +18,7 @@ from sealflow.demo import seed
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers import PROVIDERS, ModelRequest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 LEAD_SCHEMA = {
     "type": "object",

@@ -11,7 +11,7 @@ import pytest
 from interp_helpers import retry
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.service.dlq import fingerprint, normalise
+from sealflow.interpreter.core.fingerprints import fingerprint, normalise
 from sealflow.interpreter.core.retry import backoff_ms, delay_seconds, should_retry
 from sealflow.interpreter.execution.timeouts import AttemptRunner, AttemptTimedOut
 

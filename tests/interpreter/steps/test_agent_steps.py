@@ -17,7 +17,7 @@ from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers.base import ModelResult, ToolCall
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 ANSWER_SCHEMA = {"type": "object", "required": ["answer"], "additionalProperties": False,
                  "properties": {"answer": {"type": "string", "minLength": 1}}}

@@ -20,7 +20,7 @@ from sealflow.interpreter.core.clock import FakeClock
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def undo(step_id: str, action_name: str = "t.undo", policy: RetryPolicy | None = None) -> CompensationPlan:

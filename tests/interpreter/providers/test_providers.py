@@ -16,7 +16,7 @@ from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers import PROVIDERS, LocalModel, ModelRequest, ModelResult, Provider, ProviderRegistry, assess_lead, default_registry, error_for_status, remaining_seconds
 from sealflow.interpreter.providers.synth import fit, sample_pattern
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 LEAD_SCHEMA = {
     "type": "object",

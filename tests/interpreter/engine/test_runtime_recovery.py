@@ -17,7 +17,7 @@ from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 from sealflow.interpreter.core.outcomes import Succeeded
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def effect_registry(effects: Path, mark: Path | None = None) -> Registry:
