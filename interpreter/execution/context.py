@@ -17,13 +17,15 @@ import dataclasses
 import json
 import logging
 import random
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from sealflow.dsl import expressions, templates
 from sealflow.dsl.plan import Plan, PlanStep
 
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
+from sealflow.interpreter.execution.actions import Registry
+from sealflow.interpreter.execution.secrets import SecretChain
 from sealflow.interpreter.execution.timeouts import AttemptRunner
 
 _EMPTY: Mapping[str, str] = {}
@@ -79,12 +81,25 @@ def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | No
     }
 
 
+class ExecutionConfig(Protocol):
+    """What executing a step reads of the runtime configuration
+    (:class:`sealflow.interpreter.service.config.RuntimeConfig` is one)."""
+
+    tempdir_max_bytes: int
+    tempdir_root: str | None
+    secrets_dir: str | None
+
+    def limits(self, tenant: str) -> Any:
+        """The tenant's limits (quotas, bulkheads): :class:`sealflow.interpreter.service.config.TenantLimits`."""
+
+
 @dataclasses.dataclass(slots=True)
 class Services:
     """The engine's collaborators, shared by every execution."""
 
     store: Store
-    registry: Any  # sealflow.interpreter.execution.actions.Registry
+    registry: Registry
+    #: model name -> its provider (:class:`sealflow.interpreter.providers.base.ModelProvider`)
     provider_for: Callable[[str], Any]
     clock: Clock
     runner: AttemptRunner
@@ -92,9 +107,9 @@ class Services:
     is_cancelled: Callable[[str], bool]
     validators: dict = dataclasses.field(default_factory=dict)
     #: the runtime configuration (:class:`sealflow.interpreter.service.config.RuntimeConfig`; None: defaults)
-    config: Any = None
+    config: ExecutionConfig | None = None
     #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`; None: env, then files)
-    secret_chain: Any = None
+    secret_chain: SecretChain | None = None
 
 
 class Execution:

@@ -167,14 +167,14 @@ class LocalModel:
     @staticmethod
     def _agent_turn(request: ModelRequest) -> ModelResult:
         """One agent turn: the next tool call, or the final answer (see :mod:`.local_agent`)."""
-        from sealflow.interpreter.providers import local_agent
+        from sealflow.interpreter.providers import local_agent, local_answer
 
         call = local_agent.next_call(request)
         if call is not None:
             output: Any = None
             text = local_agent.canonical(call.to_dict())
         else:
-            output = local_agent.answer(request)
+            output = local_answer.answer(request)
             text = output if isinstance(output, str) else local_agent.canonical(output)
         tools = local_agent.canonical([[t.name, t.description, t.parameters] for t in request.tools])
         source = (request.system or "") + request.prompt + tools + local_agent.canonical(list(request.transcript))

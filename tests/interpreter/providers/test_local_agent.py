@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.providers import LocalModel, ModelRequest
 from sealflow.interpreter.providers.base import ToolCall, ToolSpec
-from sealflow.interpreter.providers.local_agent import choose, id_tokens, query_text
+from sealflow.interpreter.providers.local_agent import id_tokens, query_text
+from sealflow.interpreter.providers.local_answer import choose
 from sealflow.interpreter.steps.agent.tools import parameters_schema, tool_spec
 
 ROOT = Path(__file__).resolve().parents[3]
