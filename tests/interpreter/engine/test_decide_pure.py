@@ -11,7 +11,7 @@ import types
 
 from interp_helpers import S, gate, make_plan, retry
 from sealflow.dsl.plan import CompensationPlan, WaitPlan
-from sealflow.interpreter.core.ids import StepRef, compensation_id, is_compensation, split_step_id
+from sealflow.interpreter.core.ids import StepRef
 from sealflow.interpreter.core.outcomes import Failed, Skipped, Succeeded, Waiting
 from sealflow.interpreter.engine import compensation
 from sealflow.interpreter.engine.decide import decide, schedule_retry, skip_target
@@ -109,13 +109,6 @@ def test_given_a_policy_when_a_retry_is_scheduled_then_steps_and_compensations_s
     assert event.detail["next_try"] == 2
     assert schedule_retry(retry("network", max_attempts=2), "a", 2, failed, rng=random.Random(1), now=NOW,
                           lease=9, actor="w") is None
-
-
-def test_given_step_ids_when_parsed_then_gate_and_compensate_suffixes_are_read_in_one_place():
-    assert split_step_id("a@gate") == ("a", True) and split_step_id("a") == ("a", False)
-    assert split_step_id("a@compensate") == ("a", False) and is_compensation("a@compensate")
-    assert str(StepRef.parse("a@gate")) == "a@gate" and compensation_id("a") == "a@compensate"
-    assert not is_compensation(None) and not is_compensation("a")
 
 
 # -- compensation's decisions -------------------------------------------------------------------------
