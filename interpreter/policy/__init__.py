@@ -1,0 +1,1 @@
+"""Policy: access, authorisation, approval decisions (pure), budgets, the trust gate. Imports core, store and execution."""
