@@ -1,6 +1,6 @@
 """Sealflow's runtime. Importing this package stays light: actions and errors only."""
 
-from sealflow.interpreter.actions import Action, Registry, REGISTRY, action
-from sealflow.interpreter.errors import StepError, SealflowError
+from sealflow.interpreter.execution.actions import Action, Registry, REGISTRY, action
+from sealflow.interpreter.core.errors import StepError, SealflowError
 
 __all__ = ["action", "Action", "Registry", "REGISTRY", "StepError", "SealflowError"]

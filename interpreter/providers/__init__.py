@@ -3,7 +3,7 @@
 The runtime renders a step into a :class:`ModelRequest`, finds the provider with
 ``PROVIDERS.get(request.model)`` (a :class:`ProviderRegistry`) and calls
 ``provider.complete(request)``, which returns a :class:`ModelResult` or raises a
-classified :class:`~sealflow.interpreter.errors.StepError`. The only built-in provider is the
+classified :class:`~sealflow.interpreter.core.errors.StepError`. The only built-in provider is the
 deterministic :class:`LocalModel`, registered as ``default``; real providers are
 adapters implementing :class:`Provider` and registered by model name or prefix::
 

@@ -6,7 +6,7 @@ for the provider serving ``request.model`` and calls :meth:`Provider.complete`.
 Real providers (OpenAI, Anthropic, ...) are adapters implementing this protocol;
 the only built-in one is the deterministic local model (:mod:`.local`).
 
-Failures are raised as :class:`sealflow.interpreter.errors.StepError` with the error class
+Failures are raised as :class:`sealflow.interpreter.core.errors.StepError` with the error class
 the retry policy understands:
 
 ==================  ==========================================================
@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.core.errors import StepError
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Provider(Protocol):
     name: str
 
     def complete(self, request: ModelRequest) -> ModelResult:
-        """Answer ``request`` or raise :class:`~sealflow.interpreter.errors.StepError` (see the module docstring)."""
+        """Answer ``request`` or raise :class:`~sealflow.interpreter.core.errors.StepError` (see the module docstring)."""
         ...
 
 

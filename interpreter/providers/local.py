@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers.base import ModelRequest, ModelResult
 from sealflow.interpreter.providers.synth import NOTHING, fit, phrase, synthesize
 
@@ -167,14 +167,14 @@ class LocalModel:
     @staticmethod
     def _agent_turn(request: ModelRequest) -> ModelResult:
         """One agent turn: the next tool call, or the final answer (see :mod:`.local_agent`)."""
-        from sealflow.interpreter.providers import local_agent
+        from sealflow.interpreter.providers import local_agent, local_answer
 
         call = local_agent.next_call(request)
         if call is not None:
             output: Any = None
             text = local_agent.canonical(call.to_dict())
         else:
-            output = local_agent.answer(request)
+            output = local_answer.answer(request)
             text = output if isinstance(output, str) else local_agent.canonical(output)
         tools = local_agent.canonical([[t.name, t.description, t.parameters] for t in request.tools])
         source = (request.system or "") + request.prompt + tools + local_agent.canonical(list(request.transcript))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers.base import Provider
 
 

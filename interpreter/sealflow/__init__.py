@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 
 if TYPE_CHECKING:
-    from sealflow.interpreter.context import StepContext as Context
+    from sealflow.interpreter.execution.context import StepContext as Context
 
 __all__ = ["Context", "StepError", "action"]
 
@@ -27,7 +27,7 @@ __all__ = ["Context", "StepError", "action"]
 def __getattr__(name: str) -> Any:
     # Context pulls in the execution layer; import it only when an author asks for it
     if name == "Context":
-        from sealflow.interpreter.context import StepContext as Context
+        from sealflow.interpreter.execution.context import StepContext as Context
 
         return Context
     raise AttributeError(f"module 'sealflow' has no attribute {name!r}")

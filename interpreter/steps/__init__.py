@@ -1,7 +1,7 @@
 """Step kinds: one module per kind, each with ``execute(x: Execution) -> Outcome``.
 
 Kinds that call out (``action``, ``ai``, ``agent``) run their call on a runner
-thread bounded by the attempt's timeout (:mod:`sealflow.interpreter.timeouts`); the
+thread bounded by the attempt's timeout (:mod:`sealflow.interpreter.execution.timeouts`); the
 others are pure and run inline on the worker thread.
 """
 
@@ -9,20 +9,22 @@ from __future__ import annotations
 
 from typing import Callable
 
-from sealflow.interpreter.context import Execution
-from sealflow.interpreter.outcomes import Outcome
-from sealflow.interpreter.steps import action, agent, ai, approval, fail, set as set_, succeed, switch, wait
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.kinds import StepKind
+from sealflow.interpreter.core.outcomes import Outcome
+from sealflow.interpreter.steps.agent import step as agent
+from sealflow.interpreter.steps import action, ai, approval, fail, set as set_, succeed, switch, wait
 
 EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
-    "action": action.execute,
-    "ai": ai.execute,
-    "agent": agent.execute,
-    "switch": switch.execute,
-    "approval": approval.execute,
-    "wait": wait.execute,
-    "set": set_.execute,
-    "fail": fail.execute,
-    "succeed": succeed.execute,
+    StepKind.ACTION: action.execute,
+    StepKind.AI: ai.execute,
+    StepKind.AGENT: agent.execute,
+    StepKind.SWITCH: switch.execute,
+    StepKind.APPROVAL: approval.execute,
+    StepKind.WAIT: wait.execute,
+    StepKind.SET: set_.execute,
+    StepKind.FAIL: fail.execute,
+    StepKind.SUCCEED: succeed.execute,
 }
 
 __all__ = ["EXECUTORS"]

@@ -9,16 +9,12 @@ bounded by the attempt's timeout.
 
 from __future__ import annotations
 
-import json
-
 from sealflow.dsl import expressions
 
-from sealflow.interpreter.context import Execution, StepContext
-from sealflow.interpreter import sandbox
-from sealflow.interpreter.errors import StepError, classify
-from sealflow.interpreter.idempotency import ledger_lookup
-from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.timeouts import AttemptTimedOut
+from sealflow.interpreter.core.outcomes import Failed, Outcome
+from sealflow.interpreter.execution.calls import call, own_args
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.execution.idempotency import ledger_lookup
 
 
 def execute(x: Execution) -> Outcome:
@@ -27,7 +23,7 @@ def execute(x: Execution) -> Outcome:
     if act is None:
         return Failed("configuration", f"unknown action {name!r}: load the module that defines it "
                                        f"(--actions pkg.module) or register it on the runtime's registry")
-    args = _own(x.render(x.step.args)) if x.step.args else {}
+    args = own_args(x.render(x.step.args)) if x.step.args else {}
     key = None
     if x.step.idempotency_key:
         key = expressions.to_text(x.render(x.step.idempotency_key))
@@ -35,48 +31,3 @@ def execute(x: Execution) -> Outcome:
         if recorded is not None:
             return recorded
     return call(x, lambda ctx: act(ctx, **args), key, act=act)
-
-
-def _own(args: dict) -> dict:
-    """Arguments the action may mutate freely: maps and lists taken from earlier outputs are copied
-    (they are shared with the engine's decoded-output cache)."""
-    return {k: json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v for k, v in args.items()}
-
-
-def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None = None,
-         cancellable: bool = True) -> Outcome:
-    """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
-
-    ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
-    ``fn`` ends (:mod:`sealflow.interpreter.sandbox`); ``timeout_ms`` replaces the step's timeout (compensations);
-    ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out."""
-    services = x.services
-    run_id = x.run.id
-    job_box: list = []
-
-    def cancelled() -> bool:
-        return bool(job_box and job_box[0].abandoned) or (cancellable and services.is_cancelled(run_id))
-
-    ctx = StepContext(x, key, cancelled)
-    if timeout_ms is not None:
-        ctx.deadline = services.clock.now() + timeout_ms / 1000.0
-    try:
-        box = sandbox.prepare(ctx, act, services)
-    except StepError as exc:
-        return Failed(exc.error_class, exc.message)
-    timeout = max(0.0, ctx.deadline - services.clock.now())
-    job = services.runner.submit(lambda: box.run(fn, ctx))
-    job_box.append(job)
-    try:
-        output = services.runner.wait(job, timeout)
-    except AttemptTimedOut:
-        return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
-                                 f"{x.step.timeout_ms}ms; the late result, if any, will be ignored", timed_out=True)
-    except BaseException as exc:  # noqa: BLE001 - every failure is classified, even SystemExit
-        error_class, message, retry_after = classify(exc)
-        over = box.failure()
-        return Failed("policy_denied", over) if over else Failed(error_class, message, retry_after)
-    over = box.failure()
-    if over:
-        return Failed("policy_denied", over)
-    return Succeeded(output, ledger_key=key)

@@ -5,17 +5,17 @@ The prompt template is rendered; the provider serving ``model`` is asked
 not ``configuration``-ready); the answer must satisfy ``output_schema``
 (else ``invalid_output``, retryable when the retry class lists it). Tokens and
 cost are reported with the outcome even when the output is refused; the engine
-charges them and enforces the budgets (:mod:`sealflow.interpreter.budgets`).
+charges them and enforces the budgets (:mod:`sealflow.interpreter.policy.budgets`).
 """
 
 from __future__ import annotations
 
 from sealflow.dsl import expressions
 
-from sealflow.interpreter.context import Execution
-from sealflow.interpreter.errors import StepError
-from sealflow.interpreter.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.steps.action import call
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.steps.checks import schema_failure
 
 FALLBACK_ON = ("unavailable", "configuration")

@@ -9,8 +9,8 @@ from typing import Any
 
 from sealflow.dsl import expressions
 
-from sealflow.interpreter.context import Execution
-from sealflow.interpreter.outcomes import Failed
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.outcomes import Failed
 
 
 def schema_failure(x: Execution, schema: dict | None, output: Any) -> str | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sealflow.dsl.expressions import truthy
 
-from sealflow.interpreter.context import Execution
-from sealflow.interpreter.outcomes import Outcome, Succeeded
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.outcomes import Outcome, Succeeded
 
 
 def execute(x: Execution) -> Outcome:

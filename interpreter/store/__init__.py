@@ -26,7 +26,7 @@ def open_store(url: str | None = None) -> Store:
     """Open the store at ``url`` (``sqlite:///PATH``; ``sqlite:////abs/path``; ``sqlite:///:memory:``)."""
     url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
     if url.startswith("sqlite:///"):
-        from sealflow.interpreter.store.sqlite import SqliteStore
+        from sealflow.interpreter.store.sqlite.store import SqliteStore
 
         path = url[len("sqlite:///"):]
         if not path:

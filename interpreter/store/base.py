@@ -12,7 +12,7 @@ every change that involves a step attempt is fenced by that attempt's token:
   the idempotency ledger entry, the dead letter, the next attempt (with its
   outbox row or timer) and the audit events together, or nothing: a stale
   token raises :class:`FencingError`, a stale run revision
-  :class:`ConcurrencyError`, an edge not in :mod:`sealflow.interpreter.states`
+  :class:`ConcurrencyError`, an edge not in :mod:`sealflow.interpreter.core.states`
   :class:`IllegalTransition` (audited, not applied).
 
 Invariants the engine relies on (kept by these operations, checked by tests):
@@ -26,7 +26,7 @@ Invariants the engine relies on (kept by these operations, checked by tests):
    ``running`` attempt has a lease that the sweeper expires.
 3. The audit log is append-only; nothing updates or deletes it; each event is
    hash-chained to its tenant's previous one in the transaction that appends it
-   (:mod:`sealflow.interpreter.auditchain`).
+   (:mod:`sealflow.interpreter.store.auditchain`).
 
 So a process killed at any instant leaves the store in a state from which the
 sweeper and :meth:`Store.reset_dispatch` alone drive every run on.
@@ -73,7 +73,7 @@ class Store(abc.ABC):
         """Create a run ``queued`` with its first attempt scheduled; or, for a known
         idempotency key with the same input hash, return the existing run (``created`` False).
         The same key with another input raises :class:`IdempotencyConflict`. With the tenant's
-        ``limits`` (:class:`sealflow.interpreter.config.TenantLimits`), a run over its queued-run limit or
+        ``limits`` (:class:`sealflow.interpreter.service.config.TenantLimits`), a run over its queued-run limit or
         daily quota is refused (:class:`AdmissionRefused`) in the same transaction: nothing is written."""
 
     @abc.abstractmethod
@@ -178,7 +178,7 @@ class Store(abc.ABC):
     # -- the audit chain and tenant usage ------------------------------------------------------
     @abc.abstractmethod
     def audit_chain(self, tenant: str | None) -> list[tuple]:
-        """A tenant's audit events in append order, as :data:`sealflow.interpreter.auditchain.VERIFY_COLS` tuples."""
+        """A tenant's audit events in append order, as :data:`sealflow.interpreter.store.auditchain.VERIFY_COLS` tuples."""
 
     @abc.abstractmethod
     def audit_heads(self) -> dict[str, tuple[int, str]]:

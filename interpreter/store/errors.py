@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sealflow.interpreter.errors import SealflowError
+from sealflow.interpreter.core.errors import SealflowError
 
 
 class StoreError(SealflowError):
@@ -30,7 +30,7 @@ class ConcurrencyError(StoreError):
 
 
 class IllegalTransition(StoreError):
-    """A state change not listed in ``sealflow.interpreter.states``; refused, audited, not applied."""
+    """A state change not listed in ``sealflow.interpreter.core.states``; refused, audited, not applied."""
 
 
 class IdempotencyConflict(StoreError):

@@ -51,6 +51,11 @@ class RunRecord:
     #: who signed the definition the run executes (a key id, ``sigstore:...``), or ``unsigned``
     signer: str | None = None
 
+    @property
+    def acting(self) -> str:
+        """Whose permissions the run acts with: ``acting_as`` when set, else its initiator."""
+        return self.acting_as or self.initiator
+
 
 @dataclasses.dataclass(slots=True)
 class AttemptRecord:
@@ -178,7 +183,7 @@ class AuditEvent:
     state_after: str | None = None
     detail: dict | None = None
     run_id: str | None = None  # only for standalone appends; commits use their run
-    #: the audit chain's columns (:mod:`sealflow.interpreter.auditchain`); the tenant defaults to the run's,
+    #: the audit chain's columns (:mod:`sealflow.interpreter.store.auditchain`); the tenant defaults to the run's,
     #: else ``detail["tenant"]``; the decision to ``deny`` for ``*_denied`` / ``*_refused`` events
     tenant: str | None = None
     decision: str | None = None
@@ -195,9 +200,9 @@ class AuditEvent:
                 "error": self.error}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
-    """Everything one step result changes, applied together or not at all."""
+    """Everything one step result changes, applied together or not at all (keyword arguments only)."""
 
     run_id: str
     expected_rev: int
@@ -289,7 +294,7 @@ class AuditRecord:
     state_after: str | None
     detail: dict | None
     ts: float
-    #: the audit chain (:mod:`sealflow.interpreter.auditchain`)
+    #: the audit chain (:mod:`sealflow.interpreter.store.auditchain`)
     tenant: str | None = None
     workflow: str | None = None
     workflow_version: int | None = None

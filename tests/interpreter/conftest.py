@@ -10,9 +10,9 @@ import random
 import pytest
 
 from interp_helpers import BACKENDS
-from sealflow.interpreter.actions import Registry
-from sealflow.interpreter.clock import FakeClock
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.execution.actions import Registry
+from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 

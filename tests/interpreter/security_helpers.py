@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from sealflow.interpreter.access import FileAccess
-from sealflow.interpreter.runtime import Runtime
+from sealflow.interpreter.policy.access import FileAccess
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 #: acme: alice buys (and may approve nothing), bob and cy are managers, dan is finance;

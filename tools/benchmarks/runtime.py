@@ -45,8 +45,8 @@ def noop_plan(steps: int):
 
 
 def bench_sealflow(runs: int, steps: int) -> tuple[float, list[tuple[int, float]]]:
-    from sealflow.interpreter.actions import Registry, action
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.execution.actions import Registry, action
+    from sealflow.interpreter.service.runtime import Runtime
 
     registry = Registry()
 

@@ -52,7 +52,7 @@ def import_actions(specs: list[str] | tuple[str, ...]) -> None:
 def load_actions(specs: list[str] | tuple[str, ...]):
     """Import ``specs`` and return ``{name: sealflow.dsl.model.ActionInfo}`` for every registered action."""
     from sealflow.dsl.model import ActionInfo
-    from sealflow.interpreter.actions import REGISTRY
+    from sealflow.interpreter.execution.actions import REGISTRY
 
     import_actions(specs)
     return {name: ActionInfo(name=name, permissions=a.permissions, effect=a.effect) for name, a in REGISTRY.items()}

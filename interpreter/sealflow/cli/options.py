@@ -70,8 +70,8 @@ json_option = json_flag()
 
 def check_principal(ctx, param, value):
     """Validate ``--as`` (user:NAME or service:NAME); attach with ``callback=``."""
-    from sealflow.interpreter.access import InvalidPrincipal
-    from sealflow.interpreter.access import check_principal as check
+    from sealflow.interpreter.policy.access import InvalidPrincipal
+    from sealflow.interpreter.policy.access import check_principal as check
 
     if value is None:
         return value

@@ -48,11 +48,11 @@ def status_dict(status) -> dict:
     out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
            "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
            "steps": _steps(status)}
-    if getattr(run, "signer", None):
+    if run.signer:
         out["signer"] = run.signer
-    if getattr(run, "acting_as", None) not in (None, run.initiator):
-        out["acting_as"] = run.acting_as
-    if getattr(run, "access_mode", None):
+    if run.acting != run.initiator:
+        out["acting_as"] = run.acting
+    if run.access_mode:
         out["access"] = run.access_mode
     if run.error_class:
         out["error"] = {"class": run.error_class, "message": run.error_message}

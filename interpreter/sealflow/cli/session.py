@@ -37,7 +37,7 @@ def with_demo(actions: tuple[str, ...]) -> tuple[str, ...]:
 
 def load_config(path: str | None = None):
     """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else defaults)."""
-    from sealflow.interpreter.config import ConfigError, RuntimeConfig
+    from sealflow.interpreter.service.config import ConfigError, RuntimeConfig
 
     if path is None:
         ctx = click.get_current_context(silent=True)
@@ -52,7 +52,7 @@ def load_config(path: str | None = None):
 def load_access(path: str | None, *, quiet: bool = False):
     """The access provider for ``path`` (None: ``$SEALFLOW_ACCESS``, else open development mode, announced
     on stderr); an unreadable or invalid policy prints its located diagnostics and exits 2."""
-    from sealflow.interpreter.access import AccessPolicyError, access_provider, is_open
+    from sealflow.interpreter.policy.access import AccessPolicyError, access_provider, is_open
 
     path = path if path is not None else os.environ.get("SEALFLOW_ACCESS") or None
     try:
@@ -77,8 +77,8 @@ def is_shared_store(url: str | None) -> bool:
 def require_policy(provider, what: str) -> None:
     """Exit 1 when ``what`` (a worker, a server, a submit to a shared store) would start in open mode.
     The hook for ``sealflow worker`` and ``sealflow serve``: call it before starting."""
-    from sealflow.interpreter.authz import PolicyRequired
-    from sealflow.interpreter.authz import require_policy as check
+    from sealflow.interpreter.policy.authz import PolicyRequired
+    from sealflow.interpreter.policy.authz import require_policy as check
 
     try:
         check(provider, what)
@@ -140,7 +140,7 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     development mode)."""
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import StoreError
 
     url = store_location(store_url)

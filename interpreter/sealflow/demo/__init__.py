@@ -1,6 +1,6 @@
 """The embedded demo world: the actions the example workflows call, with no service and no key.
 
-Importing this package registers the actions below on :data:`sealflow.interpreter.actions.REGISTRY`.
+Importing this package registers the actions below on :data:`sealflow.interpreter.execution.actions.REGISTRY`.
 State lives in one SQLite file: the path given to :func:`configure`, else the environment
 variable ``SEALFLOW_DEMO_DB``, else ``.sealflow/demo.db``; it is created and seeded on first
 use (seed data: :mod:`sealflow.demo.seed`). Everything is deterministic and offline.

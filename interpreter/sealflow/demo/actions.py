@@ -12,8 +12,8 @@ import re
 from string import Template
 from typing import Any
 
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
 
 

@@ -17,8 +17,8 @@ import math
 import re
 from typing import Any
 
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
 
 EMBEDDING_MODELS = {"text-embedding-small": 8, "text-embedding-large": 16}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
 
 CDN = "https://cdn.demo.invalid"

@@ -15,8 +15,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from sealflow.interpreter.actions import action
-from sealflow.interpreter.errors import StepError
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
 
 WEEK = 7 * 24 * 3600

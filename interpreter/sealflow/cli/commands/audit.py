@@ -51,7 +51,7 @@ def show(run_id, store_url, principal, tenant, access_path, as_json):
 def verify(store_url, tenant, as_json):
     """Verify the audit chains: exit 0 when intact, 1 naming the first edited, deleted, inserted or
     reordered event."""
-    from sealflow.interpreter.auditchain import verify as verify_chain
+    from sealflow.interpreter.store.auditchain import verify as verify_chain
 
     url = store_url or os.environ.get("SEALFLOW_STORE")
     if url is None and not os.path.exists(".sealflow/state.db"):

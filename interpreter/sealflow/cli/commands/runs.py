@@ -38,8 +38,8 @@ def parse_input(raw: str | None) -> Any:
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
     """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
-    from sealflow.interpreter.authz import Unauthorized
-    from sealflow.interpreter.errors import StepError
+    from sealflow.interpreter.policy.authz import Unauthorized
+    from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:
@@ -107,7 +107,7 @@ def status(run_id, store_url, principal, tenant, access_path, as_json):
 
 def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
     """Do ``act(rt)`` on a run as ``principal`` (refusals exit 1), then drive the run on and show it."""
-    from sealflow.interpreter.authz import Unauthorized
+    from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import InvalidOperation
 
     find_run(rt, run_id, tenant, principal)

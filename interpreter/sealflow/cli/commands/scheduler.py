@@ -43,9 +43,9 @@ def _load(paths, actions, trust):
 
 def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, drive: bool) -> list[dict]:
     """Submit every definition whose latest slot is due (idempotently, per slot); return what was done."""
-    from sealflow.interpreter.authz import Unauthorized
-    from sealflow.interpreter.errors import StepError
-    from sealflow.interpreter.schedule import due_slot, slot_key
+    from sealflow.interpreter.policy.authz import Unauthorized
+    from sealflow.interpreter.core.errors import StepError
+    from sealflow.interpreter.core.schedule import due_slot, slot_key
     from sealflow.interpreter.store import AdmissionRefused
 
     done = []
@@ -91,7 +91,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     restarts and several schedulers on one store never submit a slot twice; a missed slot older than
     --catch-up is skipped, not replayed. On the embedded default the runs are driven here.
     """
-    from sealflow.interpreter.schedule import next_slot
+    from sealflow.interpreter.core.schedule import next_slot
 
     at_time = _parse_at(at)
     if at_time is not None and not once:

@@ -4,9 +4,9 @@
         --actions myco.actions --access access.yaml --threads 4 --queue sealflow
 
 It registers the actions of the ``--actions`` modules and no others (unlike the embedded quick start,
-not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.actors.redis_broker`:
+not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.service.actors.redis_broker`:
 ``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
-``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.runtime.Runtime.serve`):
+``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.service.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
 ``sealflow submit`` in another process is picked up within a fraction of a second), sweeps expired
 leases and due timers, and ends the leases of dead workers of this machine. Each step it runs is
@@ -124,7 +124,7 @@ def _install_signals(stop: threading.Event) -> None:
 
 def _trust_gate(trust: str | None, allow_unsigned: bool):
     """Refuse runs of unsigned definitions unless --allow-unsigned; with --trust, only the policy's signers."""
-    from sealflow.interpreter.trustgate import TrustGate, from_policy
+    from sealflow.interpreter.policy.trustgate import TrustGate, from_policy
 
     if trust is None:
         return TrustGate(allow_unsigned=allow_unsigned)
@@ -174,8 +174,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     if not allow_open:
         require_policy(provider, "sealflow worker")
     import_actions(actions, demo=False)  # only what it is given: `--actions sealflow.demo` for the demo world
-    from sealflow.interpreter.actors import redis_broker
-    from sealflow.interpreter.runtime import Runtime
+    from sealflow.interpreter.service.actors import redis_broker
+    from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import StoreError
 
     shown = redact(broker_url)

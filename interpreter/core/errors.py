@@ -1,0 +1,83 @@
+"""Errors of the runtime. One root class; one line of docstring per class."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorClass(StrEnum):
+    """The error classes a step failure is classified into (stored and printed as their plain strings)."""
+
+    TIMEOUT = "timeout"
+    NETWORK = "network"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    INVALID_OUTPUT = "invalid_output"
+    INVALID_REQUEST = "invalid_request"
+    UNAUTHORIZED = "unauthorized"
+    POLICY_DENIED = "policy_denied"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CONFIGURATION = "configuration"
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
+#: error class -> retryable by a retry class that lists it
+ERROR_CLASSES: dict[str, bool] = {
+    "timeout": True,
+    "network": True,
+    "rate_limited": True,
+    "unavailable": True,
+    "invalid_output": True,
+    "invalid_request": False,
+    "unauthorized": False,
+    "policy_denied": False,
+    "budget_exceeded": False,
+    "configuration": False,
+    "cancelled": False,
+    "internal": False,
+}
+
+
+assert set(ERROR_CLASSES) == {e.value for e in ErrorClass}, "every error class needs a retryable flag"
+
+
+class SealflowError(Exception):
+    """Root of the runtime's exceptions."""
+
+
+class StepError(SealflowError):
+    """A classified step failure raised by an action: ``StepError("rate_limited", "CRM said 429", retry_after=2.0)``."""
+
+    def __init__(self, error_class: str, message: str = "", *, retry_after: float | None = None):
+        if error_class not in ERROR_CLASSES:
+            known = ", ".join(ERROR_CLASSES)
+            raise ValueError(f"unknown error class {error_class!r}; use one of: {known}")
+        super().__init__(message or error_class)
+        self.error_class = error_class
+        self.message = message or error_class
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"StepError({self.error_class!r}, {self.message!r})"
+
+
+class ActionRegistrationError(SealflowError):
+    """An action was declared wrongly (bad name, effect or a duplicate)."""
+
+
+def classify(exc: BaseException) -> tuple[str, str, float | None]:
+    """Map an exception to ``(error_class, message, retry_after)``.
+
+    ``StepError`` keeps its class; ``TimeoutError`` is timeout, ``ConnectionError``
+    network, ``PermissionError`` unauthorized; anything else is ``internal``.
+    """
+    if isinstance(exc, StepError):
+        return exc.error_class, exc.message, exc.retry_after
+    if isinstance(exc, TimeoutError):
+        return "timeout", str(exc) or "timed out", None
+    if isinstance(exc, ConnectionError):
+        return "network", str(exc) or type(exc).__name__, None
+    if isinstance(exc, PermissionError):
+        return "unauthorized", str(exc) or "permission denied", None
+    return "internal", f"{type(exc).__name__}: {exc}", None

@@ -1,0 +1,86 @@
+"""What executing one step attempt produced, before the engine decides what it means.
+
+Step kinds (:mod:`sealflow.interpreter.steps`) return one of these; :mod:`sealflow.interpreter.engine.decide`
+turns it, with the plan and the run, into one atomic
+:class:`~sealflow.interpreter.store.base.Commit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(slots=True)
+class Succeeded:
+    """The step produced ``output``; control goes to ``next`` (None: the step's own ``next``)."""
+
+    output: Any = None
+    next: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    #: record ``output`` in the idempotency ledger under this key, in the same commit
+    ledger_key: str | None = None
+    #: the output came from the ledger; the action was not called
+    replayed: bool = False
+    detail: dict | None = None
+    #: replaces the attempt's stored ``data`` (approvals record who approved)
+    data: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Failed:
+    """The attempt failed with an error class (see DSL.md "Error classes")."""
+
+    error_class: str
+    message: str
+    retry_after: float | None = None
+    #: the attempt ran out of time (step state ``timed_out`` rather than ``failed``)
+    timed_out: bool = False
+    #: go here instead of retrying or failing the run (approval ``on_timeout: {next}``)
+    route: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    #: the effect happened before the failure (e.g. output rejected by ``validate``):
+    #: record it in the ledger so a retry does not repeat the effect
+    ledger_key: str | None = None
+    ledger_output: Any = None
+    #: stored on the failed attempt (as ``Succeeded.data``): e.g. the tool calls an agent made
+    data: dict | None = None
+    #: audited with the failure (``step.detail``); minimised, no raw tool results
+    detail: dict | None = None
+    #: end the run in this state at once (``failed``, ``timed_out``): no retry, no ``on_error``
+    #: route; run budgets and tenant quotas (:mod:`sealflow.interpreter.policy.budgets`)
+    ends_run: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Skipped:
+    """``when`` was false; control goes to ``target``."""
+
+    target: str
+
+
+@dataclasses.dataclass(slots=True)
+class Waiting:
+    """The attempt waits: for a timer at ``due_at`` and/or a human; no worker is held."""
+
+    due_at: float | None
+    timer_kind: str | None
+    data: dict
+    output: Any = None
+
+
+@dataclasses.dataclass(slots=True)
+class EndRun:
+    """``succeed`` / ``fail`` steps: the run ends here."""
+
+    state: str  # completed | failed
+    output: Any = None
+    error_class: str | None = None
+    message: str | None = None
+
+
+Outcome = Succeeded | Failed | Skipped | Waiting | EndRun

@@ -1,0 +1,249 @@
+"""Decisions: an attempt's :mod:`outcome <sealflow.interpreter.core.outcomes>` becomes one atomic commit.
+
+Pure given its inputs (the plan, the run as read, the attempt, the outcome,
+the time): no I/O here, so the engine can decide again after an optimistic
+concurrency conflict, and tests can check decisions without a store.
+
+* success: record the output (and the ledger entry); open the approval gate
+  when ``requires_approval_if`` is true (an error evaluating it opens the gate
+  too: fail closed); else go to ``next`` (``end`` completes the run and
+  renders the plan's ``output``);
+* failure: retry with backoff when the policy allows (a ``retry_wait``
+  attempt and a ``backoff`` timer), else take a matching ``on_error`` route,
+  else fail the run into the dead-letter list with its fingerprint;
+* a run being cancelled keeps the attempt's result and becomes ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.expressions import truthy
+from sealflow.dsl.plan import END, PlanStep
+
+from sealflow.interpreter.core import retry
+from sealflow.interpreter.core.ids import gate_id
+from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.core import leases
+from sealflow.interpreter.policy.approvals import opening
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.fingerprints import fingerprint
+from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
+from sealflow.interpreter.store.base import AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange
+
+def lease_ms(step: PlanStep) -> int:
+    """The lease of an attempt of ``step`` (:mod:`sealflow.interpreter.core.leases`)."""
+    return leases.lease_ms(step.timeout_ms)
+
+
+def skip_target(step: PlanStep) -> str:
+    """Where a skipped step (``when`` false) goes: its ``skip`` edge, else ``next``, else the end."""
+    for edge in step.edges:
+        if edge.kind == "skip":
+            return edge.target
+    return step.next or "end"
+
+
+def schedule_retry(policy, step_id: str, try_no: int, failed: Failed, *, rng, now: float, lease: int, actor: str,
+                   data: dict | None = None) -> tuple[NextAttempt, AuditEvent] | None:
+    """The next try of a failed attempt and its ``retry_scheduled`` event, when ``policy`` (a step's or a
+    compensation's ``retry``) allows one; None when it does not. The one retry scheduler."""
+    if not retry.should_retry(policy, failed.error_class, try_no):
+        return None
+    delay = retry.delay_seconds(policy, try_no, failed.retry_after, rng)
+    nxt = NextAttempt(step_id, try_no + 1, "retry_wait" if delay > 0 else "scheduled", now + delay, lease,
+                      "backoff" if delay > 0 else None, data)
+    event = AuditEvent("retry_scheduled", step_id, actor,
+                       detail={"error_class": failed.error_class, "delay_s": round(delay, 6),
+                               "next_try": try_no + 1, "max_attempts": policy.max_attempts})
+    return nxt, event
+
+
+def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
+    """The outcome's output as JSON text; a value that is not JSON turns the outcome into ``internal``."""
+    if not isinstance(outcome, (Succeeded, EndRun)):
+        return outcome, None
+    try:
+        return outcome, dumps(outcome.output)
+    except (TypeError, ValueError) as exc:
+        return Failed("internal", f"step {x.step.id!r} produced a value that is not JSON ({exc}); return dicts, "
+                                  "lists, strings, numbers, booleans or null"), None
+
+
+class _Decision:
+    def __init__(self, x: Execution, actor: str, counts_step: bool):
+        self.x = x
+        self.actor = actor
+        self.step: StepChange | None = None
+        self.run_state: str | None = None
+        self.output_json: str | None = None
+        self.error: tuple[str | None, str | None] = (None, None)
+        self.next: NextAttempt | None = None
+        self.ledger: LedgerEntry | None = None
+        self.dead: DeadLetterSpec | None = None
+        self.audit: list[AuditEvent] = []
+        self.counters = {"add_steps": 1 if counts_step else 0}
+
+    def change(self, state: str, **kw: Any) -> None:
+        a = self.x.attempt
+        self.step = StepChange(a.step_id, a.attempt, a.token, state, **kw)
+
+    def usage(self, outcome: Succeeded | Failed) -> None:
+        self.counters.update(add_tokens=outcome.tokens, add_cost_usd=outcome.cost_usd,
+                             add_tool_calls=outcome.tool_calls)
+
+    def record(self, key: str | None, output_json: str | None) -> None:
+        if key is not None and output_json is not None:
+            x = self.x
+            self.ledger = LedgerEntry(x.run.tenant, key, x.run.id, x.step_id, output_json)
+
+    def go(self, target: str | None, context: Callable[[], dict]) -> None:
+        x = self.x
+        if target is None or target == END:
+            try:
+                out = x.plan.output
+                rendered = None if out is None else _render(x, out, context())
+                self.run_state, self.output_json = "completed", dumps(rendered)
+            except (DslError, TypeError, ValueError) as exc:
+                self.fail_run("invalid_request", f"the workflow's output could not be rendered: {exc}")
+            return
+        nxt = x.plan.step(target)
+        self.next = NextAttempt(target, 1, "scheduled", x.now, lease_ms(nxt))
+        self.run_state = "running"
+
+    def fail_run(self, error_class: str, message: str, state: str = "failed") -> None:
+        x = self.x
+        self.run_state = state
+        self.error = (error_class, message)
+        self.dead = DeadLetterSpec(x.step_id, f"step {x.step_id!r} failed with {error_class}: {message}",
+                                   error_class, fingerprint(x.step_id, error_class, message))
+
+    def commit(self, inline: bool) -> Commit:
+        x = self.x
+        if x.run.state == "cancelling":
+            # the run was cancelled while this attempt ran: keep the result, stop the run
+            if self.step is not None and self.step.state == "waiting":
+                self.step = dataclasses.replace(self.step, state="cancelled", timer_kind=None)
+            self.run_state, self.next, self.dead, self.output_json = "cancelled", None, None, None
+            self.error = (None, None)
+        change = RunChange(state=self.run_state, output_json=self.output_json, error_class=self.error[0],
+                           error_message=self.error[1], **self.counters)
+        return Commit(run_id=x.run.id, expected_rev=x.run.rev, step=self.step, run=change, next=self.next,
+                      ledger=self.ledger, dead_letter=self.dead, audit=tuple(self.audit), actor=self.actor,
+                      dispatch_inline=inline)
+
+
+def _render(x: Execution, value: Any, context: dict) -> Any:
+    from sealflow.dsl.expressions import templates
+
+    return templates.render_value(value, context, clock=x.services.clock.now)
+
+
+def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = True, inline: bool = True) -> Commit:
+    """The commit that applies ``outcome`` of attempt ``x``."""
+    outcome, out_json = as_json(x, outcome)
+    d = _Decision(x, actor, counts_step)
+    step = x.step
+    if isinstance(outcome, Succeeded):
+        d.usage(outcome)
+        d.change("succeeded", output_json=out_json, data=outcome.data)
+        d.record(outcome.ledger_key, out_json)
+        if outcome.replayed:
+            d.audit.append(AuditEvent("idempotent_replay", x.step_id, actor, detail=outcome.detail))
+        elif outcome.detail:
+            d.audit.append(AuditEvent("step.detail", x.step_id, actor, detail=outcome.detail))
+        def context() -> dict:
+            return _with_result(x, "succeeded", outcome.output)
+
+        target = (x.attempt.data.get("then") or step.next) if x.gate else (outcome.next or step.next)
+        if not x.gate and step.gate is not None and step.requires_approval_if and _gate_needed(x, outcome.output):
+            _open_gate(d, x, context(), target)
+        else:
+            d.go(target, context)
+    elif isinstance(outcome, Skipped):
+        d.change("skipped")
+        d.go(outcome.target, lambda: _with_result(x, "skipped", None))
+    elif isinstance(outcome, Waiting):
+        fresh = x.attempt.state == "running"
+        d.change("waiting", due_at=outcome.due_at, data=outcome.data,
+                 timer_kind=outcome.timer_kind if fresh else None)
+        d.run_state = "waiting"
+    elif isinstance(outcome, EndRun):
+        if outcome.state == "completed":
+            d.change("succeeded", output_json=out_json)
+            d.run_state, d.output_json = "completed", out_json
+        else:
+            d.change("failed", error_class=outcome.error_class, error_message=outcome.message)
+            d.fail_run(outcome.error_class or "internal", outcome.message or "")
+    else:
+        _failed(d, x, outcome)
+    return d.commit(inline)
+
+
+def _failed(d: _Decision, x: Execution, f: Failed) -> None:
+    d.usage(f)
+    d.change("timed_out" if f.timed_out else "failed", error_class=f.error_class, error_message=f.message,
+             data=f.data)
+    if f.detail:
+        d.audit.append(AuditEvent("step.detail", x.step_id, d.actor, detail=f.detail))
+    if f.ledger_key is not None:
+        try:
+            d.record(f.ledger_key, dumps(f.ledger_output))
+        except (TypeError, ValueError):
+            pass  # not JSON: nothing to replay; the retry reports the same problem
+    if f.ends_run is not None:  # a run budget or quota: the run ends here, whatever routes exist
+        d.fail_run(f.error_class, f.message, f.ends_run)
+        return
+    def context() -> dict:
+        return _with_result(x, "timed_out" if f.timed_out else "failed", None)
+
+    if f.route is not None:
+        d.go(f.route, context)
+        return
+    step, attempt = x.step, x.attempt
+    again = None if x.gate else schedule_retry(step.retry, x.step_id, attempt.try_no, f, rng=x.services.rng,
+                                               now=x.now, lease=lease_ms(step), actor=d.actor)
+    if again is not None:
+        d.next, event = again
+        d.run_state = "running"
+        d.audit.append(event)
+        return
+    for route in step.on_error:
+        if f.error_class in route.errors:
+            d.audit.append(AuditEvent("on_error", x.step_id, d.actor,
+                                      detail={"error_class": f.error_class, "next": route.next}))
+            d.go(route.next, context)
+            return
+    d.fail_run(f.error_class, f.message)
+
+
+def _with_result(x: Execution, status: str, output: Any) -> dict:
+    if x.gate:
+        return x.context
+    steps = dict(x.context["steps"])
+    steps[x.step.id] = {"status": status, "output": output}
+    context = dict(x.context)
+    context["steps"] = steps
+    return context
+
+
+def _gate_needed(x: Execution, output: Any) -> bool:
+    try:
+        return truthy(x.evaluate(x.step.requires_approval_if, output=output, with_output=True))
+    except DslError:
+        return True  # cannot tell: fail closed, a human decides
+
+
+def _open_gate(d: _Decision, x: Execution, context: dict, then: str | None) -> None:
+    gate = x.step.gate
+    gx = Execution(x.services, x.plan, x.step, x.run, x.attempt, context, x.now, gate=True)
+    data = opening(gx, gate, x.now)
+    data["then"] = then  # where control goes once approved
+    d.next = NextAttempt(gate_id(x.step.id), 1, "waiting", x.now + gate.timeout_ms / 1000.0, lease_ms(x.step),
+                         "approval_timeout", data)
+    d.run_state = "waiting"
+    d.audit.append(AuditEvent("approval_required", x.step_id, d.actor,
+                              detail={"condition": x.step.requires_approval_if,
+                                      "approvers": list(gate.approvers)}))

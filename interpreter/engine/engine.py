@@ -1,0 +1,294 @@
+"""The engine: one step message in, one fenced commit out.
+
+For a message ``(run_id, step_id, attempt, token, tenant)``:
+
+1. **claim** (:meth:`Store.claim`): compare-and-set on the attempt's token and
+   state, and the run's tenant; a stale, duplicate, forged or cross-tenant
+   message is refused and audited (``message_refused``) and does nothing else;
+   a fresh attempt of a sensitive step is then reauthorised
+   (:func:`sealflow.interpreter.policy.authz.reauthorize`);
+2. **execute** the step kind (:mod:`sealflow.interpreter.steps`) with the expression
+   context read from the store; ``when`` false skips it; every failure is
+   classified into an error class;
+3. **decide** (:mod:`sealflow.interpreter.engine.decide`) and **commit**: one atomic write fenced
+   by the claim's token and the run's revision. On a revision conflict (an
+   operator cancelled or approved meanwhile) the engine re-reads the run and
+   decides again; on a fencing failure (the lease expired and the attempt was
+   handed to another worker, or the run timed out) it gives up: the late
+   result changes nothing;
+4. return the messages the commit made due, for the caller to enqueue.
+
+Nothing is held in memory between messages except caches (plans by digest,
+compiled validators): a crash between any two lines loses nothing the store
+does not know how to redo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from typing import Any, Callable, Mapping
+
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.expressions import truthy
+from sealflow.dsl.plan import Plan, PlanStep
+
+from sealflow.interpreter.core.ids import StepRef, split_step_id
+from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
+from sealflow.interpreter.policy import authz, budgets, trustgate
+from sealflow.interpreter.engine import compensation, recovery
+from sealflow.interpreter.engine import decide as flow
+from sealflow.interpreter.engine.committing import commit_retrying
+from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
+from sealflow.interpreter.core.clock import Clock
+from sealflow.interpreter.execution.context import Execution, OutputCache, Services
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
+from sealflow.interpreter.execution.secrets import redact_commit
+from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.interpreter.steps import EXECUTORS
+from sealflow.interpreter.steps.checks import validation_failure
+from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
+from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.interpreter.store.records import Committed
+from sealflow.interpreter.execution.timeouts import AttemptRunner
+
+log = logging.getLogger("sealflow.engine")
+
+_CANCEL_RECHECK_S = 0.5
+
+
+def provider_lookup(providers: Any) -> Callable[[str], Any]:
+    """Normalise ``providers`` (a registry with ``get``, a mapping, or a callable) to ``model -> provider``."""
+    if providers is None:
+        def missing(model: str) -> Any:
+            raise StepError("configuration", f"no model providers are configured, so model {model!r} cannot be "
+                                             "called; pass providers=... to the runtime")
+        return missing
+    if isinstance(providers, Mapping):
+        def from_mapping(model: str) -> Any:
+            found = providers.get(model)
+            if found is None:
+                raise StepError("configuration", f"unknown model {model!r}; known: {', '.join(sorted(providers))}")
+            return found
+        return from_mapping
+    if hasattr(providers, "get"):
+        return providers.get
+    if callable(providers):
+        return providers
+    raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
+
+
+class Engine:
+    """Executes step messages against a store. Thread-safe; one per process is enough."""
+
+    def __init__(self, store: Store, registry: Any, providers: Any = None, *, clock: Clock, owner: str,
+                 access: AccessProvider | None = None,
+                 runner: AttemptRunner | None = None, rng: random.Random | None = None):
+        self.store = store
+        self.clock = clock
+        self.owner = owner
+        self.actor = f"worker:{owner}"
+        #: who holds which permissions now (reauthorisation before sensitive steps)
+        self.access: AccessProvider = access if access is not None else OpenAccess()
+        self._plans: dict[str, Plan] = {}
+        self._steps: dict[str, dict[str, PlanStep]] = {}
+        self.outputs = OutputCache()
+        self._cancel_seen: dict[str, tuple[float, bool]] = {}
+        #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
+        self.running_limit: Callable[[str], int | None] | None = None
+        #: which signers' definitions this process executes (None: no check, the embedded default)
+        self.trust_gate: trustgate.TrustGate | None = None
+        self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
+                                 rng or random.Random(), self.is_cancelled)
+
+    # -- caches ------------------------------------------------------------------------------------
+    def plan(self, digest: str) -> Plan:
+        plan = self._plans.get(digest)
+        if plan is None:
+            plan = Plan.from_json(self.store.get_plan(digest))
+            self.remember(plan)
+        return plan
+
+    def remember(self, plan: Plan) -> None:
+        if plan.digest and plan.digest not in self._plans:
+            self._steps[plan.digest] = plan.step_map()
+            self._plans[plan.digest] = plan
+
+    def is_cancelled(self, run_id: str) -> bool:
+        """Whether the run is being cancelled; read from the store at most every 0.5 s per run."""
+        now = time.monotonic()
+        seen = self._cancel_seen.get(run_id)
+        if seen is not None and (seen[1] or now - seen[0] < _CANCEL_RECHECK_S):
+            return seen[1]
+        try:
+            state = self.store.get_run(run_id).state
+        except NotFound:
+            state = "cancelled"
+        flag = state in ("cancelling", "cancelled")
+        self._cancel_seen[run_id] = (now, flag)
+        return flag
+
+    def note_cancelled(self, run_id: str) -> None:
+        self._cancel_seen[run_id] = (time.monotonic(), True)
+
+    def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
+        plan = self.plan(run.plan_digest)
+        base, gate = split_step_id(attempt.step_id)
+        step = self._steps[run.plan_digest][base]
+        return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
+                         results=results, outputs=self.outputs)
+
+    # -- the message path --------------------------------------------------------------------------
+    def handle(self, run_id: str, step_id: str, attempt: int, token: int,
+               tenant: str | None = None) -> tuple[Message, ...]:
+        """Process one step message; return the messages now due (to enqueue). A message must name
+        the run's tenant ("" when it names none, which the claim refuses)."""
+        try:
+            claimed = self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
+                                       now=self.clock.now(), running_limit=self.running_limit)
+        except MessageRefused as exc:
+            log.info("%s", exc)
+            return ()
+        except ClaimDeferred as exc:  # the tenant's bulkhead is full: the message comes back shortly
+            log.debug("%s", exc)
+            return ()
+        if StepRef.parse(step_id).is_compensation:
+            return self.compensate(claimed)
+        x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
+        refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
+        outcome = refused or budgets.after(x, self.execute(x))
+        counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
+        return self.commit(x, outcome, actor=self.actor, counts_step=counts)
+
+    @staticmethod
+    def over_budget(x: Execution) -> Failed | None:
+        """Why the claimed attempt must not start (it is not run): the run is being cancelled, or it
+        would exceed a budget (:func:`sealflow.interpreter.policy.budgets.before`)."""
+        if x.run.state == "cancelling":
+            return Failed("cancelled", f"the run is being cancelled; step {x.step.id!r} did not start")
+        return budgets.before(x)
+
+    def execute(self, x: Execution) -> Outcome:
+        step = x.step
+        kind = StepKind.APPROVAL if x.gate else step.kind
+        try:
+            if not x.resumed and not x.gate and step.when is not None and not truthy(x.evaluate(step.when)):
+                return Skipped(flow.skip_target(step))
+            outcome = EXECUTORS[kind](x)
+            if isinstance(outcome, Succeeded) and kind in CALLING_KINDS and step.validations:
+                failed = validation_failure(x, outcome.output)
+                if failed is not None:
+                    failed.tokens, failed.cost_usd, failed.tool_calls = \
+                        outcome.tokens, outcome.cost_usd, outcome.tool_calls
+                    failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.output
+                    return failed
+            return outcome
+        except DslError as exc:
+            return Failed("invalid_request", f"an expression of step {step.id!r} failed: {exc}")
+        except StepError as exc:
+            return Failed(exc.error_class, exc.message, exc.retry_after)
+        except Exception as exc:  # noqa: BLE001 - a bug must fail the step, not the worker
+            log.exception("engine error in step %r of run %s", step.id, x.run.id)
+            return Failed("internal", f"engine error in step {step.id!r}: {type(exc).__name__}: {exc}")
+
+    def commit(self, x: Execution, outcome: Outcome, *, actor: str, counts_step: bool) -> tuple[Message, ...]:
+        """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
+        def build() -> Commit:
+            commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
+            return redact_commit(compensation.amend(x, commit))
+
+        def conflict() -> None:
+            x.run = self.store.get_run(x.run.id)
+            if x.run.state == "cancelling":
+                self.note_cancelled(x.run.id)
+
+        return self._done(x.run.id, commit_retrying(
+            self.store, self.clock, build, conflict=conflict,
+            fenced=lambda exc: self._fenced(exc, x, actor, {"outcome": type(outcome).__name__}),
+            illegal=lambda exc: log.error("%s", exc),
+            gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"))
+
+    def _done(self, run_id: str, done: Committed | None) -> tuple[Message, ...]:
+        if done is None:
+            return ()
+        if done.run_state in RUN_FINAL:
+            self.outputs.forget(run_id)
+        return done.messages
+
+    def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict | None = None) -> None:
+        """A late result (the lease expired and the attempt moved on, or the run timed out): audited only."""
+        log.warning("%s", exc)
+        self.store.append_audit(AuditEvent(
+            "commit_fenced", x.step_id, actor, run_id=x.run.id,
+            detail={"attempt": x.attempt.attempt, "token": x.attempt.token, **(detail or {})}), self.clock.now())
+
+    # -- compensation and repair -------------------------------------------------------------------
+    def compensate(self, claimed: Claimed) -> tuple[Message, ...]:
+        """Run one claimed ``<step>@compensate`` attempt (:mod:`.compensation`) and commit its result."""
+        run, att = claimed.run, claimed.attempt
+        plan = self.plan(run.plan_digest)
+        step = plan.step(StepRef.parse(att.step_id).step)
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=claimed.results,
+                      outputs=self.outputs)
+        outcome = compensation.execute(x)
+
+        def conflict() -> None:
+            x.run = self.store.get_run(run.id)
+
+        done = commit_retrying(
+            self.store, self.clock, lambda: redact_commit(compensation.decide(x, outcome, actor=self.actor)),
+            conflict=conflict, fenced=lambda exc: self._fenced(exc, x, self.actor),
+            gave_up=f"run {run.id} kept changing while {x.step_id!r} committed; try again")
+        return () if done is None else done.messages
+
+    def repair(self, run_id: str) -> tuple[Message, ...]:
+        """Decide again from the run's latest finished attempt (or schedule its start if it has none):
+        the safety net of :mod:`.recovery` for an active run without an active attempt."""
+        store = self.store
+        run = store.get_run(run_id)
+        plan = self.plan(run.plan_digest)
+        attempts = store.attempts(run_id)
+        store.append_audit(AuditEvent("run_repaired", None, "recovery", run_id=run_id,
+                                      detail={"state": run.state, "attempts": len(attempts)}), self.clock.now())
+        if not attempts:
+            return store.commit(recovery.start_commit(run, plan, self.clock.now()), self.clock.now()).messages
+        last = recovery.last_finished(attempts)
+        outcome = recovery.outcome_of(last, plan.step(split_step_id(last.step_id)[0]))
+        if not recovery.may_decide_again(run, last, outcome):
+            return ()
+        x = self.execution(run, last, store.results(run_id), resumed=False)
+        return self.commit(x, outcome, actor="recovery", counts_step=False)
+
+    # -- human decisions on a waiting attempt ------------------------------------------------------
+    def resolve(self, run_id: str, step_id: str | None, decide: Callable[[Execution], Outcome], *,
+                actor: str) -> tuple[Message, ...]:
+        """Apply an approval or rejection to the run's waiting approval (fenced, re-read on conflict)."""
+        def build() -> Commit:
+            run = self.store.get_run(run_id)
+            att = self.store.active_attempt(run_id)
+            if att is None or att.state != "waiting":
+                raise InvalidOperation(f"run {run_id} has no approval waiting (it is {run.state}); see "
+                                       f"`sealflow status {run_id}`")
+            base, gate = split_step_id(att.step_id)
+            if step_id is not None and step_id not in (att.step_id, base):
+                raise InvalidOperation(f"run {run_id} is waiting at step {att.step_id!r}, not {step_id!r}")
+            x = self.execution(run, att, self.store.results(run_id), resumed=False)
+            if not gate and x.step.kind != "approval":
+                raise InvalidOperation(f"run {run_id} is waiting at {x.step.kind} step {base!r}, which is not an "
+                                       "approval")
+            decided = decide(x)  # an outcome, or (outcome, audit events of the decision)
+            outcome, events = decided if isinstance(decided, tuple) else (decided, ())
+            commit = flow.decide(x, outcome, actor=actor, counts_step=False)
+            if events:
+                commit = dataclasses.replace(commit, audit=commit.audit + tuple(events))
+            return redact_commit(compensation.amend(x, commit))
+
+        def fenced(exc: FencingError) -> None:
+            raise InvalidOperation(f"the approval of run {run_id} moved on meanwhile (timed out or decided); "
+                                   f"see `sealflow status {run_id}`") from None
+
+        return self._done(run_id, commit_retrying(self.store, self.clock, build, fenced=fenced,
+                                                  gave_up=f"run {run_id} kept changing; try again"))

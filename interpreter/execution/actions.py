@@ -1,0 +1,104 @@
+"""The ``@action`` decorator and the registry of actions.
+
+Import-light on purpose: validation imports action modules to learn their
+permissions and effects, so this module pulls in no broker and no store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Any, Callable
+
+from sealflow.interpreter.core.errors import ActionRegistrationError
+
+EFFECTS = ("read", "write", "irreversible")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    """A registered action: a Python callable plus what it needs and what it does."""
+
+    name: str
+    fn: Callable[..., Any]
+    permissions: tuple[str, ...] = ()
+    effect: str = "read"
+    secrets: tuple[str, ...] = ()
+    description: str = ""
+
+    def __call__(self, ctx: Any, **kwargs: Any) -> Any:
+        return self.fn(ctx, **kwargs)
+
+    @property
+    def parameters(self) -> list[str]:
+        params = list(inspect.signature(self.fn).parameters.values())[1:]
+        return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+class Registry:
+    """Actions by name. The default registry is :data:`REGISTRY`."""
+
+    def __init__(self) -> None:
+        self._actions: dict[str, Action] = {}
+
+    def register(self, act: Action) -> Action:
+        existing = self._actions.get(act.name)
+        if existing is not None and existing.fn is not act.fn:
+            same_place = (
+                getattr(existing.fn, "__module__", None) == getattr(act.fn, "__module__", None)
+                and getattr(existing.fn, "__qualname__", None) == getattr(act.fn, "__qualname__", None)
+            )
+            if not same_place:
+                raise ActionRegistrationError(
+                    f"action {act.name!r} is registered twice "
+                    f"({existing.fn.__module__}.{existing.fn.__qualname__} and "
+                    f"{act.fn.__module__}.{act.fn.__qualname__}); rename one of them"
+                )
+        self._actions[act.name] = act
+        return act
+
+    def get(self, name: str) -> Action | None:
+        return self._actions.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._actions
+
+    def __iter__(self):
+        return iter(sorted(self._actions))
+
+    def items(self):
+        return sorted(self._actions.items())
+
+
+REGISTRY = Registry()
+
+
+def action(
+    name: str,
+    *,
+    permissions: list[str] | tuple[str, ...] = (),
+    effect: str = "read",
+    secrets: list[str] | tuple[str, ...] = (),
+    registry: Registry | None = None,
+) -> Callable[[Callable[..., Any]], Action]:
+    """Register a function as the action ``name``.
+
+    ``effect`` is ``read``, ``write`` or ``irreversible``; ``permissions`` are what the
+    step must hold; ``secrets`` are resolved at execution time into ``ctx.secrets``.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ActionRegistrationError(
+            f"action name {name!r} must look like 'area.verb' (lowercase, dotted), e.g. 'crm.get_lead'"
+        )
+    if effect not in EFFECTS:
+        raise ActionRegistrationError(f"action {name!r}: effect {effect!r} must be one of {', '.join(EFFECTS)}")
+
+    def decorate(fn: Callable[..., Any]) -> Action:
+        if not callable(fn):
+            raise ActionRegistrationError(f"@action({name!r}) must decorate a function")
+        act = Action(name, fn, tuple(permissions), effect, tuple(secrets), (fn.__doc__ or "").strip())
+        return (registry or REGISTRY).register(act)
+
+    return decorate

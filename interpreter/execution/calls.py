@@ -1,0 +1,61 @@
+"""Calling a step's Python code: an action, a model tool, a compensation.
+
+:func:`call` runs ``fn(ctx)`` on a runner thread within the attempt's deadline, inside the sandbox
+(declared secrets resolved, a private temporary directory), and classifies what goes wrong into an
+error class. Every step kind that calls code goes through it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sealflow.interpreter.core.errors import StepError, classify
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution import sandbox
+from sealflow.interpreter.execution.context import Execution, StepContext
+from sealflow.interpreter.execution.timeouts import AttemptTimedOut
+
+
+def own_args(args: dict) -> dict:
+    """Arguments the action may mutate freely: maps and lists taken from earlier outputs are copied
+    (they are shared with the engine's decoded-output cache)."""
+    return {k: json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v for k, v in args.items()}
+
+
+def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None = None,
+         cancellable: bool = True) -> Outcome:
+    """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
+
+    ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
+    ``fn`` ends (:mod:`sealflow.interpreter.execution.sandbox`); ``timeout_ms`` replaces the step's timeout (compensations);
+    ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out."""
+    services = x.services
+    run_id = x.run.id
+    job_box: list = []
+
+    def cancelled() -> bool:
+        return bool(job_box and job_box[0].abandoned) or (cancellable and services.is_cancelled(run_id))
+
+    ctx = StepContext(x, key, cancelled)
+    if timeout_ms is not None:
+        ctx.deadline = services.clock.now() + timeout_ms / 1000.0
+    try:
+        box = sandbox.prepare(ctx, act, services)
+    except StepError as exc:
+        return Failed(exc.error_class, exc.message)
+    timeout = max(0.0, ctx.deadline - services.clock.now())
+    job = services.runner.submit(lambda: box.run(fn, ctx))
+    job_box.append(job)
+    try:
+        output = services.runner.wait(job, timeout)
+    except AttemptTimedOut:
+        return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
+                                 f"{x.step.timeout_ms}ms; the late result, if any, will be ignored", timed_out=True)
+    except BaseException as exc:  # noqa: BLE001 - every failure is classified, even SystemExit
+        error_class, message, retry_after = classify(exc)
+        over = box.failure()
+        return Failed("policy_denied", over) if over else Failed(error_class, message, retry_after)
+    over = box.failure()
+    if over:
+        return Failed("policy_denied", over)
+    return Succeeded(output, ledger_key=key)

@@ -1,0 +1,204 @@
+"""What a step attempt executes with: the expression context, and the ``ctx`` an action gets.
+
+The expression context is built from the store's ``results`` (the latest
+visit of each step) and the run, never from memory, so a recovered run sees
+exactly what the crashed one saw::
+
+    {"input": ..., "steps": {id: {"output": ..., "status": ...}},
+     "run": {id, workflow, version, initiator, tenant, attempt}, "output": None}
+
+``run.attempt`` is 1 for a run's first life and grows by one with each
+dead-letter redrive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+from typing import Any, Callable, Mapping, Protocol
+
+from sealflow.dsl import expressions
+from sealflow.dsl.expressions import templates
+from sealflow.dsl.plan import Plan, PlanStep
+
+from sealflow.interpreter.core.clock import Clock
+from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
+from sealflow.interpreter.execution.actions import Registry
+from sealflow.interpreter.execution.secrets import SecretChain
+from sealflow.interpreter.execution.timeouts import AttemptRunner
+
+_EMPTY: Mapping[str, str] = {}
+
+
+class OutputCache:
+    """Decoded step outputs by run, so a step does not re-parse every earlier output.
+
+    Keyed by the JSON text itself: a changed output (a loop's next visit) is parsed again.
+    Bounded; a run's entry is dropped when the run ends.
+    """
+
+    def __init__(self, max_runs: int = 4096):
+        self._runs: dict[str, dict[str, tuple[str, Any]]] = {}
+        self._max = max_runs
+
+    def decode(self, run_id: str, step_id: str, text: str | None) -> Any:
+        if text is None:
+            return None
+        per_run = self._runs.get(run_id)
+        if per_run is None:
+            if len(self._runs) >= self._max:
+                try:
+                    self._runs.pop(next(iter(self._runs)), None)
+                except (StopIteration, RuntimeError):  # another thread changed it meanwhile
+                    pass
+            per_run = self._runs[run_id] = {}
+        hit = per_run.get(step_id)
+        if hit is not None and hit[0] == text:
+            return hit[1]
+        value = json.loads(text)
+        per_run[step_id] = (text, value)
+        return value
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+
+def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | None]],
+                       cache: OutputCache | None = None) -> dict:
+    if cache is None:
+        steps = {sid: {"status": status, "output": None if out is None else json.loads(out)}
+                 for sid, (status, out) in results.items()}
+    else:
+        decode, run_id = cache.decode, run.id
+        steps = {sid: {"status": status, "output": decode(run_id, sid, out)} for sid, (status, out) in results.items()}
+    return {
+        "input": run.input,
+        "steps": steps,
+        "run": {"id": run.id, "workflow": run.workflow, "version": run.workflow_version,
+                "initiator": run.initiator, "tenant": run.tenant, "attempt": run.redrives + 1},
+        "output": None,
+    }
+
+
+class ExecutionConfig(Protocol):
+    """What executing a step reads of the runtime configuration
+    (:class:`sealflow.interpreter.service.config.RuntimeConfig` is one)."""
+
+    tempdir_max_bytes: int
+    tempdir_root: str | None
+    secrets_dir: str | None
+
+    def limits(self, tenant: str) -> Any:
+        """The tenant's limits (quotas, bulkheads): :class:`sealflow.interpreter.service.config.TenantLimits`."""
+
+
+@dataclasses.dataclass(slots=True)
+class Services:
+    """The engine's collaborators, shared by every execution."""
+
+    store: Store
+    registry: Registry
+    #: model name -> its provider (:class:`sealflow.interpreter.providers.base.ModelProvider`)
+    provider_for: Callable[[str], Any]
+    clock: Clock
+    runner: AttemptRunner
+    rng: random.Random
+    is_cancelled: Callable[[str], bool]
+    validators: dict = dataclasses.field(default_factory=dict)
+    #: the runtime configuration (:class:`sealflow.interpreter.service.config.RuntimeConfig`; None: defaults)
+    config: ExecutionConfig | None = None
+    #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`; None: env, then files)
+    secret_chain: SecretChain | None = None
+
+
+class Execution:
+    """One claimed attempt being executed and decided.
+
+    The expression context is built on first use (a step without expressions never pays for it).
+    """
+
+    __slots__ = ("services", "plan", "step", "run", "attempt", "now", "resumed", "gate", "_results", "_outputs",
+                 "_context")
+
+    def __init__(self, services: Services, plan: Plan, step: PlanStep, run: RunRecord, attempt: AttemptRecord,
+                 context: dict | None, now: float, *, resumed: bool = False, gate: bool = False,
+                 results: Mapping[str, tuple[str, str | None]] | None = None, outputs: "OutputCache | None" = None):
+        self.services, self.plan, self.step, self.run, self.attempt = services, plan, step, run, attempt
+        self.now = now
+        #: claimed out of ``waiting`` (a timer fired), not a fresh attempt
+        self.resumed = resumed
+        #: the attempt is the approval gate of ``step`` (``requires_approval_if``)
+        self.gate = gate
+        self._results, self._outputs, self._context = results, outputs, context
+
+    @property
+    def context(self) -> dict:
+        if self._context is None:
+            self._context = expression_context(self.run, self._results or {}, self._outputs)
+        return self._context
+
+    @property
+    def step_id(self) -> str:
+        return self.attempt.step_id
+
+    def evaluate(self, text: str, *, output: Any = None, with_output: bool = False) -> Any:
+        ctx = self.context
+        if with_output:
+            ctx = dict(ctx)
+            ctx["output"] = output
+        return expressions.evaluate(expressions.compile_cached(text), ctx, clock=self.services.clock.now)
+
+    def render(self, value: Any) -> Any:
+        return templates.render_value(value, self.context, clock=self.services.clock.now)
+
+    def deadline(self) -> float:
+        """When this attempt must be over: its timeout, or the run's deadline if sooner."""
+        end = self.now + self.step.timeout_ms / 1000.0
+        if self.run.deadline is not None and self.run.deadline < end:
+            end = self.run.deadline
+        return end
+
+
+class StepContext:
+    """The ``ctx`` argument of an action (DSL.md "Actions")."""
+
+    __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "_temp",
+                 "_log", "_cancelled")
+
+    def __init__(self, x: Execution, idempotency_key: str | None, cancelled: Callable[[], bool]):
+        self.run_id = x.run.id
+        self.step_id = x.step_id
+        self.attempt = x.attempt.try_no
+        self.idempotency_key = idempotency_key
+        self.tenant = x.run.tenant
+        self.deadline = x.deadline()
+        self.secrets: Mapping[str, str] = _EMPTY
+        self._temp = None  # sealflow.interpreter.execution.tempfiles.TempArea, attached by sealflow.interpreter.execution.sandbox
+        self._log: logging.LoggerAdapter | None = None
+        self._cancelled = cancelled
+
+    @property
+    def log(self) -> logging.LoggerAdapter:
+        """A logger that tags records with the run and step ids."""
+        if self._log is None:
+            self._log = logging.LoggerAdapter(logging.getLogger("sealflow.action"),
+                                              {"run_id": self.run_id, "step_id": self.step_id})
+        return self._log
+
+    def cancelled(self) -> bool:
+        """True once the run is being cancelled or this attempt timed out: stop early if you can."""
+        return self._cancelled()
+
+    @property
+    def tempdir(self) -> str | None:
+        """This attempt's private directory (mode 0700, created on first use, removed when the attempt ends)."""
+        return None if self._temp is None else self._temp.path
+
+    def tempdir_usage(self) -> int:
+        """Bytes used in :attr:`tempdir`; ``policy_denied`` once over the configured limit."""
+        return 0 if self._temp is None else self._temp.usage()
+
+    def __repr__(self) -> str:
+        return f"StepContext(run_id={self.run_id!r}, step_id={self.step_id!r}, attempt={self.attempt})"

@@ -1,0 +1,196 @@
+"""Authorisation decisions: who may submit, who may still act, who may see a run.
+
+* **submit** (:func:`authorize_submit`): the acting identity -- the caller, or
+  the schedule's ``run_as`` service for a scheduled run -- must be a member of
+  the tenant and hold every permission the workflow declares; otherwise
+  :class:`Unauthorized` naming what is missing, nothing is created, and a
+  ``submit_denied`` event is audited (no run id: there is no run);
+* **reauthorisation** (:func:`reauthorize`): right before a step whose action
+  is ``write``/``irreversible`` (or that says ``reauthorize: true``), the
+  run's acting identity must still hold the step's permissions *now*; if not
+  the step fails with ``unauthorized`` (never retried) before its effect runs,
+  and ``reauthorization_denied`` is audited;
+* **tenant scope** (:func:`scoped_run`): a caller of one tenant asking about a
+  run of another is told the run does not exist -- the same words as for an
+  unknown run -- and ``tenant_denied`` is audited.
+
+Decisions ask an :class:`~sealflow.interpreter.policy.access.AccessProvider` at the moment they
+are made; a provider that cannot answer (an unreadable policy file) denies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from sealflow.interpreter.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.outcomes import Failed
+from sealflow.interpreter.store.base import AuditEvent, RunRecord, Store
+from sealflow.interpreter.store.errors import NotFound
+
+if TYPE_CHECKING:
+    from sealflow.dsl.plan import Plan, PlanStep
+
+    from sealflow.interpreter.execution.context import Execution
+
+_EFFECT_RANK = {"read": 0, "write": 1, "irreversible": 2}
+
+
+class Unauthorized(StepError):
+    """A principal lacks a permission or role, or may not make this decision (error class ``unauthorized``)."""
+
+    def __init__(self, message: str, *, missing: Iterable[str] = ()):
+        super().__init__("unauthorized", message)
+        self.missing = tuple(missing)
+
+
+class PolicyRequired(AccessPolicyError):
+    """A command that serves others (worker, serve, submit to a shared store) was started without a policy."""
+
+
+def require_policy(access: AccessProvider, what: str) -> None:
+    """Refuse to start ``what`` in open development mode (the hook for ``worker``, ``serve`` and
+    ``submit`` to a shared store)."""
+    if is_open(access):
+        raise PolicyRequired(f"{what} refuses to start without an access policy: open development mode would let "
+                             "any principal do anything on a shared store; pass --access FILE or set "
+                             "SEALFLOW_ACCESS")
+
+
+def member_permissions(access: AccessProvider, tenant: str, principal: str) -> tuple[frozenset, bool]:
+    """(permissions held, is a member of the tenant); an unusable policy raises :class:`Unauthorized`."""
+    try:
+        perms = access.permissions(tenant, principal)
+        member = bool(perms) or bool(access.roles(tenant, principal))
+    except AccessPolicyError as exc:
+        raise Unauthorized(f"the access policy cannot be used, so nothing is allowed: {exc.message}") from None
+    return perms, member
+
+
+def acting_identity(plan: "Plan", initiator: str, run_as: str | None) -> str:
+    """Whose permissions a run acts with: ``run_as`` for a scheduled run (it must be the schedule's
+    ``run_as``), else the initiator."""
+    if run_as is None:
+        return initiator
+    schedule = plan.trigger.schedule if plan.trigger is not None else None
+    declared = (schedule or {}).get("run_as")
+    if declared != run_as:
+        raise Unauthorized(f"{plan.name} v{plan.version} declares no schedule running as {run_as}"
+                           + (f" (its schedule runs as {declared})" if declared else "")
+                           + "; submit it as yourself, without run_as")
+    return run_as
+
+
+def authorize_submit(store: Store, access: AccessProvider, now: float, plan: "Plan", *, initiator: str,
+                     tenant: str, run_as: str | None = None) -> str:
+    """Check a submission; return the acting identity, or audit and raise :class:`Unauthorized`."""
+    detail: dict[str, Any] = {"tenant": tenant, "workflow": plan.name, "version": plan.version,
+                              "plan": plan.digest, "access": mode_of(access)}
+    try:
+        acting = acting_identity(plan, initiator, run_as)
+        detail["acting_as"] = acting
+        perms, member = member_permissions(access, tenant, acting)
+    except Unauthorized as exc:
+        detail.update(reason=exc.message, missing=list(plan.permissions))
+        store.append_audit(AuditEvent("submit_denied", None, initiator, detail=detail), now)
+        raise
+    lacking = missing(perms, plan.permissions)
+    if member and not lacking:
+        return acting
+    who = acting if acting == initiator else f"{initiator} (running as {acting})"
+    if not member:
+        message = (f"{who} is not a member of tenant {tenant!r}, so it cannot submit {plan.name} "
+                   f"v{plan.version}" + (f", which needs: {', '.join(plan.permissions)}" if plan.permissions else ""))
+        lacking = plan.permissions
+    else:
+        message = (f"{who} may not submit {plan.name} v{plan.version} in tenant {tenant!r}: missing "
+                   f"permission{'s' if len(lacking) > 1 else ''} {', '.join(lacking)}; ask an administrator of "
+                   "the access policy for a role that grants them")
+    detail.update(reason="not_a_member" if not member else "missing_permissions", missing=list(lacking))
+    store.append_audit(AuditEvent("submit_denied", None, initiator, detail=detail), now)
+    raise Unauthorized(message, missing=lacking)
+
+
+# ---------------------------------------------------------------- reauthorisation
+
+def step_effect(registry: Any, step: "PlanStep") -> str | None:
+    """The effect of what the step calls, from the live registry: its action's, or for an agent the
+    strongest of its tools'; None for steps that call nothing."""
+    names: tuple[str, ...] = ()
+    if step.kind == "action" and step.action:
+        names = (step.action,)
+    elif step.kind == "agent" and step.agent is not None:
+        names = tuple(step.agent.tools)
+    effect = None
+    for name in names:
+        act = registry.get(name)
+        # an action missing from the registry fails the step anyway; treat it as sensitive meanwhile
+        e = getattr(act, "effect", "irreversible") if act is not None else "irreversible"
+        if effect is None or _EFFECT_RANK.get(e, 2) > _EFFECT_RANK.get(effect, 2):
+            effect = e
+    return effect
+
+
+def step_permissions(registry: Any, step: "PlanStep") -> tuple[str, ...]:
+    """The step's declared permissions, plus any its action needs in the live registry."""
+    perms = list(step.permissions)
+    if step.kind == "action" and step.action:
+        act = registry.get(step.action)
+        perms += list(getattr(act, "permissions", ()) or ())
+    return tuple(dict.fromkeys(perms))
+
+
+def reauthorize(access: AccessProvider, x: "Execution") -> Failed | None:
+    """``unauthorized`` when a fresh attempt of a sensitive step is no longer allowed by ``access`` (it is
+    not run); the refusal is audited through the execution's store."""
+    if x.resumed or x.gate:
+        return None
+    step, registry = x.step, x.services.registry
+    effect = step_effect(registry, step)
+    if not step.needs_reauthorization(effect):
+        return None
+    run = x.run
+    acting = run.acting
+    needed = step_permissions(registry, step)
+    try:
+        perms, member = member_permissions(access, run.tenant, acting)
+        lacking = missing(perms, needed) if member else needed
+        reason = None if member else "not_a_member"
+    except Unauthorized as exc:
+        lacking, reason, member = needed, exc.message, False
+    if member and not lacking:
+        return None
+    detail = {"acting_as": acting, "tenant": run.tenant, "permissions": list(needed), "missing": list(lacking),
+              "effect": effect, "access": mode_of(access), "reason": reason or "missing_permissions"}
+    x.services.store.append_audit(AuditEvent("reauthorization_denied", x.step_id, acting, run_id=run.id,
+                                             detail=detail), x.services.clock.now())
+    if reason == "not_a_member":
+        why = f"{acting} is no longer a member of tenant {run.tenant!r}"
+    elif reason:
+        why = reason
+    else:
+        why = f"{acting} no longer holds {', '.join(lacking)} in tenant {run.tenant!r}"
+    return Failed("unauthorized", f"reauthorisation before step {step.id!r} failed: {why}; the step did not run")
+
+
+# ---------------------------------------------------------------- tenant scope
+
+def unknown_run(store: Store, run_id: str) -> NotFound:
+    """The error for a run that does not exist -- word for word what the store says."""
+    return NotFound(f"no run {run_id!r} in {store.url}; list runs with `sealflow status`")
+
+
+def scoped_run(store: Store, now: float, run_id: str, *, tenant: str | None, actor: str | None,
+               operation: str) -> RunRecord:
+    """The run, if the caller's ``tenant`` owns it (None: an in-process caller, unscoped); a run of
+    another tenant is reported as unknown, and ``tenant_denied`` is audited."""
+    run = store.get_run(run_id)
+    if tenant is None or run.tenant == tenant:
+        return run
+    store.append_audit(AuditEvent("tenant_denied", None, actor or "unknown", run_id=run_id,
+                                  detail={"tenant": tenant, "operation": operation}), now)
+    raise unknown_run(store, run_id)
+
+
+__all__ = ["Unauthorized", "PolicyRequired", "require_policy", "authorize_submit", "acting_identity", "reauthorize",
+           "step_effect", "step_permissions", "scoped_run", "unknown_run", "member_permissions"]

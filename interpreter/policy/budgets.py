@@ -1,0 +1,158 @@
+"""Budgets: checked before each attempt, charged with each result.
+
+Two scopes, one rule each way:
+
+* **before** an attempt (:func:`before`): would it exceed a budget? The run's
+  ``max_runtime`` (its deadline passed: the run ends ``timed_out``), its
+  ``max_steps`` (executed attempts, retries included), and for steps that call
+  a model (``ai``, ``agent``) its ``max_tokens``, ``max_cost_usd`` and
+  ``max_tool_calls`` with the attempt's *worst case* (``ai.max_tokens``;
+  ``agent.max_tokens * agent.max_steps`` and ``agent.max_tool_calls``) when
+  the step declares it, plus the step's own budget and the tenant's daily
+  quota. A refused attempt does not run and does not count as a step.
+* **after** an attempt (:func:`after`): the usage it reports (tokens, cost,
+  tool calls) is charged to the run in the step's commit (even when the
+  attempt failed), and a result that went over a budget becomes
+  ``budget_exceeded``.
+
+``budget_exceeded`` is never retried. A *run* budget (and the tenant quota)
+ends the run at once: no ``on_error`` route is taken, so a loop cannot spin on
+refused attempts. A *step* budget fails the step only (``on_error`` may route
+it). Every check is on values already loaded with the claim, except the
+tenant's daily usage, read only for model steps of a tenant with a quota.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sealflow.dsl.durations import format_ms
+
+from sealflow.interpreter.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+
+if TYPE_CHECKING:
+    from sealflow.interpreter.execution.context import Execution
+
+_MODEL_KINDS = ("ai", "agent")
+
+
+def _run_over(message: str, **usage) -> Failed:
+    return Failed("budget_exceeded", message, ends_run="failed", **usage)
+
+
+def worst_case(step) -> tuple[int | None, int | None]:
+    """The most tokens and tool calls one attempt of ``step`` may use (None: unknown).
+
+    An ``ai`` step's is its ``max_tokens``. An ``agent`` step's is left unknown: its loop checks
+    every turn and every proposed tool call against what is left (:mod:`sealflow.interpreter.steps.agent.loop`),
+    so refusing it up front for ``max_steps`` worst-case turns would refuse agents that fit."""
+    if step.kind == "ai" and step.ai is not None:
+        return step.ai.max_tokens, 0
+    if step.kind == "agent":
+        return None, None
+    return 0, 0
+
+
+def before(x: "Execution") -> Failed | None:
+    """Why attempt ``x`` must not run because of a budget (None: it may run)."""
+    run = x.run
+    if run.deadline is not None and x.now >= run.deadline:
+        limit = x.plan.budget.max_runtime_ms
+        spent = f"its budget.max_runtime of {format_ms(limit)}" if limit else "its deadline"
+        return Failed("timeout", f"the run passed {spent}; step {x.step.id!r} did not start", timed_out=True,
+                      ends_run="timed_out")
+    if x.resumed or x.gate:
+        return None
+    budget = x.plan.budget
+    if budget.max_steps is not None and run.steps_executed >= budget.max_steps:
+        return _run_over(f"the run has executed {run.steps_executed} step attempts, its budget.max_steps; raise it "
+                         "or look for a loop")
+    step = x.step
+    if step.kind not in _MODEL_KINDS:
+        return None
+    tokens, calls = worst_case(step)
+    for name, cap, spent, more in (("max_tokens", budget.max_tokens, run.tokens, tokens),
+                                   ("max_tool_calls", budget.max_tool_calls, run.tool_calls, calls)):
+        if cap is None:
+            continue
+        if spent >= cap or (more is not None and spent + more > cap):
+            worst = "" if not more else f" and step {step.id!r} may use up to {more} more"
+            return _run_over(f"the run has used {spent} of its budget.{name} of {cap}{worst}; raise "
+                             f"budget.{name} or lower the step's limit")
+    if budget.max_cost_usd is not None and run.cost_usd >= budget.max_cost_usd:
+        return _run_over(f"the run has spent ${run.cost_usd:.4f} of its budget.max_cost_usd of "
+                         f"${budget.max_cost_usd:.4f}; raise budget.max_cost_usd")
+    own = step.budget
+    for name, cap, more in (("max_tokens", own.max_tokens, tokens), ("max_tool_calls", own.max_tool_calls, calls)):
+        if cap is not None and more is not None and more > cap:
+            return Failed("budget_exceeded", f"step {step.id!r} may use up to {more} ({name.split('_', 1)[1]}), over "
+                                             f"its budget.{name} of {cap}; lower the step's limit or raise its budget")
+    return _tenant_quota(x, tokens)
+
+
+def _tenant_quota(x: "Execution", worst_tokens: int | None) -> Failed | None:
+    config = getattr(x.services, "config", None)
+    if config is None:
+        return None
+    limits = config.limits(x.run.tenant)
+    if not limits.has_quota:
+        return None
+    tokens, cost = x.services.store.tenant_usage(x.run.tenant, day_of(x.now))
+    wait = quota_reset_in(x.now)
+    if limits.daily_tokens is not None and (tokens >= limits.daily_tokens or
+                                            tokens + (worst_tokens or 0) > limits.daily_tokens):
+        return _run_over(f"tenant {x.run.tenant!r} has used {tokens} of its daily_tokens quota of "
+                         f"{limits.daily_tokens}; the quota resets in {wait:.0f}s (UTC midnight)", retry_after=wait)
+    if limits.daily_cost_usd is not None and cost >= limits.daily_cost_usd:
+        return _run_over(f"tenant {x.run.tenant!r} has spent ${cost:.4f} of its daily_cost_usd quota of "
+                         f"${limits.daily_cost_usd:.4f}; the quota resets in {wait:.0f}s (UTC midnight)",
+                         retry_after=wait)
+    return None
+
+
+def _run_spent(run, budget, tokens: int, cost: float, calls: int) -> bool:
+    return ((budget.max_tokens is not None and run.tokens + tokens >= budget.max_tokens)
+            or (budget.max_cost_usd is not None and run.cost_usd + cost >= budget.max_cost_usd)
+            or (budget.max_tool_calls is not None and run.tool_calls + calls >= budget.max_tool_calls))
+
+
+def after(x: "Execution", outcome: Outcome) -> Outcome:
+    """``outcome``, or ``budget_exceeded`` (keeping its usage) when what it used went over a budget."""
+    if not isinstance(outcome, (Succeeded, Failed)):
+        return outcome
+    tokens, cost, calls = outcome.tokens, outcome.cost_usd, outcome.tool_calls
+    if not (tokens or cost or calls):
+        return outcome
+    run, budget, own = x.run, x.plan.budget, x.step.budget
+    if isinstance(outcome, Failed) and outcome.error_class == "budget_exceeded":
+        # refused inside the step (an agent's loop): a spent *run* budget still ends the run
+        if outcome.ends_run is None and _run_spent(run, budget, tokens, cost, calls):
+            outcome.ends_run = "failed"
+        return outcome
+    usage = {"tokens": tokens, "cost_usd": cost, "tool_calls": calls}
+    message, ends = None, None
+    for name, cap, spent, used in (("max_tokens", budget.max_tokens, run.tokens, tokens),
+                                   ("max_tool_calls", budget.max_tool_calls, run.tool_calls, calls)):
+        if cap is not None and used and spent + used > cap:
+            message, ends = (f"step {x.step.id!r} used {used} {name.split('_', 1)[1]}, over the run's budget.{name} "
+                             f"of {cap} ({spent} already used)"), "failed"
+            break
+    if message is None and budget.max_cost_usd is not None and cost and run.cost_usd + cost > budget.max_cost_usd:
+        message, ends = (f"step {x.step.id!r} cost ${cost:.4f}, over the run's budget.max_cost_usd of "
+                         f"${budget.max_cost_usd:.4f} (${run.cost_usd:.4f} already spent)"), "failed"
+    if message is None:
+        for name, cap, used in (("max_tokens", own.max_tokens, tokens), ("max_tool_calls", own.max_tool_calls, calls),
+                                ("max_cost_usd", own.max_cost_usd, cost)):
+            if cap is not None and used > cap:
+                message = f"step {x.step.id!r} used {used} ({name}), over its budget.{name} of {cap}"
+                break
+    if message is None:
+        return outcome
+    failed = Failed("budget_exceeded", message, ends_run=ends, **usage)
+    if isinstance(outcome, Succeeded):
+        # the effect happened: record it so a later attempt under the same key does not repeat it
+        failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.output
+    else:
+        failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.ledger_output
+    return failed

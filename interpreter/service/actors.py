@@ -1,0 +1,93 @@
+"""The Dramatiq side: the step actor, the embedded broker, and the Redis broker of ``sealflow worker``.
+
+The actor receives ids only, ``(run_id, step_id, attempt, token, tenant)``, hands them
+to the engine (which checks them against the store), and enqueues the
+messages the engine's commit made due. Retries are the interpreter's, never
+Dramatiq's: the actor has ``max_retries=0`` and never raises into Dramatiq (a
+failure is recorded in the store, or, if the store itself failed, left for
+the sweeper to redo once the lease expires). Long waits are timers in the
+store; nothing is sent with a Dramatiq ``delay``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import Retries
+
+from sealflow.interpreter.store.records import Message
+
+if TYPE_CHECKING:
+    from sealflow.interpreter.engine.engine import Engine
+
+log = logging.getLogger("sealflow.actors")
+
+ACTOR_NAME = "sealflow_step"
+#: how many of a run's consecutive steps one message may carry on in its worker thread before the rest
+#: goes back through the broker (so one long run cannot hold a worker thread from the others for long)
+CONTINUE_LIMIT = 16
+QUEUE = "sealflow"
+
+
+def embedded_broker() -> StubBroker:
+    """The in-process broker of the embedded default: no middleware but ``Retries`` pinned to zero
+    (kept so ``max_retries`` is a valid actor option on every broker, including Redis)."""
+    return StubBroker(middleware=[Retries(max_retries=0)])
+
+
+def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dramatiq") -> dramatiq.Broker:
+    """A Dramatiq ``RedisBroker`` on ``url`` for ``sealflow worker`` processes, with the same middleware
+    as :func:`embedded_broker`: ``Retries`` pinned to zero and nothing else (no ``TimeLimit``: the
+    engine times attempts out itself; no ``AgeLimit``, ``Callbacks`` or ``Pipelines``: the store decides
+    what is due). Raises ``ValueError`` for a URL that is not ``redis://``, ``rediss://`` or ``unix://``;
+    connecting is lazy (``broker.client.ping()`` checks it)."""
+    from urllib.parse import urlsplit
+
+    from dramatiq.brokers.redis import RedisBroker
+
+    scheme = urlsplit(url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{url!r} is not a Redis URL; use redis://HOST:PORT/DB (rediss:// for TLS, "
+                         "unix:///path/to/redis.sock)")
+    broker = RedisBroker(url=url, namespace=namespace, middleware=[Retries(max_retries=0)])
+    # fail in seconds, not minutes, when the host does not answer; keep idle connections alive
+    broker.client.connection_pool.connection_kwargs.setdefault("socket_connect_timeout", 5.0)
+    broker.client.connection_pool.connection_kwargs.setdefault("socket_keepalive", True)
+    return broker
+
+
+def declare_step_actor(broker: dramatiq.Broker, engine: "Engine", *, queue_name: str = QUEUE) -> dramatiq.Actor:
+    """Declare the step actor on ``broker`` (one per broker) bound to ``engine``.
+
+    On the embedded default (a ``StubBroker``) a message carries its run on for up to
+    :data:`CONTINUE_LIMIT` consecutive steps in the same worker thread; on a real broker every step goes
+    through the broker, so that the workers of a deployment share a run's steps (and log each one).
+    """
+    limit = CONTINUE_LIMIT if isinstance(broker, StubBroker) else 1
+
+    def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
+        message = Message(run_id, step_id, attempt, token, tenant)
+        for _ in range(limit):
+            try:
+                due = engine.handle(*message)
+            except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
+                log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
+                              message.run_id, message.step_id, message.attempt)
+                return
+            # the run's one next step, due now: take it in this thread instead of a round trip through the
+            # broker. Nothing is skipped: it is claimed, fenced and committed like any message, and its outbox
+            # row is there for redelivery should this process die first.
+            if len(due) == 1 and due[0].run_id == message.run_id:
+                message = due[0]
+                continue
+            for m in due:
+                step_actor.send(*m)
+            return
+        step_actor.send(*message)
+
+    step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=ACTOR_NAME, queue_name=queue_name,
+                                max_retries=0)
+    return step_actor

@@ -1,0 +1,97 @@
+"""Approving and rejecting a waiting run: the runtime's side of :mod:`sealflow.interpreter.policy.approvals`.
+
+The policy module decides (who may, what binds, when it is void); this one scopes the run to the caller's
+tenant, applies the decision through the engine (fenced, re-read on conflict), sends the messages the
+commit made due, and audits a refused decision as ``approval_refused``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from sealflow.interpreter.core.clock import Clock
+from sealflow.interpreter.core.ids import split_step_id
+from sealflow.interpreter.core.outcomes import Outcome
+from sealflow.interpreter.policy import access as acc
+from sealflow.interpreter.policy.approvals import ApprovalVoid, Refusal, acting_roles, deny, grant, may_decide
+from sealflow.interpreter.policy.authz import scoped_run
+from sealflow.interpreter.store.base import AuditEvent, Message, Store
+from sealflow.interpreter.store.errors import InvalidOperation
+
+if TYPE_CHECKING:
+    from sealflow.interpreter.execution.context import Execution
+
+
+@dataclasses.dataclass(frozen=True)
+class Desk:
+    """What deciding an approval needs from the runtime: the store, the clock, who holds which roles, the
+    engine's fenced ``resolve`` and a way to send the messages a decision made due."""
+
+    store: Store
+    clock: Clock
+    access: acc.AccessProvider
+    resolve: Callable[..., tuple[Message, ...]]
+    send: Callable[[Message], None]
+
+
+def _decide(desk: Desk, run_id: str, step_id: str | None, *, actor: str, tenant: str | None, verb: str,
+            decide: Callable[["Execution"], tuple[Outcome, tuple[AuditEvent, ...]]]) -> None:
+    now = desk.clock.now()
+    scoped_run(desk.store, now, run_id, tenant=tenant, actor=actor, operation=verb)
+    try:
+        for message in desk.resolve(run_id, step_id, decide, actor=actor):
+            desk.send(message)
+    except Refusal as refusal:
+        desk.store.append_audit(AuditEvent("approval_refused", refusal.step_id, actor, run_id=run_id, detail={
+            "decision": verb, "reason": refusal.reason, "message": str(refusal.error)}), desk.clock.now())
+        raise refusal.error from None
+
+
+def approve(desk: Desk, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
+            roles: Iterable[str] | None = None, comment: str | None = None) -> None:
+    claimed = None if roles is None else tuple(roles)
+    void: list = []
+    _decide(desk, run_id, step_id, actor=actor, tenant=tenant, verb="approve",
+            decide=lambda x: grant(x, actor, acting_roles(desk.access, x.run.tenant, actor, claimed), comment, void))
+    if void:
+        what = " and ".join({"show_hash": "the approved payload", "plan_digest": "the plan"}.get(k, k)
+                            for k in void[-1] if k != "approvals_bound_elsewhere") or "an earlier approval's binding"
+        raise ApprovalVoid(f"approval void: {what} changed since the gate of run {run_id} opened; earlier approvals "
+                           f"no longer count and the gate was re-opened on the new payload: review it with "
+                           f"`sealflow status {run_id}` and approve again")
+
+
+def reject(desk: Desk, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
+           roles: Iterable[str] | None = None, reason: str = "") -> None:
+    if not (reason or "").strip():
+        raise InvalidOperation("a rejection needs a reason (--reason TEXT): it is recorded in the audit trail")
+    claimed = None if roles is None else tuple(roles)
+    _decide(desk, run_id, step_id, actor=actor, tenant=tenant, verb="reject",
+            decide=lambda x: deny(x, actor, acting_roles(desk.access, x.run.tenant, actor, claimed), reason))
+
+
+# ---------------------------------------------------------------- what waits for whom
+
+def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
+    """The gates of ``tenant`` that ``principal`` may decide now, oldest run first."""
+    try:
+        roles = desk.access.roles(tenant, principal)
+    except acc.AccessPolicyError:
+        return []
+    now = desk.clock.now()
+    out = []
+    for run in desk.store.list_runs(states=("waiting",), tenant=tenant, limit=limit):
+        att = desk.store.active_attempt(run.id)
+        via = may_decide(run, att, principal, roles, now)
+        if via is None:
+            continue
+        data = att.data
+        out.append({"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version,
+                    "tenant": run.tenant, "initiator": run.initiator, "step": att.step_id,
+                    "for_step": split_step_id(att.step_id)[0], "as": via, "approvers": data.get("approvers"),
+                    "quorum": data.get("quorum"), "approvals": len(data.get("approvals", ())),
+                    "show": data.get("show"), "show_hash": data.get("show_hash"),
+                    "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
+                    "due_at": att.due_at})
+    return out

@@ -1,0 +1,356 @@
+"""The runtime: submit runs, drive them, answer approvals, operate the dead-letter list.
+
+On the embedded default everything runs in this process: the SQLite store,
+a Dramatiq ``StubBroker`` with an in-process ``dramatiq.Worker``, the outbox
+dispatcher and the sweeper. :meth:`Runtime.drive` runs them until the run
+*settles*: it completes, fails, is cancelled, or waits on something further
+away than ``sleep_threshold`` seconds (a human, a long ``wait``). Shorter
+timers (a retry backoff, a short ``wait``) are slept through. With another
+broker (Redis) the same actor runs in ``sealflow worker`` processes and
+``drive`` only dispatches, sweeps and watches the store.
+
+    rt = Runtime(open_store(), registry, providers)
+    run_id = rt.submit(plan, {"lead_id": "lead_1"}, initiator="user:ana")
+    rt.drive(run_id).state          # 'completed', or 'waiting' at an approval
+    rt.approve(run_id, actor="user:ben"); rt.drive(run_id)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+
+from sealflow.dsl.plan import Plan
+
+from sealflow.interpreter.policy import authz
+from sealflow.interpreter.service import approvals
+from sealflow.interpreter.engine import compensation, recovery
+from sealflow.interpreter.service import dlq
+from sealflow.interpreter.execution import secrets
+from sealflow.interpreter.core import states
+from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
+from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
+from sealflow.interpreter.core.clock import SYSTEM, Clock
+from sealflow.interpreter.service.config import RuntimeConfig
+from sealflow.interpreter.service.dispatcher import Dispatcher
+from sealflow.interpreter.core.ids import split_step_id
+from sealflow.interpreter.engine.engine import Engine
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.engine.decide import lease_ms
+from sealflow.interpreter.service.status import RunStatus, run_status
+from sealflow.interpreter.steps import approval
+from sealflow.interpreter.store import open_store
+from sealflow.interpreter.store.base import AuditEvent, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
+from sealflow.interpreter.store.errors import AdmissionRefused
+from sealflow.interpreter.service.sweeper import Sweeper
+
+
+def input_hash(value: Any) -> str:
+    """The hash idempotent submit compares: sha256 of the input's canonical JSON."""
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                 ensure_ascii=False).encode()).hexdigest()
+
+
+class Runtime:
+    """Submit, drive and operate runs on one store (see the module docstring)."""
+
+    def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
+                 clock: Clock | None = None, broker: dramatiq.Broker | None = None, queue_name: str = QUEUE,
+                 worker_threads: int = 2, worker_timeout_ms: int = 100, sleep_threshold: float = 3.0,
+                 redeliver_after: float = 60.0, rng: random.Random | None = None,
+                 access: AccessProvider | None = None, config: RuntimeConfig | None = None):
+        self._owns_store = not isinstance(store, Store)
+        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        self.registry = registry if registry is not None else REGISTRY
+        if providers is None:
+            from sealflow.interpreter.providers import PROVIDERS as providers
+        self.clock = clock or SYSTEM
+        self.owner = recovery.owner_id()
+        #: who holds what (sealflow.interpreter.policy.access); none configured: open development mode
+        self.access: AccessProvider = access if access is not None else OpenAccess()
+        if is_open(self.access):
+            logging.getLogger("sealflow.access").warning("%s", self.access.describe())
+        self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng,
+                             access=self.access)
+        #: tenant limits, temporary storage, secrets (sealflow.interpreter.service.config); None: $SEALFLOW_CONFIG or defaults
+        self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
+        self.engine.services.config = self.config
+        self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
+        secrets.install_log_filter()
+        self.broker = broker or embedded_broker()
+        self.queue_name = queue_name
+        self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
+        self.dispatcher = Dispatcher(self.store, self.send, self.clock)
+        self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
+                               past_deadline=lambda run_id: compensation.deadline(self.store, self.engine.plan, self.clock,
+                                                                                    run_id))
+        self.redeliver_after = redeliver_after
+        self.sleep_threshold = sleep_threshold
+        self.worker_threads = worker_threads
+        self.worker_timeout_ms = worker_timeout_ms  # idle wake-up of worker threads; bounds close() time
+        self._worker: dramatiq.Worker | None = None
+        self._start_lock = threading.Lock()
+        self._dispatch_reset = False
+        self._input_validators: dict[str, Any] = {}
+        self._plan_json: dict[str, str] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def send(self, message: Message) -> None:
+        self.actor.send(*message)
+
+    def start(self) -> None:
+        """Start the in-process worker and recover what is in flight (idempotent)."""
+        with self._start_lock:
+            if self._worker is None:
+                self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads,
+                                               worker_timeout=self.worker_timeout_ms)
+                self._worker.start()
+                self.recover()
+
+    def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
+              dead_owner_check: float = 1.0) -> None:
+        """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
+        in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.policy.authz.require_policy`).
+
+        Every ``interval`` seconds: send the outbox (rows any process wrote, e.g. ``sealflow submit``),
+        sweep expired leases and due timers; every ``dead_owner_check`` seconds, end the leases of dead
+        workers of this host, so another worker on the machine takes their steps over at once instead of
+        at lease expiry. A round that fails (the store busy past its timeout) is logged and tried again."""
+        if not allow_open:
+            authz.require_policy(self.access, "a long-lived worker")
+        self.start()
+        check_at = time.monotonic() + dead_owner_check
+        while not stop.is_set():
+            try:
+                self.dispatcher.flush()
+                if time.monotonic() >= check_at:
+                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
+                    check_at = time.monotonic() + dead_owner_check
+                self.sweeper.sweep()
+            except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
+                logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
+            stop.wait(interval)
+
+    def close(self, *, grace: float = 5.0) -> None:
+        """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not
+        started go back to the broker), then release the broker and the store."""
+        if self._worker is not None:
+            self._worker.stop(timeout=int(grace * 1000))
+            self._worker = None
+        self.engine.services.runner.close()
+        self.broker.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- runs --------------------------------------------------------------------------------------
+    def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
+               idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None) -> str:
+        """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
+
+        The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
+        the plan declares in ``tenant``, else :class:`~sealflow.interpreter.policy.authz.Unauthorized` and nothing is created."""
+        if not plan.digest:
+            plan = plan.with_digest()
+        acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
+                                        tenant=tenant, run_as=run_as)
+        self._check_input(plan, input)
+        now = self.clock.now()
+        budget = plan.budget.max_runtime_ms
+        first = plan.step(plan.start)
+        plan_json = self._plan_json.get(plan.digest)
+        if plan_json is None:
+            plan_json = self._plan_json[plan.digest] = plan.to_json(indent=None)
+        new = NewRun(id="run_" + uuid.uuid4().hex[:20], tenant=tenant, workflow=plan.name,
+                     workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan_json,
+                     input_json=dumps(input), input_hash=input_hash(input), initiator=initiator,
+                     idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
+                     first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority,
+                     acting_as=acting, access_mode=mode_of(self.access), signer=signer)
+        limits = self.config.limits(tenant)
+        try:
+            run, _created = self.store.submit(new, now, None if limits.admits_all else limits)
+        except AdmissionRefused as exc:  # nothing was created; the refusal is audited
+            self.store.append_audit(AuditEvent("submit_refused", None, initiator, tenant=tenant, detail={
+                "limit": exc.limit, "retry_after": round(exc.retry_after, 3), "workflow": plan.name,
+                "version": plan.version}), now)
+            raise
+        self.engine.remember(plan)
+        return run.id
+
+    def _check_input(self, plan: Plan, value: Any) -> None:
+        if plan.input_schema is None:
+            return
+        validator = self._input_validators.get(plan.digest)
+        if validator is None:
+            import jsonschema
+
+            cls = jsonschema.validators.validator_for(plan.input_schema)
+            validator = self._input_validators[plan.digest] = cls(plan.input_schema)
+        errors = list(validator.iter_errors(value))
+        if errors:
+            import jsonschema
+
+            best = jsonschema.exceptions.best_match(errors)
+            where = "/".join(str(p) for p in best.absolute_path) or "(root)"
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is invalid at {where}: "
+                                               f"{best.message}; fix the input to match its input.schema")
+
+    def run(self, plan: Plan, input: Any, *, initiator: str, until: str = "settled", **kw: Any) -> RunStatus:
+        """Submit and drive (see :meth:`drive` for ``until``)."""
+        return self.drive(self.submit(plan, input, initiator=initiator, **kw), until=until)
+
+    def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
+              sleep_threshold: float | None = None) -> RunStatus:
+        """Dispatch, work and sweep until the run settles: it is final, waits for a human (an
+        approval), or waits for a timer more than ``sleep_threshold`` seconds away (shorter ones
+        are slept through; ``until="final"`` sleeps through timers of any length). ``timeout``
+        bounds the real time spent here."""
+        if until not in ("settled", "final"):
+            raise ValueError("until must be 'settled' or 'final'")
+        self.start()
+        threshold = self.sleep_threshold if sleep_threshold is None else sleep_threshold
+        stop_at = None if timeout is None else time.monotonic() + timeout
+        idle_rounds = 0
+        while True:
+            sent = self.dispatcher.flush()
+            self._join()
+            report = self.sweeper.sweep()
+            if sent or report.runs_touched:
+                idle_rounds = 0
+                continue
+            run = self.store.get_run(run_id)
+            if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
+                break
+            due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
+            if due is None or (stop_at is not None and time.monotonic() >= stop_at):
+                break
+            delay = due - self.clock.now()
+            if until == "settled" and delay > threshold:
+                break
+            idle_rounds += 1
+            self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
+        return self.status(run_id)
+
+    def _awaits_human(self, run_id: str) -> bool:
+        active = self.store.active_attempt(run_id)
+        return active is not None and active.state == "waiting" and "opened_at" in active.data
+
+    def _join(self) -> None:
+        if isinstance(self.broker, StubBroker):
+            self.broker.join(self.queue_name, fail_fast=False)
+        else:
+            time.sleep(0.05)
+
+    def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: str):
+        """The run if ``tenant`` owns it (None: an in-process caller); another tenant's run is
+        reported as unknown and audited (``tenant_denied``)."""
+        return authz.scoped_run(self.store, self.clock.now(), run_id, tenant=tenant, actor=actor, operation=operation)
+
+    def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> RunStatus:
+        """The run, its attempts (oldest first) and what it waits for."""
+        if tenant is not None:
+            self._scoped(run_id, tenant, actor, "status")
+        return run_status(self.store, run_id)
+
+    def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
+                roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
+        """Approve the run's waiting approval as ``actor`` (see :mod:`sealflow.interpreter.policy.approvals`; ``roles``,
+        when given, narrows the roles ``actor`` acts under)."""
+        approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
+        return self.status(run_id)
+
+    def reject(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
+               roles: tuple[str, ...] | list[str] | None = None, reason: str = "") -> RunStatus:
+        """Reject the run's waiting approval (a reason is required): the step fails with ``policy_denied``."""
+        approvals.reject(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
+        return self.status(run_id)
+
+    def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
+        """The approval gates of ``tenant`` that ``principal`` may decide now."""
+        return approvals.waiting_for(self._desk(), principal, tenant)
+
+    def _desk(self) -> approvals.Desk:
+        return approvals.Desk(self.store, self.clock, self.access, self.engine.resolve, self.send)
+
+    def cancel(self, run_id: str, *, actor: str = "system", reason: str = "", tenant: str | None = None) -> RunStatus:
+        """Cancel the run; a running attempt finishes (its ``ctx.cancelled()`` turns true) then it stops."""
+        self._scoped(run_id, tenant, actor, "cancel")
+        # completed steps to undo and nothing running: cancel and start compensating in one commit
+        if not compensation.cancel(self.store, self.engine.plan, self.clock, run_id, actor=actor, reason=reason):
+            self.store.cancel(run_id, self.clock.now(), actor=actor, reason=reason)
+        self.engine.note_cancelled(run_id)
+        return self.status(run_id)
+
+    def recover(self) -> dict:
+        """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`)."""
+        expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
+        reset = 0
+        if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
+            reset = self.store.reset_dispatch()
+            self._dispatch_reset = True
+        report = self.sweeper.sweep()
+        repaired = []
+        for run_id in self.store.stalled_runs():
+            for message in self.engine.repair(run_id):
+                self.send(message)
+            repaired.append(run_id)
+        sent = self.dispatcher.flush()
+        return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
+                "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
+                "runs_repaired": repaired, "dispatched": sent, "runs_in_flight": self.store.active_runs()}
+
+    # -- dead letters and audit --------------------------------------------------------------------
+    def dlq_list(self, *, tenant: str | None = None) -> list[DeadLetterRecord]:
+        letters = self.store.dead_letters()
+        if tenant is None:
+            return letters
+        return [d for d in letters if self.store.get_run(d.run_id).tenant == tenant]
+
+    def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
+        """A dead letter with its run, its failed attempts and the end of its audit trail."""
+        self._scoped(run_id, tenant, actor, "dlq_show")
+        return dlq.show(self.store, run_id)
+
+    def dlq_redrive(self, run_id: str, *, actor: str = "operator", tenant: str | None = None) -> RunStatus:
+        """Rerun the failed step of a dead-lettered run, on the run's original plan digest."""
+        run = self._scoped(run_id, tenant, actor, "redrive")
+        compensation.check_redrive(run)
+        plan = self.engine.plan(run.plan_digest)
+        step_id = run.cursor_step or plan.start
+        base, gate = split_step_id(step_id)
+        step = plan.step(base)
+        now = self.clock.now()
+        if gate:
+            cursor = next(a for a in reversed(self.store.attempts(run_id)) if a.step_id == step_id)
+            x = self.engine.execution(run, cursor, self.store.results(run_id), resumed=False)
+            data = approval.opening(x, step.gate, now)
+            data["then"] = cursor.data.get("then")
+            nxt = NextAttempt(step_id, 1, "waiting", now + step.gate.timeout_ms / 1000.0, lease_ms(step),
+                              "approval_timeout", data)
+        else:
+            nxt = NextAttempt(step_id, 1, "scheduled", now, lease_ms(step))
+        budget = plan.budget.max_runtime_ms
+        self.store.redrive(run_id, nxt, now, actor=actor, deadline=None if budget is None else now + budget / 1000.0)
+        return self.status(run_id)
+
+    def audit(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> list[AuditRecord]:
+        if tenant is not None:
+            self._scoped(run_id, tenant, actor, "audit")
+        return self.store.audit(run_id)

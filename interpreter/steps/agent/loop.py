@@ -1,0 +1,393 @@
+"""The agent loop: the model proposes, the system decides.
+
+One attempt of an ``agent`` step is a bounded conversation with a model (see
+:mod:`sealflow.interpreter.providers.base`, "Tool use"). Each turn the model either
+proposes one tool call or gives its final answer. A proposed call runs only after
+it passes, in this order:
+
+1. **shape**: a tool name (text) and arguments (a map); else refused (``malformed_call``);
+2. **allow-list**: the name is one of the step's ``tools``; else refused (``not_allowed``);
+3. **policy**: the tool's action is not ``irreversible`` (an agent may only call ``read``
+   and ``write`` tools: irreversible effects belong in their own action step, after
+   checks and gates) and its permissions are all held by the step; else the step fails
+   with ``policy_denied``. Such tools are not even offered to the model;
+4. **arguments**: they satisfy the tool's argument schema (built from the action's
+   signature, :mod:`sealflow.interpreter.steps.agent.tools`; undeclared arguments are refused) and
+   serialise to at most 8 KiB of JSON; else refused (``invalid_arguments``);
+5. **budget**: fewer calls made than the least of ``agent.max_tool_calls``, the step's
+   ``budget.max_tool_calls`` and what is left of the run's ``budget.max_tool_calls``;
+   else the step fails with ``budget_exceeded``.
+
+A refused call does not run; the refusal is fed back to the model as a turn, and three
+refusals in a row fail the step with ``policy_denied``. A call that runs and fails
+(``StepError`` or any exception) is fed back as an error turn with its class (and its
+message, except for ``internal`` errors, whose details stay in the logs); it is not
+retried inside the loop. A call that outlives the attempt's timeout times the attempt
+out. The step also fails with ``budget_exceeded`` when the model has not answered within
+``max_steps`` turns, or when the tokens or cost of its turns exceed the run's or the
+step's ``max_tokens``/``max_cost_usd``. As everywhere (:mod:`sealflow.interpreter.policy.budgets`), a
+step's own limits (``max_steps``, ``agent.max_tool_calls``, the step's ``budget``) fail
+the step, which ``on_error`` may route; the *run's* budgets end the run at once.
+
+The final answer is checked like an ``ai`` step's: ``output_schema``, then the step's
+``validate`` rules (``invalid_output``). Tokens, cost and tool calls are charged to the
+run whatever the outcome.
+
+**Idempotency.** Each tool call gets ``ctx.idempotency_key`` =
+``<base>:tool:<name>:<sha256 of the arguments, 16 hex>:<n>``, where ``n`` counts identical
+calls in the attempt and ``<base>`` is the step's rendered ``idempotency_key`` when it has
+one, else ``<run id>:<step id>:<visit>`` (``visit``: the attempt number of the visit's
+first try, the same for every retry and for a recovered attempt). So a retried or
+recovered attempt that proposes the same write again passes the same key, and an action
+that honours ``ctx.idempotency_key`` (as the demo actions marked *once* do) performs it once. The
+run's idempotency ledger is written only in a step's commit, so it cannot record calls
+in the middle of a step: deduplicating an agent's write calls is the action's job. A
+dead-letter redrive starts a new visit (new keys) unless the step has an
+``idempotency_key``. With an ``idempotency_key`` the step's final output is also
+recorded in the ledger and replayed, like an action's.
+
+**Audit.** The attempt's ``data`` (and a ``step.detail`` audit event) holds a minimised
+transcript: per call its number, tool name, a hash of the arguments and the outcome;
+never arguments or results. A tool name the model invented that is not a well-formed
+action name is recorded as a hash too.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+from typing import Any, Mapping
+
+from sealflow.dsl import expressions
+
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.idempotency import ledger_lookup
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution.calls import call
+from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
+
+log = logging.getLogger("sealflow.agent")
+
+REFUSALS_IN_A_ROW = 3
+MAX_ARGUMENT_BYTES = 8 * 1024
+MAX_RESULT_CHARS = 16_000
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+@dataclasses.dataclass
+class Tool:
+    """An allow-listed action, its spec for the model, and why it may not run (None: it may)."""
+
+    name: str
+    action: Any
+    spec: Any
+    validator: Any
+    denied: str | None = None
+
+
+def digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def safe_name(name: Any) -> str:
+    """A tool name fit for the audit: an action-shaped name as is, anything else as a hash."""
+    if isinstance(name, str) and len(name) <= 64 and _NAME.match(name):
+        return name
+    return f"invalid:{digest(name)}"
+
+
+#: (action name, id of its function) -> (ToolSpec, argument validator); built once per process
+_validators: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+
+def tools_for(x: Execution) -> dict[str, Tool] | Failed:
+    """The step's allow-listed tools, or a ``configuration`` failure naming an unknown one."""
+    from sealflow.interpreter.steps.agent.tools import tool_spec
+
+    held = set(x.step.permissions)
+    out: dict[str, Tool] = {}
+    for name in x.step.agent.tools:
+        act = x.services.registry.get(name)
+        if act is None:
+            return Failed("configuration", f"agent tool {name!r} is not a registered action: load the module that "
+                                           f"defines it (--actions pkg.module) or remove it from agent.tools")
+        key = (name, id(act.fn))
+        known = _validators.get(key)
+        if known is None:
+            import jsonschema
+
+            spec = tool_spec(act)
+            known = _validators[key] = (spec, jsonschema.Draft202012Validator(dict(spec.parameters)))
+        spec, validator = known
+        denied = None
+        if act.effect == "irreversible":
+            denied = "irreversible"
+        elif not set(act.permissions) <= held:
+            denied = "permissions"
+        out[name] = Tool(name, act, spec, validator, denied)
+    return out
+
+
+class AgentLoop:
+    """One attempt of an agent step (see the module docstring)."""
+
+    def __init__(self, x: Execution):
+        self.x = x
+        self.agent = x.step.agent
+        self.transcript: list[dict] = []
+        self.calls: list[dict] = []  # the minimised record of each proposed call
+        self.tokens = 0
+        self.cost = 0.0
+        self.tool_calls = 0
+        self.turns = 0
+        self.refusals = 0
+        self.in_a_row = 0
+        self.seen: dict[str, int] = {}
+        self.model = self.agent.model
+        self.tools: dict[str, Tool] = {}
+        self.base_key = f"{x.run.id}:{x.step_id}:{x.attempt.attempt - x.attempt.try_no + 1}"
+        self.step_key: str | None = None
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        from sealflow.interpreter.providers.base import ModelRequest
+
+        x, agent = self.x, self.agent
+        if x.step.idempotency_key:
+            self.step_key = self.base_key = expressions.to_text(x.render(x.step.idempotency_key))
+            recorded = ledger_lookup(x, self.step_key)
+            if recorded is not None:
+                return recorded
+        tools = tools_for(x)
+        if isinstance(tools, Failed):
+            return tools
+        self.tools = tools
+        try:
+            provider = x.services.provider_for(agent.model)
+        except StepError as exc:
+            return Failed(exc.error_class, exc.message, exc.retry_after)
+        goal = expressions.to_text(x.render(agent.goal))
+        system = expressions.to_text(x.render(agent.system)) if agent.system else None
+        offered = tuple(t.spec for t in tools.values() if t.denied is None)
+        while self.turns < agent.max_steps:
+            stop = self.before_turn()
+            if stop is not None:
+                return stop
+            self.turns += 1
+            request = ModelRequest(model=agent.model, prompt=goal, system=system, output_schema=agent.output_schema,
+                                   max_tokens=agent.max_tokens, temperature=agent.temperature,
+                                   idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}:turn{self.turns}",
+                                   deadline=x.deadline(), tools=offered,
+                                   transcript=copy.deepcopy(tuple(self.transcript)))
+            answered = call(x, lambda ctx, p=provider, r=request: p.complete(r), None)
+            if isinstance(answered, Failed):
+                return self.fail(answered.error_class, answered.message, answered.retry_after,
+                                 timed_out=answered.timed_out)
+            result = answered.output
+            self.model = getattr(result, "model", "") or agent.model
+            over = self.charge(result)
+            if over is not None:
+                return over
+            proposed = getattr(result, "tool_call", None)
+            if proposed is None:
+                return self.finish(getattr(result, "output", None))
+            stop = self.propose(proposed)
+            if stop is not None:
+                return stop
+        return self.fail("budget_exceeded", f"the agent did not give a final answer within its max_steps of "
+                                            f"{agent.max_steps} model turns ({self.tool_calls} tool calls made); "
+                                            "raise agent.max_steps or narrow the goal")
+
+    def before_turn(self) -> Failed | None:
+        x = self.x
+        if x.services.is_cancelled(x.run.id):
+            return self.fail("cancelled", "the run is being cancelled")
+        if x.services.clock.now() >= x.deadline():
+            return self.fail("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} ran out of time after "
+                                        f"{self.turns} model turns", timed_out=True)
+        limit = x.plan.budget.max_tokens
+        if limit is not None and x.run.tokens + self.tokens >= limit:
+            return self.fail("budget_exceeded", f"the run has used {x.run.tokens + self.tokens} tokens of its budget "
+                                                f"of {limit}; raise budget.max_tokens or shorten the goal", run_scope=True)
+        return None
+
+    def charge(self, result: Any) -> Failed | None:
+        """Add one turn's tokens and cost; ``budget_exceeded`` when a token or cost budget is now exceeded."""
+        x = self.x
+        self.tokens += int(getattr(result, "total_tokens", 0) or 0)
+        self.cost += float(getattr(result, "cost_usd", 0.0) or 0.0)
+        for scope, cap, spent in (("run", x.plan.budget.max_tokens, x.run.tokens + self.tokens),
+                                  ("step", x.step.budget.max_tokens, self.tokens)):
+            if cap is not None and spent > cap:
+                return self.fail("budget_exceeded", f"the agent's model turns used {self.tokens} tokens, over the "
+                                                    f"{scope}'s budget.max_tokens of {cap}", run_scope=scope == "run")
+        for scope, cap, spent in (("run", x.plan.budget.max_cost_usd, x.run.cost_usd + self.cost),
+                                  ("step", x.step.budget.max_cost_usd, self.cost)):
+            if cap is not None and spent > cap:
+                return self.fail("budget_exceeded", f"the agent's model turns cost ${self.cost:.4f}, over the "
+                                                    f"{scope}'s budget.max_cost_usd of ${cap:.4f}", run_scope=scope == "run")
+        return None
+
+    def call_limit(self) -> tuple[int | None, str, bool]:
+        """The tool calls this attempt may make, what sets that limit, and whether it is the run's budget."""
+        x = self.x
+        limits = []
+        if self.agent.max_tool_calls is not None:
+            limits.append((self.agent.max_tool_calls, "agent.max_tool_calls", False))
+        if x.step.budget.max_tool_calls is not None:
+            limits.append((x.step.budget.max_tool_calls, "the step's budget.max_tool_calls", False))
+        if x.plan.budget.max_tool_calls is not None:
+            limits.append((max(0, x.plan.budget.max_tool_calls - x.run.tool_calls),
+                           f"what is left of the run's budget.max_tool_calls of {x.plan.budget.max_tool_calls}", True))
+        return min(limits) if limits else (None, "", False)
+
+    # -- one proposed call -------------------------------------------------------------------------
+    def propose(self, proposed: Any) -> Failed | None:
+        name, arguments, call_id = _unpack(proposed)
+        number = len(self.calls) + 1
+        entry = {"n": number, "tool": safe_name(name), "args": digest(arguments)}
+        self.calls.append(entry)
+        turn: dict[str, Any] = {"call": {"name": name, "arguments": arguments}}
+        if call_id is not None:
+            turn["call"]["id"] = call_id
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            return self.refuse(entry, turn, "malformed_call",
+                               "a tool call needs a tool name (text) and arguments (a map)")
+        tool = self.tools.get(name)
+        if tool is None:
+            allowed = ", ".join(self.agent.tools) or "(none)"
+            return self.refuse(entry, turn, "not_allowed", f"tool {name!r} is not allowed here; allowed: {allowed}")
+        if tool.denied is not None:
+            entry["outcome"] = f"denied:{tool.denied}"
+            why = ("it is irreversible, and an agent may only call read and write tools; do the irreversible effect "
+                   "in its own action step") if tool.denied == "irreversible" else \
+                  (f"it needs permissions {sorted(set(tool.action.permissions) - set(self.x.step.permissions))} "
+                   "that the step does not hold")
+            return self.fail("policy_denied", f"the agent proposed a call to {name!r}, refused because {why}; "
+                                              "nothing was run")
+        problem = jsonschema_best(tool.validator, arguments)
+        if problem is None and len(json.dumps(arguments, default=repr).encode()) > MAX_ARGUMENT_BYTES:
+            problem = f"arguments over {MAX_ARGUMENT_BYTES} bytes of JSON"
+        if problem is not None:
+            problem = problem.replace("output does not match output_schema", "arguments do not match the tool's "
+                                                                              "parameters")
+            return self.refuse(entry, turn, "invalid_arguments", problem)
+        limit, source, run_scope = self.call_limit()
+        if limit is not None and self.tool_calls >= limit:
+            entry["outcome"] = "budget_exceeded"
+            return self.fail("budget_exceeded", f"the agent proposed tool call {self.tool_calls + 1}, over {source} "
+                                                f"({limit}); the call was not run", run_scope=run_scope)
+        return self.execute(tool, arguments, entry, turn)
+
+    def execute(self, tool: Tool, arguments: dict, entry: dict, turn: dict) -> Failed | None:
+        x = self.x
+        signature = f"{tool.name}:{entry['args']}"
+        self.seen[signature] = occurrence = self.seen.get(signature, 0) + 1
+        key = f"{self.base_key}:tool:{signature}:{occurrence}"
+        if tool.action.effect != "read":
+            entry["key"] = key
+        own = json.loads(json.dumps(arguments, default=repr))
+        self.tool_calls += 1
+        self.in_a_row = 0
+        outcome = call(x, lambda ctx, a=tool.action, kw=own: a(ctx, **kw), key)
+        if isinstance(outcome, Failed):
+            if outcome.timed_out:
+                entry["outcome"] = "timeout"
+                return self.fail("timeout", f"tool {tool.name!r} (call {entry['n']}) did not finish within the "
+                                            f"attempt's timeout of {x.step.timeout_ms}ms", timed_out=True)
+            entry["outcome"] = f"error:{outcome.error_class}"
+            message = outcome.message
+            if outcome.error_class == "internal":  # details are for operators, not for the model
+                log.warning("agent tool %s (call %d of step %r, run %s) failed: %s", tool.name, entry["n"],
+                            x.step.id, x.run.id, outcome.message)
+                message = "the tool failed unexpectedly"
+            turn.update(status="error", error={"class": outcome.error_class, "message": message})
+            self.transcript.append(turn)
+            return None
+        try:
+            text = json.dumps(outcome.output, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            entry["outcome"] = "error:internal"
+            turn.update(status="error", error={"class": "internal", "message": "the tool returned a value that is "
+                                                                                 "not JSON"})
+            self.transcript.append(turn)
+            return None
+        entry["outcome"] = "ok"
+        result: Any = json.loads(text)
+        if len(text) > MAX_RESULT_CHARS:
+            result = {"truncated": True, "chars": len(text), "preview": text[:MAX_RESULT_CHARS]}
+        turn.update(status="ok", result=result)
+        self.transcript.append(turn)
+        return None
+
+    def refuse(self, entry: dict, turn: dict, reason: str, message: str) -> Failed | None:
+        entry["outcome"] = f"refused:{reason}"
+        turn.update(status="refused", error={"class": reason, "message": message})
+        self.transcript.append(turn)
+        self.refusals += 1
+        self.in_a_row += 1
+        if self.in_a_row >= REFUSALS_IN_A_ROW:
+            # the reasons only: a refusal's message may quote the arguments, which are the model's (untrusted) text
+            reasons = ", ".join(c["outcome"].split(":", 1)[1] for c in self.calls[-self.in_a_row:])
+            return self.fail("policy_denied", f"the agent proposed {self.in_a_row} refused tool calls in a row "
+                                              f"({reasons}); nothing refused was run")
+        return None
+
+    # -- endings -----------------------------------------------------------------------------------
+    def finish(self, output: Any) -> Outcome:
+        x = self.x
+        problem = schema_failure(x, self.agent.output_schema, output)
+        if problem is not None:
+            return self.fail("invalid_output", problem)
+        failed = validation_failure(x, output)
+        if failed is not None:
+            return self.fail("invalid_output", failed.message)
+        summary = self.summary("answer")
+        return Succeeded(output, tokens=self.tokens, cost_usd=self.cost, tool_calls=self.tool_calls,
+                         ledger_key=self.step_key, detail={"model": self.model, "agent": summary},
+                         data={"agent": summary})
+
+    def fail(self, error_class: str, message: str, retry_after: float | None = None, *,
+             timed_out: bool = False, run_scope: bool = False) -> Failed:
+        """The attempt's failure, with what it used and its transcript summary. A *run* budget ends the run
+        (``ends_run``, as :mod:`sealflow.interpreter.policy.budgets` does); a step budget may be routed by ``on_error``."""
+        summary = self.summary(error_class)
+        failed = Failed(error_class, message, retry_after, timed_out=timed_out, tokens=self.tokens,
+                        cost_usd=self.cost, tool_calls=self.tool_calls, data={"agent": summary},
+                        detail={"model": self.model, "agent": summary})
+        if run_scope and hasattr(failed, "ends_run"):
+            failed.ends_run = "failed"
+        return failed
+
+    def summary(self, finish: str) -> dict:
+        out = {"turns": self.turns, "tool_calls": self.tool_calls, "refused": self.refusals, "finish": finish,
+               "calls": [dict(c) for c in self.calls]}
+        withheld = {t.name: t.denied for t in self.tools.values() if t.denied is not None}
+        if withheld:
+            out["withheld"] = withheld
+        return out
+
+
+def _unpack(proposed: Any) -> tuple[Any, Any, Any]:
+    """``(name, arguments, id)`` of a :class:`ToolCall` or a map; missing parts are None."""
+    if isinstance(proposed, Mapping):
+        name, arguments, call_id = proposed.get("name"), proposed.get("arguments", {}), proposed.get("id")
+    else:
+        name, arguments = getattr(proposed, "name", None), getattr(proposed, "arguments", None)
+        call_id = getattr(proposed, "id", None)
+    if isinstance(arguments, Mapping) and not isinstance(arguments, dict):
+        arguments = dict(arguments)
+    return name, arguments, call_id if isinstance(call_id, (str, int)) else None
+
+
+def run(x: Execution) -> Outcome:
+    """Execute one attempt of the agent step ``x``."""
+    if x.step.agent is None:
+        return Failed("configuration", f"step {x.step.id!r} is an agent step without an agent section")
+    return AgentLoop(x).run()

@@ -1,0 +1,405 @@
+"""The audit chain: append-only, hash-chained per tenant, verifiable.
+
+Every audit event belongs to one tenant's chain (the tenant of its run; an
+event without a run names its tenant, else it joins the system chain ``""``)
+and holds, besides what happened:
+
+``tenant, seq`` (1, 2, 3... per tenant), ``workflow, workflow_version,
+plan_digest, run_id, step_id, event`` (the action taken), ``actor,
+state_before, state_after, ts, decision`` (the authorisation decision:
+``allow`` / ``deny`` / None), ``tool`` (the action or model a step calls),
+``summary`` (size and hash of a step's output: never the output), ``error``
+(class and message), ``detail`` (JSON; secret values redacted) and
+``prev_hash``, the ``hash`` of the tenant's previous event. Its own ``hash`` is::
+
+    sha256(canonical JSON [tenant, seq, prev_hash, ts, workflow, workflow_version, plan_digest, run_id,
+                           step_id, event, actor, state_before, state_after, decision, tool, summary,
+                           error, detail])
+
+computed inside the transaction that appends the event, chained to the
+tenant's head (``audit_heads``: last seq and hash) as it stands in that same
+``BEGIN IMMEDIATE`` transaction, and the head moves in the same commit. (A
+process remembers the heads it wrote and moves a head with a compare-and-set
+on that value instead of reading it first; if another process appended
+meanwhile, the set fails and the batch is chained again on the stored heads.)
+Inputs and outputs never enter the audit log: a step's output appears as its
+byte size and a truncated sha256.
+
+:func:`verify` walks each tenant's chain in append order and names the first
+event that does not hold: an *edited* event (its hash no longer matches its
+content), a *deleted* one (a gap in ``seq``, or a ``prev_hash`` that is not the
+previous event's hash; a deleted tail shows against the head), an *inserted*
+one and a *reordered* pair (``seq`` out of order, links broken). Someone able
+to rewrite the whole file can recompute a consistent chain: anchor it by
+keeping the head hashes ``sealflow audit verify`` prints somewhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+from typing import Any, Iterable, Mapping
+
+from sealflow.interpreter.core.ids import compensation_id
+from sealflow.interpreter.core.redaction import REDACTOR
+
+GENESIS = ""
+#: how a report names events that carry no tenant (appended outside sealflow)
+UNCHAINED = "(no tenant)"
+#: columns the chain adds to the audit table, in hash order after the original ones
+CHAIN_COLUMNS = (("tenant", "TEXT"), ("workflow", "TEXT"), ("workflow_version", "INTEGER"), ("plan_digest", "TEXT"),
+                 ("decision", "TEXT"), ("tool", "TEXT"), ("summary", "TEXT"), ("error", "TEXT"),
+                 ("seq", "INTEGER"), ("prev_hash", "TEXT"), ("hash", "TEXT"))
+INSERT = ("INSERT INTO audit (run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, "
+          "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash) "
+          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+#: what verify reads, in this order
+VERIFY_COLS = ("id, tenant, seq, prev_hash, hash, ts, workflow, workflow_version, plan_digest, run_id, step_id, "
+               "event, actor, state_before, state_after, decision, tool, summary, error, detail")
+_HEAD_UPSERT = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES (?,?,?) ON CONFLICT (tenant) DO UPDATE SET "
+                "seq = excluded.seq, hash = excluded.hash")
+#: move a head only if it is still what this process last wrote (compare-and-set)
+_HEAD_CAS = "UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant = ? AND seq = ? AND hash = ?"
+_ERROR_MAX = 500
+_DENY_WORDS = ("_denied", "_refused", "refused", "illegal_transition")
+
+
+#: canonical JSON: compact, UTF-8, no NaN; built once (json.dumps with options builds an encoder per call)
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_sha256 = hashlib.sha256
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"an audit field of type {type(value).__name__} is not JSON")
+
+
+try:  # the C encoder itself, made once: what _dumps runs, without its per-call set-up
+    from json.encoder import c_encode_basestring, c_make_encoder
+
+    _c_list = c_make_encoder(None, _refuse, c_encode_basestring, None, ":", ",", False, False, False)
+except (ImportError, TypeError):  # pragma: no cover - a Python without the json accelerator
+    _c_list = None
+
+
+def _canonical(fields: list) -> str:
+    return "".join(_c_list(fields, 0)) if _c_list is not None else _dumps(fields)
+
+
+def event_hash(tenant: str, seq: int, prev_hash: str, ts: float, workflow, version, digest, run_id, step_id,
+               event, actor, before, after, decision, tool, summary, error, detail) -> str:
+    """The hash of one event (see the module docstring)."""
+    body = _canonical([tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor, before,
+                       after, decision, tool, summary, error, detail])
+    return _sha256(body.encode()).hexdigest()
+
+
+def output_summary(output_json: str | None) -> str | None:
+    """What the audit keeps of a step's output: its size and a truncated sha256."""
+    if output_json is None:
+        return None
+    data = output_json.encode()
+    return f"{len(data)}B sha256:{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+#: events that are an authorisation decision in themselves (others: ``*_denied`` / ``*_refused`` deny)
+_EVENT_DECISION: dict[str, str | None] = {"run.created": "allow", "approval_granted": "allow",
+                                          "approval_rejected": "deny"}
+
+
+def _decision(event: str, detail: dict | None) -> str | None:
+    if detail and isinstance(detail.get("decision"), str):
+        return detail["decision"]
+    got = _EVENT_DECISION.get(event, "?")
+    if got == "?":
+        got = _EVENT_DECISION[event] = "deny" if any(w in event for w in _DENY_WORDS) else None
+    return got
+
+
+def _error(detail: dict | None) -> str | None:
+    if not detail or not detail.get("error_class"):
+        return None
+    text = f"{detail['error_class']}: {detail.get('message') or ''}".rstrip(": ")
+    return text[:_ERROR_MAX]
+
+
+def tools_of_plan(body: str) -> dict[str, str]:
+    """Step id (and ``<id>@compensate``) -> what it calls, from a plan's JSON."""
+    tools: dict[str, str] = {}
+    try:
+        plan = json.loads(body)
+    except (TypeError, ValueError):
+        return tools
+    for step in plan.get("steps", ()):
+        sid = step.get("id")
+        if step.get("action"):
+            tools[sid] = step["action"]
+        elif step.get("ai"):
+            tools[sid] = "model:" + str(step["ai"].get("model"))
+        elif step.get("agent"):
+            tools[sid] = "agent:" + str(step["agent"].get("model"))
+        comp = step.get("compensate")
+        if comp:
+            tools[compensation_id(sid)] = comp.get("action")
+    return tools
+
+
+class SqliteChain:
+    """Appends a transaction's audit events to their tenants' chains (SQLite)."""
+
+    def __init__(self, max_cached: int = 8192):
+        self._runs: dict[str, tuple] = {}
+        self._tools: dict[str, dict[str, str]] = {}
+        #: tenant -> (seq, hash) this process last wrote; used only through a compare-and-set
+        self._heads: dict[str, tuple[int, str]] = {}
+        self._max = max_cached
+        self._lock = threading.Lock()
+
+    def _run_meta(self, c, run_id: str | None) -> tuple:
+        if run_id is None:
+            return (None, None, None, None)
+        meta = self._runs.get(run_id)
+        if meta is None:
+            row = c.execute("SELECT tenant, workflow, workflow_version, plan_digest FROM runs WHERE id = ?",
+                            (run_id,)).fetchone()
+            if row is None:
+                return (None, None, None, None)  # not cached: the run may be created later
+            if len(self._runs) >= self._max:
+                self._runs.clear()
+            meta = self._runs[run_id] = tuple(row)
+        return meta
+
+    def _tool(self, c, digest: str | None, step_id: str | None) -> str | None:
+        if digest is None or step_id is None:
+            return None
+        tools = self._tools.get(digest)
+        if tools is None:
+            row = c.execute("SELECT body FROM plans WHERE digest = ?", (digest,)).fetchone()
+            tools = tools_of_plan(row[0]) if row else {}
+            if len(self._tools) >= 512:
+                self._tools.clear()
+            self._tools[digest] = tools
+        return tools.get(step_id)
+
+    def rows(self, c, pending: Iterable[tuple], known: dict | None = None
+             ) -> tuple[list[tuple], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+        """The chained rows for ``pending`` events ``(run_id, step_id, event, actor, before, after,
+        detail_json, ts[, extra])``, the tenants' new heads, and the heads they were chained to
+        (taken from ``known`` when there, else read)."""
+        heads: dict[str, tuple[int, str]] = {}
+        based: dict[str, tuple[int, str]] = {}
+        out = []
+        redact = REDACTOR.active
+        runs, all_tools, decisions = self._runs, self._tools, _EVENT_DECISION
+        canonical, sha256 = _canonical, _sha256
+        for item in pending:
+            run_id, step_id, event, actor, before, after, detail, ts = item[:8]
+            ts = float(ts)  # a REAL column gives a float back: hash what verify will read
+            extra = item[8] if len(item) > 8 else None
+            meta = runs.get(run_id) if run_id is not None else None
+            tools = all_tools.get(meta[3]) if meta is not None else None
+            decision = decisions.get(event, "?")
+            if (detail is None and tools is not None and decision != "?" and not redact
+                    and (extra is None or len(extra) == 1 and "summary" in extra)):
+                # the common case (a step or run event of a known run): nothing to parse or look up
+                tenant, workflow, version, digest = meta
+                tool = tools.get(step_id) if step_id is not None else None
+                summary = extra["summary"] if extra is not None else None
+                error = None
+            else:
+                tenant, workflow, version, digest = self._run_meta(c, run_id)
+                extra = extra or {}
+                pmap = None
+                if detail is not None and ((redact and REDACTOR.contains(detail)) or tenant is None
+                                           or '"error_class"' in detail or '"decision"' in detail):
+                    parsed = json.loads(detail)
+                    if redact and REDACTOR.contains(detail):
+                        parsed = REDACTOR.value(parsed)
+                        detail = _dumps(parsed)
+                    pmap = parsed if type(parsed) is dict else None
+                if extra.get("tenant"):
+                    tenant = extra["tenant"]
+                if tenant is None:
+                    tenant = str(pmap.get("tenant") or "") if pmap is not None else ""
+                decision = extra.get("decision") or _decision(event, pmap)
+                tool = extra.get("tool") or self._tool(c, digest, step_id)
+                summary = extra.get("summary")
+                error = extra.get("error") or (_error(pmap) if pmap is not None else None)
+                if redact and error:
+                    error = REDACTOR.text(error)
+            head = heads.get(tenant)
+            if head is None:
+                head = known.get(tenant) if known else None
+                if head is None:
+                    got = c.execute("SELECT seq, hash FROM audit_heads WHERE tenant = ?", (tenant,)).fetchone()
+                    head = (got[0], got[1]) if got else (0, GENESIS)
+                based[tenant] = head
+            seq = head[0] + 1
+            prev = head[1]
+            digest_ = sha256(canonical([tenant, seq, prev, ts, workflow, version, digest, run_id, step_id, event,
+                                        actor, before, after, decision, tool, summary, error, detail]
+                                       ).encode()).hexdigest()  # = event_hash(...), inlined
+            heads[tenant] = (seq, digest_)
+            out.append((run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow, version, digest,
+                        decision, tool, summary, error, seq, prev, digest_))
+        return out, heads, based
+
+    def append(self, c, pending: list[tuple]) -> None:
+        """Write ``pending`` events chained, and move the heads (inside the caller's transaction).
+
+        A tenant's head this process wrote last is not read again: the head row is moved with a
+        compare-and-set on it, and if another process moved it meanwhile, every head is read and
+        the events chained again."""
+        known = self._heads
+        rows, heads, based = self.rows(c, pending, known)
+        moved: list[str] = []
+        stale = False
+        for tenant, (seq, digest) in heads.items():
+            start = based[tenant]
+            if known.get(tenant) == start:  # chained to the cached head: move it only if still there
+                if c.execute(_HEAD_CAS, (seq, digest, tenant, start[0], start[1])).rowcount != 1:
+                    stale = True
+                    break
+            else:  # chained to the head just read under this transaction's write lock
+                c.execute(_HEAD_UPSERT, (tenant, seq, digest))
+            moved.append(tenant)
+        if stale:  # another process appended meanwhile: put the heads back, chain again on the stored ones
+            for tenant in moved:
+                c.execute(_HEAD_UPSERT, (tenant, *based[tenant]))
+            known.clear()
+            rows, heads, based = self.rows(c, pending, None)
+            for tenant, (seq, digest) in heads.items():
+                c.execute(_HEAD_UPSERT, (tenant, seq, digest))
+        c.executemany(INSERT, rows)
+        if len(known) > self._max:
+            known.clear()
+        known.update(heads)
+
+
+# -- verification ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Break:
+    """The first event of a tenant's chain that does not hold."""
+
+    tenant: str
+    event_id: int | None
+    seq: int | None
+    problem: str  # edited | deleted | inserted | reordered | truncated | unchained
+    message: str
+
+
+@dataclasses.dataclass
+class ChainReport:
+    """What :func:`verify` found, per tenant."""
+
+    events: dict[str, int] = dataclasses.field(default_factory=dict)
+    heads: dict[str, str] = dataclasses.field(default_factory=dict)
+    breaks: list[Break] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.breaks
+
+    @property
+    def first(self) -> Break | None:
+        return min(self.breaks, key=lambda b: (b.event_id is None, b.event_id or 0)) if self.breaks else None
+
+
+def _where(row: tuple) -> str:
+    event_id, seq, event, run_id = row[0], row[2], row[11], row[9]
+    return f"event {event_id} (seq {seq}, {event!r}" + (f", run {run_id})" if run_id else ")")
+
+
+def verify_tenant(tenant: str | None, rows: Iterable[tuple], head: tuple[int, str] | None
+                  ) -> tuple[int, str, Break | None]:
+    """Walk one tenant's rows (``VERIFY_COLS``, in id order); return (events, last hash, first break)."""
+    rows = list(rows)
+    seqs = {r[2] for r in rows}
+    prev, expected = GENESIS, 1
+    for i, row in enumerate(rows):
+        (event_id, _tenant, seq, prev_hash, stored, ts, workflow, version, digest, run_id, step_id, event, actor,
+         before, after, decision, tool, summary, error, detail) = row
+        where = _where(row)
+        if seq is None or stored is None:
+            return i + 1, prev, Break(tenant, event_id, seq, "unchained",
+                                      f"{where} carries no chain hash: it was added outside sealflow")
+        actual = event_hash(tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor,
+                            before, after, decision, tool, summary, error, detail)
+        if actual != stored:
+            return i + 1, prev, Break(tenant, event_id, seq, "edited",
+                                      f"{where} was edited: its content no longer matches its hash")
+        if seq > expected:
+            gap = f"seq {expected}" if seq == expected + 1 else f"seq {expected}..{seq - 1}"
+            if expected in seqs:
+                return i + 1, prev, Break(tenant, event_id, seq, "reordered",
+                                          f"{where} comes before {gap}: events were reordered")
+            return i + 1, prev, Break(tenant, event_id, seq, "deleted", f"{where}: {gap} before it is missing "
+                                                                        "(deleted)")
+        if seq < expected:
+            # two events claim one place: the genuine one is the one the chain goes on from
+            nxt = rows[i + 1][3] if i + 1 < len(rows) else (head[1] if head else None)
+            fake = rows[i - 1] if i and nxt == stored else row
+            return i + 1, prev, Break(tenant, fake[0], fake[2], "inserted",
+                                      f"{_where(fake)} was inserted: another event holds its place in the chain")
+        if prev_hash != prev:
+            return i + 1, prev, Break(tenant, event_id, seq, "inserted",
+                                      f"{where} does not link to the event before it: an event was inserted or "
+                                      "replaced before it")
+        prev, expected = stored, expected + 1
+    count = len(rows)
+    if head is not None and (head[0] != expected - 1 or head[1] != prev):
+        return count, prev, Break(tenant, None, head[0], "truncated",
+                                  f"the chain ends at seq {expected - 1} but its head is seq {head[0]}: the last "
+                                  f"{max(head[0] - expected + 1, 1)} event(s) were deleted")
+    if head is None and count:
+        return count, prev, Break(tenant, None, None, "truncated", "the chain has events but no head record")
+    return count, prev, None
+
+
+def verify(store, tenant: str | None = None) -> ChainReport:
+    """Verify the chain of ``tenant`` (None: every tenant) in ``store``."""
+    report = ChainReport()
+    heads = store.audit_heads()
+    tenants = [tenant] if tenant is not None else \
+        sorted(set(heads) | set(store.audit_tenants()), key=lambda t: (t is None, t or ""))
+    for name in tenants:
+        count, last, broken = verify_tenant(name, store.audit_chain(name), heads.get(name))
+        label = UNCHAINED if name is None else name
+        report.events[label] = count
+        report.heads[label] = last
+        if broken is not None:
+            report.breaks.append(broken)
+    return report
+
+
+# -- the migration ---------------------------------------------------------------------------------
+
+_TRIGGER = ("CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN SELECT RAISE(ABORT, 'the audit log is "
+            "append-only: append a new event instead'); END")
+
+
+def migrate(conn) -> None:
+    """Schema changes of the chain: new audit columns, heads, tenant usage; backfill existing events."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(audit)")}
+    for name, kind in CHAIN_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")
+    conn.execute("CREATE TABLE IF NOT EXISTS audit_heads (tenant TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+                 "hash TEXT NOT NULL) WITHOUT ROWID")
+    conn.execute("CREATE TABLE IF NOT EXISTS tenant_usage (tenant TEXT NOT NULL, day INTEGER NOT NULL, "
+                 "tokens INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0, "
+                 "PRIMARY KEY (tenant, day)) WITHOUT ROWID")
+    rows = conn.execute("SELECT id, run_id, step_id, event, actor, state_before, state_after, detail, ts FROM audit "
+                        "WHERE hash IS NULL ORDER BY id").fetchall()
+    if not rows:
+        return
+    chain = SqliteChain()
+    chained, heads, _ = chain.rows(conn, [r[1:] for r in rows])
+    conn.execute("DROP TRIGGER IF EXISTS audit_no_update")
+    conn.executemany("UPDATE audit SET detail = ?, tenant = ?, workflow = ?, workflow_version = ?, plan_digest = ?, "
+                     "decision = ?, tool = ?, summary = ?, error = ?, seq = ?, prev_hash = ?, hash = ? WHERE id = ?",
+                     [(r[6], *r[8:], row[0]) for r, row in zip(chained, rows)])
+    conn.execute(_TRIGGER)
+    conn.executemany(_HEAD_UPSERT, [(t, s, h) for t, (s, h) in heads.items()])

@@ -1,0 +1,3 @@
+"""The SQLite store (the embedded default): store (the Store implementation), schema, rows, admission, steps,
+sweep.
+"""

@@ -1,0 +1,75 @@
+"""Row <-> record conversion for the SQLite store (column lists kept next to their decoders)."""
+
+from __future__ import annotations
+
+import json
+
+from sealflow.interpreter.store.base import AttemptRecord, AuditRecord, DeadLetterRecord, LedgerRecord, OutboxRecord, RunRecord, TimerRecord
+
+loads = json.loads
+
+
+def dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, idempotency_key, "
+            "input_hash, created_at, updated_at, deadline, output, error_class, error_message, steps_executed, "
+            "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority, acting_as, access_mode, "
+            "signer")
+
+ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, "
+                "started_at, ended_at, due_at, output, error_class, error_message, data")
+
+AUDIT_COLS = ("id, run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, "
+              "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash")
+DLQ_COLS = "run_id, step_id, reason, error_class, fingerprint, redrive_count, quarantined, status, created_at, updated_at"
+
+
+ACTIVE = "('pending','scheduled','running','retry_wait','waiting')"
+#: join condition: the run's cursor attempt (its single active attempt, invariant 1)
+CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor_attempt"
+A_COLS = ", ".join("a." + c.strip() for c in ATTEMPT_COLS.split(","))
+R_COLS = ", ".join("r." + c.strip() for c in RUN_COLS.split(","))
+N_ATTEMPT = len(ATTEMPT_COLS.split(","))
+# audit rows are written only through sealflow.interpreter.store.auditchain (hash-chained per tenant)
+
+
+def run(row) -> RunRecord:
+    r = list(row)
+    r[5] = loads(r[5])
+    r[14] = None if r[14] is None else loads(r[14])
+    return RunRecord(*r)
+
+
+def attempt(row) -> AttemptRecord:
+    r = list(row)
+    r[13] = None if r[13] is None else loads(r[13])
+    r[16] = {} if r[16] is None else loads(r[16])
+    return AttemptRecord(*r)
+
+
+def audit(row) -> AuditRecord:
+    r = list(row)
+    r[7] = None if r[7] is None else loads(r[7])
+    return AuditRecord(*r)
+
+
+def dead_letter(row) -> DeadLetterRecord:
+    r = list(row)
+    r[6] = bool(r[6])
+    return DeadLetterRecord(*r)
+
+
+def timer(row) -> TimerRecord:
+    return TimerRecord(*row)
+
+
+def outbox(row) -> OutboxRecord:
+    return OutboxRecord(*row)
+
+
+def ledger(row) -> LedgerRecord:
+    r = list(row)
+    r[4] = None if r[4] is None else loads(r[4])
+    return LedgerRecord(*r)

@@ -1,0 +1,269 @@
+"""The step path of the SQLite store (a mixin of :class:`SqliteStore`): claim, commit, cancel, redrive.
+
+Each method is one ``BEGIN IMMEDIATE`` transaction. The fences are checked
+before anything is written: the attempt's token (:class:`FencingError`), then
+the run's revision (:class:`ConcurrencyError`); every state change goes
+through ``_step_to`` / ``_run_to``, which refuse edges not in
+:mod:`sealflow.interpreter.core.states` (the transaction rolls back and the refusal is
+audited).
+"""
+
+from __future__ import annotations
+
+import random
+
+from sealflow.interpreter.core import states
+from sealflow.interpreter.store.sqlite import rows
+from sealflow.interpreter.store.records import Claimed, Commit, Committed, DeadLetterSpec, Message, NextAttempt, RunRecord
+from sealflow.interpreter.store.sqlite import admission as sqlite_admission
+from sealflow.interpreter.store.auditchain import output_summary
+from sealflow.interpreter.core.clock import day_of
+from sealflow.interpreter.core.ids import StepRef, StepRole
+from sealflow.interpreter.store.errors import ClaimDeferred, ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
+
+dumps = rows.dumps
+_ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
+
+
+def new_token() -> int:
+    """A fresh attempt token: random, so a forged message cannot guess it; claims then count up."""
+    return random.getrandbits(40) + 1
+
+
+class StepPathMixin:
+    def _insert_attempt(self, c, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
+                        actor: str = "system", *, tenant: str | None = None) -> tuple[int, Message | None]:
+        """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor."""
+        number = c.execute("SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts WHERE run_id = ? AND step_id = ?",
+                           (run_id, nxt.step_id)).fetchone()[0]
+        token = new_token()
+        self._step_to(c, now, run_id, nxt.step_id, "pending", nxt.state, actor,
+                      None if nxt.try_no == 1 else {"attempt": number, "try": nxt.try_no, "due_at": nxt.due_at})
+        c.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
+                  "due_at, data, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                  (run_id, nxt.step_id, number, nxt.try_no, nxt.state, token, nxt.lease_ms, now, nxt.due_at,
+                   None if nxt.data is None else dumps(nxt.data), seq))
+        if nxt.state == "scheduled":
+            c.execute("INSERT INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) VALUES (?,?,?,?,?,?)",
+                      (run_id, nxt.step_id, number, token, nxt.due_at, now if inline else None))
+            if not inline:
+                return number, None
+            if tenant is None:  # the caller did not have it at hand
+                got = c.execute("SELECT tenant FROM runs WHERE id = ?", (run_id,)).fetchone()
+                tenant = got and got[0]
+            return number, Message(run_id, nxt.step_id, number, token, tenant)
+        if nxt.timer_kind is not None:
+            c.execute("INSERT INTO timers (run_id, step_id, attempt, token, kind, fire_at) VALUES (?,?,?,?,?,?)",
+                      (run_id, nxt.step_id, number, token, nxt.timer_kind, nxt.due_at))
+        return number, None
+
+    # -- the step path -----------------------------------------------------------------------------
+    def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
+              now: float, running_limit=None) -> Claimed:
+        refused: tuple[str, str] | None = None
+        deferred: float | None = None
+        with self._tx() as c:
+            row = c.execute(f"SELECT {_A_COLS}, {_R_COLS} FROM attempts a JOIN runs r ON r.id = a.run_id "
+                            "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?",
+                            (run_id, step_id, attempt)).fetchone()
+            if row is None:
+                refused = ("unknown_attempt", "no such attempt")
+            else:
+                att, run = rows.attempt(row[:_N_ATTEMPT]), rows.run(row[_N_ATTEMPT:])
+                before = att.state
+                if att.token != token:
+                    refused = ("stale_token", f"token {token} is not the attempt's current token")
+                elif not (before == "scheduled" or (before == "waiting" and att.due_at is not None
+                                                    and att.due_at <= now)):
+                    refused = ("not_claimable", f"attempt is {before}")
+                elif run.state not in states.RUN_CLAIMABLE:
+                    refused = ("run_not_active", f"run is {run.state}")
+                elif tenant is not None and tenant != run.tenant:
+                    refused = ("tenant_mismatch", f"the message names tenant {tenant!r}, not the run's"
+                               if tenant else "the message names no tenant")
+            if refused is not None:
+                self._audit(c, now, run_id, step_id, "message_refused", owner, None, None,
+                            {"reason": refused[0], "detail": refused[1], "attempt": attempt,
+                             **({"tenant": tenant} if tenant is not None else {})})
+            elif running_limit is not None and before == "scheduled":  # the tenant's bulkhead
+                deferred = sqlite_admission.defer_if_full(c, now, run.tenant, run_id, step_id, attempt, token,
+                                                          running_limit)
+            if refused is None and deferred is None:
+                att.state, att.token, att.lease_owner = "running", token + 1, owner
+                att.lease_expires = now + att.lease_ms / 1000.0
+                att.started_at = att.started_at or now
+                c.execute("UPDATE attempts SET state = 'running', token = ?, lease_owner = ?, lease_expires = ?, "
+                          "started_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                          (att.token, owner, att.lease_expires, att.started_at, run_id, step_id, attempt))
+                c.execute("DELETE FROM outbox WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                          (run_id, step_id, attempt))
+                self._step_to(c, now, run_id, step_id, before, "running", owner)
+                if run.state in ("queued", "waiting"):  # cancelling / compensating runs keep their state
+                    self._run_to(c, now, run_id, run.state, "running", owner)
+                    c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?",
+                              (now, run_id))
+                    run.state, run.rev = "running", run.rev + 1
+                results = {r[0]: (r[1], r[2]) for r in
+                           c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
+        if refused is not None:
+            raise MessageRefused(f"message for step {step_id!r} of run {run_id} refused: {refused[1]}", refused[0])
+        if deferred is not None:
+            raise ClaimDeferred(f"step {step_id!r} of run {run_id} put off {deferred:.2f}s: its tenant has "
+                                "max_running_steps attempts running", deferred)
+        return Claimed(run, att, results, before == "waiting")
+
+    def commit(self, commit: Commit, now: float) -> Committed:
+        with self._tx() as c:
+            run_id = commit.run_id
+            step = commit.step
+            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant FROM runs r LEFT JOIN attempts a ON "
+                            "a.run_id = r.id AND a.step_id = ? AND a.attempt = ? WHERE r.id = ?",
+                            (step and step.step_id, step and step.attempt, run_id)).fetchone()
+            if got is None:
+                raise NotFound(f"no run {run_id!r}")
+            run_state, rev, tenant = got[0], got[1], got[4]
+            cur = got[2:4]
+            if step is not None:
+                if cur[0] is None or cur[1] != step.token:
+                    raise FencingError(f"step {step.step_id!r} attempt {step.attempt} of run {run_id}: token "
+                                       f"{step.token} is no longer current (lease expired or the attempt moved on); "
+                                       "nothing was changed")
+            if rev != commit.expected_rev:
+                raise ConcurrencyError(f"run {run_id} is at revision {rev}, not {commit.expected_rev}; "
+                                       "re-read it and decide again")
+            actor = commit.actor
+            if step is not None:
+                self._apply_step(c, now, run_id, cur[0], step, actor)
+            if commit.ledger is not None:
+                led = commit.ledger
+                c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
+                          "VALUES (?,?,?,?,?,?)", (led.tenant, led.key, led.run_id, led.step_id, led.result_json, now))
+            messages: tuple[Message, ...] = ()
+            cursor: tuple[str | None, int | None] = (None, None)
+            if commit.run.state == "compensating" and run_state != "compensating":
+                # a run being undone has nothing else due: no deadline, no approval timeout, no message
+                c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+                c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
+            if commit.next is not None:
+                number, msg = self._insert_attempt(c, now, run_id, commit.next, commit.dispatch_inline, rev + 1,
+                                                   actor, tenant=tenant)
+                cursor = (commit.next.step_id, number)
+                if msg is not None:
+                    messages = (msg,)
+            ch = commit.run
+            new_state = ch.state or run_state
+            final_state = new_state
+            if new_state != run_state:
+                self._run_to(c, now, run_id, run_state, new_state, actor,
+                             {"error_class": ch.error_class, "message": ch.error_message} if ch.error_class else None)
+                if commit.dead_letter is not None:
+                    final_state = self._dead_letter(c, now, run_id, new_state, commit.dead_letter, actor)
+                if final_state in states.RUN_FINAL:
+                    c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+                    c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
+            c.execute("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, output = COALESCE(?, output), "
+                      "error_class = COALESCE(?, error_class), error_message = COALESCE(?, error_message), "
+                      "steps_executed = steps_executed + ?, tokens = tokens + ?, cost_usd = cost_usd + ?, "
+                      "tool_calls = tool_calls + ?, cursor_step = COALESCE(?, cursor_step), "
+                      "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
+                      (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps,
+                       ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0], cursor[1], run_id))
+            if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
+                c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
+            for ev in commit.audit:
+                self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
+                            ev.chain_fields())
+            return Committed(rev + 1, final_state, messages)
+
+    def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:
+        after = step.state
+        self._step_to(c, now, run_id, step.step_id, before, after, actor,
+                      {"error_class": step.error_class, "message": step.error_message} if step.error_class else None,
+                      None if step.output_json is None else {"summary": output_summary(step.output_json)})
+        final = after in states.STEP_FINAL
+        c.execute("UPDATE attempts SET state = ?, output = COALESCE(?, output), error_class = ?, error_message = ?, "
+                  "due_at = COALESCE(?, due_at), data = COALESCE(?, data), ended_at = ?, "
+                  "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
+                  "lease_expires = CASE WHEN ? THEN NULL ELSE lease_expires END "
+                  "WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                  (after, step.output_json, step.error_class, step.error_message, step.due_at,
+                   None if step.data is None else dumps(step.data), now if final else None,
+                   after != "running", after != "running", run_id, step.step_id, step.attempt))
+        if before in ("waiting", "retry_wait") and after != before:
+            c.execute("DELETE FROM timers WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                      (run_id, step.step_id, step.attempt))
+        if step.timer_kind is not None and step.due_at is not None:
+            c.execute("INSERT INTO timers (run_id, step_id, attempt, token, kind, fire_at) VALUES (?,?,?,?,?,?)",
+                      (run_id, step.step_id, step.attempt, step.token, step.timer_kind, step.due_at))
+        if final and StepRef.parse(step.step_id).role is StepRole.STEP:
+            c.execute("INSERT INTO results (run_id, step_id, status, output) VALUES (?,?,?,?) "
+                      "ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status, output = excluded.output",
+                      (run_id, step.step_id, after, step.output_json))
+
+    def _dead_letter(self, c, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str) -> str:
+        """Record the dead letter; quarantine when a redriven run fails the same way again (a run
+        going ``quarantined`` itself, after a failed compensation, gets a quarantined letter)."""
+        quarantine = run_state == "quarantined"
+        got = c.execute("SELECT fingerprint, redrive_count FROM dead_letters WHERE run_id = ?", (run_id,)).fetchone()
+        if not quarantine and got is not None and got[1] > 0 and got[0] == spec.fingerprint:
+            c.execute("UPDATE dead_letters SET status = 'quarantined', quarantined = 1, reason = ?, step_id = ?, "
+                      "error_class = ?, updated_at = ? WHERE run_id = ?",
+                      (spec.reason, spec.step_id, spec.error_class, now, run_id))
+            self._run_to(c, now, run_id, run_state, "quarantined", actor,
+                         {"fingerprint": spec.fingerprint, "redrives": got[1],
+                          "why": "the same failure repeated after a redrive"})
+            return "quarantined"
+        c.execute("INSERT INTO dead_letters (run_id, step_id, reason, error_class, fingerprint, redrive_count, "
+                  "quarantined, status, created_at, updated_at) VALUES (?,?,?,?,?,0,?,?,?,?) "
+                  "ON CONFLICT (run_id) DO UPDATE SET step_id = excluded.step_id, reason = excluded.reason, "
+                  "error_class = excluded.error_class, fingerprint = excluded.fingerprint, status = excluded.status, "
+                  "quarantined = excluded.quarantined, updated_at = excluded.updated_at",
+                  (run_id, spec.step_id, spec.reason, spec.error_class, spec.fingerprint, int(quarantine),
+                   "quarantined" if quarantine else "dead", now, now))
+        self._audit(c, now, run_id, spec.step_id, "dead_letter", actor, None, None,
+                    {"reason": spec.reason, "error_class": spec.error_class, "fingerprint": spec.fingerprint,
+                     **({"quarantined": True} if quarantine else {})})
+        return run_state
+
+    # -- operator actions --------------------------------------------------------------------------
+    def cancel(self, run_id: str, now: float, *, actor: str, reason: str = "") -> RunRecord:
+        with self._tx() as c:
+            run = self._get_run(c, run_id)
+            if run.state in ("cancelled", "cancelling", "compensating"):  # compensating: undoing must finish
+                return run
+            active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
+                               f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()
+            target = "cancelling" if any(a[2] == "running" for a in active) else "cancelled"
+            self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None)
+            if target == "cancelled":
+                for step_id, attempt, state, token in active:
+                    self._step_to(c, now, run_id, step_id, state, "cancelled", actor)
+                    c.execute("UPDATE attempts SET state = 'cancelled', token = ?, ended_at = ? WHERE run_id = ? AND "
+                              "step_id = ? AND attempt = ?", (token + 1, now, run_id, step_id, attempt))
+                c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+                c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
+            c.execute("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
+                      "error_message = ? WHERE id = ?", (target, now, reason or f"cancelled by {actor}", run_id))
+            return self._get_run(c, run_id)
+
+    def redrive(self, run_id: str, next_attempt: NextAttempt, now: float, *, actor: str,
+                deadline: float | None) -> Committed:
+        with self._tx() as c:
+            run = self._get_run(c, run_id)
+            dl = c.execute("SELECT status FROM dead_letters WHERE run_id = ?", (run_id,)).fetchone()
+            if dl is None or dl[0] != "dead":
+                why = "it is quarantined (the same failure repeated after a redrive); fix the cause and submit a " \
+                      "new run" if dl and dl[0] == "quarantined" else f"it is {run.state}, not in the dead-letter list"
+                raise InvalidOperation(f"run {run_id} cannot be redriven: {why}")
+            self._run_to(c, now, run_id, run.state, "queued", actor, {"redrive": run.redrives + 1})
+            c.execute("UPDATE runs SET state = 'queued', rev = rev + 1, updated_at = ?, error_class = NULL, "
+                      "error_message = NULL, redrives = redrives + 1, deadline = ? WHERE id = ?",
+                      (now, deadline, run_id))
+            c.execute("UPDATE dead_letters SET status = 'redriven', redrive_count = redrive_count + 1, updated_at = ? "
+                      "WHERE run_id = ?", (now, run_id))
+            if deadline is not None:
+                c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)", (run_id, deadline))
+            number, _ = self._insert_attempt(c, now, run_id, next_attempt, False, run.rev + 1, actor)
+            c.execute("UPDATE runs SET cursor_step = ?, cursor_attempt = ? WHERE id = ?",
+                      (next_attempt.step_id, number, run_id))
+            return Committed(run.rev + 1, "queued")

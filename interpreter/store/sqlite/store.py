@@ -1,0 +1,311 @@
+"""The SQLite store: the embedded default (``sqlite:///.sealflow/state.db``).
+
+WAL journal, ``synchronous=NORMAL`` (a commit survives a process crash; an OS
+crash may lose the last commits, never corrupt the file), ``busy_timeout`` for
+other processes on the same file. WAL checkpoints (which fsync) run on a
+background thread with its own connection instead of inside a step's commit. One connection per store object guarded by
+a lock (threads of one process queue on the lock instead of spinning in
+SQLite's busy handler); every write is one ``BEGIN IMMEDIATE`` transaction, so
+each operation of :class:`~sealflow.interpreter.store.base.Store` is atomic. Statements
+are fixed strings so the sqlite3 statement cache keeps them prepared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from typing import Iterator
+
+from sealflow.interpreter.core import states
+from sealflow.interpreter.store.base import (
+    AttemptRecord, AuditEvent, AuditRecord, DeadLetterRecord, LedgerRecord, NewRun, NextAttempt, OutboxRecord,
+    RunRecord, Store, TimerRecord,
+)
+from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.interpreter.store.sqlite import admission as sqlite_admission, rows
+from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
+from sealflow.interpreter.store.sqlite.schema import migrate
+from sealflow.interpreter.store.definitions import DefinitionsMixin
+from sealflow.interpreter.store.sqlite.steps import StepPathMixin
+from sealflow.interpreter.store.sqlite.sweep import SweepMixin
+
+dumps = rows.dumps
+_A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
+class _Checkpointer(threading.Thread):
+    """Checkpoints the WAL every ``interval`` seconds (PASSIVE: never blocks writers)."""
+
+    def __init__(self, path: str, interval: float, busy_timeout_ms: int):
+        super().__init__(name="sealflow-checkpoint", daemon=True)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                     timeout=busy_timeout_ms / 1000)
+        self._interval = interval
+        self._stopped = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:  # busy or closing: the next round will do it
+                pass
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=5)
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+        self._conn.close()
+
+
+class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
+    """:class:`Store` on one SQLite file."""
+
+    def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
+                 checkpoint_interval: float = 0.25):
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        if path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._lock = threading.RLock()
+        self._pending: list[tuple] = []  # audit rows of the transaction in progress
+        self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.interpreter.store.auditchain)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=512,
+                                     timeout=busy_timeout_ms / 1000)
+        c = self._conn
+        c.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if path != ":memory:":
+            c.execute("PRAGMA journal_mode = WAL")
+        c.execute("PRAGMA synchronous = NORMAL")
+        c.execute("PRAGMA temp_store = MEMORY")
+        self._version = migrate(c, path=path)
+        self._checkpointer: _Checkpointer | None = None
+        if path != ":memory:" and checkpoint_interval:
+            c.execute("PRAGMA wal_autocheckpoint = 0")
+            self._checkpointer = _Checkpointer(path, checkpoint_interval, busy_timeout_ms)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None  # type: ignore[assignment]
+
+    def schema_version(self) -> int:
+        return self._version
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            c = self._conn
+            if c is None:
+                raise InvalidOperation("the store is closed; open it again with open_store(url)")
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+                if self._pending:
+                    self._chain.append(c, self._pending)
+            except IllegalTransition as exc:
+                self._pending.clear()
+                c.execute("ROLLBACK")
+                self._audit_illegal(c, exc)
+                raise
+            except BaseException:
+                self._pending.clear()
+                c.execute("ROLLBACK")
+                raise
+            self._pending.clear()
+            c.execute("COMMIT")
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            if self._conn is None:
+                raise InvalidOperation("the store is closed; open it again with open_store(url)")
+            return self._conn.execute(sql, args).fetchall()
+
+    # -- audit helpers -----------------------------------------------------------------------------
+    def _audit(self, c, now: float, run_id, step_id, event, actor="system", before=None, after=None,
+               detail=None, chain=None) -> None:
+        """Queue an audit event; it is written with the transaction it belongs to, or not at all.
+        ``chain``: chain columns set explicitly (tenant, decision, tool, summary, error)."""
+        self._pending.append((run_id, step_id, event, actor, before, after,
+                              None if detail is None else dumps(detail), now, chain))
+
+    def _audit_illegal(self, c, exc: IllegalTransition) -> None:
+        info = getattr(exc, "info", {})
+        c.execute("BEGIN IMMEDIATE")
+        self._chain.append(c, [(info.get("run_id"), info.get("step_id"), "illegal_transition",
+                                info.get("actor", "system"), info.get("before"), info.get("after"),
+                                dumps({"kind": info.get("kind"), "message": str(exc)}), info.get("now", 0.0))])
+        c.execute("COMMIT")
+
+    @staticmethod
+    def _illegal(kind: str, run_id, step_id, before, after, now, actor="system") -> IllegalTransition:
+        what = f"run {run_id}" if kind == "run" else f"step {step_id!r} of run {run_id}"
+        exc = IllegalTransition(f"{what} cannot go from {before!r} to {after!r}; see interpreter/states.py for the "
+                                f"legal transitions")
+        exc.info = {"kind": kind, "run_id": run_id, "step_id": step_id, "before": before, "after": after,
+                    "now": now, "actor": actor}
+        return exc
+
+    def _step_to(self, c, now, run_id, step_id, before, after, actor="system", detail=None, chain=None) -> None:
+        if not states.step_can(before, after):
+            raise self._illegal("step", run_id, step_id, before, after, now, actor)
+        if before != after:
+            self._audit(c, now, run_id, step_id, "step." + after, actor, before, after, detail, chain)
+
+    def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
+        if not states.run_can(before, after):
+            raise self._illegal("run", run_id, None, before, after, now, actor)
+        if before != after:
+            self._audit(c, now, run_id, None, "run." + after, actor, before, after, detail)
+
+    def append_audit(self, event: AuditEvent, now: float) -> None:
+        with self._tx() as c:
+            self._audit(c, now, event.run_id, event.step_id, event.event, event.actor, event.state_before,
+                        event.state_after, event.detail, event.chain_fields())
+
+    # -- plans and runs ----------------------------------------------------------------------------
+    def put_plan(self, digest: str, workflow: str, version: int, body_json: str, now: float) -> None:
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
+                      (digest, workflow, version, body_json, now))
+
+    def get_plan(self, digest: str) -> str:
+        got = self._read("SELECT body FROM plans WHERE digest = ?", (digest,))
+        if not got:
+            raise NotFound(f"no plan with digest {digest} in {self.url}; was the run submitted to another store?")
+        return got[0][0]
+
+    def _get_run(self, c, run_id: str) -> RunRecord:
+        row = c.execute(f"SELECT {rows.RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no run {run_id!r} in {self.url}; list runs with `sealflow status`")
+        return rows.run(row)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with self._lock:
+            return self._get_run(self._conn, run_id)
+
+    def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100,
+                  tenant: str | None = None) -> list[RunRecord]:
+        where, args = [], []
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        sql = f"SELECT {rows.RUN_COLS} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        got = self._read(sql + " ORDER BY created_at LIMIT ?", (*args, limit))
+        return [rows.run(r) for r in got]
+
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        got = self._read(f"SELECT {rows.ATTEMPT_COLS} FROM attempts WHERE run_id = ? "
+                         "ORDER BY seq", (run_id,))
+        return [rows.attempt(r) for r in got]
+
+    def active_attempt(self, run_id: str) -> AttemptRecord | None:
+        got = self._read(f"SELECT {_A_COLS} FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.id = ? "
+                         f"AND a.state IN {_ACTIVE}", (run_id,))
+        return rows.attempt(got[0]) if got else None
+
+    def results(self, run_id: str) -> dict[str, tuple[str, str | None]]:
+        return {r[0]: (r[1], r[2]) for r in self._read("SELECT step_id, status, output FROM results WHERE run_id = ?",
+                                                       (run_id,))}
+
+    def submit(self, new: NewRun, now: float, limits=None) -> tuple[RunRecord, bool]:
+        with self._tx() as c:
+            if new.idempotency_key is not None:
+                got = c.execute("SELECT id, input_hash FROM runs WHERE tenant = ? AND workflow = ? AND "
+                                "idempotency_key = ?", (new.tenant, new.workflow, new.idempotency_key)).fetchone()
+                if got is not None:
+                    if got[1] != new.input_hash:
+                        raise IdempotencyConflict(
+                            f"idempotency key {new.idempotency_key!r} was used by run {got[0]} with a different "
+                            f"input; send the same input to get that run back, or use a new key")
+                    return self._get_run(c, got[0]), False
+            if limits is not None:
+                sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
+            c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
+                      (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
+            c.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
+                      "initiator, idempotency_key, input_hash, created_at, updated_at, deadline, cursor_step, "
+                      "cursor_attempt, priority, acting_as, access_mode, signer) "
+                      "VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?,?)",
+                      (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json,
+                       new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
+                       new.priority, new.acting_as, new.access_mode, new.signer))
+            self._audit(c, now, new.id, None, "run.created", new.initiator, None, "created",
+                        {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
+                         "tenant": new.tenant, "idempotency_key": new.idempotency_key,
+                         **({"acting_as": new.acting_as} if new.acting_as not in (None, new.initiator) else {}),
+                         **({"access": new.access_mode} if new.access_mode else {}),
+                         **({"signer": new.signer} if new.signer else {})})
+            self._run_to(c, now, new.id, "created", "queued", new.initiator)
+            if new.deadline is not None:
+                c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",
+                          (new.id, new.deadline))
+            self._insert_attempt(c, now, new.id, NextAttempt(new.first_step, 1, "scheduled", now, new.first_lease_ms),
+                                 False, 1)
+            return self._get_run(c, new.id), True
+
+    # -- reads -------------------------------------------------------------------------------------
+    def ledger_get(self, tenant: str, key: str) -> LedgerRecord | None:
+        got = self._read("SELECT tenant, key, run_id, step_id, result, created_at FROM ledger WHERE tenant = ? AND "
+                         "key = ?", (tenant, key))
+        return rows.ledger(got[0]) if got else None
+
+    def dead_letters(self, *, include_redriven: bool = False) -> list[DeadLetterRecord]:
+        where = "" if include_redriven else "WHERE status != 'redriven'"
+        return [rows.dead_letter(r) for r in self._read(f"SELECT {rows.DLQ_COLS} FROM dead_letters {where} "
+                                                        "ORDER BY updated_at")]
+
+    def dead_letter(self, run_id: str) -> DeadLetterRecord | None:
+        got = self._read(f"SELECT {rows.DLQ_COLS} FROM dead_letters WHERE run_id = ?", (run_id,))
+        return rows.dead_letter(got[0]) if got else None
+
+    def due_deadlines(self, now: float) -> list[str]:
+        return [r[0] for r in self._read("SELECT run_id FROM timers WHERE kind = 'run_deadline' AND fire_at <= ? "
+                                         "ORDER BY fire_at", (now,))]
+
+    def timers(self, run_id: str | None = None) -> list[TimerRecord]:
+        sql = "SELECT id, run_id, step_id, attempt, token, kind, fire_at FROM timers"
+        got = self._read(sql + " WHERE run_id = ? ORDER BY fire_at", (run_id,)) if run_id else \
+            self._read(sql + " ORDER BY fire_at")
+        return [rows.timer(r) for r in got]
+
+    def outbox(self, run_id: str | None = None) -> list[OutboxRecord]:
+        sql = "SELECT run_id, step_id, attempt, token, due_at, sent_at FROM outbox"
+        got = self._read(sql + " WHERE run_id = ? ORDER BY due_at", (run_id,)) if run_id else \
+            self._read(sql + " ORDER BY due_at")
+        return [rows.outbox(r) for r in got]
+
+    def audit(self, run_id: str | None = None, *, limit: int | None = None) -> list[AuditRecord]:
+        lim = f" LIMIT {int(limit)}" if limit else ""
+        if run_id is None:
+            got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit ORDER BY id{lim}")
+        else:
+            got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit WHERE run_id = ? ORDER BY id{lim}", (run_id,))
+        return [rows.audit(r) for r in got]
+
+    # -- the audit chain and tenant usage ------------------------------------------------------------
+    def audit_chain(self, tenant: str) -> list[tuple]:
+        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
+
+    def audit_heads(self) -> dict[str, tuple[int, str]]:
+        return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
+
+    def audit_tenants(self) -> list[str | None]:
+        """Every tenant with audit events (None: events that name no tenant, i.e. were not chained)."""
+        return [r[0] for r in self._read("SELECT DISTINCT tenant FROM audit")]
+
+    def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
+        with self._lock:
+            return sqlite_admission.usage(self._conn, tenant, day)

@@ -1,0 +1,84 @@
+"""``ai`` steps against a scripted provider: schema, validate, fallback, tokens and budgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from sealflow.dsl.plan import AgentPlan, AiPlan
+from interp_helpers import FakeProvider, S, make_plan, retry
+from sealflow.interpreter.core.errors import StepError
+
+SCHEMA = {"type": "object", "required": ["classification"],
+          "properties": {"classification": {"enum": ["high", "low"]}, "reason": {"type": "string"}}}
+
+
+def ai_step(model="m1", fallback=(), **kw):
+    return S("classify", "ai", ai=AiPlan(model=model, fallback=tuple(fallback), prompt_template=
+                                         "Classify ${{ input.lead }}", system="be brief", output_schema=SCHEMA,
+                                         max_tokens=100), **kw)
+
+
+def test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens(runtime, providers):
+    providers["m1"] = model = FakeProvider({"classification": "high", "reason": "big"}, tokens=40, cost=0.02)
+    status = runtime.run(make_plan(ai_step(), output="${{ steps.classify.output }}"), {"lead": "acme"},
+                         initiator="u")
+    assert status.state == "completed" and status.output == {"classification": "high", "reason": "big"}
+    (request,) = model.requests
+    assert (request.model, request.prompt, request.system, request.max_tokens) == ("m1", "Classify acme",
+                                                                                    "be brief", 100)
+    assert request.output_schema == SCHEMA and request.deadline is not None
+    assert (status.run.tokens, status.run.cost_usd) == (40, pytest.approx(0.02))
+
+
+def test_output_failing_the_schema_is_invalid_output_and_retried(runtime, providers):
+    providers["m1"] = model = FakeProvider({"classification": "maybe"}, {"classification": "low"})
+    plan = make_plan(ai_step(retry=retry("invalid_output", initial_ms=10)), output="${{ steps.classify.output }}")
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.output == {"classification": "low"} and len(model.requests) == 2
+    first = status.attempts[0]
+    assert first.error_class == "invalid_output" and "classification" in first.error_message
+    assert status.run.tokens == 20  # both calls are counted
+
+
+def test_validate_rules_apply_to_model_output(runtime, providers):
+    providers["m1"] = FakeProvider({"classification": "high", "reason": ""})
+    plan = make_plan(ai_step(validations=({"check": "output.classification != 'high' or len(output.reason) > 0",
+                                           "message": None},)))
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.error[0] == "invalid_output" and "validate rule failed" in status.error[1]
+
+
+def test_fallback_models_are_tried_when_the_first_is_unavailable(runtime, providers):
+    providers["m1"] = FakeProvider(StepError("unavailable", "503"))
+    providers["m2"] = backup = FakeProvider({"classification": "low"})
+    plan = make_plan(ai_step(fallback=("missing-model", "m2")), output="${{ steps.classify.output }}")
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.output == {"classification": "low"} and backup.requests[0].model == "m2"
+
+
+def test_an_unknown_model_without_fallback_is_a_configuration_error(runtime):
+    status = runtime.run(make_plan(ai_step(model="nope")), {"lead": "x"}, initiator="u")
+    assert status.error[0] == "configuration" and "nope" in status.error[1]
+
+
+def test_the_token_budget_stops_the_run(runtime, providers):
+    providers["m1"] = FakeProvider({"classification": "low"}, tokens=600)
+    plan = make_plan(ai_step(), S("again", "ai", ai=AiPlan(model="m1", prompt_template="x")),
+                     budget={"max_tokens": 1000})
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.error[0] == "budget_exceeded" and status.run.tokens == 1200
+
+
+def test_an_agent_step_with_an_unknown_model_is_a_configuration_error(runtime):
+    plan = make_plan(S("agent", "agent", agent=AgentPlan(model="m1", goal="do it", max_steps=3)))
+    status = runtime.run(plan, {}, initiator="u")
+    assert status.error[0] == "configuration" and "m1" in status.error[1]
+
+
+def test_the_cost_budget_stops_the_run(runtime, providers):
+    providers["m1"] = FakeProvider({"classification": "low"}, cost=0.30)
+    plan = make_plan(ai_step(), S("again", "ai", ai=AiPlan(model="m1", prompt_template="x")),
+                     budget={"max_cost_usd": 0.50})
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.error[0] == "budget_exceeded" and "max_cost_usd" in status.error[1]
+    assert status.run.cost_usd == pytest.approx(0.60)

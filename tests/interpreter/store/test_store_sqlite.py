@@ -1,0 +1,82 @@
+"""What only the SQLite backend has: its file, migrations, and triggers."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from sealflow.interpreter.store import SchemaTooNew, StoreURLError, open_store
+from sealflow.interpreter.store.sqlite.schema import LATEST, migrate
+
+
+def test_open_store_reads_the_url_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEALFLOW_STORE", f"sqlite:///{tmp_path}/env.db")
+    s = open_store()
+    try:
+        assert s.url.endswith("env.db") and (tmp_path / "env.db").exists()
+    finally:
+        s.close()
+
+
+def test_unknown_store_urls_say_what_to_write():
+    with pytest.raises(StoreURLError, match="sqlite:///"):
+        open_store("postgres://db")
+    with pytest.raises(StoreURLError, match="not available"):
+        open_store("redis://localhost")
+
+
+def test_an_older_database_is_migrated_on_open(tmp_path):
+    # Given a database written at schema version 1 with a run in it
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate(conn, target=1) == 1
+    conn.execute("INSERT INTO plans VALUES ('d', 'wf', 1, '{}', 0)")
+    conn.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, "
+                 "input_hash, created_at, updated_at) VALUES ('r1', 't', 'wf', 1, 'd', '{}', 'queued', 1, 'u', 'h', 0, 0)")
+    conn.close()
+    # When the store opens it
+    s = open_store(f"sqlite:///{path}")
+    try:
+        # Then it is at the latest version and the old run reads back with the new column's default
+        assert s.schema_version() == LATEST
+        run = s.get_run("r1")
+        assert (run.state, run.priority) == ("queued", "normal")
+    finally:
+        s.close()
+
+
+def test_a_newer_database_is_refused_with_a_clear_error(tmp_path):
+    path = tmp_path / "new.db"
+    s = open_store(f"sqlite:///{path}")
+    s.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("INSERT INTO schema_version VALUES (99, 'from the future', 0)")
+    conn.close()
+    with pytest.raises(SchemaTooNew, match="upgrade sealflow"):
+        open_store(f"sqlite:///{path}")
+
+
+def test_audit_rows_cannot_be_updated_or_deleted(tmp_path):
+    path = tmp_path / "a.db"
+    s = open_store(f"sqlite:///{path}")
+    from sealflow.interpreter.store import AuditEvent
+
+    s.append_audit(AuditEvent("note", run_id="r"), 0.0)
+    s.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE audit SET event = 'forged'")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM audit")
+    assert conn.execute("SELECT event FROM audit").fetchall() == [("note",)]
+    conn.close()
+
+
+def test_the_database_uses_wal(tmp_path):
+    path = tmp_path / "w.db"
+    s = open_store(f"sqlite:///{path}")
+    s.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()

@@ -1,0 +1,374 @@
+"""The store contract, written once and run against every backend (the ``store`` fixture).
+
+Given / When / Then in each test. Everything here goes through the abstract
+:class:`sealflow.interpreter.store.base.Store` interface; backend-specific checks live in
+``test_store_sqlite.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from sealflow.interpreter.store import AuditEvent, Commit, ConcurrencyError, DeadLetterSpec, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, LedgerEntry, MessageRefused, NewRun, NextAttempt, RunChange, StepChange
+
+T0 = 1_700_000_000.0
+
+
+def new_run(run_id="r1", *, key=None, value=None, deadline=None, tenant="default", first="a"):
+    value = {"n": 1} if value is None else value
+    return NewRun(id=run_id, tenant=tenant, workflow="wf", workflow_version=1, plan_digest="sha256:plan",
+                  plan_json='{"plan": true}', input_json=json.dumps(value), input_hash=json.dumps(value, sort_keys=True),
+                  initiator="user:ana", idempotency_key=key, deadline=deadline, first_step=first, first_lease_ms=30_000)
+
+
+def submit_and_claim(store, run_id="r1", now=T0):
+    store.submit(new_run(run_id), now)
+    (msg,) = store.take_outbox(now)
+    return store.claim(*msg, owner="w1", now=now), msg
+
+
+def succeed_and_go(claimed, next_step="b", *, state=None, ledger=None, dead=None, now=T0, rev=None):
+    att = claimed.attempt
+    return Commit(
+        run_id=att.run_id, expected_rev=claimed.run.rev if rev is None else rev,
+        step=StepChange(att.step_id, att.attempt, att.token, "succeeded", output_json='{"ok":true}'),
+        run=RunChange(state=state, add_steps=1), ledger=ledger, dead_letter=dead,
+        next=NextAttempt(next_step, 1, "scheduled", now, 30_000) if next_step else None, dispatch_inline=True)
+
+
+def snapshot(store, run_id):
+    return (store.get_run(run_id), store.attempts(run_id), store.outbox(run_id), store.timers(run_id),
+            store.audit(run_id), store.dead_letter(run_id))
+
+
+# -- submit and idempotency --------------------------------------------------------------------------
+
+def test_submit_queues_the_run_with_its_first_attempt_and_an_outbox_row(store):
+    # Given a new run / When it is submitted
+    run, created = store.submit(new_run(), T0)
+    # Then it is queued, its first attempt scheduled, one message due, and the audit says so
+    assert created and run.state == "queued" and run.rev == 1
+    (att,) = store.attempts("r1")
+    assert (att.step_id, att.attempt, att.try_no, att.state) == ("a", 1, 1, "scheduled")
+    (row,) = store.outbox("r1")
+    assert (row.step_id, row.attempt, row.token, row.sent_at) == ("a", 1, att.token, None)
+    events = [e.event for e in store.audit("r1")]
+    assert events == ["run.created", "run.queued", "step.scheduled"]
+    assert store.get_plan("sha256:plan") == '{"plan": true}'
+
+
+def test_same_idempotency_key_and_input_returns_the_existing_run(store):
+    # Given a run submitted with a key
+    first, _ = store.submit(new_run("r1", key="k"), T0)
+    # When the same key and input are submitted again
+    again, created = store.submit(new_run("r2", key="k"), T0 + 1)
+    # Then the existing run comes back and nothing new is created
+    assert not created and again.id == first.id == "r1"
+    assert store.list_runs() == [store.get_run("r1")]
+
+
+def test_same_idempotency_key_with_another_input_is_a_conflict(store):
+    store.submit(new_run("r1", key="k"), T0)
+    with pytest.raises(IdempotencyConflict, match="different input"):
+        store.submit(new_run("r2", key="k", value={"n": 2}), T0)
+    assert [r.id for r in store.list_runs()] == ["r1"]
+
+
+def test_idempotency_keys_are_scoped_by_tenant(store):
+    store.submit(new_run("r1", key="k", tenant="acme"), T0)
+    _, created = store.submit(new_run("r2", key="k", tenant="globex"), T0)
+    assert created
+
+
+# -- claim and fencing -------------------------------------------------------------------------------
+
+def test_claim_takes_a_lease_with_a_new_token(store):
+    claimed, msg = submit_and_claim(store)
+    assert claimed.attempt.state == "running" and claimed.attempt.token == msg.token + 1
+    assert claimed.attempt.lease_owner == "w1" and claimed.attempt.lease_expires == T0 + 30
+    assert claimed.run.state == "running" and not claimed.resumed
+    assert store.outbox("r1") == []  # a claimed message leaves the outbox
+
+
+def test_duplicate_and_forged_messages_are_refused_and_audited(store):
+    # Given a claimed attempt
+    claimed, msg = submit_and_claim(store)
+    before = snapshot(store, "r1")[:4]
+    # When the same message arrives again, and a forged one with a made-up token
+    with pytest.raises(MessageRefused) as dup:
+        store.claim(*msg, owner="w2", now=T0)
+    with pytest.raises(MessageRefused) as forged:
+        store.claim(msg.run_id, msg.step_id, msg.attempt, 42, owner="w3", now=T0)
+    # Then nothing changes but the audit, which records both refusals with their reasons
+    assert snapshot(store, "r1")[:4] == before
+    assert (dup.value.reason, forged.value.reason) == ("stale_token", "stale_token")
+    refused = [e for e in store.audit("r1") if e.event == "message_refused"]
+    assert [e.actor for e in refused] == ["w2", "w3"]
+
+
+def test_a_stale_token_commit_fails_its_fence_and_changes_nothing(store):
+    # Given a claimed attempt whose lease expired and was requeued under a new token
+    claimed, _ = submit_and_claim(store)
+    report = store.sweep(T0 + 31)
+    assert report.leases_expired == 1
+    (att,) = store.attempts("r1")
+    assert att.state == "scheduled" and att.token == claimed.attempt.token + 1
+    before = snapshot(store, "r1")
+    # When the zombie commits with its old token
+    with pytest.raises(FencingError, match="no longer current"):
+        store.commit(succeed_and_go(claimed, ledger=LedgerEntry("default", "k", "r1", "a", "1")), T0 + 32)
+    # Then nothing changed: not the run, the attempts, the outbox, the audit, nor the ledger
+    assert snapshot(store, "r1") == before
+    assert store.ledger_get("default", "k") is None
+
+
+def test_a_stale_run_revision_is_a_concurrency_error(store):
+    claimed, _ = submit_and_claim(store)
+    before = snapshot(store, "r1")
+    with pytest.raises(ConcurrencyError, match="revision"):
+        store.commit(succeed_and_go(claimed, rev=claimed.run.rev - 1), T0)
+    assert snapshot(store, "r1") == before
+
+
+def test_a_commit_applies_everything_together(store):
+    # Given a claimed attempt
+    claimed, _ = submit_and_claim(store)
+    # When it commits success + ledger + next step
+    done = store.commit(succeed_and_go(claimed, ledger=LedgerEntry("default", "k", "r1", "a", '"v"')), T0 + 1)
+    # Then step, run, ledger, next attempt, its message and the audit all moved at once
+    assert done.rev == claimed.run.rev + 1 and done.run_state == "running"
+    a, b = store.attempts("r1")
+    assert (a.state, a.output, a.lease_owner) == ("succeeded", {"ok": True}, None)
+    assert (b.step_id, b.state) == ("b", "scheduled")
+    assert done.messages == ((b.run_id, "b", 1, b.token, "default"),)  # ids only, with the run's tenant
+    assert store.get_run("r1").steps_executed == 1 and store.get_run("r1").cursor_step == "b"
+    assert store.ledger_get("default", "k").result == "v"
+    assert store.results("r1") == {"a": ("succeeded", '{"ok":true}')}
+
+
+def test_a_commit_that_breaks_halfway_changes_nothing(store):
+    # Given a claimed attempt
+    claimed, _ = submit_and_claim(store)
+    before = snapshot(store, "r1")
+    # When a commit's step change is legal but its run change is not (running -> queued)
+    with pytest.raises(IllegalTransition):
+        store.commit(succeed_and_go(claimed, state="queued", ledger=LedgerEntry("default", "k", "r1", "a", "1")), T0)
+    # Then neither the step, the ledger, nor the next attempt were applied; the refusal is audited
+    after = snapshot(store, "r1")
+    assert after[:4] == before[:4] and store.ledger_get("default", "k") is None
+    assert after[4][:len(before[4])] == before[4]
+    (illegal,) = after[4][len(before[4]):]
+    assert (illegal.event, illegal.state_before, illegal.state_after) == ("illegal_transition", "running", "queued")
+
+
+def test_an_illegal_step_transition_is_refused_and_audited(store):
+    # Given a step that succeeded
+    claimed, _ = submit_and_claim(store)
+    store.commit(succeed_and_go(claimed, next_step=None, state="completed"), T0)
+    att = store.attempts("r1")[0]
+    before = snapshot(store, "r1")
+    # When something tries to move it back to running
+    bad = Commit(run_id="r1", expected_rev=store.get_run("r1").rev, step=StepChange("a", 1, att.token, "running"))
+    with pytest.raises(IllegalTransition, match="cannot go from 'succeeded' to 'running'"):
+        store.commit(bad, T0)
+    # Then it stays succeeded and the audit records the attempt
+    assert store.attempts("r1") == before[1]
+    assert store.audit("r1")[-1].event == "illegal_transition"
+
+
+# -- ledger ------------------------------------------------------------------------------------------
+
+def test_the_ledger_keeps_the_first_result_for_a_key(store):
+    c1, _ = submit_and_claim(store, "r1")
+    c2, _ = submit_and_claim(store, "r2")
+    store.commit(succeed_and_go(c1, ledger=LedgerEntry("default", "email:1", "r1", "a", '"first"')), T0)
+    store.commit(succeed_and_go(c2, ledger=LedgerEntry("default", "email:1", "r2", "a", '"second"')), T0)
+    rec = store.ledger_get("default", "email:1")
+    assert (rec.result, rec.run_id) == ("first", "r1")
+    assert store.ledger_get("other-tenant", "email:1") is None
+
+
+# -- outbox and timers -------------------------------------------------------------------------------
+
+def test_take_outbox_marks_rows_sent_and_unclaimed_ones_are_redelivered(store):
+    store.submit(new_run(), T0)
+    (msg,) = store.take_outbox(T0)
+    assert store.take_outbox(T0) == []
+    # a message lost before anyone claimed it is sent again after redeliver_after
+    assert store.sweep(T0 + 10, redeliver_after=60).redelivered == 0
+    assert store.sweep(T0 + 61, redeliver_after=60).redelivered == 1
+    assert store.take_outbox(T0 + 61) == [msg]
+
+
+def test_reset_dispatch_resends_everything_the_lost_broker_held(store):
+    store.submit(new_run("r1"), T0)
+    store.submit(new_run("r2"), T0)
+    assert len(store.take_outbox(T0)) == 2
+    assert store.reset_dispatch() == 2
+    assert {m.run_id for m in store.take_outbox(T0)} == {"r1", "r2"}
+
+
+def test_a_backoff_timer_schedules_the_retry_when_due(store):
+    # Given a failed attempt with a retry in 2s
+    claimed, _ = submit_and_claim(store)
+    att = claimed.attempt
+    store.commit(Commit(run_id="r1", expected_rev=claimed.run.rev,
+                        step=StepChange("a", 1, att.token, "failed", error_class="network",
+                                                          error_message="boom"),
+                        next=NextAttempt("a", 2, "retry_wait", T0 + 2, 30_000, "backoff")), T0)
+    (timer,) = store.timers("r1")
+    assert (timer.kind, timer.fire_at, timer.step_id, timer.attempt) == ("backoff", T0 + 2, "a", 2)
+    # When the sweeper runs before and after it is due
+    assert not store.sweep(T0 + 1) and store.outbox("r1") == []
+    report = store.sweep(T0 + 2)
+    # Then the retry is scheduled under a new token with its message due
+    assert report.timers_fired == 1 and store.timers("r1") == []
+    retry = store.attempts("r1")[-1]
+    assert (retry.attempt, retry.try_no, retry.state) == (2, 2, "scheduled")
+    (row,) = store.outbox("r1")
+    assert row.token == retry.token
+
+
+def test_a_waiting_attempt_is_claimable_only_when_its_timer_is_due(store):
+    # Given an attempt waiting on a timer 60s out
+    claimed, _ = submit_and_claim(store)
+    att = claimed.attempt
+    store.commit(Commit(run_id="r1", expected_rev=claimed.run.rev,
+                        step=StepChange("a", 1, att.token, "waiting", due_at=T0 + 60, data={"fire_at": T0 + 60},
+                                        timer_kind="wait"),
+                        run=RunChange(state="waiting")), T0)
+    assert store.next_due("r1") == T0 + 60
+    with pytest.raises(MessageRefused, match="attempt is waiting"):
+        store.claim("r1", "a", 1, att.token, owner="w", now=T0 + 1)
+    # When the timer fires
+    store.sweep(T0 + 60)
+    (msg,) = store.take_outbox(T0 + 60)
+    again = store.claim(*msg, owner="w", now=T0 + 60)
+    # Then the attempt resumes, the run runs again
+    assert again.resumed and again.attempt.data == {"fire_at": T0 + 60} and again.run.state == "running"
+
+
+# -- cancel, deadline, dead letters ------------------------------------------------------------------
+
+def test_cancel_before_any_claim_cancels_at_once(store):
+    store.submit(new_run(), T0)
+    run = store.cancel("r1", T0, actor="user:ana", reason="not needed")
+    assert run.state == "cancelled" and store.outbox("r1") == []
+    assert store.attempts("r1")[0].state == "cancelled"
+
+
+def test_cancel_while_running_waits_for_the_attempt(store):
+    # Given a running attempt
+    claimed, _ = submit_and_claim(store)
+    # When the run is cancelled
+    assert store.cancel("r1", T0, actor="user:ana").state == "cancelling"
+    # Then the worker's commit conflicts (the run changed) and must re-read and decide again
+    with pytest.raises(ConcurrencyError):
+        store.commit(succeed_and_go(claimed), T0)
+    run = store.get_run("r1")
+    att = claimed.attempt
+    store.commit(Commit(run_id="r1", expected_rev=run.rev,
+                        step=StepChange("a", 1, att.token, "succeeded", output_json="1"),
+                        run=RunChange(state="cancelled")), T0)
+    assert store.get_run("r1").state == "cancelled"
+
+
+def test_cancelling_a_completed_run_is_an_illegal_transition(store):
+    claimed, _ = submit_and_claim(store)
+    store.commit(succeed_and_go(claimed, next_step=None, state="completed"), T0)
+    with pytest.raises(IllegalTransition):
+        store.cancel("r1", T0, actor="user:ana")
+    assert store.get_run("r1").state == "completed"
+
+
+def test_the_run_deadline_times_the_run_out_and_fences_the_running_attempt(store):
+    store.submit(new_run(deadline=T0 + 20), T0)
+    (msg,) = store.take_outbox(T0)
+    claimed = store.claim(*msg, owner="w", now=T0)
+    assert store.sweep(T0 + 20).runs_timed_out == 1
+    run = store.get_run("r1")
+    assert (run.state, run.error_class) == ("timed_out", "timeout")
+    assert store.attempts("r1")[0].state == "timed_out"
+    assert store.dead_letter("r1").status == "dead"
+    with pytest.raises(FencingError):
+        store.commit(succeed_and_go(claimed), T0 + 21)
+
+
+def fail_run(store, claimed, message="boom", now=T0):
+    att = claimed.attempt
+    spec = DeadLetterSpec("a", f"step 'a' failed: {message}", "internal", f"fp:{message}")
+    return store.commit(Commit(run_id=att.run_id, expected_rev=claimed.run.rev,
+                               step=StepChange("a", att.attempt, att.token, "failed", error_class="internal",
+                                               error_message=message),
+                               run=RunChange(state="failed", error_class="internal", error_message=message),
+                               dead_letter=spec), now)
+
+
+def redrive_and_claim(store, now):
+    store.redrive("r1", NextAttempt("a", 1, "scheduled", now, 30_000), now, actor="ops", deadline=None)
+    (msg,) = store.take_outbox(now)
+    return store.claim(*msg, owner="w", now=now)
+
+
+def test_dead_letters_redrive_and_quarantine_on_the_same_fingerprint(store):
+    # Given a run that failed into the dead-letter list
+    claimed, _ = submit_and_claim(store)
+    assert fail_run(store, claimed).run_state == "failed"
+    (letter,) = store.dead_letters()
+    assert (letter.run_id, letter.fingerprint, letter.status, letter.redrive_count) == ("r1", "fp:boom", "dead", 0)
+    # When it is redriven and fails the same way again
+    again = redrive_and_claim(store, T0 + 1)
+    assert store.dead_letters() == [] and store.dead_letter("r1").status == "redriven"
+    assert fail_run(store, again, now=T0 + 2).run_state == "quarantined"
+    # Then it is quarantined and cannot be redriven
+    letter = store.dead_letter("r1")
+    assert (letter.status, letter.quarantined, letter.redrive_count) == ("quarantined", True, 1)
+    assert store.get_run("r1").state == "quarantined"
+    with pytest.raises(InvalidOperation, match="quarantined"):
+        store.redrive("r1", NextAttempt("a", 1, "scheduled", T0, 30_000), T0, actor="ops", deadline=None)
+
+
+def test_a_different_failure_after_redrive_goes_back_to_the_dead_letters(store):
+    claimed, _ = submit_and_claim(store)
+    fail_run(store, claimed, "first cause")
+    again = redrive_and_claim(store, T0 + 1)
+    assert fail_run(store, again, "second cause", now=T0 + 2).run_state == "failed"
+    letter = store.dead_letter("r1")
+    assert (letter.status, letter.fingerprint, letter.redrive_count) == ("dead", "fp:second cause", 1)
+
+
+def test_only_a_dead_letter_can_be_redriven(store):
+    store.submit(new_run(), T0)
+    with pytest.raises(InvalidOperation, match="not in the dead-letter list"):
+        store.redrive("r1", NextAttempt("a", 1, "scheduled", T0, 30_000), T0, actor="ops", deadline=None)
+
+
+# -- audit -------------------------------------------------------------------------------------------
+
+def test_the_audit_log_only_grows(store):
+    # Given some history
+    claimed, _ = submit_and_claim(store)
+    first = store.audit("r1")
+    # When more happens (a commit, a refusal, a standalone event)
+    store.commit(succeed_and_go(claimed), T0)
+    with pytest.raises(MessageRefused):
+        store.claim("r1", "a", 1, 1, owner="x", now=T0)
+    store.append_audit(AuditEvent("note", None, "ops", run_id="r1", detail={"why": "test"}), T0)
+    # Then the earlier events are unchanged, in order, and new ones follow with growing ids
+    later = store.audit("r1")
+    assert later[:len(first)] == first
+    ids = [e.id for e in later]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert later[-1].detail == {"why": "test"}
+    assert all(dataclasses.is_dataclass(e) for e in later)
+
+
+def test_stalled_runs_active_runs_and_lease_owners(store):
+    claimed, _ = submit_and_claim(store)
+    assert store.stalled_runs() == [] and store.lease_owners() == ["w1"] and store.active_runs() == ["r1"]
+    assert store.expire_leases("w1", T0 + 1) == 1
+    assert store.sweep(T0 + 1).leases_expired == 1
+    assert store.lease_owners() == []
