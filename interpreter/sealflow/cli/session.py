@@ -164,3 +164,20 @@ def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = Non
         return rt.status(run_id, tenant=tenant, actor=actor)
     except NotFound:  # a run of another tenant reads exactly like an unknown one
         fail_usage(f"no run {run_id!r} in this store; list dead letters with `sealflow dlq list`")
+
+
+def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
+    """Do ``act(rt)`` on a run as ``principal`` (refusals exit 1), then drive the run on and show it."""
+    from sealflow.interpreter.policy.authz import Unauthorized
+    from sealflow.interpreter.store import InvalidOperation
+
+    find_run(rt, run_id, tenant, principal)
+    try:
+        act(rt)
+    except Unauthorized as exc:
+        refuse(f"unauthorized: {exc.message}")
+    except InvalidOperation as exc:
+        refuse(exc)
+    from sealflow.cli import render
+
+    render.finish(rt.drive(run_id), as_json)

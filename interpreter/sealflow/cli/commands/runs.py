@@ -15,7 +15,7 @@ import click
 from sealflow.cli import definition_files, render
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
-from sealflow.cli.session import find_run, import_actions, is_shared_store, load_access, open_runtime, \
+from sealflow.cli.session import act_then_drive, find_run, import_actions, is_shared_store, load_access, open_runtime, \
     require_policy, with_demo
 
 
@@ -103,21 +103,6 @@ def status(run_id, store_url, principal, tenant, access_path, as_json):
     """Show a run: its state, steps, attempts, errors and what it waits for."""
     with open_runtime(store_url, access=access_path) as rt:
         render.finish(find_run(rt, run_id, tenant, principal), as_json)
-
-
-def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
-    """Do ``act(rt)`` on a run as ``principal`` (refusals exit 1), then drive the run on and show it."""
-    from sealflow.interpreter.policy.authz import Unauthorized
-    from sealflow.interpreter.store import InvalidOperation
-
-    find_run(rt, run_id, tenant, principal)
-    try:
-        act(rt)
-    except Unauthorized as exc:
-        refuse(f"unauthorized: {exc.message}")
-    except InvalidOperation as exc:
-        refuse(exc)
-    render.finish(rt.drive(run_id), as_json)
 
 
 @click.command()
