@@ -1,7 +1,8 @@
 """The state store: the single source of truth of every run (see :mod:`.base` for the contract).
 
 ``open_store(url)`` opens a backend by URL; with no URL it reads ``SEALFLOW_STORE``,
-else uses the embedded default ``sqlite:///.sealflow/state.db``.
+else uses the embedded default ``sqlite:///.sealflow/state.db``. ``postgresql://...`` opens the
+PostgreSQL store (:mod:`sealflow.interpreter.store.postgres`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ DEFAULT_URL = "sqlite:///.sealflow/state.db"
 
 
 def open_store(url: str | None = None) -> Store:
-    """Open the store at ``url`` (``sqlite:///PATH``; ``sqlite:////abs/path``; ``sqlite:///:memory:``)."""
+    """Open the store at ``url``: ``sqlite:///PATH`` (``sqlite:////abs/path``, ``sqlite:///:memory:``) or
+    ``postgresql://user:pass@host:5432/db`` (parameters: :mod:`sealflow.interpreter.store.postgres.store`)."""
     url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
     if url.startswith("sqlite:///"):
         from sealflow.interpreter.store.sqlite import SqliteStore
@@ -32,10 +34,18 @@ def open_store(url: str | None = None) -> Store:
         if not path:
             raise StoreURLError(f"store URL {url!r} names no file; write sqlite:///.sealflow/state.db")
         return SqliteStore(path)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from sealflow.interpreter.store.postgres import PostgresStore
+        except ImportError as exc:  # psycopg is a dependency; a broken install says so
+            raise StoreURLError(f"cannot open {url.split('@')[-1]!r}: the PostgreSQL driver is not installed "
+                                f"({exc}); pip install 'psycopg[binary]' psycopg-pool") from None
+        return PostgresStore(url)
     if url.startswith(("redis://", "rediss://")):
         raise StoreURLError(f"the Redis store is not available in this build ({url!r}); use sqlite:///PATH, "
                             "or unset SEALFLOW_STORE for the embedded default")
-    raise StoreURLError(f"unknown store URL {url!r}; use sqlite:///PATH (e.g. {DEFAULT_URL})")
+    raise StoreURLError(f"unknown store URL {url!r}; use sqlite:///PATH (e.g. {DEFAULT_URL}) or "
+                        "postgresql://user:pass@host:5432/db")
 
 
 __all__ = [

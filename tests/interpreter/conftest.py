@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+import pg_helpers
 from interp_helpers import BACKENDS
 from sealflow.interpreter.actions import Registry
 from sealflow.interpreter.clock import FakeClock
@@ -16,15 +17,34 @@ from sealflow.interpreter.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 
+@pytest.fixture(scope="session")
+def _pg_session():
+    yield
+    pg_helpers.drop_database()
+
+
+@pytest.fixture
+def pg_schema(_pg_session):
+    """A fresh PostgreSQL schema, dropped afterwards (skips without PostgreSQL)."""
+    schema = pg_helpers.Schema()
+    yield schema
+    schema.drop()
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
-    """A fresh store of each backend."""
+    """A fresh store of each backend (PostgreSQL: a schema of its own, the caller's clock, migrated)."""
     if request.param == "sqlite":
         s = open_store(f"sqlite:///{tmp_path}/state.db")
+        yield s
+        s.close()
+    elif request.param == "postgres":
+        schema = request.getfixturevalue("pg_schema")
+        s = open_store(schema.url(clock="caller", migrate="1", pool_max="4"))
+        yield s
+        s.close()
     else:  # pragma: no cover - future backends
         pytest.skip(f"no {request.param} store yet")
-    yield s
-    s.close()
 
 
 @pytest.fixture
