@@ -131,9 +131,11 @@ class SchemaTooOld(StoreError):
 
 def current_version(conn) -> int:
     """The schema version of the database ``conn`` (psycopg, autocommit) points at; 0 when empty."""
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, "
-                 "description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)")
-    return conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+    with conn.transaction():  # under the migrations' lock: two first openers create the table once
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, "
+                     "description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)")
+        return conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
 
 
 def check(conn, where: str, *, target: int = LATEST) -> int:
