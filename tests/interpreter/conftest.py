@@ -5,6 +5,7 @@ Helpers to build plans live in ``interp_helpers`` (importable from the tests).
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -63,8 +64,12 @@ def providers():
 
 
 @pytest.fixture
-def runtime(tmp_path, registry, providers, clock):
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db"), registry, providers, clock=clock,
+def runtime(request, tmp_path, registry, providers, clock):
+    if os.environ.get("SEALFLOW_TEST_RUNTIME_STORE") == "postgres":  # the engine's tests on PostgreSQL
+        url = request.getfixturevalue("pg_schema").url(clock="caller", migrate="1")
+    else:
+        url = f"sqlite:///{tmp_path}/rt.db"
+    rt = Runtime(open_store(url), registry, providers, clock=clock,
                  rng=random.Random(7), worker_timeout_ms=20)
     yield rt
     rt.close()

@@ -9,7 +9,8 @@ in a portable subset of SQL with ``?`` parameters. The Postgres store runs the *
 * ``INSERT OR IGNORE`` -> ``INSERT ... ON CONFLICT DO NOTHING``;
 * ``INSERT OR REPLACE INTO outbox`` -> an upsert on the outbox key (columns not listed become NULL, as a
   SQLite REPLACE does);
-* ``x IS ?`` -> ``x IS NOT DISTINCT FROM %s``.
+* ``x IS ?`` -> ``x IS NOT DISTINCT FROM %s``;
+* in an upsert, ``col = col + excluded.col`` -> ``col = table.col + excluded.col`` (unqualified is ambiguous).
 
 Anything else SQLite-specific (``?1`` numbered parameters, PRAGMAs) is not translated: the Postgres store
 overrides the methods that use it.
@@ -18,6 +19,7 @@ overrides the methods that use it.
 from __future__ import annotations
 
 import functools
+import re
 
 _OUTBOX_UPSERT = (" ON CONFLICT (run_id, step_id, attempt, token) DO UPDATE SET due_at = excluded.due_at, "
                   "sent_at = excluded.sent_at")
@@ -33,6 +35,10 @@ def translate(sql: str) -> str:
         s = "INSERT " + s[len("INSERT OR REPLACE "):] + _OUTBOX_UPSERT
     elif s.startswith("INSERT OR "):
         raise NotImplementedError(f"no PostgreSQL form for {sql[:60]!r}; add one to store/postgres/dialect.py")
+    if " DO UPDATE SET " in s:  # `col = col + excluded.col`: PostgreSQL wants the table's column named
+        table = re.match(r"INSERT INTO (\w+)", s)
+        if table:
+            s = re.sub(r"= (\w+) \+ excluded\.", lambda m: f"= {table.group(1)}.{m.group(1)} + excluded.", s)
     s = s.replace(" IS ?", " IS NOT DISTINCT FROM ?")
     return s.replace("?", "%s")
 
