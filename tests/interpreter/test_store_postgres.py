@@ -302,3 +302,14 @@ def test_a_run_on_the_database_clock_completes(pg_runtime):
                     {}, initiator="user:ana")
     assert status.state == "completed" and status.output == 1
     assert json.loads(json.dumps(status.step_states())) == {"a": "succeeded"}
+
+
+def test_migrate_store_and_open_store_with_migrate_bring_a_database_up_to_date(pg_schema):
+    from sealflow.interpreter.store import migrate_store
+
+    # Given an empty database / When a worker opens it asking to migrate
+    store = open_store(pg_schema.url(), migrate=True)
+    # Then it is at the latest schema, and `sealflow store migrate` afterwards has nothing to do
+    assert store.schema_version() == LATEST
+    store.close()
+    assert migrate_store(pg_schema.url()) == (LATEST, [])
