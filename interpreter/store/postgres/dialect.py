@@ -10,6 +10,7 @@ in a portable subset of SQL with ``?`` parameters. The Postgres store runs the *
 * ``INSERT OR REPLACE INTO outbox`` -> an upsert on the outbox key (columns not listed become NULL, as a
   SQLite REPLACE does);
 * ``x IS ?`` -> ``x IS NOT DISTINCT FROM %s``;
+* a statement ending in a derived table (``FROM (SELECT ...)``) gets it an alias;
 * in an upsert, ``col = col + excluded.col`` -> ``col = table.col + excluded.col`` (unqualified is ambiguous).
 
 Anything else SQLite-specific (``?1`` numbered parameters, PRAGMAs) is not translated: the Postgres store
@@ -39,6 +40,8 @@ def translate(sql: str) -> str:
         table = re.match(r"INSERT INTO (\w+)", s)
         if table:
             s = re.sub(r"= (\w+) \+ excluded\.", lambda m: f"= {table.group(1)}.{m.group(1)} + excluded.", s)
+    if "FROM (SELECT " in s and s.endswith(")"):  # a derived table needs an alias before PostgreSQL 16
+        s += " AS derived"
     s = s.replace(" IS ?", " IS NOT DISTINCT FROM ?")
     return s.replace("?", "%s")
 
