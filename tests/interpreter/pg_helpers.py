@@ -30,7 +30,8 @@ def database_url() -> str:
             conn.execute(f"DROP DATABASE IF EXISTS {name}")
             conn.execute(f"CREATE DATABASE {name}")
     except Exception as exc:  # noqa: BLE001 - any failure means: no PostgreSQL for these tests
-        _state["error"] = f"PostgreSQL not reachable at {SERVER} ({type(exc).__name__}: {exc})".strip()
+        cause = (str(exc).strip().splitlines() or [""])[0]
+        _state["error"] = f"PostgreSQL not reachable at {SERVER} ({type(exc).__name__}: {cause})"
         pytest.skip(_state["error"])
     _state["name"] = name
     _state["url"] = f"{SERVER}/{name}"

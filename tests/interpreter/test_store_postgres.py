@@ -169,6 +169,44 @@ def test_two_workers_claiming_one_message_never_both_get_it(opened):
         assert a.attempts(f"r{i}")[0].lease_owner == claimed[0].attempt.lease_owner
 
 
+def test_concurrent_commits_of_one_tenant_keep_its_audit_chain_whole(opened):
+    from sealflow.interpreter import auditchain
+    from sealflow.interpreter.store import Commit, RunChange, StepChange
+
+    # Given four workers (each its own store and pool) running ten runs each of one tenant, all at once
+    stores = [opened() for _ in range(4)]
+    errors: list = []
+
+    def work(n, store):
+        try:
+            for i in range(10):
+                run_id = f"w{n}r{i}"
+                store.submit(new_run(run_id, tenant="acme"), T0)
+                msg = next(m for m in store.outbox(run_id))
+                claimed = store.claim(run_id, msg.step_id, msg.attempt, msg.token, owner=f"w{n}", now=T0)
+                att = claimed.attempt
+                store.commit(Commit(run_id=run_id, expected_rev=claimed.run.rev,
+                                    step=StepChange(att.step_id, att.attempt, att.token, "succeeded",
+                                                    output_json="1"),
+                                    run=RunChange(state="completed", add_steps=1)), T0)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n, s)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then every run completed, and the tenant's chain has no gap, fork or broken link
+    assert errors == []
+    assert {r.state for r in stores[0].list_runs(limit=100)} == {"completed"}
+    assert len(stores[0].list_runs(limit=100)) == 40
+    report = auditchain.verify(stores[0])
+    assert report.ok, report.breaks
+    chain = stores[0].audit_chain("acme")
+    assert [row[2] for row in chain] == list(range(1, len(chain) + 1))
+
+
 # -- the database clock -----------------------------------------------------------------------------------
 
 def test_leases_are_stamped_on_the_database_clock_whatever_the_callers_clock_says(opened):

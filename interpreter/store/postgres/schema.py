@@ -99,12 +99,14 @@ CREATE TABLE definition_pins (
 );
 """
 
-# new work wakes idle workers: every outbox row written unsent notifies channel sealflow_work at commit
+# new work wakes idle workers: an outbox row written unsent (new, deferred or to be sent again) notifies
+# channel sealflow_work at commit (PostgreSQL folds a transaction's identical notifications into one);
+# marking rows sent does not
 _V2_NOTIFY = """
 CREATE FUNCTION sealflow_notify_work() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN PERFORM pg_notify('sealflow_work', ''); RETURN NULL; END $$;
-CREATE TRIGGER outbox_notify AFTER INSERT OR UPDATE OF sent_at ON outbox
-  FOR EACH STATEMENT EXECUTE FUNCTION sealflow_notify_work();
+CREATE TRIGGER outbox_notify AFTER INSERT OR UPDATE OF sent_at, due_at ON outbox
+  FOR EACH ROW WHEN (NEW.sent_at IS NULL) EXECUTE FUNCTION sealflow_notify_work();
 """
 
 # liveness without host names and pids: workers heartbeat in the store
