@@ -81,7 +81,7 @@ def test_an_older_schema_refuses_to_open_until_migrated(pg_schema):
     # Given a database at schema version 1
     migrate(pg_schema.url(), target=1)
     # When a store opens it without migrating / Then it says to run the migration
-    with pytest.raises(SchemaTooOld, match="sealflow store migrate"):
+    with pytest.raises(SchemaTooOld, match=r"migrate it first: .*\?migrate=1"):
         open_store(pg_schema.url())
     # And once migrated it opens
     migrate(pg_schema.url())
@@ -286,6 +286,18 @@ def test_a_lost_connection_is_a_clear_error_and_nothing_half_done_is_kept(opened
         assert store.attempts("r1")[0].state == "running"
 
 
+def test_a_constraint_the_database_enforces_is_a_clear_store_error(opened):
+    from sealflow.interpreter.store import StoreError
+
+    # Given a run / When another run is submitted under the same id
+    store = opened()
+    store.submit(new_run("r1"), T0)
+    with pytest.raises(StoreError, match=r"submit refused by the database, nothing was changed: UniqueViolation"):
+        store.submit(new_run("r1"), T0)
+    # Then the first run is as it was
+    assert [r.id for r in store.list_runs()] == ["r1"] and len(store.audit("r1")) == 3
+
+
 # -- end to end through the Runtime --------------------------------------------------------------------------
 
 @pytest.fixture
@@ -351,3 +363,18 @@ def test_migrate_store_and_open_store_with_migrate_bring_a_database_up_to_date(p
     assert store.schema_version() == LATEST
     store.close()
     assert migrate_store(pg_schema.url()) == (LATEST, [])
+
+
+def test_the_cli_runs_a_definition_on_a_postgresql_store(pg_schema, capsys):
+    from pathlib import Path
+
+    from sealflow.cli import main
+
+    # Given a migrated PostgreSQL database / When `sealflow run` is pointed at it with --store
+    migrate(pg_schema.url())
+    example = Path(__file__).resolve().parents[2] / "definitions" / "lead-qualification.v1.yaml"
+    code = main(["run", str(example), "--input", '{"lead_id": "lead_midco"}', "--store", pg_schema.url()])
+    out = capsys.readouterr().out
+    # Then the run completes there, and its audit chain verifies
+    assert code == 0 and "state: completed" in out
+    assert main(["audit", "verify", "--store", pg_schema.url()]) == 0

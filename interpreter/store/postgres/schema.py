@@ -128,7 +128,7 @@ LATEST = MIGRATIONS[-1][0]
 
 
 class SchemaTooOld(StoreError):
-    """The database's schema is older than this sealflow's; run ``sealflow store migrate``."""
+    """The database's schema is older than this sealflow's; migrate it (``migrate_store``, ``?migrate=1``)."""
 
 
 def current_version(conn) -> int:

@@ -20,7 +20,8 @@ implementation of every rule; what differs is here:
 * **Liveness.** Workers heartbeat in the store (:meth:`heartbeat`); :meth:`dead_workers` names owners
   whose heartbeat is older than a limit on the database clock. No host name or pid is involved.
 * **Errors.** A lost or refused connection is a :class:`StoreUnavailable` naming the store (password
-  masked) and the cause; the transaction in flight rolled back, so nothing half-done is left.
+  masked) and the cause; a statement the database refuses (a constraint) a :class:`StoreError` saying so.
+  Either way the transaction in flight rolled back, so nothing half-done is left.
 
 URL parameters besides libpq's: ``schema=NAME`` (search_path), ``clock=db|caller``, ``migrate=1``
 (apply missing migrations on open; otherwise an older schema is refused: run ``sealflow store migrate``),
@@ -91,9 +92,9 @@ def _io(method):
             except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
                 raise StoreUnavailable(f"PostgreSQL store {self.url}: {method.__name__} failed, nothing was "
                                        f"changed: {_cause(exc)}") from None
-            except psycopg.Error as exc:
-                raise StoreUnavailable(f"PostgreSQL store {self.url}: {method.__name__} failed, nothing was "
-                                       f"changed: {type(exc).__name__}: {_cause(exc)}") from None
+            except psycopg.Error as exc:  # refused by the database (a constraint, ...): not an outage
+                raise StoreError(f"PostgreSQL store {self.url}: {method.__name__} refused by the database, nothing "
+                                 f"was changed: {type(exc).__name__}: {_cause(exc)}") from None
         raise StoreUnavailable(f"PostgreSQL store {self.url}: {method.__name__} kept conflicting with concurrent "
                                f"transactions ({self.max_retries} tries); nothing was changed, try again")
 
@@ -135,8 +136,8 @@ class PostgresStore(SqliteStore):
             if self._version < schema.LATEST:
                 raise schema.SchemaTooOld(
                     f"PostgreSQL store {self.url} is at schema version {self._version}, this sealflow needs "
-                    f"{schema.LATEST}; run `sealflow store migrate --store URL` (or start the worker with "
-                    "migration on) first")
+                    f"{schema.LATEST}; migrate it first: `sealflow store migrate --store URL`, or add "
+                    "?migrate=1 to the store URL")
         size = int(pool_max or own.get("pool_max") or 8)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
                                     check=ConnectionPool.check_connection, name="sealflow-store")
