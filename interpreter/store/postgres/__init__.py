@@ -6,27 +6,23 @@ the versions it applied; it is idempotent.
 
 from __future__ import annotations
 
+import psycopg
+
+from sealflow.interpreter.store.postgres import schema
+from sealflow.interpreter.store.postgres.connection import StoreUnavailable, cause, conn_kwargs, connect, mask, split_url
 from sealflow.interpreter.store.postgres.schema import LATEST, MIGRATIONS, SchemaTooOld
-from sealflow.interpreter.store.postgres.store import CHANNEL, PostgresStore, StoreUnavailable, mask, split_url
+from sealflow.interpreter.store.postgres.store import CHANNEL, PostgresStore
 
 
 def migrate(url: str, *, target: int = LATEST) -> list[int]:
     """Bring the database at ``url`` to schema ``target``; the versions applied (none when up to date)."""
-    from sealflow.interpreter.store.postgres import schema
-    from sealflow.interpreter.store.postgres.store import _cause
-
-    import psycopg
-
     conninfo, own = split_url(url)
-    kwargs: dict = {"autocommit": True}
-    if own.get("schema"):
-        kwargs["options"] = f"-c search_path={own['schema']}"
-    try:
-        with psycopg.connect(conninfo, connect_timeout=10, **kwargs) as conn:
+    with connect(conninfo, conn_kwargs(own), mask(url)) as conn:
+        try:
             return schema.migrate(conn, mask(url), target=target)
-    except psycopg.Error as exc:
-        raise StoreUnavailable(f"PostgreSQL store {mask(url)}: migration failed, its transaction rolled back: "
-                               f"{_cause(exc)}") from None
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"PostgreSQL store {mask(url)}: migration failed, its transaction rolled back: "
+                                   f"{cause(exc)}") from None
 
 
 __all__ = ["PostgresStore", "StoreUnavailable", "SchemaTooOld", "migrate", "LATEST", "MIGRATIONS", "CHANNEL"]

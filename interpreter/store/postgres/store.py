@@ -36,7 +36,6 @@ import functools
 import threading
 import time
 from typing import Iterator
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -46,37 +45,17 @@ from sealflow.interpreter.auditchain import VERIFY_COLS, SqliteChain
 from sealflow.interpreter.store import sqlite_rows as rows
 from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.interpreter.store.postgres import schema
+from sealflow.interpreter.store.postgres.connection import (
+    StoreUnavailable, cause as _cause, conn_kwargs as _conn_kwargs, connect, mask, split_url,
+)
 from sealflow.interpreter.store.postgres.dialect import PgConn
 from sealflow.interpreter.store.records import Message, SweepReport
 from sealflow.interpreter.store.sqlite import SqliteStore
 
-_CURSOR, _ACTIVE = rows.CURSOR, rows.ACTIVE
+_CURSOR = rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
-_OWN_PARAMS = ("schema", "clock", "migrate", "pool_max")
 CHANNEL = "sealflow_work"
-
-
-class StoreUnavailable(StoreError):
-    """The store's database could not be reached or failed an operation; nothing half-done was kept."""
-
-
-def mask(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL (sealflow's own parameters removed) and those parameters."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in _OWN_PARAMS}
-    rest = [(k, v) for k, v in query if k not in _OWN_PARAMS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), own
 
 
 def _io(method):
@@ -101,11 +80,6 @@ def _io(method):
     return run
 
 
-def _cause(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 class PostgresStore(SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
@@ -120,9 +94,7 @@ class PostgresStore(SqliteStore):
             raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock!r}; use clock=db or clock=caller")
         if migrate is None:
             migrate = own.get("migrate", "") in ("1", "true", "yes")
-        kwargs: dict = {"autocommit": True}
-        if own.get("schema"):
-            kwargs["options"] = f"-c search_path={own['schema']}"
+        kwargs = _conn_kwargs(own)
         self._conninfo, self._kwargs = conninfo, kwargs
         self._local = threading.local()
         self._chain = SqliteChain()
@@ -145,10 +117,7 @@ class PostgresStore(SqliteStore):
 
     # -- connections and transactions -------------------------------------------------------------
     def _connect(self) -> psycopg.Connection:
-        try:
-            return psycopg.connect(self._conninfo, connect_timeout=10, **self._kwargs)
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot open PostgreSQL store {self.url}: {_cause(exc)}") from None
+        return connect(self._conninfo, self._kwargs, self.url)
 
     @property
     def _pending(self) -> list:  # audit rows of this thread's transaction in progress
@@ -348,10 +317,15 @@ class PostgresStore(SqliteStore):
                 self._listener = self._connect()
                 self._listener.execute(f"LISTEN {CHANNEL}")
                 return False
-            listener = self._listener
             woke = False
-            for _ in listener.notifies(timeout=timeout, stop_after=1):
-                woke = True
+            try:
+                for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                    woke = True
+            except psycopg.Error as exc:  # the next call listens again on a new connection
+                self._listener.close()
+                self._listener = None
+                raise StoreUnavailable(f"PostgreSQL store {self.url}: listening for new work failed: "
+                                       f"{_cause(exc)}") from None
             return woke
 
     def heartbeat(self, owner: str) -> None:
