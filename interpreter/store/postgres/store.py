@@ -102,18 +102,27 @@ class PostgresStore(SqliteStore):
         self._listener: psycopg.Connection | None = None
         self._listen_lock = threading.Lock()
         with self._connect() as conn:
-            where = self.url
-            self._version = (max(schema.migrate(conn, where), default=schema.check(conn, where)) if migrate
-                             else schema.check(conn, where))
-            if self._version < schema.LATEST:
-                raise schema.SchemaTooOld(
-                    f"PostgreSQL store {self.url} is at schema version {self._version}, this sealflow needs "
-                    f"{schema.LATEST}; migrate it first: `sealflow store migrate --store URL`, or add "
-                    "?migrate=1 to the store URL")
+            try:
+                if migrate:
+                    schema.migrate(conn, self.url)
+                self._version = schema.check(conn, self.url)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"PostgreSQL store {self.url}: cannot read or migrate its schema: "
+                                       f"{_cause(exc)}") from None
+        if self._version < schema.LATEST:
+            raise schema.SchemaTooOld(
+                f"PostgreSQL store {self.url} is at schema version {self._version}, this sealflow needs "
+                f"{schema.LATEST}; migrate it first: `sealflow store migrate --store URL`, or add "
+                "?migrate=1 to the store URL")
         size = int(pool_max or own.get("pool_max") or 8)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
                                     check=ConnectionPool.check_connection, name="sealflow-store")
-        self._pool.open(wait=True, timeout=10)
+        try:
+            self._pool.open(wait=True, timeout=10)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(f"PostgreSQL store {self.url}: its connection pool did not fill in 10 s: "
+                                   f"{_cause(exc)}") from None
 
     # -- connections and transactions -------------------------------------------------------------
     def _connect(self) -> psycopg.Connection:
