@@ -5,10 +5,12 @@ Helpers to build plans live in ``interp_helpers`` (importable from the tests).
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
+import pg_helpers
 from interp_helpers import BACKENDS
 from sealflow.interpreter.execution.actions import Registry
 from sealflow.interpreter.core.clock import FakeClock
@@ -16,15 +18,34 @@ from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 
+@pytest.fixture(scope="session")
+def _pg_session():
+    yield
+    pg_helpers.drop_database()
+
+
+@pytest.fixture
+def pg_schema(_pg_session):
+    """A fresh PostgreSQL schema, dropped afterwards (skips without PostgreSQL)."""
+    schema = pg_helpers.Schema()
+    yield schema
+    schema.drop()
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
-    """A fresh store of each backend."""
+    """A fresh store of each backend (PostgreSQL: a schema of its own, the caller's clock, migrated)."""
     if request.param == "sqlite":
         s = open_store(f"sqlite:///{tmp_path}/state.db")
+        yield s
+        s.close()
+    elif request.param == "postgres":
+        schema = request.getfixturevalue("pg_schema")
+        s = open_store(schema.url(clock="caller", migrate="1", pool_max="4"))
+        yield s
+        s.close()
     else:  # pragma: no cover - future backends
         pytest.skip(f"no {request.param} store yet")
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -43,8 +64,12 @@ def providers():
 
 
 @pytest.fixture
-def runtime(tmp_path, registry, providers, clock):
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db"), registry, providers, clock=clock,
+def runtime(request, tmp_path, registry, providers, clock):
+    if os.environ.get("SEALFLOW_TEST_RUNTIME_STORE") == "postgres":  # the engine's tests on PostgreSQL
+        url = request.getfixturevalue("pg_schema").url(clock="caller", migrate="1")
+    else:
+        url = f"sqlite:///{tmp_path}/rt.db"
+    rt = Runtime(open_store(url), registry, providers, clock=clock,
                  rng=random.Random(7), worker_timeout_ms=20)
     yield rt
     rt.close()

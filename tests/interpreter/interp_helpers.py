@@ -12,7 +12,7 @@ from typing import Any
 
 from sealflow.dsl.plan import END, ApprovalPlan, Edge, Plan, PlanStep, RetryPolicy
 
-BACKENDS = ["sqlite"]  # "redis" joins here when its store lands
+BACKENDS = ["sqlite", "postgres"]  # "redis" joins here when its store lands
 
 
 def S(step_id: str, kind: str, **fields: Any) -> dict:

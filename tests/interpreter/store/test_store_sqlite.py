@@ -21,7 +21,7 @@ def test_open_store_reads_the_url_from_the_environment(tmp_path, monkeypatch):
 
 def test_unknown_store_urls_say_what_to_write():
     with pytest.raises(StoreURLError, match="sqlite:///"):
-        open_store("postgres://db")
+        open_store("mysql://db")
     with pytest.raises(StoreURLError, match="not available"):
         open_store("redis://localhost")
 

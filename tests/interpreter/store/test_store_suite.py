@@ -372,3 +372,93 @@ def test_stalled_runs_active_runs_and_lease_owners(store):
     assert store.expire_leases("w1", T0 + 1) == 1
     assert store.sweep(T0 + 1).leases_expired == 1
     assert store.lease_owners() == []
+
+
+# -- the audit chain, the definition registry, admission and the bulkhead ----------------------------------
+
+def test_each_tenants_audit_chain_verifies(store):
+    from sealflow.interpreter.store import auditchain
+
+    # Given runs of two tenants that moved on, and an event that names no run
+    for run_id, tenant in (("r1", "acme"), ("r2", "umbrella"), ("r3", "acme")):
+        store.submit(new_run(run_id, tenant=tenant), T0)
+    for msg in store.take_outbox(T0):
+        store.commit(succeed_and_go(store.claim(*msg, owner="w1", now=T0), next_step=None, state="completed"), T0)
+    store.append_audit(AuditEvent("note", None, "ops", detail={"tenant": "acme"}), T0)
+    # Then every tenant's chain counts 1, 2, 3... from its own start and verifies against its head
+    report = auditchain.verify(store)
+    assert report.ok, report.breaks
+    heads = store.audit_heads()
+    assert set(heads) == {"acme", "umbrella"}
+    for tenant in ("acme", "umbrella"):
+        chain = store.audit_chain(tenant)
+        assert [row[2] for row in chain] == list(range(1, len(chain) + 1))
+        assert heads[tenant] == (len(chain), chain[-1][4])
+
+
+def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(store):
+    from sealflow.interpreter.store.definitions import DefinitionRefused
+
+    # Given v1 and then v2 of a definition loaded
+    store.register_definition("wf", 1, "d1", "ana@example.com", T0)
+    store.register_definition("wf", 2, "d2", "ana@example.com", T0 + 1)
+    # When v1 comes back with another digest / Then it is refused: a signed version never changes
+    with pytest.raises(DefinitionRefused, match="already recorded") as got:
+        store.register_definition("wf", 1, "dX", "eve@example.com", T0 + 2)
+    assert got.value.reason == "second-digest"
+    # When v1 is loaded again without a pin / Then it is a rollback, refused
+    with pytest.raises(DefinitionRefused) as got:
+        store.register_definition("wf", 1, "d1", "ana@example.com", T0 + 3)
+    assert got.value.reason == "rollback"
+    # When an operator pins it / Then v1 is the active version, pinned, and the pin is audited
+    store.register_definition("wf", 1, "d1", "ana@example.com", T0 + 4, pin=True, actor="ops")
+    assert [(d.version, d.active, d.pinned) for d in store.definitions("wf")] == [(1, True, True), (2, False, False)]
+    assert [e.event for e in store.audit() if e.event in ("definition.recorded", "definition.pinned")] == [
+        "definition.recorded", "definition.recorded", "definition.pinned"]
+    # And loading the highest version again clears the pin
+    store.register_definition("wf", 2, "d2", "ana@example.com", T0 + 5)
+    assert [(d.version, d.active, d.pinned) for d in store.definitions("wf")] == [(1, False, False), (2, True, False)]
+
+
+def test_admission_refuses_over_the_queue_limit_and_the_daily_quota_writing_nothing(store):
+    from sealflow.interpreter.policy.budgets import day_of
+    from sealflow.interpreter.service.config import TenantLimits
+    from sealflow.interpreter.store import AdmissionRefused
+
+    # Given a tenant allowed one unfinished run, with one queued
+    store.submit(new_run("r1"), T0, TenantLimits(max_queued_runs=1))
+    # When a second is submitted / Then it is refused as rate-limited and nothing is written
+    with pytest.raises(AdmissionRefused) as got:
+        store.submit(new_run("r2"), T0, TenantLimits(max_queued_runs=1))
+    assert (got.value.limit, got.value.error_class) == ("max_queued_runs", "rate_limited")
+    assert [r.id for r in store.list_runs()] == ["r1"] and store.audit("r2") == []
+    # Given the first run spent 100 tokens and $0.25 today (charged in its commit)
+    (msg,) = store.take_outbox(T0)
+    claimed = store.claim(*msg, owner="w1", now=T0)
+    att = claimed.attempt
+    store.commit(Commit(run_id="r1", expected_rev=claimed.run.rev,
+                        step=StepChange(att.step_id, att.attempt, att.token, "succeeded", output_json="1"),
+                        run=RunChange(state="completed", add_steps=1, add_tokens=100, add_cost_usd=0.25)), T0)
+    assert store.tenant_usage("default", day_of(T0)) == (100, 0.25)
+    # When a run is submitted over the daily token quota / Then it is refused until midnight UTC
+    with pytest.raises(AdmissionRefused) as got:
+        store.submit(new_run("r3"), T0 + 1, TenantLimits(daily_tokens=100))
+    assert (got.value.limit, got.value.error_class) == ("daily_tokens", "budget_exceeded")
+    assert 0 < got.value.retry_after <= 86_400
+
+
+def test_the_bulkhead_puts_a_claim_off_while_the_tenant_has_its_steps_running(store):
+    from sealflow.interpreter.store import ClaimDeferred
+
+    # Given a tenant allowed one running step, with one running
+    store.submit(new_run("r1"), T0)
+    store.submit(new_run("r2"), T0)
+    first, second = store.take_outbox(T0)
+    store.claim(*first, owner="w1", now=T0, running_limit=lambda tenant: 1)
+    # When the second message is claimed / Then it is put off: its message is due again shortly
+    with pytest.raises(ClaimDeferred) as got:
+        store.claim(*second, owner="w1", now=T0, running_limit=lambda tenant: 1)
+    assert got.value.retry_in > 0
+    (row,) = store.outbox(second.run_id)
+    assert row.sent_at is None and row.due_at == pytest.approx(T0 + got.value.retry_in)
+    assert store.attempts(second.run_id)[0].state == "scheduled"

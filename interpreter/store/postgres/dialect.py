@@ -1,0 +1,72 @@
+"""SQLite SQL -> PostgreSQL SQL, and a connection that speaks the sqlite3 interface the shared store code uses.
+
+The store's statements (claim, commit, cancel, redrive, the sweep's steps, the audit chain, admission,
+the definition registry) are written once, in :mod:`sealflow.interpreter.store.sqlite.store` and its mixins,
+in a portable subset of SQL with ``?`` parameters. The Postgres store runs the *same* code through
+:class:`PgConn`, which rewrites the few SQLite-only forms (cached per statement string):
+
+* ``?`` -> ``%s`` (a literal ``%`` is doubled first);
+* ``INSERT OR IGNORE`` -> ``INSERT ... ON CONFLICT DO NOTHING``;
+* ``INSERT OR REPLACE INTO outbox`` -> an upsert on the outbox key (columns not listed become NULL, as a
+  SQLite REPLACE does);
+* ``x IS ?`` -> ``x IS NOT DISTINCT FROM %s``;
+* a statement ending in a derived table (``FROM (SELECT ...)``) gets it an alias;
+* in an upsert, ``col = col + excluded.col`` -> ``col = table.col + excluded.col`` (unqualified is ambiguous).
+
+Anything else SQLite-specific (``?1`` numbered parameters, PRAGMAs) is not translated: the Postgres store
+overrides the methods that use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+_OUTBOX_UPSERT = (" ON CONFLICT (run_id, step_id, attempt, token) DO UPDATE SET due_at = excluded.due_at, "
+                  "sent_at = excluded.sent_at")
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """The PostgreSQL form of one statement of the shared store code."""
+    s = sql.replace("%", "%%")
+    if s.startswith("INSERT OR IGNORE "):
+        s = "INSERT " + s[len("INSERT OR IGNORE "):] + " ON CONFLICT DO NOTHING"
+    elif s.startswith("INSERT OR REPLACE INTO outbox "):
+        s = "INSERT " + s[len("INSERT OR REPLACE "):] + _OUTBOX_UPSERT
+    elif s.startswith("INSERT OR "):
+        raise NotImplementedError(f"no PostgreSQL form for {sql[:60]!r}; add one to store/postgres/dialect.py")
+    if " DO UPDATE SET " in s:  # `col = col + excluded.col`: PostgreSQL wants the table's column named
+        table = re.match(r"INSERT INTO (\w+)", s)
+        if table:
+            s = re.sub(r"= (\w+) \+ excluded\.", lambda m: f"= {table.group(1)}.{m.group(1)} + excluded.", s)
+    if "FROM (SELECT " in s and s.endswith(")"):  # a derived table needs an alias before PostgreSQL 16
+        s += " AS derived"
+    s = s.replace(" IS ?", " IS NOT DISTINCT FROM ?")
+    return s.replace("?", "%s")
+
+
+class PgConn:
+    """A psycopg connection seen through the part of the sqlite3 interface the shared code uses:
+    ``execute`` (returning a cursor with ``fetchone``/``fetchall``/``rowcount``, iterable) and ``executemany``."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def execute(self, sql: str, args=()):
+        cur = self.raw.cursor()
+        cur.execute(translate(sql), tuple(args))
+        return cur
+
+    def executemany(self, sql: str, seq):
+        cur = self.raw.cursor()
+        cur.executemany(translate(sql), [tuple(a) for a in seq])
+        return cur
+
+    def native(self, sql: str, args=()):
+        """Run PostgreSQL SQL as written (``%s`` parameters), untranslated."""
+        cur = self.raw.cursor()
+        cur.execute(sql, args)
+        return cur

@@ -1,0 +1,167 @@
+"""The PostgreSQL schema, as numbered migrations (its own numbering, independent of SQLite's).
+
+Each migration runs in one transaction holding a transaction-scoped advisory lock, and checks the
+recorded version again under that lock: two processes migrating at once apply each step once, and
+running :func:`migrate` again does nothing (idempotent). A database whose version is newer than
+:data:`LATEST` is refused with :class:`SchemaTooNew`; one that is older is refused with
+:class:`SchemaTooOld` unless the caller asked to migrate (``sealflow store migrate``, or a worker
+started with migration on). Append migrations; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
+
+#: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
+_LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
+
+_V1 = """
+CREATE TABLE plans (
+  digest TEXT PRIMARY KEY, workflow TEXT NOT NULL, version BIGINT NOT NULL,
+  body TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, workflow TEXT NOT NULL, workflow_version BIGINT NOT NULL,
+  plan_digest TEXT NOT NULL REFERENCES plans(digest), input TEXT NOT NULL, state TEXT NOT NULL,
+  rev BIGINT NOT NULL, initiator TEXT NOT NULL, idempotency_key TEXT, input_hash TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL, deadline DOUBLE PRECISION,
+  output TEXT, error_class TEXT, error_message TEXT,
+  steps_executed BIGINT NOT NULL DEFAULT 0, tokens BIGINT NOT NULL DEFAULT 0,
+  cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0, tool_calls BIGINT NOT NULL DEFAULT 0,
+  redrives BIGINT NOT NULL DEFAULT 0, cursor_step TEXT, cursor_attempt BIGINT,
+  priority TEXT NOT NULL DEFAULT 'normal', acting_as TEXT, access_mode TEXT, signer TEXT
+);
+CREATE UNIQUE INDEX runs_idempotency ON runs(tenant, workflow, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX runs_state ON runs(state, created_at);
+CREATE INDEX runs_tenant_state ON runs(tenant, state);
+CREATE TABLE attempts (
+  run_id TEXT NOT NULL, step_id TEXT NOT NULL, attempt BIGINT NOT NULL, try_no BIGINT NOT NULL,
+  state TEXT NOT NULL, token BIGINT NOT NULL, lease_owner TEXT, lease_expires DOUBLE PRECISION,
+  lease_ms BIGINT NOT NULL, scheduled_at DOUBLE PRECISION, started_at DOUBLE PRECISION,
+  ended_at DOUBLE PRECISION, due_at DOUBLE PRECISION,
+  output TEXT, error_class TEXT, error_message TEXT, data TEXT, seq BIGINT NOT NULL,
+  PRIMARY KEY (run_id, step_id, attempt)
+);
+CREATE TABLE results (
+  run_id TEXT NOT NULL, step_id TEXT NOT NULL, status TEXT NOT NULL, output TEXT,
+  PRIMARY KEY (run_id, step_id)
+);
+CREATE TABLE ledger (
+  tenant TEXT NOT NULL, key TEXT NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL,
+  result TEXT, created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant, key)
+);
+CREATE TABLE outbox (
+  run_id TEXT NOT NULL, step_id TEXT NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL,
+  due_at DOUBLE PRECISION NOT NULL, sent_at DOUBLE PRECISION,
+  PRIMARY KEY (run_id, step_id, attempt, token)
+);
+CREATE INDEX outbox_unsent ON outbox(due_at) WHERE sent_at IS NULL;
+CREATE TABLE timers (
+  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, run_id TEXT NOT NULL, step_id TEXT, attempt BIGINT,
+  token BIGINT, kind TEXT NOT NULL CHECK (kind IN ('backoff','wait','approval_timeout','run_deadline')),
+  fire_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX timers_fire ON timers(fire_at);
+CREATE INDEX timers_run ON timers(run_id);
+CREATE TABLE dead_letters (
+  run_id TEXT PRIMARY KEY, step_id TEXT, reason TEXT NOT NULL, error_class TEXT NOT NULL,
+  fingerprint TEXT NOT NULL, redrive_count BIGINT NOT NULL DEFAULT 0,
+  quarantined BIGINT NOT NULL DEFAULT 0, status TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX dead_letters_status ON dead_letters(status);
+CREATE TABLE audit (
+  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, run_id TEXT, step_id TEXT, event TEXT NOT NULL,
+  actor TEXT NOT NULL, state_before TEXT, state_after TEXT, detail TEXT, ts DOUBLE PRECISION NOT NULL,
+  tenant TEXT, workflow TEXT, workflow_version BIGINT, plan_digest TEXT, decision TEXT, tool TEXT,
+  summary TEXT, error TEXT, seq BIGINT, prev_hash TEXT, hash TEXT
+);
+CREATE INDEX audit_run ON audit(run_id, id);
+CREATE INDEX audit_tenant ON audit(tenant, id);
+CREATE FUNCTION sealflow_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'the audit log is append-only: append a new event instead'; END $$;
+CREATE TRIGGER audit_no_update BEFORE UPDATE OR DELETE ON audit
+  FOR EACH ROW EXECUTE FUNCTION sealflow_audit_append_only();
+CREATE TABLE audit_heads (tenant TEXT PRIMARY KEY, seq BIGINT NOT NULL, hash TEXT NOT NULL);
+CREATE TABLE tenant_usage (
+  tenant TEXT NOT NULL, day BIGINT NOT NULL, tokens BIGINT NOT NULL DEFAULT 0,
+  cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (tenant, day)
+);
+CREATE TABLE definitions (
+  name TEXT NOT NULL, version BIGINT NOT NULL, digest TEXT NOT NULL, signer TEXT NOT NULL,
+  first_seen DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL, loads BIGINT NOT NULL DEFAULT 1,
+  PRIMARY KEY (name, version)
+);
+CREATE TABLE definition_pins (
+  name TEXT PRIMARY KEY, version BIGINT NOT NULL, actor TEXT NOT NULL, at DOUBLE PRECISION NOT NULL
+);
+"""
+
+# new work wakes idle workers: an outbox row written unsent (new, deferred or to be sent again) notifies
+# channel sealflow_work at commit (PostgreSQL folds a transaction's identical notifications into one);
+# marking rows sent does not
+_V2_NOTIFY = """
+CREATE FUNCTION sealflow_notify_work() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_notify('sealflow_work', ''); RETURN NULL; END $$;
+CREATE TRIGGER outbox_notify AFTER INSERT OR UPDATE OF sent_at, due_at ON outbox
+  FOR EACH ROW WHEN (NEW.sent_at IS NULL) EXECUTE FUNCTION sealflow_notify_work();
+"""
+
+# liveness without host names and pids: workers heartbeat in the store
+_V3_WORKERS = """
+CREATE TABLE workers (
+  owner TEXT PRIMARY KEY, started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"""
+
+#: (version, description, SQL); applied in order
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
+        "tenant usage, definition registry", _V1),
+    (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
+    (3, "workers heartbeat in the store", _V3_WORKERS),
+]
+LATEST = MIGRATIONS[-1][0]
+
+
+class SchemaTooOld(StoreError):
+    """The database's schema is older than this sealflow's; migrate it (``migrate_store``, ``?migrate=1``)."""
+
+
+def current_version(conn) -> int:
+    """The schema version of the database ``conn`` (psycopg, autocommit) points at; 0 when empty."""
+    with conn.transaction():  # under the migrations' lock: two first openers create the table once
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, "
+                     "description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)")
+        return conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+
+
+def check(conn, where: str, *, target: int = LATEST) -> int:
+    """Refuse a schema newer than this sealflow understands; return the current version."""
+    version = current_version(conn)
+    if version > LATEST:
+        raise SchemaTooNew(f"PostgreSQL store {where} is at schema version {version}, newer than this sealflow "
+                           f"understands ({LATEST}); upgrade sealflow, or point --store at another database")
+    return version
+
+
+def migrate(conn, where: str, *, target: int = LATEST) -> list[int]:
+    """Bring the database to ``target`` (each step one transaction); return the versions applied."""
+    check(conn, where)
+    applied = []
+    for number, description, sql in MIGRATIONS:
+        if number > target:
+            break
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+            if conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0] >= number:
+                continue  # applied earlier, or by another process meanwhile
+            conn.execute(sql)
+            conn.execute("INSERT INTO schema_version (version, description, applied_at) VALUES (%s, %s, %s)",
+                         (number, description, time.time()))
+            applied.append(number)
+    return applied

@@ -1,0 +1,390 @@
+"""The PostgreSQL store (``postgresql://user:pass@host:5432/db``): psycopg 3 with a connection pool.
+
+It runs the SQLite store's statement code (claim, commit, cancel, redrive, the sweep's steps, the audit
+chain, admission, the definition registry) through :mod:`.dialect`, so both backends keep one
+implementation of every rule; what differs is here:
+
+* **Transactions.** Every state change is one ``SERIALIZABLE`` transaction on a pooled connection, fenced
+  by the claim token and the run's revision as on SQLite. Two transactions that would interleave
+  unsafely make PostgreSQL abort one (serialization failure); the whole operation is then run again
+  from the start (a fresh read, so the fences decide again). Audit events are hash-chained inside the
+  transaction that appends them; the tenant's head row serialises appends to one chain.
+* **Due work.** :meth:`take_outbox` and :meth:`sweep` pick their rows with ``FOR UPDATE SKIP LOCKED``:
+  two dispatchers or sweepers never take the same row, and neither waits for the other.
+* **Clock.** ``clock=db`` (the default) stamps leases, timers and every ``now`` on the database's clock:
+  the store measures the offset of the database's ``clock_timestamp()`` from this host every few seconds
+  and shifts ``now`` and the due times the engine computed (``due_at``, deadlines) by it, so clock skew
+  between hosts cannot break a lease. ``clock=caller`` takes ``now`` as given (tests on a fake clock).
+* **Wake-ups.** An outbox row written unsent notifies channel ``sealflow_work`` at commit;
+  :meth:`wait_for_work` blocks on it (``LISTEN``) instead of polling.
+* **Liveness.** Workers heartbeat in the store (:meth:`heartbeat`); :meth:`dead_workers` names owners
+  whose heartbeat is older than a limit on the database clock. No host name or pid is involved.
+* **Errors.** A lost or refused connection is a :class:`StoreUnavailable` naming the store (password
+  masked) and the cause; a statement the database refuses (a constraint) a :class:`StoreError` saying so.
+  Either way the transaction in flight rolled back, so nothing half-done is left.
+
+URL parameters besides libpq's: ``schema=NAME`` (search_path), ``clock=db|caller``, ``migrate=1``
+(apply missing migrations on open; otherwise an older schema is refused: run ``sealflow store migrate``),
+``pool_max=N``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import threading
+import time
+from typing import Iterator
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.interpreter.store.sqlite import rows
+from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
+from sealflow.interpreter.store.postgres import schema
+from sealflow.interpreter.store.postgres.connection import (
+    StoreUnavailable, cause as _cause, conn_kwargs as _conn_kwargs, connect, mask, split_url,
+)
+from sealflow.interpreter.store.postgres.dialect import PgConn
+from sealflow.interpreter.store.records import Message, SweepReport
+from sealflow.interpreter.store.sqlite.store import SqliteStore
+
+_CURSOR = rows.CURSOR
+_LIVE = "('queued','running','waiting','cancelling','compensating')"
+_RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+CHANNEL = "sealflow_work"
+
+
+def _io(method):
+    """Run a store operation; retry it whole on a serialization failure; turn I/O errors into clear ones."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        for attempt in range(self.max_retries):
+            try:
+                return method(self, *args, **kwargs)
+            except _RETRYABLE:
+                time.sleep(min(0.002 * (2 ** attempt), 0.1))
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+                raise StoreUnavailable(f"PostgreSQL store {self.url}: {method.__name__} failed, nothing was "
+                                       f"changed: {_cause(exc)}") from None
+            except psycopg.Error as exc:  # refused by the database (a constraint, ...): not an outage
+                raise StoreError(f"PostgreSQL store {self.url}: {method.__name__} refused by the database, nothing "
+                                 f"was changed: {type(exc).__name__}: {_cause(exc)}") from None
+        raise StoreUnavailable(f"PostgreSQL store {self.url}: {method.__name__} kept conflicting with concurrent "
+                               f"transactions ({self.max_retries} tries); nothing was changed, try again")
+
+    return run
+
+
+class PostgresStore(SqliteStore):
+    """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
+
+    max_retries = 50
+
+    def __init__(self, url: str, *, migrate: bool | None = None, clock: str | None = None,
+                 pool_max: int | None = None):
+        conninfo, own = split_url(url)
+        self.url = mask(url)
+        self.clock = clock or own.get("clock", "db")
+        if self.clock not in ("db", "caller"):
+            raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock!r}; use clock=db or clock=caller")
+        if migrate is None:
+            migrate = own.get("migrate", "") in ("1", "true", "yes")
+        kwargs = _conn_kwargs(own)
+        self._conninfo, self._kwargs = conninfo, kwargs
+        self._local = threading.local()
+        self._chain = SqliteChain()
+        self._offset_at, self._offset_s = 0.0, 0.0
+        self._listener: psycopg.Connection | None = None
+        self._listen_lock = threading.Lock()
+        with self._connect() as conn:
+            try:
+                if migrate:
+                    schema.migrate(conn, self.url)
+                self._version = schema.check(conn, self.url)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"PostgreSQL store {self.url}: cannot read or migrate its schema: "
+                                       f"{_cause(exc)}") from None
+        if self._version < schema.LATEST:
+            raise schema.SchemaTooOld(
+                f"PostgreSQL store {self.url} is at schema version {self._version}, this sealflow needs "
+                f"{schema.LATEST}; migrate it first: `sealflow store migrate --store URL`, or add "
+                "?migrate=1 to the store URL")
+        size = int(pool_max or own.get("pool_max") or 8)
+        self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
+                                    check=ConnectionPool.check_connection, name="sealflow-store")
+        try:
+            self._pool.open(wait=True, timeout=10)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(f"PostgreSQL store {self.url}: its connection pool did not fill in 10 s: "
+                                   f"{_cause(exc)}") from None
+
+    # -- connections and transactions -------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection:
+        return connect(self._conninfo, self._kwargs, self.url)
+
+    @property
+    def _pending(self) -> list:  # audit rows of this thread's transaction in progress
+        got = getattr(self._local, "pending", None)
+        if got is None:
+            got = self._local.pending = []
+        return got
+
+    def close(self) -> None:
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            pool.close()
+        with self._listen_lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+    def schema_version(self) -> int:
+        return self._version
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection]:
+        if self._pool is None:
+            raise InvalidOperation("the store is closed; open it again with open_store(url)")
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _tx(self, isolation: str = "SERIALIZABLE") -> Iterator[PgConn]:
+        with self._conn() as raw:
+            c = PgConn(raw)
+            pending = self._pending
+            pending.clear()
+            raw.execute(f"BEGIN ISOLATION LEVEL {isolation}")
+            try:
+                yield c
+                if pending:
+                    self._chain.append(c, pending)
+            except IllegalTransition as exc:
+                pending.clear()
+                raw.execute("ROLLBACK")
+                self._audit_illegal(c, exc)
+                raise
+            except BaseException:
+                pending.clear()
+                if not raw.closed and raw.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                    raw.execute("ROLLBACK")
+                raise
+            pending.clear()
+            raw.execute("COMMIT")
+
+    def _audit_illegal(self, c, exc: IllegalTransition) -> None:
+        try:
+            super()._audit_illegal(_OwnTx(c), exc)
+        except BaseException:
+            if c.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                c.raw.execute("ROLLBACK")
+            raise
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._conn() as raw:
+            return PgConn(raw).execute(sql, args).fetchall()
+
+    def get_run(self, run_id: str):
+        with self._conn() as raw:
+            return self._get_run(PgConn(raw), run_id)
+
+    def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
+        got = self._read("SELECT tokens, cost_usd FROM tenant_usage WHERE tenant = ? AND day = ?", (tenant, day))
+        return (got[0][0], got[0][1]) if got else (0, 0.0)
+
+    def audit_chain(self, tenant: str | None) -> list[tuple]:
+        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
+
+    # -- the database clock ---------------------------------------------------------------------------
+    def _offset(self) -> float:
+        """Seconds to add to this host's ``time.time()`` to be on the database's clock (re-measured every 5 s)."""
+        mono = time.monotonic()
+        if mono - self._offset_at > 5.0:
+            with self._conn() as raw:
+                before = time.time()
+                db = raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+                after = time.time()
+            self._offset_s, self._offset_at = db - (before + after) / 2, mono
+        return self._offset_s
+
+    def db_now(self) -> float:
+        """The database's clock, in seconds since the epoch."""
+        return time.time() + self._offset()
+
+    def _on_db_clock(self, now: float) -> tuple[float, float]:
+        """(the database's now, the shift from the caller's clock to it)."""
+        if self.clock != "db":
+            return now, 0.0
+        db = time.time() + self._offset()
+        return db, db - now
+
+    # -- due work: FOR UPDATE SKIP LOCKED ----------------------------------------------------------------
+    def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
+        now, _ = self._on_db_clock(now)
+        with self._tx("READ COMMITTED") as c:  # touches only outbox rows it holds locked
+            got = c.native("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
+                           "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= %s "
+                           "ORDER BY o.due_at LIMIT %s FOR UPDATE OF o SKIP LOCKED", (now, limit)).fetchall()
+            if got:
+                c.executemany("UPDATE outbox SET sent_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
+                              "token = ?", [(now, *r[:4]) for r in got])
+        return [Message(*r) for r in got]
+
+    def sweep(self, now: float, *, redeliver_after: float = 60.0, limit: int = 500) -> SweepReport:
+        now, _ = self._on_db_clock(now)
+        report = SweepReport()
+        with self._tx() as c:
+            expired = c.native(f"SELECT a.run_id, a.step_id, a.attempt, a.token, a.lease_owner, r.state "
+                               f"FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} AND "
+                               "a.state = 'running' AND a.lease_expires <= %s LIMIT %s "
+                               "FOR UPDATE OF a, r SKIP LOCKED", (now, limit)).fetchall()
+            for run_id, step_id, attempt, token, owner, run_state in expired:
+                self._expire(c, now, run_id, step_id, attempt, token, owner, run_state)
+                report.leases_expired += 1
+                report.runs_touched.add(run_id)
+            timers = c.native("SELECT id, run_id, step_id, attempt, token, kind FROM timers WHERE fire_at <= %s "
+                              "ORDER BY fire_at LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit)).fetchall()
+            for timer_id, run_id, step_id, attempt, token, kind in timers:
+                c.execute("DELETE FROM timers WHERE id = ?", (timer_id,))
+                report.runs_touched.add(run_id)
+                if kind == "run_deadline":
+                    report.runs_timed_out += self._time_out(c, now, run_id)
+                else:
+                    report.timers_fired += self._fire(c, now, run_id, step_id, attempt, token, kind)
+            report.redelivered = c.execute(
+                "UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL AND sent_at <= ?",
+                (now - redeliver_after,)).rowcount
+        return report
+
+    def next_due(self, run_id: str, *, redeliver_after: float = 60.0) -> float | None:
+        with self._conn() as raw:
+            got = raw.execute(
+                "SELECT MIN(x) FROM ("
+                " SELECT MIN(fire_at) AS x FROM timers WHERE run_id = %(r)s"
+                " UNION ALL SELECT MIN(due_at) FROM outbox WHERE run_id = %(r)s AND sent_at IS NULL"
+                " UNION ALL SELECT MIN(sent_at) + %(d)s FROM outbox WHERE run_id = %(r)s AND sent_at IS NOT NULL"
+                f" UNION ALL SELECT a.lease_expires FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.id = %(r)s "
+                "AND a.state = 'running') t", {"r": run_id, "d": float(redeliver_after)}).fetchone()
+        return got[0]
+
+    # -- the clock on the other state changes ---------------------------------------------------------
+    def submit(self, new, now: float, limits=None):
+        now, shift = self._on_db_clock(now)
+        if shift and new.deadline is not None:
+            new = dataclasses.replace(new, deadline=new.deadline + shift)
+        return super().submit(new, now, limits)
+
+    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None):
+        now, _ = self._on_db_clock(now)
+        return super().claim(run_id, step_id, attempt, token, tenant, owner=owner, now=now,
+                             running_limit=running_limit)
+
+    def commit(self, commit, now: float):
+        now, shift = self._on_db_clock(now)
+        if shift:
+            commit = _shifted_commit(commit, shift)
+        return super().commit(commit, now)
+
+    def cancel(self, run_id, now, *, actor, reason=""):
+        return super().cancel(run_id, self._on_db_clock(now)[0], actor=actor, reason=reason)
+
+    def redrive(self, run_id, next_attempt, now, *, actor, deadline):
+        now, shift = self._on_db_clock(now)
+        if shift:
+            next_attempt = dataclasses.replace(next_attempt, due_at=next_attempt.due_at + shift)
+            deadline = None if deadline is None else deadline + shift
+        return super().redrive(run_id, next_attempt, now, actor=actor, deadline=deadline)
+
+    def expire_leases(self, owner, now):
+        return super().expire_leases(owner, self._on_db_clock(now)[0])
+
+    def due_deadlines(self, now):
+        return super().due_deadlines(self._on_db_clock(now)[0])
+
+    def append_audit(self, event, now):
+        return super().append_audit(event, self._on_db_clock(now)[0])
+
+    def put_plan(self, digest, workflow, version, body_json, now):
+        return super().put_plan(digest, workflow, version, body_json, self._on_db_clock(now)[0])
+
+    def register_definition(self, name, version, digest, signer, now, *, pin=False, actor="system"):
+        return super().register_definition(name, version, digest, signer, self._on_db_clock(now)[0], pin=pin,
+                                           actor=actor)
+
+    # -- wake-ups and heartbeats ------------------------------------------------------------------------
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until an outbox row is written unsent (any process) or ``timeout`` s pass; True if woken.
+        The first call starts listening, so work written before it is found by the caller's next poll."""
+        with self._listen_lock:
+            if self._listener is None:
+                self._listener = self._connect()
+                self._listener.execute(f"LISTEN {CHANNEL}")
+                return False
+            woke = False
+            try:
+                for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                    woke = True
+            except psycopg.Error as exc:  # the next call listens again on a new connection
+                self._listener.close()
+                self._listener = None
+                raise StoreUnavailable(f"PostgreSQL store {self.url}: listening for new work failed: "
+                                       f"{_cause(exc)}") from None
+            return woke
+
+    def heartbeat(self, owner: str) -> None:
+        """Record that worker ``owner`` is alive, on the database clock."""
+        with self._conn() as raw:
+            raw.execute("INSERT INTO workers (owner) VALUES (%s) ON CONFLICT (owner) DO UPDATE SET "
+                        "heartbeat_at = now()", (owner,))
+
+    def dead_workers(self, silent_for: float) -> list[str]:
+        """Owners holding a lease whose last heartbeat is more than ``silent_for`` s old (or who never beat)."""
+        with self._conn() as raw:
+            got = raw.execute(
+                f"SELECT DISTINCT a.lease_owner FROM runs r JOIN attempts a ON {_CURSOR} LEFT JOIN workers w ON "
+                f"w.owner = a.lease_owner WHERE r.state IN {_LIVE} AND a.state = 'running' AND a.lease_owner IS NOT "
+                "NULL AND (w.heartbeat_at IS NULL OR w.heartbeat_at < now() - make_interval(secs => %s))",
+                (float(silent_for),)).fetchall()
+        return [r[0] for r in got]
+
+
+class _OwnTx:
+    """The shared code's own ``BEGIN IMMEDIATE`` as a serializable PostgreSQL transaction."""
+
+    def __init__(self, c: PgConn):
+        self._c = c
+
+    def execute(self, sql: str, args=()):
+        if sql == "BEGIN IMMEDIATE":
+            return self._c.raw.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        return self._c.execute(sql, args)
+
+    def executemany(self, sql: str, seq):
+        return self._c.executemany(sql, seq)
+
+
+def _shifted_commit(commit, shift: float):
+    """``commit`` with the due times the caller computed moved onto the database's clock."""
+    changes = {}
+    if commit.next is not None and commit.next.due_at is not None:
+        changes["next"] = dataclasses.replace(commit.next, due_at=commit.next.due_at + shift)
+    if commit.step is not None and commit.step.due_at is not None:
+        changes["step"] = dataclasses.replace(commit.step, due_at=commit.step.due_at + shift)
+    return dataclasses.replace(commit, **changes) if changes else commit
+
+
+# every public operation: retried whole on a serialization failure, I/O errors made clear
+for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempts", "active_attempt", "results",
+              "claim", "commit", "take_outbox", "sweep", "next_due", "reset_dispatch", "expire_leases",
+              "lease_owners", "active_runs", "stalled_runs", "cancel", "redrive", "ledger_get", "dead_letters",
+              "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
+              "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
+              "due_deadlines", "heartbeat", "dead_workers"):
+    setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
+del _name
