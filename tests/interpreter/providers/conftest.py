@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from fake_model_servers import FakeModelServer
+from model_helpers import KEY
+
 from sealflow.interpreter.providers.anthropic_messages import AnthropicAdapter
 from sealflow.interpreter.providers.config import parse_model
 from sealflow.interpreter.providers.openai_chat import OpenAIAdapter
-
-KEY = "sk-test-0123456789abcdefSECRET"
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from conftest import KEY
 from interp_helpers import S, make_plan, retry
+from model_helpers import KEY
+
 from sealflow.dsl.plan import AgentPlan, AiPlan
 from sealflow.interpreter.actions import action
 from sealflow.interpreter.config import ConfigError

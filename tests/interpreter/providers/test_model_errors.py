@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from model_helpers import KEY
 
-from conftest import KEY
 from sealflow.interpreter.errors import StepError
 from sealflow.interpreter.providers.base import ModelRequest
 from sealflow.interpreter.providers.failures import retry_after

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from model_helpers import KEY
 
-from conftest import KEY
 from sealflow.interpreter.providers.base import ModelRequest, ToolSpec
 from sealflow.interpreter.providers.structured import NotStrict, drop_optional_nulls, strict_schema
 
