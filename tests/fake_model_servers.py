@@ -115,6 +115,7 @@ class _QuietServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     fake: FakeModelServer
 
     def log_message(self, *args: Any) -> None:  # quiet

@@ -13,7 +13,8 @@ or gives its final answer through that one).
 
 The answer: ``stop_reason: refusal`` -> ``policy_denied``; ``max_tokens`` ->
 ``invalid_output`` (truncated); a ``tool_use`` block -> the final output (the output tool)
-or ``tool_call``; else the text blocks, parsed and checked. Tokens from ``usage``.
+or ``tool_call``; else the text blocks (JSON when there is an ``output_schema``). The step
+checks the output against the schema. Tokens from ``usage``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import threading
 from collections.abc import Mapping
@@ -42,15 +43,31 @@ class HttpAnswer:
 _local = threading.local()
 
 
+class _NoDelay:
+    """Send small requests at once (no Nagle wait for an ACK), as urllib3 and httpx do."""
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # type: ignore[attr-defined]
+
+
+class _HTTP(_NoDelay, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPS(_NoDelay, http.client.HTTPSConnection):
+    pass
+
+
 def _connection(scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnection:
     pool: dict = getattr(_local, "pool", None) or {}
     _local.pool = pool
     conn = pool.get((scheme, netloc))
     if conn is None:
         if scheme == "https":
-            conn = http.client.HTTPSConnection(netloc, timeout=timeout, context=ssl.create_default_context())
+            conn = _HTTPS(netloc, timeout=timeout, context=ssl.create_default_context())
         else:
-            conn = http.client.HTTPConnection(netloc, timeout=timeout)
+            conn = _HTTP(netloc, timeout=timeout)
         pool[(scheme, netloc)] = conn
     conn.timeout = timeout
     if conn.sock is not None:

@@ -15,7 +15,8 @@ llama.cpp server, Ollama, LM Studio, gateways). The request:
 
 The answer: ``message.refusal`` or ``finish_reason: content_filter`` -> ``policy_denied``;
 ``finish_reason: length`` -> ``invalid_output`` (truncated); a tool call -> ``tool_call``;
-else the content, parsed and checked against ``output_schema``. Tokens from ``usage``.
+else the content (JSON when there is an ``output_schema``: ``invalid_output`` if it is not;
+the step checks it against the schema). Tokens from ``usage``.
 """
 
 from __future__ import annotations

@@ -146,6 +146,18 @@ def test_an_ai_step_runs_against_a_configured_model_and_is_charged(runtime, mode
     assert status.run.tokens == 1500 and status.run.cost_usd > 0
 
 
+def test_output_failing_the_schema_is_invalid_output_and_its_tokens_are_charged(runtime, providers, server):
+    # Given a model answering JSON that fails the step's output_schema
+    providers.register(load_models({"models": {"wrong": {"provider": "openai", "model": "wrong-json",
+                                                         "base_url": server.base_url, "api_key": {"secret": "K"}}}},
+                                   {"K": KEY}).get("wrong"), "wrong")
+    step = S("classify", "ai", ai=AiPlan(model="wrong", prompt_template="Classify", output_schema=SCHEMA))
+    status = runtime.run(make_plan(step), {}, initiator="u")
+    # Then the step fails with invalid_output and the run still pays for the answer
+    assert (status.state, status.run.error_class) == ("failed", "invalid_output")
+    assert status.run.tokens == 1500
+
+
 def test_an_unavailable_model_falls_back(runtime, server):
     step = S("classify", "ai", ai=AiPlan(model="flaky", fallback=("fast",), prompt_template="Classify",
                                          output_schema=SCHEMA))

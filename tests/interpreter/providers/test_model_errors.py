@@ -41,7 +41,6 @@ def fail(adapter, request: ModelRequest | None = None) -> StepError:
     ("refusal", "policy_denied"),
     ("truncated", "invalid_output"),
     ("prose", "invalid_output"),
-    ("wrong-json", "invalid_output"),
     ("html", "unavailable"),
     ("drop", "network"),
 ])
