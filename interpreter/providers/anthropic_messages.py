@@ -30,6 +30,7 @@ from sealflow.interpreter.providers.structured import finish_output, parse_outpu
 from sealflow.interpreter.providers.tooluse import (
     OUTPUT_TOOL,
     ToolNames,
+    as_map,
     call_id,
     is_error,
     names_for,
@@ -76,7 +77,7 @@ class AnthropicAdapter(HttpAdapter):
     def messages(request: ModelRequest, names: ToolNames) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
         for i, turn in enumerate(t for t in request.transcript if isinstance(t, dict)):
-            call = turn.get("call") if isinstance(turn.get("call"), dict) else {}
+            call = as_map(turn.get("call"))
             ident = call_id(i, call)
             out.append({"role": "assistant", "content": [
                 {"type": "tool_use", "id": ident, "name": names.add(str(call.get("name", ""))),

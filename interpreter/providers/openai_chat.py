@@ -30,7 +30,7 @@ from sealflow.interpreter.providers.adapter import HttpAdapter, tokens
 from sealflow.interpreter.providers.base import ModelRequest, ModelResult
 from sealflow.interpreter.providers.config import DEFAULT_BASE_URLS
 from sealflow.interpreter.providers.structured import openai_response_format, parse_output
-from sealflow.interpreter.providers.tooluse import ToolNames, call_id, names_for, result_text, tool_call
+from sealflow.interpreter.providers.tooluse import ToolNames, as_map, call_id, names_for, result_text, tool_call
 
 
 class OpenAIAdapter(HttpAdapter):
@@ -67,7 +67,7 @@ class OpenAIAdapter(HttpAdapter):
             out.append({"role": "system", "content": request.system})
         out.append({"role": "user", "content": request.prompt})
         for i, turn in enumerate(t for t in request.transcript if isinstance(t, dict)):
-            call = turn.get("call") if isinstance(turn.get("call"), dict) else {}
+            call = as_map(turn.get("call"))
             ident = call_id(i, call)
             arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False, sort_keys=True)
             out.append({"role": "assistant", "content": None, "tool_calls": [
@@ -82,7 +82,7 @@ class OpenAIAdapter(HttpAdapter):
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise self.malformed("no choices")
         choice = choices[0]
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        message = as_map(choice.get("message"))
         finish = choice.get("finish_reason")
         used_in, used_out = tokens(data.get("usage"), "prompt_tokens", "completion_tokens")
         answered = str(data.get("model") or "")
@@ -95,8 +95,8 @@ class OpenAIAdapter(HttpAdapter):
                                               "(finish_reason: length); raise max_tokens or shorten the prompt")
         calls = message.get("tool_calls")
         if request.tools and isinstance(calls, list) and calls:
-            first = calls[0] if isinstance(calls[0], dict) else {}
-            fn = first.get("function") if isinstance(first.get("function"), dict) else {}
+            first = as_map(calls[0])
+            fn = as_map(first.get("function"))
             if not isinstance(fn.get("name"), str):
                 raise self.malformed("a tool call without a function name")
             names = names_for(request.tools, request.transcript)

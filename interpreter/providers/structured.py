@@ -81,7 +81,8 @@ def _strict(node: Any, where: str) -> dict:
         raise NotStrict(f"{where} has no type")
     if "anyOf" in out:
         out["anyOf"] = [_strict(b, f"{where}.anyOf[{i}]") for i, b in enumerate(out["anyOf"])]
-    kinds = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    kind = out.get("type")
+    kinds: list[Any] = kind if isinstance(kind, list) else [kind]
     if "object" in kinds:
         extra = out.get("additionalProperties", False)
         if extra not in (False, None) and extra != {} and extra is not True:

@@ -57,6 +57,11 @@ def names_for(tools: Iterable[ToolSpec], transcript: Iterable[dict]) -> ToolName
     return names
 
 
+def as_map(value: Any) -> dict:
+    """``value`` when it is a map, else an empty one (answers and transcripts are untrusted JSON)."""
+    return value if isinstance(value, dict) else {}
+
+
 def call_id(turn_index: int, call: dict) -> str:
     ident = call.get("id")
     return ident if isinstance(ident, str) and ident else f"call_{turn_index + 1}"
