@@ -51,6 +51,8 @@ class HttpAdapter:
 
     provider = ""
     path = ""
+    #: the ``usage`` keys of the input and output token counts
+    usage_keys = ("input_tokens", "output_tokens")
 
     def __init__(self, config: ModelConfig, api_key: str | None = None):
         if config.provider != self.provider:
@@ -86,7 +88,16 @@ class HttpAdapter:
 
     def complete(self, request: ModelRequest) -> ModelResult:
         answer = self.send(self.body(request), self.timeout(request))
-        return self.read(request, self.answer_json(answer))
+        data = self.answer_json(answer)
+        try:
+            return self.read(request, data)
+        except StepError as exc:
+            # an answer that is refused (cut off, not JSON, a refusal) was still paid for: the error carries
+            # its usage, for the step to charge
+            used_in, used_out = tokens(data.get("usage"), *self.usage_keys)
+            exc.tokens = used_in + used_out  # type: ignore[attr-defined]
+            exc.cost_usd = cost_usd(self.price, used_in, used_out)  # type: ignore[attr-defined]
+            raise
 
     def send(self, body: dict[str, Any], timeout: float) -> HttpAnswer:
         key = self._key.reveal()

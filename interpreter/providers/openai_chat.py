@@ -38,6 +38,7 @@ class OpenAIAdapter(HttpAdapter):
 
     provider = "openai"
     path = "/chat/completions"
+    usage_keys = ("prompt_tokens", "completion_tokens")
 
     def headers(self, key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"} if key else {}

@@ -77,6 +77,16 @@ def _redact(value: Any) -> Any:
     return REDACTOR.value(value)
 
 
+_FILE_LOCKS: dict[Path, threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    """One lock per recording file in this process, shared by every provider writing to it."""
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(path.resolve(), threading.Lock())
+
+
 class RecordingProvider:
     """``inner``, with every call appended to ``path`` (see the module docstring)."""
 
@@ -84,7 +94,7 @@ class RecordingProvider:
         self.inner = inner
         self.name = f"recording:{inner.name}"
         self.path = Path(path)
-        self._lock = threading.Lock()
+        self._lock = _file_lock(self.path)
 
     def complete(self, request: ModelRequest) -> ModelResult:
         entry: dict[str, Any] = {"key": request_key(request), "model": request.model,

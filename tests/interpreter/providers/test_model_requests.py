@@ -144,3 +144,12 @@ def test_a_configured_price_overrides_the_table(adapter):
     model = adapter("openai", "gpt-4o-mini", price={"input_per_mtok": 1, "output_per_mtok": 2})
     result = model.complete(ModelRequest(model="m", prompt="p"))
     assert result.cost_usd == pytest.approx((1200 * 1 + 300 * 2) / 1e6)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_refused_answer_still_carries_its_usage(adapter, provider):
+    from sealflow.interpreter.errors import StepError
+
+    with pytest.raises(StepError) as caught:
+        adapter(provider, "truncated").complete(ModelRequest(model="m", prompt="p", output_schema=SCHEMA))
+    assert caught.value.error_class == "invalid_output" and caught.value.tokens == 1500
