@@ -46,6 +46,10 @@ class SealflowError(Exception):
     """Root of the runtime's exceptions."""
 
 
+class ConfigError(SealflowError):
+    """The runtime configuration file is unreadable or invalid."""
+
+
 class StepError(SealflowError):
     """A classified step failure raised by an action: ``StepError("rate_limited", "CRM said 429", retry_after=2.0)``."""
 

@@ -3,8 +3,10 @@
 A provider turns a :class:`ModelRequest` into a :class:`ModelResult`. The runtime
 never talks to a model API directly: it asks a :class:`~.registry.ProviderRegistry`
 for the provider serving ``request.model`` and calls :meth:`Provider.complete`.
-Real providers (OpenAI, Anthropic, ...) are adapters implementing this protocol;
-the only built-in one is the deterministic local model (:mod:`.local`).
+Real providers are adapters implementing this protocol: OpenAI-compatible chat
+completions (:mod:`.openai_chat`) and Anthropic messages (:mod:`.anthropic_messages`),
+configured in the runtime configuration's ``models:`` section (:mod:`.loader`); the
+deterministic local model (:mod:`.local`) serves ``default``.
 
 Failures are raised as :class:`sealflow.interpreter.core.errors.StepError` with the error class
 the retry policy understands:
@@ -18,9 +20,12 @@ the retry policy understands:
 ``unauthorized``    the credentials were refused (HTTP 401/403)
 ``configuration``   unknown model, missing API key or secret
 ``policy_denied``   a content-policy refusal
+``budget_exceeded`` the account's quota or billing (HTTP 402, 429 insufficient_quota)
+``invalid_output``  the answer was cut off, or is not the JSON asked for
 ==================  ==========================================================
 
-:func:`error_for_status` maps an HTTP status to the right class for adapters.
+:func:`error_for_status` maps a bare HTTP status to a class; the HTTP adapters use
+:func:`.failures.error_for_answer`, which also reads the error body (quota, billing).
 
 **Tool use (agent steps).** An ``agent`` step sends the same request with
 ``tools`` (what the model may propose to call: a name, a description and the JSON

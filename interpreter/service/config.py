@@ -29,16 +29,12 @@ import os
 import re
 from typing import Any, Mapping
 
-from sealflow.interpreter.core.errors import SealflowError
+from sealflow.interpreter.core.errors import ConfigError, SealflowError
 from sealflow.interpreter.execution.tempfiles import DEFAULT_TEMPDIR_BYTES
 
 ANY_TENANT = "*"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.I)
 _UNITS = {"b": 1, "kb": 1000, "kib": 2**10, "mb": 1000**2, "mib": 2**20, "gb": 1000**3, "gib": 2**30}
-
-
-class ConfigError(SealflowError):
-    """The runtime configuration file is unreadable or invalid."""
 
 
 @dataclasses.dataclass(frozen=True)
