@@ -83,11 +83,12 @@ def validate_embedded_schema(schema: Any, doc: Document, pointer: Pointer) -> li
     metaschema; every problem is S208, located inside the embedded schema."""
     pointer = tuple(pointer)
     meta = _meta_validator()
-    mapper = SchemaErrorMapper(doc, meta.schema, base=pointer, code="S208")
+    meta_schema = Draft202012Validator.META_SCHEMA  # what _meta_validator() validates against
+    mapper = SchemaErrorMapper(doc, meta_schema, base=pointer, code="S208")
     found = [d for error in meta.iter_errors(schema) for d in mapper.map(error)]
     if isinstance(schema, dict):
         dialect = schema.get("$schema")
-        if isinstance(dialect, str) and dialect.rstrip("#") != meta.schema["$id"].rstrip("#"):
+        if isinstance(dialect, str) and dialect.rstrip("#") != meta_schema["$id"].rstrip("#"):
             found.append(mapper.diag(
                 pointer + ("$schema",), f"only JSON Schema draft 2020-12 is supported, not {dialect!r}",
                 hint="remove $schema or set it to https://json-schema.org/draft/2020-12/schema"))

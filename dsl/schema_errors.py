@@ -46,7 +46,7 @@ class SchemaErrorMapper:
     document's root in messages (``workflow``, ``policy``, ``access policy``).
     """
 
-    def __init__(self, doc: Document, root: dict, *, base: Pointer = (), code: str | None = None,
+    def __init__(self, doc: Document, root: Mapping[str, Any], *, base: Pointer = (), code: str | None = None,
                  subject: str = "workflow"):
         self.doc, self.root, self.base, self.code, self.subject = doc, root, tuple(base), code, subject
         self.duration = root.get("$defs", {}).get("duration")

@@ -51,7 +51,8 @@ def decode(text: str) -> Any:
 
 def load(tables: Any) -> Lark:
     """A parser from tables, as :func:`build` makes it (LALR, positions propagated)."""
-    return Lark._load_from_dict(tables["data"], tables["memo"], propagate_positions=True)
+    loaded: Lark = Lark._load_from_dict(tables["data"], tables["memo"], propagate_positions=True)
+    return loaded
 
 
 def _int_keys(pairs: list) -> dict:

@@ -22,12 +22,17 @@ import datetime as dt
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from sealflow.dsl.trust import signing
 from sealflow.dsl.loader import DEFAULT_LIMITS
 from sealflow.dsl.trust.policy import (DSSE_SUFFIX, MAX_BUNDLE_BYTES, SIGSTORE, SIGSTORE_SUFFIX, Key, Refused,
                                         TrustPolicy, first_line)
+
+if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
+    from cryptography import x509
+    from sigstore.models import Bundle
 
 
 # ---------------------------------------------------------------- verification
@@ -137,6 +142,9 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
                  now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None) -> Verified:
     """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition."""
     kind = bundle_kind(signature)
+    signers: Sequence[Key | str]
+    method: Literal["key", "sigstore"]
+    details: dict[str, str] | None
     if kind == "dsse":
         signers, method, details = verify_envelope(data, signature, policy, now=now), "key", None
     else:
@@ -239,7 +247,7 @@ def verify_sigstore(data: bytes, bundle_bytes: bytes, policy: TrustPolicy) -> di
     return _claims(bundle.signing_certificate)
 
 
-def _classify(exc: Exception, data: bytes, bundle, raw: dict, policy: TrustPolicy) -> Refused:
+def _classify(exc: Exception, data: bytes, bundle: Bundle, raw: dict, policy: TrustPolicy) -> Refused:
     """Name the reason a Sigstore verification failed, whatever order sigstore checked in."""
     message = first_line(exc)
     recorded = (raw.get("messageSignature") or {}).get("messageDigest") or {}
@@ -283,7 +291,7 @@ _OID_REPOSITORY = "1.3.6.1.4.1.57264.1.5"
 _OID_REF = "1.3.6.1.4.1.57264.1.6"
 
 
-def _claims(cert) -> dict[str, str]:
+def _claims(cert: x509.Certificate) -> dict[str, str]:
     """The signer as the certificate names it: identity (SAN), issuer, repository, ref."""
     from cryptography import x509
 
@@ -298,13 +306,15 @@ def _claims(cert) -> dict[str, str]:
     for oid, key in ((_OID_ISSUER_V1, "issuer"), (_OID_REPOSITORY, "repository"), (_OID_REF, "ref")):
         try:
             ext = cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid))
+        except x509.ExtensionNotFound:
+            continue
+        if isinstance(ext.value, x509.UnrecognizedExtension):  # Fulcio's OIDs: raw bytes
             out[key] = ext.value.value.decode("utf-8", "replace")
-        except (x509.ExtensionNotFound, AttributeError):
-            pass
     return out
 
 
-def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list, method: str,
+def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: Sequence[Key | str],
+                      method: Literal["key", "sigstore"],
                       details: dict | None, signature_file: str, actions: dict | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
     from sealflow.dsl.api import check_bytes
