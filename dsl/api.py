@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError, Location, sort_diagnostics

@@ -11,17 +11,43 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sealflow.dsl.expressions import static_check as exprcheck
 from sealflow.dsl import graph
 from sealflow.dsl.durations import DAY, HOUR, DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.expressions import static_check as exprcheck
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import (
-    KIND_KEYS, ActionInfo, Agent, Ai, Approval, ApprovalDefaults, Definition, RetryClass, Step, SwitchCase, Wait,
+    KIND_KEYS,
+    ActionInfo,
+    Agent,
+    Ai,
+    Approval,
+    ApprovalDefaults,
+    Definition,
+    RetryClass,
+    Step,
+    SwitchCase,
+    Wait,
 )
 from sealflow.dsl.plan import (
-    END, ActionMeta, AgentPlan, AiPlan, ApprovalPlan, BudgetPlan, CompensationPlan, Edge, ErrorRoutePlan, FailPlan,
-    Plan, PlanStep, RetryPolicy, StepBudgetPlan, SwitchCasePlan, TriggerPlan, ValidateRulePlan, WaitPlan,
+    END,
+    ActionMeta,
+    AgentPlan,
+    AiPlan,
+    ApprovalPlan,
+    BudgetPlan,
+    CompensationPlan,
+    Edge,
+    ErrorRoutePlan,
+    FailPlan,
+    Plan,
+    PlanStep,
+    RetryPolicy,
+    StepBudgetPlan,
+    SwitchCasePlan,
+    TriggerPlan,
+    ValidateRulePlan,
+    WaitPlan,
 )
 from sealflow.dsl.refs import SchemaResolver
 

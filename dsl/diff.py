@@ -14,7 +14,8 @@ version on the old side, else with the highest old version of that name.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.diff_risks import new_step_risks, step_risks, workflow_risks

@@ -18,10 +18,10 @@ from sealflow.dsl.codes import CODES
 from sealflow.dsl.durations import MINUTE
 from sealflow.dsl.errors import Diagnostic, Location, Severity
 from sealflow.dsl.expressions import ExpressionError, compile_cached
+from sealflow.dsl.expressions.templates import parse_template
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
-from sealflow.dsl.expressions.templates import parse_template
 
 Finding = tuple[str, tuple, str, str | None]  # (code, pointer, message, hint)
 
@@ -31,7 +31,7 @@ class Rule:
     code: str
     title: str
     rationale: str
-    check: Callable[["Context"], Iterator[Finding]]
+    check: Callable[[Context], Iterator[Finding]]
 
 
 @dataclasses.dataclass

@@ -12,16 +12,15 @@ import copy
 import difflib
 import functools
 import zoneinfo
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
 from sealflow import schemas
-
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.loader import Document, Pointer
 from sealflow.dsl.schema_errors import SchemaErrorMapper, rank, suggest
-
 
 # ---------------------------------------------------------------- validator
 
@@ -51,12 +50,12 @@ def format_checker() -> FormatChecker:
     return checker
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator() -> Draft202012Validator:
     return Draft202012Validator(schemas.load(), format_checker=format_checker())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _meta_validator() -> Draft202012Validator:
     meta = Draft202012Validator.META_SCHEMA
     return Draft202012Validator(meta, format_checker=Draft202012Validator.FORMAT_CHECKER)

@@ -65,7 +65,7 @@ def current_tables() -> str | None:
         from sealflow.dsl.expressions import tables
     except ImportError:
         return None
-    if tables.GRAMMAR_SHA256 != grammar_sha256() or tables.LARK_VERSION != lark.__version__:
+    if grammar_sha256() != tables.GRAMMAR_SHA256 or lark.__version__ != tables.LARK_VERSION:
         return None
     return tables.TABLES
 

@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sealflow.dsl.trust import signing
 from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError
 from sealflow.dsl.loader import Document, load_file
+from sealflow.dsl.trust import signing
 
 if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
     from jsonschema import Draft202012Validator
@@ -176,7 +176,7 @@ class TrustPolicy:
         return verifier
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _policy_validator() -> Draft202012Validator:
     from jsonschema import Draft202012Validator
 
@@ -187,7 +187,6 @@ def _policy_validator() -> Draft202012Validator:
 
 def _schema_diagnostics(doc: Document) -> list[Diagnostic]:
     from sealflow import schemas
-
     from sealflow.dsl.schema_errors import SchemaErrorMapper
 
     mapper = SchemaErrorMapper(doc, schemas.load(POLICY_SCHEMA), subject="policy")
@@ -198,7 +197,7 @@ def _parse_expiry(text: str) -> dt.datetime:
     """``2026-12-31`` -> the first instant after that day (UTC); a timestamp as written."""
     if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
         day = dt.date.fromisoformat(text)
-        return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
+        return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
     value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T"))
     if value.tzinfo is None:
         raise ValueError("a timestamp needs a zone (Z or +01:00)")

@@ -21,14 +21,22 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sealflow.dsl.trust import signing
 from sealflow.dsl.loader import DEFAULT_LIMITS
-from sealflow.dsl.trust.policy import (DSSE_SUFFIX, MAX_BUNDLE_BYTES, SIGSTORE, SIGSTORE_SUFFIX, Key, Refused,
-                                        TrustPolicy, first_line)
+from sealflow.dsl.trust import signing
+from sealflow.dsl.trust.policy import (
+    DSSE_SUFFIX,
+    MAX_BUNDLE_BYTES,
+    SIGSTORE,
+    SIGSTORE_SUFFIX,
+    Key,
+    Refused,
+    TrustPolicy,
+    first_line,
+)
 
 if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
     from cryptography import x509
@@ -169,7 +177,7 @@ def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,
     if not policy.keys:
         raise Refused("unknown-signer", "the policy lists no keys, so a DSSE envelope cannot be trusted",
                       "add the signer's public key under keys:, or sign with Sigstore in CI", unsupported=True)
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     good: list[Key] = []
     expired: list[Key] = []
     broken: list[str] = []

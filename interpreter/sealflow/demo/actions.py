@@ -12,9 +12,9 @@ import re
 from string import Template
 from typing import Any
 
+from sealflow.demo import store
 from sealflow.interpreter.actions import action
 from sealflow.interpreter.errors import StepError
-from sealflow.demo import store
 
 
 def _weekly_body(report: dict) -> str:

@@ -17,9 +17,9 @@ import math
 import re
 from typing import Any
 
+from sealflow.demo import store
 from sealflow.interpreter.actions import action
 from sealflow.interpreter.errors import StepError
-from sealflow.demo import store
 
 EMBEDDING_MODELS = {"text-embedding-small": 8, "text-embedding-large": 16}
 NAMESPACES = ("kb-public", "kb-internal")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from sealflow.demo import store
 from sealflow.interpreter.actions import action
 from sealflow.interpreter.errors import StepError
-from sealflow.demo import store
 
 CDN = "https://cdn.demo.invalid"
 PREVIEW = "https://media.demo.invalid/processing"

@@ -12,9 +12,9 @@ import json
 import re
 from typing import Any
 
+from sealflow.demo import store
 from sealflow.interpreter.actions import action
 from sealflow.interpreter.errors import StepError
-from sealflow.demo import store
 
 CATEGORIES = ("billing", "shipping", "account", "product", "other")
 PRIORITIES = ("low", "normal", "high", "urgent")

@@ -12,8 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from sealflow.dsl.trust import signing
-from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file
+from sealflow.dsl.trust import Refused, load_policy, signing, verify_bytes, verify_file
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
@@ -207,8 +206,8 @@ def test_given_an_expired_key_when_verified_then_refused_as_expired(tmp_path, de
     signer = Signer(tmp_path, expires="2026-06-30")
     signer.sign(definition)
     # valid through the last day (UTC), refused from the next
-    assert verify_file(definition, signer.policy, now=dt.datetime(2026, 6, 30, 23, 59, tzinfo=dt.timezone.utc))
-    error = refused(definition, signer.policy, now=dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc))
+    assert verify_file(definition, signer.policy, now=dt.datetime(2026, 6, 30, 23, 59, tzinfo=dt.UTC))
+    error = refused(definition, signer.policy, now=dt.datetime(2026, 7, 1, tzinfo=dt.UTC))
     assert error.reason == "expired-key" and "2026-06-30" in error.message
 
 

@@ -15,8 +15,15 @@ import click
 from sealflow.cli import definition_files, render
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
-from sealflow.cli.session import find_run, import_actions, is_shared_store, load_access, open_runtime, \
-    require_policy, with_demo
+from sealflow.cli.session import (
+    find_run,
+    import_actions,
+    is_shared_store,
+    load_access,
+    open_runtime,
+    require_policy,
+    with_demo,
+)
 
 
 def parse_input(raw: str | None) -> Any:
