@@ -365,7 +365,8 @@ class Compiler:
             edges.append(Edge(kind="next", target=nxt, label="no match"))
         return tuple(SwitchCasePlan(when=c.when, next=c.next) for c in cases), edges
 
-    def _approval(self, a: Approval | None, pointer: tuple, ids: list[str], implicit: bool = False) -> ApprovalPlan | None:
+    def _approval(self, a: Approval | None, pointer: tuple, ids: list[str],
+                  implicit: bool = False) -> ApprovalPlan | None:
         defaults = self.d.approvals or ApprovalDefaults()
         approvers = (a.approvers if a and a.approvers else None) or defaults.approvers
         if not approvers:

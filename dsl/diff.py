@@ -273,7 +273,8 @@ class _Differ:
         # the class itself changed: point at the field in its definition; else at the step's retry
         in_class = bool(b.name) and a.name == b.name and label == "retry"
         at = (lambda *field: ("retry", b.name, *field)) if in_class else (lambda *field: pointer)  # noqa: E731
-        pairs: tuple[tuple[str, Any, Any, Callable[[Any], str], tuple[str, ...]], ...] = (("max_attempts", a.max_attempts, b.max_attempts, str, ("max_attempts",)),
+        pairs: tuple[tuple[str, Any, Any, Callable[[Any], str], tuple[str, ...]], ...]
+        pairs = (("max_attempts", a.max_attempts, b.max_attempts, str, ("max_attempts",)),
                  ("backoff.initial", a.initial_ms, b.initial_ms, format_ms, ("backoff", "initial")),
                  ("backoff.max", a.max_ms, b.max_ms, format_ms, ("backoff", "max")),
                  ("backoff.factor", a.factor, b.factor, lambda v: f"{v:g}", ("backoff", "factor")))

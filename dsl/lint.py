@@ -116,7 +116,7 @@ def check_approval_timeout(ctx: Context) -> Iterator[Finding]:
 
 def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
     used = {p for s in ctx.plan.steps for p in s.permissions}
-    for name, meta in ctx.plan.actions.items():
+    for meta in ctx.plan.actions.values():
         used.update(meta.permissions)
     for j, perm in enumerate(ctx.d.permissions):
         if perm not in used:

@@ -233,7 +233,8 @@ class SchemaErrorMapper:
             words = _schema(error).get("errorMessage")
             types = [t for errs in branches.values() for e in errs
                      if e.validator == "type" and not e.relative_path
-                     for t in ([e.validator_value] if isinstance(e.validator_value, str) else _listed(e.validator_value))]
+                     for t in ([e.validator_value] if isinstance(e.validator_value, str)
+                               else _listed(e.validator_value))]
             got = _yaml_type(error.instance)
             shown = "" if isinstance(error.instance, (dict, list)) else f" {_show(error.instance)}"
             if words:

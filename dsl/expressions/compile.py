@@ -78,7 +78,7 @@ class Compiler:
     def sum(self, tree: Tree) -> Callable:
         first = self.build(tree.children[0])
         rest = [(BINARY[_token(_tree(op))], self.build(x))
-                for op, x in zip(tree.children[1::2], tree.children[2::2])]
+                for op, x in zip(tree.children[1::2], tree.children[2::2], strict=True)]
         if len(rest) == 1:
             (fn, second), = rest
             return lambda env: fn(first(env), second(env))
@@ -101,7 +101,7 @@ class Compiler:
         keys = [self._static_key(s) for s in segments]
         if atom.data == "name":
             static = []
-            for seg, key in zip(segments, keys):
+            for seg, key in zip(segments, keys, strict=True):
                 if key is _DYNAMIC:
                     break
                 static.append((key, seg))
@@ -110,7 +110,7 @@ class Compiler:
         else:
             base = self.build(atom)
         ops = [(key, None, seg.data == "field") if key is not _DYNAMIC
-               else (None, self.build(seg.children[0]), False) for seg, key in zip(segments, keys)]
+               else (None, self.build(seg.children[0]), False) for seg, key in zip(segments, keys, strict=True)]
 
         def run(env: Env) -> Any:
             value = base(env)

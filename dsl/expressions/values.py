@@ -78,7 +78,7 @@ def equal(a: Any, b: Any) -> bool:
     if type_name(a) != type_name(b):
         return False
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
     return bool(a == b)

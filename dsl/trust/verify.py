@@ -336,7 +336,7 @@ def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: Sequ
     namespace = namespace_of(plan.owner)
     allowed = policy.allowed_signers(namespace)
     names = [s if isinstance(s, str) else s.id for s in signers]
-    chosen = next((s for s, n in zip(signers, names) if allowed is None or n in allowed), None)
+    chosen = next((s for s, n in zip(signers, names, strict=True) if allowed is None or n in allowed), None)
     if chosen is None:
         listed = ", ".join(allowed) if allowed else "nobody (not listed in namespaces)"
         who = f" ({details['identity']})" if details and details.get("identity") else ""

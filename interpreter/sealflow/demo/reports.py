@@ -75,7 +75,7 @@ def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list | None =
     totals: dict[str, Any] = {}
     for d, values in scaled:
         key = tuple(d[g] for g in group_by)
-        row = groups.setdefault(key, dict(zip(group_by, key)))
+        row = groups.setdefault(key, dict(zip(group_by, key, strict=True)))
         for name, v in values.items():
             row[name] = row.get(name, 0) + v
             totals[name] = totals.get(name, 0) + v

@@ -275,7 +275,8 @@ def test_with_both_signature_files_the_reason_given_is_about_the_kind_the_policy
     # Given a keys-only policy, a Sigstore bundle it cannot use, and a DSSE envelope for other bytes
     signer = Signer(tmp_path)
     signer.sign(definition, payload=b"other bytes")
-    Path(str(definition) + ".sigstore.json").write_text('{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}')
+    bundle = '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}'
+    Path(str(definition) + ".sigstore.json").write_text(bundle)
     # When verified, Then the envelope's refusal is reported, not "the policy has no sigstore section"
     assert refused(definition, signer.policy).reason == "tampered"
     # And a good envelope is enough
