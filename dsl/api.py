@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = Non
     return result
 
 
-def _guard(path: str, fn, *args, **kwargs) -> CheckResult:
+def _guard(path: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: Any) -> CheckResult:
     try:
         return fn(*args, **kwargs)
     except DefinitionError as exc:

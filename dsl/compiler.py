@@ -11,15 +11,43 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sealflow.dsl.expressions import static_check as exprcheck
 from sealflow.dsl import graph
 from sealflow.dsl.durations import DAY, HOUR, DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.expressions import static_check as exprcheck
 from sealflow.dsl.loader import Document
-from sealflow.dsl.model import KIND_KEYS, ActionInfo, ApprovalDefaults, Definition, RetryClass, Step
+from sealflow.dsl.model import (
+    KIND_KEYS,
+    ActionInfo,
+    Agent,
+    Ai,
+    Approval,
+    ApprovalDefaults,
+    Definition,
+    RetryClass,
+    Step,
+    SwitchCase,
+    Wait,
+)
 from sealflow.dsl.plan import (
-    END, ActionMeta, AgentPlan, AiPlan, ApprovalPlan, BudgetPlan, CompensationPlan, Edge, ErrorRoutePlan, FailPlan,
-    Plan, PlanStep, RetryPolicy, StepBudgetPlan, SwitchCasePlan, TriggerPlan, ValidateRulePlan, WaitPlan,
+    END,
+    ActionMeta,
+    AgentPlan,
+    AiPlan,
+    ApprovalPlan,
+    BudgetPlan,
+    CompensationPlan,
+    Edge,
+    ErrorRoutePlan,
+    FailPlan,
+    Plan,
+    PlanStep,
+    RetryPolicy,
+    StepBudgetPlan,
+    SwitchCasePlan,
+    TriggerPlan,
+    ValidateRulePlan,
+    WaitPlan,
 )
 from sealflow.dsl.refs import SchemaResolver
 
@@ -110,7 +138,7 @@ class Compiler:
     # -- the whole definition -----------------------------------------------------------------------
     def compile(self) -> Plan | None:
         d = self._definition_checks()
-        self._policies: dict = {}
+        self._policies: dict[tuple[tuple, str | None], RetryPolicy] = {}
         for name in self.d.retry:
             self.retry_policy(name, ("retry", name))
         self.default_retry = self.retry_policy(self.d.defaults.retry, ("defaults", "retry"))
@@ -199,25 +227,26 @@ class Compiler:
         retry = self.retry_policy(s.retry, p + ("retry",)) if s.retry is not None else self.default_retry
         fields: dict[str, Any] = {}
         edges: list[Edge] = []
-        if kind == "action":
-            fields.update(self._action(s, p))
-        elif kind == "ai":
-            fields["ai"] = self._ai(s, p)
-        elif kind == "agent":
-            fields["agent"] = self._agent(s, p)
-        elif kind == "switch":
-            fields["switch"], edges = self._switch(s, p, ids, nxt)
-        elif kind == "approval":
+        # Exactly one kind's field is set (kinds() above), so each test below picks out `kind`.
+        if s.action is not None:
+            fields.update(self._action(s, s.action, p))
+        elif s.ai is not None:
+            fields["ai"] = self._ai(s.ai, p)
+        elif s.agent is not None:
+            fields["agent"] = self._agent(s, s.agent, p)
+        elif s.switch is not None:
+            fields["switch"], edges = self._switch(s, s.switch, p, ids, nxt)
+        elif s.approval is not None:
             fields["approval"] = self._approval(s.approval, p + ("approval",), ids)
             if fields["approval"] and fields["approval"].on_timeout != "reject":
                 edges.append(Edge(kind="timeout", target=fields["approval"].on_timeout))
-        elif kind == "wait":
-            fields["wait"] = self._wait(s, p)
-        elif kind == "set":
-            fields["assign"] = dict(s.set or {})
-        elif kind == "fail":
+        elif s.wait is not None:
+            fields["wait"] = self._wait(s.wait, p)
+        elif s.set is not None:
+            fields["assign"] = dict(s.set)
+        elif s.fail is not None:
             fields["fail"] = FailPlan(error=s.fail.error, message=s.fail.message)
-        elif kind == "succeed":
+        elif s.succeed is not None:
             fields["succeed_output"] = s.succeed.output
         if kind not in ("switch", "fail", "succeed"):
             edges.insert(0, Edge(kind="next", target=nxt))
@@ -274,20 +303,19 @@ class Compiler:
             self.error("C411", f"unknown action {name!r}", pointer, hint)
         return info
 
-    def _action(self, s: Step, p: tuple) -> dict[str, Any]:
-        info = self._known_action(s.action, p + ("action",))
+    def _action(self, s: Step, action: str, p: tuple) -> dict[str, Any]:
+        info = self._known_action(action, p + ("action",))
         if info is not None:
             for perm in info.permissions:
                 if perm not in s.permissions:
-                    self.error("C413", f"action {s.action!r} needs permission {perm!r}; step {s.id!r} does not list it",
+                    self.error("C413", f"action {action!r} needs permission {perm!r}; step {s.id!r} does not list it",
                                p + ("action",), f"add {perm!r} to the step's permissions")
             if info.effect == "irreversible" and not s.idempotency_key:
-                self.error("C410", f"action {s.action!r} is irreversible; step {s.id!r} needs an idempotency_key",
+                self.error("C410", f"action {action!r} is irreversible; step {s.id!r} needs an idempotency_key",
                            p + ("action",), 'add idempotency_key: "${{ run.id }}:' + s.id + '"')
-        return {"action": s.action}
+        return {"action": action}
 
-    def _ai(self, s: Step, p: tuple) -> AiPlan:
-        ai = s.ai
+    def _ai(self, ai: Ai, p: tuple) -> AiPlan:
         pp = p + ("ai",)
         prompt = ai.prompt
         ref = None
@@ -302,8 +330,7 @@ class Compiler:
                       prompt_ref=ref, system=ai.system, output_schema=schema, max_tokens=ai.max_tokens,
                       temperature=ai.temperature)
 
-    def _agent(self, s: Step, p: tuple) -> AgentPlan:
-        ag = s.agent
+    def _agent(self, s: Step, ag: Agent, p: tuple) -> AgentPlan:
         pp = p + ("agent",)
         if not 1 <= ag.max_steps <= AGENT_MAX_STEPS:
             self.error("C408", f"agent max_steps {ag.max_steps} is outside 1..{AGENT_MAX_STEPS}", pp + ("max_steps",))
@@ -322,8 +349,8 @@ class Compiler:
                          max_tool_calls=ag.max_tool_calls, output_schema=schema, system=ag.system,
                          max_tokens=ag.max_tokens, temperature=ag.temperature)
 
-    def _switch(self, s: Step, p: tuple, ids: list[str], nxt: str):
-        cases = s.switch or []
+    def _switch(self, s: Step, cases: list[SwitchCase], p: tuple, ids: list[str],
+                nxt: str) -> tuple[tuple[SwitchCasePlan, ...], list[Edge]]:
         edges: list[Edge] = []
         if not cases:
             self.error("C414", f"switch {s.id!r} has no branch", p + ("switch",), "add {when: <expr>, next: <id>}")
@@ -338,7 +365,8 @@ class Compiler:
             edges.append(Edge(kind="next", target=nxt, label="no match"))
         return tuple(SwitchCasePlan(when=c.when, next=c.next) for c in cases), edges
 
-    def _approval(self, a, pointer: tuple, ids: list[str], implicit: bool = False) -> ApprovalPlan | None:
+    def _approval(self, a: Approval | None, pointer: tuple, ids: list[str],
+                  implicit: bool = False) -> ApprovalPlan | None:
         defaults = self.d.approvals or ApprovalDefaults()
         approvers = (a.approvers if a and a.approvers else None) or defaults.approvers
         if not approvers:
@@ -359,8 +387,7 @@ class Compiler:
                             show=a.show if a else None,
                             separation_of_duties=a.separation_of_duties if a else True, implicit=implicit)
 
-    def _wait(self, s: Step, p: tuple) -> WaitPlan | None:
-        w = s.wait
+    def _wait(self, w: Wait, p: tuple) -> WaitPlan | None:
         if (w.for_ is None) == (w.until is None):
             self.error("C418", "wait needs exactly one of 'for' or 'until'", p + ("wait",))
             return WaitPlan()
@@ -418,7 +445,7 @@ class Compiler:
                            ("steps", index[src]), "add budget: {max_steps: N} so a runaway loop stops")
 
 
-def _first_unsafe_number(value, pointer: tuple = (), depth: int = 0) -> tuple[tuple, float] | None:
+def _first_unsafe_number(value: Any, pointer: tuple = (), depth: int = 0) -> tuple[tuple, float] | None:
     """The first number in the document that a whole-number field would read beyond ±(2^53 - 1)."""
     if isinstance(value, float) and value.is_integer() and abs(value) > 2**53 - 1:
         return pointer, value

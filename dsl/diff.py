@@ -14,7 +14,8 @@ version on the old side, else with the highest old version of that name.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.diff_risks import new_step_risks, step_risks, workflow_risks
@@ -87,7 +88,7 @@ class _Differ:
         loc = self.locate(pointer) if (self.locate and pointer is not None) else None
         self.findings.append(Finding(code, severity, self.new.name, message, step, old, new, loc, self.path))
 
-    def sp(self, step_id: str, *rest) -> tuple:
+    def sp(self, step_id: str, *rest: Any) -> tuple:
         """Pointer inside step ``step_id`` of the new file."""
         return ("steps", self.new_index[step_id], *rest)
 
@@ -126,7 +127,7 @@ class _Differ:
         for perm in sorted(old_set - set(new)):
             self.add("D602", f"permission removed: {perm}", pointer, step=step, old=perm, new=None)
 
-    def _budget_fields(self, old, new, pointer: tuple, step: str | None, fields: dict[str, str], *,
+    def _budget_fields(self, old: Any, new: Any, pointer: tuple, step: str | None, fields: dict[str, str], *,
                        prefix: str) -> None:
         for attr, key in fields.items():
             a, b = getattr(old, attr, None) if old is not None else None, getattr(new, attr, None)
@@ -272,6 +273,7 @@ class _Differ:
         # the class itself changed: point at the field in its definition; else at the step's retry
         in_class = bool(b.name) and a.name == b.name and label == "retry"
         at = (lambda *field: ("retry", b.name, *field)) if in_class else (lambda *field: pointer)  # noqa: E731
+        pairs: tuple[tuple[str, Any, Any, Callable[[Any], str], tuple[str, ...]], ...]
         pairs = (("max_attempts", a.max_attempts, b.max_attempts, str, ("max_attempts",)),
                  ("backoff.initial", a.initial_ms, b.initial_ms, format_ms, ("backoff", "initial")),
                  ("backoff.max", a.max_ms, b.max_ms, format_ms, ("backoff", "max")),

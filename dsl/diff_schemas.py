@@ -8,7 +8,8 @@ schema removed, and the same inside ``properties`` and ``items``, recursively.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _MAX_DEPTH = 32
 

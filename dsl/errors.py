@@ -9,7 +9,8 @@ at a user.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 Severity = Literal["error", "warning", "info"]
 

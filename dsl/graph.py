@@ -7,7 +7,7 @@ The graph's nodes are step ids plus ``end``; its edges are the plan's explicit
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from sealflow.dsl.plan import END, Plan
 

@@ -10,17 +10,18 @@ a silenced finding is still reported, as ``info``, with the reason, never silent
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from sealflow.dsl import graph
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.durations import MINUTE
-from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.errors import Diagnostic, Location, Severity
 from sealflow.dsl.expressions import ExpressionError, compile_cached
+from sealflow.dsl.expressions.templates import parse_template
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
-from sealflow.dsl.expressions.templates import parse_template
 
 Finding = tuple[str, tuple, str, str | None]  # (code, pointer, message, hint)
 
@@ -30,7 +31,7 @@ class Rule:
     code: str
     title: str
     rationale: str
-    check: Callable[["Context"], Iterator[Finding]]
+    check: Callable[[Context], Iterator[Finding]]
 
 
 @dataclasses.dataclass
@@ -49,7 +50,7 @@ class Context:
         return meta.effect if meta else None
 
 
-def _step_refs(text_values, kind: str = "template") -> Iterator[tuple[str, int, tuple]]:
+def _step_refs(text_values: Iterable[tuple[tuple, str]], kind: str = "template") -> Iterator[tuple[str, int, tuple]]:
     """(step id, offset, pointer) for each ``steps.<id>`` reference in the given (pointer, text) pairs."""
     for pointer, text in text_values:
         try:
@@ -62,7 +63,7 @@ def _step_refs(text_values, kind: str = "template") -> Iterator[tuple[str, int, 
                     yield ref.step, base + ref.offset, pointer
 
 
-def _strings(value, pointer: tuple):
+def _strings(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
     if isinstance(value, str):
         yield pointer, value
     elif isinstance(value, dict):
@@ -115,7 +116,7 @@ def check_approval_timeout(ctx: Context) -> Iterator[Finding]:
 
 def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
     used = {p for s in ctx.plan.steps for p in s.permissions}
-    for name, meta in ctx.plan.actions.items():
+    for meta in ctx.plan.actions.values():
         used.update(meta.permissions)
     for j, perm in enumerate(ctx.d.permissions):
         if perm not in used:
@@ -147,7 +148,7 @@ def check_lock_across_wait(ctx: Context) -> Iterator[Finding]:
         why = None
         if s.kind == "approval" or s.requires_approval_if:
             why = "an approval"
-        elif s.kind == "wait" and (s.wait.until is not None or (s.wait.for_ms or 0) >= MINUTE):
+        elif s.kind == "wait" and s.wait is not None and (s.wait.until is not None or (s.wait.for_ms or 0) >= MINUTE):
             why = "a long wait"
         if why:
             yield ("L506", ("steps", i, "lock"), f"step {s.id!r} holds lock {s.lock!r} across {why}",
@@ -209,11 +210,11 @@ def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str
         for code, pointer, message, hint in rule.check(ctx):
             location = _locate(doc, pointer)
             step_index = pointer[1] if len(pointer) > 1 and pointer[0] == "steps" else None
-            silenced = ignores.get(step_index)
+            silenced = ignores.get(step_index) if step_index is not None else None
             if silenced and code in silenced[0] and silenced[1]:
                 out.append(Diagnostic(code, f"{message} [silenced: {silenced[1]}]", location, severity="info"))
             else:
-                out.append(Diagnostic(code, message, location, severity=CODES[code][0], hint=hint,
+                out.append(Diagnostic(code, message, location, severity=_SEVERITIES[CODES[code][0]], hint=hint,
                                       pointer="/".join(map(str, pointer))))
     if actions is None and any(s.action or s.agent for s in definition.steps):
         out.append(Diagnostic("L507", "action metadata not loaded: effects and permissions of actions were not "
@@ -222,7 +223,11 @@ def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str
     return out
 
 
-def _locate(doc: Document, pointer: tuple):
+#: the severities of lint codes (CODES also holds the diff's "review")
+_SEVERITIES: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "info"}
+
+
+def _locate(doc: Document, pointer: tuple) -> Location:
     if pointer and isinstance(pointer[-1], int) and pointer[:-1] in doc.spans:
         return doc.locate_in_string(pointer[:-1], pointer[-1])
     return doc.locate(pointer)

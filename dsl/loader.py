@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -205,7 +205,7 @@ class _Builder:
             return top.pointer + (len(top.value),), None
         return top.pointer + (top.pending_key,), top.key_pos
 
-    def _record(self, pointer: Pointer, pos: Pos, key_pos: Pos | None, span: ScalarSpan | None):
+    def _record(self, pointer: Pointer, pos: Pos, key_pos: Pos | None, span: ScalarSpan | None) -> None:
         self.positions[pointer] = pos
         if key_pos is not None:
             self.key_positions[pointer] = key_pos
@@ -297,7 +297,7 @@ class _Builder:
 
     def alias(self, event: yaml.AliasEvent) -> None:
         pos = _pos(event.start_mark)
-        anchored = self.anchors.get(event.anchor)
+        anchored = self.anchors.get(event.anchor) if event.anchor is not None else None
         if anchored is None:
             raise _LoadError("Y101", f"unknown alias *{event.anchor}", pos)
         self.aliases += 1
@@ -338,7 +338,7 @@ def _line_col_of_byte(data: bytes, index: int) -> tuple[int, int]:
     return line, col
 
 
-def _fail(path: str, code: str, message: str, line: int = 0, col: int = 0, hint: str | None = None):
+def _fail(path: str, code: str, message: str, line: int = 0, col: int = 0, hint: str | None = None) -> NoReturn:
     raise DefinitionError([Diagnostic(code, message, Location(path, line + 1, col + 1), hint=hint)])
 
 

@@ -8,7 +8,7 @@ compiler turns them into a :class:`sealflow.dsl.plan.Plan`.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,7 +44,7 @@ class SchemaRef(_Model):
     ref: str = Field(alias="$ref")
 
 
-SchemaOrRef = Union[SchemaRef, dict[str, Any]]
+SchemaOrRef = SchemaRef | dict[str, Any]
 
 
 class Schedule(_Model):

@@ -212,7 +212,7 @@ class Plan(_Frozen):
     def compute_digest(self) -> str:
         return "sha256:" + hashlib.sha256(self.canonical_json()).hexdigest()
 
-    def with_digest(self) -> "Plan":
+    def with_digest(self) -> Plan:
         return self.model_copy(update={"digest": self.compute_digest()})
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -221,7 +221,7 @@ class Plan(_Frozen):
         return json.dumps(ordered, indent=indent, ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Plan":
+    def from_json(cls, text: str | bytes) -> Plan:
         plan = cls.model_validate_json(text)
         if plan.digest and plan.digest != plan.compute_digest():
             raise ValueError(f"plan digest mismatch: recorded {plan.digest}, computed {plan.compute_digest()}")

@@ -12,16 +12,15 @@ import copy
 import difflib
 import functools
 import zoneinfo
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
 from sealflow import schemas
-
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.loader import Document, Pointer
 from sealflow.dsl.schema_errors import SchemaErrorMapper, rank, suggest
-
 
 # ---------------------------------------------------------------- validator
 
@@ -51,12 +50,12 @@ def format_checker() -> FormatChecker:
     return checker
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator() -> Draft202012Validator:
     return Draft202012Validator(schemas.load(), format_checker=format_checker())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _meta_validator() -> Draft202012Validator:
     meta = Draft202012Validator.META_SCHEMA
     return Draft202012Validator(meta, format_checker=Draft202012Validator.FORMAT_CHECKER)
@@ -83,11 +82,12 @@ def validate_embedded_schema(schema: Any, doc: Document, pointer: Pointer) -> li
     metaschema; every problem is S208, located inside the embedded schema."""
     pointer = tuple(pointer)
     meta = _meta_validator()
-    mapper = SchemaErrorMapper(doc, meta.schema, base=pointer, code="S208")
+    meta_schema = Draft202012Validator.META_SCHEMA  # what _meta_validator() validates against
+    mapper = SchemaErrorMapper(doc, meta_schema, base=pointer, code="S208")
     found = [d for error in meta.iter_errors(schema) for d in mapper.map(error)]
     if isinstance(schema, dict):
         dialect = schema.get("$schema")
-        if isinstance(dialect, str) and dialect.rstrip("#") != meta.schema["$id"].rstrip("#"):
+        if isinstance(dialect, str) and dialect.rstrip("#") != meta_schema["$id"].rstrip("#"):
             found.append(mapper.diag(
                 pointer + ("$schema",), f"only JSON Schema draft 2020-12 is supported, not {dialect!r}",
                 hint="remove $schema or set it to https://json-schema.org/draft/2020-12/schema"))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from jsonschema.exceptions import ValidationError
 
@@ -45,7 +46,7 @@ class SchemaErrorMapper:
     document's root in messages (``workflow``, ``policy``, ``access policy``).
     """
 
-    def __init__(self, doc: Document, root: dict, *, base: Pointer = (), code: str | None = None,
+    def __init__(self, doc: Document, root: Mapping[str, Any], *, base: Pointer = (), code: str | None = None,
                  subject: str = "workflow"):
         self.doc, self.root, self.base, self.code, self.subject = doc, root, tuple(base), code, subject
         self.duration = root.get("$defs", {}).get("duration")
@@ -87,19 +88,20 @@ class SchemaErrorMapper:
     def _property_name(self, error: ValidationError, pointer: Pointer) -> Diagnostic:
         words = error.message
         if error.validator == "pattern":
-            words = error.schema.get("patternErrorMessage") or f"must match the pattern {error.validator_value}"
+            words = _schema(error).get("patternErrorMessage") or f"must match the pattern {error.validator_value}"
         key = pointer + (error.instance,)
         message = f"{self.readable(pointer)}: {error.instance!r} is not a valid name; it {words}"
         return Diagnostic(self.code or "S204", message, self.doc.locate(key, key=True), pointer=pointer_text(key))
 
     def _additionalProperties(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        allowed = sorted(error.schema.get("properties", {}))
-        patterns = list(error.schema.get("patternProperties", {}))
+        allowed = sorted(_schema(error).get("properties", {}))
+        patterns = list(_schema(error).get("patternProperties", {}))
         if error.validator == "unevaluatedProperties":
             inside = error.message[error.message.find("(") + 1 : error.message.rfind(" ")]
             extras = [a or b for a, b in re.findall(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"", inside)]
         else:
-            extras = [k for k in error.instance if k not in allowed and not any(re.search(p, k) for p in patterns)]
+            instance = error.instance if isinstance(error.instance, dict) else {}
+            extras = [k for k in instance if k not in allowed and not any(re.search(p, k) for p in patterns)]
         where = "at the top level" if not pointer else f"in {self.readable(pointer)}"
         for extra in extras:
             guess = suggest(extra, allowed)
@@ -112,8 +114,8 @@ class SchemaErrorMapper:
     _unevaluatedProperties = _additionalProperties
 
     def _required(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        props = error.schema.get("properties", {})
-        for name in error.validator_value:
+        props = _schema(error).get("properties", {})
+        for name in _listed(error.validator_value):
             if isinstance(error.instance, dict) and name not in error.instance:
                 examples = self._resolve(props.get(name, {})).get("examples") or props.get(name, {}).get("examples")
                 hint = f"add {name}: {_flow(examples[0])}" if examples else f"add the field {name!r}"
@@ -121,7 +123,7 @@ class SchemaErrorMapper:
 
     def _type(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
         expected = _type_words(error.validator_value)
-        title = error.schema.get("title") if self.code is None else None  # the metaschema's titles are noise
+        title = _schema(error).get("title") if self.code is None else None  # the metaschema's titles are noise
         if self.code is not None and expected == "boolean or map":
             title = "JSON Schema"
         noun = f"{title} ({expected})" if title else expected
@@ -131,19 +133,19 @@ class SchemaErrorMapper:
             message += f" {_show(error.instance)}"
         hint = None
         as_text = _show(error.instance)
-        pattern = error.schema.get("pattern")
+        pattern = _schema(error).get("pattern")
         if expected == "string" and not isinstance(error.instance, (dict, list)) and (
             pattern is None or re.search(pattern, as_text)
         ):
             hint = f'quote the value: "{as_text}"'
         elif expected == "list" and not isinstance(error.instance, (dict, list)):
             hint = f"write a list: [{_flow(error.instance)}]"
-        elif error.schema.get("examples"):
-            hint = f"for example: {_flow(error.schema['examples'][0])}"
+        elif _schema(error).get("examples"):
+            hint = f"for example: {_flow(_schema(error)['examples'][0])}"
         yield self.diag(pointer, message, "S203", hint)
 
     def _enum(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        allowed = error.validator_value if error.validator == "enum" else [error.validator_value]
+        allowed = _listed(error.validator_value) if error.validator == "enum" else [error.validator_value]
         guess = suggest(error.instance, allowed)
         words = ", ".join(a if isinstance(a, str) else _show(a) for a in allowed)
         if error.validator == "const":
@@ -160,7 +162,7 @@ class SchemaErrorMapper:
     _const = _enum
 
     def _pattern(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        words = error.schema.get("patternErrorMessage") or f"must match the pattern {error.validator_value}"
+        words = _schema(error).get("patternErrorMessage") or f"must match the pattern {error.validator_value}"
         yield self.diag(pointer, f"{_show(error.instance)} {words}", "S204")
 
     def _format(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
@@ -174,7 +176,7 @@ class SchemaErrorMapper:
             yield self.diag(pointer, f"{_show(error.instance)} is not a valid {error.validator_value}", "S204")
 
     def _range(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        n, v = error.validator_value, error.validator
+        n, v = error.validator_value, str(error.validator)
         plural = "" if n == 1 else "s"
         words = {
             "minimum": f"must be at least {n}", "maximum": f"must be at most {n}",
@@ -186,8 +188,8 @@ class SchemaErrorMapper:
             "minProperties": f"must have at least {n} field{plural}",
             "maxProperties": f"must have at most {n} field{plural}",
         }[v]
-        if v in ("minProperties", "maxProperties") and error.schema.get("errorMessage"):
-            words = error.schema["errorMessage"]
+        if v in ("minProperties", "maxProperties") and _schema(error).get("errorMessage"):
+            words = _schema(error)["errorMessage"]
         if v.endswith(("imum", "Minimum", "Maximum")):
             words += f", got {_show(error.instance)}"
         yield self.diag(pointer, words, "S205")
@@ -196,8 +198,8 @@ class SchemaErrorMapper:
     _minLength = _maxLength = _minItems = _maxItems = _minProperties = _maxProperties = _range
 
     def _uniqueItems(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        seen: list = []
-        for i, item in enumerate(error.instance):
+        seen: list[Any] = []
+        for i, item in enumerate(_listed(error.instance)):
             if item in seen:
                 yield self.diag(pointer + (i,), f"{_show(item)} is listed more than once", "S205",
                                 "remove the duplicate")
@@ -205,31 +207,34 @@ class SchemaErrorMapper:
             seen.append(item)
 
     def _not(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        words = error.schema.get("errorMessage") or f"{_show(error.instance)} is not allowed here"
+        words = _schema(error).get("errorMessage") or f"{_show(error.instance)} is not allowed here"
         yield self.diag(pointer, words, "S204")
 
     def _other(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
-        words = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
+        words = _schema(error).get("errorMessage")
         yield self.diag(pointer, words or error.message, _CODES.get(str(error.validator), "S206"))
 
     # -- anyOf / oneOf: pick the branch the author meant
 
     def _anyOf(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
         if not error.context:  # oneOf matched more than one branch
-            words = error.schema.get("errorMessage") or "matches more than one of the allowed forms"
+            words = _schema(error).get("errorMessage") or "matches more than one of the allowed forms"
             yield self.diag(pointer, words, "S206", "make it match exactly one form")
             return
         branches: dict[int, list[ValidationError]] = {}
         for sub in error.context:
-            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+            index = sub.relative_schema_path[0]  # the branch's position in the anyOf/oneOf list
+            assert isinstance(index, int)
+            branches.setdefault(index, []).append(sub)
         mismatched = {i: errs for i, errs in branches.items()
                       if any(e.validator == "type" and not e.relative_path for e in errs)}
         candidates = {i: errs for i, errs in branches.items() if i not in mismatched}
         if not candidates:
-            words = error.schema.get("errorMessage")
+            words = _schema(error).get("errorMessage")
             types = [t for errs in branches.values() for e in errs
                      if e.validator == "type" and not e.relative_path
-                     for t in ([e.validator_value] if isinstance(e.validator_value, str) else e.validator_value)]
+                     for t in ([e.validator_value] if isinstance(e.validator_value, str)
+                               else _listed(e.validator_value))]
             got = _yaml_type(error.instance)
             shown = "" if isinstance(error.instance, (dict, list)) else f" {_show(error.instance)}"
             if words:
@@ -241,8 +246,8 @@ class SchemaErrorMapper:
         chosen = max(candidates, key=lambda i: self._score(error, i, candidates[i]))
         errs = candidates[chosen]
         at_root = all(not e.relative_path and e.validator in ("const", "enum") for e in errs)
-        if error.schema.get("errorMessage") and at_root:
-            yield self.diag(pointer, f"{error.schema['errorMessage']}, got {_show(error.instance)}", "S204")
+        if _schema(error).get("errorMessage") and at_root:
+            yield self.diag(pointer, f"{_schema(error)['errorMessage']}, got {_show(error.instance)}", "S204")
             return
         for sub in errs:
             yield from self.map(sub)
@@ -272,6 +277,16 @@ class SchemaErrorMapper:
                 target = target.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(target, dict) else {}
             schema = target
         return {}
+
+
+def _schema(error: ValidationError) -> Mapping[str, Any]:
+    """The keywords of the schema that failed; a boolean schema (``false``) has none."""
+    return error.schema if isinstance(error.schema, Mapping) else {}
+
+
+def _listed(value: Any) -> list[Any]:
+    """A list-valued keyword or instance (``required``, ``enum``, an array) as a list; anything else as none."""
+    return list(value) if isinstance(value, (list, tuple)) else []
 
 
 def _article(words: str) -> str:

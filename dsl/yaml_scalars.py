@@ -77,6 +77,11 @@ def resolve_scalar(event: yaml.ScalarEvent, pos: Pos) -> Any:
     return _resolve_plain(value, pos)
 
 
+_SCALAR_TYPES: dict[str, type | tuple[type, ...]] = {
+    "int": int, "float": (int, float), "bool": bool, "null": type(None),
+}
+
+
 def _resolve_plain(value: str, pos: Pos) -> Any:
     if _NULL.match(value):
         return None
@@ -143,10 +148,12 @@ def _construct_tagged(tag: str, value: str, pos: Pos) -> Any:
         # read the text as a float: a long integer is a large float here, not an out-of-range integer
         return _finite_float(value.strip(), pos)
     resolved = _resolve_plain(value, pos)
-    expected = {"int": int, "float": (int, float), "bool": bool, "null": type(None)}[short]
+    expected = _SCALAR_TYPES[short]
     if (short == "int" and isinstance(resolved, bool)) or not isinstance(resolved, expected):
         raise LoadError("Y104", f"{value!r} is not a valid !!{short}", pos)
-    return float(resolved) if short == "float" else resolved
+    if short == "float" and isinstance(resolved, (int, float)):  # always, by the check above
+        return float(resolved)
+    return resolved
 
 
 __all__ = ["CORE_TAGS", "MAX_SAFE_INT", "LoadError", "Pos", "mark_pos", "resolve_scalar"]

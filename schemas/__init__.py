@@ -14,7 +14,7 @@ def path(name: str = WORKFLOW) -> pathlib.Path:
     return pathlib.Path(__file__).with_name(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(name: str = WORKFLOW) -> dict:
     """The parsed schema ``name``, cached: treat it as read-only (copy it before changing it)."""
     with path(name).open(encoding="utf-8") as f:

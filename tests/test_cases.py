@@ -125,7 +125,7 @@ def _params():
     return params
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_actions(specs: tuple[str, ...]):
     from sealflow.cli.actions_loader import load_actions
 

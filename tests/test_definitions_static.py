@@ -84,8 +84,8 @@ def test_validates_and_lints_clean(path: Path):
 
 @pytest.mark.parametrize("path", _definitions(), ids=lambda p: p.name)
 def test_validates_and_lints_clean_against_the_shipped_actions(path: Path):
-    from sealflow.dsl.api import check_file
     from sealflow.cli.actions_loader import load_actions
+    from sealflow.dsl.api import check_file
 
     # Given the metadata of the actions the runtime ships (the demo world)
     actions = load_actions(["sealflow.demo"])

@@ -24,14 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = (("interpreter/sealflow", "sealflow"), ("interpreter", "sealflow.interpreter"), ("dsl", "sealflow.dsl"),
            ("schemas", "sealflow.schemas"))
 
-I = "sealflow.interpreter"
+INTERP = "sealflow.interpreter"
 #: package prefix -> short name; a module belongs to the longest prefix it starts with
 PACKAGES = {
     "sealflow": "root", "sealflow.cli": "cli", "sealflow.demo": "demo", "sealflow.schemas": "schemas",
     "sealflow.dsl": "dsl",  # with every sealflow.dsl.* subpackage (expressions, trust, ...)
-    I: "interpreter", f"{I}.core": "core", f"{I}.store": "store", f"{I}.execution": "execution",
-    f"{I}.policy": "policy", f"{I}.providers": "providers", f"{I}.steps": "steps", f"{I}.engine": "engine",
-    f"{I}.service": "service",
+    INTERP: "interpreter", f"{INTERP}.core": "core", f"{INTERP}.store": "store", f"{INTERP}.execution": "execution",
+    f"{INTERP}.policy": "policy", f"{INTERP}.providers": "providers", f"{INTERP}.steps": "steps",
+    f"{INTERP}.engine": "engine",
+    f"{INTERP}.service": "service",
 }
 
 _RUNTIME = {"core", "store", "execution", "policy", "providers", "steps", "engine", "service"}

@@ -49,3 +49,40 @@ def test_mypy_paths_are_mapped_back_to_the_repository(tmp_path: Path) -> None:
         "interpreter/__init__.py:7: error: Name \"x\" is not defined  [name-defined]",
         "Found 2 errors in 2 files (checked 111 source files)",
     ]
+
+
+def test_the_checked_packages_come_from_the_mypy_configuration(tmp_path: Path) -> None:
+    # Given a pyproject.toml that lists the packages to check
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.mypy]\npackages = ["sealflow.dsl", "sealflow.cli"]\n', encoding="utf-8")
+    # When the targets are read
+    targets = typecheck.mypy_targets(pyproject)
+    # Then they are exactly the listed packages
+    assert targets == ["sealflow.dsl", "sealflow.cli"]
+
+
+def test_without_a_list_the_whole_package_is_checked(tmp_path: Path) -> None:
+    # Given a pyproject.toml whose mypy section lists no packages
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool.mypy]\nstrict = true\n", encoding="utf-8")
+    # When the targets are read
+    # Then the installed package as a whole is checked
+    assert typecheck.mypy_targets(pyproject) == ["sealflow"]
+
+
+def test_a_listed_package_not_created_yet_is_set_apart(tmp_path: Path) -> None:
+    # Given the repository's tree and a target list naming one package that does not exist
+    typecheck.build_tree(tmp_path, typecheck.package_dirs())
+    # When the targets are looked up in the tree
+    found, missing = typecheck.present(tmp_path, ["sealflow.dsl", "sealflow.no_such_layer", "sealflow.cli"])
+    # Then the existing ones are checked and the missing one is reported, not passed to mypy
+    assert found == ["sealflow.dsl", "sealflow.cli"]
+    assert missing == ["sealflow.no_such_layer"]
+
+
+def test_the_repository_checks_the_language_the_core_and_the_cli() -> None:
+    # Given the repository's configuration
+    # When the targets are read
+    targets = typecheck.mypy_targets()
+    # Then the scope is the language, the interpreter's pure core and the CLI
+    assert targets == ["sealflow.dsl", "sealflow.interpreter.core", "sealflow.cli"]

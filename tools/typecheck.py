@@ -8,6 +8,9 @@ apply. This script builds a tree of symlinks with the installed names, runs mypy
 configuration in pyproject.toml, and rewrites every path in mypy's output back to the repository's, so that
 ``sealflow/dsl/loader.py:12: error: ...`` reads ``dsl/loader.py:12: error: ...``.
 
+What is checked is ``[tool.mypy] packages`` in pyproject.toml; a listed package that does not exist (yet) in
+the tree is skipped with a note on stderr rather than failing the run.
+
 Usage (from anywhere; run by .ci/run before the tests):
 
     python tools/typecheck.py [MYPY OPTIONS...]
@@ -39,6 +42,26 @@ def package_dirs(pyproject: Path = REPO / "pyproject.toml") -> dict[str, Path]:
     if PACKAGE not in mapping:
         raise SystemExit(f"{pyproject}: [tool.setuptools.package-dir] does not map {PACKAGE!r}; nothing to check")
     return {name: (pyproject.parent / folder).resolve() for name, folder in mapping.items()}
+
+
+def mypy_targets(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """The packages to check, from ``[tool.mypy] packages``; the whole ``sealflow`` package if none is listed."""
+    config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    packages = config.get("tool", {}).get("mypy", {}).get("packages", [PACKAGE])
+    if isinstance(packages, str):
+        packages = [name.strip() for name in packages.split(",") if name.strip()]
+    return list(packages)
+
+
+def present(root: Path, names: list[str]) -> tuple[list[str], list[str]]:
+    """Split dotted package names into those found in the tree under ``root`` and those missing."""
+    found: list[str] = []
+    missing: list[str] = []
+    for name in names:
+        path = root.joinpath(*name.split("."))
+        exists = (path / "__init__.py").exists() or path.with_suffix(".py").exists()
+        (found if exists else missing).append(name)
+    return found, missing
 
 
 def build_tree(root: Path, mapping: dict[str, Path]) -> Path:
@@ -98,12 +121,20 @@ def main(argv: list[str] | None = None) -> int:
     work = _work_dir()
     work.mkdir(parents=True, exist_ok=True)
     build_tree(work, package_dirs())
+    targets, missing = present(work, mypy_targets())
+    for name in missing:
+        print(f"tools/typecheck.py: note: {name} (pyproject.toml [tool.mypy] packages) does not exist; skipped",
+              file=sys.stderr)
+    if not targets:
+        print("tools/typecheck.py: none of [tool.mypy] packages in pyproject.toml exists; nothing to check",
+              file=sys.stderr)
+        return 2
     command = [
         sys.executable, "-m", "mypy",
         "--config-file", str(REPO / "pyproject.toml"),
         "--cache-dir", str(work / ".mypy_cache"),
         *args,
-        PACKAGE,
+        *(option for name in targets for option in ("-p", name)),
     ]
     done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)
     sys.stdout.write(to_repository_paths(done.stdout, work))

@@ -8,7 +8,8 @@ Python ``eval``, no attribute access beyond data paths and no call but the pure 
 of :data:`FUNCTIONS` (:mod:`sealflow.dsl.expressions.functions`). Syntax errors with a known cause get a
 friendly hint from :data:`CATALOGUE` (:mod:`sealflow.dsl.expressions.catalogue`). Value semantics are in
 :mod:`sealflow.dsl.expressions.values`. Templates (``${{ expr }}`` in text) are in
-:mod:`sealflow.dsl.expressions.templates`, the static check of a whole plan's expressions in :mod:`sealflow.dsl.expressions.static_check`.
+:mod:`sealflow.dsl.expressions.templates`, the static check of a whole plan's expressions in
+:mod:`sealflow.dsl.expressions.static_check`.
 This package's ``__init__`` is the public API; inside the package, modules import from each other.
 
 Semantics
@@ -42,8 +43,17 @@ Semantics
 from sealflow.dsl.expressions.catalogue import CATALOGUE
 from sealflow.dsl.expressions.compile import ROOTS, Reference
 from sealflow.dsl.expressions.errors import EvaluationError, ExpressionError
-from sealflow.dsl.expressions.expression import (MAX_DEPTH, MAX_LENGTH, RUN_FIELDS, STEP_FIELDS, Expression, check,
-                                                 compile_cached, evaluate, parse)
+from sealflow.dsl.expressions.expression import (
+    MAX_DEPTH,
+    MAX_LENGTH,
+    RUN_FIELDS,
+    STEP_FIELDS,
+    Expression,
+    check,
+    compile_cached,
+    evaluate,
+    parse,
+)
 from sealflow.dsl.expressions.functions import FUNCTIONS
 from sealflow.dsl.expressions.templates import Template, is_template, parse_template, render, render_value
 from sealflow.dsl.expressions.values import MAX_INT, MAX_ITEMS, MAX_STRING, equal, to_text, truthy, type_name

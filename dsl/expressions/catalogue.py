@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 from collections import namedtuple
+from collections.abc import Iterable
 from typing import Any
 
+from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput
 
 from sealflow.dsl.expressions.errors import ExpressionError
@@ -127,8 +129,8 @@ def _diagnose(text: str, pos: int, at_end: bool) -> tuple[int, str, str] | None:
     if not toks:
         return 0, "empty expression", "write an expression, e.g. input.x == 'a'"
     i = next((n for n, t in enumerate(toks) if t.start <= pos < t.end), None)
-    here = toks[i] if i is not None else None
-    if here is not None:
+    if i is not None:
+        here = toks[i]
         if here.kind == "quote":
             return here.start, "unterminated string", (
                 f"close it with a matching {here.value}; write \\{here.value} for a quote inside it")
@@ -216,19 +218,21 @@ def _expected(names: Any) -> str:
 
 def syntax_error(text: str, exc: UnexpectedInput) -> ExpressionError:
     """The :class:`ExpressionError` for Lark's syntax error: located, with a hint from :data:`CATALOGUE`."""
+    expected: Iterable[str] | None
     if isinstance(exc, UnexpectedCharacters):
-        pos, at_end = exc.pos_in_stream, False
+        pos, at_end = exc.pos_in_stream or 0, False  # the lexer always sets its position
         message, expected = f"unexpected character {text[pos]!r}", exc.allowed
     else:
-        token = getattr(exc, "token", None)
-        at_end = token is None or token.type == "$END"
-        pos = len(text) if at_end else token.start_pos
-        if at_end:
+        token: Token | None = getattr(exc, "token", None)
+        if token is None or token.type == "$END":
+            pos, at_end = len(text), True
             message = "unexpected end of the expression"
-        elif token.type in ("NAME", "INT", "FLOAT"):
-            message = f"unexpected {_TERMINAL_WORDS[token.type][2:]} '{token}'"
         else:
-            message = f"unexpected {token.value!r}"
+            pos, at_end = token.start_pos or 0, False  # the parser's tokens always carry their position
+            if token.type in ("NAME", "INT", "FLOAT"):
+                message = f"unexpected {_TERMINAL_WORDS[token.type][2:]} '{token}'"
+            else:
+                message = f"unexpected {token.value!r}"
         expected = getattr(exc, "expected", None)
     known = _diagnose(text, pos, at_end)
     if known:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from lark import Tree
+from lark import Token, Tree
 
 from sealflow.dsl.expressions.catalogue import KEYWORDS, PYTHON_WORDS, TERNARY, TERNARY_HINT, closest
 from sealflow.dsl.expressions.errors import ExpressionError
@@ -53,8 +54,9 @@ class Compiler:
         self.refs: list = []
         self.funcs: list = []
 
-    def build(self, tree: Tree) -> Callable:
-        return getattr(self, tree.data)(tree)
+    def build(self, tree: Tree | Token) -> Callable:
+        rule: Callable[[Tree], Callable] = getattr(self, _tree(tree).data)
+        return rule(_tree(tree))
 
     def or_test(self, tree: Tree) -> Callable:
         parts = [self.build(c) for c in tree.children]
@@ -70,13 +72,13 @@ class Compiler:
 
     def comparison(self, tree: Tree) -> Callable:
         left, op, right = tree.children
-        a, b, fn = self.build(left), self.build(right), COMPARE[" ".join(op.children)]
+        a, b, fn = self.build(left), self.build(right), COMPARE[" ".join(str(w) for w in _tree(op).children)]
         return lambda env: fn(a(env), b(env))
 
     def sum(self, tree: Tree) -> Callable:
         first = self.build(tree.children[0])
-        rest = [(BINARY[op.children[0]], self.build(x))
-                for op, x in zip(tree.children[1::2], tree.children[2::2])]
+        rest = [(BINARY[_token(_tree(op))], self.build(x))
+                for op, x in zip(tree.children[1::2], tree.children[2::2], strict=True)]
         if len(rest) == 1:
             (fn, second), = rest
             return lambda env: fn(first(env), second(env))
@@ -95,11 +97,11 @@ class Compiler:
         return lambda env: negate(inner(env))
 
     def postfix(self, tree: Tree) -> Callable:
-        atom, *segments = tree.children
+        atom, segments = _tree(tree.children[0]), [_tree(s) for s in tree.children[1:]]
         keys = [self._static_key(s) for s in segments]
         if atom.data == "name":
             static = []
-            for seg, key in zip(segments, keys):
+            for seg, key in zip(segments, keys, strict=True):
                 if key is _DYNAMIC:
                     break
                 static.append((key, seg))
@@ -108,7 +110,7 @@ class Compiler:
         else:
             base = self.build(atom)
         ops = [(key, None, seg.data == "field") if key is not _DYNAMIC
-               else (None, self.build(seg.children[0]), False) for seg, key in zip(segments, keys)]
+               else (None, self.build(seg.children[0]), False) for seg, key in zip(segments, keys, strict=True)]
 
         def run(env: Env) -> Any:
             value = base(env)
@@ -124,18 +126,18 @@ class Compiler:
         return self._root_loader(tree)
 
     def call(self, tree: Tree) -> Callable:
-        token, *args = tree.children
+        token, args = _token(tree), tree.children[1:]
         _refuse_keyword(token)
         if token not in FUNCTIONS:
             guess = FUNCTION_ALIASES.get(token.lower()) or closest(token, FUNCTIONS)
             hint = f"did you mean {guess}()?" if guess else "functions: " + ", ".join(FUNCTIONS)
-            raise ExpressionError("X305", f"unknown function '{token}'", token.start_pos, hint)
+            raise ExpressionError("X305", f"unknown function '{token}'", _start(token), hint)
         low, high, impl = FUNCTIONS[token]
         if not low <= len(args) <= high:
             want = str(low) if low == high else f"{low} to {high}"
             raise ExpressionError("X306", f"{token}() takes {want} argument{'s' * (want != '1')}, "
-                                  f"not {len(args)}", token.start_pos, f"usage: {USAGE[token]}")
-        self.funcs.append((str(token), token.start_pos))
+                                  f"not {len(args)}", _start(token), f"usage: {USAGE[token]}")
+        self.funcs.append((str(token), _start(token)))
         parts = [self.build(a) for a in args]
         if not parts:
             return lambda env: impl(env)
@@ -154,22 +156,22 @@ class Compiler:
         return lambda env: False
 
     def int(self, tree: Tree) -> Callable:
-        token = tree.children[0]
+        token = _token(tree)
         value = int(token)  # at most MAX_LENGTH digits: within Python's conversion limit
         if value > MAX_INT:
-            raise ExpressionError("X301", "integer literal beyond 64 bits", token.start_pos,
+            raise ExpressionError("X301", "integer literal beyond 64 bits", _start(token),
                                   "write a float such as 1e20")
         return lambda env: value
 
     def float(self, tree: Tree) -> Callable:
-        token = tree.children[0]
+        token = _token(tree)
         value = float(token)
         if not math.isfinite(value):
-            raise ExpressionError("X301", "number literal out of range", token.start_pos)
+            raise ExpressionError("X301", "number literal out of range", _start(token))
         return lambda env: value
 
     def string(self, tree: Tree) -> Callable:
-        value = _unescape(tree.children[0])
+        value = _unescape(_token(tree))
         return lambda env: value
 
     def list(self, tree: Tree) -> Callable:
@@ -179,10 +181,10 @@ class Compiler:
     def map(self, tree: Tree) -> Callable:
         items, seen = [], set()
         for pair in tree.children:
-            token, value = pair.children
+            token, value = _token(_tree(pair)), _tree(pair).children[1]
             key = _unescape(token)
             if key in seen:
-                raise ExpressionError("X301", f"duplicate key '{key}' in a map", token.start_pos)
+                raise ExpressionError("X301", f"duplicate key '{key}' in a map", _start(token))
             seen.add(key)
             items.append((key, self.build(value)))
         return lambda env: {k: v(env) for k, v in items}
@@ -194,23 +196,23 @@ class Compiler:
             return str(segment.children[0])
         inner = segment.children[0]
         if isinstance(inner, Tree) and inner.data in ("string", "int"):
-            return _unescape(inner.children[0]) if inner.data == "string" else int(inner.children[0])
+            return _unescape(_token(inner)) if inner.data == "string" else int(_token(inner))
         return _DYNAMIC
 
     def _root_loader(self, tree: Tree) -> Callable:
         root = str(tree.children[0])
         return lambda env: env.ctx.get(root)
 
-    def _reference(self, tree: Tree, static: list) -> None:
-        token = tree.children[0]
+    def _reference(self, tree: Tree, static: Sequence[tuple[Any, Tree]]) -> None:
+        token = _token(tree)
         root = str(token)
         _refuse_keyword(token)
         if root not in ROOTS:
             if root in PYTHON_WORDS:
-                raise ExpressionError("X301", f"'{root}' is not a value here", token.start_pos,
+                raise ExpressionError("X301", f"'{root}' is not a value here", _start(token),
                                       f"write {PYTHON_WORDS[root]} (lowercase), not {root}")
             if root in TERNARY:
-                raise ExpressionError("X301", f"'{root}' is not part of the language", token.start_pos,
+                raise ExpressionError("X301", f"'{root}' is not part of the language", _start(token),
                                       TERNARY_HINT)
             if root in FUNCTIONS:
                 hint = f"{root} is a function: call it, e.g. {root}(x)"
@@ -218,9 +220,9 @@ class Compiler:
                 guess = closest(root, ROOTS)
                 hint = (f"did you mean '{guess}'? " if guess else "") + (
                     "data starts at input, steps.<id>.output, steps.<id>.status, run or output")
-            raise ExpressionError("X302", f"unknown name '{root}'", token.start_pos, hint)
+            raise ExpressionError("X302", f"unknown name '{root}'", _start(token), hint)
         step = field = None
-        step_at = field_at = token.start_pos
+        step_at = field_at = _start(token)
         names = [(k, s) for k, s in static]
         if root == "steps" and names and isinstance(names[0][0], str):
             step, step_at = names[0][0], _key_at(names[0][1])
@@ -229,8 +231,8 @@ class Compiler:
         if root in ("steps", "run") and (step is not None or root == "run") and names \
                 and isinstance(names[0][0], str):
             field, field_at = names[0][0], _key_at(names[0][1])
-        end = static[-1][1].meta.end_pos if static else token.end_pos
-        reference = Reference(root, step, field, token.start_pos, end - token.start_pos,
+        end = static[-1][1].meta.end_pos if static else _end(token)
+        reference = Reference(root, step, field, _start(token), end - _start(token),
                               tuple(k for k, _ in static))
         self.refs.append((reference, step_at, field_at))
 
@@ -240,20 +242,52 @@ def _refuse_keyword(token: Any) -> None:
     if token in KEYWORDS:
         hint = ("wrap it in parentheses: a == (not b)" if token == "not"
                 else "a value or an operator is missing next to it")
-        raise ExpressionError("X301", f"'{token}' cannot appear here", token.start_pos, hint)
+        raise ExpressionError("X301", f"'{token}' cannot appear here", _start(token), hint)
 
 
 def _key_at(segment: Tree) -> int:
     inner = segment.children[0]
-    return inner.start_pos if segment.data == "field" else inner.meta.start_pos
+    return _start(inner) if isinstance(inner, Token) else inner.meta.start_pos
 
 
-def _unescape(token: Any) -> str:
+# Lark types a tree's children as rules or terminals and a token's position as optional; the grammar fixes
+# which one each child is, and the parser positions every token. These narrow to what the grammar says.
+
+def _tree(node: Tree | Token) -> Tree:
+    """``node``, which the grammar makes a rule (a subtree)."""
+    if not isinstance(node, Tree):
+        raise TypeError(f"expected a subtree, got the token {node!r}")
+    return node
+
+
+def _token(tree: Tree, index: int = 0) -> Token:
+    """The child at ``index`` of ``tree``, which the grammar makes a terminal (a token)."""
+    child = tree.children[index]
+    if not isinstance(child, Token):
+        raise TypeError(f"{tree.data}: child {index} is a subtree, not a token")
+    return child
+
+
+def _start(token: Token) -> int:
+    """Where ``token`` starts in the expression."""
+    if token.start_pos is None:
+        raise TypeError(f"the token {token!r} carries no position")
+    return token.start_pos
+
+
+def _end(token: Token) -> int:
+    """Where ``token`` ends in the expression."""
+    if token.end_pos is None:
+        raise TypeError(f"the token {token!r} carries no position")
+    return token.end_pos
+
+
+def _unescape(token: Token) -> str:
     body = str(token)[1:-1]
     if "\\" not in body:
         return body
 
-    def replace(match: re.Match) -> str:
+    def replace(match: re.Match[str]) -> str:
         escape = match.group(1)
         if escape in _ESCAPES:
             return _ESCAPES[escape]
@@ -263,6 +297,6 @@ def _unescape(token: Any) -> str:
         if len(escape) == 5 and not 0xD800 <= int(escape[1:], 16) <= 0xDFFF:
             return chr(int(escape[1:], 16))
         raise ExpressionError("X301", f"unknown escape '\\{escape[:5]}' in a string",
-                              token.start_pos + 1 + match.start(),
+                              _start(token) + 1 + match.start(),
                               "escapes: \\n \\t \\r \\b \\f \\0 \\/ \\\\ \\' \\\" \\uXXXX")
     return _ESCAPE.sub(replace, body)

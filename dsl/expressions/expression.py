@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from lark import Tree
 from lark.exceptions import LarkError, UnexpectedInput
@@ -115,7 +116,7 @@ def check(expr: Expression, *, known_steps: set[str], ran_before: set[str],
     return sorted(_check(expr, known_steps, ran_before, allow_output), key=lambda e: e.offset)
 
 
-def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool):
+def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool) -> Iterator[ExpressionError]:
     def error(code: str, message: str, offset: int, hint: str | None = None) -> ExpressionError:
         return ExpressionError(code, message, offset, hint, expr.text)
 

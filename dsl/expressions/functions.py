@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.dsl.expressions.errors import EvaluationError
 from sealflow.dsl.expressions.values import contains, number, sized, to_text, type_name

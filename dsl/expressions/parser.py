@@ -51,7 +51,8 @@ def decode(text: str) -> Any:
 
 def load(tables: Any) -> Lark:
     """A parser from tables, as :func:`build` makes it (LALR, positions propagated)."""
-    return Lark._load_from_dict(tables["data"], tables["memo"], propagate_positions=True)
+    loaded: Lark = Lark._load_from_dict(tables["data"], tables["memo"], propagate_positions=True)
+    return loaded
 
 
 def _int_keys(pairs: list) -> dict:
@@ -64,7 +65,7 @@ def current_tables() -> str | None:
         from sealflow.dsl.expressions import tables
     except ImportError:
         return None
-    if tables.GRAMMAR_SHA256 != grammar_sha256() or tables.LARK_VERSION != lark.__version__:
+    if grammar_sha256() != tables.GRAMMAR_SHA256 or lark.__version__ != tables.LARK_VERSION:
         return None
     return tables.TABLES
 

@@ -8,14 +8,20 @@ character inside the YAML string.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl import graph
+from sealflow.dsl.compiling import CompileContext
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions.errors import ExpressionError
-from sealflow.dsl.expressions.expression import check, compile_cached
+from sealflow.dsl.expressions.expression import Expression, check, compile_cached
 from sealflow.dsl.expressions.templates import parse_template
 from sealflow.dsl.plan import Plan
+
+if TYPE_CHECKING:
+    from sealflow.dsl.loader import Document
+    from sealflow.dsl.model import Step
 
 Site = tuple[tuple, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
 
@@ -32,7 +38,7 @@ def _templates(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
             yield from _templates(v, pointer + (i,))
 
 
-def _step_sites(step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
+def _step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
     """(pointer, kind, text, include_self, allow_output) for each expression site of a step."""
     if step.when is not None:
         yield p + ("when",), "expr", step.when, False, False
@@ -77,7 +83,7 @@ def _step_sites(step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
             yield ptr, "template", text, True, False
 
 
-def check_plan(compiler, plan: Plan) -> None:
+def check_plan(compiler: CompileContext, plan: Plan) -> None:
     """Append every expression diagnostic of ``compiler``'s definition to ``compiler.diagnostics``."""
     d = compiler.d
     known = {s.id for s in plan.steps}
@@ -100,9 +106,11 @@ def check_plan(compiler, plan: Plan) -> None:
         run(("trigger", "event", "filter"), "expr", d.trigger.event.filter, set(), False)
 
 
-def _check_site(compiler, pointer, kind, text, known, ran, allow_output) -> None:
+def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, known: set[str], ran: set[str],
+                allow_output: bool) -> None:
     doc = compiler.doc
     try:
+        parts: list[tuple[Expression, int]]
         if kind == "expr":
             parts = [(compile_cached(text), 0)]
         else:
@@ -111,11 +119,11 @@ def _check_site(compiler, pointer, kind, text, known, ran, allow_output) -> None
         _report(compiler, doc, pointer, exc, exc.offset)
         return
     for expr, base in parts:
-        for exc in check(expr, known_steps=known, ran_before=ran, allow_output=allow_output):
-            _report(compiler, doc, pointer, exc, base + exc.offset)
+        for problem in check(expr, known_steps=known, ran_before=ran, allow_output=allow_output):
+            _report(compiler, doc, pointer, problem, base + problem.offset)
 
 
-def _report(compiler, doc, pointer, exc: ExpressionError, offset: int) -> None:
+def _report(compiler: CompileContext, doc: Document, pointer: tuple, exc: ExpressionError, offset: int) -> None:
     compiler.diagnostics.append(
         Diagnostic(exc.code, exc.message, doc.locate_in_string(pointer, offset), hint=exc.hint,
                    pointer="/".join(str(p) for p in pointer))

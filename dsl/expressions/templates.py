@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.dsl.expressions.compile import Reference
 from sealflow.dsl.expressions.errors import EvaluationError, ExpressionError

@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sealflow.dsl.expressions.errors import EvaluationError
+
+_T = TypeVar("_T")
+_Number = TypeVar("_Number", int, float)
 
 MAX_STRING = 1_000_000
 MAX_ITEMS = 100_000
@@ -48,7 +52,7 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def number(v: Any) -> Any:
+def number(v: _Number) -> _Number:
     """``v`` if it is a finite float or a 64-bit integer, else an :class:`EvaluationError`."""
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -58,7 +62,7 @@ def number(v: Any) -> Any:
     return v
 
 
-def sized(v: Any) -> Any:
+def sized(v: _T) -> _T:
     """``v`` if it is within the bounds of strings and collections, else an :class:`EvaluationError`."""
     if isinstance(v, str) and len(v) > MAX_STRING:
         raise EvaluationError(f"string longer than {MAX_STRING:,} characters")
@@ -70,14 +74,14 @@ def sized(v: Any) -> Any:
 def equal(a: Any, b: Any) -> bool:
     """Structural equality of the language: no equality across types but 1 == 1.0."""
     if _is_num(a) and _is_num(b):
-        return a == b
+        return bool(a == b)
     if type_name(a) != type_name(b):
         return False
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
-    return a == b
+    return bool(a == b)
 
 
 def contains(container: Any, item: Any) -> bool:
@@ -98,7 +102,7 @@ def contains(container: Any, item: Any) -> bool:
 def _ordered(symbol: str, op: Callable) -> Callable:
     def compare(a: Any, b: Any) -> bool:
         if (_is_num(a) and _is_num(b)) or (isinstance(a, str) and isinstance(b, str)):
-            return op(a, b)
+            return bool(op(a, b))
         raise EvaluationError(f"cannot compare {type_name(a)} {symbol} {type_name(b)}")
     return compare
 

@@ -8,11 +8,32 @@
 This ``__init__`` is the public API; inside the package, modules import from each other.
 """
 
-from sealflow.dsl.trust.policy import (ANY_NAMESPACE, DSSE_SUFFIX, MAX_BUNDLE_BYTES, POLICY_CODES, POLICY_SCHEMA,
-                                       REASONS, SIGSTORE, SIGSTORE_SUFFIX, Identity, Key, PolicyError, Refused,
-                                       TrustPolicy, load_policy)
-from sealflow.dsl.trust.verify import (Verified, bundle_kind, namespace_of, signature_files, verify_bytes,
-                                       verify_envelope, verify_file, verify_sigstore)
+from sealflow.dsl.trust.policy import (
+    ANY_NAMESPACE,
+    DSSE_SUFFIX,
+    MAX_BUNDLE_BYTES,
+    POLICY_CODES,
+    POLICY_SCHEMA,
+    REASONS,
+    SIGSTORE,
+    SIGSTORE_SUFFIX,
+    Identity,
+    Key,
+    PolicyError,
+    Refused,
+    TrustPolicy,
+    load_policy,
+)
+from sealflow.dsl.trust.verify import (
+    Verified,
+    bundle_kind,
+    namespace_of,
+    signature_files,
+    verify_bytes,
+    verify_envelope,
+    verify_file,
+    verify_sigstore,
+)
 
 __all__ = [
     "ANY_NAMESPACE", "DSSE_SUFFIX", "MAX_BUNDLE_BYTES", "POLICY_CODES", "POLICY_SCHEMA", "REASONS", "SIGSTORE",

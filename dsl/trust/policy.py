@@ -13,11 +13,16 @@ import datetime as dt
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sealflow.dsl.trust import signing
 from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError
 from sealflow.dsl.loader import Document, load_file
+from sealflow.dsl.trust import signing
+
+if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
+    from jsonschema import Draft202012Validator
+    from sigstore.verify import Verifier
+    from sigstore.verify.policy import VerificationPolicy
 
 POLICY_SCHEMA = "trust-policy.schema.json"
 SIGSTORE = "sigstore"  # the signer name of every Sigstore identity in ``namespaces``
@@ -100,15 +105,22 @@ class Identity:
             return f"{text} (issuer {self.issuer})"
         return f"{self.identity} (issuer {self.issuer})"
 
-    def sigstore_policy(self):
+    def sigstore_policy(self) -> VerificationPolicy:
         from sigstore.verify import policy as sp
 
+        # The policy loader refuses a repository without a ref and an identity with neither (T705).
         if self.repository:
-            checks = [sp.OIDCIssuer(self.issuer), sp.GitHubWorkflowRepository(self.repository),
-                      sp.GitHubWorkflowRef(self.ref)]
-            if self.workflow:
-                checks.append(sp.Identity(identity=self.san, issuer=self.issuer))
+            if self.ref is None:
+                raise Refused("bad-policy", f"the Sigstore identity {self.describe()} has no ref")
+            checks: list[VerificationPolicy] = [
+                sp.OIDCIssuer(self.issuer), sp.GitHubWorkflowRepository(self.repository),
+                sp.GitHubWorkflowRef(self.ref)]
+            san = self.san
+            if self.workflow and san is not None:  # a workflow always gives a SAN
+                checks.append(sp.Identity(identity=san, issuer=self.issuer))
             return sp.AllOf(checks)
+        if self.identity is None:
+            raise Refused("bad-policy", f"the Sigstore identity {self.describe()} names no identity")
         return sp.Identity(identity=self.identity, issuer=self.issuer)
 
 
@@ -145,7 +157,7 @@ class TrustPolicy:
             return self.namespaces[namespace]
         return self.namespaces.get(ANY_NAMESPACE, ())
 
-    def sigstore_verifier(self):
+    def sigstore_verifier(self) -> Verifier:
         """A Sigstore verifier built from the pinned root file, cached (offline: no TUF refresh)."""
         if self._verifier is None:
             from sigstore.errors import Error
@@ -160,11 +172,12 @@ class TrustPolicy:
             except Exception as exc:  # malformed JSON, wrong shape: the root's own parser raises many kinds
                 raise Refused("bad-policy", f"the pinned trusted root {self.trusted_root} cannot be used: "
                               f"{type(exc).__name__}: {first_line(exc)}") from None
-        return self._verifier
+        verifier: Verifier = self._verifier
+        return verifier
 
 
-@functools.lru_cache(maxsize=None)
-def _policy_validator():
+@functools.cache
+def _policy_validator() -> Draft202012Validator:
     from jsonschema import Draft202012Validator
 
     from sealflow import schemas
@@ -174,7 +187,6 @@ def _policy_validator():
 
 def _schema_diagnostics(doc: Document) -> list[Diagnostic]:
     from sealflow import schemas
-
     from sealflow.dsl.schema_errors import SchemaErrorMapper
 
     mapper = SchemaErrorMapper(doc, schemas.load(POLICY_SCHEMA), subject="policy")
@@ -185,7 +197,7 @@ def _parse_expiry(text: str) -> dt.datetime:
     """``2026-12-31`` -> the first instant after that day (UTC); a timestamp as written."""
     if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
         day = dt.date.fromisoformat(text)
-        return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
+        return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
     value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T"))
     if value.tzinfo is None:
         raise ValueError("a timestamp needs a zone (Z or +01:00)")

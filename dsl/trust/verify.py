@@ -21,13 +21,26 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from sealflow.dsl.trust import signing
 from sealflow.dsl.loader import DEFAULT_LIMITS
-from sealflow.dsl.trust.policy import (DSSE_SUFFIX, MAX_BUNDLE_BYTES, SIGSTORE, SIGSTORE_SUFFIX, Key, Refused,
-                                        TrustPolicy, first_line)
+from sealflow.dsl.trust import signing
+from sealflow.dsl.trust.policy import (
+    DSSE_SUFFIX,
+    MAX_BUNDLE_BYTES,
+    SIGSTORE,
+    SIGSTORE_SUFFIX,
+    Key,
+    Refused,
+    TrustPolicy,
+    first_line,
+)
+
+if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
+    from cryptography import x509
+    from sigstore.models import Bundle
 
 
 # ---------------------------------------------------------------- verification
@@ -137,6 +150,9 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
                  now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None) -> Verified:
     """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition."""
     kind = bundle_kind(signature)
+    signers: Sequence[Key | str]
+    method: Literal["key", "sigstore"]
+    details: dict[str, str] | None
     if kind == "dsse":
         signers, method, details = verify_envelope(data, signature, policy, now=now), "key", None
     else:
@@ -161,7 +177,7 @@ def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,
     if not policy.keys:
         raise Refused("unknown-signer", "the policy lists no keys, so a DSSE envelope cannot be trusted",
                       "add the signer's public key under keys:, or sign with Sigstore in CI", unsupported=True)
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     good: list[Key] = []
     expired: list[Key] = []
     broken: list[str] = []
@@ -239,7 +255,7 @@ def verify_sigstore(data: bytes, bundle_bytes: bytes, policy: TrustPolicy) -> di
     return _claims(bundle.signing_certificate)
 
 
-def _classify(exc: Exception, data: bytes, bundle, raw: dict, policy: TrustPolicy) -> Refused:
+def _classify(exc: Exception, data: bytes, bundle: Bundle, raw: dict, policy: TrustPolicy) -> Refused:
     """Name the reason a Sigstore verification failed, whatever order sigstore checked in."""
     message = first_line(exc)
     recorded = (raw.get("messageSignature") or {}).get("messageDigest") or {}
@@ -283,7 +299,7 @@ _OID_REPOSITORY = "1.3.6.1.4.1.57264.1.5"
 _OID_REF = "1.3.6.1.4.1.57264.1.6"
 
 
-def _claims(cert) -> dict[str, str]:
+def _claims(cert: x509.Certificate) -> dict[str, str]:
     """The signer as the certificate names it: identity (SAN), issuer, repository, ref."""
     from cryptography import x509
 
@@ -298,13 +314,15 @@ def _claims(cert) -> dict[str, str]:
     for oid, key in ((_OID_ISSUER_V1, "issuer"), (_OID_REPOSITORY, "repository"), (_OID_REF, "ref")):
         try:
             ext = cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid))
+        except x509.ExtensionNotFound:
+            continue
+        if isinstance(ext.value, x509.UnrecognizedExtension):  # Fulcio's OIDs: raw bytes
             out[key] = ext.value.value.decode("utf-8", "replace")
-        except (x509.ExtensionNotFound, AttributeError):
-            pass
     return out
 
 
-def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list, method: str,
+def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: Sequence[Key | str],
+                      method: Literal["key", "sigstore"],
                       details: dict | None, signature_file: str, actions: dict | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
     from sealflow.dsl.api import check_bytes
@@ -318,7 +336,7 @@ def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: list
     namespace = namespace_of(plan.owner)
     allowed = policy.allowed_signers(namespace)
     names = [s if isinstance(s, str) else s.id for s in signers]
-    chosen = next((s for s, n in zip(signers, names) if allowed is None or n in allowed), None)
+    chosen = next((s for s, n in zip(signers, names, strict=True) if allowed is None or n in allowed), None)
     if chosen is None:
         listed = ", ".join(allowed) if allowed else "nobody (not listed in namespaces)"
         who = f" ({details['identity']})" if details and details.get("identity") else ""

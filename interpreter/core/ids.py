@@ -32,7 +32,7 @@ class StepRef:
     role: StepRole = StepRole.STEP
 
     @classmethod
-    def parse(cls, step_id: str) -> "StepRef":
+    def parse(cls, step_id: str) -> StepRef:
         """``"record@gate"`` -> ``StepRef("record", GATE)``; an unknown suffix stays part of the step id."""
         base, at, suffix = step_id.rpartition("@")
         if at and suffix in (StepRole.GATE, StepRole.COMPENSATE):
@@ -40,11 +40,11 @@ class StepRef:
         return cls(step_id)
 
     @classmethod
-    def gate(cls, step: str) -> "StepRef":
+    def gate(cls, step: str) -> StepRef:
         return cls(step, StepRole.GATE)
 
     @classmethod
-    def compensate(cls, step: str) -> "StepRef":
+    def compensate(cls, step: str) -> StepRef:
         return cls(step, StepRole.COMPENSATE)
 
     @property
@@ -66,7 +66,7 @@ def split_step_id(step_id: str) -> tuple[str, bool]:
 
 
 def is_compensation(step_id: str | None) -> bool:
-    return bool(step_id) and StepRef.parse(step_id).is_compensation
+    return step_id is not None and StepRef.parse(step_id).is_compensation
 
 
 def gate_id(step: str) -> str:

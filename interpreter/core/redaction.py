@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 MIN_REDACT_LENGTH = 4
 
@@ -22,7 +23,7 @@ class Redactor:
     def __init__(self) -> None:
         self._values: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._pattern: re.Pattern | None = None
+        self._pattern: re.Pattern[str] | None = None
 
     @property
     def active(self) -> bool:
@@ -48,7 +49,8 @@ class Redactor:
         if pattern is None or not value:
             return value
         values = self._values
-        return pattern.sub(lambda m: f"[redacted:{values.get(m.group(0), 'secret')}]", value)
+        redacted: str = pattern.sub(lambda m: f"[redacted:{values.get(m.group(0), 'secret')}]", value)
+        return redacted
 
     def value(self, value: Any) -> Any:
         """``value`` with every string inside redacted (maps, lists, tuples walked)."""

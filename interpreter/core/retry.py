@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 
 from sealflow.dsl.plan import RetryPolicy
-
 from sealflow.interpreter.core.errors import ERROR_CLASSES
 
 

@@ -39,4 +39,4 @@ def due_slot(cron: str, timezone: str | None, now: dt.datetime, catch_up: dt.tim
 
 def slot_key(name: str, version: int, slot: dt.datetime) -> str:
     """The idempotency key of one slot of one definition version (UTC, to the second)."""
-    return f"schedule:{name}:v{version}:{slot.astimezone(dt.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    return f"schedule:{name}:v{version}:{slot.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"

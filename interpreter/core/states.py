@@ -12,8 +12,8 @@ A *step attempt* is one row per try of one step: ``pending`` is its origin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Mapping
 
 
 class RunState(StrEnum):

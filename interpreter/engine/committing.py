@@ -10,7 +10,8 @@ result: nothing to do; an approval that moved on: tell the caller) is the caller
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.store.base import Commit, Store

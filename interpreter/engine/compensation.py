@@ -37,11 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import Plan, PlanStep
-
 from sealflow.interpreter.core import leases
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.fingerprints import fingerprint
@@ -54,7 +53,14 @@ from sealflow.interpreter.execution.calls import call, own_args
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
 from sealflow.interpreter.store.base import (
-    AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange, Store,
+    AuditEvent,
+    Commit,
+    DeadLetterSpec,
+    LedgerEntry,
+    NextAttempt,
+    RunChange,
+    StepChange,
+    Store,
 )
 
 log = logging.getLogger("sealflow.compensation")

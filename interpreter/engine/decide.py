@@ -17,21 +17,29 @@ concurrency conflict, and tests can check decisions without a store.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import END, PlanStep
-
-from sealflow.interpreter.core import retry
+from sealflow.interpreter.core import leases, retry
+from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.ids import gate_id
 from sealflow.interpreter.core.jsonc import dumps
-from sealflow.interpreter.core import leases
-from sealflow.interpreter.policy.approvals import opening
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
-from sealflow.interpreter.store.base import AuditEvent, Commit, DeadLetterSpec, LedgerEntry, NextAttempt, RunChange, StepChange
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.policy.approvals import opening
+from sealflow.interpreter.store.base import (
+    AuditEvent,
+    Commit,
+    DeadLetterSpec,
+    LedgerEntry,
+    NextAttempt,
+    RunChange,
+    StepChange,
+)
+
 
 def lease_ms(step: PlanStep) -> int:
     """The lease of an attempt of ``step`` (:mod:`sealflow.interpreter.core.leases`)."""

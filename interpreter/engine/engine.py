@@ -29,31 +29,31 @@ import dataclasses
 import logging
 import random
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import Plan, PlanStep
-
+from sealflow.interpreter.core.clock import Clock
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
-from sealflow.interpreter.policy import authz, budgets, trustgate
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
+from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
-from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
-from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.execution.secrets import redact_commit
-from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.interpreter.execution.timeouts import AttemptRunner
+from sealflow.interpreter.policy import authz, budgets, trustgate
+from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
 from sealflow.interpreter.steps import EXECUTORS
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
 from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
 from sealflow.interpreter.store.records import Committed
-from sealflow.interpreter.execution.timeouts import AttemptRunner
 
 log = logging.getLogger("sealflow.engine")
 

@@ -24,7 +24,6 @@ import os
 import socket
 
 from sealflow.dsl.plan import Plan, PlanStep
-
 from sealflow.interpreter.core.ids import is_compensation
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.engine.decide import lease_ms, skip_target

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.interpreter.core.errors import ActionRegistrationError
 

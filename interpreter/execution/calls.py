@@ -27,7 +27,8 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
 
     ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
-    ``fn`` ends (:mod:`sealflow.interpreter.execution.sandbox`); ``timeout_ms`` replaces the step's timeout (compensations);
+    ``fn`` ends (:mod:`sealflow.interpreter.execution.sandbox`); ``timeout_ms`` replaces the step's timeout
+    (compensations);
     ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out."""
     services = x.services
     run_id = x.run.id

@@ -17,17 +17,17 @@ import dataclasses
 import json
 import logging
 import random
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from sealflow.dsl import expressions
 from sealflow.dsl.expressions import templates
 from sealflow.dsl.plan import Plan, PlanStep
-
 from sealflow.interpreter.core.clock import Clock
-from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
 from sealflow.interpreter.execution.actions import Registry
 from sealflow.interpreter.execution.secrets import SecretChain
 from sealflow.interpreter.execution.timeouts import AttemptRunner
+from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
 
 _EMPTY: Mapping[str, str] = {}
 
@@ -109,7 +109,8 @@ class Services:
     validators: dict = dataclasses.field(default_factory=dict)
     #: the runtime configuration (:class:`sealflow.interpreter.service.config.RuntimeConfig`; None: defaults)
     config: ExecutionConfig | None = None
-    #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`; None: env, then files)
+    #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`;
+    #: None: env, then files)
     secret_chain: SecretChain | None = None
 
 
@@ -124,7 +125,7 @@ class Execution:
 
     def __init__(self, services: Services, plan: Plan, step: PlanStep, run: RunRecord, attempt: AttemptRecord,
                  context: dict | None, now: float, *, resumed: bool = False, gate: bool = False,
-                 results: Mapping[str, tuple[str, str | None]] | None = None, outputs: "OutputCache | None" = None):
+                 results: Mapping[str, tuple[str, str | None]] | None = None, outputs: OutputCache | None = None):
         self.services, self.plan, self.step, self.run, self.attempt = services, plan, step, run, attempt
         self.now = now
         #: claimed out of ``waiting`` (a timer fired), not a fresh attempt
@@ -175,7 +176,8 @@ class StepContext:
         self.tenant = x.run.tenant
         self.deadline = x.deadline()
         self.secrets: Mapping[str, str] = _EMPTY
-        self._temp = None  # sealflow.interpreter.execution.tempfiles.TempArea, attached by sealflow.interpreter.execution.sandbox
+        # execution.tempfiles.TempArea, attached by execution.sandbox
+        self._temp = None
         self._log: logging.LoggerAdapter | None = None
         self._cancelled = cancelled
 

@@ -11,7 +11,8 @@ removed on the action's own thread when it returns or raises (see
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.interpreter.execution import secrets as secrets_mod
 from sealflow.interpreter.execution.tempfiles import TempArea, area_for

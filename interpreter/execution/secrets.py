@@ -35,16 +35,20 @@ ordinary text); do not use such secrets.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
-import threading
 import types
-from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.redaction import (  # noqa: F401 - re-exported: the secrets API
-    KNOWN_LOGGERS, MIN_REDACT_LENGTH, REDACTOR, RedactingFilter, Redactor, install_log_filter,
+    KNOWN_LOGGERS,
+    MIN_REDACT_LENGTH,
+    REDACTOR,
+    RedactingFilter,
+    Redactor,
+    install_log_filter,
 )
 
 ENV_PREFIX = "SEALFLOW_SECRET_"
@@ -118,11 +122,11 @@ class SecretChain:
         self.providers: list[SecretProvider] = list(providers) if providers is not None else \
             [EnvSecrets(), FileSecrets(directory)]
 
-    def add(self, provider: SecretProvider) -> "SecretChain":
+    def add(self, provider: SecretProvider) -> SecretChain:
         self.providers.append(provider)
         return self
 
-    def resolve(self, names: Iterable[str], *, redactor: "Redactor | None" = None) -> Mapping[str, str]:
+    def resolve(self, names: Iterable[str], *, redactor: Redactor | None = None) -> Mapping[str, str]:
         """A read-only mapping of every name to its value; ``configuration`` for one no provider holds."""
         red = REDACTOR if redactor is None else redactor
         found: dict[str, str] = {}
@@ -147,7 +151,8 @@ class SecretChain:
 # -- redaction (core.redaction) and commits ------------------------------------------------------
 
 def redact_commit(commit):
-    """``commit`` (a :class:`~sealflow.interpreter.store.base.Commit`) with secret values blanked out of what it records."""
+    """``commit`` (a :class:`~sealflow.interpreter.store.base.Commit`) with secret values blanked out of what
+    it records."""
     red = REDACTOR
     if not red.active:
         return commit

@@ -21,7 +21,8 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.interpreter.core.errors import StepError
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("sealflow.timeouts")
 
@@ -44,7 +45,7 @@ class Job:
 
 
 class _Runner(threading.Thread):
-    def __init__(self, pool: "AttemptRunner", number: int):
+    def __init__(self, pool: AttemptRunner, number: int):
         super().__init__(name=f"sealflow-attempt-{number}", daemon=True)
         self.pool = pool
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()

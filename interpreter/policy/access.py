@@ -33,8 +33,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from sealflow.interpreter.core.errors import SealflowError
 
@@ -151,7 +152,7 @@ class Policy:
     tenants: Mapping[str, TenantPolicy]
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Policy":
+    def from_dict(cls, data: Mapping) -> Policy:
         """A policy from plain data (already schema-valid); unknown roles of a member grant nothing."""
         tenants = {}
         for name, body in (data.get("tenants") or {}).items():

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
-
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.interpreter.policy import access as acc
 from sealflow.interpreter.policy.authz import Unauthorized
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.interpreter.store.base import AuditEvent
 from sealflow.interpreter.store.errors import InvalidOperation
 
@@ -72,15 +72,15 @@ def show_hash(shown: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical(shown)).hexdigest()
 
 
-def plan_of(x: "Execution") -> ApprovalPlan:
+def plan_of(x: Execution) -> ApprovalPlan:
     return x.step.gate if x.gate else x.step.approval
 
 
-def render_show(x: "Execution", ap: ApprovalPlan) -> Any:
+def render_show(x: Execution, ap: ApprovalPlan) -> Any:
     return x.evaluate(ap.show) if ap.show else None
 
 
-def opening(x: "Execution", ap: ApprovalPlan, now: float) -> dict:
+def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict:
     """The attempt data of a freshly opened gate: what is approved, bound by hash and plan digest."""
     shown = render_show(x, ap)
     return {"opened_at": now, "approvers": list(ap.approvers), "quorum": ap.quorum, "show": shown,
@@ -89,7 +89,7 @@ def opening(x: "Execution", ap: ApprovalPlan, now: float) -> dict:
             "gate_for": x.step.id if x.gate else None}
 
 
-def _binding_changed(x: "Execution", ap: ApprovalPlan) -> dict | None:
+def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict | None:
     """What changed since the gate opened (None: the binding holds)."""
     data = x.attempt.data
     try:
@@ -125,7 +125,7 @@ def eligible_as(actor: str, approvers: Iterable[str], roles: Iterable[str]) -> s
     return None
 
 
-def acting_roles(access: "acc.AccessProvider", tenant: str, actor: str,
+def acting_roles(access: acc.AccessProvider, tenant: str, actor: str,
                  claimed: tuple[str, ...] | None) -> frozenset[str]:
     """The roles ``actor`` decides under in ``tenant``: those it holds, narrowed to ``claimed`` if given."""
     try:
@@ -139,7 +139,7 @@ def acting_roles(access: "acc.AccessProvider", tenant: str, actor: str,
     return frozenset(r for r in claimed if acc.has_role(held, r))
 
 
-def _check_decider(x: "Execution", ap: ApprovalPlan, actor: str, roles: frozenset[str], verb: str) -> str:
+def _check_decider(x: Execution, ap: ApprovalPlan, actor: str, roles: frozenset[str], verb: str) -> str:
     run = x.run
     if x.attempt.due_at is not None and x.now >= x.attempt.due_at:
         raise Refusal("expired", InvalidOperation(
@@ -164,7 +164,7 @@ def _check_decider(x: "Execution", ap: ApprovalPlan, actor: str, roles: frozense
 
 # ---------------------------------------------------------------- decisions
 
-def grant(x: "Execution", actor: str, roles: frozenset[str], comment: str | None,
+def grant(x: Execution, actor: str, roles: frozenset[str], comment: str | None,
           void: list) -> tuple[Outcome, tuple[AuditEvent, ...]]:
     """Record ``actor``'s approval (succeed at quorum), or re-open the gate if its binding changed.
     ``roles``: what ``actor`` acts under in the run's tenant (:func:`acting_roles`)."""
@@ -202,7 +202,7 @@ def grant(x: "Execution", actor: str, roles: frozenset[str], comment: str | None
                      detail={"approved_by": [a["actor"] for a in approvals]}), (event,)
 
 
-def deny(x: "Execution", actor: str, roles: frozenset[str],
+def deny(x: Execution, actor: str, roles: frozenset[str],
          reason: str) -> tuple[Outcome, tuple[AuditEvent, ...]]:
     """A rejection by an approver: the step fails with ``policy_denied``."""
     ap = plan_of(x)

@@ -20,17 +20,17 @@ are made; a provider that cannot answer (an unreadable policy file) denies.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from sealflow.interpreter.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed
+from sealflow.interpreter.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
 from sealflow.interpreter.store.base import AuditEvent, RunRecord, Store
 from sealflow.interpreter.store.errors import NotFound
 
 if TYPE_CHECKING:
     from sealflow.dsl.plan import Plan, PlanStep
-
     from sealflow.interpreter.execution.context import Execution
 
 _EFFECT_RANK = {"read": 0, "write": 1, "irreversible": 2}
@@ -67,7 +67,7 @@ def member_permissions(access: AccessProvider, tenant: str, principal: str) -> t
     return perms, member
 
 
-def acting_identity(plan: "Plan", initiator: str, run_as: str | None) -> str:
+def acting_identity(plan: Plan, initiator: str, run_as: str | None) -> str:
     """Whose permissions a run acts with: ``run_as`` for a scheduled run (it must be the schedule's
     ``run_as``), else the initiator."""
     if run_as is None:
@@ -81,7 +81,7 @@ def acting_identity(plan: "Plan", initiator: str, run_as: str | None) -> str:
     return run_as
 
 
-def authorize_submit(store: Store, access: AccessProvider, now: float, plan: "Plan", *, initiator: str,
+def authorize_submit(store: Store, access: AccessProvider, now: float, plan: Plan, *, initiator: str,
                      tenant: str, run_as: str | None = None) -> str:
     """Check a submission; return the acting identity, or audit and raise :class:`Unauthorized`."""
     detail: dict[str, Any] = {"tenant": tenant, "workflow": plan.name, "version": plan.version,
@@ -113,7 +113,7 @@ def authorize_submit(store: Store, access: AccessProvider, now: float, plan: "Pl
 
 # ---------------------------------------------------------------- reauthorisation
 
-def step_effect(registry: Any, step: "PlanStep") -> str | None:
+def step_effect(registry: Any, step: PlanStep) -> str | None:
     """The effect of what the step calls, from the live registry: its action's, or for an agent the
     strongest of its tools'; None for steps that call nothing."""
     names: tuple[str, ...] = ()
@@ -131,7 +131,7 @@ def step_effect(registry: Any, step: "PlanStep") -> str | None:
     return effect
 
 
-def step_permissions(registry: Any, step: "PlanStep") -> tuple[str, ...]:
+def step_permissions(registry: Any, step: PlanStep) -> tuple[str, ...]:
     """The step's declared permissions, plus any its action needs in the live registry."""
     perms = list(step.permissions)
     if step.kind == "action" and step.action:
@@ -140,7 +140,7 @@ def step_permissions(registry: Any, step: "PlanStep") -> tuple[str, ...]:
     return tuple(dict.fromkeys(perms))
 
 
-def reauthorize(access: AccessProvider, x: "Execution") -> Failed | None:
+def reauthorize(access: AccessProvider, x: Execution) -> Failed | None:
     """``unauthorized`` when a fresh attempt of a sensitive step is no longer allowed by ``access`` (it is
     not run); the refusal is audited through the execution's store."""
     if x.resumed or x.gate:

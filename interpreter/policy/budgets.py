@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sealflow.dsl.durations import format_ms
-
 from sealflow.interpreter.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 
@@ -54,7 +53,7 @@ def worst_case(step) -> tuple[int | None, int | None]:
     return 0, 0
 
 
-def before(x: "Execution") -> Failed | None:
+def before(x: Execution) -> Failed | None:
     """Why attempt ``x`` must not run because of a budget (None: it may run)."""
     run = x.run
     if run.deadline is not None and x.now >= run.deadline:
@@ -91,7 +90,7 @@ def before(x: "Execution") -> Failed | None:
     return _tenant_quota(x, tokens)
 
 
-def _tenant_quota(x: "Execution", worst_tokens: int | None) -> Failed | None:
+def _tenant_quota(x: Execution, worst_tokens: int | None) -> Failed | None:
     config = getattr(x.services, "config", None)
     if config is None:
         return None
@@ -117,7 +116,7 @@ def _run_spent(run, budget, tokens: int, cost: float, calls: int) -> bool:
             or (budget.max_tool_calls is not None and run.tool_calls + calls >= budget.max_tool_calls))
 
 
-def after(x: "Execution", outcome: Outcome) -> Outcome:
+def after(x: Execution, outcome: Outcome) -> Outcome:
     """``outcome``, or ``budget_exceeded`` (keeping its usage) when what it used went over a budget."""
     if not isinstance(outcome, (Succeeded, Failed)):
         return outcome

@@ -39,7 +39,7 @@ class TrustGate:
         return None
 
 
-def check(gate: "TrustGate | None", x) -> Failed | None:
+def check(gate: TrustGate | None, x) -> Failed | None:
     """The refusal of the claimed attempt's run by ``gate`` (the worker's trust gate), if there is one."""
     if gate is None:
         return None

@@ -17,7 +17,15 @@ See docs/models.md. (The adapters are not imported here, so that importing this 
 stays cheap.)
 """
 
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult, Provider, ToolCall, ToolSpec, error_for_status, remaining_seconds
+from sealflow.interpreter.providers.base import (
+    ModelRequest,
+    ModelResult,
+    Provider,
+    ToolCall,
+    ToolSpec,
+    error_for_status,
+    remaining_seconds,
+)
 from sealflow.interpreter.providers.local import LeadAssessment, LocalModel, assess_lead
 from sealflow.interpreter.providers.registry import ProviderRegistry
 

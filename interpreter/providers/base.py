@@ -51,8 +51,9 @@ ignore ``tool_call``.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from sealflow.interpreter.core.errors import StepError
 
@@ -134,7 +135,8 @@ class Provider(Protocol):
     name: str
 
     def complete(self, request: ModelRequest) -> ModelResult:
-        """Answer ``request`` or raise :class:`~sealflow.interpreter.core.errors.StepError` (see the module docstring)."""
+        """Answer ``request`` or raise :class:`~sealflow.interpreter.core.errors.StepError` (see the module
+        docstring)."""
         ...
 
 

@@ -57,8 +57,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from sealflow.interpreter.providers.base import ModelRequest, ToolCall
 from sealflow.interpreter.providers.synth import phrase
@@ -69,12 +70,18 @@ _NOT_ID_TAILS = {"id", "ids", "name", "names", "type", "key", "at", "on", "by", 
 _LABELS = re.compile(r"\b(subject|title|body|question|query|issue|description|message|request|text)\s*:\s*",
                      re.I)
 _QUERY_NAMES = {"query", "q", "search", "search_query", "question", "keywords", "terms", "topic", "text"}
-_STOP = set("""a about above after again against all also am an and any are as at be because been before being
-below between both but by can cannot could did do does doing down during each few for from further had has
-have having he her here hers him his how i if in into is it its itself just me more most my no nor not now of
-off on once only or other our ours out over own same she should since so some such than that the their them
-then there these they this those through to too under until up very was we were what when where which while
-who whom why will with would you your yours hi hello dear please thanks thank tell know get got""".split())
+_STOP = {
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as",
+    "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can",
+    "cannot", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from",
+    "further", "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if",
+    "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "no", "nor", "not", "now",
+    "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same", "she",
+    "should", "since", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these",
+    "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were",
+    "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your",
+    "yours", "hi", "hello", "dear", "please", "thanks", "thank", "tell", "know", "get", "got"
+}
 _KEYWORDS = {
     "shipping": ["shipping", "ship", "shipped", "delivery", "deliver", "delivered", "tracking", "track", "parcel",
                  "package", "carrier", "order", "arrive", "arrival"],

@@ -12,8 +12,19 @@ from typing import Any
 
 from sealflow.interpreter.providers.base import ModelRequest
 from sealflow.interpreter.providers.local_agent import (
-    _CONFIDENCE_NAMES, _DEFAULT_CHOICES, _HUMAN_WORDS, _KEYWORDS, _REPLY_NAMES, _SOURCE_NAMES, _SUMMARY_NAMES,
-    _primary_id, _words, findings, id_tokens, labelled_parts, records,
+    _CONFIDENCE_NAMES,
+    _DEFAULT_CHOICES,
+    _HUMAN_WORDS,
+    _KEYWORDS,
+    _REPLY_NAMES,
+    _SOURCE_NAMES,
+    _SUMMARY_NAMES,
+    _primary_id,
+    _words,
+    findings,
+    id_tokens,
+    labelled_parts,
+    records,
 )
 from sealflow.interpreter.providers.synth import NOTHING, _string_ok, fit, phrase, synthesize
 

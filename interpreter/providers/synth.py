@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NOTHING = object()
 Hook = Callable[[Any, dict], Any]
@@ -268,7 +269,8 @@ def _number(schema: dict, integer: bool, index: int) -> int | float:
 def sample_pattern(pattern: str) -> str:
     """A short string matching the regular expression ``pattern`` ("" when it cannot tell)."""
     try:
-        from re import _constants as c, _parser as parser  # Python >= 3.11
+        from re import _constants as c  # Python >= 3.11
+        from re import _parser as parser
     except ImportError:  # pragma: no cover - older Pythons
         import sre_constants as c  # type: ignore[no-redef]
         import sre_parse as parser  # type: ignore[no-redef]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 if TYPE_CHECKING:
     from sealflow.interpreter.execution.context import StepContext as Context

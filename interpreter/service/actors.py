@@ -59,7 +59,7 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
     return broker
 
 
-def declare_step_actor(broker: dramatiq.Broker, engine: "Engine", *, queue_name: str = QUEUE) -> dramatiq.Actor:
+def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE) -> dramatiq.Actor:
     """Declare the step actor on ``broker`` (one per broker) bound to ``engine``.
 
     On the embedded default (a ``StubBroker``) a message carries its run on for up to

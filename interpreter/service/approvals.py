@@ -8,7 +8,8 @@ commit made due, and audits a refused decision as ``approval_refused``.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.ids import split_step_id
@@ -36,7 +37,7 @@ class Desk:
 
 
 def _decide(desk: Desk, run_id: str, step_id: str | None, *, actor: str, tenant: str | None, verb: str,
-            decide: Callable[["Execution"], tuple[Outcome, tuple[AuditEvent, ...]]]) -> None:
+            decide: Callable[[Execution], tuple[Outcome, tuple[AuditEvent, ...]]]) -> None:
     now = desk.clock.now()
     scoped_run(desk.store, now, run_id, tenant=tenant, actor=actor, operation=verb)
     try:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from sealflow.interpreter.core.errors import ConfigError, SealflowError
+from sealflow.interpreter.core.errors import ConfigError
 from sealflow.interpreter.execution.tempfiles import DEFAULT_TEMPDIR_BYTES
 
 ANY_TENANT = "*"
@@ -87,7 +88,7 @@ class RuntimeConfig:
 
     # -- loading ---------------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str | None = None) -> "RuntimeConfig":
+    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str | None = None) -> RuntimeConfig:
         data = dict(data or {})
         where = source or "the runtime configuration"
         limits = {}
@@ -103,7 +104,7 @@ class RuntimeConfig:
                    secrets_dir=secrets.get("dir"), source=source, extra=data)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "RuntimeConfig":
+    def load(cls, path: str | os.PathLike) -> RuntimeConfig:
         import yaml
 
         try:
@@ -119,7 +120,7 @@ class RuntimeConfig:
         return cls.from_dict(data, source=os.fspath(path))
 
     @classmethod
-    def from_env(cls, path: str | os.PathLike | None = None) -> "RuntimeConfig":
+    def from_env(cls, path: str | os.PathLike | None = None) -> RuntimeConfig:
         """``path``, else ``$SEALFLOW_CONFIG``, else the defaults."""
         path = path or os.environ.get("SEALFLOW_CONFIG")
         return cls.load(path) if path else cls()

@@ -10,7 +10,7 @@ and the claim refuses the duplicate.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.store.base import Message, Store

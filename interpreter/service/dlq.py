@@ -19,7 +19,7 @@ from sealflow.interpreter.core.fingerprints import fingerprint, normalise  # noq
 if TYPE_CHECKING:
     from sealflow.interpreter.store.base import Store
 
-def show(store: "Store", run_id: str) -> dict:
+def show(store: Store, run_id: str) -> dict:
     """A dead letter with its run, its failed attempts and the last 20 audit events."""
     from sealflow.interpreter.store.errors import InvalidOperation
 

@@ -30,30 +30,36 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 from sealflow.dsl.plan import Plan
-
-from sealflow.interpreter.policy import authz
-from sealflow.interpreter.service import approvals
-from sealflow.interpreter.engine import compensation, recovery
-from sealflow.interpreter.service import dlq
-from sealflow.interpreter.execution import secrets
 from sealflow.interpreter.core import states
-from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
-from sealflow.interpreter.execution.actions import REGISTRY
-from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
 from sealflow.interpreter.core.clock import SYSTEM, Clock
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.ids import split_step_id
+from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.engine import compensation, recovery
+from sealflow.interpreter.engine.decide import lease_ms
+from sealflow.interpreter.engine.engine import Engine
+from sealflow.interpreter.execution import secrets
+from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.interpreter.policy import authz
+from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
+from sealflow.interpreter.service import approvals, dlq
+from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
-from sealflow.interpreter.core.ids import split_step_id
-from sealflow.interpreter.engine.engine import Engine
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.jsonc import dumps
-from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.service.status import RunStatus, run_status
+from sealflow.interpreter.service.sweeper import Sweeper
 from sealflow.interpreter.steps import approval
 from sealflow.interpreter.store import open_store
-from sealflow.interpreter.store.base import AuditEvent, AuditRecord, DeadLetterRecord, Message, NewRun, NextAttempt, Store
+from sealflow.interpreter.store.base import (
+    AuditEvent,
+    AuditRecord,
+    DeadLetterRecord,
+    Message,
+    NewRun,
+    NextAttempt,
+    Store,
+)
 from sealflow.interpreter.store.errors import AdmissionRefused
-from sealflow.interpreter.service.sweeper import Sweeper
 
 
 def input_hash(value: Any) -> str:
@@ -83,7 +89,8 @@ class Runtime:
             logging.getLogger("sealflow.access").warning("%s", self.access.describe())
         self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng,
                              access=self.access)
-        #: tenant limits, temporary storage, secrets (sealflow.interpreter.service.config); None: $SEALFLOW_CONFIG or defaults
+        #: tenant limits, temporary storage, secrets (sealflow.interpreter.service.config);
+        #: None: $SEALFLOW_CONFIG or defaults
         self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
         self.engine.services.config = self.config
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
@@ -93,8 +100,7 @@ class Runtime:
         self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
         self.dispatcher = Dispatcher(self.store, self.send, self.clock)
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
-                               past_deadline=lambda run_id: compensation.deadline(self.store, self.engine.plan, self.clock,
-                                                                                    run_id))
+                               past_deadline=self._past_deadline)
         self.redeliver_after = redeliver_after
         self.sleep_threshold = sleep_threshold
         self.worker_threads = worker_threads
@@ -106,6 +112,9 @@ class Runtime:
         self._plan_json: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    def _past_deadline(self, run_id: str) -> bool:
+        return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
+
     def send(self, message: Message) -> None:
         self.actor.send(*message)
 
@@ -153,7 +162,7 @@ class Runtime:
         if self._owns_store:
             self.store.close()
 
-    def __enter__(self) -> "Runtime":
+    def __enter__(self) -> Runtime:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -165,7 +174,8 @@ class Runtime:
         """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
 
         The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
-        the plan declares in ``tenant``, else :class:`~sealflow.interpreter.policy.authz.Unauthorized` and nothing is created."""
+        the plan declares in ``tenant``, else :class:`~sealflow.interpreter.policy.authz.Unauthorized` and nothing
+        is created."""
         if not plan.digest:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,

@@ -10,7 +10,7 @@ outbox row sent long ago and never claimed is sent again.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.store.base import Store, SweepReport

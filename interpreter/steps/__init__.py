@@ -7,13 +7,14 @@ others are pure and run inline on the worker thread.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.kinds import StepKind
 from sealflow.interpreter.core.outcomes import Outcome
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.steps import action, ai, approval, fail, succeed, switch, wait
+from sealflow.interpreter.steps import set as set_
 from sealflow.interpreter.steps.agent import step as agent
-from sealflow.interpreter.steps import action, ai, approval, fail, set as set_, succeed, switch, wait
 
 EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
     StepKind.ACTION: action.execute,

@@ -10,7 +10,6 @@ bounded by the attempt's timeout.
 from __future__ import annotations
 
 from sealflow.dsl import expressions
-
 from sealflow.interpreter.core.outcomes import Failed, Outcome
 from sealflow.interpreter.execution.calls import call, own_args
 from sealflow.interpreter.execution.context import Execution

@@ -11,11 +11,10 @@ charges them and enforces the budgets (:mod:`sealflow.interpreter.policy.budgets
 from __future__ import annotations
 
 from sealflow.dsl import expressions
-
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution.calls import call
+from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.steps.checks import schema_failure
 
 FALLBACK_ON = ("unavailable", "configuration")

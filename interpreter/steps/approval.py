@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.plan import ApprovalPlan
-
-from sealflow.interpreter.policy import approvals
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Waiting
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.policy import approvals
 
 plan_of = approvals.plan_of
 

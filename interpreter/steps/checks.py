@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from sealflow.dsl import expressions
-
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.outcomes import Failed
+from sealflow.interpreter.execution.context import Execution
 
 
 def schema_failure(x: Execution, schema: dict | None, output: Any) -> str | None:

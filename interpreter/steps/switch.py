@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from sealflow.dsl.expressions import truthy
-
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.outcomes import Outcome, Succeeded
+from sealflow.interpreter.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:

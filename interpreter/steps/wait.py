@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
+from sealflow.interpreter.execution.context import Execution
 
 
 def to_epoch(value: Any) -> float:
@@ -33,7 +33,7 @@ def to_epoch(value: Any) -> float:
             raise ValueError(f"wait.until gave {value!r}, which is not an ISO-8601 timestamp such as "
                              "'2030-01-31T09:00:00Z'") from None
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.timezone.utc)
+            moment = moment.replace(tzinfo=dt.UTC)
         return moment.timestamp()
     raise ValueError(f"wait.until gave a {type(value).__name__}; give epoch seconds or an ISO-8601 string")
 

@@ -10,14 +10,40 @@ from __future__ import annotations
 import os
 
 from sealflow.interpreter.store.base import (
-    AttemptRecord, AuditEvent, AuditRecord, Claimed, Commit, Committed, DeadLetterRecord, DeadLetterSpec,
-    LedgerEntry, LedgerRecord, Message, NewRun, NextAttempt, OutboxRecord, RunChange, RunRecord, StepChange, Store,
-    SweepReport, TimerRecord,
+    AttemptRecord,
+    AuditEvent,
+    AuditRecord,
+    Claimed,
+    Commit,
+    Committed,
+    DeadLetterRecord,
+    DeadLetterSpec,
+    LedgerEntry,
+    LedgerRecord,
+    Message,
+    NewRun,
+    NextAttempt,
+    OutboxRecord,
+    RunChange,
+    RunRecord,
+    StepChange,
+    Store,
+    SweepReport,
+    TimerRecord,
 )
 from sealflow.interpreter.store.errors import (
-    AdmissionRefused, ClaimDeferred, ConcurrencyError, FencingError, IdempotencyConflict, IllegalTransition,
-    InvalidOperation, MessageRefused, NotFound,
-    SchemaTooNew, StoreError, StoreURLError,
+    AdmissionRefused,
+    ClaimDeferred,
+    ConcurrencyError,
+    FencingError,
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidOperation,
+    MessageRefused,
+    NotFound,
+    SchemaTooNew,
+    StoreError,
+    StoreURLError,
 )
 
 DEFAULT_URL = "sqlite:///.sealflow/state.db"
@@ -68,7 +94,8 @@ def migrate_store(url: str | None = None) -> tuple[int, list[int]]:
 
 
 __all__ = [
-    "open_store", "migrate_store", "DEFAULT_URL", "Store", "Message", "RunRecord", "AttemptRecord", "Claimed", "NewRun", "StepChange",
+    "open_store", "migrate_store", "DEFAULT_URL", "Store", "Message", "RunRecord", "AttemptRecord", "Claimed", "NewRun",
+    "StepChange",
     "NextAttempt", "RunChange", "LedgerEntry", "DeadLetterSpec", "AuditEvent", "Commit", "Committed", "SweepReport",
     "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreURLError",
     "SchemaTooNew", "NotFound", "FencingError", "ConcurrencyError", "IllegalTransition", "IdempotencyConflict",

@@ -40,7 +40,8 @@ import dataclasses
 import hashlib
 import json
 import threading
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable
+from typing import Any
 
 from sealflow.interpreter.core.ids import compensation_id
 from sealflow.interpreter.core.redaction import REDACTOR
@@ -400,6 +401,6 @@ def migrate(conn) -> None:
     conn.execute("DROP TRIGGER IF EXISTS audit_no_update")
     conn.executemany("UPDATE audit SET detail = ?, tenant = ?, workflow = ?, workflow_version = ?, plan_digest = ?, "
                      "decision = ?, tool = ?, summary = ?, error = ?, seq = ?, prev_hash = ?, hash = ? WHERE id = ?",
-                     [(r[6], *r[8:], row[0]) for r, row in zip(chained, rows)])
+                     [(r[6], *r[8:], row[0]) for r, row in zip(chained, rows, strict=True)])
     conn.execute(_TRIGGER)
     conn.executemany(_HEAD_UPSERT, [(t, s, h) for t, (s, h) in heads.items()])

@@ -41,8 +41,24 @@ from __future__ import annotations
 import abc
 
 from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
-    AttemptRecord, AuditEvent, AuditRecord, Claimed, Commit, Committed, DeadLetterRecord, DeadLetterSpec, LedgerEntry,
-    LedgerRecord, Message, NewRun, NextAttempt, OutboxRecord, RunChange, RunRecord, StepChange, SweepReport,
+    AttemptRecord,
+    AuditEvent,
+    AuditRecord,
+    Claimed,
+    Commit,
+    Committed,
+    DeadLetterRecord,
+    DeadLetterSpec,
+    LedgerEntry,
+    LedgerRecord,
+    Message,
+    NewRun,
+    NextAttempt,
+    OutboxRecord,
+    RunChange,
+    RunRecord,
+    StepChange,
+    SweepReport,
     TimerRecord,
 )
 
@@ -178,7 +194,8 @@ class Store(abc.ABC):
     # -- the audit chain and tenant usage ------------------------------------------------------
     @abc.abstractmethod
     def audit_chain(self, tenant: str | None) -> list[tuple]:
-        """A tenant's audit events in append order, as :data:`sealflow.interpreter.store.auditchain.VERIFY_COLS` tuples."""
+        """A tenant's audit events in append order, as
+        :data:`sealflow.interpreter.store.auditchain.VERIFY_COLS` tuples."""
 
     @abc.abstractmethod
     def audit_heads(self) -> dict[str, tuple[int, str]]:

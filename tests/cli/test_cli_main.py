@@ -27,9 +27,9 @@ def test_the_lazy_command_map_names_every_command_its_modules_register():
 
 
 def test_validate_does_not_import_the_runtime_or_signing():
-    code = ("import sys; from sealflow.cli import main; main(['validate', %r]); "
-            "print(sorted(m for m in sys.modules if m.startswith(('sealflow.interpreter.service.runtime', 'dramatiq', 'sigstore', "
-            "'sealflow.cli.commands.runs', 'sealflow.cli.commands.worker'))))" % EXAMPLE)
+    code = (f"import sys; from sealflow.cli import main; main(['validate', {EXAMPLE!r}]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('sealflow.interpreter.service.runtime', 'dramatiq', "
+            "'sigstore', 'sealflow.cli.commands.runs', 'sealflow.cli.commands.worker'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from dsl_helpers import HEADER, check, codes
 
 from sealflow.dsl.api import check_bytes, check_file, compile_file
 from sealflow.dsl.errors import DefinitionError
 from sealflow.dsl.model import ActionInfo
 from sealflow.dsl.plan import Plan
-
-from dsl_helpers import HEADER, check, codes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"

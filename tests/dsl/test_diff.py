@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from sealflow.cli import main
 from sealflow.dsl.api import check_bytes
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.diff import Side, diff_plans, diff_sides, needs_review
 from sealflow.dsl.model import ActionInfo
-from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

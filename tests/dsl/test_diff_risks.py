@@ -87,7 +87,7 @@ ACTIONS = {
 
 
 def edit(*pairs: str, text: str = BASE) -> str:
-    for old, new in zip(pairs[::2], pairs[1::2]):
+    for old, new in zip(pairs[::2], pairs[1::2], strict=True):
         assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
         text = text.replace(old, new)
     return text

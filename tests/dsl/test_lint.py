@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dsl_helpers import check
+
 from sealflow.dsl.lint import RULES
 from sealflow.dsl.model import ActionInfo
-
-from dsl_helpers import check
 
 ACTIONS = {
     "crm.get_lead": ActionInfo(name="crm.get_lead", permissions=("crm:read",), effect="read"),

@@ -43,7 +43,8 @@ def start_run(env, crash_at: str | None):
     e = dict(env)
     if crash_at:
         e["CRASH_AT"] = crash_at
-    return subprocess.Popen([sys.executable, "-m", "sealflow", "run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"],
+    return subprocess.Popen([sys.executable, "-m", "sealflow", "run", str(WORKFLOW), "--actions", str(ACTIONS),
+                             "--json"],
                             cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

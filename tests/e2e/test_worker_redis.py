@@ -64,10 +64,9 @@ class Deployment:
                 "--actions", str(ACTIONS), "--queue", self.queue, *extra]
 
     def start_worker(self, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
-        out, err = (open(self.tmp / f"{name}.{s}", "w") for s in ("out", "err"))
-        proc = subprocess.Popen(self.worker_args("--allow-unsigned", *(extra or ("--allow-open",))), cwd=ROOT,
-                                env={**self.env, **(env or {})}, stdout=out, stderr=err, text=True)
-        out.close(), err.close()
+        with open(self.tmp / f"{name}.out", "w") as out, open(self.tmp / f"{name}.err", "w") as err:
+            proc = subprocess.Popen(self.worker_args("--allow-unsigned", *(extra or ("--allow-open",))), cwd=ROOT,
+                                    env={**self.env, **(env or {})}, stdout=out, stderr=err, text=True)
         self.workers[name] = proc
         return proc
 
@@ -128,7 +127,7 @@ class Deployment:
         return proc.wait(timeout=timeout)
 
     def close(self) -> None:
-        for name, proc in self.workers.items():
+        for proc in self.workers.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 try:
@@ -261,9 +260,9 @@ def test_given_a_step_outlasting_the_grace_when_a_worker_is_stopped_then_it_aban
 
 def test_given_a_worker_without_allow_unsigned_when_an_unsigned_run_arrives_then_it_refuses_to_execute_it(
         deployment):
-    proc = subprocess.Popen(deployment.worker_args("--allow-open"), cwd=ROOT, env=deployment.env,
-                            stdout=open(deployment.tmp / "strict.out", "w"), stderr=open(deployment.tmp / "strict.err", "w"),
-                            text=True)
+    with open(deployment.tmp / "strict.out", "w") as out, open(deployment.tmp / "strict.err", "w") as err:
+        proc = subprocess.Popen(deployment.worker_args("--allow-open"), cwd=ROOT, env=deployment.env, stdout=out,
+                                stderr=err, text=True)
     deployment.workers["strict"] = proc
     deployment.wait_ready("strict")
     run_id = deployment.submit()

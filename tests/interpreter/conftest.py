@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import random
 
-import pytest
-
 import pg_helpers
+import pytest
 from interp_helpers import BACKENDS
-from sealflow.interpreter.execution.actions import Registry
+from security_helpers import policy, rt  # noqa: F401 - the secured runtime fixtures, for every interpreter test
+
 from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.execution.actions import Registry
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
@@ -69,8 +70,7 @@ def runtime(request, tmp_path, registry, providers, clock):
         url = request.getfixturevalue("pg_schema").url(clock="caller", migrate="1")
     else:
         url = f"sqlite:///{tmp_path}/rt.db"
-    rt = Runtime(open_store(url), registry, providers, clock=clock,
-                 rng=random.Random(7), worker_timeout_ms=20)
-    yield rt
-    rt.close()
-    rt.store.close()
+    made = Runtime(open_store(url), registry, providers, clock=clock, rng=random.Random(7), worker_timeout_ms=20)
+    yield made
+    made.close()
+    made.store.close()

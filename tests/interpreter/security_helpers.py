@@ -7,12 +7,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 import copy
 import random
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sealflow.interpreter.policy.access import FileAccess

@@ -53,17 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         data = f.read_bytes()
 
-        def floor():
+        # each closure binds this iteration's file (default arguments), though it only runs within it
+        def floor(data: bytes = data) -> None:
             doc = yaml.safe_load(data)
             for _ in validator.iter_errors(doc):
                 pass
 
-        def c_floor():
+        def c_floor(data: bytes = data) -> None:
             doc = yaml.load(data, Loader=yaml.CSafeLoader)
             for _ in validator.iter_errors(doc):
                 pass
 
-        def full():
+        def full(data: bytes = data, f: Path = f) -> None:
             result = check_bytes(data, str(f))
             assert result.plan is not None, [d.format() for d in result.diagnostics]
 

@@ -42,7 +42,7 @@ def _medians_ns(fns, rounds: int) -> list[float]:
         fn()  # warm up
     samples: list[list[int]] = [[] for _ in fns]
     for _ in range(rounds):
-        for fn, out in zip(fns, samples):
+        for fn, out in zip(fns, samples, strict=True):
             t0 = time.perf_counter_ns()
             fn()
             out.append(time.perf_counter_ns() - t0)
@@ -104,14 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         data = f.read_bytes()
         envelope = signing.to_json(signing.sign(data, key, keyid="ops"))
 
-        def compile_():
+        # the closures bind this iteration's file (default arguments), though they only run within it
+        def compile_(data: bytes = data, f: Path = f) -> None:
             result = check_bytes(data, str(f))
             assert result.plan is not None, [d.format() for d in result.diagnostics]
 
         compile_ns, ed_ns, full_ns = _medians_ns([
             compile_,
-            lambda: verify_envelope(data, envelope, key_policy),
-            lambda: verify_bytes(data, str(f), envelope, key_policy),
+            lambda data=data, envelope=envelope: verify_envelope(data, envelope, key_policy),
+            lambda data=data, f=f, envelope=envelope: verify_bytes(data, str(f), envelope, key_policy),
         ], args.rounds)
         sig = f"{sigstore_ns / 1000:>9.0f}" if sigstore_ns else f"{'-':>9}"
         ratio = f"{ed_ns / compile_ns:.2f} / " + (f"{sigstore_ns / compile_ns:.2f}" if sigstore_ns else "-")

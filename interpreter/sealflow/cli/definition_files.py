@@ -17,6 +17,7 @@ import dataclasses
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,13 +25,16 @@ from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.session import load_action_metadata
 
+if TYPE_CHECKING:  # the CLI imports the language lazily, per command
+    from sealflow.dsl.plan import Plan
+
 UNSIGNED = "unsigned"
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-    plan: object
+    plan: Plan
     signer: str
     who: str
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import click
 

@@ -71,7 +71,7 @@ def load_access(path: str | None, *, quiet: bool = False):
 def is_shared_store(url: str | None) -> bool:
     """Whether the store URL names a store others share (anything but a local SQLite file)."""
     url = url or os.environ.get("SEALFLOW_STORE")
-    return bool(url) and not url.startswith("sqlite:///")
+    return url is not None and url != "" and not url.startswith("sqlite:///")
 
 
 def require_policy(provider, what: str) -> None:

@@ -12,9 +12,9 @@ import re
 from string import Template
 from typing import Any
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 
 def _weekly_body(report: dict) -> str:

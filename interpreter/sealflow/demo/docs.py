@@ -17,9 +17,9 @@ import math
 import re
 from typing import Any
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 EMBEDDING_MODELS = {"text-embedding-small": 8, "text-embedding-large": 16}
 NAMESPACES = ("kb-public", "kb-internal")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 CDN = "https://cdn.demo.invalid"
 PREVIEW = "https://media.demo.invalid/processing"

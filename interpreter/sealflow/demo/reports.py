@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 WEEK = 7 * 24 * 3600
 SEVERITIES = ("sev1", "sev2", "sev3", "sev4")  # most severe first
@@ -33,7 +33,7 @@ def _seconds(value: Any, name: str) -> float:
         except ValueError:
             pass
         else:
-            return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     raise StepError("invalid_request", f"{name} must be seconds since the epoch or an ISO-8601 time, not {value!r}")
 
 
@@ -45,7 +45,7 @@ def _window(since: Any, until: Any) -> tuple[float, float]:
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _digest(*parts: Any) -> bytes:
@@ -75,7 +75,7 @@ def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list | None =
     totals: dict[str, Any] = {}
     for d, values in scaled:
         key = tuple(d[g] for g in group_by)
-        row = groups.setdefault(key, dict(zip(group_by, key)))
+        row = groups.setdefault(key, dict(zip(group_by, key, strict=True)))
         for name, v in values.items():
             row[name] = row.get(name, 0) + v
             totals[name] = totals.get(name, 0) + v

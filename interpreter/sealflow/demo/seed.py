@@ -190,7 +190,7 @@ METRIC_BASELINES = [
     for w, counts in (("lead-qualification", (1180, 14, 6)), ("document-ingestion", (830, 22, 8)),
                       ("image-upload-pipeline", (2350, 41, 9)), ("support-triage", (620, 12, 8)),
                       ("weekly-report", (1, 0, 0)))
-    for s, n in zip(("completed", "failed", "cancelled"), counts)
+    for s, n in zip(("completed", "failed", "cancelled"), counts, strict=True)
 ]
 
 #: severity, title, workflow, duration in minutes

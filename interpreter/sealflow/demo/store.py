@@ -13,9 +13,10 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from sealflow.demo import seed
 

@@ -12,9 +12,9 @@ import json
 import re
 from typing import Any
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.core.errors import StepError
 from sealflow.demo import store
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 CATEGORIES = ("billing", "shipping", "account", "product", "other")
 PRIORITIES = ("low", "normal", "high", "urgent")

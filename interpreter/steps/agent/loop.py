@@ -60,15 +60,15 @@ import hashlib
 import json
 import logging
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sealflow.dsl import expressions
-
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.idempotency import ledger_lookup
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution.calls import call
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.execution.idempotency import ledger_lookup
 from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
 
 log = logging.getLogger("sealflow.agent")
@@ -213,8 +213,9 @@ class AgentLoop:
                                         f"{self.turns} model turns", timed_out=True)
         limit = x.plan.budget.max_tokens
         if limit is not None and x.run.tokens + self.tokens >= limit:
-            return self.fail("budget_exceeded", f"the run has used {x.run.tokens + self.tokens} tokens of its budget "
-                                                f"of {limit}; raise budget.max_tokens or shorten the goal", run_scope=True)
+            return self.fail("budget_exceeded",
+                             f"the run has used {x.run.tokens + self.tokens} tokens of its budget of {limit}; raise "
+                             "budget.max_tokens or shorten the goal", run_scope=True)
         return None
 
     def charge(self, result: Any) -> Failed | None:
@@ -230,8 +231,9 @@ class AgentLoop:
         for scope, cap, spent in (("run", x.plan.budget.max_cost_usd, x.run.cost_usd + self.cost),
                                   ("step", x.step.budget.max_cost_usd, self.cost)):
             if cap is not None and spent > cap:
-                return self.fail("budget_exceeded", f"the agent's model turns cost ${self.cost:.4f}, over the "
-                                                    f"{scope}'s budget.max_cost_usd of ${cap:.4f}", run_scope=scope == "run")
+                return self.fail("budget_exceeded",
+                                 f"the agent's model turns cost ${self.cost:.4f}, over the {scope}'s "
+                                 f"budget.max_cost_usd of ${cap:.4f}", run_scope=scope == "run")
         return None
 
     def call_limit(self) -> tuple[int | None, str, bool]:
@@ -356,7 +358,8 @@ class AgentLoop:
     def fail(self, error_class: str, message: str, retry_after: float | None = None, *,
              timed_out: bool = False, run_scope: bool = False) -> Failed:
         """The attempt's failure, with what it used and its transcript summary. A *run* budget ends the run
-        (``ends_run``, as :mod:`sealflow.interpreter.policy.budgets` does); a step budget may be routed by ``on_error``."""
+        (``ends_run``, as :mod:`sealflow.interpreter.policy.budgets` does); a step budget may be routed by
+        ``on_error``."""
         summary = self.summary(error_class)
         failed = Failed(error_class, message, retry_after, timed_out=timed_out, tokens=self.tokens,
                         cost_usd=self.cost, tool_calls=self.tool_calls, data={"agent": summary},

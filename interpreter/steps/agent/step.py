@@ -6,8 +6,8 @@ budgets and the idempotency of tool calls are in :mod:`sealflow.interpreter.step
 
 from __future__ import annotations
 
-from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.core.outcomes import Outcome
+from sealflow.interpreter.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:

@@ -24,7 +24,8 @@ import enum
 import inspect
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.interpreter.providers.base import ToolSpec
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 import psycopg
 
 from sealflow.interpreter.store.postgres import schema
-from sealflow.interpreter.store.postgres.connection import StoreUnavailable, cause, conn_kwargs, connect, mask, split_url
+from sealflow.interpreter.store.postgres.connection import (
+    StoreUnavailable,
+    cause,
+    conn_kwargs,
+    connect,
+    mask,
+    split_url,
+)
 from sealflow.interpreter.store.postgres.schema import LATEST, MIGRATIONS, SchemaTooOld
 from sealflow.interpreter.store.postgres.store import CHANNEL, PostgresStore
 

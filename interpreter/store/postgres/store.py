@@ -35,21 +35,30 @@ import dataclasses
 import functools
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
-from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.interpreter.store.postgres import schema
 from sealflow.interpreter.store.postgres.connection import (
-    StoreUnavailable, cause as _cause, conn_kwargs as _conn_kwargs, connect, mask, split_url,
+    StoreUnavailable,
+    connect,
+    mask,
+    split_url,
+)
+from sealflow.interpreter.store.postgres.connection import (
+    cause as _cause,
+)
+from sealflow.interpreter.store.postgres.connection import (
+    conn_kwargs as _conn_kwargs,
 )
 from sealflow.interpreter.store.postgres.dialect import PgConn
 from sealflow.interpreter.store.records import Message, SweepReport
+from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite.store import SqliteStore
 
 _CURSOR = rows.CURSOR

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from sealflow.interpreter.store.base import AttemptRecord, AuditRecord, DeadLetterRecord, LedgerRecord, OutboxRecord, RunRecord, TimerRecord
+from sealflow.interpreter.store.base import (
+    AttemptRecord,
+    AuditRecord,
+    DeadLetterRecord,
+    LedgerRecord,
+    OutboxRecord,
+    RunRecord,
+    TimerRecord,
+)
 
 loads = json.loads
 
@@ -23,7 +31,9 @@ ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, le
 
 AUDIT_COLS = ("id, run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, "
               "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash")
-DLQ_COLS = "run_id, step_id, reason, error_class, fingerprint, redrive_count, quarantined, status, created_at, updated_at"
+DLQ_COLS = (
+    "run_id, step_id, reason, error_class, fingerprint, redrive_count, quarantined, status, created_at, updated_at"
+)
 
 
 ACTIVE = "('pending','scheduled','running','retry_wait','waiting')"

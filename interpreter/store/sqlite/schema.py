@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from sealflow.interpreter.store.errors import SchemaTooNew
 

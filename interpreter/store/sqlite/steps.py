@@ -13,13 +13,28 @@ from __future__ import annotations
 import random
 
 from sealflow.interpreter.core import states
-from sealflow.interpreter.store.sqlite import rows
-from sealflow.interpreter.store.records import Claimed, Commit, Committed, DeadLetterSpec, Message, NextAttempt, RunRecord
-from sealflow.interpreter.store.sqlite import admission as sqlite_admission
-from sealflow.interpreter.store.auditchain import output_summary
 from sealflow.interpreter.core.clock import day_of
 from sealflow.interpreter.core.ids import StepRef, StepRole
-from sealflow.interpreter.store.errors import ClaimDeferred, ConcurrencyError, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.interpreter.store.auditchain import output_summary
+from sealflow.interpreter.store.errors import (
+    ClaimDeferred,
+    ConcurrencyError,
+    FencingError,
+    InvalidOperation,
+    MessageRefused,
+    NotFound,
+)
+from sealflow.interpreter.store.records import (
+    Claimed,
+    Commit,
+    Committed,
+    DeadLetterSpec,
+    Message,
+    NextAttempt,
+    RunRecord,
+)
+from sealflow.interpreter.store.sqlite import admission as sqlite_admission
+from sealflow.interpreter.store.sqlite import rows
 
 dumps = rows.dumps
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
@@ -123,11 +138,10 @@ class StepPathMixin:
                 raise NotFound(f"no run {run_id!r}")
             run_state, rev, tenant = got[0], got[1], got[4]
             cur = got[2:4]
-            if step is not None:
-                if cur[0] is None or cur[1] != step.token:
-                    raise FencingError(f"step {step.step_id!r} attempt {step.attempt} of run {run_id}: token "
-                                       f"{step.token} is no longer current (lease expired or the attempt moved on); "
-                                       "nothing was changed")
+            if step is not None and (cur[0] is None or cur[1] != step.token):
+                raise FencingError(f"step {step.step_id!r} attempt {step.attempt} of run {run_id}: token "
+                                   f"{step.token} is no longer current (lease expired or the attempt moved on); "
+                                   "nothing was changed")
             if rev != commit.expected_rev:
                 raise ConcurrencyError(f"run {run_id} is at revision {rev}, not {commit.expected_rev}; "
                                        "re-read it and decide again")
@@ -262,7 +276,8 @@ class StepPathMixin:
             c.execute("UPDATE dead_letters SET status = 'redriven', redrive_count = redrive_count + 1, updated_at = ? "
                       "WHERE run_id = ?", (now, run_id))
             if deadline is not None:
-                c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)", (run_id, deadline))
+                c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",
+                          (run_id, deadline))
             number, _ = self._insert_attempt(c, now, run_id, next_attempt, False, run.rev + 1, actor)
             c.execute("UPDATE runs SET cursor_step = ?, cursor_attempt = ? WHERE id = ?",
                       (next_attempt.step_id, number, run_id))

@@ -16,18 +16,28 @@ import contextlib
 import os
 import sqlite3
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from sealflow.interpreter.core import states
-from sealflow.interpreter.store.base import (
-    AttemptRecord, AuditEvent, AuditRecord, DeadLetterRecord, LedgerRecord, NewRun, NextAttempt, OutboxRecord,
-    RunRecord, Store, TimerRecord,
-)
 from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
-from sealflow.interpreter.store.sqlite import admission as sqlite_admission, rows
-from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
-from sealflow.interpreter.store.sqlite.schema import migrate
+from sealflow.interpreter.store.base import (
+    AttemptRecord,
+    AuditEvent,
+    AuditRecord,
+    DeadLetterRecord,
+    LedgerRecord,
+    NewRun,
+    NextAttempt,
+    OutboxRecord,
+    RunRecord,
+    Store,
+    TimerRecord,
+)
 from sealflow.interpreter.store.definitions import DefinitionsMixin
+from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
+from sealflow.interpreter.store.sqlite import admission as sqlite_admission
+from sealflow.interpreter.store.sqlite import rows
+from sealflow.interpreter.store.sqlite.schema import migrate
 from sealflow.interpreter.store.sqlite.steps import StepPathMixin
 from sealflow.interpreter.store.sqlite.sweep import SweepMixin
 

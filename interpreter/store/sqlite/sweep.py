@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.records import DeadLetterSpec, Message, SweepReport
+from sealflow.interpreter.store.sqlite import rows
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"

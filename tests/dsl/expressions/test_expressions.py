@@ -6,7 +6,20 @@ import math
 
 import pytest
 
-from sealflow.dsl.expressions import CATALOGUE, FUNCTIONS, MAX_DEPTH, MAX_LENGTH, EvaluationError, Expression, ExpressionError, Reference, check, compile_cached, evaluate, parse
+from sealflow.dsl.expressions import (
+    CATALOGUE,
+    FUNCTIONS,
+    MAX_DEPTH,
+    MAX_LENGTH,
+    EvaluationError,
+    Expression,
+    ExpressionError,
+    Reference,
+    check,
+    compile_cached,
+    evaluate,
+    parse,
+)
 
 CONTEXT = {
     "input": {"name": "Ada", "n": 5, "f": 2.5, "tags": ["a", "b"], "m": {"k": "v", "z": None},

@@ -12,8 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from sealflow.dsl.trust import signing
-from sealflow.dsl.trust import Refused, load_policy, verify_bytes, verify_file
+from sealflow.dsl.trust import Refused, load_policy, signing, verify_bytes, verify_file
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "definitions" / "lead-qualification.v1.yaml"
@@ -207,8 +206,8 @@ def test_given_an_expired_key_when_verified_then_refused_as_expired(tmp_path, de
     signer = Signer(tmp_path, expires="2026-06-30")
     signer.sign(definition)
     # valid through the last day (UTC), refused from the next
-    assert verify_file(definition, signer.policy, now=dt.datetime(2026, 6, 30, 23, 59, tzinfo=dt.timezone.utc))
-    error = refused(definition, signer.policy, now=dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc))
+    assert verify_file(definition, signer.policy, now=dt.datetime(2026, 6, 30, 23, 59, tzinfo=dt.UTC))
+    error = refused(definition, signer.policy, now=dt.datetime(2026, 7, 1, tzinfo=dt.UTC))
     assert error.reason == "expired-key" and "2026-06-30" in error.message
 
 
@@ -276,7 +275,8 @@ def test_with_both_signature_files_the_reason_given_is_about_the_kind_the_policy
     # Given a keys-only policy, a Sigstore bundle it cannot use, and a DSSE envelope for other bytes
     signer = Signer(tmp_path)
     signer.sign(definition, payload=b"other bytes")
-    Path(str(definition) + ".sigstore.json").write_text('{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}')
+    bundle = '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}'
+    Path(str(definition) + ".sigstore.json").write_text(bundle)
     # When verified, Then the envelope's refusal is reported, not "the policy has no sigstore section"
     assert refused(definition, signer.policy).reason == "tampered"
     # And a good envelope is enough

@@ -34,7 +34,8 @@ STAGING_ISSUER = "https://github.com/login/oauth"
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     if not (FIXTURES / "README.md").is_file():
-        pytest.skip(f"the Sigstore fixtures folder {FIXTURES} is absent (it ships in tests/fixtures/sigstore: is the clone complete?)")
+        pytest.skip(f"the Sigstore fixtures folder {FIXTURES} is absent "
+                    "(it ships in tests/fixtures/sigstore: is the clone complete?)")
     pytest.importorskip("sigstore", reason="sigstore is not installed: pip install 'sealflow[sigstore]'")
     return FIXTURES
 

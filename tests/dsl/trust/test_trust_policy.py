@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from sealflow import schemas
-from sealflow.dsl.trust import signing
-from sealflow.dsl.trust import POLICY_CODES, REASONS, Identity, PolicyError, TrustPolicy, load_policy, namespace_of
+from sealflow.dsl.trust import (
+    POLICY_CODES,
+    REASONS,
+    Identity,
+    PolicyError,
+    TrustPolicy,
+    load_policy,
+    namespace_of,
+    signing,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 

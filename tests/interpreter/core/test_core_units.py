@@ -7,14 +7,13 @@ import threading
 import time
 
 import pytest
-
 from interp_helpers import retry
+
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import FakeClock
 from sealflow.interpreter.core.fingerprints import fingerprint, normalise
 from sealflow.interpreter.core.retry import backoff_ms, delay_seconds, should_retry
 from sealflow.interpreter.execution.timeouts import AttemptRunner, AttemptTimedOut
-
 
 # -- states ------------------------------------------------------------------------------------------
 
@@ -26,8 +25,9 @@ def test_legal_run_transitions(before, after):
     assert states.run_can(before, after)
 
 
-@pytest.mark.parametrize("before, after", [("completed", "running"), ("completed", "cancelled"), ("queued", "completed"),
-                                           ("cancelled", "queued"), ("quarantined", "queued"), ("created", "running")])
+@pytest.mark.parametrize("before, after", [("completed", "running"), ("completed", "cancelled"),
+                                           ("queued", "completed"), ("cancelled", "queued"), ("quarantined", "queued"),
+                                           ("created", "running")])
 def test_illegal_run_transitions(before, after):
     assert not states.run_can(before, after)
 
@@ -40,8 +40,9 @@ def test_legal_step_transitions(before, after):
     assert states.step_can(before, after)
 
 
-@pytest.mark.parametrize("before, after", [("succeeded", "running"), ("failed", "scheduled"), ("scheduled", "succeeded"),
-                                           ("skipped", "running"), ("pending", "running"), ("timed_out", "succeeded")])
+@pytest.mark.parametrize("before, after", [("succeeded", "running"), ("failed", "scheduled"),
+                                           ("scheduled", "succeeded"), ("skipped", "running"), ("pending", "running"),
+                                           ("timed_out", "succeeded")])
 def test_illegal_step_transitions(before, after):
     assert not states.step_can(before, after)
 
@@ -66,8 +67,8 @@ def test_jitter_full_and_equal_stay_within_their_bounds():
     equal = retry("network", initial_ms=1000, jitter="equal")
     fulls = [backoff_ms(full, 1, rng) for _ in range(200)]
     equals = [backoff_ms(equal, 1, rng) for _ in range(200)]
-    assert 0 <= min(fulls) and max(fulls) <= 1000 and min(fulls) < 200
-    assert 500 <= min(equals) and max(equals) <= 1000
+    assert min(fulls) >= 0 and max(fulls) <= 1000 and min(fulls) < 200
+    assert min(equals) >= 500 and max(equals) <= 1000
 
 
 def test_retry_after_is_a_minimum():

@@ -22,6 +22,6 @@ def test_given_step_ids_when_parsed_then_gate_and_compensate_suffixes_are_read_i
 def test_given_the_enums_when_compared_and_serialised_then_they_are_the_stored_strings():
     assert RunState.COMPLETED == "completed" and json.dumps([StepState.RETRY_WAIT]) == '["retry_wait"]'
     assert f"{ErrorClass.RATE_LIMITED}" == "rate_limited" and {StepKind.AI: 1}["ai"] == 1
-    assert RUN_STATES == tuple(RunState) and STEP_STATES == tuple(StepState)
+    assert tuple(RunState) == RUN_STATES and tuple(StepState) == STEP_STATES
     assert set(ERROR_CLASSES) == set(ErrorClass)
     assert all(type(s) is str for s in RUN_STATES + STEP_STATES)  # the tables hold plain strings

@@ -10,6 +10,7 @@ import random
 import types
 
 from interp_helpers import S, gate, make_plan, retry
+
 from sealflow.dsl.plan import CompensationPlan, WaitPlan
 from sealflow.interpreter.core.ids import StepRef
 from sealflow.interpreter.core.outcomes import Failed, Skipped, Succeeded, Waiting

@@ -6,10 +6,10 @@ import threading
 import time
 
 import pytest
-
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import action
+
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 
 class Flaky:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from interp_helpers import S, make_plan
-from sealflow.interpreter.execution.actions import action
+
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 
 
 @pytest.fixture
@@ -111,8 +111,8 @@ def test_fail_ends_the_run_with_its_class_and_rendered_message(runtime, effects)
 
 
 def test_succeed_ends_the_run_with_its_output_or_the_plans(runtime, effects):
-    plan = make_plan(S("done", "succeed", succeed_output={"ok": "${{ input.x }}"}), S("never", "action", action="t.echo"),
-                     output="plan output")
+    plan = make_plan(S("done", "succeed", succeed_output={"ok": "${{ input.x }}"}),
+                     S("never", "action", action="t.echo"), output="plan output")
     assert runtime.run(plan, {"x": 1}, initiator="u").output == {"ok": 1}
     plain = make_plan(S("done", "succeed"), output="${{ input.x }}")
     assert runtime.run(plain, {"x": 5}, initiator="u").output == 5

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 from interp_helpers import S, make_plan
-from sealflow.interpreter.execution.actions import Registry, action
+
 from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.core.outcomes import Succeeded
+from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
-from sealflow.interpreter.core.outcomes import Succeeded
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from interp_helpers import S, make_plan, retry
 
 from sealflow.dsl.plan import CompensationPlan, ErrorRoutePlan, RetryPolicy
-from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.core.clock import FakeClock
+from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def undo(step_id: str, action_name: str = "t.undo", policy: RetryPolicy | None = None) -> CompensationPlan:
-    return CompensationPlan(action=action_name, args={"what": "${{ steps.%s.output.made }}" % step_id},
+    return CompensationPlan(action=action_name, args={"what": "${{ steps." + step_id + ".output.made }}"},
                             timeout_ms=5_000, retry=policy or RetryPolicy())
 
 

@@ -8,13 +8,13 @@ import logging
 import random
 
 import pytest
-
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.config import RuntimeConfig
+
 from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.execution.secrets import REDACTOR, SecretChain, env_name
+from sealflow.interpreter.service.config import RuntimeConfig
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 SECRET = "sk-live-7f3a9b2c1d8e"

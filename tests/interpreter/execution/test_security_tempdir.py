@@ -8,11 +8,11 @@ import stat
 import threading
 
 import pytest
-
 from interp_helpers import S, make_plan, retry
+
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
@@ -143,4 +143,4 @@ def test_the_directory_cannot_be_used_after_the_attempt(registry, rt):
 
     rt.run(make_plan(S("a", "action", action="t.keep")), {}, initiator="user:ana")
     with pytest.raises(StepError, match="removed when the attempt ended"):
-        kept["ctx"].tempdir
+        _ = kept["ctx"].tempdir

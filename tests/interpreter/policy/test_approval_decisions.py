@@ -6,8 +6,8 @@ import random
 import types
 
 import pytest
-
 from interp_helpers import S, approval, make_plan
+
 from sealflow.interpreter.core.outcomes import Failed, Succeeded, Waiting
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy.approvals import Refusal, deny, eligible_as, grant, may_decide, opening

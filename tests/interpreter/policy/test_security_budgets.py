@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.dsl.plan import AiPlan, ErrorRoutePlan, StepBudgetPlan
-from interp_helpers import FakeProvider, S, make_plan, retry
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.policy.budgets import day_of
 

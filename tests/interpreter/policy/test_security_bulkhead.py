@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-
 from interp_helpers import S, make_plan
+
 from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.config import RuntimeConfig, TenantLimits
 from sealflow.interpreter.service.runtime import Runtime

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from interp_helpers import S, approval, make_plan, retry
+from security_helpers import events
+
 from sealflow.interpreter.execution.actions import action
-from security_helpers import PolicyFile, events, secured_runtime
-from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture

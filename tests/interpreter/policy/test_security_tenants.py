@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from interp_helpers import S, approval, make_plan
+from security_helpers import events
+
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.store import Message, NotFound
-from security_helpers import PolicyFile, events, secured_runtime
-from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture

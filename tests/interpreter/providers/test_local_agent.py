@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import pytest
@@ -71,7 +71,7 @@ def demo_results(call: ToolCall) -> dict:
 def test_a_tool_schema_comes_from_the_signature_and_type_hints():
     def fn(ctx, ticket_id: str, n: int, ratio: float, flag: bool, tags: list[str], meta: dict[str, int],
            note: str | None = None, mode: Literal["a", "b"] = "a", short: Annotated[str, {"maxLength": 5}] = "",
-           anything=None, maybe: Optional[int] = None, *args, **kwargs):
+           anything=None, maybe: int | None = None, *args, **kwargs):
         pass
 
     schema = parameters_schema(fn)
@@ -227,8 +227,8 @@ def test_requests_without_tools_are_answered_as_before():
 
 @pytest.mark.parametrize("ticket", ["tkt_1001", "tkt_1002", "tkt_1003", "tkt_1004", "tkt_1005"])
 def test_every_demo_ticket_gets_a_schema_valid_answer_from_the_real_tools(tmp_path, ticket):
-    from sealflow.interpreter.execution.actions import REGISTRY
     from sealflow.demo import store as demo_store
+    from sealflow.interpreter.execution.actions import REGISTRY
 
     demo_store.configure(tmp_path / "demo.db")
     try:

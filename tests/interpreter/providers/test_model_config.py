@@ -8,13 +8,13 @@ from interp_helpers import S, make_plan, retry
 from model_helpers import KEY
 
 from sealflow.dsl.plan import AgentPlan, AiPlan
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.config import ConfigError
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.providers import LocalModel
 from sealflow.interpreter.providers.base import ModelRequest
 from sealflow.interpreter.providers.config import parse_models
 from sealflow.interpreter.providers.loader import check_models, list_models, load_models
+from sealflow.interpreter.service.config import ConfigError
 
 EXAMPLE = """
 models:

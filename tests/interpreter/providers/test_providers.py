@@ -13,7 +13,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers import PROVIDERS, LocalModel, ModelRequest, ModelResult, Provider, ProviderRegistry, assess_lead, default_registry, error_for_status, remaining_seconds
+from sealflow.interpreter.providers import (
+    PROVIDERS,
+    LocalModel,
+    ModelRequest,
+    ModelResult,
+    Provider,
+    ProviderRegistry,
+    assess_lead,
+    default_registry,
+    error_for_status,
+    remaining_seconds,
+)
 from sealflow.interpreter.providers.synth import fit, sample_pattern
 
 ROOT = Path(__file__).resolve().parents[3]

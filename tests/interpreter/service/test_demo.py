@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import sealflow.demo as demo
-from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.demo import seed
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.providers import PROVIDERS, ModelRequest
 
 ROOT = Path(__file__).resolve().parents[3]

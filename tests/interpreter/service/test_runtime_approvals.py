@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from interp_helpers import S, approval, gate, make_plan
-from sealflow.interpreter.execution.actions import action
+
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.store import InvalidOperation
 
 

@@ -18,8 +18,8 @@ def lead_plan():
 
 @pytest.fixture
 def demo_runtime(tmp_path):
-    from sealflow.interpreter.execution.actions import REGISTRY
     from sealflow.demo import store as demo_store
+    from sealflow.interpreter.execution.actions import REGISTRY
     from sealflow.interpreter.service.runtime import Runtime
 
     demo_store.configure(tmp_path / "demo.db")

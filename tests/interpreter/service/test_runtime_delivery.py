@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import action
+
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.store import IdempotencyConflict, Message
 
 

@@ -8,8 +8,9 @@ import threading
 import time
 
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import Registry, action
+
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.runtime import Runtime
 
 

@@ -7,16 +7,16 @@ import random
 import threading
 
 import pytest
+from interp_helpers import S, approval, make_plan
 
 from sealflow.dsl.plan import CompensationPlan, RetryPolicy
-from interp_helpers import S, approval, make_plan
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
 
 def undo(step_id: str, **kw) -> CompensationPlan:
-    return CompensationPlan(action="t.undo", args={"what": "${{ steps.%s.output.made }}" % step_id},
+    return CompensationPlan(action="t.undo", args={"what": "${{ steps." + step_id + ".output.made }}"},
                             timeout_ms=kw.pop("timeout_ms", 5_000), retry=kw.pop("retry", RetryPolicy()))
 
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from sealflow.interpreter.store import open_store
 from security_helpers import PolicyFile
+
 from sealflow.cli import main
+from sealflow.interpreter.store import open_store
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")

@@ -6,13 +6,22 @@ import os
 import time
 
 import pytest
-
 from interp_helpers import S, make_plan
-from sealflow.interpreter.policy.access import OPEN_DEVELOPMENT, AccessPolicyError, FileAccess, OpenAccess, PolicyAccess, check_principal, holds, load_access_policy, missing
+from security_helpers import PolicyFile, events
+
 from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.policy.access import (
+    OPEN_DEVELOPMENT,
+    AccessPolicyError,
+    FileAccess,
+    OpenAccess,
+    PolicyAccess,
+    check_principal,
+    holds,
+    load_access_policy,
+    missing,
+)
 from sealflow.interpreter.policy.authz import Unauthorized
-from security_helpers import PolicyFile, events, secured_runtime
-from security_helpers import policy, rt  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture

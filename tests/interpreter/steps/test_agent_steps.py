@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from interp_helpers import S, make_plan, retry
 
 from sealflow.dsl.plan import AgentPlan, ErrorRoutePlan, StepBudgetPlan, ValidateRulePlan
-from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.providers.base import ModelResult, ToolCall
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -382,8 +382,8 @@ def test_a_malformed_call_is_refused(runtime, providers, world):
 @pytest.fixture
 def triage(tmp_path):
     api = pytest.importorskip("sealflow.dsl.api")
-    from sealflow.interpreter.execution.actions import REGISTRY
     from sealflow.demo import store as demo_store
+    from sealflow.interpreter.execution.actions import REGISTRY
     from sealflow.interpreter.service.runtime import Runtime
 
     demo_store.configure(tmp_path / "demo.db")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.dsl.plan import AgentPlan, AiPlan
-from interp_helpers import FakeProvider, S, make_plan, retry
 from sealflow.interpreter.core.errors import StepError
 
 SCHEMA = {"type": "object", "required": ["classification"],

@@ -6,13 +6,12 @@ import json
 import sqlite3
 
 import pytest
-
 from interp_helpers import S, make_plan
-from sealflow.interpreter.store import auditchain
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.store import open_store
-from sealflow.interpreter.store.sqlite.schema import migrate
+
 from sealflow.cli import main
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.store import auditchain, open_store
+from sealflow.interpreter.store.sqlite.schema import migrate
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import threading
 import time
 
 import pytest
-
 from interp_helpers import S, make_plan, retry
-from sealflow.interpreter.execution.actions import Registry, action
+
 from sealflow.interpreter.core.clock import Clock, FakeClock
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import MessageRefused, NewRun, SchemaTooNew, open_store
 from sealflow.interpreter.store.postgres import LATEST, SchemaTooOld, StoreUnavailable, migrate
@@ -151,7 +151,7 @@ def test_two_workers_claiming_one_message_never_both_get_it(opened):
         outcomes: list = []
         barrier = threading.Barrier(2)
 
-        def claim(store, owner):
+        def claim(store, owner, barrier=barrier, outcomes=outcomes, msg=msg):
             barrier.wait()
             try:
                 outcomes.append(store.claim(*msg, owner=owner, now=T0))
@@ -170,8 +170,7 @@ def test_two_workers_claiming_one_message_never_both_get_it(opened):
 
 
 def test_concurrent_commits_of_one_tenant_keep_its_audit_chain_whole(opened):
-    from sealflow.interpreter.store import auditchain
-    from sealflow.interpreter.store import Commit, RunChange, StepChange
+    from sealflow.interpreter.store import Commit, RunChange, StepChange, auditchain
 
     # Given four workers (each its own store and pool) running ten runs each of one tenant, all at once
     stores = [opened() for _ in range(4)]
@@ -247,9 +246,9 @@ def test_new_work_wakes_an_idle_worker_without_polling(opened):
 def test_workers_heartbeat_in_the_store(opened):
     # Given two workers holding leases, one beating and one silent
     store = opened()
-    for run_id, owner in (("r1", "alive"), ("r2", "silent")):
+    for run_id in ("r1", "r2"):
         store.submit(new_run(run_id), T0)
-    for msg, owner in zip(store.take_outbox(T0), ("alive", "silent")):
+    for msg, owner in zip(store.take_outbox(T0), ("alive", "silent"), strict=True):
         store.claim(*msg, owner=owner, now=T0)
     store.heartbeat("alive")
     # Then only the silent one is reported dead (by the database's clock, no host or pid involved)

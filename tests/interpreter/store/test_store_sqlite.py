@@ -33,7 +33,8 @@ def test_an_older_database_is_migrated_on_open(tmp_path):
     assert migrate(conn, target=1) == 1
     conn.execute("INSERT INTO plans VALUES ('d', 'wf', 1, '{}', 0)")
     conn.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, "
-                 "input_hash, created_at, updated_at) VALUES ('r1', 't', 'wf', 1, 'd', '{}', 'queued', 1, 'u', 'h', 0, 0)")
+                 "input_hash, created_at, updated_at) "
+                 "VALUES ('r1', 't', 'wf', 1, 'd', '{}', 'queued', 1, 'u', 'h', 0, 0)")
     conn.close()
     # When the store opens it
     s = open_store(f"sqlite:///{path}")

@@ -12,7 +12,22 @@ import json
 
 import pytest
 
-from sealflow.interpreter.store import AuditEvent, Commit, ConcurrencyError, DeadLetterSpec, FencingError, IdempotencyConflict, IllegalTransition, InvalidOperation, LedgerEntry, MessageRefused, NewRun, NextAttempt, RunChange, StepChange
+from sealflow.interpreter.store import (
+    AuditEvent,
+    Commit,
+    ConcurrencyError,
+    DeadLetterSpec,
+    FencingError,
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidOperation,
+    LedgerEntry,
+    MessageRefused,
+    NewRun,
+    NextAttempt,
+    RunChange,
+    StepChange,
+)
 
 T0 = 1_700_000_000.0
 
@@ -20,7 +35,8 @@ T0 = 1_700_000_000.0
 def new_run(run_id="r1", *, key=None, value=None, deadline=None, tenant="default", first="a"):
     value = {"n": 1} if value is None else value
     return NewRun(id=run_id, tenant=tenant, workflow="wf", workflow_version=1, plan_digest="sha256:plan",
-                  plan_json='{"plan": true}', input_json=json.dumps(value), input_hash=json.dumps(value, sort_keys=True),
+                  plan_json='{"plan": true}', input_json=json.dumps(value),
+                  input_hash=json.dumps(value, sort_keys=True),
                   initiator="user:ana", idempotency_key=key, deadline=deadline, first_step=first, first_lease_ms=30_000)
 
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import click
 
 from sealflow.cli import render
-from sealflow.cli.options import access_option, check_principal, default_principal, json_flag, store_option, \
-    tenant_option
+from sealflow.cli.options import (
+    access_option,
+    check_principal,
+    default_principal,
+    json_flag,
+    store_option,
+    tenant_option,
+)
 from sealflow.cli.session import open_runtime
 
 

@@ -7,10 +7,9 @@ import json
 import click
 
 from sealflow.cli import render
-from sealflow.cli.session import act_then_drive
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import on_a_store
-from sealflow.cli.session import find_run, open_runtime
+from sealflow.cli.session import act_then_drive, find_run, open_runtime
 
 
 @click.group()

@@ -15,8 +15,16 @@ import click
 from sealflow.cli import definition_files, render
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
-from sealflow.cli.session import act_then_drive, find_run, import_actions, is_shared_store, load_access, open_runtime, \
-    require_policy, with_demo
+from sealflow.cli.session import (
+    act_then_drive,
+    find_run,
+    import_actions,
+    is_shared_store,
+    load_access,
+    open_runtime,
+    require_policy,
+    with_demo,
+)
 
 
 def parse_input(raw: str | None) -> Any:
@@ -38,8 +46,8 @@ def parse_input(raw: str | None) -> Any:
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
     """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
-    from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.core.errors import StepError
+    from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:

@@ -26,7 +26,7 @@ def _parse_at(value: str | None) -> dt.datetime | None:
         at = dt.datetime.fromisoformat(value)
     except ValueError:
         fail_usage(f"--at {value!r} is not an ISO-8601 time (e.g. 2026-11-30T07:00:00+01:00)")
-    return at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
 def _load(paths, actions, trust):
@@ -43,9 +43,9 @@ def _load(paths, actions, trust):
 
 def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, drive: bool) -> list[dict]:
     """Submit every definition whose latest slot is due (idempotently, per slot); return what was done."""
-    from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.core.schedule import due_slot, slot_key
+    from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import AdmissionRefused
 
     done = []
@@ -100,7 +100,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     catch_up = dt.timedelta(seconds=catch_up_s)
     with open_runtime(store_url, actions, access=access_path) as rt:
         if once:
-            done = fire(rt, plans, at_time or dt.datetime.now(dt.timezone.utc), tenant=tenant, catch_up=catch_up,
+            done = fire(rt, plans, at_time or dt.datetime.now(dt.UTC), tenant=tenant, catch_up=catch_up,
                         drive=not no_drive)
             _report(done, as_json)
             sys.exit(1 if any("refused" in d for d in done) else 0)
@@ -109,7 +109,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
             signal.signal(sig, lambda *_: stop.set())
         click.echo(f"scheduler ready: {len(plans)} scheduled definition(s)")
         while not stop.is_set():
-            now = dt.datetime.now(dt.timezone.utc)
+            now = dt.datetime.now(dt.UTC)
             _report(fire(rt, plans, now, tenant=tenant, catch_up=catch_up, drive=not no_drive), as_json)
             soonest = min(next_slot(s["cron"], s.get("timezone"), now) for _, s in plans)
             stop.wait(max(1.0, min((soonest - now).total_seconds(), 60.0)))

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +21,9 @@ from sealflow.cli.exits import fail, fail_usage
 from sealflow.cli.git_files import GitError, files_at_ref, working_files
 from sealflow.cli.options import actions_option
 from sealflow.cli.session import load_action_metadata
+
+if TYPE_CHECKING:  # the CLI imports the language lazily, per command
+    from sealflow.dsl.plan import Plan
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -83,7 +87,7 @@ def keygen(prefix):
 class _Item:
     path: Path
     data: bytes
-    plan: object
+    plan: Plan
 
 
 def _validated(paths: tuple[str, ...], actions) -> list[_Item]:
@@ -229,10 +233,10 @@ def verify(paths, policy_path, bundle, as_json):
     else:
         for r in results:
             if isinstance(r, tuple):
-                path, exc = r
-                click.echo(f"refused: {path}: [{exc.reason}] {exc.message}")
-                if exc.hint:
-                    click.echo(f"  hint: {exc.hint}")
+                path, refused = r
+                click.echo(f"refused: {path}: [{refused.reason}] {refused.message}")
+                if refused.hint:
+                    click.echo(f"  hint: {refused.hint}")
             else:
                 click.echo(f"verified: {r.path}: {r.name} v{r.version} ({r.digest}), namespace {r.namespace}, "
                            f"signed by {r.who()}")

@@ -4,7 +4,8 @@
         --actions myco.actions --access access.yaml --threads 4 --queue sealflow
 
 It registers the actions of the ``--actions`` modules and no others (unlike the embedded quick start,
-not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds a Dramatiq ``RedisBroker`` (:func:`sealflow.interpreter.service.actors.redis_broker`:
+not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds a Dramatiq ``RedisBroker``
+(:func:`sealflow.interpreter.service.actors.redis_broker`:
 ``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
 ``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.service.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
