@@ -32,7 +32,7 @@ from dramatiq.brokers.stub import StubBroker
 from sealflow.dsl.plan import Plan
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
-from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.errors import ConfigError, StepError
 from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.core.jsonc import dumps
 from sealflow.interpreter.engine import compensation, recovery
@@ -68,6 +68,32 @@ def input_hash(value: Any) -> str:
                                                  ensure_ascii=False).encode()).hexdigest()
 
 
+
+class ModelNotConfigured(ConfigError):
+    """A definition names a model that no configured provider serves."""
+
+
+def plan_models(plan: Plan) -> list[str]:
+    """Every model name ``plan`` may call (ai and agent steps, their fallbacks), in order, once each."""
+    names: dict[str, None] = {}
+    for step in plan.steps:
+        for spec in (step.ai, step.agent):
+            if spec is not None:
+                names.update(dict.fromkeys((spec.model, *getattr(spec, "fallback", ()))))
+    return list(names)
+
+
+def model_providers(config: RuntimeConfig) -> Any:
+    """The providers the configuration's ``models:`` section names (plus the local ``default``), else the
+    process-wide registry (the local model)."""
+    if "models" not in config.extra:
+        from sealflow.interpreter.providers import PROVIDERS
+
+        return PROVIDERS
+    from sealflow.interpreter.providers.loader import load_models
+
+    return load_models(config.extra, secrets.chain_for(config), source=config.source)
+
 class Runtime:
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
@@ -79,19 +105,19 @@ class Runtime:
         self._owns_store = not isinstance(store, Store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
-        if providers is None:
-            from sealflow.interpreter.providers import PROVIDERS as providers
+        #: tenant limits, temporary storage, secrets, models (sealflow.interpreter.service.config);
+        #: None: $SEALFLOW_CONFIG or defaults
+        self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
+        #: which provider serves which model name: the configuration's ``models:`` section, else the local model
+        self.providers = providers if providers is not None else model_providers(self.config)
         self.clock = clock or SYSTEM
         self.owner = recovery.owner_id()
         #: who holds what (sealflow.interpreter.policy.access); none configured: open development mode
         self.access: AccessProvider = access if access is not None else OpenAccess()
         if is_open(self.access):
             logging.getLogger("sealflow.access").warning("%s", self.access.describe())
-        self.engine = Engine(self.store, self.registry, providers, clock=self.clock, owner=self.owner, rng=rng,
+        self.engine = Engine(self.store, self.registry, self.providers, clock=self.clock, owner=self.owner, rng=rng,
                              access=self.access)
-        #: tenant limits, temporary storage, secrets (sealflow.interpreter.service.config);
-        #: None: $SEALFLOW_CONFIG or defaults
-        self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
         self.engine.services.config = self.config
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
         secrets.install_log_filter()
@@ -180,6 +206,7 @@ class Runtime:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
+        self._check_models(plan)
         self._check_input(plan, input)
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
@@ -203,6 +230,16 @@ class Runtime:
             raise
         self.engine.remember(plan)
         return run.id
+
+    def _check_models(self, plan: Plan) -> None:
+        """Refuse (nothing created) a plan naming a model no provider here serves."""
+        missing = [m for m in plan_models(plan) if m not in self.providers]
+        if missing:
+            where = self.config.source or "the runtime configuration ($SEALFLOW_CONFIG or --config FILE)"
+            raise ModelNotConfigured(
+                f"{plan.name} v{plan.version} names model{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(repr(m) for m in missing)}, which {where} does not define under models: "
+                "(docs/models.md)")
 
     def _check_input(self, plan: Plan, value: Any) -> None:
         if plan.input_schema is None:

@@ -146,9 +146,11 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     url = store_location(store_url)
     # the command line has said so itself (load_access): no second copy from the runtime's logger
     logging.getLogger("sealflow.access").setLevel(logging.ERROR)
+    from sealflow.interpreter.core.errors import ConfigError
+
     try:
         rt = Runtime(url, access=provider, config=load_config())
-    except StoreError as exc:
+    except (StoreError, ConfigError) as exc:
         fail_usage(str(exc))
     try:
         yield rt

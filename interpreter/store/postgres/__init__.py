@@ -26,7 +26,7 @@ def migrate(url: str, *, target: int = LATEST) -> list[int]:
     conninfo, own = split_url(url)
     with connect(conninfo, conn_kwargs(own), mask(url)) as conn:
         try:
-            return schema.migrate(conn, mask(url), target=target)
+            return schema.migrate(conn, mask(url), target=target, schema=own.get("schema"))
         except psycopg.Error as exc:
             raise StoreUnavailable(f"PostgreSQL store {mask(url)}: migration failed, its transaction rolled back: "
                                    f"{cause(exc)}") from None

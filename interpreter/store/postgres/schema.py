@@ -149,8 +149,14 @@ def check(conn, where: str, *, target: int = LATEST) -> int:
     return version
 
 
-def migrate(conn, where: str, *, target: int = LATEST) -> list[int]:
-    """Bring the database to ``target`` (each step one transaction); return the versions applied."""
+def migrate(conn, where: str, *, target: int = LATEST, schema: str | None = None) -> list[int]:
+    """Bring the database to ``target`` (each step one transaction); return the versions applied. A
+    ``schema`` named in the store URL is created first when it does not exist yet."""
+    if schema:
+        from psycopg import sql as pgsql
+
+        with conn.transaction():
+            conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
     check(conn, where)
     applied = []
     for number, description, sql in MIGRATIONS:

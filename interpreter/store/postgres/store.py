@@ -113,7 +113,7 @@ class PostgresStore(SqliteStore):
         with self._connect() as conn:
             try:
                 if migrate:
-                    schema.migrate(conn, self.url)
+                    schema.migrate(conn, self.url, schema=own.get("schema"))
                 self._version = schema.check(conn, self.url)
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"PostgreSQL store {self.url}: cannot read or migrate its schema: "

@@ -48,6 +48,7 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
     """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
     from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.policy.authz import Unauthorized
+    from sealflow.interpreter.service.runtime import ModelNotConfigured
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:
@@ -58,7 +59,7 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
         refuse(f"unauthorized: {exc.message}")
     except StepError as exc:
         fail_usage(exc.message)
-    except (IdempotencyConflict, AdmissionRefused) as exc:
+    except (IdempotencyConflict, AdmissionRefused, ModelNotConfigured) as exc:
         refuse(exc)
 
 
