@@ -325,7 +325,34 @@ def test_the_sign_template_signs_keyless_on_the_protected_branch_only():
     assert "sealflow verify" in script and ".sigstore.json" in script
 
 
+@pytest.mark.parametrize("name", ["pull-request.yml", "sign.yml"])
+def test_the_templates_install_only_a_pinned_source_the_user_fills_in(name):
+    # Given a template as shipped
+    wf = _load(name)
+    # Then it names no package to fetch from a registry by name, and its install step refuses to run empty
+    assert wf["env"]["SEALFLOW_PACKAGE"] == ""
+    install = next(s["run"] for job in wf["jobs"].values() for s in job.get("steps", [])
+                   if str(s.get("name", "")).startswith("Install sealflow"))
+    assert 'if [ -z "$SEALFLOW_PACKAGE" ]' in install and "exit 1" in install
+    assert "git URL at a commit" in (CI / name).read_text(encoding="utf-8")
+
+
 def test_the_templates_are_documented():
     doc = (ROOT / "docs" / "trust.md").read_text(encoding="utf-8")
     assert "tools/ci/pull-request.yml" in doc and "tools/ci/sign.yml" in doc
     assert "What the signature does not prove" in doc
+
+
+def test_given_a_git_work_tree_when_keygen_writes_there_then_refused_unless_forced(capsys, tmp_path):
+    # Given a folder inside a git work tree
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "keys").mkdir()
+    prefix = tmp_path / "keys" / "ops"
+    # When keygen is asked to write there
+    code, out, err = run(capsys, "keygen", "--out", prefix)
+    # Then it refuses (exit 1), writes nothing, and says where to keep the key
+    assert code == 1 and "inside the git work tree" in err and "CI secret" in err
+    assert not (tmp_path / "keys" / "ops.pem").exists() and not (tmp_path / "keys" / "ops.pub.pem").exists()
+    # And with --force it writes the pair
+    code, out, _ = run(capsys, "keygen", "--out", prefix, "--force")
+    assert code == 0 and (tmp_path / "keys" / "ops.pem").exists() and "keep the private key out" in out

@@ -17,7 +17,7 @@ import click
 
 from sealflow.cli.definition_files import expand_paths
 from sealflow.cli.diagnostics import emit_diagnostics, github_escape
-from sealflow.cli.exits import fail, fail_usage
+from sealflow.cli.exits import fail, fail_usage, refuse
 from sealflow.cli.git_files import GitError, files_at_ref, working_files
 from sealflow.cli.options import actions_option
 from sealflow.cli.session import load_action_metadata
@@ -42,17 +42,34 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 # ---------------------------------------------------------------- keygen
 
+def _work_tree(folder: Path) -> Path | None:
+    """The git work tree ``folder`` lies in, if any (found by walking up to a ``.git``)."""
+    for candidate in (folder.resolve(), *folder.resolve().parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
 @click.command()
 @click.option("--out", "prefix", required=True, metavar="PREFIX",
               help="Write PREFIX.pem (private, mode 0600) and PREFIX.pub.pem.")
-def keygen(prefix):
+@click.option("--force", is_flag=True, help="Write the private key even inside a git work tree.")
+def keygen(prefix, force):
     """Make an Ed25519 key pair for offline signing (sign --key).
 
-    Never overwrites a file. Keep PREFIX.pem secret; put PREFIX.pub.pem in the trust policy's keys.
+    Never overwrites a file, and refuses to write a private key inside a git work tree (where one
+    `git add .` would publish it) unless --force. Keep PREFIX.pem secret (a CI secret, a vault); put
+    PREFIX.pub.pem in the trust policy's keys.
     """
     from sealflow.dsl.trust import signing
 
     private, public = Path(prefix + ".pem"), Path(prefix + ".pub.pem")
+    tree = _work_tree(private.parent) if private.parent.is_dir() else None
+    if tree is not None and not force:
+        refuse(f"{private} is inside the git work tree {tree}: a private key there is one `git add` away from "
+               "being published",
+               "write it outside the repository (e.g. --out ~/.sealflow/keys/ops) and keep it as a CI secret; "
+               "--force writes it here anyway")
     for p in (private, public):
         if p.exists() or p.is_symlink():
             fail(f"{p} already exists; refusing to overwrite a key (choose another --out PREFIX)")
@@ -77,6 +94,8 @@ def keygen(prefix):
         fail(f"cannot write the key: {exc.strerror or exc}")
     kid = signing.key_id(key.public_key())
     click.echo(f"wrote {private} (private key, mode 0600: keep it secret) and {public}")
+    click.echo("keep the private key out of every repository: store it as a secret of the CI job that signs, or "
+               "in a vault, and delete this copy once it is stored")
     click.echo(f"key id (sha256 of the public key): {kid}")
     click.echo(f"trust policy entry:\n  keys:\n    - id: {Path(prefix).name}\n      public_key: {public}")
 
