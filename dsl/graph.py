@@ -81,31 +81,81 @@ def _label(kind: str, label: str | None) -> str:
     )
 
 
-def to_mermaid(plan: Plan) -> str:
-    lines = ["flowchart TD", f"  start((start)) --> {plan.start}"]
+#: how each kind of node is drawn: (Mermaid opening, closing), Graphviz shape
+_SHAPES = {
+    "step": ('["', '"]', "box"),
+    "approval": ('{{"', '"}}', "hexagon"),
+    "wait": ('(["', '"])', "box, style=rounded"),
+    "switch": ('{"', '"}', "diamond"),
+    "terminal": ('(["', '"])', "box, style=\"rounded,bold\""),
+}
+_DASHED = ("error", "timeout", "skip")
+
+
+def _nodes_and_edges(plan: Plan) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, str, str, bool]]]:
+    """The drawing as data: nodes (id, shape, title, detail) and edges (source, target, label, dashed).
+
+    Beyond the plan's edges: ``succeed`` and ``fail`` steps get an edge to the end node; a step with
+    ``requires_approval_if`` gets its gate drawn as an approval node on the way to its successors (taken when
+    the condition holds; the plain edge is taken otherwise).
+    """
+    nodes: list[tuple[str, str, str, str]] = []
+    edges: list[tuple[str, str, str, bool]] = []
     for s in plan.steps:
-        detail = s.action or s.kind
-        lines.append(f'  {s.id}["{s.id}<br/><small>{detail}</small>"]')
-    lines.append("  end_((end))")
-    for s in plan.steps:
+        kind = str(s.kind)
+        shape = {"approval": "approval", "wait": "wait", "switch": "switch", "succeed": "terminal",
+                 "fail": "terminal"}.get(kind, "step")
+        detail = s.action or kind
+        if kind == "approval" and s.approval is not None:
+            detail = "approval: " + ", ".join(s.approval.approvers)
+        elif kind == "fail" and s.fail is not None:
+            detail = f"fail: {s.fail.error}"
+        nodes.append((s.id, shape, s.id, detail))
+        gate = f"{s.id}@gate" if s.gate is not None else None
+        if gate is not None and s.gate is not None:
+            nodes.append((gate, "approval", "approval gate", ", ".join(s.gate.approvers)))
         for e in s.edges:
-            target = "end_" if e.target == END else e.target
-            label = _label(e.kind, e.label).replace('"', "'")
-            arrow = "-.->" if e.kind in ("error", "timeout", "skip") else "-->"
-            lines.append(f"  {s.id} {arrow}{'|' + label + '|' if label else ''} {target}")
+            label = _label(e.kind, e.label)
+            if gate is not None and e.kind == "next":
+                edges.append((s.id, gate, "approval needed", False))
+                edges.append((gate, e.target, "approved", False))
+                edges.append((s.id, e.target, "no approval needed", False))
+            else:
+                edges.append((s.id, e.target, label, e.kind in _DASHED))
+        if kind in ("succeed", "fail"):
+            edges.append((s.id, END, "succeeded" if kind == "succeed" else "failed", kind == "fail"))
+    return nodes, edges
+
+
+def _mermaid_id(node: str) -> str:
+    return "end_" if node == END else node.replace("@", "__")
+
+
+def to_mermaid(plan: Plan) -> str:
+    nodes, edges = _nodes_and_edges(plan)
+    lines = ["flowchart TD", f"  start((start)) --> {plan.start}"]
+    for node, shape, title, detail in nodes:
+        opening, closing, _ = _SHAPES[shape]
+        text = f"{title}<br/><small>{detail}</small>".replace('"', "'")
+        lines.append(f"  {_mermaid_id(node)}{opening}{text}{closing}")
+    lines.append("  end_((end))")
+    for src, dst, label, dashed in edges:
+        arrow = "-.->" if dashed else "-->"
+        label = label.replace('"', "'")
+        lines.append(f"  {_mermaid_id(src)} {arrow}{'|' + label + '|' if label else ''} {_mermaid_id(dst)}")
     return "\n".join(lines) + "\n"
 
 
 def to_dot(plan: Plan) -> str:
+    nodes, edges = _nodes_and_edges(plan)
     lines = [f'digraph "{plan.name}.v{plan.version}" {{', "  rankdir=TB;", '  start [shape=circle, label="start"];',
              '  end [shape=doublecircle, label="end"];', f'  start -> "{plan.start}";']
-    for s in plan.steps:
-        detail = s.action or s.kind
-        lines.append(f'  "{s.id}" [shape=box, label="{s.id}\\n{detail}"];')
-    for s in plan.steps:
-        for e in s.edges:
-            label = _label(e.kind, e.label).replace('"', "'")
-            style = ", style=dashed" if e.kind in ("error", "timeout", "skip") else ""
-            lines.append(f'  "{s.id}" -> "{e.target}" [label="{label}"{style}];')
+    for node, shape, title, detail in nodes:
+        text = f"{title}\\n{detail}".replace('"', "'")
+        lines.append(f'  "{node}" [shape={_SHAPES[shape][2]}, label="{text}"];')
+    for src, dst, label, dashed in edges:
+        style = ", style=dashed" if dashed else ""
+        label = label.replace('"', "'")
+        lines.append(f'  "{src}" -> "{dst}" [label="{label}"{style}];')
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -102,13 +102,55 @@ def plan(file, actions, as_json):
 
 @click.command()
 @click.argument("file", metavar="FILE")
-@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
-def graph(file, fmt):
-    """Draw a definition's control flow as Mermaid or Graphviz dot."""
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot", "svg", "png"]), default="mermaid",
+              show_default=True, help="svg and png are drawn by Graphviz's `dot`, which must be installed.")
+@click.option("--out", "out", metavar="FILE", help="Write the drawing to FILE (required for png).")
+def graph(file, fmt, out):
+    """Draw a definition's control flow: steps, switches, approval gates (also those of
+    requires_approval_if), waits, error routes (dashed) and the end of the run."""
     from sealflow.dsl import graph as g
 
     compiled = compile_or_exit(file, ())
-    click.echo(g.to_mermaid(compiled) if fmt == "mermaid" else g.to_dot(compiled), nl=False)
+    if fmt == "mermaid":
+        _write(g.to_mermaid(compiled).encode(), out)
+        return
+    dot = g.to_dot(compiled)
+    if fmt == "dot":
+        _write(dot.encode(), out)
+        return
+    if fmt == "png" and out is None:
+        fail_usage("--format png needs --out FILE (a PNG is not printed to a terminal)")
+    _write(_render(dot, fmt), out)
+
+
+def _render(dot: str, fmt: str) -> bytes:
+    """``dot`` drawn as ``fmt`` by Graphviz; a clear usage error when Graphviz is absent or fails."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("dot")
+    if exe is None:
+        fail_usage(f"--format {fmt} needs Graphviz's `dot` on PATH, which is not installed; install the "
+                   "graphviz package (apt-get install graphviz, brew install graphviz), or use --format dot or "
+                   "--format mermaid")
+    try:
+        proc = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        fail_usage(f"Graphviz could not draw the graph: {exc}")
+    if proc.returncode != 0:
+        fail_usage(f"Graphviz could not draw the graph: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def _write(data: bytes, out: str | None) -> None:
+    if out is None:
+        click.echo(data.decode(), nl=False)
+        return
+    try:
+        with open(out, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        fail_usage(f"--out {out}: {exc.strerror or exc}")
 
 
 def register(group: click.Group) -> None:
