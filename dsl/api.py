@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError, Location, sort_diagnostics
+from sealflow.dsl.errors import DefinitionError, Diagnostic, Location, sort_diagnostics
 from sealflow.dsl.loader import DEFAULT_LIMITS, Document, Limits, load_bytes, load_file
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
@@ -98,7 +98,7 @@ def _guard(path: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: Any)
         return fn(*args, **kwargs)
     except DefinitionError as exc:
         return CheckResult(path, exc.diagnostics)
-    except (DslError, RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the contract: a result with diagnostics, never an exception
         if os.environ.get("SEALFLOW_DEBUG"):
             raise
         return CheckResult(path, [Diagnostic("E000", f"internal error: {type(exc).__name__}: {exc}",
