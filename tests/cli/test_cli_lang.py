@@ -145,3 +145,16 @@ def test_given_garbage_when_validated_in_a_real_process_then_exit_1_and_no_trace
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert f"{path}:" in proc.stdout and "error[" in proc.stdout
+
+
+def test_given_no_actions_when_validating_then_a_note_says_once_that_action_names_were_not_checked(capsys):
+    # Given the example definitions, which call actions
+    folder = str(Path(__file__).resolve().parents[2] / "definitions")
+    # When validated without --actions, then with them
+    bare = main(["validate", folder])
+    bare_err = capsys.readouterr().err
+    checked = main(["validate", "--actions", "sealflow.demo", folder])
+    checked_err = capsys.readouterr().err
+    # Then the first says once how to check action names, the second says nothing of it
+    assert bare == 0 and bare_err.count("were not checked against your actions") == 1 and "--actions" in bare_err
+    assert checked == 0 and "were not checked" not in checked_err

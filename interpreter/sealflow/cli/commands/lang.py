@@ -38,7 +38,18 @@ def validate(paths, actions, fmt):
 
     Exit 0 when every file is valid, 1 when any has an error, 2 on a usage error.
     """
-    sys.exit(_report(_check_paths(paths, actions, lint=False), fmt, strict_warnings=False))
+    results = _check_paths(paths, actions, lint=False)
+    code = _report(results, fmt, strict_warnings=False)
+    if not actions and fmt == "text" and any(_calls_actions(r) for r in results):
+        click.echo("note: action names and their permissions were not checked against your actions; pass "
+                   "--actions MODULE (repeatable: a module or a .py file) to check them", err=True)
+    sys.exit(code)
+
+
+def _calls_actions(result) -> bool:
+    """Whether a checked definition names any action (what --actions would have checked)."""
+    plan = result.plan
+    return plan is not None and any(s.action for s in plan.steps)
 
 
 @click.command()
