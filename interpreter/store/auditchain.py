@@ -215,9 +215,9 @@ class SqliteChain:
                 if detail is not None and ((redact and REDACTOR.contains(detail)) or tenant is None
                                            or '"error_class"' in detail or '"decision"' in detail):
                     parsed = json.loads(detail)
-                    if redact and REDACTOR.contains(detail):
+                    if redact and REDACTOR.contains(detail):  # leaf by leaf, then escaped forms in the text
                         parsed = REDACTOR.value(parsed)
-                        detail = _dumps(parsed)
+                        detail = REDACTOR.text(_dumps(parsed))
                     pmap = parsed if type(parsed) is dict else None
                 if extra.get("tenant"):
                     tenant = extra["tenant"]
@@ -265,11 +265,11 @@ class SqliteChain:
             else:  # chained to the head just read under this transaction's write lock
                 c.execute(_HEAD_UPSERT, (tenant, seq, digest))
             moved.append(tenant)
-        if stale:  # another process appended meanwhile: put the heads back, chain again on the stored ones
-            for tenant in moved:
-                c.execute(_HEAD_UPSERT, (tenant, *based[tenant]))
+        if stale:  # another process appended meanwhile: chain again on the stored heads
+            # (a head already moved here stays: it was moved from the stored head, and chaining again from
+            # that same head gives the same rows; heads never move backwards, see the triggers)
             known.clear()
-            rows, heads, based = self.rows(c, pending, None)
+            rows, heads, based = self.rows(c, pending, {t: based[t] for t in moved})
             for tenant, (seq, digest) in heads.items():
                 c.execute(_HEAD_UPSERT, (tenant, seq, digest))
         c.executemany(INSERT, rows)
