@@ -30,8 +30,11 @@ event that does not hold: an *edited* event (its hash no longer matches its
 content), a *deleted* one (a gap in ``seq``, or a ``prev_hash`` that is not the
 previous event's hash; a deleted tail shows against the head), an *inserted*
 one and a *reordered* pair (``seq`` out of order, links broken). Someone able
-to rewrite the whole file can recompute a consistent chain: anchor it by
-keeping the head hashes ``sealflow audit verify`` prints somewhere else.
+to rewrite the whole file can cut a tail and move its head back, wipe a tenant,
+or recompute a consistent chain: an anchor kept outside the store
+(:mod:`sealflow.interpreter.store.auditanchor`, ``sealflow audit head --json``)
+shows those. The heads only move forward: triggers refuse deleting a head,
+moving it back or rewriting it at its seq (SQLite migration 7, PostgreSQL 5).
 """
 
 from __future__ import annotations
@@ -287,7 +290,8 @@ class Break:
     tenant: str
     event_id: int | None
     seq: int | None
-    problem: str  # edited | deleted | inserted | reordered | truncated | unchained
+    #: edited | deleted | inserted | reordered | truncated | unchained; against an anchor: cut | wiped | rewritten
+    problem: str
     message: str
 
 
