@@ -25,10 +25,12 @@ step with ``configuration``, naming the secret and where it was looked for
 Values never reach definitions (they name actions, not secrets), messages
 (ids only), the store or the audit trail: every value resolved in this process
 is remembered by :data:`REDACTOR`, and the engine replaces it with
-``[redacted:<name>]`` in what it records (outputs of actions that declared
-secrets, error messages, dead-letter reasons, audit details) and in every log
-record of the ``sealflow`` loggers (:class:`RedactingFilter`). Values shorter
-than :data:`MIN_REDACT_LENGTH` characters are not redacted (they would mangle
+``[redacted:<name>]`` in what it records (step and run outputs, error messages,
+dead-letter reasons, ledger entries, attempt data, audit details) and in every
+log record of the ``sealflow`` loggers (:class:`RedactingFilter`), in every
+form it takes once written (JSON- and repr-escaped, base64: see
+:mod:`sealflow.interpreter.core.redaction`). Values shorter than
+:data:`MIN_REDACT_LENGTH` characters are not redacted (they would mangle
 ordinary text); do not use such secrets.
 """
 
