@@ -230,7 +230,11 @@ class Scripted:
 
     name = "scripted"
 
+    def __init__(self):
+        self.requests: list = []
+
     def complete(self, request):
+        self.requests.append(request)
         if not request.transcript:
             return ModelResult(output=None, text="", input_tokens=1, output_tokens=1, cost_usd=0.0,
                                model=request.model, tool_call=ToolCall("vault.read", {"name": "crm"}, id="c1"))
@@ -251,16 +255,20 @@ def test_a_secret_is_redacted_from_agent_transcripts_recordings_and_the_answer(
 
     # Given an agent whose tool hands it the secret, its model calls recorded to a file
     recording = tmp_path / "calls.jsonl"
-    providers["m"] = RecordingProvider(Scripted(), recording)
+    model = Scripted()
+    providers["m"] = RecordingProvider(model, recording)
     step = S("research", "agent", permissions=("vault:read",),
              agent=AgentPlan(model="m", goal="read the crm key", tools=("vault.read",), max_steps=3,
                              output_schema={"type": "object", "required": ["answer"],
                                             "properties": {"answer": {"type": "string"}}}, max_tokens=100))
     # When the agent runs
     status = runtime.run(make_plan(step, output="${{ steps.research.output }}"), {}, initiator="user:ana")
-    # Then it completed; the recorded transcript, the attempt's transcript summary and the answer hold the
-    # secret's name only
+    # Then it completed; the transcript the model was sent, the recorded one, the attempt's transcript
+    # summary and the answer hold the secret's name only
     assert status.state == "completed", status.error
+    sent = json.dumps([list(r.transcript) for r in model.requests])
+    assert MARK in sent
+    assert_clean(sent, secret, "the transcript sent to the model")
     text = recording.read_text()
     assert MARK in text
     assert_clean(text, secret, "the model recording")
