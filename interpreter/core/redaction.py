@@ -4,17 +4,44 @@ The lowest layer holds it because every layer writes text that may carry a secre
 chain (:mod:`sealflow.interpreter.store.auditchain`), the engine's commits
 (:func:`sealflow.interpreter.execution.secrets.redact_commit`) and the logs. Secret providers
 (:mod:`sealflow.interpreter.execution.secrets`) remember each value they resolve in :data:`REDACTOR`.
+
+A secret is matched in every form it takes once written down (:func:`forms`): as is, JSON-escaped (a
+``"``, a ``\\`` or the newlines of a PEM key become ``\\"``, ``\\\\``, ``\\n``; escaped twice when JSON
+text is itself a string of JSON), ``repr``-escaped (a message built with ``{value!r}``) and base64-encoded
+(standard and URL-safe alphabets, padded or not). Structured values are redacted leaf by leaf
+(:meth:`Redactor.value`) before they become JSON; :meth:`Redactor.text` over the JSON text is the final
+pass.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 
+from sealflow.interpreter.core.jsonc import dumps
+
 MIN_REDACT_LENGTH = 4
+
+
+def forms(value: str) -> set[str]:
+    """Every form ``value`` takes in text: raw, JSON-escaped (ASCII-only or not, once and twice),
+    ``repr``-escaped, and base64 of its UTF-8 bytes (standard and URL-safe, with and without padding)."""
+    out = {value}
+    for ascii_only in (False, True):
+        once = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        out.add(once)
+        out.add(json.dumps(once, ensure_ascii=ascii_only)[1:-1])
+    out.add(repr(value)[1:-1])
+    raw = value.encode("utf-8", "surrogatepass")
+    for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        text = encoded.decode("ascii")
+        out.update((text, text.rstrip("=")))
+    return {f for f in out if len(f) >= MIN_REDACT_LENGTH}
 
 
 class Redactor:
@@ -22,6 +49,8 @@ class Redactor:
 
     def __init__(self) -> None:
         self._values: dict[str, str] = {}
+        #: every form of every value (:func:`forms`) -> the secret's name
+        self._forms: dict[str, str] = {}
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
 
@@ -34,35 +63,58 @@ class Redactor:
             return
         with self._lock:
             self._values[value] = name
+            for form in forms(value):
+                self._forms[form] = name
             # longest first, so a secret containing another is replaced whole
-            ordered = sorted(self._values, key=len, reverse=True)
+            ordered = sorted(self._forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
         install_log_filter()
 
     def forget_all(self) -> None:
         with self._lock:
             self._values.clear()
+            self._forms.clear()
             self._pattern = None
 
     def text(self, value: str | None) -> str | None:
         pattern = self._pattern
-        if pattern is None or not value:
-            return value
-        values = self._values
-        redacted: str = pattern.sub(lambda m: f"[redacted:{values.get(m.group(0), 'secret')}]", value)
+        if pattern is None or not value or not pattern.search(value):
+            return value  # the very same object: callers tell "nothing to redact" by identity
+        names = self._forms
+        redacted: str = pattern.sub(lambda m: f"[redacted:{names.get(m.group(0), 'secret')}]", value)
         return redacted
 
     def value(self, value: Any) -> Any:
-        """``value`` with every string inside redacted (maps, lists, tuples walked)."""
-        if self._pattern is None:
+        """``value`` with every string inside redacted (maps, their keys, lists, tuples walked); the very
+        same object when nothing in it needed redacting."""
+        pattern = self._pattern
+        if pattern is None:
             return value
         if isinstance(value, str):
-            return self.text(value)
+            return self.text(value) if pattern.search(value) else value
         if isinstance(value, Mapping):
-            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
+            items = [(self.value(k), self.value(v)) for k, v in value.items()]
+            if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
+                return value
+            return dict(items)
         if isinstance(value, (list, tuple)):
-            return type(value)(self.value(v) for v in value)
+            walked = [self.value(v) for v in value]
+            if all(v is v0 for v, v0 in zip(walked, value, strict=True)):
+                return value
+            return type(value)(walked)
         return value
+
+    def json_text(self, text: str | None) -> str | None:
+        """JSON ``text`` (as :func:`~sealflow.interpreter.core.jsonc.dumps` writes it) with secrets redacted
+        in every string leaf, written again, then :meth:`text` over the result; text that is not JSON
+        gets :meth:`text` alone."""
+        if not self.contains(text):
+            return text
+        try:
+            again = dumps(self.value(json.loads(text)))  # type: ignore[arg-type]
+        except (ValueError, TypeError, RecursionError):
+            return self.text(text)
+        return self.text(again)
 
     def contains(self, text: str | None) -> bool:
         return bool(self._pattern is not None and text and self._pattern.search(text))

@@ -25,10 +25,12 @@ step with ``configuration``, naming the secret and where it was looked for
 Values never reach definitions (they name actions, not secrets), messages
 (ids only), the store or the audit trail: every value resolved in this process
 is remembered by :data:`REDACTOR`, and the engine replaces it with
-``[redacted:<name>]`` in what it records (outputs of actions that declared
-secrets, error messages, dead-letter reasons, audit details) and in every log
-record of the ``sealflow`` loggers (:class:`RedactingFilter`). Values shorter
-than :data:`MIN_REDACT_LENGTH` characters are not redacted (they would mangle
+``[redacted:<name>]`` in what it records (step and run outputs, error messages,
+dead-letter reasons, ledger entries, attempt data, audit details) and in every
+log record of the ``sealflow`` loggers (:class:`RedactingFilter`), in every
+form it takes once written (JSON- and repr-escaped, base64: see
+:mod:`sealflow.interpreter.core.redaction`). Values shorter than
+:data:`MIN_REDACT_LENGTH` characters are not redacted (they would mangle
 ordinary text); do not use such secrets.
 """
 
@@ -152,27 +154,33 @@ class SecretChain:
 
 def redact_commit(commit):
     """``commit`` (a :class:`~sealflow.interpreter.store.base.Commit`) with secret values blanked out of what
-    it records."""
+    it records: JSON (outputs, ledger results) leaf by leaf and then as text, structures (attempt data,
+    audit details) leaf by leaf, messages as text, in every form a secret takes (see
+    :mod:`sealflow.interpreter.core.redaction`)."""
     red = REDACTOR
     if not red.active:
         return commit
-    step, run, dead = commit.step, commit.run, commit.dead_letter
+    step, run, dead, nxt = commit.step, commit.run, commit.dead_letter, commit.next
     changes: dict[str, Any] = {}
-    if step is not None and (red.contains(step.error_message) or red.contains(step.output_json)
-                             or (step.data and red.contains(repr(step.data)))):
-        changes["step"] = dataclasses.replace(step, error_message=red.text(step.error_message),
-                                              output_json=red.text(step.output_json),
-                                              data=red.value(step.data) if step.data else step.data)
-    if red.contains(run.error_message) or red.contains(run.output_json):
-        changes["run"] = dataclasses.replace(run, error_message=red.text(run.error_message),
-                                             output_json=red.text(run.output_json))
+    if step is not None:
+        fields = {"error_message": red.text(step.error_message), "output_json": red.json_text(step.output_json),
+                  "data": red.value(step.data) if step.data else step.data}
+        if any(value is not getattr(step, key) for key, value in fields.items()):
+            changes["step"] = dataclasses.replace(step, **fields)
+    error, output = red.text(run.error_message), red.json_text(run.output_json)
+    if error is not run.error_message or output is not run.output_json:
+        changes["run"] = dataclasses.replace(run, error_message=error, output_json=output)
+    if nxt is not None and nxt.data and red.value(nxt.data) is not nxt.data:
+        changes["next"] = dataclasses.replace(nxt, data=red.value(nxt.data))
     if dead is not None and red.contains(dead.reason):
         changes["dead_letter"] = dataclasses.replace(dead, reason=red.text(dead.reason))
     if commit.ledger is not None and red.contains(commit.ledger.result_json):
-        changes["ledger"] = dataclasses.replace(commit.ledger, result_json=red.text(commit.ledger.result_json))
-    if commit.audit and any(e.detail and red.contains(repr(e.detail)) for e in commit.audit):
-        changes["audit"] = tuple(dataclasses.replace(e, detail=red.value(e.detail)) if e.detail else e
-                                 for e in commit.audit)
+        changes["ledger"] = dataclasses.replace(commit.ledger, result_json=red.json_text(commit.ledger.result_json))
+    if commit.audit:
+        details = [red.value(e.detail) if e.detail else e.detail for e in commit.audit]
+        if any(d is not e.detail for d, e in zip(details, commit.audit, strict=True)):
+            changes["audit"] = tuple(dataclasses.replace(e, detail=d) for d, e in zip(details, commit.audit,
+                                                                                      strict=True))
     return dataclasses.replace(commit, **changes) if changes else commit
 
 

@@ -71,10 +71,11 @@ def _result(data: dict[str, Any]) -> ModelResult:
                        cost_usd=float(data.get("cost_usd", 0.0)), model=data.get("model", ""), tool_call=tool_call)
 
 
-def _redact(value: Any) -> Any:
+def _redacted_line(entry: dict[str, Any]) -> str:
+    """``entry`` as one JSON line, secrets redacted leaf by leaf and then (escaped forms) in the text."""
     from sealflow.interpreter.execution.secrets import REDACTOR
 
-    return REDACTOR.value(value)
+    return REDACTOR.text(canonical(REDACTOR.value(entry))) or ""
 
 
 _FILE_LOCKS: dict[Path, threading.Lock] = {}
@@ -110,7 +111,7 @@ class RecordingProvider:
         return result
 
     def _write(self, entry: dict[str, Any]) -> None:
-        line = canonical(_redact(entry)) + "\n"
+        line = _redacted_line(entry) + "\n"
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as out:

@@ -30,8 +30,11 @@ event that does not hold: an *edited* event (its hash no longer matches its
 content), a *deleted* one (a gap in ``seq``, or a ``prev_hash`` that is not the
 previous event's hash; a deleted tail shows against the head), an *inserted*
 one and a *reordered* pair (``seq`` out of order, links broken). Someone able
-to rewrite the whole file can recompute a consistent chain: anchor it by
-keeping the head hashes ``sealflow audit verify`` prints somewhere else.
+to rewrite the whole file can cut a tail and move its head back, wipe a tenant,
+or recompute a consistent chain: an anchor kept outside the store
+(:mod:`sealflow.interpreter.store.auditanchor`, ``sealflow audit head --json``)
+shows those. The heads only move forward: triggers refuse deleting a head,
+moving it back or rewriting it at its seq (SQLite migration 7, PostgreSQL 5).
 """
 
 from __future__ import annotations
@@ -215,9 +218,9 @@ class SqliteChain:
                 if detail is not None and ((redact and REDACTOR.contains(detail)) or tenant is None
                                            or '"error_class"' in detail or '"decision"' in detail):
                     parsed = json.loads(detail)
-                    if redact and REDACTOR.contains(detail):
+                    if redact and REDACTOR.contains(detail):  # leaf by leaf, then escaped forms in the text
                         parsed = REDACTOR.value(parsed)
-                        detail = _dumps(parsed)
+                        detail = REDACTOR.text(_dumps(parsed))
                     pmap = parsed if type(parsed) is dict else None
                 if extra.get("tenant"):
                     tenant = extra["tenant"]
@@ -265,11 +268,11 @@ class SqliteChain:
             else:  # chained to the head just read under this transaction's write lock
                 c.execute(_HEAD_UPSERT, (tenant, seq, digest))
             moved.append(tenant)
-        if stale:  # another process appended meanwhile: put the heads back, chain again on the stored ones
-            for tenant in moved:
-                c.execute(_HEAD_UPSERT, (tenant, *based[tenant]))
+        if stale:  # another process appended meanwhile: chain again on the stored heads
+            # (a head already moved here stays: it was moved from the stored head, and chaining again from
+            # that same head gives the same rows; heads never move backwards, see the triggers)
             known.clear()
-            rows, heads, based = self.rows(c, pending, None)
+            rows, heads, based = self.rows(c, pending, {t: based[t] for t in moved})
             for tenant, (seq, digest) in heads.items():
                 c.execute(_HEAD_UPSERT, (tenant, seq, digest))
         c.executemany(INSERT, rows)
@@ -287,7 +290,8 @@ class Break:
     tenant: str
     event_id: int | None
     seq: int | None
-    problem: str  # edited | deleted | inserted | reordered | truncated | unchained
+    #: edited | deleted | inserted | reordered | truncated | unchained; against an anchor: cut | wiped | rewritten
+    problem: str
     message: str
 
 

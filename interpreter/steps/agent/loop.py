@@ -48,7 +48,8 @@ recorded in the ledger and replayed, like an action's.
 
 **Audit.** The attempt's ``data`` (and a ``step.detail`` audit event) holds a minimised
 transcript: per call its number, tool name, a hash of the arguments and the outcome;
-never arguments or results. A tool name the model invented that is not a well-formed
+never arguments or results. Secret values known to the process are redacted from tool
+results and error messages before the model sees them. A tool name the model invented that is not a well-formed
 action name is recorded as a hash too.
 """
 
@@ -66,6 +67,7 @@ from typing import Any
 from sealflow.dsl import expressions
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
@@ -309,7 +311,7 @@ class AgentLoop:
                 log.warning("agent tool %s (call %d of step %r, run %s) failed: %s", tool.name, entry["n"],
                             x.step.id, x.run.id, outcome.message)
                 message = "the tool failed unexpectedly"
-            turn.update(status="error", error={"class": outcome.error_class, "message": message})
+            turn.update(status="error", error={"class": outcome.error_class, "message": REDACTOR.text(message)})
             self.transcript.append(turn)
             return None
         try:
@@ -324,7 +326,7 @@ class AgentLoop:
         result: Any = json.loads(text)
         if len(text) > MAX_RESULT_CHARS:
             result = {"truncated": True, "chars": len(text), "preview": text[:MAX_RESULT_CHARS]}
-        turn.update(status="ok", result=result)
+        turn.update(status="ok", result=REDACTOR.value(result))  # a secret never reaches the model
         self.transcript.append(turn)
         return None
 

@@ -5,7 +5,8 @@ recorded version again under that lock: two processes migrating at once apply ea
 running :func:`migrate` again does nothing (idempotent). A database whose version is newer than
 :data:`LATEST` is refused with :class:`SchemaTooNew`; one that is older is refused with
 :class:`SchemaTooOld` unless the caller asked to migrate (``sealflow store migrate``, or a worker
-started with migration on). Append migrations; never edit one that has shipped.
+started with migration on). Append migrations; never edit one that has shipped. Numbers may skip
+(branches reserve theirs); they only increase.
 """
 
 from __future__ import annotations
@@ -117,12 +118,36 @@ CREATE TABLE workers (
 );
 """
 
+# the heads of the audit chains only move forward: a head cannot be deleted (a wiped tenant), moved back
+# (a cut tail hidden with it) or rewritten at its seq; TRUNCATE (which row triggers do not see) is refused
+# on the heads and on the audit log
+_V5_HEADS = """
+CREATE FUNCTION sealflow_audit_heads_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    RAISE EXCEPTION 'audit heads only move forward: a head cannot be deleted';
+  END IF;
+  IF NEW.tenant IS DISTINCT FROM OLD.tenant OR NEW.seq < OLD.seq
+     OR (NEW.seq = OLD.seq AND NEW.hash IS DISTINCT FROM OLD.hash) THEN
+    RAISE EXCEPTION 'audit heads only move forward: a head cannot move back or be rewritten';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER audit_heads_forward BEFORE UPDATE OR DELETE ON audit_heads
+  FOR EACH ROW EXECUTE FUNCTION sealflow_audit_heads_forward();
+CREATE TRIGGER audit_heads_no_truncate BEFORE TRUNCATE ON audit_heads
+  FOR EACH STATEMENT EXECUTE FUNCTION sealflow_audit_append_only();
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+  FOR EACH STATEMENT EXECUTE FUNCTION sealflow_audit_append_only();
+"""
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
         "tenant usage, definition registry", _V1),
     (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
     (3, "workers heartbeat in the store", _V3_WORKERS),
+    (5, "audit heads only move forward (no delete, no move back); no TRUNCATE of the audit", _V5_HEADS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -4,7 +4,7 @@
 database applies the missing migrations in order, each in its own
 transaction; a database whose version is newer than :data:`LATEST` is refused
 (:class:`SchemaTooNew`) rather than guessed at. Append migrations; never edit
-one that has shipped.
+one that has shipped. Numbers may skip (branches reserve theirs); they only increase.
 """
 
 from __future__ import annotations
@@ -103,6 +103,16 @@ ALTER TABLE runs ADD COLUMN access_mode TEXT;
 CREATE INDEX runs_tenant_state ON runs(tenant, state);
 """
 
+# the heads of the audit chains only move forward: a head cannot be deleted (a wiped tenant), moved back
+# (a cut tail hidden with it) or rewritten at its seq; the audit table's own triggers refuse edits
+_V7_HEADS = """
+CREATE TRIGGER audit_heads_no_delete BEFORE DELETE ON audit_heads
+  BEGIN SELECT RAISE(ABORT, 'audit heads only move forward: a head cannot be deleted'); END;
+CREATE TRIGGER audit_heads_forward BEFORE UPDATE ON audit_heads
+  WHEN NEW.tenant IS NOT OLD.tenant OR NEW.seq < OLD.seq OR (NEW.seq = OLD.seq AND NEW.hash IS NOT OLD.hash)
+  BEGIN SELECT RAISE(ABORT, 'audit heads only move forward: a head cannot move back or be rewritten'); END;
+"""
+
 
 def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
     # one statement at a time (a trigger body holds ';' until its END;)
@@ -142,6 +152,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
     (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
+    (7, "audit heads only move forward (no delete, no move back)", _statements(_V7_HEADS)),
 ]
 LATEST = MIGRATIONS[-1][0]
 
