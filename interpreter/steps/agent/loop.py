@@ -299,7 +299,7 @@ class AgentLoop:
         own = json.loads(json.dumps(arguments, default=repr))
         self.tool_calls += 1
         self.in_a_row = 0
-        outcome = call(x, lambda ctx, a=tool.action, kw=own: a(ctx, **kw), key)
+        outcome = call(x, lambda ctx, a=tool.action, kw=own: a(ctx, **kw), key, act=tool.action)
         if isinstance(outcome, Failed):
             if outcome.timed_out:
                 entry["outcome"] = "timeout"

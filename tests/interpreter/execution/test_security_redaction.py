@@ -19,7 +19,6 @@ from sealflow.dsl.plan import AgentPlan
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.redaction import Redactor
 from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.execution.secrets import SecretChain
 from sealflow.interpreter.providers.base import ModelResult, ToolCall
 from sealflow.interpreter.providers.recording import RecordingProvider
 from sealflow.interpreter.store import AuditEvent, auditchain
@@ -248,10 +247,10 @@ def test_a_secret_is_redacted_from_agent_transcripts_recordings_and_the_answer(
         runtime, registry, providers, case, tmp_path):
     secret, embed = case
 
-    @action("vault.read", registry=registry, permissions=["vault:read"], effect="read")
+    @action("vault.read", registry=registry, permissions=["vault:read"], effect="read", secrets=["api_key"])
     def vault(ctx, name: str) -> dict:
-        """Read a credential (a vault client: agent tools get no ``ctx.secrets``)."""
-        return embed(SecretChain().resolve(["api_key"])["api_key"])
+        """Read a credential: an agent tool gets the secrets it declares, as an action step does."""
+        return embed(ctx.secrets["api_key"])
 
     # Given an agent whose tool hands it the secret, its model calls recorded to a file
     recording = tmp_path / "calls.jsonl"

@@ -7,6 +7,7 @@ from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.dsl.plan import AgentPlan, AiPlan
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.service.runtime import ModelNotConfigured
 
 SCHEMA = {"type": "object", "required": ["classification"],
           "properties": {"classification": {"enum": ["high", "low"]}, "reason": {"type": "string"}}}
@@ -50,15 +51,27 @@ def test_validate_rules_apply_to_model_output(runtime, providers):
 
 def test_fallback_models_are_tried_when_the_first_is_unavailable(runtime, providers):
     providers["m1"] = FakeProvider(StepError("unavailable", "503"))
+    providers["keyless"] = FakeProvider(StepError("configuration", "the model's API key secret is missing"))
     providers["m2"] = backup = FakeProvider({"classification": "low"})
-    plan = make_plan(ai_step(fallback=("missing-model", "m2")), output="${{ steps.classify.output }}")
+    plan = make_plan(ai_step(fallback=("keyless", "m2")), output="${{ steps.classify.output }}")
     status = runtime.run(plan, {"lead": "x"}, initiator="u")
     assert status.output == {"classification": "low"} and backup.requests[0].model == "m2"
 
 
-def test_an_unknown_model_without_fallback_is_a_configuration_error(runtime):
-    status = runtime.run(make_plan(ai_step(model="nope")), {"lead": "x"}, initiator="u")
-    assert status.error[0] == "configuration" and "nope" in status.error[1]
+def test_an_unknown_model_is_refused_at_submit_and_nothing_is_created(runtime):
+    with pytest.raises(ModelNotConfigured, match="'nope'"):
+        runtime.submit(make_plan(ai_step(model="nope")), {"lead": "x"}, initiator="u")
+    assert runtime.store.active_runs() == []
+
+
+def test_a_model_gone_from_the_executing_process_is_a_configuration_error(runtime, providers):
+    # Given a run submitted while the model was served, then the model removed from this process
+    providers["m1"] = FakeProvider({"classification": "low"})
+    run_id = runtime.submit(make_plan(ai_step(model="m1")), {"lead": "x"}, initiator="u")
+    del providers["m1"]
+    # When it is driven, then the step fails with configuration, naming the model
+    status = runtime.drive(run_id)
+    assert status.error[0] == "configuration" and "m1" in status.error[1]
 
 
 def test_the_token_budget_stops_the_run(runtime, providers):
@@ -69,10 +82,10 @@ def test_the_token_budget_stops_the_run(runtime, providers):
     assert status.error[0] == "budget_exceeded" and status.run.tokens == 1200
 
 
-def test_an_agent_step_with_an_unknown_model_is_a_configuration_error(runtime):
+def test_an_agent_step_with_an_unknown_model_is_refused_at_submit(runtime):
     plan = make_plan(S("agent", "agent", agent=AgentPlan(model="m1", goal="do it", max_steps=3)))
-    status = runtime.run(plan, {}, initiator="u")
-    assert status.error[0] == "configuration" and "m1" in status.error[1]
+    with pytest.raises(ModelNotConfigured, match="'m1'"):
+        runtime.submit(plan, {}, initiator="u")
 
 
 def test_the_cost_budget_stops_the_run(runtime, providers):
