@@ -62,6 +62,22 @@ class Verified:
     signature_file: str = ""
     #: the plan compiled from exactly the verified bytes
     plan: Any = dataclasses.field(default=None, compare=False, repr=False)
+    #: the verified bytes and the signature file's bytes (DSSE envelope or Sigstore bundle)
+    source: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+    envelope: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+
+    @property
+    def envelope_kind(self) -> str:
+        return "dsse" if self.method == "key" else "sigstore"
+
+    def principal(self) -> str:
+        """Who signed, independent of any policy's labels: ``key:<sha256 fingerprint of the public key>``
+        or ``sigstore:<identity>@<issuer>``. A key id is scoped to the policy that defines it, so a
+        recorded signer is never the id alone."""
+        d = self.details
+        if self.method == "key":
+            return f"key:{d['fingerprint']}"
+        return f"sigstore:{d.get('identity', '?')}@{d.get('issuer', '?')}"
 
     def who(self) -> str:
         d = self.details
@@ -157,7 +173,8 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
         signers, method, details = verify_envelope(data, signature, policy, now=now), "key", None
     else:
         signers, method, details = [SIGSTORE], "sigstore", verify_sigstore(data, signature, policy)
-    return _check_definition(data, path, policy, signers, method, details, signature_file, actions)
+    verified = _check_definition(data, path, policy, signers, method, details, signature_file, actions)
+    return dataclasses.replace(verified, source=data, envelope=signature)
 
 
 def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,

@@ -59,6 +59,7 @@ from sealflow.interpreter.store.base import (
     NextAttempt,
     Store,
 )
+from sealflow.interpreter.store.definitions import DefinitionSource, Registration
 from sealflow.interpreter.store.errors import AdmissionRefused
 
 
@@ -170,17 +171,28 @@ class Runtime:
 
     # -- runs --------------------------------------------------------------------------------------
     def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
-               idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None) -> str:
+               idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
+               source: DefinitionSource | None = None, pin: bool = False) -> str:
         """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
 
         The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
         the plan declares in ``tenant``, else :class:`~sealflow.interpreter.policy.authz.Unauthorized` and nothing
-        is created."""
+        is created. A signed definition (``signer`` other than ``unsigned``) is recorded in the store's
+        registry with its ``source`` (exact bytes and signature envelope) and, with ``pin``, its pin, in the
+        same transaction as the run: every refusal (authorisation, invalid input, the registry's
+        :class:`~sealflow.interpreter.store.definitions.DefinitionRefused`, admission, an idempotency
+        conflict) writes no run, no definition, no pin and uses no quota; only its audit event."""
         if not plan.digest:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
         self._check_input(plan, input)
+        signed = signer is not None and signer != "unsigned"
+        if pin and not signed:
+            raise StepError("invalid_request", "pinning a version needs a signed definition (--trust): only "
+                                               "signed versions are recorded and pinned")
+        registration = Registration(plan.name, plan.version, plan.digest, signer, source, pin, initiator) \
+            if signed else None
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
         first = plan.step(plan.start)
@@ -195,7 +207,7 @@ class Runtime:
                      acting_as=acting, access_mode=mode_of(self.access), signer=signer)
         limits = self.config.limits(tenant)
         try:
-            run, _created = self.store.submit(new, now, None if limits.admits_all else limits)
+            run, _created = self.store.submit(new, now, None if limits.admits_all else limits, registration)
         except AdmissionRefused as exc:  # nothing was created; the refusal is audited
             self.store.append_audit(AuditEvent("submit_refused", None, initiator, tenant=tenant, detail={
                 "limit": exc.limit, "retry_after": round(exc.retry_after, 3), "workflow": plan.name,

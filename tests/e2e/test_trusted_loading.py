@@ -48,6 +48,12 @@ def run(capsys, folder, name, *extra):
     return cli(capsys, "run", folder / name, "--trust", folder / "policy.yaml", "--input", INPUT, "--json", *extra)
 
 
+def fingerprint(public_pem: Path) -> str:
+    from sealflow.dsl.trust import signing
+
+    return signing.key_id(signing.load_public_key(public_pem.read_bytes()))
+
+
 def runs_in_store(capsys) -> int:
     from sealflow.interpreter.store import open_store
 
@@ -61,11 +67,12 @@ def runs_in_store(capsys) -> int:
 def test_given_a_signed_definition_when_run_with_trust_then_it_runs_and_records_its_signer(capsys, signed):
     code, out, _ = run(capsys, signed, "lead-qualification.v1.yaml")
     result = json.loads(out)
-    assert code == 0 and result["state"] == "completed" and result["signer"] == "ops"
+    signer = f"key:{fingerprint(signed / 'ops.pub.pem')}"  # the key itself, not the policy's label "ops"
+    assert code == 0 and result["state"] == "completed" and result["signer"] == signer
     code, out, _ = cli(capsys, "definitions", "list", "--json")
     [record] = json.loads(out)
     assert (record["name"], record["version"], record["signer"], record["active"]) == \
-        ("lead-qualification", 1, "ops", True)
+        ("lead-qualification", 1, signer, True)
 
 
 def test_given_a_tampered_file_when_run_with_trust_then_refused_and_nothing_runs(capsys, signed):

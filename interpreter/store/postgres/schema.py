@@ -117,12 +117,25 @@ CREATE TABLE workers (
 );
 """
 
+# the submitted bytes and envelopes of definitions; an executor's refusal of a version
+# (sealflow.interpreter.store.definitions)
+_V4_SOURCES = """
+CREATE TABLE definition_sources (
+  digest TEXT NOT NULL, source_key TEXT NOT NULL, name TEXT NOT NULL, version BIGINT NOT NULL,
+  source BYTEA NOT NULL, envelope BYTEA, envelope_kind TEXT, first_seen DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (digest, source_key)
+);
+ALTER TABLE definitions ADD COLUMN refused TEXT;
+"""
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
         "tenant usage, definition registry", _V1),
     (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
     (3, "workers heartbeat in the store", _V3_WORKERS),
+    (4, "definition sources (the submitted bytes and signature envelopes); definitions.refused",
+     _V4_SOURCES),
 ]
 LATEST = MIGRATIONS[-1][0]
 

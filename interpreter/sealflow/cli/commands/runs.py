@@ -45,15 +45,14 @@ def parse_input(raw: str | None) -> Any:
 
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
-    """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
+    """Submit a run of the loaded definition (recording it, atomically); refusals exit 1, invalid input exits 2."""
     from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:
-        definition_files.record(rt, loaded, pin=pin_version, actor=principal)
-        return rt.submit(loaded.plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
-                         signer=loaded.signer)
+        return definition_files.submit(rt, loaded, value, initiator=principal, tenant=tenant,
+                                       idempotency_key=idempotency_key, pin=pin_version)
     except Unauthorized as exc:
         refuse(f"unauthorized: {exc.message}")
     except StepError as exc:
