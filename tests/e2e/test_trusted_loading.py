@@ -163,3 +163,23 @@ def test_given_a_run_in_flight_when_a_newer_version_is_loaded_then_it_keeps_its_
     done = json.loads(out)
     assert code == 0 and done["state"] == "completed"
     assert (done["version"], done["plan_digest"]) == (1, waiting["plan_digest"])
+
+
+def test_given_an_outsider_when_their_pin_version_is_refused_then_no_pin_is_left_behind(capsys, signed):
+    # Given an access policy, and v1 then v2 run by a member (v2 is active)
+    (signed / "access.yaml").write_text(
+        "tenants:\n  default:\n    roles: {ops: ['crm:read', 'crm:write', 'email:send']}\n"
+        "    members: {'user:ana': [ops]}\n")
+    access = ("--access", signed / "access.yaml")
+    assert run(capsys, signed, "lead-qualification.v1.yaml", "--as", "user:ana", *access)[0] == 0
+    assert run(capsys, signed, "lead-qualification.v2.yaml", "--as", "user:ana", *access)[0] == 0
+    # When an outsider submits v1 with --pin-version
+    code, _, err = cli(capsys, "submit", signed / "lead-qualification.v1.yaml", "--trust", signed / "policy.yaml",
+                       "--input", INPUT, "--pin-version", "--as", "user:mallory", *access)
+    # Then it is refused, and no pin is left: the next run of v1 is still a refused rollback
+    assert code == 1 and "unauthorized" in err
+    code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
+    assert not any(r["pinned"] for r in json.loads(out))
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml", "--as", "user:ana", *access)
+    assert code == 1 and "[rollback]" in err
+    assert runs_in_store(capsys) == 2
