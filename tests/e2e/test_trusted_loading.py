@@ -183,3 +183,27 @@ def test_given_an_outsider_when_their_pin_version_is_refused_then_no_pin_is_left
     code, _, err = run(capsys, signed, "lead-qualification.v1.yaml", "--as", "user:ana", *access)
     assert code == 1 and "[rollback]" in err
     assert runs_in_store(capsys) == 2
+
+
+def test_given_an_operator_trust_policy_when_recover_drives_a_forged_run_then_it_is_refused(capsys, signed, tmp_path,
+                                                                                            monkeypatch):
+    # Given an attacker's key, named "ops" in the attacker's own policy, and v2 signed with it and submitted
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    assert cli(capsys, "keygen", "--out", evil / "ops")[0] == 0
+    (evil / "policy.yaml").write_text("keys:\n  - id: ops\n    public_key: ops.pub.pem\n")
+    forged = evil / "lead-qualification.v2.yaml"
+    shutil.copy(signed / "lead-qualification.v2.yaml", forged)
+    assert cli(capsys, "sign", forged, "--key", evil / "ops.pem")[0] == 0
+    code, out, _ = cli(capsys, "submit", forged, "--trust", evil / "policy.yaml", "--input", INPUT)
+    assert code == 0
+    run_id = out.strip()
+    # When an operator whose own policy is the genuine one ($SEALFLOW_TRUST) drives the runs in flight
+    monkeypatch.setenv("SEALFLOW_TRUST", str(signed / "policy.yaml"))
+    code, out, _ = cli(capsys, "recover", "--json")
+    # Then the forged run is refused before its first step, and its version is not active
+    assert json.loads(out)["runs"][run_id] == "failed"
+    code, out, _ = cli(capsys, "status", run_id, "--json")
+    assert "trust policy refuses" in out
+    code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
+    assert [r["active"] for r in json.loads(out)] == [False]

@@ -18,6 +18,7 @@ unsigned definitions unless started with ``--allow-unsigned``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
@@ -121,6 +122,19 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
 
     source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind)
     return Loaded(verified.plan, verified.principal(), verified.who(), source)
+
+
+def executor_gate(trust: str | None, actor: str):
+    """The trust gate of a command that executes steps in its own process (``run``, ``approve``, ``reject``,
+    ``cancel``, ``recover``, ``dlq redrive``, ``scheduler``): with a trust policy (``trust``, else
+    ``$SEALFLOW_TRUST``) it executes only runs whose stored signed bytes verify against *that* policy, like a
+    worker; without one (development) there is no gate and the process executes what the store holds."""
+    path = trust or os.environ.get("SEALFLOW_TRUST") or None
+    if path is None:
+        return None
+    from sealflow.interpreter.policy.trustgate import TrustGate
+
+    return TrustGate(policy=load_trust_policy(path), actor=actor)
 
 
 def submit(rt, loaded: Loaded, value, *, initiator: str, tenant: str, idempotency_key: str | None = None,

@@ -134,10 +134,12 @@ def open_store(store_url: str | None):
 
 
 @contextlib.contextmanager
-def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True):
+def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True,
+                 trust: str | None = None):
     """A Runtime on the given store, with the ``--actions`` modules (and the demo world when ``demo``)
     registered, under the access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open
-    development mode)."""
+    development mode). The steps this process executes pass the trust gate of ``trust`` (else
+    ``$SEALFLOW_TRUST``; :func:`sealflow.cli.definition_files.executor_gate`)."""
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
     from sealflow.interpreter.service.runtime import Runtime
@@ -150,6 +152,9 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
         rt = Runtime(url, access=provider, config=load_config())
     except StoreError as exc:
         fail_usage(str(exc))
+    from sealflow.cli.definition_files import executor_gate
+
+    rt.engine.trust_gate = executor_gate(trust, rt.engine.actor)
     try:
         yield rt
     finally:

@@ -76,7 +76,7 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     value = parse_input(raw_input)
     loaded = _load(file, actions, trust, bundle)
     plan = loaded.plan
-    with open_runtime(store_url, actions, access=access_path) as rt:
+    with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         if as_json:
@@ -97,7 +97,7 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
     if is_shared_store(store_url):
         require_policy(provider, "submit to a shared store")
     loaded = _load(file, actions, trust, bundle)
-    with open_runtime(store_url, actions, access=provider) as rt:
+    with open_runtime(store_url, actions, access=provider, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)

@@ -99,7 +99,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
         fail_usage("--at goes with --once")
     plans = _load(paths, actions, trust)
     catch_up = dt.timedelta(seconds=catch_up_s)
-    with open_runtime(store_url, actions, access=access_path) as rt:
+    with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         if once:
             done = fire(rt, plans, at_time or dt.datetime.now(dt.UTC), tenant=tenant, catch_up=catch_up,
                         drive=not no_drive)
