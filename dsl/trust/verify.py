@@ -163,8 +163,10 @@ def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | N
 
 
 def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, *,
-                 now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None) -> Verified:
-    """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition."""
+                 now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None,
+                 root: Path | None = None) -> Verified:
+    """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition
+    (its referenced files read under ``root``; None: the repository root of ``path``)."""
     kind = bundle_kind(signature)
     signers: Sequence[Key | str]
     method: Literal["key", "sigstore"]
@@ -173,7 +175,7 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
         signers, method, details = verify_envelope(data, signature, policy, now=now), "key", None
     else:
         signers, method, details = [SIGSTORE], "sigstore", verify_sigstore(data, signature, policy)
-    verified = _check_definition(data, path, policy, signers, method, details, signature_file, actions)
+    verified = _check_definition(data, path, policy, signers, method, details, signature_file, actions, root)
     return dataclasses.replace(verified, source=data, envelope=signature)
 
 
@@ -340,11 +342,12 @@ def _claims(cert: x509.Certificate) -> dict[str, str]:
 
 def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: Sequence[Key | str],
                       method: Literal["key", "sigstore"],
-                      details: dict | None, signature_file: str, actions: dict | None = None) -> Verified:
+                      details: dict | None, signature_file: str, actions: dict | None = None,
+                      root: Path | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
     from sealflow.dsl.api import check_bytes
 
-    result = check_bytes(data, path, actions=actions)
+    result = check_bytes(data, path, actions=actions, root=root)
     if result.plan is None or result.errors:
         first = (result.errors or result.diagnostics)[0].format().splitlines()[0]
         raise Refused("invalid-definition", f"signed, but not a valid definition: {first}",

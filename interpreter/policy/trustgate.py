@@ -23,8 +23,12 @@ policy a gate cannot verify anything: it executes nothing but what ``allow_unsig
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from sealflow.interpreter.core.outcomes import Failed
@@ -97,7 +101,8 @@ class TrustGate:
         for src in sources:
             label = f"{run.workflow}.v{run.workflow_version}.yaml (as stored)"
             try:
-                v = verify_bytes(src.source, label, src.envelope, self.policy, actions=self.actions)
+                with _referenced_files(src.refs) as root:
+                    v = verify_bytes(src.source, label, src.envelope, self.policy, actions=self.actions, root=root)
             except Refused as exc:
                 refusals.append(f"[{exc.reason}] {exc.message}")
                 continue
@@ -114,6 +119,20 @@ class TrustGate:
                 return
             self._logged.add(run_id)
         log.warning("%s", message)
+
+
+@contextlib.contextmanager
+def _referenced_files(refs: dict[str, str] | None) -> Iterator[Path]:
+    """A private folder holding the stored referenced files ($ref schemas, prompts), as the compile's root."""
+    with tempfile.TemporaryDirectory(prefix="sealflow-refs-") as folder:
+        root = Path(folder).resolve()
+        for rel, text in (refs or {}).items():
+            target = (root / rel).resolve()
+            if not target.is_relative_to(root):  # the compile refuses such a path anyway; never write outside
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        yield root
 
 
 def check(gate: TrustGate | None, x) -> Failed | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 
 from sealflow.interpreter.store.errors import StoreError
 
@@ -64,13 +65,19 @@ class DefinitionSource:
     envelope: bytes | None = None
     #: "dsse" or "sigstore" (None: unsigned)
     kind: str | None = None
+    #: the files the compile read beside it ($ref schemas, prompts; path relative to the repository root ->
+    #: text): not signed (the signature covers the definition file), but the compiled digest covers them
+    refs: dict[str, str] | None = None
 
     @property
     def key(self) -> str:
-        """Identifies these bytes and this envelope among the sources of one digest."""
+        """Identifies these bytes, this envelope and these files among the sources of one digest."""
         h = hashlib.sha256(self.source)
-        h.update(b"\0" + (self.envelope or b""))
+        h.update(b"\0" + (self.envelope or b"") + b"\0" + self.refs_json().encode())
         return h.hexdigest()
+
+    def refs_json(self) -> str:
+        return json.dumps(self.refs or {}, sort_keys=True, separators=(",", ":"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,7 +108,7 @@ ALTER TABLE runs ADD COLUMN signer TEXT;
 SCHEMA_SOURCES = """
 CREATE TABLE IF NOT EXISTS definition_sources (
     digest TEXT NOT NULL, source_key TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
-    source BLOB NOT NULL, envelope BLOB, envelope_kind TEXT, first_seen REAL NOT NULL,
+    source BLOB NOT NULL, envelope BLOB, envelope_kind TEXT, refs TEXT, first_seen REAL NOT NULL,
     PRIMARY KEY (digest, source_key));
 ALTER TABLE definitions ADD COLUMN refused TEXT;
 """
@@ -165,8 +172,9 @@ class DefinitionsMixin:
         if reg.source is not None:
             src = reg.source
             c.execute("INSERT OR IGNORE INTO definition_sources (digest, source_key, name, version, source, envelope, "
-                      "envelope_kind, first_seen) VALUES (?,?,?,?,?,?,?,?)",
-                      (digest, src.key, name, version, src.source, src.envelope, src.kind, now))
+                      "envelope_kind, refs, first_seen) VALUES (?,?,?,?,?,?,?,?,?)",
+                      (digest, src.key, name, version, src.source, src.envelope, src.kind,
+                       src.refs_json() if src.refs else None, now))
         if reg.pin:
             c.execute("INSERT INTO definition_pins (name, version, actor, at) VALUES (?,?,?,?) "
                       "ON CONFLICT(name) DO UPDATE SET version = excluded.version, actor = excluded.actor, "
@@ -180,9 +188,10 @@ class DefinitionsMixin:
 
     def definition_sources(self, digest: str) -> list[DefinitionSource]:
         """The stored bytes and envelopes that were submitted for plan ``digest`` (oldest first)."""
-        got = self._read("SELECT source, envelope, envelope_kind FROM definition_sources WHERE digest = ? "
+        got = self._read("SELECT source, envelope, envelope_kind, refs FROM definition_sources WHERE digest = ? "
                          "ORDER BY first_seen, source_key", (digest,))
-        return [DefinitionSource(bytes(s), None if e is None else bytes(e), k) for s, e, k in got]
+        return [DefinitionSource(bytes(s), None if e is None else bytes(e), k, json.loads(r) if r else None)
+                for s, e, k, r in got]
 
     def mark_definition(self, name: str, version: int, digest: str, now: float, *, refused: str | None,
                         actor: str, signer: str | None = None) -> bool:

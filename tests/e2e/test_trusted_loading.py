@@ -207,3 +207,18 @@ def test_given_an_operator_trust_policy_when_recover_drives_a_forged_run_then_it
     assert "trust policy refuses" in out
     code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
     assert [r["active"] for r in json.loads(out)] == [False]
+
+
+def test_given_a_signed_definition_with_a_schema_file_when_an_executor_verifies_it_then_it_compiles_again(
+        capsys, signed):
+    # Given a signed definition whose output schema is a $ref to a file beside it (not in the signed bytes)
+    (signed / "schemas").mkdir()
+    shutil.copy(ROOT / "schemas" / "support-triage-result.json", signed / "schemas")
+    triage = signed / "support-triage.v1.yaml"
+    shutil.copy(ROOT / "definitions" / "support-triage.v1.yaml", triage)
+    assert cli(capsys, "sign", triage, "--key", signed / "ops.pem")[0] == 0
+    # When it runs with --trust (this process executes, so it verifies the stored bytes like a worker)
+    code, out, err = cli(capsys, "run", triage, "--trust", signed / "policy.yaml", "--input",
+                         json.dumps({"ticket_id": "tkt_1005"}), "--json", "--as", "user:ana")
+    # Then the stored bytes compile again with the stored schema file, to the same plan: the run completes
+    assert code == 0 and json.loads(out)["state"] == "completed", err

@@ -108,9 +108,12 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
 
     if not Path(path).is_file():
         fail_usage(f"{path}: no such file")
+    from sealflow.dsl.refs import recording
+
     policy = load_trust_policy(trust)
     try:
-        verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
+        with recording() as refs:  # the files the compile reads beside it: stored with the signed bytes
+            verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
     except Refused as exc:
         refuse(f"{path}: [{exc.reason}] {exc}", getattr(exc, "hint", None))
     m = _FILE_NAME.match(Path(path).name)
@@ -120,7 +123,7 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
                f"a signed definition is loaded by its name: call the file {expected}")
     from sealflow.interpreter.store.definitions import DefinitionSource
 
-    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind)
+    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind, dict(refs) or None)
     return Loaded(verified.plan, verified.principal(), verified.who(), source)
 
 

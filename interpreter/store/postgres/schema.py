@@ -122,7 +122,7 @@ CREATE TABLE workers (
 _V4_SOURCES = """
 CREATE TABLE definition_sources (
   digest TEXT NOT NULL, source_key TEXT NOT NULL, name TEXT NOT NULL, version BIGINT NOT NULL,
-  source BYTEA NOT NULL, envelope BYTEA, envelope_kind TEXT, first_seen DOUBLE PRECISION NOT NULL,
+  source BYTEA NOT NULL, envelope BYTEA, envelope_kind TEXT, refs TEXT, first_seen DOUBLE PRECISION NOT NULL,
   PRIMARY KEY (digest, source_key)
 );
 ALTER TABLE definitions ADD COLUMN refused TEXT;

@@ -82,7 +82,8 @@ def test_given_a_genuine_signed_run_when_the_worker_executes_it_then_it_verifies
     # Then it completes, and the recorded signer is the key's fingerprint, not the policy's label
     assert status.state == "completed" and world.paid == ["acme"]
     assert world.rt.store.get_run(run_id).signer == f"key:{world.genuine.fingerprint}"
-    assert world.rt.engine.trust_gate.verified_signer(world.rt.store.get_run(run_id).plan_digest) == f"key:{world.genuine.fingerprint}"
+    digest = world.rt.store.get_run(run_id).plan_digest
+    assert world.rt.engine.trust_gate.verified_signer(digest) == f"key:{world.genuine.fingerprint}"
 
 
 def test_given_an_attacker_key_named_ops_in_their_own_policy_when_the_worker_runs_it_then_refused(world):
@@ -102,7 +103,8 @@ def test_given_an_attacker_key_named_ops_in_their_own_policy_when_the_worker_run
     dead = world.rt.store.dead_letter(run_id)
     assert dead is not None and "trust policy refuses" in dead.reason
     [refused] = [e for e in world.rt.store.audit(run_id) if e.event == "trust_refused"]
-    assert refused.detail["signer"] == f"key:{world.mallory.fingerprint}" and "does not verify" in refused.detail["reason"]
+    assert refused.detail["signer"] == f"key:{world.mallory.fingerprint}"
+    assert "does not verify" in refused.detail["reason"]
     # And the forged version never becomes active: v1 still is, and is no rollback
     records = {d.version: d for d in world.rt.store.definitions("payout")}
     assert records[1].active and not records[2].active and records[2].refused
