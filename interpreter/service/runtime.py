@@ -41,7 +41,7 @@ from sealflow.interpreter.engine.engine import Engine
 from sealflow.interpreter.execution import secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz
-from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
+from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.service import approvals, dlq
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
@@ -61,6 +61,9 @@ from sealflow.interpreter.store.base import (
 )
 from sealflow.interpreter.store.definitions import DefinitionSource, Registration
 from sealflow.interpreter.store.errors import AdmissionRefused
+
+#: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
+PIN_PERMISSION = "definitions:pin"
 
 
 def input_hash(value: Any) -> str:
@@ -191,6 +194,8 @@ class Runtime:
         if pin and not signed:
             raise StepError("invalid_request", "pinning a version needs a signed definition (--trust): only "
                                                "signed versions are recorded and pinned")
+        if pin:
+            self._authorize_pin(plan, initiator, tenant)
         registration = Registration(plan.name, plan.version, plan.digest, signer, source, pin, initiator) \
             if signed else None
         now = self.clock.now()
@@ -215,6 +220,19 @@ class Runtime:
             raise
         self.engine.remember(plan)
         return run.id
+
+    def _authorize_pin(self, plan: Plan, initiator: str, tenant: str) -> None:
+        """A pin overrides the rollback protection, so it is an operator's decision: the caller needs
+        :data:`PIN_PERMISSION` in the tenant, beyond the right to submit (else audited and refused)."""
+        perms, _member = authz.member_permissions(self.access, tenant, initiator)
+        if not missing(perms, (PIN_PERMISSION,)):
+            return
+        self.store.append_audit(AuditEvent("submit_denied", None, initiator, tenant=tenant, detail={
+            "tenant": tenant, "workflow": plan.name, "version": plan.version, "plan": plan.digest,
+            "reason": "missing_permissions", "missing": [PIN_PERMISSION], "pin": True}), self.clock.now())
+        raise authz.Unauthorized(f"{initiator} may not pin {plan.name} v{plan.version} in tenant {tenant!r}: pinning "
+                                 f"a version (a rollback) needs the permission {PIN_PERMISSION}; ask an administrator "
+                                 "of the access policy", missing=(PIN_PERMISSION,))
 
     def _check_input(self, plan: Plan, value: Any) -> None:
         if plan.input_schema is None:

@@ -18,7 +18,6 @@ unsigned definitions unless started with ``--allow-unsigned``.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ import click
 
 from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage, refuse
-from sealflow.cli.session import load_action_metadata
+from sealflow.cli.session import load_action_metadata, load_trust_policy
 
 if TYPE_CHECKING:  # the CLI imports the language lazily, per command
     from sealflow.dsl.plan import Plan
@@ -79,21 +78,6 @@ def compile_or_exit(path: str, actions, fmt: str = "text"):
     return result.plan
 
 
-def load_trust_policy(trust: str):
-    """The trust policy at ``trust``; an invalid or unreadable one is a usage error with located diagnostics."""
-    from sealflow.dsl.errors import DefinitionError
-    from sealflow.dsl.trust import load_policy
-
-    try:
-        return load_policy(trust)
-    except DefinitionError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        fail_usage(f"the trust policy {trust} is invalid")
-    except OSError as exc:
-        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
-
-
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
     """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
@@ -125,19 +109,6 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
 
     source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind, dict(refs) or None)
     return Loaded(verified.plan, verified.principal(), verified.who(), source)
-
-
-def executor_gate(trust: str | None, actor: str):
-    """The trust gate of a command that executes steps in its own process (``run``, ``approve``, ``reject``,
-    ``cancel``, ``recover``, ``dlq redrive``, ``scheduler``): with a trust policy (``trust``, else
-    ``$SEALFLOW_TRUST``) it executes only runs whose stored signed bytes verify against *that* policy, like a
-    worker; without one (development) there is no gate and the process executes what the store holds."""
-    path = trust or os.environ.get("SEALFLOW_TRUST") or None
-    if path is None:
-        return None
-    from sealflow.interpreter.policy.trustgate import TrustGate
-
-    return TrustGate(policy=load_trust_policy(path), actor=actor)
 
 
 def submit(rt, loaded: Loaded, value, *, initiator: str, tenant: str, idempotency_key: str | None = None,

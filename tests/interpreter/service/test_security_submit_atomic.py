@@ -44,8 +44,10 @@ def written(rt) -> dict:
 
 
 @pytest.fixture
-def recorded(rt):
-    """v1 and v2 of wf recorded by alice (v2 active); acme may queue three runs."""
+def recorded(rt, policy):
+    """v1 and v2 of wf recorded by alice (v2 active); acme may queue three runs; olga may pin."""
+    policy.tenants["acme"]["roles"]["operator"] = ["crm:read", "definitions:pin"]
+    policy.grant("user:olga", "operator")
     rt.config = RuntimeConfig(tenant_limits={"acme": TenantLimits(max_queued_runs=3)})
     submit(rt, plan(1))
     submit(rt, plan(2), idempotency_key="k2")
@@ -57,13 +59,14 @@ REFUSALS = {
     "not a member": (lambda rt: submit(rt, plan(9), who="user:mallory", pin=True), Unauthorized),
     "missing permission": (lambda rt: submit(rt, plan(9, perms=("billing:charge",)), who="user:bob", pin=True),
                            Unauthorized),
+    "a pin without definitions:pin": (lambda rt: submit(rt, plan(1), pin=True), Unauthorized),
     "run_as not the schedule's": (lambda rt: submit(rt, plan(9), run_as="service:nightly", pin=True), Unauthorized),
     "invalid input": (lambda rt: submit(rt, plan(9), value={"n": "x"}, pin=True), StepError),
-    "second digest": (lambda rt: submit(rt, plan(2, marker="b"), pin=True), DefinitionRefused),
+    "second digest": (lambda rt: submit(rt, plan(2, marker="b"), pin=True, who="user:olga"), DefinitionRefused),
     "rollback without a pin": (lambda rt: submit(rt, plan(1)), DefinitionRefused),
-    "over the queued-run limit": (lambda rt: submit(rt, plan(9), pin=True), AdmissionRefused),
-    "idempotency conflict": (lambda rt: submit(rt, plan(9), value={"n": 2}, idempotency_key="k2", pin=True),
-                             IdempotencyConflict),
+    "over the queued-run limit": (lambda rt: submit(rt, plan(9), pin=True, who="user:olga"), AdmissionRefused),
+    "idempotency conflict": (lambda rt: submit(rt, plan(9), value={"n": 2}, idempotency_key="k2", pin=True,
+                                               who="user:olga"), IdempotencyConflict),
 }
 
 
@@ -96,7 +99,7 @@ def test_a_refused_pin_leaves_no_pin_for_the_next_legitimate_run(recorded):
 
 
 def test_an_authorised_pin_is_recorded_with_its_run_in_one_go(recorded):
-    run_id = submit(recorded, plan(1), pin=True, who="user:alice")
+    run_id = submit(recorded, plan(1), pin=True, who="user:olga")
     records = {d.version: d for d in recorded.store.definitions("wf")}
     assert records[1].pinned and records[1].active and recorded.store.get_run(run_id).workflow_version == 1
     [src] = recorded.store.definition_sources(records[1].digest)
