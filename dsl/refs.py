@@ -5,11 +5,17 @@ definition that holds ``.git``, else the definition's own folder (never the curr
 directory, which would make the plan depend on where the command ran). A path that
 leaves that root (``..``, an absolute path, a symbolic link pointing out) is refused.
 Referenced content is inlined into the plan, so the plan's digest covers it.
+
+:func:`recording` collects the files a compile reads (path relative to the root -> text): a signed
+definition is stored with them, so an executing process can compile the same bytes again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +24,19 @@ from sealflow.dsl.loader import Document
 from sealflow.dsl.model import SchemaRef
 
 MAX_REF_BYTES = 1024 * 1024
+
+_RECORDING: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("sealflow_refs", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[dict[str, str]]:
+    """Collect every referenced file the compiles in this block read (relative path -> text)."""
+    files: dict[str, str] = {}
+    token = _RECORDING.set(files)
+    try:
+        yield files
+    finally:
+        _RECORDING.reset(token)
 
 
 def repository_root(path: str | Path) -> Path:
@@ -48,7 +67,11 @@ class SchemaResolver:
             if target.stat().st_size > MAX_REF_BYTES:
                 compiler.error("S207", f"{what} {rel!r} is over {MAX_REF_BYTES} bytes", pointer)
                 return None
-            return target.read_text(encoding="utf-8")
+            text = target.read_text(encoding="utf-8")
+            files = _RECORDING.get()
+            if files is not None:
+                files[rel] = text
+            return text
         except (OSError, UnicodeDecodeError) as exc:
             compiler.error("S207", f"cannot read {what} {rel!r} (looked in {self.root}): "
                            f"{getattr(exc, 'strerror', None) or exc}", pointer,

@@ -62,6 +62,22 @@ class Verified:
     signature_file: str = ""
     #: the plan compiled from exactly the verified bytes
     plan: Any = dataclasses.field(default=None, compare=False, repr=False)
+    #: the verified bytes and the signature file's bytes (DSSE envelope or Sigstore bundle)
+    source: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+    envelope: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+
+    @property
+    def envelope_kind(self) -> str:
+        return "dsse" if self.method == "key" else "sigstore"
+
+    def principal(self) -> str:
+        """Who signed, independent of any policy's labels: ``key:<sha256 fingerprint of the public key>``
+        or ``sigstore:<identity>@<issuer>``. A key id is scoped to the policy that defines it, so a
+        recorded signer is never the id alone."""
+        d = self.details
+        if self.method == "key":
+            return f"key:{d['fingerprint']}"
+        return f"sigstore:{d.get('identity', '?')}@{d.get('issuer', '?')}"
 
     def who(self) -> str:
         d = self.details
@@ -147,8 +163,10 @@ def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | N
 
 
 def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, *,
-                 now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None) -> Verified:
-    """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition."""
+                 now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None,
+                 root: Path | None = None) -> Verified:
+    """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition
+    (its referenced files read under ``root``; None: the repository root of ``path``)."""
     kind = bundle_kind(signature)
     signers: Sequence[Key | str]
     method: Literal["key", "sigstore"]
@@ -157,7 +175,8 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
         signers, method, details = verify_envelope(data, signature, policy, now=now), "key", None
     else:
         signers, method, details = [SIGSTORE], "sigstore", verify_sigstore(data, signature, policy)
-    return _check_definition(data, path, policy, signers, method, details, signature_file, actions)
+    verified = _check_definition(data, path, policy, signers, method, details, signature_file, actions, root)
+    return dataclasses.replace(verified, source=data, envelope=signature)
 
 
 def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,
@@ -323,11 +342,12 @@ def _claims(cert: x509.Certificate) -> dict[str, str]:
 
 def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: Sequence[Key | str],
                       method: Literal["key", "sigstore"],
-                      details: dict | None, signature_file: str, actions: dict | None = None) -> Verified:
+                      details: dict | None, signature_file: str, actions: dict | None = None,
+                      root: Path | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
     from sealflow.dsl.api import check_bytes
 
-    result = check_bytes(data, path, actions=actions)
+    result = check_bytes(data, path, actions=actions, root=root)
     if result.plan is None or result.errors:
         first = (result.errors or result.diagnostics)[0].format().splitlines()[0]
         raise Refused("invalid-definition", f"signed, but not a valid definition: {first}",

@@ -41,7 +41,7 @@ from sealflow.interpreter.engine.engine import Engine
 from sealflow.interpreter.execution import secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz
-from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
+from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.service import approvals, dlq
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
@@ -59,7 +59,11 @@ from sealflow.interpreter.store.base import (
     NextAttempt,
     Store,
 )
+from sealflow.interpreter.store.definitions import DefinitionSource, Registration
 from sealflow.interpreter.store.errors import AdmissionRefused
+
+#: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
+PIN_PERMISSION = "definitions:pin"
 
 
 def input_hash(value: Any) -> str:
@@ -196,18 +200,31 @@ class Runtime:
 
     # -- runs --------------------------------------------------------------------------------------
     def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
-               idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None) -> str:
+               idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
+               source: DefinitionSource | None = None, pin: bool = False) -> str:
         """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
 
         The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
         the plan declares in ``tenant``, else :class:`~sealflow.interpreter.policy.authz.Unauthorized` and nothing
-        is created."""
+        is created. A signed definition (``signer`` other than ``unsigned``) is recorded in the store's
+        registry with its ``source`` (exact bytes and signature envelope) and, with ``pin``, its pin, in the
+        same transaction as the run: every refusal (authorisation, invalid input, the registry's
+        :class:`~sealflow.interpreter.store.definitions.DefinitionRefused`, admission, an idempotency
+        conflict) writes no run, no definition, no pin and uses no quota; only its audit event."""
         if not plan.digest:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
         self._check_models(plan)
         self._check_input(plan, input)
+        signed = signer is not None and signer != "unsigned"
+        if pin and not signed:
+            raise StepError("invalid_request", "pinning a version needs a signed definition (--trust): only "
+                                               "signed versions are recorded and pinned")
+        if pin:
+            self._authorize_pin(plan, initiator, tenant)
+        registration = Registration(plan.name, plan.version, plan.digest, signer, source, pin, initiator) \
+            if signed else None
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
         first = plan.step(plan.start)
@@ -222,7 +239,7 @@ class Runtime:
                      acting_as=acting, access_mode=mode_of(self.access), signer=signer)
         limits = self.config.limits(tenant)
         try:
-            run, _created = self.store.submit(new, now, None if limits.admits_all else limits)
+            run, _created = self.store.submit(new, now, None if limits.admits_all else limits, registration)
         except AdmissionRefused as exc:  # nothing was created; the refusal is audited
             self.store.append_audit(AuditEvent("submit_refused", None, initiator, tenant=tenant, detail={
                 "limit": exc.limit, "retry_after": round(exc.retry_after, 3), "workflow": plan.name,
@@ -240,6 +257,19 @@ class Runtime:
                 f"{plan.name} v{plan.version} names model{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(repr(m) for m in missing)}, which {where} does not define under models: "
                 "(docs/models.md)")
+
+    def _authorize_pin(self, plan: Plan, initiator: str, tenant: str) -> None:
+        """A pin overrides the rollback protection, so it is an operator's decision: the caller needs
+        :data:`PIN_PERMISSION` in the tenant, beyond the right to submit (else audited and refused)."""
+        perms, _member = authz.member_permissions(self.access, tenant, initiator)
+        if not missing(perms, (PIN_PERMISSION,)):
+            return
+        self.store.append_audit(AuditEvent("submit_denied", None, initiator, tenant=tenant, detail={
+            "tenant": tenant, "workflow": plan.name, "version": plan.version, "plan": plan.digest,
+            "reason": "missing_permissions", "missing": [PIN_PERMISSION], "pin": True}), self.clock.now())
+        raise authz.Unauthorized(f"{initiator} may not pin {plan.name} v{plan.version} in tenant {tenant!r}: pinning "
+                                 f"a version (a rollback) needs the permission {PIN_PERMISSION}; ask an administrator "
+                                 "of the access policy", missing=(PIN_PERMISSION,))
 
     def _check_input(self, plan: Plan, value: Any) -> None:
         if plan.input_schema is None:

@@ -85,12 +85,16 @@ class Store(abc.ABC):
         """The plan JSON stored under ``digest``; :class:`NotFound` if none."""
 
     @abc.abstractmethod
-    def submit(self, new: NewRun, now: float, limits=None) -> tuple[RunRecord, bool]:
+    def submit(self, new: NewRun, now: float, limits=None, definition=None) -> tuple[RunRecord, bool]:
         """Create a run ``queued`` with its first attempt scheduled; or, for a known
         idempotency key with the same input hash, return the existing run (``created`` False).
         The same key with another input raises :class:`IdempotencyConflict`. With the tenant's
         ``limits`` (:class:`sealflow.interpreter.service.config.TenantLimits`), a run over its queued-run limit or
-        daily quota is refused (:class:`AdmissionRefused`) in the same transaction: nothing is written."""
+        daily quota is refused (:class:`AdmissionRefused`) in the same transaction: nothing is written.
+        With ``definition`` (a :class:`sealflow.interpreter.store.definitions.Registration`) the definition,
+        its source and envelope and any pin are recorded in the same transaction; a refused registration
+        (:class:`~sealflow.interpreter.store.definitions.DefinitionRefused`) writes nothing but its audit
+        event."""
 
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord: ...
@@ -226,6 +230,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def run_signer(self, run_id: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def definition_sources(self, digest: str) -> list:
+        """The submitted bytes and signature envelopes of plan ``digest``
+        (:class:`~sealflow.interpreter.store.definitions.DefinitionSource`), oldest first."""
+
+    @abc.abstractmethod
+    def mark_definition(self, name: str, version: int, digest: str, now: float, *, refused: str | None,
+                        actor: str, signer: str | None = None) -> bool:
+        """An executor's verdict on a recorded version: refused (why), or verified (``refused`` None)."""
 
     @abc.abstractmethod
     def due_deadlines(self, now: float) -> list[str]:

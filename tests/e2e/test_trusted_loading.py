@@ -48,6 +48,12 @@ def run(capsys, folder, name, *extra):
     return cli(capsys, "run", folder / name, "--trust", folder / "policy.yaml", "--input", INPUT, "--json", *extra)
 
 
+def fingerprint(public_pem: Path) -> str:
+    from sealflow.dsl.trust import signing
+
+    return signing.key_id(signing.load_public_key(public_pem.read_bytes()))
+
+
 def runs_in_store(capsys) -> int:
     from sealflow.interpreter.store import open_store
 
@@ -61,11 +67,12 @@ def runs_in_store(capsys) -> int:
 def test_given_a_signed_definition_when_run_with_trust_then_it_runs_and_records_its_signer(capsys, signed):
     code, out, _ = run(capsys, signed, "lead-qualification.v1.yaml")
     result = json.loads(out)
-    assert code == 0 and result["state"] == "completed" and result["signer"] == "ops"
+    signer = f"key:{fingerprint(signed / 'ops.pub.pem')}"  # the key itself, not the policy's label "ops"
+    assert code == 0 and result["state"] == "completed" and result["signer"] == signer
     code, out, _ = cli(capsys, "definitions", "list", "--json")
     [record] = json.loads(out)
     assert (record["name"], record["version"], record["signer"], record["active"]) == \
-        ("lead-qualification", 1, "ops", True)
+        ("lead-qualification", 1, signer, True)
 
 
 def test_given_a_tampered_file_when_run_with_trust_then_refused_and_nothing_runs(capsys, signed):
@@ -156,3 +163,62 @@ def test_given_a_run_in_flight_when_a_newer_version_is_loaded_then_it_keeps_its_
     done = json.loads(out)
     assert code == 0 and done["state"] == "completed"
     assert (done["version"], done["plan_digest"]) == (1, waiting["plan_digest"])
+
+
+def test_given_an_outsider_when_their_pin_version_is_refused_then_no_pin_is_left_behind(capsys, signed):
+    # Given an access policy, and v1 then v2 run by a member (v2 is active)
+    (signed / "access.yaml").write_text(
+        "tenants:\n  default:\n    roles: {ops: ['crm:read', 'crm:write', 'email:send']}\n"
+        "    members: {'user:ana': [ops]}\n")
+    access = ("--access", signed / "access.yaml")
+    assert run(capsys, signed, "lead-qualification.v1.yaml", "--as", "user:ana", *access)[0] == 0
+    assert run(capsys, signed, "lead-qualification.v2.yaml", "--as", "user:ana", *access)[0] == 0
+    # When an outsider submits v1 with --pin-version
+    code, _, err = cli(capsys, "submit", signed / "lead-qualification.v1.yaml", "--trust", signed / "policy.yaml",
+                       "--input", INPUT, "--pin-version", "--as", "user:mallory", *access)
+    # Then it is refused, and no pin is left: the next run of v1 is still a refused rollback
+    assert code == 1 and "unauthorized" in err
+    code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
+    assert not any(r["pinned"] for r in json.loads(out))
+    code, _, err = run(capsys, signed, "lead-qualification.v1.yaml", "--as", "user:ana", *access)
+    assert code == 1 and "[rollback]" in err
+    assert runs_in_store(capsys) == 2
+
+
+def test_given_an_operator_trust_policy_when_recover_drives_a_forged_run_then_it_is_refused(capsys, signed, tmp_path,
+                                                                                            monkeypatch):
+    # Given an attacker's key, named "ops" in the attacker's own policy, and v2 signed with it and submitted
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    assert cli(capsys, "keygen", "--out", evil / "ops")[0] == 0
+    (evil / "policy.yaml").write_text("keys:\n  - id: ops\n    public_key: ops.pub.pem\n")
+    forged = evil / "lead-qualification.v2.yaml"
+    shutil.copy(signed / "lead-qualification.v2.yaml", forged)
+    assert cli(capsys, "sign", forged, "--key", evil / "ops.pem")[0] == 0
+    code, out, _ = cli(capsys, "submit", forged, "--trust", evil / "policy.yaml", "--input", INPUT)
+    assert code == 0
+    run_id = out.strip()
+    # When an operator whose own policy is the genuine one ($SEALFLOW_TRUST) drives the runs in flight
+    monkeypatch.setenv("SEALFLOW_TRUST", str(signed / "policy.yaml"))
+    code, out, _ = cli(capsys, "recover", "--json")
+    # Then the forged run is refused before its first step, and its version is not active
+    assert json.loads(out)["runs"][run_id] == "failed"
+    code, out, _ = cli(capsys, "status", run_id, "--json")
+    assert "trust policy refuses" in out
+    code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
+    assert [r["active"] for r in json.loads(out)] == [False]
+
+
+def test_given_a_signed_definition_with_a_schema_file_when_an_executor_verifies_it_then_it_compiles_again(
+        capsys, signed):
+    # Given a signed definition whose output schema is a $ref to a file beside it (not in the signed bytes)
+    (signed / "schemas").mkdir()
+    shutil.copy(ROOT / "schemas" / "support-triage-result.json", signed / "schemas")
+    triage = signed / "support-triage.v1.yaml"
+    shutil.copy(ROOT / "definitions" / "support-triage.v1.yaml", triage)
+    assert cli(capsys, "sign", triage, "--key", signed / "ops.pem")[0] == 0
+    # When it runs with --trust (this process executes, so it verifies the stored bytes like a worker)
+    code, out, err = cli(capsys, "run", triage, "--trust", signed / "policy.yaml", "--input",
+                         json.dumps({"ticket_id": "tkt_1005"}), "--json", "--as", "user:ana")
+    # Then the stored bytes compile again with the stored schema file, to the same plan: the run completes
+    assert code == 0 and json.loads(out)["state"] == "completed", err

@@ -1,10 +1,14 @@
 """Definition files on the command line: find them, compile them, and load one for a run (verify it when a
-trust policy is given, compile the same bytes, record it in the store's registry).
+trust policy is given, compile the same bytes; the run records it in the store's registry).
 
 With ``--trust POLICY`` the file's bytes are read once, their signature verified against the policy
 (offline), and those same bytes compiled (:func:`sealflow.dsl.trust.verify_file`); the ``name`` and ``version``
-inside must match the file name (``<name>.v<version>.yaml``); the store's definition registry then refuses
-a second digest for a recorded (name, version) and a rollback without ``--pin-version``.
+inside must match the file name (``<name>.v<version>.yaml``). The submission then records, in the
+same transaction as its run, the definition in the store's registry (refusing a second digest for a
+recorded (name, version) and a rollback without ``--pin-version``) with its exact bytes and signature
+envelope, which every executing process verifies again against its *own* policy. The recorded signer
+is ``key:<sha256 fingerprint>`` or ``sigstore:<identity>@<issuer>``: a key id is only a label of the
+policy that defines it.
 
 Without a policy, a local file runs in development mode: a warning is printed and the run records
 ``unsigned`` as its signer. Processes meant to serve a shared deployment (``worker``, ``serve``) refuse
@@ -23,10 +27,11 @@ import click
 
 from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage, refuse
-from sealflow.cli.session import load_action_metadata
+from sealflow.cli.session import load_action_metadata, load_trust_policy
 
 if TYPE_CHECKING:  # the CLI imports the language lazily, per command
     from sealflow.dsl.plan import Plan
+    from sealflow.interpreter.store.definitions import DefinitionSource
 
 UNSIGNED = "unsigned"
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
@@ -35,8 +40,12 @@ _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
 @dataclasses.dataclass(frozen=True)
 class Loaded:
     plan: Plan
+    #: ``key:<fingerprint>``, ``sigstore:<identity>@<issuer>`` or ``unsigned``
     signer: str
+    #: who signed, for people (the policy's key id beside the fingerprint)
     who: str
+    #: the exact bytes and signature envelope (None when unsigned)
+    source: DefinitionSource | None = None
 
 
 def expand_paths(paths: tuple[str, ...]) -> list[Path]:
@@ -69,21 +78,6 @@ def compile_or_exit(path: str, actions, fmt: str = "text"):
     return result.plan
 
 
-def load_trust_policy(trust: str):
-    """The trust policy at ``trust``; an invalid or unreadable one is a usage error with located diagnostics."""
-    from sealflow.dsl.errors import DefinitionError
-    from sealflow.dsl.trust import load_policy
-
-    try:
-        return load_policy(trust)
-    except DefinitionError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        fail_usage(f"the trust policy {trust} is invalid")
-    except OSError as exc:
-        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
-
-
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
     """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
@@ -98,9 +92,12 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
 
     if not Path(path).is_file():
         fail_usage(f"{path}: no such file")
+    from sealflow.dsl.refs import recording
+
     policy = load_trust_policy(trust)
     try:
-        verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
+        with recording() as refs:  # the files the compile reads beside it: stored with the signed bytes
+            verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
     except Refused as exc:
         refuse(f"{path}: [{exc.reason}] {exc}", getattr(exc, "hint", None))
     m = _FILE_NAME.match(Path(path).name)
@@ -108,21 +105,23 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
         expected = f"{verified.name}.v{verified.version}.yaml"
         refuse(f"{path} holds {verified.name} v{verified.version}, which is not what its file name says",
                f"a signed definition is loaded by its name: call the file {expected}")
-    return Loaded(verified.plan, verified.signer if verified.method == "key" else f"sigstore:{verified.who()}",
-                  verified.who())
+    from sealflow.interpreter.store.definitions import DefinitionSource
+
+    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind, dict(refs) or None)
+    return Loaded(verified.plan, verified.principal(), verified.who(), source)
 
 
-def record(rt, loaded: Loaded, *, pin: bool, actor: str) -> None:
-    """Record a verified definition in the store's registry (refusing a second digest or a rollback)."""
-    if loaded.signer == UNSIGNED:
-        if pin:
-            fail_usage("--pin-version needs --trust: only signed versions are recorded and pinned")
-        return
+def submit(rt, loaded: Loaded, value, *, initiator: str, tenant: str, idempotency_key: str | None = None,
+           pin: bool = False, run_as: str | None = None) -> str:
+    """Submit a run of a loaded definition, recording a signed one (its bytes, envelope and any pin) in the
+    store's registry in the same transaction; a refused registration (second digest, rollback) exits 1
+    and, like every other refusal, leaves nothing written."""
     from sealflow.interpreter.store.definitions import DefinitionRefused
 
-    plan = loaded.plan
+    if loaded.signer == UNSIGNED and pin:
+        fail_usage("--pin-version needs --trust: only signed versions are recorded and pinned")
     try:
-        rt.store.register_definition(plan.name, plan.version, plan.digest, loaded.signer, rt.clock.now(), pin=pin,
-                                     actor=actor)
+        return rt.submit(loaded.plan, value, initiator=initiator, tenant=tenant, idempotency_key=idempotency_key,
+                         run_as=run_as, signer=loaded.signer, source=loaded.source, pin=pin)
     except DefinitionRefused as exc:
         refuse(f"[{exc.reason}] {exc}")

@@ -134,10 +134,12 @@ def open_store(store_url: str | None):
 
 
 @contextlib.contextmanager
-def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True):
+def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True,
+                 trust: str | None = None):
     """A Runtime on the given store, with the ``--actions`` modules (and the demo world when ``demo``)
     registered, under the access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open
-    development mode)."""
+    development mode). The steps this process executes pass the trust gate of ``trust`` (else
+    ``$SEALFLOW_TRUST``; :func:`executor_gate`)."""
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
     from sealflow.interpreter.service.runtime import Runtime
@@ -152,6 +154,7 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
         rt = Runtime(url, access=provider, config=load_config())
     except (StoreError, ConfigError) as exc:
         fail_usage(str(exc))
+    rt.engine.trust_gate = executor_gate(trust, rt.engine.actor)
     try:
         yield rt
     finally:
@@ -183,3 +186,31 @@ def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, 
     from sealflow.cli import render
 
     render.finish(rt.drive(run_id), as_json)
+
+
+def load_trust_policy(trust: str):
+    """The trust policy at ``trust``; an invalid or unreadable one is a usage error with located diagnostics."""
+    from sealflow.dsl.errors import DefinitionError
+    from sealflow.dsl.trust import load_policy
+
+    try:
+        return load_policy(trust)
+    except DefinitionError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        fail_usage(f"the trust policy {trust} is invalid")
+    except OSError as exc:
+        fail_usage(f"--trust {trust}: {exc.strerror or exc}")
+
+
+def executor_gate(trust: str | None, actor: str):
+    """The trust gate of a command that executes steps in its own process (``run``, ``approve``, ``reject``,
+    ``cancel``, ``recover``, ``dlq redrive``, ``scheduler``): with a trust policy (``trust``, else
+    ``$SEALFLOW_TRUST``) it executes only runs whose stored signed bytes verify against *that* policy, like a
+    worker; without one (development) there is no gate and the process executes what the store holds."""
+    path = trust or os.environ.get("SEALFLOW_TRUST") or None
+    if path is None:
+        return None
+    from sealflow.interpreter.policy.trustgate import TrustGate
+
+    return TrustGate(policy=load_trust_policy(path), actor=actor)

@@ -118,6 +118,15 @@ CREATE TABLE workers (
 );
 """
 
+# the submitted bytes and envelopes of definitions; an executor's refusal of a version
+# (sealflow.interpreter.store.definitions)
+_V4_SOURCES = """
+CREATE TABLE definition_sources (
+  digest TEXT NOT NULL, source_key TEXT NOT NULL, name TEXT NOT NULL, version BIGINT NOT NULL,
+  source BYTEA NOT NULL, envelope BYTEA, envelope_kind TEXT, refs TEXT, first_seen DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (digest, source_key)
+);
+ALTER TABLE definitions ADD COLUMN refused TEXT;
 # the heads of the audit chains only move forward: a head cannot be deleted (a wiped tenant), moved back
 # (a cut tail hidden with it) or rewritten at its seq; TRUNCATE (which row triggers do not see) is refused
 # on the heads and on the audit log
@@ -147,6 +156,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "tenant usage, definition registry", _V1),
     (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
     (3, "workers heartbeat in the store", _V3_WORKERS),
+    (4, "definition sources (the submitted bytes and signature envelopes); definitions.refused",
+     _V4_SOURCES),
     (5, "audit heads only move forward (no delete, no move back); no TRUNCATE of the audit", _V5_HEADS),
 ]
 LATEST = MIGRATIONS[-1][0]

@@ -283,11 +283,11 @@ class PostgresStore(SqliteStore):
         return got[0]
 
     # -- the clock on the other state changes ---------------------------------------------------------
-    def submit(self, new, now: float, limits=None):
+    def submit(self, new, now: float, limits=None, definition=None):
         now, shift = self._on_db_clock(now)
         if shift and new.deadline is not None:
             new = dataclasses.replace(new, deadline=new.deadline + shift)
-        return super().submit(new, now, limits)
+        return super().submit(new, now, limits, definition)
 
     def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None):
         now, _ = self._on_db_clock(now)
@@ -325,6 +325,10 @@ class PostgresStore(SqliteStore):
     def register_definition(self, name, version, digest, signer, now, *, pin=False, actor="system"):
         return super().register_definition(name, version, digest, signer, self._on_db_clock(now)[0], pin=pin,
                                            actor=actor)
+
+    def mark_definition(self, name, version, digest, now, *, refused, actor, signer=None):
+        return super().mark_definition(name, version, digest, self._on_db_clock(now)[0], refused=refused,
+                                       actor=actor, signer=signer)
 
     # -- wake-ups and heartbeats ------------------------------------------------------------------------
     def wait_for_work(self, timeout: float) -> bool:
@@ -394,6 +398,7 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "lease_owners", "active_runs", "stalled_runs", "cancel", "redrive", "ledger_get", "dead_letters",
               "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
+              "definition_sources", "mark_definition",
               "due_deadlines", "heartbeat", "dead_workers"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

@@ -145,6 +145,12 @@ def _definitions(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _definition_sources(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.definitions import SCHEMA_SOURCES
+
+    _statements(SCHEMA_SOURCES)(conn)
+
+
 #: (version, description, function); applied in order
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
@@ -152,6 +158,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
     (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
+    (6, "definition sources (the submitted bytes and signature envelopes); definitions.refused", _definition_sources),
     (7, "audit heads only move forward (no delete, no move back)", _statements(_V7_HEADS)),
 ]
 LATEST = MIGRATIONS[-1][0]

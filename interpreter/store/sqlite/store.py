@@ -33,7 +33,7 @@ from sealflow.interpreter.store.base import (
     Store,
     TimerRecord,
 )
-from sealflow.interpreter.store.definitions import DefinitionsMixin
+from sealflow.interpreter.store.definitions import DefinitionRefused, DefinitionsMixin
 from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
@@ -230,7 +230,14 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
         return {r[0]: (r[1], r[2]) for r in self._read("SELECT step_id, status, output FROM results WHERE run_id = ?",
                                                        (run_id,))}
 
-    def submit(self, new: NewRun, now: float, limits=None) -> tuple[RunRecord, bool]:
+    def submit(self, new: NewRun, now: float, limits=None, definition=None) -> tuple[RunRecord, bool]:
+        try:
+            return self._submit(new, now, limits, definition)
+        except DefinitionRefused as exc:  # the transaction was rolled back: only the refusal is recorded
+            self.audit_definition_refused(definition, exc, now, tenant=new.tenant)
+            raise
+
+    def _submit(self, new: NewRun, now: float, limits, definition) -> tuple[RunRecord, bool]:
         with self._tx() as c:
             if new.idempotency_key is not None:
                 got = c.execute("SELECT id, input_hash FROM runs WHERE tenant = ? AND workflow = ? AND "
@@ -241,6 +248,8 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
                             f"idempotency key {new.idempotency_key!r} was used by run {got[0]} with a different "
                             f"input; send the same input to get that run back, or use a new key")
                     return self._get_run(c, got[0]), False
+            if definition is not None:  # DefinitionRefused (second digest, rollback): nothing is written
+                self._register(c, definition, now)
             if limits is not None:
                 sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
             c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",

@@ -39,8 +39,8 @@ def list_(store_url, as_json):
     if not records:
         click.echo("no signed definition has been loaded on this store (unsigned runs are not recorded here)")
     for r in records:
-        flags = " ".join(f for f, on in (("active", r.active), ("pinned", r.pinned)) if on)
-        click.echo(f"{r.name:<28} v{r.version:<4} {r.digest[:23]}...  {r.signer:<24} {flags}")
+        flags = " ".join(f for f, on in (("active", r.active), ("pinned", r.pinned), ("REFUSED", r.refused)) if on)
+        click.echo(f"{r.name:<28} v{r.version:<4} {r.digest[:23]}...  {r.signer[:24]:<24} {flags}")
 
 
 @definitions.command("show")
@@ -63,7 +63,7 @@ def show(name, store_url, as_json):
         flags = ", ".join(f for f, on in (("active", r.active), ("pinned by an operator", r.pinned)) if on)
         click.echo(f"{r.name} v{r.version}{'  (' + flags + ')' if flags else ''}\n  digest {r.digest}\n"
                    f"  signer {r.signer}\n  first loaded {_when(r.first_seen)}, last {_when(r.last_seen)}, "
-                   f"{r.loads} load(s)")
+                   f"{r.loads} load(s)" + (f"\n  refused by an executor: {r.refused}" if r.refused else ""))
 
 
 def register(group: click.Group) -> None:

@@ -45,16 +45,15 @@ def parse_input(raw: str | None) -> Any:
 
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
-    """Record the loaded definition and submit a run of it; refusals exit 1, invalid input exits 2."""
+    """Submit a run of the loaded definition (recording it, atomically); refusals exit 1, invalid input exits 2."""
     from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.service.runtime import ModelNotConfigured
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:
-        definition_files.record(rt, loaded, pin=pin_version, actor=principal)
-        return rt.submit(loaded.plan, value, initiator=principal, tenant=tenant, idempotency_key=idempotency_key,
-                         signer=loaded.signer)
+        return definition_files.submit(rt, loaded, value, initiator=principal, tenant=tenant,
+                                       idempotency_key=idempotency_key, pin=pin_version)
     except Unauthorized as exc:
         refuse(f"unauthorized: {exc.message}")
     except StepError as exc:
@@ -78,7 +77,7 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     value = parse_input(raw_input)
     loaded = _load(file, actions, trust, bundle)
     plan = loaded.plan
-    with open_runtime(store_url, actions, access=access_path) as rt:
+    with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         if as_json:
@@ -99,7 +98,7 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
     if is_shared_store(store_url):
         require_policy(provider, "submit to a shared store")
     loaded = _load(file, actions, trust, bundle)
-    with open_runtime(store_url, actions, access=provider) as rt:
+    with open_runtime(store_url, actions, access=provider, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)

@@ -47,6 +47,7 @@ def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, dr
     from sealflow.interpreter.core.schedule import due_slot, slot_key
     from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import AdmissionRefused
+    from sealflow.interpreter.store.definitions import DefinitionRefused
 
     done = []
     for loaded, schedule in plans:
@@ -58,10 +59,10 @@ def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, dr
         entry = {"workflow": plan.name, "version": plan.version, "slot": slot.isoformat(), "run_as":
                  schedule.get("run_as")}
         try:
-            definition_files.record(rt, loaded, pin=False, actor=SCHEDULER)
+            # the definition, its signed bytes and the run are recorded in one transaction, after authorisation
             run_id = rt.submit(plan, {}, initiator=SCHEDULER, tenant=tenant, idempotency_key=key,
-                               run_as=schedule.get("run_as"), signer=loaded.signer)
-        except (Unauthorized, StepError, AdmissionRefused) as exc:
+                               run_as=schedule.get("run_as"), signer=loaded.signer, source=loaded.source)
+        except (Unauthorized, StepError, AdmissionRefused, DefinitionRefused) as exc:
             entry["refused"] = getattr(exc, "message", str(exc))
             done.append(entry)
             continue
@@ -98,7 +99,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
         fail_usage("--at goes with --once")
     plans = _load(paths, actions, trust)
     catch_up = dt.timedelta(seconds=catch_up_s)
-    with open_runtime(store_url, actions, access=access_path) as rt:
+    with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         if once:
             done = fire(rt, plans, at_time or dt.datetime.now(dt.UTC), tenant=tenant, catch_up=catch_up,
                         drive=not no_drive)

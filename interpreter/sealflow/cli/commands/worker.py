@@ -123,15 +123,19 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, on_signal)
 
 
-def _trust_gate(trust: str | None, allow_unsigned: bool):
-    """Refuse runs of unsigned definitions unless --allow-unsigned; with --trust, only the policy's signers."""
-    from sealflow.interpreter.policy.trustgate import TrustGate, from_policy
+def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
+    """This worker's own trust decision: with --trust it verifies every run's stored definition bytes and
+    signature against *this* policy (never the submitter's); unsigned runs only with --allow-unsigned."""
+    from sealflow.interpreter.policy.trustgate import TrustGate
 
     if trust is None:
-        return TrustGate(allow_unsigned=allow_unsigned)
+        if allow_unsigned:
+            log.warning("no --trust: signatures are not verified; this worker executes every run "
+                        "(--allow-unsigned, development only)")
+        return TrustGate(allow_unsigned=allow_unsigned, actor=actor)
     from sealflow.cli.definition_files import load_trust_policy
 
-    return TrustGate(allow_unsigned=allow_unsigned, signers=from_policy(load_trust_policy(trust)))
+    return TrustGate(allow_unsigned=allow_unsigned, policy=load_trust_policy(trust), actor=actor)
 
 
 @click.command()
@@ -146,7 +150,8 @@ def _trust_gate(trust: str | None, allow_unsigned: bool):
 @click.option("--allow-open", is_flag=True,
               help="Start without an access policy (open development mode: anyone may do anything). Development only.")
 @click.option("--trust", metavar="POLICY", envvar="SEALFLOW_TRUST",
-              help="Trust policy: execute only runs whose definition a signer it names signed.")
+              help="Trust policy: execute only runs whose stored definition bytes verify against this policy "
+                   "(the worker's own; a submitter's policy is never trusted).")
 @click.option("--allow-unsigned", is_flag=True,
               help="Development: also execute runs of unsigned definitions (refused by default).")
 @click.option("--threads", type=click.IntRange(1, 256), default=4, show_default=True,
@@ -201,7 +206,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     except StoreError as exc:
         fail_usage(str(exc))
     steps.store = rt.store
-    rt.engine.trust_gate = _trust_gate(trust, allow_unsigned)
+    rt.engine.trust_gate = _trust_gate(trust, allow_unsigned, rt.engine.actor)
     try:
         rt.start()  # the Dramatiq worker, then recovery of what is in flight
         log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
