@@ -127,6 +127,8 @@ CREATE TABLE definition_sources (
   PRIMARY KEY (digest, source_key)
 );
 ALTER TABLE definitions ADD COLUMN refused TEXT;
+"""
+
 # the heads of the audit chains only move forward: a head cannot be deleted (a wiped tenant), moved back
 # (a cut tail hidden with it) or rewritten at its seq; TRUNCATE (which row triggers do not see) is refused
 # on the heads and on the audit log
