@@ -114,6 +114,18 @@ def may_see_tenant(access: AccessProvider, tenant: str | None, principal: str, o
         return False
 
 
+def readable_chains(store: Store, access: AccessProvider, principal: str, tenant: str | None = None
+                    ) -> list[str | None] | None:
+    """The audit chains ``principal`` may verify: every one (None) in open mode or for an operator; else the
+    tenants with events where it holds ``audit:read`` (never the system chain nor unchained events), only
+    ``tenant`` when one is named."""
+    if is_open(access) or is_operator(access, principal):
+        return None if tenant is None else [tenant]
+    names = [tenant] if tenant is not None else sorted({t for t in (*store.audit_heads(), *store.audit_tenants())
+                                                        if t})
+    return [t for t in names if t and may_see_tenant(access, t, principal, Operation.AUDIT_READ)]
+
+
 def unknown_run(store: Store, run_id: str) -> NotFound:
     """The error for a run that does not exist -- word for word what the store says."""
     return NotFound(f"no run {run_id!r} in {store.url}; list runs with `sealflow status`")
@@ -144,4 +156,4 @@ def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str,
 
 
 __all__ = ["Operation", "Decision", "INITIATOR_MAY", "authorize_run", "is_operator", "may", "may_see_tenant",
-           "unknown_run"]
+           "readable_chains", "unknown_run"]

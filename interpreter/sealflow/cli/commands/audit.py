@@ -3,7 +3,7 @@
 ``audit`` is a group whose default is the run's trail::
 
     sealflow audit RUN                     # a run's audit trail, oldest first (``audit show RUN``)
-    sealflow audit verify [--tenant T]     # walk the hash chains; exit 1 naming the first bad event
+    sealflow audit verify [--tenant T]     # walk the hash chains you may read; exit 1 naming the first bad event
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 import click
 
 from sealflow.cli import render
-from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import any_tenant_option, json_option, on_a_store, store_option
-from sealflow.cli.session import find_run, open_runtime, open_store
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import access_option, any_tenant_option, as_option, json_option, on_a_store, store_option
+from sealflow.cli.session import load_access, no_run, open_runtime, open_store
 
 
 class _AuditGroup(click.Group):
@@ -38,27 +38,56 @@ def audit():
 @click.argument("run_id", metavar="RUN")
 @on_a_store()
 def show(run_id, store_url, principal, tenant, access_path, as_json):
-    """Print a run's audit trail, oldest first."""
+    """Print a run's audit trail, oldest first (needs audit:read in the run's tenant)."""
+    from sealflow.interpreter.store import NotFound
+
     with open_runtime(store_url, access=access_path) as rt:
-        find_run(rt, run_id, tenant, principal)
-        render.print_audit(rt.audit(run_id, tenant=tenant, actor=principal), as_json)
+        try:
+            events = rt.audit(run_id, tenant=tenant, actor=principal)
+        except NotFound:  # unknown, or not the caller's to read: one answer
+            no_run(run_id)
+        render.print_audit(events, as_json)
+
+
+def _verify_readable(store, access, principal: str, tenant: str | None):
+    """The chain report over the chains ``principal`` may read (operators and open mode: all)."""
+    from sealflow.interpreter.policy.operations import readable_chains
+    from sealflow.interpreter.store.auditchain import ChainReport
+    from sealflow.interpreter.store.auditchain import verify as verify_chain
+
+    chains = readable_chains(store, access, principal, tenant)
+    if chains is None:
+        return verify_chain(store, tenant)
+    report = ChainReport()
+    for name in chains:
+        part = verify_chain(store, name)
+        report.events.update(part.events)
+        report.heads.update(part.heads)
+        report.breaks.extend(part.breaks)
+    return report
 
 
 @audit.command("verify")
 @store_option
+@as_option
 @any_tenant_option
+@access_option
 @json_option
-def verify(store_url, tenant, as_json):
-    """Verify the audit chains: exit 0 when intact, 1 naming the first edited, deleted, inserted or
-    reordered event."""
-    from sealflow.interpreter.store.auditchain import verify as verify_chain
+def verify(store_url, principal, tenant, access_path, as_json):
+    """Verify the audit chains you may read (audit:read in their tenant; an operator: all): exit 0 when
+    intact, 1 naming the first edited, deleted, inserted or reordered event."""
+    from sealflow.interpreter.policy.operations import may_see_tenant
 
+    provider = load_access(access_path)
+    if tenant is not None and not may_see_tenant(provider, tenant, principal, "audit:read"):
+        refuse(f"{principal} may not read the audit chain of tenant {tenant!r} (it needs audit:read there, or "
+               "to be an operator of the access policy)")
     url = store_url or os.environ.get("SEALFLOW_STORE")
     if url is None and not os.path.exists(".sealflow/state.db"):
         fail_usage("no state store here (.sealflow/state.db); pass --store sqlite:///PATH")
     store = open_store(url)
     try:
-        report = verify_chain(store, tenant)
+        report = _verify_readable(store, provider, principal, tenant)
     finally:
         store.close()
     first = report.first
