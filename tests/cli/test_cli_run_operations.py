@@ -19,7 +19,6 @@ EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
 HIGH = json.dumps({"lead_id": "lead_acme"})  # classified high: waits for a sales manager after the note
 
 POLICY = {
-    "operators": ["user:root"],
     "tenants": {
         "acme": {"roles": {"sales": ["crm:read", "crm:write", "email:send"],
                            "sales-manager": ["crm:read", "runs:read", "audit:read"],
@@ -37,6 +36,12 @@ def policy(tmp_path) -> str:
     path = tmp_path / "access.yaml"
     path.write_text(yaml.safe_dump(POLICY, sort_keys=False))
     return str(path)
+
+
+def with_operator(policy: str) -> str:
+    """The policy, naming user:root its operator."""
+    Path(policy).write_text(yaml.safe_dump({"operators": ["user:root"], **POLICY}, sort_keys=False))
+    return policy
 
 
 def cli(capsys, *argv):
@@ -144,13 +149,15 @@ def test_audit_verify_walks_only_the_chains_the_caller_may_read(capsys, policy):
     code, _, err = cli(capsys, "audit", "verify", "--tenant", "acme", "--as", "user:gus", "--access", policy)
     assert code == 1 and "user:gus may not read the audit chain of tenant 'acme'" in err
     # an operator sees every chain
-    code, out, _ = cli(capsys, "audit", "verify", "--json", "--as", "user:root", "--access", policy)
+    code, out, _ = cli(capsys, "audit", "verify", "--json", "--as", "user:root", "--access", with_operator(policy))
     assert code == 0 and {"acme", "globex"} <= set(json.loads(out)["events"])
 
 
 def test_an_operator_reads_any_tenants_run(capsys, policy):
     run_id = waiting_run(capsys, policy)
-    code, out, _ = cli(capsys, "status", run_id, "--json", *as_("user:root", "acme", policy))
+    code, _, _ = cli(capsys, "status", run_id, "--json", *as_("user:root", "acme", policy))
+    assert code == 2  # not yet an operator
+    code, out, _ = cli(capsys, "status", run_id, "--json", *as_("user:root", "acme", with_operator(policy)))
     assert code == 3 and json.loads(out)["run_id"] == run_id
 
 

@@ -14,7 +14,6 @@ from security_helpers import PolicyFile, events, secured_runtime
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.policy.access import AccessPolicyError, FileAccess, OpenAccess
 from sealflow.interpreter.policy.authz import Unauthorized
-from sealflow.interpreter.policy.operations import Operation, may
 from sealflow.interpreter.store import InvalidOperation, NotFound
 
 
@@ -83,7 +82,8 @@ def test_an_outsider_naming_the_runs_tenant_is_told_there_is_no_such_run(rt, cha
     assert after.state == before.state and len(after.attempts) == len(before.attempts) and charges == []
     (denied,) = events(rt, "tenant_denied", run_id)
     assert denied.actor == "user:zed" and denied.detail["reason"] == "not_a_member"
-    assert denied.detail["operation"] in {o.value for o in Operation}
+    assert denied.detail["operation"] in {"runs:read", "runs:cancel", "runs:decide", "dlq:read", "dlq:redrive",
+                                          "audit:read"}
 
 
 @pytest.mark.parametrize(("operation", "permission"), [("status", "runs:read"), ("audit", "audit:read"),
@@ -159,6 +159,8 @@ def test_the_policy_names_operators_with_principals_only(tmp_path):
 
 
 def test_open_development_mode_allows_every_operation(runtime, charges):
+    from sealflow.interpreter.policy.operations import Operation, may
+
     # Given a run on a runtime without an access policy; When anyone acts on it, it is allowed (as recorded)
     run_id = runtime.run(gated(), {"amount": 1}, initiator="user:alice", tenant="acme").run.id
     assert runtime.status(run_id, actor="user:zed").run.access_mode == "open-development"
