@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
-from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
+from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.policy import access as acc
 from sealflow.interpreter.policy.authz import Unauthorized
 from sealflow.interpreter.store.base import AuditEvent

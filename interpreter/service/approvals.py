@@ -1,7 +1,8 @@
 """Approving and rejecting a waiting run: the runtime's side of :mod:`sealflow.interpreter.policy.approvals`.
 
-The policy module decides (who may, what binds, when it is void); this one admits only members of the run's
-tenant (:mod:`sealflow.interpreter.policy.operations`; others are told there is no such run), applies the decision through the engine (fenced, re-read on conflict), sends the messages the
+The policy module decides (who may, what binds, when it is void); this one admits only
+members of the run's tenant (:mod:`sealflow.interpreter.policy.operations`; others are told there is no such
+run), applies the decision through the engine (fenced, re-read on conflict), sends the messages the
 commit made due, and audits a refused decision as ``approval_refused``.
 """
 
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.ids import split_step_id
-from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.core.outcomes import Outcome
+from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.policy import access as acc
 from sealflow.interpreter.policy.approvals import ApprovalVoid, Refusal, acting_roles, deny, grant, may_decide
 from sealflow.interpreter.policy.authz import scoped_run
@@ -100,7 +101,8 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "tenant": run.tenant, "initiator": run.initiator, "step": att.step_id,
                     "for_step": split_step_id(att.step_id)[0], "as": via, "approvers": data.get("approvers"),
                     "quorum": data.get("quorum"), "approvals": len(data.get("approvals", ())),
-                    "input": REDACTOR.value(run.input), "show": REDACTOR.value(data.get("show")), "show_hash": data.get("show_hash"),
+                    "input": REDACTOR.value(run.input), "show": REDACTOR.value(data.get("show")),
+                    "show_hash": data.get("show_hash"),
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
                     "due_at": att.due_at})
     return out

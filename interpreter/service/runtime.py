@@ -60,7 +60,7 @@ from sealflow.interpreter.store.base import (
     NextAttempt,
     Store,
 )
-from sealflow.interpreter.store.errors import AdmissionRefused, InvalidOperation, IllegalTransition
+from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation
 
 
 def input_hash(value: Any) -> str:
