@@ -203,3 +203,16 @@ def test_approvals_list_shows_nothing_to_an_outsider_naming_the_tenant(capsys, p
     waiting_run(capsys, policy)
     code, out, _ = cli(capsys, "approvals", "list", "--json", *as_("user:zed", "acme", policy))
     assert code == 0 and json.loads(out) == []
+
+
+def test_the_definition_registry_shared_by_every_tenant_is_for_operators_under_a_policy(capsys, policy):
+    # Given a store whose registry names what tenants loaded
+    waiting_run(capsys, policy)
+    # When a member of one tenant lists it, it is refused (exit 1, a sentence); an operator reads it
+    for command in (("definitions", "list"), ("definitions", "show", "lead-qualification")):
+        code, out, err = cli(capsys, *command, "--as", "user:gus", "--access", policy)
+        assert code == 1 and out == "" and "only an operator of the access policy" in err, command
+        code, _, _ = cli(capsys, *command, "--json", "--as", "user:root", "--access", with_operator(policy))
+        assert code in (0, 2), command  # 2: an unsigned run records no definition (nothing to show)
+    # and without a policy (open development mode) it reads as before
+    assert cli(capsys, "definitions", "list")[0] == 0
