@@ -380,9 +380,13 @@ class Runtime:
         return [d for d in letters if d.run_id in keep]
 
     def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
-        """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``)."""
-        self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
-        return dlq.show(self.store, run_id)
+        """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``; the
+        audit events only with ``audit:read`` too)."""
+        run = self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
+        shown = dlq.show(self.store, run_id)
+        if actor is not None and not may(self.access, run, actor, Operation.AUDIT_READ):
+            shown["audit"] = None  # reading dead letters is not reading audit trails
+        return shown
 
     def dlq_redrive(self, run_id: str, *, actor: str | None = None, tenant: str | None = None) -> RunStatus:
         """Rerun the failed step of a dead-lettered run, on the run's original plan digest (``dlq:redrive``)."""

@@ -216,3 +216,9 @@ def test_the_definition_registry_shared_by_every_tenant_is_for_operators_under_a
         assert code in (0, 2), command  # 2: an unsigned run records no definition (nothing to show)
     # and without a policy (open development mode) it reads as before
     assert cli(capsys, "definitions", "list")[0] == 0
+
+
+def test_approvals_list_text_shows_the_input_and_the_payload(capsys, policy):
+    run_id = waiting_run(capsys, policy)
+    code, out, _ = cli(capsys, "approvals", "list", *as_("user:bob", "acme", policy))
+    assert code == 0 and run_id in out and 'input: {"lead_id": "lead_acme"}' in out and "    show sha256:" in out

@@ -190,6 +190,15 @@ def test_recover_names_only_runs_the_caller_may_read(rt, charges):
     assert {acme_run, globex_run} <= set(rt.recover()["runs_in_flight"])  # trusted code sees all
 
 
+def test_dlq_show_carries_the_audit_tail_only_for_who_may_read_audit_trails(rt, policy, charges):
+    run_id = dead(rt)
+    assert rt.dlq_show(run_id, actor="user:ida")["audit"]  # auditor: dlq:read and audit:read
+    policy.tenants["acme"]["roles"]["dlq-reader"] = ["dlq:read"]
+    policy.grant("user:dan", "dlq-reader")
+    shown = rt.dlq_show(run_id, actor="user:dan")
+    assert shown["run"]["id"] == run_id and shown["audit"] is None
+
+
 def test_the_dead_letter_list_shows_only_what_the_caller_may_read(rt, charges):
     run_id = dead(rt)
     assert rt.dlq_list(tenant="acme", actor="user:zed") == []
