@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
-from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.policy import access as acc
 from sealflow.interpreter.policy.authz import Unauthorized
 from sealflow.interpreter.store.base import AuditEvent
@@ -79,11 +78,12 @@ def plan_of(x: Execution) -> ApprovalPlan:
 
 def render_show(x: Execution, ap: ApprovalPlan) -> Any:
     """What the approver is shown (and approves, bound by hash): the gate's ``show``, or for a gate
-    ``requires_approval_if`` opened without one, the step's arguments; secret values redacted."""
+    ``requires_approval_if`` opened without one, the step's arguments. Not redacted here: the hash binds
+    what any process renders (the command line has no secrets in memory); every display redacts."""
     if ap.show:
-        return REDACTOR.value(x.evaluate(ap.show))
+        return x.evaluate(ap.show)
     if x.gate:
-        return {"step": x.step.id, "args": REDACTOR.value(x.render(dict(x.step.args)))}
+        return {"step": x.step.id, "args": x.render(dict(x.step.args))}
     return None
 
 

@@ -114,6 +114,20 @@ def may_see_tenant(access: AccessProvider, tenant: str | None, principal: str, o
         return False
 
 
+def visible_runs(store: Store, access: AccessProvider, run_ids: list[str], *, tenant: str | None,
+                 actor: str | None, operation: Operation | str = Operation.READ) -> list[str]:
+    """The ids of ``run_ids`` of ``tenant`` (None: any) that ``actor`` may ``operation`` (None: trusted code,
+    all). Nothing is audited: a list hides, it does not refuse."""
+    out = []
+    for run_id in run_ids:
+        run = store.get_run(run_id)
+        if tenant is not None and run.tenant != tenant:
+            continue
+        if actor is None or may(access, run, actor, operation):
+            out.append(run_id)
+    return out
+
+
 def readable_chains(store: Store, access: AccessProvider, principal: str, tenant: str | None = None
                     ) -> list[str | None] | None:
     """The audit chains ``principal`` may verify: every one (None) in open mode or for an operator; else the
@@ -156,4 +170,4 @@ def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str,
 
 
 __all__ = ["Operation", "Decision", "INITIATOR_MAY", "authorize_run", "is_operator", "may", "may_see_tenant",
-           "readable_chains", "unknown_run"]
+           "readable_chains", "unknown_run", "visible_runs"]

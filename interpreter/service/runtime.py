@@ -42,7 +42,7 @@ from sealflow.interpreter.execution import secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
-from sealflow.interpreter.policy.operations import Operation, authorize_run, may
+from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
 from sealflow.interpreter.service import approvals, dlq
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
@@ -349,26 +349,13 @@ class Runtime:
                 self.send(message)
             repaired.append(run_id)
         sent = self.dispatcher.flush()
-        visible = self._readable(tenant, actor)
+        def visible(run_ids: list[str]) -> list[str]:
+            return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
+
         return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
                 "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
                 "runs_repaired": visible(repaired), "dispatched": sent,
                 "runs_in_flight": visible(self.store.active_runs())}
-
-    def _readable(self, tenant: str | None, actor: str | None, operation: Operation = Operation.READ):
-        """A filter keeping the run ids ``actor`` may ``operation`` in ``tenant`` (no audit: a list hides,
-        it does not refuse)."""
-        def keep(run_ids: list[str]) -> list[str]:
-            out = []
-            for run_id in run_ids:
-                run = self.store.get_run(run_id)
-                if tenant is not None and run.tenant != tenant:
-                    continue
-                if actor is None or may(self.access, run, actor, operation):
-                    out.append(run_id)
-            return out
-
-        return keep
 
     # -- dead letters and audit --------------------------------------------------------------------
     def dlq_list(self, *, tenant: str | None = None, actor: str | None = None) -> list[DeadLetterRecord]:
@@ -376,7 +363,8 @@ class Runtime:
         letters = self.store.dead_letters()
         if tenant is None and actor is None:
             return letters
-        keep = set(self._readable(tenant, actor, Operation.DLQ_READ)(list(dict.fromkeys(d.run_id for d in letters))))
+        keep = set(visible_runs(self.store, self.access, list(dict.fromkeys(d.run_id for d in letters)), tenant=tenant,
+                                actor=actor, operation=Operation.DLQ_READ))
         return [d for d in letters if d.run_id in keep]
 
     def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
