@@ -2,7 +2,8 @@
 
 Principals are ``user:NAME`` and ``service:NAME``; roles are ``role:NAME``. An
 :class:`AccessProvider` answers two questions for a tenant and a principal:
-which permissions it holds, which roles it holds. Three providers ship:
+which permissions it holds, which roles it holds (and, optionally, ``is_operator(principal)``:
+whether the policy's top-level ``operators`` lists it). Three providers ship:
 
 * :class:`FileAccess`: an access policy file (YAML, ``schemas/access-policy.schema.json``)::
 
@@ -10,6 +11,8 @@ which permissions it holds, which roles it holds. Three providers ship:
         acme:
           roles: {buyer: [billing:charge, crm:read], finance: [billing:charge]}
           members: {user:alice: [buyer], user:bob: [finance]}
+      operators: [user:root]     # optional: may operate every tenant's runs
+
 
   checked at every decision (stat, then a sha256 of the bytes when the stat
   cannot vouch for them), so an edit -- a revocation -- takes effect at the
@@ -90,7 +93,7 @@ def is_open(provider: AccessProvider) -> bool:
 
 def check_principal(text: str) -> str:
     """``text`` if it is a principal (``user:NAME`` / ``service:NAME``), else :class:`InvalidPrincipal`."""
-    if not isinstance(text, str) or not PRINCIPAL.match(text):
+    if not isinstance(text, str) or not PRINCIPAL.fullmatch(text):  # fullmatch: `$` would let "\n" through
         raise InvalidPrincipal(f"{text!r} is not a principal; write user:NAME or service:NAME (e.g. user:alice)")
     return text
 
@@ -134,6 +137,9 @@ class OpenAccess:
     def roles(self, tenant: str, principal: str) -> frozenset[str]:
         return self._EVERYTHING
 
+    def is_operator(self, principal: str) -> bool:
+        return True
+
     def describe(self) -> str:
         return ("open development mode: no access policy is configured, so every principal holds every "
                 "permission and role; configure one with --access FILE or SEALFLOW_ACCESS")
@@ -147,9 +153,11 @@ class TenantPolicy:
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """A parsed access policy: tenant -> roles and members."""
+    """A parsed access policy: tenant -> roles and members; ``operators`` may operate every tenant's runs
+    (:mod:`sealflow.interpreter.policy.operations`)."""
 
     tenants: Mapping[str, TenantPolicy]
+    operators: frozenset[str] = frozenset()
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Policy:
@@ -160,7 +168,10 @@ class Policy:
             roles = {r: frozenset(perms or ()) for r, perms in (body.get("roles") or {}).items()}
             members = {p: frozenset(rs or ()) for p, rs in (body.get("members") or {}).items()}
             tenants[name] = TenantPolicy(roles, members)
-        return cls(tenants)
+        return cls(tenants, frozenset(data.get("operators") or ()))
+
+    def is_operator(self, principal: str) -> bool:
+        return principal in self.operators
 
     def permissions(self, tenant: str, principal: str) -> frozenset[str]:
         t = self.tenants.get(tenant)
@@ -191,6 +202,9 @@ class PolicyAccess:
 
     def roles(self, tenant: str, principal: str) -> frozenset[str]:
         return self.policy.roles(tenant, principal)
+
+    def is_operator(self, principal: str) -> bool:
+        return self.policy.is_operator(principal)
 
     def describe(self) -> str:
         return f"in-memory access policy ({len(self.policy.tenants)} tenant(s))"
@@ -263,6 +277,9 @@ class FileAccess:
 
     def roles(self, tenant: str, principal: str) -> frozenset[str]:
         return self.current().roles(tenant, principal)
+
+    def is_operator(self, principal: str) -> bool:
+        return self.current().is_operator(principal)
 
     def describe(self) -> str:
         return f"access policy {self.path}" + (f" ({self._digest[:19]}...)" if self._digest else "")

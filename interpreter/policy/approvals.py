@@ -77,7 +77,14 @@ def plan_of(x: Execution) -> ApprovalPlan:
 
 
 def render_show(x: Execution, ap: ApprovalPlan) -> Any:
-    return x.evaluate(ap.show) if ap.show else None
+    """What the approver is shown (and approves, bound by hash): the gate's ``show``, or for a gate
+    ``requires_approval_if`` opened without one, the step's arguments. Not redacted here: the hash binds
+    what any process renders (the command line has no secrets in memory); every display redacts."""
+    if ap.show:
+        return x.evaluate(ap.show)
+    if x.gate:
+        return {"step": x.step.id, "args": x.render(dict(x.step.args))}
+    return None
 
 
 def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict:
@@ -99,6 +106,8 @@ def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict | None:
             f"the approval of run {x.run.id} cannot be checked: its show payload no longer renders ({exc}); it "
             "cannot be approved and will be rejected at its timeout"), x.step_id) from None
     recorded_hash, recorded_plan = data.get("show_hash"), data.get("plan_digest")
+    if x.gate and not ap.show and data.get("show") is None:
+        now_hash = recorded_hash  # a gate opened before gates showed the step's arguments: bound to nothing
     changes = {}
     if now_hash != recorded_hash:
         changes["show_hash"] = {"recorded": recorded_hash, "now": now_hash}

@@ -10,9 +10,12 @@
   run's acting identity must still hold the step's permissions *now*; if not
   the step fails with ``unauthorized`` (never retried) before its effect runs,
   and ``reauthorization_denied`` is audited;
-* **tenant scope** (:func:`scoped_run`): a caller of one tenant asking about a
-  run of another is told the run does not exist -- the same words as for an
-  unknown run -- and ``tenant_denied`` is audited.
+* **run operations** (:func:`scoped_run`, :mod:`sealflow.interpreter.policy.operations`):
+  the acting principal must be a member of the run's tenant holding the
+  operation's permission (or its initiator, for reading and cancelling); a
+  tenant the caller names only narrows. A refusal is told the run does not
+  exist -- the same words as for an unknown run -- and ``tenant_denied`` or
+  ``operation_denied`` is audited.
 
 Decisions ask an :class:`~sealflow.interpreter.policy.access.AccessProvider` at the moment they
 are made; a provider that cannot answer (an unreadable policy file) denies.
@@ -26,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed
 from sealflow.interpreter.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
+from sealflow.interpreter.policy.operations import Operation, authorize_run, unknown_run
 from sealflow.interpreter.store.base import AuditEvent, RunRecord, Store
-from sealflow.interpreter.store.errors import NotFound
 
 if TYPE_CHECKING:
     from sealflow.dsl.plan import Plan, PlanStep
@@ -175,21 +178,11 @@ def reauthorize(access: AccessProvider, x: Execution) -> Failed | None:
 
 # ---------------------------------------------------------------- tenant scope
 
-def unknown_run(store: Store, run_id: str) -> NotFound:
-    """The error for a run that does not exist -- word for word what the store says."""
-    return NotFound(f"no run {run_id!r} in {store.url}; list runs with `sealflow status`")
-
-
-def scoped_run(store: Store, now: float, run_id: str, *, tenant: str | None, actor: str | None,
-               operation: str) -> RunRecord:
-    """The run, if the caller's ``tenant`` owns it (None: an in-process caller, unscoped); a run of
-    another tenant is reported as unknown, and ``tenant_denied`` is audited."""
-    run = store.get_run(run_id)
-    if tenant is None or run.tenant == tenant:
-        return run
-    store.append_audit(AuditEvent("tenant_denied", None, actor or "unknown", run_id=run_id,
-                                  detail={"tenant": tenant, "operation": operation}), now)
-    raise unknown_run(store, run_id)
+def scoped_run(store: Store, access: AccessProvider, now: float, run_id: str, *, tenant: str | None,
+               actor: str | None, operation: Operation | str) -> RunRecord:
+    """The run, if ``actor`` may do ``operation`` to it (see :func:`sealflow.interpreter.policy.operations.
+    authorize_run`; ``actor=None``, trusted in-process code: only the ``tenant`` claim is checked)."""
+    return authorize_run(store, access, now, run_id, actor=actor, tenant=tenant, operation=operation)
 
 
 __all__ = ["Unauthorized", "PolicyRequired", "require_policy", "authorize_submit", "acting_identity", "reauthorize",

@@ -1,7 +1,8 @@
 """Approving and rejecting a waiting run: the runtime's side of :mod:`sealflow.interpreter.policy.approvals`.
 
-The policy module decides (who may, what binds, when it is void); this one scopes the run to the caller's
-tenant, applies the decision through the engine (fenced, re-read on conflict), sends the messages the
+The policy module decides (who may, what binds, when it is void); this one admits only
+members of the run's tenant (:mod:`sealflow.interpreter.policy.operations`; others are told there is no such
+run), applies the decision through the engine (fenced, re-read on conflict), sends the messages the
 commit made due, and audits a refused decision as ``approval_refused``.
 """
 
@@ -14,9 +15,11 @@ from typing import TYPE_CHECKING
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.core.outcomes import Outcome
+from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.policy import access as acc
 from sealflow.interpreter.policy.approvals import ApprovalVoid, Refusal, acting_roles, deny, grant, may_decide
 from sealflow.interpreter.policy.authz import scoped_run
+from sealflow.interpreter.policy.operations import Operation
 from sealflow.interpreter.store.base import AuditEvent, Message, Store
 from sealflow.interpreter.store.errors import InvalidOperation
 
@@ -39,7 +42,8 @@ class Desk:
 def _decide(desk: Desk, run_id: str, step_id: str | None, *, actor: str, tenant: str | None, verb: str,
             decide: Callable[[Execution], tuple[Outcome, tuple[AuditEvent, ...]]]) -> None:
     now = desk.clock.now()
-    scoped_run(desk.store, now, run_id, tenant=tenant, actor=actor, operation=verb)
+    # a non-member is told there is no such run (audited); a member is refused by the gate if not an approver
+    scoped_run(desk.store, desk.access, now, run_id, tenant=tenant, actor=actor, operation=Operation.DECIDE)
     try:
         for message in desk.resolve(run_id, step_id, decide, actor=actor):
             desk.send(message)
@@ -75,10 +79,15 @@ def reject(desk: Desk, run_id: str, step_id: str | None = None, *, actor: str, t
 # ---------------------------------------------------------------- what waits for whom
 
 def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
-    """The gates of ``tenant`` that ``principal`` may decide now, oldest run first."""
+    """The gates of ``tenant`` that ``principal`` may decide now, oldest run first: none unless it is a
+    member of ``tenant`` (an approver named by principal but no member sees nothing, as it could decide
+    nothing). Each carries what the approver needs: the run's input and the gate's ``show``, redacted."""
     try:
         roles = desk.access.roles(tenant, principal)
+        member = acc.is_open(desk.access) or bool(roles) or bool(desk.access.permissions(tenant, principal))
     except acc.AccessPolicyError:
+        return []
+    if not member:
         return []
     now = desk.clock.now()
     out = []
@@ -92,7 +101,8 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "tenant": run.tenant, "initiator": run.initiator, "step": att.step_id,
                     "for_step": split_step_id(att.step_id)[0], "as": via, "approvers": data.get("approvers"),
                     "quorum": data.get("quorum"), "approvals": len(data.get("approvals", ())),
-                    "show": data.get("show"), "show_hash": data.get("show_hash"),
+                    "input": REDACTOR.value(run.input), "show": REDACTOR.value(data.get("show")),
+                    "show_hash": data.get("show_hash"),
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
                     "due_at": att.due_at})
     return out

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -42,6 +42,7 @@ from sealflow.interpreter.execution import secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
+from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
 from sealflow.interpreter.service import approvals, dlq
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
@@ -60,7 +61,7 @@ from sealflow.interpreter.store.base import (
     Store,
 )
 from sealflow.interpreter.store.definitions import DefinitionSource, Registration
-from sealflow.interpreter.store.errors import AdmissionRefused
+from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
@@ -335,15 +336,19 @@ class Runtime:
         else:
             time.sleep(0.05)
 
-    def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: str):
-        """The run if ``tenant`` owns it (None: an in-process caller); another tenant's run is
-        reported as unknown and audited (``tenant_denied``)."""
-        return authz.scoped_run(self.store, self.clock.now(), run_id, tenant=tenant, actor=actor, operation=operation)
+    def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: Operation):
+        """The run, if ``actor`` may do ``operation`` to it and ``tenant`` (a claim) owns it; otherwise the
+        answer for an unknown run, audited (:func:`sealflow.interpreter.policy.operations.authorize_run`).
+        ``actor=None`` is trusted in-process code: only ``tenant`` narrows."""
+        return authorize_run(self.store, self.access, self.clock.now(), run_id, actor=actor, tenant=tenant,
+                             operation=operation)
 
+    # Every operation below takes the acting principal (``actor=``) and authorises it against the run's
+    # tenant (docs/security.md, "Operating runs"); ``tenant=`` is only a narrowing claim. Embedding code
+    # that passes no actor is trusted as before: it is not a principal's request.
     def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> RunStatus:
-        """The run, its attempts (oldest first) and what it waits for."""
-        if tenant is not None:
-            self._scoped(run_id, tenant, actor, "status")
+        """The run, its attempts (oldest first) and what it waits for (``runs:read``, or its initiator)."""
+        self._scoped(run_id, tenant, actor, Operation.READ)
         return run_status(self.store, run_id)
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
@@ -360,23 +365,45 @@ class Runtime:
         return self.status(run_id)
 
     def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
-        """The approval gates of ``tenant`` that ``principal`` may decide now."""
+        """The approval gates of ``tenant`` that ``principal`` may decide now (none unless it is a member)."""
         return approvals.waiting_for(self._desk(), principal, tenant)
 
     def _desk(self) -> approvals.Desk:
         return approvals.Desk(self.store, self.clock, self.access, self.engine.resolve, self.send)
 
-    def cancel(self, run_id: str, *, actor: str = "system", reason: str = "", tenant: str | None = None) -> RunStatus:
-        """Cancel the run; a running attempt finishes (its ``ctx.cancelled()`` turns true) then it stops."""
-        self._scoped(run_id, tenant, actor, "cancel")
+    def cancel(self, run_id: str, *, actor: str | None = None, reason: str = "",
+               tenant: str | None = None) -> RunStatus:
+        """Cancel the run (``runs:cancel``, or its initiator); a running attempt finishes (its
+        ``ctx.cancelled()`` turns true) then it stops. A run already ended is refused with
+        :class:`~sealflow.interpreter.store.errors.InvalidOperation` (audited ``cancel_refused``); a run
+        already cancelling or compensating is left as it is."""
+        self._scoped(run_id, tenant, actor, Operation.CANCEL)
+        who = actor or "system"
+        run = self.store.get_run(run_id)
+        if run.state in states.RUN_FINAL:  # cancelling / compensating: nothing changes (undoing must finish)
+            self._refuse_cancel(run, who)
         # completed steps to undo and nothing running: cancel and start compensating in one commit
-        if not compensation.cancel(self.store, self.engine.plan, self.clock, run_id, actor=actor, reason=reason):
-            self.store.cancel(run_id, self.clock.now(), actor=actor, reason=reason)
+        try:
+            if not compensation.cancel(self.store, self.engine.plan, self.clock, run_id, actor=who, reason=reason):
+                self.store.cancel(run_id, self.clock.now(), actor=who, reason=reason)
+        except IllegalTransition:  # it ended meanwhile
+            self._refuse_cancel(self.store.get_run(run_id), who)
         self.engine.note_cancelled(run_id)
         return self.status(run_id)
 
-    def recover(self) -> dict:
-        """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`)."""
+    def _refuse_cancel(self, run: Any, actor: str) -> NoReturn:
+        if run.state == "cancelled":
+            message = f"run {run.id} is already cancelled"
+        else:
+            message = f"run {run.id} has already ended ({run.state}); only a run in progress can be cancelled"
+        self.store.append_audit(AuditEvent("cancel_refused", None, actor, run_id=run.id,
+                                           detail={"state": run.state}), self.clock.now())
+        raise InvalidOperation(message)
+
+    def recover(self, *, actor: str | None = None, tenant: str | None = None) -> dict:
+        """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`). The
+        report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
+        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's."""
         expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
@@ -389,25 +416,37 @@ class Runtime:
                 self.send(message)
             repaired.append(run_id)
         sent = self.dispatcher.flush()
+        def visible(run_ids: list[str]) -> list[str]:
+            return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
+
         return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
                 "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
-                "runs_repaired": repaired, "dispatched": sent, "runs_in_flight": self.store.active_runs()}
+                "runs_repaired": visible(repaired), "dispatched": sent,
+                "runs_in_flight": visible(self.store.active_runs())}
 
     # -- dead letters and audit --------------------------------------------------------------------
-    def dlq_list(self, *, tenant: str | None = None) -> list[DeadLetterRecord]:
+    def dlq_list(self, *, tenant: str | None = None, actor: str | None = None) -> list[DeadLetterRecord]:
+        """The dead letters ``actor`` may read (``dlq:read``) in ``tenant`` (None: every tenant, trusted code)."""
         letters = self.store.dead_letters()
-        if tenant is None:
+        if tenant is None and actor is None:
             return letters
-        return [d for d in letters if self.store.get_run(d.run_id).tenant == tenant]
+        keep = set(visible_runs(self.store, self.access, list(dict.fromkeys(d.run_id for d in letters)), tenant=tenant,
+                                actor=actor, operation=Operation.DLQ_READ))
+        return [d for d in letters if d.run_id in keep]
 
     def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
-        """A dead letter with its run, its failed attempts and the end of its audit trail."""
-        self._scoped(run_id, tenant, actor, "dlq_show")
-        return dlq.show(self.store, run_id)
+        """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``; the
+        audit events only with ``audit:read`` too)."""
+        run = self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
+        shown = dlq.show(self.store, run_id)
+        if actor is not None and not may(self.access, run, actor, Operation.AUDIT_READ):
+            shown["audit"] = None  # reading dead letters is not reading audit trails
+        return shown
 
-    def dlq_redrive(self, run_id: str, *, actor: str = "operator", tenant: str | None = None) -> RunStatus:
-        """Rerun the failed step of a dead-lettered run, on the run's original plan digest."""
-        run = self._scoped(run_id, tenant, actor, "redrive")
+    def dlq_redrive(self, run_id: str, *, actor: str | None = None, tenant: str | None = None) -> RunStatus:
+        """Rerun the failed step of a dead-lettered run, on the run's original plan digest (``dlq:redrive``)."""
+        run = self._scoped(run_id, tenant, actor, Operation.REDRIVE)
+        actor = actor or "operator"
         compensation.check_redrive(run)
         plan = self.engine.plan(run.plan_digest)
         step_id = run.cursor_step or plan.start
@@ -428,6 +467,6 @@ class Runtime:
         return self.status(run_id)
 
     def audit(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> list[AuditRecord]:
-        if tenant is not None:
-            self._scoped(run_id, tenant, actor, "audit")
+        """The run's audit trail, oldest first (``audit:read``)."""
+        self._scoped(run_id, tenant, actor, Operation.AUDIT_READ)
         return self.store.audit(run_id)

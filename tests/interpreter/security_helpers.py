@@ -18,13 +18,16 @@ from sealflow.interpreter.policy.access import FileAccess
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
 
-#: acme: alice buys (and may approve nothing), bob and cy are managers, dan is finance;
-#: globex: a second tenant with its own manager, eve
+#: acme: alice buys (and may approve nothing), bob and cy are managers, dan is finance, ida audits (reads runs,
+#: audit trails and dead letters), ops operates (cancels, redrives); globex: a second tenant with its own manager,
+#: eve
 ACME = {
     "acme": {
-        "roles": {"buyer": ["billing:charge", "crm:read"], "manager": ["crm:read"], "finance": ["billing:*"]},
+        "roles": {"buyer": ["billing:charge", "crm:read"], "manager": ["crm:read"], "finance": ["billing:*"],
+                  "auditor": ["runs:read", "audit:read", "dlq:read"], "ops": ["runs:*", "dlq:*", "audit:read"]},
         "members": {"user:alice": ["buyer"], "user:bob": ["manager"], "user:cy": ["manager"],
-                    "user:dan": ["finance"], "service:nightly": ["buyer"]},
+                    "user:dan": ["finance"], "service:nightly": ["buyer"], "user:ida": ["auditor"],
+                    "user:ops": ["ops"]},
     },
     "globex": {
         "roles": {"buyer": ["billing:charge", "crm:read"], "manager": ["crm:read"]},

@@ -69,7 +69,8 @@ json_option = json_flag()
 
 
 def check_principal(ctx, param, value):
-    """Validate ``--as`` (user:NAME or service:NAME); attach with ``callback=``."""
+    """Validate ``--as`` (user:NAME or service:NAME, a full match: no control character, no trailing newline);
+    attach with ``callback=``."""
     from sealflow.interpreter.policy.access import InvalidPrincipal
     from sealflow.interpreter.policy.access import check_principal as check
 
@@ -96,7 +97,8 @@ as_option = click.option("--as", "principal", metavar="PRINCIPAL", default=defau
 
 
 def _check_tenant(ctx, param, value):
-    if value is not None and not _TENANT.match(value):
+    """Validate a tenant name with a full match (``re.match`` with ``$`` lets a trailing newline through)."""
+    if value is not None and not _TENANT.fullmatch(value):
         raise click.BadParameter(f"{value!r} is not a tenant name: letters, digits, '.', '_' or '-', like acme")
     return value
 
@@ -106,8 +108,8 @@ tenant_option = click.option(
     callback=_check_tenant, help="The tenant you act in ($SEALFLOW_TENANT). Runs of other tenants look unknown.")
 
 #: ``--tenant`` where leaving it out means every tenant (``audit verify``)
-any_tenant_option = click.option("--tenant", metavar="NAME", default=None,
-                                 help="Verify only this tenant's chain (default: every tenant).")
+any_tenant_option = click.option("--tenant", metavar="NAME", default=None, callback=_check_tenant,
+                                 help="Verify only this tenant's chain (default: every tenant you may read).")
 
 access_option = click.option(
     "--access", "access_path", metavar="FILE", envvar="SEALFLOW_ACCESS",

@@ -14,6 +14,8 @@ from typing import NoReturn
 
 import click
 
+from sealflow.interpreter.core.redaction import REDACTOR
+
 FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
 
 #: audit record fields the text view of ``audit RUN`` leaves out (``--json`` has them)
@@ -28,13 +30,23 @@ def _json(value, **kw) -> str:
 
 # ---------------------------------------------------------------- status
 
+def _gate(data: dict) -> dict:
+    """What an approver needs of a gate (opened or decided): what it showed (redacted), its binding, who
+    may and who did decide."""
+    return {"show": REDACTOR.value(data.get("show")), "show_hash": data.get("show_hash"),
+            "approvers": data.get("approvers"), "quorum": data.get("quorum"),
+            "approvals": [{"actor": a.get("actor"), "as": a.get("as")} for a in data.get("approvals", ())]}
+
+
 def _steps(status) -> list[dict]:
-    """One entry per step (gates included), in the order they first ran."""
+    """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``."""
     steps: dict[str, dict] = {}
     for a in status.attempts:
         entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
         entry["attempts"] = max(entry["attempts"], a.attempt)
         entry["state"] = a.state
+        if "opened_at" in (a.data or {}):
+            entry["approval"] = _gate(a.data)
         if a.error_class:
             entry["error"] = {"class": a.error_class, "message": a.error_message}
         elif "error" in entry and a.state == "succeeded":
@@ -46,8 +58,8 @@ def status_dict(status) -> dict:
     """The run as one JSON object (docs/runtime.md names its fields)."""
     run = status.run
     out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
-           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
-           "steps": _steps(status)}
+           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator,
+           "input": REDACTOR.value(run.input), "output": run.output, "steps": _steps(status)}
     if run.signer:
         out["signer"] = run.signer
     if run.acting != run.initiator:
@@ -57,7 +69,8 @@ def status_dict(status) -> dict:
     if run.error_class:
         out["error"] = {"class": run.error_class, "message": run.error_message}
     if status.waiting:
-        out["waiting"] = status.waiting
+        out["waiting"] = dict(status.waiting, show=REDACTOR.value(status.waiting.get("show"))) \
+            if "show" in status.waiting else status.waiting
     out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
                     "tool_calls": run.tool_calls}
     return out
@@ -196,6 +209,7 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
         due = "" if w["due_at"] is None else f"  due in {max(w['due_at'] - time.time(), 0) / 3600:.1f}h"
         click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}  as {w['as']}  "
                    f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
+        click.echo(f"    input: {_json(w.get('input'))}")
         click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
         click.echo(f"    sealflow approve {w['run_id']} --tenant {tenant}  |  sealflow reject {w['run_id']} "
                    f"--tenant {tenant} --reason TEXT")

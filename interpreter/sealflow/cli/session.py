@@ -161,24 +161,32 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
         rt.close()
 
 
+def no_run(run_id: str):
+    """Exit 2 with the one answer for a run that is unknown *or* that the caller may not see."""
+    fail_usage(f"no run {run_id!r} in this store; list dead letters with `sealflow dlq list`")
+
+
 def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = None):
-    """The status of ``run_id`` as ``actor`` in ``tenant``; an unknown run is a usage error."""
+    """The status of ``run_id`` as ``actor`` in ``tenant``; an unknown run -- or one ``actor`` may not read --
+    is a usage error."""
     from sealflow.interpreter.store import NotFound
 
     try:
         return rt.status(run_id, tenant=tenant, actor=actor)
-    except NotFound:  # a run of another tenant reads exactly like an unknown one
-        fail_usage(f"no run {run_id!r} in this store; list dead letters with `sealflow dlq list`")
+    except NotFound:  # a run the caller may not read reads exactly like an unknown one
+        no_run(run_id)
 
 
 def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
-    """Do ``act(rt)`` on a run as ``principal`` (refusals exit 1), then drive the run on and show it."""
+    """Do ``act(rt)`` on a run as ``principal`` -- the runtime authorises it: a run the principal may not act
+    on is "no run" (exit 2), a refusal exits 1 -- then drive the run on and show it."""
     from sealflow.interpreter.policy.authz import Unauthorized
-    from sealflow.interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation, NotFound
 
-    find_run(rt, run_id, tenant, principal)
     try:
         act(rt)
+    except NotFound:
+        no_run(run_id)
     except Unauthorized as exc:
         refuse(f"unauthorized: {exc.message}")
     except InvalidOperation as exc:

@@ -9,7 +9,7 @@ from security_helpers import events
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.policy.approvals import ApprovalVoid, show_hash
 from sealflow.interpreter.policy.authz import Unauthorized
-from sealflow.interpreter.store import InvalidOperation
+from sealflow.interpreter.store import InvalidOperation, NotFound
 
 
 @pytest.fixture
@@ -77,11 +77,12 @@ def test_a_role_approver_is_resolved_through_the_policy(rt, policy, charges):
     assert granted.detail["comment"] == "within budget"
     assert granted.detail["show_hash"] == show_hash({"amount": 40, "to": "acct_1"})
     assert granted.detail["plan_digest"] == status.run.plan_digest
-    # and once the role is revoked, the same principal is no longer an approver
+    # and once the role is revoked, the same principal -- no longer a member of acme -- sees no run at all
     run_id = waiting_run(rt)
     policy.revoke("user:bob", "manager")
-    with pytest.raises(Unauthorized, match="not an approver"):
+    with pytest.raises(NotFound, match="no run"):
         rt.approve(run_id, actor="user:bob", tenant="acme")
+    assert [e.detail["reason"] for e in events(rt, "tenant_denied", run_id)] == ["not_a_member"]
 
 
 def test_a_principal_approver_is_matched_exactly(rt, charges):

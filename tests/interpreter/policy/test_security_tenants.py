@@ -42,8 +42,9 @@ def unknown_message(rt) -> str:
     return str(unknown.value).replace("run_doesnotexist", "{}")
 
 
-@pytest.mark.parametrize("operation", ["status", "audit", "dlq_show"])
-def test_another_tenant_reading_a_run_is_told_it_does_not_exist(rt, acme_run, operation):
+@pytest.mark.parametrize(("operation", "permission"), [("status", "runs:read"), ("audit", "audit:read"),
+                                                       ("dlq_show", "dlq:read")])
+def test_another_tenant_reading_a_run_is_told_it_does_not_exist(rt, acme_run, operation, permission):
     # Given a run of acme; When eve, of globex, reads it
     with pytest.raises(NotFound) as refused:
         getattr(rt, operation)(acme_run, tenant="globex", actor="user:eve")
@@ -51,7 +52,8 @@ def test_another_tenant_reading_a_run_is_told_it_does_not_exist(rt, acme_run, op
     assert str(refused.value) == unknown_message(rt).format(acme_run)
     # And the attempt is audited
     (denied,) = events(rt, "tenant_denied", acme_run)
-    assert denied.actor == "user:eve" and denied.detail == {"tenant": "globex", "operation": operation}
+    assert denied.actor == "user:eve" and denied.detail == {"tenant": "globex", "operation": permission,
+                                                            "reason": "another_tenant"}
 
 
 @pytest.mark.parametrize("decide", [
@@ -72,7 +74,7 @@ def test_another_tenant_deciding_on_a_run_is_refused_as_not_found(rt, acme_run, 
 
 
 def test_the_owning_tenant_reads_and_decides_as_usual(rt, acme_run, charges):
-    assert rt.status(acme_run, tenant="acme", actor="user:bob").state == "waiting"
+    assert rt.status(acme_run, tenant="acme", actor="user:ida").state == "waiting"
     assert rt.audit(acme_run, tenant="acme")[0].event == "run.created"
     rt.approve(acme_run, actor="user:bob", tenant="acme")
     assert rt.drive(acme_run).state == "completed" and charges == [("acme", 40)]

@@ -16,7 +16,8 @@ EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
 HIGH = json.dumps({"lead_id": "lead_acme"})  # classified high: waits for a sales manager after the note
 
 TENANTS = {
-    "acme": {"roles": {"sales": ["crm:read", "crm:write", "email:send"], "sales-manager": ["crm:read"]},
+    "acme": {"roles": {"sales": ["crm:read", "crm:write", "email:send"],
+                       "sales-manager": ["crm:read", "runs:read", "audit:read"]},
              "members": {"user:alice": ["sales"], "user:bob": ["sales-manager"], "user:carl": ["sales"]}},
     "globex": {"roles": {"sales-manager": ["crm:read"]}, "members": {"user:gus": ["sales-manager"]}},
 }

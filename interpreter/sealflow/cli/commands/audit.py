@@ -3,7 +3,7 @@
 ``audit`` is a group whose default is the run's trail::
 
     sealflow audit RUN                     # a run's audit trail, oldest first (``audit show RUN``)
-    sealflow audit verify [--tenant T]     # walk the hash chains; exit 1 naming the first bad event
+    sealflow audit verify [--tenant T]     # walk the hash chains you may read; exit 1 naming the first bad event
         [--anchor FILE [--public-key PUB]] # ... and check they still extend an anchor taken earlier
     sealflow audit head [--json [--key K]] # the chains' heads: an anchor to keep outside the store
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 
 from sealflow.cli import render
-from sealflow.cli.exits import fail, fail_usage
-from sealflow.cli.options import any_tenant_option, json_option, on_a_store, store_option
-from sealflow.cli.session import find_run, open_runtime, open_store
+from sealflow.cli.exits import fail, fail_usage, refuse
+from sealflow.cli.options import access_option, any_tenant_option, as_option, json_option, on_a_store, store_option
+from sealflow.cli.session import load_access, no_run, open_runtime, open_store
 
 
 class _AuditGroup(click.Group):
@@ -43,10 +43,33 @@ def audit():
 @click.argument("run_id", metavar="RUN")
 @on_a_store()
 def show(run_id, store_url, principal, tenant, access_path, as_json):
-    """Print a run's audit trail, oldest first."""
+    """Print a run's audit trail, oldest first (needs audit:read in the run's tenant)."""
+    from sealflow.interpreter.store import NotFound
+
     with open_runtime(store_url, access=access_path) as rt:
-        find_run(rt, run_id, tenant, principal)
-        render.print_audit(rt.audit(run_id, tenant=tenant, actor=principal), as_json)
+        try:
+            events = rt.audit(run_id, tenant=tenant, actor=principal)
+        except NotFound:  # unknown, or not the caller's to read: one answer
+            no_run(run_id)
+        render.print_audit(events, as_json)
+
+
+def _verify_readable(store, access, principal: str, tenant: str | None):
+    """The chain report over the chains ``principal`` may read (operators and open mode: all)."""
+    from sealflow.interpreter.policy.operations import readable_chains
+    from sealflow.interpreter.store.auditchain import ChainReport
+    from sealflow.interpreter.store.auditchain import verify as verify_chain
+
+    chains = readable_chains(store, access, principal, tenant)
+    if chains is None:
+        return verify_chain(store, tenant)
+    report = ChainReport()
+    for name in chains:
+        part = verify_chain(store, name)
+        report.events.update(part.events)
+        report.heads.update(part.heads)
+        report.breaks.extend(part.breaks)
+    return report
 
 
 def _read(path: str, what: str) -> bytes:
@@ -86,24 +109,31 @@ def _check_anchor(store, report, anchor, tenant) -> None:
 
 @audit.command("verify")
 @store_option
+@as_option
 @any_tenant_option
+@access_option
 @click.option("--anchor", "anchor_path", metavar="FILE",
               help="Also check each chain still extends this anchor (from `audit head --json`).")
 @click.option("--public-key", "public_key", metavar="PUB",
               help="Check the anchor's signature with this Ed25519 public key (sealflow keygen's .pub.pem).")
 @json_option
-def verify(store_url, tenant, anchor_path, public_key, as_json):
-    """Verify the audit chains: exit 0 when intact, 1 naming the first edited, deleted, inserted or
-    reordered event (with --anchor: or a tenant cut, wiped or rewritten since the anchor)."""
-    from sealflow.interpreter.store.auditchain import verify as verify_chain
+def verify(store_url, principal, tenant, access_path, anchor_path, public_key, as_json):
+    """Verify the audit chains you may read (audit:read in their tenant; an operator: all): exit 0 when
+    intact, 1 naming the first edited, deleted, inserted or reordered event (with --anchor: or a tenant
+    cut, wiped or rewritten since the anchor)."""
+    from sealflow.interpreter.policy.operations import may_see_tenant
 
+    provider = load_access(access_path)
+    if tenant is not None and not may_see_tenant(provider, tenant, principal, "audit:read"):
+        refuse(f"{principal} may not read the audit chain of tenant {tenant!r} (it needs audit:read there, or "
+               "to be an operator of the access policy)")
     anchor, signer = _load_anchor(anchor_path, public_key)
     url = store_url or os.environ.get("SEALFLOW_STORE")
     if url is None and not os.path.exists(".sealflow/state.db"):
         fail_usage("no state store here (.sealflow/state.db); pass --store sqlite:///PATH")
     store = open_store(url)
     try:
-        report = verify_chain(store, tenant)
+        report = _verify_readable(store, provider, principal, tenant)
         if anchor is not None:
             _check_anchor(store, report, anchor, tenant)
     finally:

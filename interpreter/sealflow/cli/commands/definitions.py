@@ -9,9 +9,22 @@ import time
 
 import click
 
-from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import json_flag, store_option
-from sealflow.cli.session import open_store
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import access_option, as_option, json_flag, store_option
+from sealflow.cli.session import load_access, open_store
+
+
+def _operators_only(principal: str, access_path: str | None) -> None:
+    """The registry is shared by every tenant of the store (names, versions, signers, pins): under an access
+    policy only its operators read it; open development mode reads it as before."""
+    from sealflow.interpreter.policy.access import is_open
+    from sealflow.interpreter.policy.operations import is_operator
+
+    access = load_access(access_path)
+    if not is_open(access) and not is_operator(access, principal):
+        refuse(f"{principal} may not read the definition registry: it is shared by every tenant of this store, so "
+               "only an operator of the access policy (its top-level `operators`) may",
+               hint="ask an operator, or list your own runs with `sealflow status RUN`")
 
 
 def _when(ts: float) -> str:
@@ -25,9 +38,12 @@ def definitions():
 
 @definitions.command("list")
 @store_option
+@as_option
+@access_option
 @json_flag(None)
-def list_(store_url, as_json):
-    """Every (name, version) loaded for a run, with its digest and signer."""
+def list_(store_url, principal, access_path, as_json):
+    """Every (name, version) loaded for a run, with its digest and signer (under a policy: operators only)."""
+    _operators_only(principal, access_path)
     store = open_store(store_url)
     try:
         records = store.definitions()
@@ -46,9 +62,13 @@ def list_(store_url, as_json):
 @definitions.command("show")
 @click.argument("name")
 @store_option
+@as_option
+@access_option
 @json_flag(None)
-def show(name, store_url, as_json):
-    """The versions of one definition: digests, signers, first and last load, pins."""
+def show(name, store_url, principal, access_path, as_json):
+    """The versions of one definition: digests, signers, first and last load, pins (under a policy: operators
+    only)."""
+    _operators_only(principal, access_path)
     store = open_store(store_url)
     try:
         records = store.definitions(name)

@@ -9,7 +9,7 @@ import click
 from sealflow.cli import render
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import on_a_store
-from sealflow.cli.session import act_then_drive, find_run, open_runtime
+from sealflow.cli.session import act_then_drive, no_run, open_runtime
 
 
 @click.group()
@@ -20,9 +20,9 @@ def dlq():
 @dlq.command("list")
 @on_a_store()
 def dlq_list(store_url, principal, tenant, access_path, as_json):
-    """List the tenant's dead-lettered runs."""
+    """List the tenant's dead-lettered runs that you may read (dlq:read)."""
     with open_runtime(store_url, access=access_path) as rt:
-        render.print_dead_letters(rt.dlq_list(tenant=tenant), as_json)
+        render.print_dead_letters(rt.dlq_list(tenant=tenant, actor=principal), as_json)
 
 
 @dlq.command("show")
@@ -30,12 +30,13 @@ def dlq_list(store_url, principal, tenant, access_path, as_json):
 @on_a_store()
 def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
     """Show a dead-lettered run: why, its failed attempts, recent audit events."""
-    from sealflow.interpreter.store import InvalidOperation
+    from sealflow.interpreter.store import InvalidOperation, NotFound
 
     with open_runtime(store_url, access=access_path) as rt:
-        find_run(rt, run_id, tenant, principal)
         try:
             detail = rt.dlq_show(run_id, tenant=tenant, actor=principal)
+        except NotFound:
+            no_run(run_id)
         except InvalidOperation as exc:
             fail_usage(str(exc))
         click.echo(json.dumps(detail, indent=2, default=str, ensure_ascii=False))

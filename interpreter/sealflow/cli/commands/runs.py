@@ -2,12 +2,14 @@
 
 Exit codes: 0 completed (or the command did what it was asked), 3 waiting,
 1 a failed end state (failed, cancelled, timed_out, quarantined) or a refusal,
-2 a usage error (bad arguments, unreadable input, unknown run).
+2 a usage error (bad arguments, unreadable input, unknown run -- or one the caller may not see). ``cancel``
+exits 0 once the cancel is accepted, 1 when refused (the run has already ended).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -21,6 +23,7 @@ from sealflow.cli.session import (
     import_actions,
     is_shared_store,
     load_access,
+    no_run,
     open_runtime,
     require_policy,
     with_demo,
@@ -142,23 +145,35 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
 @click.option("--reason", default="")
 @on_a_store(actions=True)
 def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
-    """Cancel a run: no new step starts; a running action sees ctx.cancelled()."""
+    """Cancel a run: no new step starts; a running action sees ctx.cancelled(). Exit 0 when the cancel is
+    accepted, 1 when it is refused (the run has ended; it says so), 2 for a run you may not see."""
+    from sealflow.interpreter.store import InvalidOperation, NotFound
+
     with open_runtime(store_url, actions, access=access_path) as rt:
-        act_then_drive(rt, run_id, principal, tenant, as_json,
-                       lambda rt: rt.cancel(run_id, actor=principal, reason=reason, tenant=tenant))
+        try:
+            rt.cancel(run_id, actor=principal, reason=reason, tenant=tenant)
+        except NotFound:
+            no_run(run_id)
+        except InvalidOperation as exc:
+            refuse(exc)
+        status = rt.drive(run_id)
+        if as_json:
+            click.echo(json.dumps(render.status_dict(status), indent=2, ensure_ascii=False, default=str))
+        else:
+            render.print_header(status)
+            render.print_timeline(status)
+            render.print_outcome(status)
+        sys.exit(0)
 
 
 @click.command()
 @on_a_store(actions=True)
 def recover(actions, store_url, principal, tenant, access_path, as_json):
-    """Find runs in flight (after a crash, or with due timers) and drive the tenant's on."""
+    """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. The report names
+    only runs of --tenant that you may read."""
     with open_runtime(store_url, actions, access=access_path) as rt:
-        report = rt.recover()
-        touched = list(dict.fromkeys(report.get("runs_repaired", [])))
-        for run_id in rt.store.active_runs() if hasattr(rt.store, "active_runs") else touched:
-            if run_id not in touched:
-                touched.append(run_id)
-        touched = [r for r in touched if rt.store.get_run(r).tenant == tenant]
+        report = rt.recover(actor=principal, tenant=tenant)
+        touched = list(dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]))
         results = {run_id: rt.drive(run_id).state for run_id in touched}
         if as_json:
             click.echo(json.dumps({"report": report, "runs": results}, indent=2, default=str))
