@@ -49,11 +49,15 @@ def _canonical(doc: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def take(store, now: float, tenant: str | None = None) -> dict[str, Any]:
-    """The anchor of every tenant's chain in ``store`` (or of ``tenant``'s); :class:`AnchorError` naming
-    the first break when a chain does not verify."""
+def take(store, now: float, tenant: str | None = None, *, only: list[str | None] | None = None) -> dict[str, Any]:
+    """The anchor of every tenant's chain in ``store`` (or of ``tenant``'s, or of the chains ``only`` names);
+    :class:`AnchorError` naming the first break when a chain does not verify."""
     heads = store.audit_heads()
-    names = [tenant] if tenant is not None else sorted(set(heads) | {t for t in store.audit_tenants() if t is not None})
+    if only is not None:
+        names = list(only)
+    else:
+        names = [tenant] if tenant is not None else sorted(
+            set(heads) | {t for t in store.audit_tenants() if t is not None})
     tenants: dict[str, dict[str, Any]] = {}
     for name in names:
         rows = store.audit_chain(name)

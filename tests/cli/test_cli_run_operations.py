@@ -153,6 +153,21 @@ def test_audit_verify_walks_only_the_chains_the_caller_may_read(capsys, policy):
     assert code == 0 and {"acme", "globex"} <= set(json.loads(out)["events"])
 
 
+def test_audit_head_anchors_only_the_chains_the_caller_may_read(capsys, policy):
+    # Given runs in two tenants
+    waiting_run(capsys, policy)
+    waiting_run(capsys, policy, who="user:gus", tenant="globex")
+    # When a member of globex, an outsider and an operator each take an anchor
+    code, out, _ = cli(capsys, "audit", "head", "--json", "--as", "user:gus", "--access", policy)
+    assert code == 0 and set(json.loads(out)["tenants"]) == {"globex"}
+    code, out, _ = cli(capsys, "audit", "head", "--json", "--as", "user:zed", "--access", policy)
+    assert code == 0 and json.loads(out)["tenants"] == {}
+    code, _, err = cli(capsys, "audit", "head", "--tenant", "acme", "--as", "user:gus", "--access", policy)
+    assert code == 1 and "may not read the audit chain of tenant 'acme'" in err
+    code, out, _ = cli(capsys, "audit", "head", "--json", "--as", "user:root", "--access", with_operator(policy))
+    assert code == 0 and {"acme", "globex"} <= set(json.loads(out)["tenants"])
+
+
 def test_an_operator_reads_any_tenants_run(capsys, policy):
     run_id = waiting_run(capsys, policy)
     code, _, _ = cli(capsys, "status", run_id, "--json", *as_("user:root", "acme", policy))

@@ -170,15 +170,24 @@ def verify(store_url, principal, tenant, access_path, anchor_path, public_key, a
 
 @audit.command("head")
 @store_option
+@as_option
 @any_tenant_option
+@access_option
 @click.option("--key", "key_path", metavar="KEY",
               help="Sign the anchor with this Ed25519 private key (sealflow keygen's .pem); needs --json.")
 @json_option
-def head(store_url, tenant, key_path, as_json):
-    """Print each tenant's chain head (hash, event count, time): with --json, an anchor document to keep
-    outside the store (`audit verify --anchor FILE` checks the chains still extend it)."""
+def head(store_url, principal, tenant, access_path, key_path, as_json):
+    """Print the head (hash, event count, time) of each chain you may read (audit:read in its tenant; an
+    operator: all): with --json, an anchor document to keep outside the store (`audit verify --anchor FILE`
+    checks the chains still extend it)."""
     from sealflow.dsl.trust.signing import SigningError
+    from sealflow.interpreter.policy.operations import may_see_tenant, readable_chains
     from sealflow.interpreter.store import auditanchor
+
+    provider = load_access(access_path, quiet=True)
+    if tenant is not None and not may_see_tenant(provider, tenant, principal, "audit:read"):
+        refuse(f"{principal} may not read the audit chain of tenant {tenant!r} (it needs audit:read there, or "
+               "to be an operator of the access policy)")
 
     if key_path and not as_json:
         fail_usage("--key signs the anchor document: add --json (and keep its output outside the store)")
@@ -188,7 +197,7 @@ def head(store_url, tenant, key_path, as_json):
         fail_usage("no state store here (.sealflow/state.db); pass --store sqlite:///PATH")
     store = open_store(url)
     try:
-        doc = auditanchor.take(store, time.time(), tenant)
+        doc = auditanchor.take(store, time.time(), tenant, only=readable_chains(store, provider, principal, tenant))
     except auditanchor.AnchorError as exc:
         fail(str(exc))
     finally:
