@@ -117,12 +117,18 @@ CREATE TABLE workers (
 );
 """
 
+# poison steps: how many times an attempt's lease expired (a lost lease counts as a failed attempt)
+_V8_LEASES_LOST = """
+ALTER TABLE attempts ADD COLUMN leases_lost BIGINT NOT NULL DEFAULT 0;
+"""
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
         "tenant usage, definition registry", _V1),
     (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
     (3, "workers heartbeat in the store", _V3_WORKERS),
+    (8, "attempts.leases_lost (a lost lease counts as a failed attempt)", _V8_LEASES_LOST),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -104,6 +104,13 @@ CREATE INDEX runs_tenant_state ON runs(tenant, state);
 """
 
 
+# poison steps: how many times an attempt's lease expired (its worker died or stalled); a claim of an
+# attempt that lost its lease records it as failed with worker_lost instead of running it again
+_V10_LEASES_LOST = """
+ALTER TABLE attempts ADD COLUMN leases_lost INTEGER NOT NULL DEFAULT 0;
+"""
+
+
 def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
     # one statement at a time (a trigger body holds ';' until its END;)
     def apply(conn: sqlite3.Connection) -> None:
@@ -142,6 +149,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
     (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
+    (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
 ]
 LATEST = MIGRATIONS[-1][0]
 
