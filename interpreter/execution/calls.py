@@ -1,8 +1,8 @@
 """Calling a step's Python code: an action, a model tool, a compensation.
 
-:func:`call` runs ``fn(ctx)`` on a runner thread (or in a child process) within the attempt's deadline, inside the sandbox
-(declared secrets resolved, a private temporary directory), and classifies what goes wrong into an
-error class. Every step kind that calls code goes through it.
+:func:`call` runs ``fn(ctx)`` on a runner thread (or in a child process) within the attempt's
+deadline, inside the sandbox (declared secrets resolved, a private temporary directory), and
+classifies what goes wrong into an error class. Every step kind that calls code goes through it.
 """
 
 from __future__ import annotations

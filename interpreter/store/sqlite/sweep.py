@@ -2,8 +2,9 @@
 
 The sweeper keeps invariant 2 of :mod:`sealflow.interpreter.store.base` moving:
 expired leases become ``scheduled`` again with a new token (so the zombie's
-commit fails its fence) and ``leases_lost`` counted (the claiming worker records
-the attempt as failed with ``worker_lost``, see :mod:`sealflow.interpreter.engine.poison`); due timers become outbox rows (``backoff``:
+commit fails its fence) and ``leases_lost`` counted (the claiming worker
+records the attempt as failed with ``worker_lost``: engine.poison); due
+timers become outbox rows (``backoff``:
 ``retry_wait -> scheduled``; ``wait`` / ``approval_timeout``: a wake-up
 message for the ``waiting`` attempt) or time the run out (``run_deadline``);
 outbox rows sent long ago and never claimed are sent again (a lost message is

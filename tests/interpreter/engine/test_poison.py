@@ -40,7 +40,8 @@ def test_a_step_that_keeps_killing_its_worker_is_dead_lettered_after_max_attempt
 
     rt = Runtime(store, registry, {}, clock=clock, worker_timeout_ms=20)
     try:
-        plan = make_plan(S("one", "action", action="t.work", timeout_ms=1000, retry=retry(max_attempts=3, initial_ms=0)))
+        plan = make_plan(S("one", "action", action="t.work", timeout_ms=1000,
+                           retry=retry(max_attempts=3, initial_ms=0)))
         run_id = rt.submit(plan, {}, initiator="u")
         (message,) = rt.store.take_outbox(clock.now())
         # When each lost lease is swept and the requeued attempt handled by a live worker

@@ -117,8 +117,10 @@ def test_the_worker_default_comes_from_the_configuration_or_the_environment(tmp_
     monkeypatch.setenv(isolation.ENV, "process")
     assert isolation.worker_default(RuntimeConfig()) == "process"
     # And a wrong value is refused when the runtime starts, naming it
+    store = open_store(f"sqlite:///{tmp_path}/b.db")
     with pytest.raises(ConfigError, match="isolation 'forked' must be one of thread, process"):
-        Runtime(open_store(f"sqlite:///{tmp_path}/b.db"), registry, {}, config=RuntimeConfig(extra={"isolation": "forked"}))
+        Runtime(store, registry, {}, config=RuntimeConfig(extra={"isolation": "forked"}))
+    store.close()
 
 
 def test_a_wrong_isolation_on_a_registration_is_refused(registry):
