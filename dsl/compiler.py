@@ -280,6 +280,7 @@ class Compiler:
             requires_approval_if=s.requires_approval_if, gate=gate,
             on_error=tuple(ErrorRoutePlan(errors=tuple(r.errors), next=r.next) for r in s.on_error),
             compensate=comp, concurrency=s.concurrency, lock=s.lock, circuit_breaker=s.circuit_breaker,
+            isolation=s.isolation,
             budget=budget, next=None if kind in ("fail", "succeed") else nxt, edges=tuple(edges), **fields,
         )
 

@@ -209,6 +209,7 @@ class Step(_Model):
     concurrency: str | None = None
     lock: str | None = None
     circuit_breaker: str | None = None
+    isolation: Literal["thread", "process"] | None = None
     budget: StepBudget | None = None
     next: str | None = None
     lint: LintIgnore | None = None

@@ -159,6 +159,8 @@ class PlanStep(_Frozen):
     concurrency: str | None = None
     lock: str | None = None
     circuit_breaker: str | None = None
+    #: where the action runs: ``thread`` / ``process`` as written (None: the action's, else the worker's default)
+    isolation: Literal["thread", "process"] | None = None
     budget: StepBudgetPlan = Field(default_factory=StepBudgetPlan)
     #: where control goes after success (or skip): a step id or ``end``; None for terminal kinds
     next: str | None = None

@@ -20,6 +20,7 @@ class ErrorClass(StrEnum):
     CONFIGURATION = "configuration"
     CANCELLED = "cancelled"
     INTERNAL = "internal"
+    WORKER_LOST = "worker_lost"
 
 
 #: error class -> retryable by a retry class that lists it
@@ -36,7 +37,13 @@ ERROR_CLASSES: dict[str, bool] = {
     "configuration": False,
     "cancelled": False,
     "internal": False,
+    # the attempt's worker (or its isolated process) died or stalled past its lease
+    "worker_lost": True,
 }
+
+#: classes retried within ``max_attempts`` even when a retry class does not list them: a lost worker
+#: says nothing about the step, so it gets its remaining attempts (and never more)
+RETRIED_UNLISTED = frozenset({"worker_lost"})
 
 
 assert set(ERROR_CLASSES) == {e.value for e in ErrorClass}, "every error class needs a retryable flag"

@@ -41,7 +41,7 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.engine import compensation, recovery
+from sealflow.interpreter.engine import compensation, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
@@ -159,7 +159,8 @@ class Engine:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
-        outcome = refused or budgets.after(x, self.execute(x))
+        # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
+        outcome = refused or poison.lost(x) or budgets.after(x, self.execute(x))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
 
@@ -233,7 +234,7 @@ class Engine:
         step = plan.step(StepRef.parse(att.step_id).step)
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=claimed.results,
                       outputs=self.outputs)
-        outcome = compensation.execute(x)
+        outcome = poison.lost(x) or compensation.execute(x)
 
         def conflict() -> None:
             x.run = self.store.get_run(run.id)

@@ -8,7 +8,8 @@ in :mod:`sealflow.interpreter.store.base`). What recovery does, in order:
    ended now instead of at their expiry (other hosts' leases simply expire);
 2. a fresh embedded runtime marks every sent-but-unclaimed outbox row unsent:
    the in-memory broker that held those messages died with its process;
-3. a sweep requeues expired leases and turns due timers into outbox rows;
+3. a sweep requeues expired leases (each counted as a failed attempt, ``worker_lost``:
+   :mod:`.poison`) and turns due timers into outbox rows;
 4. a run that is active but has no active attempt (which atomic commits rule
    out; this is a safety net) is repaired by deciding again from its latest
    finished attempt.

@@ -28,6 +28,8 @@ class Action:
     effect: str = "read"
     secrets: tuple[str, ...] = ()
     description: str = ""
+    #: ``thread`` / ``process`` (None: the step's choice, else the worker's default; see execution.isolation)
+    isolation: str | None = None
 
     def __call__(self, ctx: Any, **kwargs: Any) -> Any:
         return self.fn(ctx, **kwargs)
@@ -83,11 +85,13 @@ def action(
     effect: str = "read",
     secrets: list[str] | tuple[str, ...] = (),
     registry: Registry | None = None,
+    isolation: str | None = None,
 ) -> Callable[[Callable[..., Any]], Action]:
     """Register a function as the action ``name``.
 
     ``effect`` is ``read``, ``write`` or ``irreversible``; ``permissions`` are what the
-    step must hold; ``secrets`` are resolved at execution time into ``ctx.secrets``.
+    step must hold; ``secrets`` are resolved at execution time into ``ctx.secrets``;
+    ``isolation="process"`` runs every attempt in a child process unless the step says otherwise.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ActionRegistrationError(
@@ -95,11 +99,13 @@ def action(
         )
     if effect not in EFFECTS:
         raise ActionRegistrationError(f"action {name!r}: effect {effect!r} must be one of {', '.join(EFFECTS)}")
+    if isolation not in (None, "thread", "process"):
+        raise ActionRegistrationError(f"action {name!r}: isolation {isolation!r} must be 'thread' or 'process'")
 
     def decorate(fn: Callable[..., Any]) -> Action:
         if not callable(fn):
             raise ActionRegistrationError(f"@action({name!r}) must decorate a function")
-        act = Action(name, fn, tuple(permissions), effect, tuple(secrets), (fn.__doc__ or "").strip())
+        act = Action(name, fn, tuple(permissions), effect, tuple(secrets), (fn.__doc__ or "").strip(), isolation)
         return (registry or REGISTRY).register(act)
 
     return decorate

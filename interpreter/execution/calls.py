@@ -1,8 +1,8 @@
 """Calling a step's Python code: an action, a model tool, a compensation.
 
-:func:`call` runs ``fn(ctx)`` on a runner thread within the attempt's deadline, inside the sandbox
-(declared secrets resolved, a private temporary directory), and classifies what goes wrong into an
-error class. Every step kind that calls code goes through it.
+:func:`call` runs ``fn(ctx)`` on a runner thread (or in a child process) within the attempt's
+deadline, inside the sandbox (declared secrets resolved, a private temporary directory), and
+classifies what goes wrong into an error class. Every step kind that calls code goes through it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import json
 
 from sealflow.interpreter.core.errors import StepError, classify
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.execution import sandbox
+from sealflow.interpreter.execution import isolation, sandbox
 from sealflow.interpreter.execution.context import Execution, StepContext
+from sealflow.interpreter.execution.leasewatch import LeaseWatch
 from sealflow.interpreter.execution.timeouts import AttemptTimedOut
 
 
@@ -29,13 +30,17 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
     ``fn`` ends (:mod:`sealflow.interpreter.execution.sandbox`); ``timeout_ms`` replaces the step's timeout
     (compensations);
-    ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out."""
+    ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out or losing its lease
+    (:mod:`~sealflow.interpreter.execution.leasewatch`); under ``isolation: process`` ``fn`` runs in a
+    child process (:mod:`~sealflow.interpreter.execution.isolation`)."""
     services = x.services
     run_id = x.run.id
     job_box: list = []
+    lease = LeaseWatch(services.store, services.clock, x.attempt)  # a replaced attempt knows it
 
     def cancelled() -> bool:
-        return bool(job_box and job_box[0].abandoned) or (cancellable and services.is_cancelled(run_id))
+        return (bool(job_box and job_box[0].abandoned) or lease.lost()
+                or (cancellable and services.is_cancelled(run_id)))
 
     ctx = StepContext(x, key, cancelled)
     if timeout_ms is not None:
@@ -45,6 +50,8 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     except StepError as exc:
         return Failed(exc.error_class, exc.message)
     timeout = max(0.0, ctx.deadline - services.clock.now())
+    if isolation.mode_for(x.step, act, services.config) == "process":  # a child process per attempt
+        return isolation.call_isolated(x, box, fn, ctx, timeout, cancelled, key)
     job = services.runner.submit(lambda: box.run(fn, ctx))
     job_box.append(job)
     try:

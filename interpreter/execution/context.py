@@ -190,7 +190,8 @@ class StepContext:
         return self._log
 
     def cancelled(self) -> bool:
-        """True once the run is being cancelled or this attempt timed out: stop early if you can."""
+        """True once the run is being cancelled, this attempt timed out or its lease was lost (another
+        worker may have taken it over): stop early if you can, and before any effect."""
         return self._cancelled()
 
     @property

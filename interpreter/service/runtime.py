@@ -38,7 +38,7 @@ from sealflow.interpreter.core.jsonc import dumps
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
-from sealflow.interpreter.execution import secrets
+from sealflow.interpreter.execution import isolation, secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
@@ -124,6 +124,7 @@ class Runtime:
         self.engine = Engine(self.store, self.registry, self.providers, clock=self.clock, owner=self.owner, rng=rng,
                              access=self.access)
         self.engine.services.config = self.config
+        isolation.worker_default(self.config)  # a wrong worker-wide isolation fails here, not at the first step
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
         secrets.install_log_filter()
         self.broker = broker or embedded_broker()

@@ -2,7 +2,8 @@
 
 Each sweep is one atomic store operation (:meth:`Store.sweep`): a running
 attempt whose lease expired is ``scheduled`` again under a new fencing token
-(its zombie's commit will fail); a ``backoff`` timer moves its attempt from
+(its zombie's commit will fail) and the loss counted (the next claim records
+``worker_lost``: :mod:`sealflow.interpreter.engine.poison`); a ``backoff`` timer moves its attempt from
 ``retry_wait`` to ``scheduled``; a ``wait`` or ``approval_timeout`` timer
 wakes its ``waiting`` attempt; a ``run_deadline`` timer times the run out; an
 outbox row sent long ago and never claimed is sent again.

@@ -76,6 +76,9 @@ class AttemptRecord:
     error_class: str | None
     error_message: str | None
     data: dict
+    #: how many times this attempt's lease expired (its worker died or stalled): a claim of an attempt
+    #: that lost its lease records ``worker_lost`` instead of running it again
+    leases_lost: int = 0
 
 
 @dataclasses.dataclass(slots=True)

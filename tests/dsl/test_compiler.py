@@ -224,3 +224,21 @@ def test_given_a_definition_in_definitions_when_its_file_name_disagrees_then_c41
     path.write_text(HEADER + 'steps:\n  - {id: a, set: {x: "1"}}\n')
     result = check_file(path)
     assert codes(result) == ["C415"] and "wf.v1.yaml" in result.diagnostics[0].hint
+
+
+def test_given_isolation_on_a_step_when_compiled_then_the_plan_carries_it_and_a_wrong_value_is_refused():
+    result = check("""\
+        retry:
+          lost: {on: [worker_lost], max_attempts: 3}
+        steps:
+          - {id: a, set: {x: "1"}, isolation: process, retry: lost}
+          - {id: b, set: {x: "2"}}
+        """)
+    assert result.ok, [d.format() for d in result.diagnostics]
+    assert [s.isolation for s in result.plan.steps] == ["process", None]
+    assert result.plan.steps[0].retry.on == ("worker_lost",)
+    wrong = check("""\
+        steps:
+          - {id: a, set: {x: "1"}, isolation: fork}
+        """)
+    assert not wrong.ok and "fork" in wrong.diagnostics[0].format()

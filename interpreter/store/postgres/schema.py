@@ -152,6 +152,11 @@ CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
   FOR EACH STATEMENT EXECUTE FUNCTION sealflow_audit_append_only();
 """
 
+# poison steps: how many times an attempt's lease expired (a lost lease counts as a failed attempt)
+_V8_LEASES_LOST = """
+ALTER TABLE attempts ADD COLUMN leases_lost BIGINT NOT NULL DEFAULT 0;
+"""
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
@@ -161,6 +166,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (4, "definition sources (the submitted bytes and signature envelopes); definitions.refused",
      _V4_SOURCES),
     (5, "audit heads only move forward (no delete, no move back); no TRUNCATE of the audit", _V5_HEADS),
+    (8, "attempts.leases_lost (a lost lease counts as a failed attempt)", _V8_LEASES_LOST),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -27,7 +27,7 @@ RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, 
             "signer")
 
 ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, "
-                "started_at, ended_at, due_at, output, error_class, error_message, data")
+                "started_at, ended_at, due_at, output, error_class, error_message, data, leases_lost")
 
 AUDIT_COLS = ("id, run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, "
               "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash")

@@ -114,6 +114,13 @@ CREATE TRIGGER audit_heads_forward BEFORE UPDATE ON audit_heads
 """
 
 
+# poison steps: how many times an attempt's lease expired (its worker died or stalled); a claim of an
+# attempt that lost its lease records it as failed with worker_lost instead of running it again
+_V10_LEASES_LOST = """
+ALTER TABLE attempts ADD COLUMN leases_lost INTEGER NOT NULL DEFAULT 0;
+"""
+
+
 def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
     # one statement at a time (a trigger body holds ';' until its END;)
     def apply(conn: sqlite3.Connection) -> None:
@@ -160,6 +167,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
     (6, "definition sources (the submitted bytes and signature envelopes); definitions.refused", _definition_sources),
     (7, "audit heads only move forward (no delete, no move back)", _statements(_V7_HEADS)),
+    (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
 ]
 LATEST = MIGRATIONS[-1][0]
 

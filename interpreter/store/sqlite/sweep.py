@@ -2,7 +2,9 @@
 
 The sweeper keeps invariant 2 of :mod:`sealflow.interpreter.store.base` moving:
 expired leases become ``scheduled`` again with a new token (so the zombie's
-commit fails its fence); due timers become outbox rows (``backoff``:
+commit fails its fence) and ``leases_lost`` counted (the claiming worker
+records the attempt as failed with ``worker_lost``: engine.poison); due
+timers become outbox rows (``backoff``:
 ``retry_wait -> scheduled``; ``wait`` / ``approval_timeout``: a wake-up
 message for the ``waiting`` attempt) or time the run out (``run_deadline``);
 outbox rows sent long ago and never claimed are sent again (a lost message is
@@ -95,8 +97,10 @@ class SweepMixin:
         # cancels the run (and starts its compensation); a compensating run's compensation runs again
         if run_state in states.RUN_CLAIMABLE:
             self._step_to(c, now, run_id, step_id, "running", "scheduled", "sweeper")
-            c.execute("UPDATE attempts SET state = 'scheduled', token = ?, lease_owner = NULL, lease_expires = NULL "
-                      "WHERE run_id = ? AND step_id = ? AND attempt = ?", (token + 1, run_id, step_id, attempt))
+            # counted: the worker that claims it records worker_lost instead of running it (poison steps)
+            c.execute("UPDATE attempts SET state = 'scheduled', token = ?, lease_owner = NULL, lease_expires = NULL, "
+                      "leases_lost = leases_lost + 1 WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                      (token + 1, run_id, step_id, attempt))
             c.execute("DELETE FROM outbox WHERE run_id = ? AND step_id = ? AND attempt = ?", (run_id, step_id, attempt))
             c.execute("INSERT INTO outbox (run_id, step_id, attempt, token, due_at) VALUES (?,?,?,?,?)",
                       (run_id, step_id, attempt, token + 1, now))

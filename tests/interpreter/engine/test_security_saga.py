@@ -188,7 +188,8 @@ def test_sigkill_mid_compensation_resumes_it_on_recovery(tmp_path):
     url = f"sqlite:///{tmp_path}/state.db"
     effects, mark, plan_file = tmp_path / "effects.txt", tmp_path / "mark", tmp_path / "plan.json"
     plan = make_plan(S("reserve", "action", action="t.make", args={"name": "reserve"}, compensate=undo("reserve")),
-                     S("charge", "action", action="t.make", args={"name": "charge"}, compensate=undo("charge")),
+                     S("charge", "action", action="t.make", args={"name": "charge"},
+                       compensate=undo("charge", policy=RetryPolicy(max_attempts=2, initial_ms=0))),
                      S("pay", "action", action="t.fail"))
     plan_file.write_text(plan.to_json())
     script = CHILD.format(root=str(ROOT), effects=str(effects), mark=str(mark), url=url, plan=str(plan_file))
@@ -215,13 +216,16 @@ def test_sigkill_mid_compensation_resumes_it_on_recovery(tmp_path):
     rt = Runtime(open_store(url), reg, {}, clock=FakeClock(time.time() + 3600))
     try:
         status = rt.drive(run_id)
-        # Then the interrupted compensation ran again under the same idempotency key, then the next one,
-        # and the run ended failed
+        # Then the interrupted compensation counted as a failed try (worker_lost) and ran again under the
+        # same idempotency key, then the next one, and the run ended failed
         lines = effects.read_text().splitlines()
         assert lines == [f"charge {run_id}:charge:compensate", f"charge {run_id}:charge:compensate",
                          f"reserve {run_id}:reserve:compensate"]
         assert status.state == "failed"
-        assert [a.state for a in status.attempts if a.step_id.endswith("@compensate")] == ["succeeded"] * 2
+        comps = [(a.step_id, a.state, a.error_class) for a in status.attempts if a.step_id.endswith("@compensate")]
+        assert sorted(comps, key=str) == sorted([("charge@compensate", "failed", "worker_lost"),
+                                                 ("charge@compensate", "succeeded", None),
+                                                 ("reserve@compensate", "succeeded", None)], key=str)
         assert "lease_expired" in [e.event for e in rt.audit(run_id)]
     finally:
         rt.close()

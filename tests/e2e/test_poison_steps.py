@@ -1,0 +1,115 @@
+"""Poison steps are bounded: a step whose action kills its process runs at most max_attempts times.
+
+A crash pill (it SIGKILLs its own process) is run by a real ``sealflow run``. In a thread (the
+default) each execution kills the command, and every ``sealflow recover`` counts the lost attempt
+(``worker_lost``) and runs the next one; under process isolation only the attempt's child dies and
+the one ``run`` command sees it through. Either way the run ends ``failed`` in the dead-letter list
+after exactly ``max_attempts`` (3) executions; a redrive that dies the same way is quarantined.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+WORKFLOW = HERE / "poison.v1.yaml"
+ACTIONS = HERE / "poison_actions.py"
+
+
+def sealflow(args, env):
+    return subprocess.run([sys.executable, "-m", "sealflow", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("POISON_", "SEALFLOW_"))}
+    e.update({"PYTHONPATH": str(ROOT), "SEALFLOW_STORE": f"sqlite:///{tmp_path / 'state.db'}",
+              "POISON_CALLS_DB": str(tmp_path / "calls.db"), "SEALFLOW_DEMO_DB": str(tmp_path / "demo.db")})
+    return e
+
+
+def executions(env) -> int:
+    if not Path(env["POISON_CALLS_DB"]).exists():
+        return 0
+    conn = sqlite3.connect(env["POISON_CALLS_DB"])
+    try:
+        return conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def the_run(env) -> dict:
+    runs = sealflow(["dlq", "list", "--json"], env)
+    assert runs.returncode == 0, runs.stdout + runs.stderr
+    return json.loads(runs.stdout)
+
+
+def status(env, run_id: str) -> dict:
+    got = sealflow(["status", run_id, "--json"], env)
+    assert got.returncode in (0, 1), got.stdout + got.stderr  # 1: the run failed
+    return json.loads(got.stdout)
+
+
+def pill(detail: dict) -> dict:
+    (step,) = [s for s in detail["steps"] if s["id"] == "pill"]
+    return step
+
+
+def only_run_id(env) -> str:
+    conn = sqlite3.connect(env["SEALFLOW_STORE"].removeprefix("sqlite:///"))
+    try:
+        (run_id,) = [r[0] for r in conn.execute("SELECT id FROM runs")]
+    finally:
+        conn.close()
+    return run_id
+
+
+def test_given_a_crash_pill_in_a_thread_when_recovered_again_and_again_then_dead_lettered_after_max_attempts(env):
+    # Given a run whose action kills the `run` command itself
+    run = sealflow(["run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"], env)
+    assert run.returncode == -9 and executions(env) == 1
+    run_id = only_run_id(env)
+    # When `sealflow recover` is run until it survives (each one dies running the next attempt)
+    for _ in range(6):
+        rec = sealflow(["recover", "--actions", str(ACTIONS), "--json"], env)
+        if rec.returncode == 0:
+            break
+        assert rec.returncode == -9, rec.stdout + rec.stderr
+    # Then the pill ran exactly max_attempts times and the run failed into the dead-letter list
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    assert executions(env) == 3
+    detail = status(env, run_id)
+    assert detail["state"] == "failed"
+    assert pill(detail)["attempts"] == 3 and pill(detail)["error"]["class"] == "worker_lost"
+    assert run_id in json.dumps(the_run(env))
+
+
+def test_given_a_crash_pill_under_process_isolation_then_one_run_command_dead_letters_it_and_a_redrive_quarantines(env):
+    # Given process isolation as the worker-wide default
+    env = {**env, "SEALFLOW_ISOLATION": "process"}
+    # When the crash pill runs: only the attempt's child dies, the `run` command goes on
+    run = sealflow(["run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"], env)
+    # Then it failed after exactly max_attempts executions, each with worker_lost, into the dead-letter list
+    assert run.returncode not in (0, -9), run.stdout + run.stderr
+    assert executions(env) == 3
+    run_id = only_run_id(env)
+    detail = status(env, run_id)
+    assert detail["state"] == "failed"
+    assert pill(detail)["attempts"] == 3 and pill(detail)["error"]["class"] == "worker_lost"
+    assert "killed by signal SIGKILL" in pill(detail)["error"]["message"]
+    assert run_id in json.dumps(the_run(env))
+    # When it is redriven and dies the same way again
+    redrive = sealflow(["dlq", "redrive", run_id, "--actions", str(ACTIONS), "--json"], env)
+    assert redrive.returncode in (0, 1), redrive.stdout + redrive.stderr  # it drives the run: 1, it failed
+    # Then the run is quarantined after max_attempts more executions, never more
+    assert executions(env) == 6
+    assert status(env, run_id)["state"] == "quarantined"

@@ -1,0 +1,128 @@
+"""Process isolation: an attempt in a child process; a timeout kills it, a crash ends only the attempt."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from interp_helpers import S, make_plan, retry
+
+from sealflow.interpreter.core.errors import ConfigError, StepError
+from sealflow.interpreter.execution import isolation
+from sealflow.interpreter.execution.actions import ActionRegistrationError, action
+from sealflow.interpreter.service.config import RuntimeConfig
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import open_store
+
+
+def one_step(name: str, **fields):
+    return make_plan(S("one", "action", action=name, **fields), output="${{ steps.one.output }}")
+
+
+def test_an_isolated_action_runs_in_a_child_and_its_result_and_failures_come_back(runtime, registry):
+    # Given actions registered with process isolation
+    @action("t.pid", registry=registry, isolation="process")
+    def pid(ctx, n):
+        return {"pid": os.getpid(), "n": n + 1}
+
+    @action("t.limited", registry=registry, isolation="process")
+    def limited(ctx):
+        raise StepError("rate_limited", "slow down", retry_after=3.0)
+
+    # When they run
+    ok = runtime.run(one_step("t.pid", args={"n": 1}), {}, initiator="u")
+    failed = runtime.run(one_step("t.limited"), {}, initiator="u")
+    # Then the result came from another process, and a failure kept its class and message
+    assert ok.state == "completed" and ok.output["n"] == 2 and ok.output["pid"] != os.getpid()
+    assert failed.state == "failed" and failed.error == ("rate_limited", "slow down")
+
+
+def test_the_step_chooses_over_the_registration(runtime, registry):
+    # Given an action registered for process isolation, and a step that asks for a thread
+    @action("t.pid", registry=registry, isolation="process")
+    def pid(ctx):
+        return os.getpid()
+
+    # When each runs, Then the step's choice wins
+    assert runtime.run(one_step("t.pid", isolation="thread"), {}, initiator="u").output == os.getpid()
+    assert runtime.run(one_step("t.pid"), {}, initiator="u").output != os.getpid()
+
+
+def test_a_crash_in_the_child_ends_only_the_attempt_with_worker_lost(runtime, registry):
+    # Given an isolated action that SIGKILLs its own process on its first try only
+    @action("t.pill", registry=registry)
+    def pill(ctx):
+        if ctx.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "survived"
+
+    plan = one_step("t.pill", isolation="process", retry=retry(max_attempts=2, initial_ms=0))
+    # When it runs
+    status = runtime.run(plan, {}, initiator="u")
+    # Then the worker lived on, the first try failed with worker_lost, and the retry completed the run
+    assert status.state == "completed" and status.output == "survived"
+    first = status.attempts[0]
+    assert first.error_class == "worker_lost" and "killed by signal SIGKILL" in first.error_message
+
+
+def test_a_gil_holding_c_call_is_timed_out_on_time_under_isolation(runtime, registry):
+    # Given a catastrophic regular expression (hours of backtracking in C, the GIL held) and a 1 s timeout
+    @action("t.regex", registry=registry)
+    def regex(ctx):
+        return bool(re.match(r"^(a+)+$", "a" * 40 + "b"))
+
+    started = time.monotonic()
+    # When it runs in a child process
+    status = runtime.run(one_step("t.regex", isolation="process", timeout_ms=1000), {}, initiator="u")
+    # Then the attempt timed out about on time and the child was killed
+    assert status.state == "failed" and status.error[0] == "timeout"
+    assert "isolated process was killed" in status.error[1]
+    assert time.monotonic() - started < 5
+
+
+def test_the_child_sees_a_cancellation_through_its_pipe():
+    # Given a child that waits for ctx.cancelled(), and a worker that asks it to stop after 0.3 s
+    asked = time.monotonic() + 0.3
+
+    def body(cancelled):
+        start = time.monotonic()
+        while not cancelled() and time.monotonic() - start < 10:
+            time.sleep(0.01)
+        return ("ok", cancelled(), None)
+
+    # When it runs
+    started = time.monotonic()
+    kind, saw, _ = isolation.run_forked(body, 10, lambda: time.monotonic() >= asked)
+    # Then the child saw it and stopped early
+    assert kind == "ok" and saw is True and time.monotonic() - started < 2
+
+
+def test_the_worker_default_comes_from_the_configuration_or_the_environment(tmp_path, registry, monkeypatch):
+    @action("t.pid", registry=registry)
+    def pid(ctx):
+        return os.getpid()
+
+    # Given a worker configured for process isolation
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/a.db"), registry, {},
+                 config=RuntimeConfig(extra={"isolation": "process"}), worker_timeout_ms=20)
+    try:
+        # Then a step that does not choose runs in a child
+        assert rt.run(one_step("t.pid"), {}, initiator="u").output != os.getpid()
+    finally:
+        rt.close()
+        rt.store.close()
+    monkeypatch.setenv(isolation.ENV, "process")
+    assert isolation.worker_default(RuntimeConfig()) == "process"
+    # And a wrong value is refused when the runtime starts, naming it
+    store = open_store(f"sqlite:///{tmp_path}/b.db")
+    with pytest.raises(ConfigError, match="isolation 'forked' must be one of thread, process"):
+        Runtime(store, registry, {}, config=RuntimeConfig(extra={"isolation": "forked"}))
+    store.close()
+
+
+def test_a_wrong_isolation_on_a_registration_is_refused(registry):
+    with pytest.raises(ActionRegistrationError, match="isolation 'fork' must be 'thread' or 'process'"):
+        action("t.bad", registry=registry, isolation="fork")(lambda ctx: None)
