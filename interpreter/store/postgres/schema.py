@@ -117,12 +117,31 @@ CREATE TABLE workers (
 );
 """
 
+# locks and pools (store/sqlite/slots.py holds the SQL they run)
+_V6_SLOTS = """
+CREATE TABLE slot_names (
+  name TEXT PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0, ticket BIGINT NOT NULL DEFAULT 0,
+  lim BIGINT NOT NULL DEFAULT 1
+);
+CREATE TABLE slot_holders (
+  name TEXT NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL, attempt BIGINT NOT NULL,
+  fence BIGINT NOT NULL, since DOUBLE PRECISION NOT NULL, PRIMARY KEY (name, run_id, step_id, attempt)
+);
+CREATE INDEX slot_holders_run ON slot_holders(run_id, step_id);
+CREATE TABLE slot_waiters (
+  name TEXT NOT NULL, ticket BIGINT NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL,
+  attempt BIGINT NOT NULL, since DOUBLE PRECISION NOT NULL, PRIMARY KEY (name, ticket)
+);
+CREATE INDEX slot_waiters_run ON slot_waiters(run_id, step_id, attempt);
+"""
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
         "tenant usage, definition registry", _V1),
     (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
     (3, "workers heartbeat in the store", _V3_WORKERS),
+    (6, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _V6_SLOTS),
 ]
 LATEST = MIGRATIONS[-1][0]
 
