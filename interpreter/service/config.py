@@ -178,7 +178,7 @@ _POOL_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 
 
 def _pools(raw: Any, where: str) -> dict[str, int]:
-    """``pools: {NAME: LIMIT}`` or ``{NAME: {limit: LIMIT}}`` (``"*"``: any pool not listed); a limit is an integer >= 1."""
+    """``pools: {NAME: LIMIT}`` or ``{NAME: {limit: LIMIT}}`` (``"*"``: any pool not listed); limits >= 1."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
