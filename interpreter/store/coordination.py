@@ -16,7 +16,9 @@ Two scopes:
   ``concurrency: {key, limit}``); the run's later attempts pass without asking again.
 
 Waiting is in arrival order: a claimant gets a slot only when fewer than ``free`` slots' worth of
-earlier claimants are waiting, so a later arrival never overtakes an earlier one. A release makes the
+earlier arrivals are waiting, so a later arrival never overtakes an earlier one. *Arrival* is when the
+attempt was scheduled (attempt slots) or the run was created (run slots), not when its message happened
+to be claimed, so racing dispatchers and worker threads cannot reorder the line. A release makes the
 first waiters' outbox rows due at once; every waiter's row is also due again when the earliest holder's
 lease ends (and at most :data:`RECHECK_S` later), so a holder that died wakes its waiters without any
 process noticing.
@@ -82,5 +84,4 @@ class SlotsBusy(ClaimDeferred):
         self.position = position
 
 
-#: the claim callback: (run, attempt, results) -> the slots that attempt needs (evaluated inside the claim)
 __all__ = ["RECHECK_S", "Grant", "SlotHolder", "SlotRequest", "SlotsBusy"]

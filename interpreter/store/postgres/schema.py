@@ -130,7 +130,8 @@ CREATE TABLE slot_holders (
 CREATE INDEX slot_holders_run ON slot_holders(run_id, step_id);
 CREATE TABLE slot_waiters (
   name TEXT NOT NULL, ticket BIGINT NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL,
-  attempt BIGINT NOT NULL, since DOUBLE PRECISION NOT NULL, PRIMARY KEY (name, ticket)
+  attempt BIGINT NOT NULL, arrived DOUBLE PRECISION NOT NULL, since DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (name, ticket)
 );
 CREATE INDEX slot_waiters_run ON slot_waiters(run_id, step_id, attempt);
 """

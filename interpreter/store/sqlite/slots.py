@@ -28,13 +28,14 @@ CREATE TABLE slot_holders (
 CREATE INDEX slot_holders_run ON slot_holders(run_id, step_id);
 CREATE TABLE slot_waiters (
   name TEXT NOT NULL, ticket INTEGER NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL, since REAL NOT NULL, PRIMARY KEY (name, ticket)
+  attempt INTEGER NOT NULL, arrived REAL NOT NULL, since REAL NOT NULL, PRIMARY KEY (name, ticket)
 );
 CREATE INDEX slot_waiters_run ON slot_waiters(run_id, step_id, attempt);
 """
 
 _FINAL = "(" + ",".join(f"'{s}'" for s in sorted(states.RUN_FINAL)) + ")"
 _CLAIMABLE = "(" + ",".join(f"'{s}'" for s in sorted(states.RUN_CLAIMABLE)) + ")"
+_LAST = 2**62  # a ticket after every other
 _REAP_HOLDERS = (
     "DELETE FROM slot_holders WHERE name = ? AND NOT ("
     f"(step_id = '' AND EXISTS (SELECT 1 FROM runs r WHERE r.id = slot_holders.run_id AND r.state NOT IN {_FINAL})) "
@@ -52,21 +53,24 @@ def _reap(c, now: float, name: str) -> None:
     c.execute(_REAP_WAITERS, (name,))
 
 
-def _ahead(c, name: str, run_id: str, step_id: str, attempt: int) -> tuple[int | None, int]:
-    """(the claimant's ticket or None, how many live waiters of ``name`` arrived before it)."""
+def _ahead(c, name: str, run_id: str, step_id: str, attempt: int, arrived: float) -> tuple[int | None, int]:
+    """(the claimant's ticket or None, how many live waiters of ``name`` arrived before it: earlier
+    ``arrived``, then earlier ticket)."""
     got = c.execute("SELECT ticket FROM slot_waiters WHERE name = ? AND run_id = ? AND step_id = ? AND attempt = ?",
                     (name, run_id, step_id, attempt)).fetchone()
-    if got is None:
-        return None, c.execute("SELECT COUNT(*) FROM slot_waiters WHERE name = ?", (name,)).fetchone()[0]
-    return got[0], c.execute("SELECT COUNT(*) FROM slot_waiters WHERE name = ? AND ticket < ?",
-                             (name, got[0])).fetchone()[0]
+    ticket = None if got is None else got[0]
+    return ticket, c.execute("SELECT COUNT(*) FROM slot_waiters WHERE name = ? AND (arrived < ? OR (arrived = ? AND "
+                             "ticket < ?))", (name, arrived, arrived, _LAST if ticket is None else ticket)).fetchone()[0]
 
 
 def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
-         requests: tuple[SlotRequest, ...] | list[SlotRequest]) -> tuple[tuple[Grant, ...], SlotsBusy | None]:
+         requests: tuple[SlotRequest, ...] | list[SlotRequest], *,
+         arrived: tuple[float, float]) -> tuple[tuple[Grant, ...], SlotsBusy | None]:
     """All of ``requests`` for the attempt, or none: (grants, None), or ((), the :class:`SlotsBusy` to raise
     after the transaction commits: the attempt joined the waiting list of each busy name and its outbox row
-    is due again later)."""
+    is due again later). ``arrived``: when the attempt was scheduled and when the run was created; a
+    waiting list is ordered by the first for attempt slots, by the second for run slots (so the order is
+    the order work became ready, not the order messages happened to be claimed)."""
     grants: list[Grant] = []
     todo: list[tuple[SlotRequest, str, int]] = []
     busy: list[tuple[SlotRequest, int | None, int]] = []
@@ -83,22 +87,23 @@ def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
                   (req.name, req.limit))
         c.execute("UPDATE slot_names SET lim = ? WHERE name = ? AND lim <> ?", (req.limit, req.name, req.limit))
         holding = c.execute("SELECT COUNT(*) FROM slot_holders WHERE name = ?", (req.name,)).fetchone()[0]
-        ticket, ahead = _ahead(c, req.name, run_id, step_id, attempt)
+        when = arrived[1] if req.scope == "run" else arrived[0]
+        ticket, ahead = _ahead(c, req.name, run_id, step_id, attempt, when)
         if holding + ahead < req.limit:
             todo.append((req, *holder[1:]))
         else:
-            busy.append((req, ticket, ahead))
+            busy.append((req, ticket, ahead, when))
     if busy:
-        for req, ticket, _ahead_n in busy:
+        for req, ticket, _ahead_n, when in busy:
             if ticket is None:  # join the waiting list, last
                 c.execute("UPDATE slot_names SET ticket = ticket + 1 WHERE name = ?", (req.name,))
                 nxt = c.execute("SELECT ticket FROM slot_names WHERE name = ?", (req.name,)).fetchone()[0]
-                c.execute("INSERT INTO slot_waiters (name, ticket, run_id, step_id, attempt, since) "
-                          "VALUES (?,?,?,?,?,?)", (req.name, nxt, run_id, step_id, attempt, now))
+                c.execute("INSERT INTO slot_waiters (name, ticket, run_id, step_id, attempt, arrived, since) "
+                          "VALUES (?,?,?,?,?,?,?)", (req.name, nxt, run_id, step_id, attempt, when, now))
         due = _recheck_at(c, now, [b[0].name for b in busy])
         c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
                   "VALUES (?,?,?,?,?,NULL)", (run_id, step_id, attempt, token, due))
-        req, _, position = busy[0]
+        req, _, position, _ = busy[0]
         what = "lock" if req.limit == 1 and req.name.startswith("lock:") else f"{req.limit} slot(s) of"
         return (), SlotsBusy(f"step {step_id!r} of run {run_id} waits for {what} {req.name!r} "
                              f"({position} waiting before it); checked again in {due - now:.1f}s or when "
@@ -137,7 +142,8 @@ def _wake(c, now: float, name: str) -> None:
     free = got[0] - holding
     if free <= 0:
         return
-    first = c.execute("SELECT run_id, step_id, attempt FROM slot_waiters WHERE name = ? ORDER BY ticket LIMIT ?",
+    first = c.execute("SELECT run_id, step_id, attempt FROM slot_waiters WHERE name = ? ORDER BY arrived, ticket "
+                      "LIMIT ?",
                       (name, free)).fetchall()
     for run_id, step_id, attempt in first:
         c.execute("UPDATE outbox SET due_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
@@ -175,7 +181,7 @@ def listing(c, now: float, name: str | None = None) -> list[SlotHolder]:
                 (n,)).fetchall():
             out.append(SlotHolder(n, run_id, step_id or None, attempt or None, fence, since))
         waiting = c.execute("SELECT run_id, step_id, attempt, since FROM slot_waiters WHERE name = ? "
-                            "ORDER BY ticket", (n,)).fetchall()
+                            "ORDER BY arrived, ticket", (n,)).fetchall()
         for i, (run_id, step_id, attempt, since) in enumerate(waiting):
             out.append(SlotHolder(n, run_id, step_id, attempt, None, since, i))
     return out

@@ -109,7 +109,8 @@ class StepPathMixin:
             if refused is None and deferred is None and slots is not None and before == "scheduled":
                 # locks and pools (store/coordination.py): all the attempt's slots, or wait in line for them
                 grants, busy = sqlite_slots.take(c, now, run_id, step_id, attempt, token,
-                                                 slots(run, att, lambda: self._results_of(c, run_id)))
+                                                 slots(run, att, lambda: self._results_of(c, run_id)),
+                                                 arrived=(att.scheduled_at or now, run.created_at))
             if refused is None and deferred is None and busy is None:
                 att.state, att.token, att.lease_owner = "running", token + 1, owner
                 att.lease_expires = now + att.lease_ms / 1000.0
