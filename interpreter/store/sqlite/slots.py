@@ -59,8 +59,9 @@ def _ahead(c, name: str, run_id: str, step_id: str, attempt: int, arrived: float
     got = c.execute("SELECT ticket FROM slot_waiters WHERE name = ? AND run_id = ? AND step_id = ? AND attempt = ?",
                     (name, run_id, step_id, attempt)).fetchone()
     ticket = None if got is None else got[0]
-    return ticket, c.execute("SELECT COUNT(*) FROM slot_waiters WHERE name = ? AND (arrived < ? OR (arrived = ? AND "
-                             "ticket < ?))", (name, arrived, arrived, _LAST if ticket is None else ticket)).fetchone()[0]
+    before = c.execute("SELECT COUNT(*) FROM slot_waiters WHERE name = ? AND (arrived < ? OR (arrived = ? AND "
+                       "ticket < ?))", (name, arrived, arrived, _LAST if ticket is None else ticket)).fetchone()[0]
+    return ticket, before
 
 
 def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
