@@ -81,6 +81,14 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
 
 
+class _PlanNeeded(Exception):
+    """Raised inside a claim (rolling it back) when the run's plan is not cached in this process yet."""
+
+    def __init__(self, digest: str):
+        super().__init__(digest)
+        self.digest = digest
+
+
 class Engine:
     """Executes step messages against a store. Thread-safe; one per process is enough."""
 
@@ -150,9 +158,11 @@ class Engine:
         the run's tenant ("" when it names none, which the claim refuses)."""
         slot_errors: list[StepError] = []
         try:
-            claimed = self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
-                                       now=self.clock.now(), running_limit=self.running_limit,
-                                       slots=lambda run, att, results: self._slots(run, att, results, slot_errors))
+            try:
+                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
+            except _PlanNeeded as need:  # first message of this plan here: load it outside the claim, claim again
+                self.plan(need.digest)
+                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
         except MessageRefused as exc:
             log.info("%s", exc)
             return ()
@@ -170,10 +180,19 @@ class Engine:
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
 
+    def _claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None,
+               slot_errors: list[StepError]) -> Claimed:
+        return self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
+                                now=self.clock.now(), running_limit=self.running_limit,
+                                slots=lambda run, att, results: self._slots(run, att, results, slot_errors))
+
     def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
         """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
-        called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails)."""
-        plan = self.plan(run.plan_digest)
+        called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
+        The plan must be cached already (no store read inside the claim's transaction)."""
+        plan = self._plans.get(run.plan_digest)
+        if plan is None:
+            raise _PlanNeeded(run.plan_digest)
         step = self._steps[run.plan_digest][split_step_id(att.step_id)[0]]
         if not coordination.needs_slots(plan, step):
             return ()

@@ -208,3 +208,19 @@ def test_a_lock_template_that_fails_fails_the_step_with_a_clear_error(serving):
     run = rt.store.get_run(run_id)
     # Then the action never ran and the error names the lock
     assert run.error_class == "invalid_request" and "lock of step 'work'" in run.error_message
+
+
+def test_a_worker_that_never_saw_the_plan_takes_the_lock(url, serving):
+    # Given a run with a lock submitted by one runtime that does not work
+    world = World()
+    submitter = Runtime(open_store(url), world.registry, {})
+    try:
+        run_id = submit(submitter, locked(), "fresh")
+    finally:
+        submitter.close()
+        submitter.store.close()
+    # When a worker whose engine has no plan cached takes its message
+    rt = serving(world)
+    # Then it loads the plan outside the claim, takes the lock and runs the step with a fencing token
+    assert wait_for(lambda: rt.store.get_run(run_id).state == "completed")
+    assert [(i[0], i[3] is not None) for i in world.intervals] == [("fresh", True)]
