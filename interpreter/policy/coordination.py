@@ -15,7 +15,7 @@
 The slots and their rules (all or nothing, arrival order, durable waiting, leases) are the store's:
 :mod:`sealflow.interpreter.store.coordination`. Compensation attempts and approval gates take no step
 slot (they run after, or outside, the step's own attempts); a run that is being cancelled or
-compensated asks for no run slot.
+compensated asks for no slot at all (its attempt does not start, or undoes work already done).
 """
 
 from __future__ import annotations
@@ -49,12 +49,14 @@ def requests(plan: Plan, step: PlanStep, run: Any, step_id: str, render: Callabl
     """The slots the attempt ``step_id`` of ``run`` needs (``render`` evaluates a template in the run's
     expression context). Raises :class:`StepError` (``invalid_request``) when a template fails."""
     out: list[SlotRequest] = []
+    if run.state not in _STARTING:  # a cancelling run's attempt does not start; a compensating run's undo
+        return ()
     if StepRef.parse(step_id).role is StepRole.STEP:
         if step.lock:
             out.append(SlotRequest(f"lock:{run.tenant}:{_name(render, step.lock, f'the lock of step {step.id!r}')}"))
         if step.concurrency:
             out.append(SlotRequest(f"pool:{step.concurrency}", pool_limit(pools, step.concurrency)))
-    if plan.concurrency and run.state in _STARTING:
+    if plan.concurrency:
         key = _name(render, plan.concurrency["key"], f"the concurrency key of workflow {plan.name!r}")
         out.append(SlotRequest(f"run:{run.tenant}:{key}", int(plan.concurrency.get("limit") or 1), "run"))
     return tuple(out)
