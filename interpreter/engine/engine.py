@@ -47,7 +47,7 @@ from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
 from sealflow.interpreter.execution.secrets import redact_commit
 from sealflow.interpreter.execution.timeouts import AttemptRunner
-from sealflow.interpreter.policy import authz, budgets, trustgate
+from sealflow.interpreter.policy import authz, budgets, coordination, trustgate
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
 from sealflow.interpreter.steps import EXECUTORS
 from sealflow.interpreter.steps.checks import validation_failure
@@ -81,6 +81,14 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
 
 
+class _PlanNeeded(Exception):
+    """Raised inside a claim (rolling it back) when the run's plan is not cached in this process yet."""
+
+    def __init__(self, digest: str):
+        super().__init__(digest)
+        self.digest = digest
+
+
 class Engine:
     """Executes step messages against a store. Thread-safe; one per process is enough."""
 
@@ -99,6 +107,8 @@ class Engine:
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
         #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
         self.running_limit: Callable[[str], int | None] | None = None
+        #: pool name -> limit (step ``concurrency: NAME``), set by the runtime from its configuration
+        self.pools: Mapping[str, int] = {}
         #: which signers' definitions this process executes (None: no check, the embedded default)
         self.trust_gate: trustgate.TrustGate | None = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
@@ -146,23 +156,54 @@ class Engine:
                tenant: str | None = None) -> tuple[Message, ...]:
         """Process one step message; return the messages now due (to enqueue). A message must name
         the run's tenant ("" when it names none, which the claim refuses)."""
+        slot_errors: list[StepError] = []
         try:
-            claimed = self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
-                                       now=self.clock.now(), running_limit=self.running_limit)
+            try:
+                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
+            except _PlanNeeded as need:  # first message of this plan here: load it outside the claim, claim again
+                self.plan(need.digest)
+                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
         except MessageRefused as exc:
             log.info("%s", exc)
             return ()
-        except ClaimDeferred as exc:  # the tenant's bulkhead is full: the message comes back shortly
+        except ClaimDeferred as exc:  # a bulkhead, lock or pool is full: the message comes back later
             log.debug("%s", exc)
             return ()
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
+        x.fencing_token = coordination.fencing_token(claimed.grants)
         refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
+        if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
+            refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
         # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
         outcome = refused or poison.lost(x) or budgets.after(x, self.execute(x))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
+
+    def _claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None,
+               slot_errors: list[StepError]) -> Claimed:
+        return self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
+                                now=self.clock.now(), running_limit=self.running_limit,
+                                slots=lambda run, att, results: self._slots(run, att, results, slot_errors))
+
+    def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
+        """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
+        called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
+        The plan must be cached already (no store read inside the claim's transaction)."""
+        plan = self._plans.get(run.plan_digest)
+        if plan is None:
+            raise _PlanNeeded(run.plan_digest)
+        step = self._steps[run.plan_digest][split_step_id(att.step_id)[0]]
+        if not coordination.needs_slots(plan, step):
+            return ()
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results(),
+                      outputs=self.outputs)
+        try:
+            return coordination.requests(plan, step, run, att.step_id, x.render, self.pools)
+        except StepError as exc:
+            errors[:] = [exc]
+            return ()
 
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:

@@ -121,7 +121,7 @@ class Execution:
     """
 
     __slots__ = ("services", "plan", "step", "run", "attempt", "now", "resumed", "gate", "_results", "_outputs",
-                 "_context")
+                 "_context", "fencing_token")
 
     def __init__(self, services: Services, plan: Plan, step: PlanStep, run: RunRecord, attempt: AttemptRecord,
                  context: dict | None, now: float, *, resumed: bool = False, gate: bool = False,
@@ -133,6 +133,8 @@ class Execution:
         #: the attempt is the approval gate of ``step`` (``requires_approval_if``)
         self.gate = gate
         self._results, self._outputs, self._context = results, outputs, context
+        #: the fencing token of the step's lock for this attempt (None: no lock), see policy/coordination.py
+        self.fencing_token: int | None = None
 
     @property
     def context(self) -> dict:
@@ -166,7 +168,7 @@ class StepContext:
     """The ``ctx`` argument of an action (DSL.md "Actions")."""
 
     __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "_temp",
-                 "_log", "_cancelled")
+                 "_log", "_cancelled", "fencing_token")
 
     def __init__(self, x: Execution, idempotency_key: str | None, cancelled: Callable[[], bool]):
         self.run_id = x.run.id
@@ -175,6 +177,9 @@ class StepContext:
         self.idempotency_key = idempotency_key
         self.tenant = x.run.tenant
         self.deadline = x.deadline()
+        #: the step's ``lock:`` fencing token: larger for every later holder of the lock; pass it to the
+        #: resource so it can refuse a writer whose lease has passed (None: the step has no lock)
+        self.fencing_token: int | None = x.fencing_token
         self.secrets: Mapping[str, str] = _EMPTY
         # execution.tempfiles.TempArea, attached by execution.sandbox
         self._temp = None

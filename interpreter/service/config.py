@@ -16,6 +16,10 @@ Loaded from a YAML file named by ``--config FILE`` or ``SEALFLOW_CONFIG``
       root: /var/tmp/sealflow      # default: the system temporary directory
     secrets:
       dir: /run/secrets            # default: $SEALFLOW_SECRETS_DIR
+    pools:                         # step `concurrency: NAME` pools: at most N attempts at once, every
+      email: 2                     # process and tenant together
+      llm: {limit: 8}
+      "*": 4                       # a pool not listed (default: 1, with a warning at submit)
 
 Other top-level keys are kept in :attr:`RuntimeConfig.extra` for the modules
 that own them (e.g. ``access``); a misspelt key of the sections above is an
@@ -69,6 +73,8 @@ class RuntimeConfig:
     tempdir_root: str | None = None
     secrets_dir: str | None = None
     source: str | None = None
+    #: pool name -> its limit (step ``concurrency: NAME``)
+    pools: Mapping[str, int] = dataclasses.field(default_factory=dict)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def limits(self, tenant: str) -> TenantLimits:
@@ -100,8 +106,9 @@ class RuntimeConfig:
         temp = _section(data.pop("tempdir", None), ("max_bytes", "root"), f"{where}: tempdir")
         secrets = _section(data.pop("secrets", None), ("dir",), f"{where}: secrets")
         max_bytes = parse_size(temp.get("max_bytes", DEFAULT_TEMPDIR_BYTES), f"{where}: tempdir.max_bytes")
+        pools = _pools(data.pop("pools", None), f"{where}: pools")
         return cls(tenant_limits=limits, tempdir_max_bytes=max_bytes, tempdir_root=temp.get("root"),
-                   secrets_dir=secrets.get("dir"), source=source, extra=data)
+                   secrets_dir=secrets.get("dir"), source=source, extra=data, pools=pools)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> RuntimeConfig:
@@ -165,3 +172,23 @@ def _tenant_limits(raw: Any, where: str) -> TenantLimits:
             raise ConfigError(f"{where}.{key}: must be a number >= 0, not {value!r}")
         out[key] = number_type(value)
     return TenantLimits(**out)
+
+
+_POOL_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+
+
+def _pools(raw: Any, where: str) -> dict[str, int]:
+    """``pools: {NAME: LIMIT}`` or ``{NAME: {limit: LIMIT}}`` (``"*"``: any pool not listed); limits >= 1."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a map of pool name to limit, e.g. pools: {{email: 2}}")
+    out: dict[str, int] = {}
+    for name, spec in raw.items():
+        if str(name) != "*" and not _POOL_NAME.match(str(name)):
+            raise ConfigError(f"{where}: pool name {name!r} must match [a-z][a-z0-9_.-]* (as in a step's concurrency:)")
+        limit = _section(spec, ("limit",), f"{where}.{name}").get("limit") if isinstance(spec, Mapping) else spec
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"{where}.{name}: the limit must be an integer >= 1, not {limit!r}")
+        out[str(name)] = limit
+    return out

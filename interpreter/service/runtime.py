@@ -40,7 +40,7 @@ from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
 from sealflow.interpreter.execution import isolation, secrets
 from sealflow.interpreter.execution.actions import REGISTRY
-from sealflow.interpreter.policy import authz
+from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
 from sealflow.interpreter.service import approvals, dlq
@@ -65,6 +65,9 @@ from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransitio
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
+
+#: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
+_SLOT_POLL_S = 0.1
 
 
 def input_hash(value: Any) -> str:
@@ -126,6 +129,7 @@ class Runtime:
         self.engine.services.config = self.config
         isolation.worker_default(self.config)  # a wrong worker-wide isolation fails here, not at the first step
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
+        self.engine.pools = self.config.pools  # step `concurrency: NAME` limits (policy/coordination.py)
         secrets.install_log_filter()
         self.broker = broker or embedded_broker()
         self.queue_name = queue_name
@@ -227,6 +231,7 @@ class Runtime:
             self._authorize_pin(plan, initiator, tenant)
         registration = Registration(plan.name, plan.version, plan.digest, signer, source, pin, initiator) \
             if signed else None
+        coordination.check_plan(plan, self.config.pools)  # warns about a pool the configuration does not list
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
         first = plan.step(plan.start)
@@ -321,11 +326,18 @@ class Runtime:
             if due is None or (stop_at is not None and time.monotonic() >= stop_at):
                 break
             delay = due - self.clock.now()
+            if delay > _SLOT_POLL_S and self._waits_in_line(run_id):  # a holder elsewhere may let go any time
+                delay = _SLOT_POLL_S
             if until == "settled" and delay > threshold:
                 break
             idle_rounds += 1
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
         return self.status(run_id)
+
+    def _waits_in_line(self, run_id: str) -> bool:
+        """The run's next attempt is scheduled but put off: it waits for a lock, pool or bulkhead slot."""
+        active = self.store.active_attempt(run_id)
+        return active is not None and active.state == "scheduled"
 
     def _awaits_human(self, run_id: str) -> bool:
         active = self.store.active_attempt(run_id)

@@ -118,13 +118,21 @@ class Store(abc.ABC):
     # -- the step path -------------------------------------------------------------------------
     @abc.abstractmethod
     def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
-              now: float, running_limit=None) -> Claimed:
+              now: float, running_limit=None, slots=None) -> Claimed:
         """Compare-and-set: take the attempt's lease with a new fencing token, or raise
         :class:`MessageRefused` (after auditing ``message_refused``). A ``tenant`` that is not the
         run's is refused (``tenant_mismatch``); None skips that check (direct callers, not messages).
         ``running_limit(tenant)``: the tenant's bulkhead; a scheduled attempt of a tenant with that
         many attempts running is not claimed: its outbox row is due again shortly and
-        :class:`ClaimDeferred` is raised."""
+        :class:`ClaimDeferred` is raised. ``slots(run, attempt, results)``: the lock and pool slots
+        (:class:`~sealflow.interpreter.store.coordination.SlotRequest`) a scheduled attempt needs, called
+        inside the claim (``results`` is a function reading the run's results); the claim takes all of them
+        (``Claimed.grants``) or none: the attempt waits in line, its outbox row due again later, and
+        :class:`~sealflow.interpreter.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised."""
+
+    def slots(self, now: float, name: str | None = None) -> list:
+        """Holders, then waiters in arrival order, of the lock or pool ``name`` (None: every name)."""
+        raise NotImplementedError(f"{type(self).__name__} has no locks or pools")
 
     @abc.abstractmethod
     def commit(self, commit: Commit, now: float) -> Committed:

@@ -91,6 +91,8 @@ class Claimed:
     results: dict[str, tuple[str, str | None]]
     #: the attempt was ``waiting`` (its timer fired), not freshly scheduled
     resumed: bool = False
+    #: the lock and pool slots taken for this attempt (:class:`~sealflow.interpreter.store.coordination.Grant`)
+    grants: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -157,6 +157,25 @@ _V8_LEASES_LOST = """
 ALTER TABLE attempts ADD COLUMN leases_lost BIGINT NOT NULL DEFAULT 0;
 """
 
+# locks and pools (store/sqlite/slots.py holds the SQL they run)
+_V6_SLOTS = """
+CREATE TABLE slot_names (
+  name TEXT PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0, ticket BIGINT NOT NULL DEFAULT 0,
+  lim BIGINT NOT NULL DEFAULT 1
+);
+CREATE TABLE slot_holders (
+  name TEXT NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL, attempt BIGINT NOT NULL,
+  fence BIGINT NOT NULL, since DOUBLE PRECISION NOT NULL, PRIMARY KEY (name, run_id, step_id, attempt)
+);
+CREATE INDEX slot_holders_run ON slot_holders(run_id, step_id);
+CREATE TABLE slot_waiters (
+  name TEXT NOT NULL, ticket BIGINT NOT NULL, run_id TEXT NOT NULL, step_id TEXT NOT NULL,
+  attempt BIGINT NOT NULL, arrived DOUBLE PRECISION NOT NULL, since DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (name, ticket)
+);
+CREATE INDEX slot_waiters_run ON slot_waiters(run_id, step_id, attempt);
+"""
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
@@ -166,6 +185,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (4, "definition sources (the submitted bytes and signature envelopes); definitions.refused",
      _V4_SOURCES),
     (5, "audit heads only move forward (no delete, no move back); no TRUNCATE of the audit", _V5_HEADS),
+    (6, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _V6_SLOTS),
     (8, "attempts.leases_lost (a lost lease counts as a failed attempt)", _V8_LEASES_LOST),
 ]
 LATEST = MIGRATIONS[-1][0]

@@ -289,10 +289,13 @@ class PostgresStore(SqliteStore):
             new = dataclasses.replace(new, deadline=new.deadline + shift)
         return super().submit(new, now, limits, definition)
 
-    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None):
+    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None, slots=None):
         now, _ = self._on_db_clock(now)
         return super().claim(run_id, step_id, attempt, token, tenant, owner=owner, now=now,
-                             running_limit=running_limit)
+                             running_limit=running_limit, slots=slots)
+
+    def slots(self, now, name=None):
+        return super().slots(self._on_db_clock(now)[0], name)
 
     def commit(self, commit, now: float):
         now, shift = self._on_db_clock(now)
@@ -399,6 +402,6 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition",
-              "due_deadlines", "heartbeat", "dead_workers"):
+              "due_deadlines", "heartbeat", "dead_workers", "slots"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

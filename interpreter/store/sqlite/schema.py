@@ -158,6 +158,12 @@ def _definition_sources(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA_SOURCES)(conn)
 
 
+def _slots(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.slots import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 #: (version, description, function); applied in order
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
@@ -167,6 +173,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
     (6, "definition sources (the submitted bytes and signature envelopes); definitions.refused", _definition_sources),
     (7, "audit heads only move forward (no delete, no move back)", _statements(_V7_HEADS)),
+    (8, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _slots),
     (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
 ]
 LATEST = MIGRATIONS[-1][0]

@@ -35,6 +35,7 @@ from sealflow.interpreter.store.records import (
 )
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
+from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 
 dumps = rows.dumps
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
@@ -74,9 +75,11 @@ class StepPathMixin:
 
     # -- the step path -----------------------------------------------------------------------------
     def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
-              now: float, running_limit=None) -> Claimed:
+              now: float, running_limit=None, slots=None) -> Claimed:
         refused: tuple[str, str] | None = None
         deferred: float | None = None
+        busy: ClaimDeferred | None = None
+        grants: tuple = ()
         with self._tx() as c:
             row = c.execute(f"SELECT {_A_COLS}, {_R_COLS} FROM attempts a JOIN runs r ON r.id = a.run_id "
                             "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?",
@@ -103,7 +106,12 @@ class StepPathMixin:
             elif running_limit is not None and before == "scheduled":  # the tenant's bulkhead
                 deferred = sqlite_admission.defer_if_full(c, now, run.tenant, run_id, step_id, attempt, token,
                                                           running_limit)
-            if refused is None and deferred is None:
+            if refused is None and deferred is None and slots is not None and before == "scheduled":
+                # locks and pools (store/coordination.py): all the attempt's slots, or wait in line for them
+                grants, busy = sqlite_slots.take(c, now, run_id, step_id, attempt, token,
+                                                 slots(run, att, lambda: self._results_of(c, run_id)),
+                                                 arrived=(att.scheduled_at or now, run.created_at))
+            if refused is None and deferred is None and busy is None:
                 att.state, att.token, att.lease_owner = "running", token + 1, owner
                 att.lease_expires = now + att.lease_ms / 1000.0
                 att.started_at = att.started_at or now
@@ -118,14 +126,20 @@ class StepPathMixin:
                     c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?",
                               (now, run_id))
                     run.state, run.rev = "running", run.rev + 1
-                results = {r[0]: (r[1], r[2]) for r in
-                           c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
+                results = self._results_of(c, run_id)
         if refused is not None:
             raise MessageRefused(f"message for step {step_id!r} of run {run_id} refused: {refused[1]}", refused[0])
         if deferred is not None:
             raise ClaimDeferred(f"step {step_id!r} of run {run_id} put off {deferred:.2f}s: its tenant has "
                                 "max_running_steps attempts running", deferred)
-        return Claimed(run, att, results, before == "waiting")
+        if busy is not None:
+            raise busy
+        return Claimed(run, att, results, before == "waiting", grants)
+
+    @staticmethod
+    def _results_of(c, run_id: str) -> dict:
+        return {r[0]: (r[1], r[2]) for r in
+                c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
 
     def commit(self, commit: Commit, now: float) -> Committed:
         with self._tx() as c:

@@ -37,6 +37,7 @@ from sealflow.interpreter.store.definitions import DefinitionRefused, Definition
 from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
+from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.schema import migrate
 from sealflow.interpreter.store.sqlite.steps import StepPathMixin
 from sealflow.interpreter.store.sqlite.sweep import SweepMixin
@@ -169,12 +170,21 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, Store):
             raise self._illegal("step", run_id, step_id, before, after, now, actor)
         if before != after:
             self._audit(c, now, run_id, step_id, "step." + after, actor, before, after, detail, chain)
+        if before == "running" and after != "running":  # locks and pools: the attempt's slots go back
+            sqlite_slots.release_attempt(c, now, run_id, step_id)
 
     def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
         if not states.run_can(before, after):
             raise self._illegal("run", run_id, None, before, after, now, actor)
         if before != after:
             self._audit(c, now, run_id, None, "run." + after, actor, before, after, detail)
+        if after in states.RUN_FINAL and before not in states.RUN_FINAL:  # run-level concurrency slots go back
+            sqlite_slots.release_run(c, now, run_id)
+
+    def slots(self, now: float, name: str | None = None) -> list:
+        """Who holds, then who waits for, the slots of lock/pool ``name`` (every name: None), in order."""
+        with self._tx() as c:  # stale holders and waiters are dropped on the way
+            return sqlite_slots.listing(c, now, name)
 
     def append_audit(self, event: AuditEvent, now: float) -> None:
         with self._tx() as c:

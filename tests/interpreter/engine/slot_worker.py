@@ -1,0 +1,85 @@
+"""A worker process for the cross-process lock and pool tests (run by test_locks_across_processes.py).
+
+``python slot_worker.py URL INTERVALS_DB KIND COUNT PREFIX TOTAL``: submits COUNT runs whose step takes
+``lock: resource-1`` (KIND ``lock``) or pool ``email`` of limit 2 (KIND ``pool``), works and sweeps until
+TOTAL runs in the store are final, then exits. The action records (label, pid, fencing token, start,
+end) in INTERVALS_DB (real time). With ``SLOT_HANG=LABEL`` the action of that label writes
+``SLOT_MARKER`` and sleeps, for the test to SIGKILL this process while it holds the slot.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+import time
+
+from interp_helpers import S, make_plan
+
+from sealflow.dsl.plan import RetryPolicy
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service.config import RuntimeConfig
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import open_store
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS intervals (label TEXT, pid INTEGER, fence INTEGER, start REAL, end REAL)"
+
+
+def record(db: str, label: str, fence, start: float, end: float) -> None:
+    conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+    try:
+        conn.execute(SCHEMA)
+        conn.execute("INSERT INTO intervals VALUES (?,?,?,?,?)", (label, os.getpid(), fence, start, end))
+    finally:
+        conn.close()
+
+
+def plan_for(kind: str):
+    slot = {"lock": "resource-1"} if kind == "lock" else {"concurrency": "email"}
+    # two attempts: the holder SIGKILLed mid-action loses its lease, which counts as a failed attempt
+    # (worker_lost); the second attempt is the takeover the test waits for
+    return make_plan(S("work", "action", action="t.record", args={"label": "${{ input.label }}"},
+                       timeout_ms=20_000, retry=RetryPolicy(max_attempts=2), **slot), name=f"slots-{kind}")
+
+
+def main(url: str, db: str, kind: str, count: int, prefix: str, total: int) -> None:
+    registry = Registry()
+
+    @action("t.record", registry=registry)
+    def work(ctx, label: str):
+        start = time.time()
+        if os.environ.get("SLOT_HANG") == label:
+            record(db, label, ctx.fencing_token, start, float("inf"))
+            with open(os.environ["SLOT_MARKER"], "w") as fh:
+                fh.write(str(os.getpid()))
+            time.sleep(120)  # the test SIGKILLs this process here
+        time.sleep(0.08)
+        record(db, label, ctx.fencing_token, start, time.time())
+        return label
+
+    rt = Runtime(open_store(url), registry, {}, worker_threads=3, worker_timeout_ms=20,
+                 config=RuntimeConfig(pools={"email": 2}))
+    plan = plan_for(kind)
+    for i in range(count):
+        rt.submit(plan, {"label": f"{prefix}{i}"}, initiator="user:ana")
+    stop = threading.Event()
+    thread = threading.Thread(target=rt.serve, args=(stop,), kwargs={"interval": 0.02, "allow_open": True,
+                                                                       "dead_owner_check": 0.2}, daemon=True)
+    thread.start()
+    end = time.monotonic() + 90
+    try:
+        while time.monotonic() < end:
+            final = rt.store.list_runs(states=("completed", "failed"), limit=1000)
+            if len(final) >= total:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+        rt.close()
+        rt.store.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
