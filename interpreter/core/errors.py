@@ -20,6 +20,7 @@ class ErrorClass(StrEnum):
     CONFIGURATION = "configuration"
     CANCELLED = "cancelled"
     INTERNAL = "internal"
+    CIRCUIT_OPEN = "circuit_open"
 
 
 #: error class -> retryable by a retry class that lists it
@@ -36,6 +37,8 @@ ERROR_CLASSES: dict[str, bool] = {
     "configuration": False,
     "cancelled": False,
     "internal": False,
+    # a circuit breaker is open: the target was not called; retry after the cool-down, or fall back
+    "circuit_open": True,
 }
 
 

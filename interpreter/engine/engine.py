@@ -44,6 +44,7 @@ from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
+from sealflow.interpreter.execution import breakers
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
 from sealflow.interpreter.execution.secrets import redact_commit
 from sealflow.interpreter.execution.timeouts import AttemptRunner
@@ -159,7 +160,8 @@ class Engine:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
-        outcome = refused or budgets.after(x, self.execute(x))
+        # the step's circuit breaker, if it names one: an open breaker fails the attempt without running it
+        outcome = refused or budgets.after(x, breakers.guarded(x, self.execute))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
 

@@ -1,8 +1,10 @@
 """``ai``: one model call through a provider, its output checked before anyone uses it.
 
 The prompt template is rendered; the provider serving ``model`` is asked
-(then each ``fallback`` model in turn when a provider is ``unavailable`` or
-not ``configuration``-ready); the answer must satisfy ``output_schema``
+(then each ``fallback`` model in turn when a provider is ``unavailable``, not
+``configuration``-ready, or behind an open circuit breaker: ``circuit_open``; a model configured with
+``circuit_breaker:`` in the ``models:`` section is called through breaker ``model:<name>``, shared in
+the store); the answer must satisfy ``output_schema``
 (else ``invalid_output``, retryable when the retry class lists it). Tokens and
 cost are reported with the outcome even when the output is refused; the engine
 charges them and enforces the budgets (:mod:`sealflow.interpreter.policy.budgets`).
@@ -17,7 +19,7 @@ from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.steps.checks import schema_failure
 
-FALLBACK_ON = ("unavailable", "configuration")
+FALLBACK_ON = ("unavailable", "configuration", "circuit_open")
 
 
 def execute(x: Execution) -> Outcome:
@@ -38,7 +40,7 @@ def execute(x: Execution) -> Outcome:
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
                                max_tokens=ai.max_tokens, temperature=ai.temperature,
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
-        outcome = call(x, lambda ctx, p=provider, r=request: p.complete(r), None)
+        outcome = _called(x, model, provider, request)
         if isinstance(outcome, Failed):
             failure = outcome
             if outcome.error_class in FALLBACK_ON:
@@ -57,3 +59,18 @@ def _checked(x: Execution, model: str, result) -> Outcome:
     if problem is not None:
         return Failed("invalid_output", problem, **used)
     return Succeeded(output, detail={"model": getattr(result, "model", "") or model}, **used)
+
+
+def _called(x: Execution, model: str, provider, request) -> Outcome:
+    """The provider's answer, through the model's circuit breaker when its configuration has one."""
+    from sealflow.interpreter.core.breakers import BreakerSettings
+    from sealflow.interpreter.execution.breakers import through
+
+    def run() -> Outcome:
+        return call(x, lambda ctx: provider.complete(request), None)
+
+    spec = getattr(getattr(provider, "config", None), "circuit_breaker", None)
+    if spec is None:
+        return run()
+    settings = BreakerSettings(failures=spec.failures, window=spec.window, cool_down=spec.cool_down)
+    return through(x, f"model:{model}", settings, run, what=f"model {model!r}")

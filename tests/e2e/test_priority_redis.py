@@ -81,11 +81,12 @@ def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_
         return log.read_text().split() if log.exists() else []
 
     # Given one single-threaded worker on Redis, busy with a low run that waits to be released
-    err = open(tmp_path / "worker.err", "w")
-    worker = subprocess.Popen([sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", store,
-                               "--actions", actions, "--queue", queue, "--threads", "1", "--allow-open",
-                               "--allow-unsigned"], cwd=ROOT, env={**env, "SEALFLOW_CONFIG": str(tmp_path / "config.yaml")},
-                              stdout=subprocess.DEVNULL, stderr=err, text=True)
+    worker_env = {**env, "SEALFLOW_CONFIG": str(tmp_path / "config.yaml")}
+    with open(tmp_path / "worker.err", "w") as err:
+        worker = subprocess.Popen([sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", store,
+                                   "--actions", actions, "--queue", queue, "--threads", "1", "--allow-open",
+                                   "--allow-unsigned"], cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL,
+                                  stderr=err, text=True)
     try:
         submit("low", "block")
         deadline = time.monotonic() + 60
@@ -111,7 +112,6 @@ def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             worker.kill()
-        err.close()
         keys = list(client.scan_iter(match=f"*{queue}*", count=1000))
         if keys:
             client.delete(*keys)

@@ -23,7 +23,8 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("validate", "lint", "plan", "graph"), "commands.lang"),
     **dict.fromkeys(("run", "submit", "status", "approve", "reject", "cancel", "recover"), "commands.runs"),
     **dict.fromkeys(("keygen", "sign", "verify", "diff"), "commands.trust"),
-    **{group: f"commands.{group}" for group in ("approvals", "dlq", "audit", "worker", "definitions", "scheduler")},
+    **{group: f"commands.{group}" for group in ("approvals", "dlq", "audit", "worker", "definitions", "scheduler",
+                                                   "breakers")},
 }
 
 

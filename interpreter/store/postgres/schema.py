@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
+from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
 _LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
@@ -117,12 +118,16 @@ CREATE TABLE workers (
 );
 """
 
+_V7_BREAKERS = PG_BREAKERS
+
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
         "tenant usage, definition registry", _V1),
     (2, "outbox inserts notify idle workers (LISTEN sealflow_work)", _V2_NOTIFY),
     (3, "workers heartbeat in the store", _V3_WORKERS),
+    (7, "circuit breakers shared by every process", _V7_BREAKERS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

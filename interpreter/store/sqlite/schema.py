@@ -135,6 +135,12 @@ def _definitions(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _breakers(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.breakers import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 #: (version, description, function); applied in order
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
@@ -142,6 +148,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
     (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
+    (9, "circuit breakers shared by every process", _breakers),
 ]
 LATEST = MIGRATIONS[-1][0]
 
