@@ -2,8 +2,8 @@
 
 There is one step actor per run priority, each on its own queue
 (:mod:`sealflow.interpreter.service.priority`). The actor receives ids only,
-``(run_id, step_id, attempt, token, tenant)``, hands them to the engine (which checks them against the store), and enqueues the
-messages the engine's commit made due. Retries are the interpreter's, never
+``(run_id, step_id, attempt, token, tenant)``, hands them to the engine (which checks them
+against the store), and enqueues the messages the engine's commit made due. Retries are the interpreter's, never
 Dramatiq's: the actor has ``max_retries=0`` and never raises into Dramatiq (a
 failure is recorded in the store, or, if the store itself failed, left for
 the sweeper to redo once the lease expires). Long waits are timers in the

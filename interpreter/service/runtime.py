@@ -42,7 +42,7 @@ from sealflow.interpreter.execution import secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, mode_of
-from sealflow.interpreter.service import approvals, dlq, priority
+from sealflow.interpreter.service import approvals, dlq, honoured, priority
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
@@ -194,6 +194,7 @@ class Runtime:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
+        honoured.check(plan)  # a declared control this build cannot enforce is refused, never ignored
         self._check_input(plan, input)
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
