@@ -90,7 +90,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "trigger.schedule": run("tests/e2e/test_scheduler.py::"
                             "test_given_a_slot_older_than_the_catch_up_window_when_fired_then_nothing_is_submitted"),
     "trigger.event": compile_only(EVENT),
-    "schedule.cron": run(SCHED + "test_given_a_time_after_a_slot_when_asked_then_the_latest_slot_is_in_the_schedules_zone"),
+    "schedule.cron": run(SCHED + "test_given_a_time_after_a_slot_when_asked_then_the_latest_slot_is_in_the_"
+                                 "schedules_zone"),
     "schedule.timezone": run(SCHED + "test_given_summer_time_when_the_next_slot_is_computed_then_the_local_hour_holds"),
     "schedule.run_as": run("tests/interpreter/service/test_security_submit.py::"
                            "test_a_scheduled_run_acts_as_its_run_as_service"),
@@ -151,7 +152,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "agent.tools": run(AGENT + "test_a_tool_outside_the_allow_list_is_refused_and_not_executed"),
     "agent.system": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
     "agent.max_steps": run(AGENT + "test_max_steps_exceeded_is_budget_exceeded"),
-    "agent.max_tool_calls": run(AGENT + "test_max_tool_calls_exceeded_is_budget_exceeded_and_the_extra_call_does_not_run"),
+    "agent.max_tool_calls": run(AGENT + "test_max_tool_calls_exceeded_is_budget_exceeded_and_the_extra_call_does_"
+                                        "not_run"),
     "agent.max_tokens": run(AGENT_OPTIONS),
     "agent.temperature": run(AGENT_OPTIONS),
     "agent.output_schema": run(AGENT + "test_an_answer_failing_the_schema_is_invalid_output_and_retried"),
