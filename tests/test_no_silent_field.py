@@ -178,8 +178,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "compensate.action": run(SAGA + "test_a_run_that_fails_for_good_undoes_its_completed_steps_newest_first"),
     "compensate.with": run(SAGA + "test_a_run_that_fails_for_good_undoes_its_completed_steps_newest_first"),
     "compensate.retry": run(SAGA + "test_a_compensation_is_retried_by_its_class"),
-    "compensate.timeout": compile_only("bounds the compensation call like a step timeout (the engine applies "
-                                       "it through the same call path as step.timeout)"),
+    "compensate.timeout": run(SAGA + "test_a_compensation_past_its_timeout_is_timed_out_and_quarantines"),
     # -- retry classes and backoff -------------------------------------------------------------------
     "retryClass.on": run(FAIL + "test_a_class_not_listed_by_the_policy_is_not_retried"),
     "retryClass.max_attempts": run(FAIL + "test_retries_exhausted_fail_the_run_into_the_dead_letters"),
