@@ -100,10 +100,13 @@ def admit(rec: BreakerRecord | None, now: float, settings: BreakerSettings) -> t
 
 
 def record(rec: BreakerRecord | None, now: float, settings: BreakerSettings, *, error_class: str | None,
-           probe: bool, message: str | None = None) -> dict | None:
-    """The columns to store after a call ended (``error_class`` None: it succeeded)."""
+           probe: bool, message: str | None = None, called: bool = True) -> dict | None:
+    """The columns to store after a call ended (``error_class`` None: it succeeded; ``called`` False: the
+    target was not called after all, e.g. the step was skipped: a probe is handed back unused)."""
     failed = error_class in COUNTED
     state = "closed" if rec is None else rec.state
+    if not called:
+        return {"probe_until": None} if probe and state == BreakerState.HALF_OPEN else None
     if probe:
         if failed:
             return {"state": "open", "opened_at": now, "probe_until": None, "last_error": message}

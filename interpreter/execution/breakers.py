@@ -55,7 +55,12 @@ def through(x: Execution, name: str, settings: BreakerSettings, call: Callable[[
                                       f"it may be tried again in {admission.retry_after:.1f}s",
                       max(admission.retry_after, 0.001))
     outcome = call()
-    if isinstance(outcome, Skipped):
+    if isinstance(outcome, Skipped):  # `when` was false: the target was not called; hand a probe back
+        if admission.probe:
+            try:
+                store.breaker_record(name, clock.now(), settings, error_class=None, probe=True, called=False)
+            except Exception:  # noqa: BLE001 - the probe's lease ends by itself
+                log.exception("circuit breaker %r: could not hand the probe back", name)
         return outcome
     failed = outcome if isinstance(outcome, Failed) else None
     try:

@@ -240,8 +240,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def breaker_record(self, name: str, now: float, settings, *, error_class: str | None, probe: bool,
-                       message: str | None = None) -> tuple[str, str]:
-        """In one transaction: record the end of a call; return the breaker's state before and after."""
+                       message: str | None = None, called: bool = True) -> tuple[str, str]:
+        """In one transaction: record the end of a call (``called`` False: the target was not called, a
+        probe is handed back); return the breaker's state before and after."""
 
     @abc.abstractmethod
     def breakers(self) -> list:

@@ -40,13 +40,13 @@ class BreakersMixin:
         return admission
 
     def breaker_record(self, name: str, now: float, settings: BreakerSettings, *, error_class: str | None,
-                       probe: bool, message: str | None = None) -> tuple[str, str]:
+                       probe: bool, message: str | None = None, called: bool = True) -> tuple[str, str]:
         """Record the end of a call; return the breaker's state before and after."""
         with self._tx() as c:
             rec = self._breaker_row(c, name)
             before = "closed" if rec is None else rec.state
             changes = rules.record(rec, now, settings, error_class=error_class, probe=probe,
-                                   message=None if message is None else message[:500])
+                                   message=None if message is None else message[:500], called=called)
             if changes:
                 self._breaker_write(c, name, now, changes)
         return before, (changes or {}).get("state", before)

@@ -100,6 +100,10 @@ def test_given_a_half_open_breaker_then_only_one_probe_passes_and_a_failed_probe
         # When the probe fails, then it is open again for a new cool-down
         assert store.breaker_record("x", 107.0, settings, error_class="network", probe=True) == ("half_open", "open")
         assert store.breaker_admit("x", 111.0, settings).retry_after == pytest.approx(1.0)
+        # When a probe is handed back unused (its step was skipped), then the next caller probes at once
+        assert store.breaker_admit("x", 112.1, settings).probe
+        assert store.breaker_record("x", 112.2, settings, error_class=None, probe=True, called=False) == (
+            "half_open", "half_open")
         # When the probe's holder vanished, its lease ends and another caller probes
         assert store.breaker_admit("x", 112.5, settings).probe
         assert store.breaker_admit("x", 143.0, settings).probe
