@@ -79,3 +79,13 @@ def through(x: Execution, name: str, settings: BreakerSettings, call: Callable[[
         except Exception:  # noqa: BLE001 - an audit line must not change the outcome
             log.exception("circuit breaker %r: could not audit the transition", name)
     return outcome
+
+
+def through_model(x: Execution, model: str, provider, call: Callable[[], Outcome]) -> Outcome:
+    """``call()`` (a model call) through breaker ``model:<model>`` when the provider's configuration
+    (the ``models:`` section) has ``circuit_breaker:`` settings; else just ``call()``."""
+    spec = getattr(getattr(provider, "config", None), "circuit_breaker", None)
+    if spec is None:
+        return call()
+    settings = BreakerSettings(failures=spec.failures, window=spec.window, cool_down=spec.cool_down)
+    return through(x, f"model:{model}", settings, call, what=f"model {model!r}")

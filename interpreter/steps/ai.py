@@ -15,6 +15,7 @@ from __future__ import annotations
 from sealflow.dsl import expressions
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.steps.checks import schema_failure
@@ -40,7 +41,8 @@ def execute(x: Execution) -> Outcome:
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
                                max_tokens=ai.max_tokens, temperature=ai.temperature,
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
-        outcome = _called(x, model, provider, request)
+        outcome = through_model(x, model, provider,
+                                lambda p=provider, r=request: call(x, lambda ctx: p.complete(r), None))
         if isinstance(outcome, Failed):
             failure = outcome
             if outcome.error_class in FALLBACK_ON:
@@ -60,17 +62,3 @@ def _checked(x: Execution, model: str, result) -> Outcome:
         return Failed("invalid_output", problem, **used)
     return Succeeded(output, detail={"model": getattr(result, "model", "") or model}, **used)
 
-
-def _called(x: Execution, model: str, provider, request) -> Outcome:
-    """The provider's answer, through the model's circuit breaker when its configuration has one."""
-    from sealflow.interpreter.core.breakers import BreakerSettings
-    from sealflow.interpreter.execution.breakers import through
-
-    def run() -> Outcome:
-        return call(x, lambda ctx: provider.complete(request), None)
-
-    spec = getattr(getattr(provider, "config", None), "circuit_breaker", None)
-    if spec is None:
-        return run()
-    settings = BreakerSettings(failures=spec.failures, window=spec.window, cool_down=spec.cool_down)
-    return through(x, f"model:{model}", settings, run, what=f"model {model!r}")

@@ -16,7 +16,7 @@ import pytest
 from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.cli import main
-from sealflow.dsl.plan import AiPlan
+from sealflow.dsl.plan import AgentPlan, AiPlan
 from sealflow.interpreter.core.breakers import BreakerSettings
 from sealflow.interpreter.core.clock import FakeClock
 from sealflow.interpreter.core.errors import StepError
@@ -211,3 +211,20 @@ def test_given_breakers_in_a_store_then_the_cli_lists_and_resets_them(tmp_path, 
     assert [(b["name"], b["state"], b["failures"]) for b in listed["breakers"]] == [("svc", "closed", 0)]
     assert main(["breakers", "reset", "nope", "--store", url]) == 2
     assert "no circuit breaker named 'nope' in this store; known: svc" in capsys.readouterr().err
+
+
+def test_given_a_model_breaker_open_then_an_agent_step_fails_with_circuit_open_without_calling_it(tmp_path,
+                                                                                                 registry):
+    clock = FakeClock()
+    model = FakeProvider(StepError("unavailable", "503"), name="m")
+    model.config = types.SimpleNamespace(circuit_breaker=CircuitBreaker(failures=1, window=60, cool_down=60))
+    [rt] = runtimes(tmp_path, registry, clock, n=1, providers={"m": model})
+    plan = make_plan(S("help", "agent", agent=AgentPlan(model="m", goal="help", max_steps=2)))
+    try:
+        # Given an agent step whose model failed once (its breaker opens at one failure)
+        assert rt.run(plan, {}, initiator="user:t").error[0] == "unavailable"
+        # When it runs again, then it fails with circuit_open and the model was not called again
+        assert rt.run(plan, {}, initiator="user:t").error[0] == "circuit_open"
+        assert len(model.requests) == 1
+    finally:
+        close(rt)
