@@ -135,6 +135,16 @@ def settings_for(name: str, extra: Mapping[str, Any] | None) -> BreakerSettings:
     return parse_settings(spec, where) if spec is not None else DEFAULT
 
 
+def check_config(extra: Mapping[str, Any] | None) -> None:
+    """Parse every entry of ``circuit_breakers:`` now, so a bad one is a :class:`ConfigError` at start naming
+    it, not a failure of the first step that uses it."""
+    section = (extra or {}).get("circuit_breakers") or {}
+    if not isinstance(section, Mapping):
+        raise ConfigError("circuit_breakers: must be a map of breaker name (or \"*\") to settings")
+    for name, spec in section.items():
+        parse_settings(spec, f"circuit_breakers.{name}")
+
+
 def parse_settings(spec: Any, where: str, base: BreakerSettings = DEFAULT) -> BreakerSettings:
     """``{failures: 5, window: 60s, cool_down: 30s, probe_lease: 60s}`` (each optional)."""
     from sealflow.dsl.durations import parse_ms

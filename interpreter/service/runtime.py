@@ -30,6 +30,7 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 from sealflow.dsl.plan import Plan
+from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import StepError
@@ -105,6 +106,7 @@ class Runtime:
         #: the priorities this process's worker takes messages of (None: all)
         self.priorities = priority.parse_priorities(priorities)
         self.starvation_after = priority.starvation_after(self.config.extra)
+        breaker_rules.check_config(self.config.extra)
         self.dispatcher = Dispatcher(self.store, self.send, self.clock)
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
                                past_deadline=self._past_deadline)

@@ -228,3 +228,12 @@ def test_given_a_model_breaker_open_then_an_agent_step_fails_with_circuit_open_w
         assert len(model.requests) == 1
     finally:
         close(rt)
+
+
+def test_given_a_bad_breaker_setting_when_the_runtime_starts_then_it_names_it(tmp_path):
+    from sealflow.interpreter.core.errors import ConfigError
+
+    # Given a runtime configuration with a misspelt breaker key, then the runtime refuses to start, naming it
+    config = RuntimeConfig.from_dict({"circuit_breakers": {"svc": {"failure": 3}}})
+    with pytest.raises(ConfigError, match="circuit_breakers.svc: unknown key 'failure'; known keys: failures"):
+        Runtime(f"sqlite:///{tmp_path}/bad.db", config=config)
