@@ -21,6 +21,7 @@ class ErrorClass(StrEnum):
     CANCELLED = "cancelled"
     INTERNAL = "internal"
     WORKER_LOST = "worker_lost"
+    CIRCUIT_OPEN = "circuit_open"
 
 
 #: error class -> retryable by a retry class that lists it
@@ -39,6 +40,8 @@ ERROR_CLASSES: dict[str, bool] = {
     "internal": False,
     # the attempt's worker (or its isolated process) died or stalled past its lease
     "worker_lost": True,
+    # a circuit breaker is open: the target was not called; retry after the cool-down, or fall back
+    "circuit_open": True,
 }
 
 #: classes retried within ``max_attempts`` even when a retry class does not list them: a lost worker

@@ -44,6 +44,7 @@ from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.engine import compensation, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
+from sealflow.interpreter.execution import breakers
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
 from sealflow.interpreter.execution.secrets import redact_commit
 from sealflow.interpreter.execution.timeouts import AttemptRunner
@@ -177,7 +178,8 @@ class Engine:
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
         # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
-        outcome = refused or poison.lost(x) or budgets.after(x, self.execute(x))
+        # the step's circuit breaker, if it names one: an open breaker fails the attempt without running it
+        outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))
         counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
         return self.commit(x, outcome, actor=self.actor, counts_step=counts)
 

@@ -15,8 +15,9 @@
 
 :func:`parse_models` checks the section and returns :class:`ModelConfig` values; every
 error names the file and the key (``config.yaml: models.fast.timeout: ...``) and never
-repeats an inline key. ``rate_limit`` and ``circuit_breaker`` are parsed and kept here;
-they are enforced by the store-shared limiter (not part of this package).
+repeats an inline key. ``circuit_breaker`` is enforced on every call to the model (breaker
+``model:<name>``, its state in the store: :mod:`sealflow.interpreter.execution.breakers`).
+``rate_limit`` is parsed and kept here but not enforced yet.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The Dramatiq side: the step actor, the embedded broker, and the Redis broker of ``sealflow worker``.
 
-The actor receives ids only, ``(run_id, step_id, attempt, token, tenant)``, hands them
-to the engine (which checks them against the store), and enqueues the
-messages the engine's commit made due. Retries are the interpreter's, never
+There is one step actor per run priority, each on its own queue
+(:mod:`sealflow.interpreter.service.priority`). The actor receives ids only,
+``(run_id, step_id, attempt, token, tenant)``, hands them to the engine (which checks them
+against the store), and enqueues the messages the engine's commit made due. Retries are the interpreter's, never
 Dramatiq's: the actor has ``max_retries=0`` and never raises into Dramatiq (a
 failure is recorded in the store, or, if the store itself failed, left for
 the sweeper to redo once the lease expires). Long waits are timers in the
@@ -12,12 +13,14 @@ store; nothing is sent with a Dramatiq ``delay``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Retries
 
+from sealflow.interpreter.service.priority import ACTOR_PRIORITY, PRIORITIES, actor_name_for, queue_for
 from sealflow.interpreter.store.records import Message
 
 if TYPE_CHECKING:
@@ -59,8 +62,11 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
     return broker
 
 
-def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE) -> dramatiq.Actor:
-    """Declare the step actor on ``broker`` (one per broker) bound to ``engine``.
+def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
+                       priority: str = "normal", route: Callable[[Message], None] | None = None) -> dramatiq.Actor:
+    """Declare the step actor of ``priority`` on ``broker`` (one per broker and priority) bound to ``engine``,
+    on the priority's queue (:mod:`sealflow.interpreter.service.priority`). ``route`` sends a due message of
+    another run to its own priority's actor (None: this actor).
 
     On the embedded default (a ``StubBroker``) a message carries its run on for up to
     :data:`CONTINUE_LIMIT` consecutive steps in the same worker thread; on a real broker every step goes
@@ -84,10 +90,21 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
                 message = due[0]
                 continue
             for m in due:
-                step_actor.send(*m)
+                if m.run_id == run_id or route is None:
+                    step_actor.send(*m)
+                else:
+                    route(m)
             return
         step_actor.send(*message)
 
-    step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=ACTOR_NAME, queue_name=queue_name,
-                                max_retries=0)
+    step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=actor_name_for(ACTOR_NAME, priority),
+                                queue_name=queue_for(queue_name, priority), max_retries=0,
+                                priority=ACTOR_PRIORITY[priority])
     return step_actor
+
+
+def declare_step_actors(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
+                        route: Callable[[Message], None] | None = None) -> dict[str, dramatiq.Actor]:
+    """One step actor per run priority (``critical`` ... ``low``), each on its own queue."""
+    return {p: declare_step_actor(broker, engine, queue_name=queue_name, priority=p, route=route)
+            for p in PRIORITIES}

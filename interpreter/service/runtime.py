@@ -30,6 +30,7 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 from sealflow.dsl.plan import Plan
+from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
@@ -43,8 +44,8 @@ from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
-from sealflow.interpreter.service import approvals, dlq
-from sealflow.interpreter.service.actors import QUEUE, declare_step_actor, embedded_broker
+from sealflow.interpreter.service import approvals, dlq, honoured, priority
+from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
 from sealflow.interpreter.service.status import RunStatus, run_status
@@ -109,7 +110,8 @@ class Runtime:
                  clock: Clock | None = None, broker: dramatiq.Broker | None = None, queue_name: str = QUEUE,
                  worker_threads: int = 2, worker_timeout_ms: int = 100, sleep_threshold: float = 3.0,
                  redeliver_after: float = 60.0, rng: random.Random | None = None,
-                 access: AccessProvider | None = None, config: RuntimeConfig | None = None):
+                 access: AccessProvider | None = None, config: RuntimeConfig | None = None,
+                 priorities: tuple[str, ...] | None = None):
         self._owns_store = not isinstance(store, Store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
@@ -133,7 +135,14 @@ class Runtime:
         secrets.install_log_filter()
         self.broker = broker or embedded_broker()
         self.queue_name = queue_name
-        self.actor = declare_step_actor(self.broker, self.engine, queue_name=queue_name)
+        #: run priority -> its step actor and queue (sealflow.interpreter.service.priority)
+        self.actors = declare_step_actors(self.broker, self.engine, queue_name=queue_name, route=self.send)
+        self.actor = self.actors["normal"]
+        self.priority_of = priority.PriorityOf(lambda run_id: self.store.get_run(run_id).priority)
+        #: the priorities this process's worker takes messages of (None: all)
+        self.priorities = priority.parse_priorities(priorities)
+        self.starvation_after = priority.starvation_after(self.config.extra)
+        breaker_rules.check_config(self.config.extra)
         self.dispatcher = Dispatcher(self.store, self.send, self.clock)
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
                                past_deadline=self._past_deadline)
@@ -152,14 +161,21 @@ class Runtime:
         return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
 
     def send(self, message: Message) -> None:
-        self.actor.send(*message)
+        """Enqueue ``message`` on the queue of its run's priority."""
+        self.actors[self.priority_of(message.run_id)].send(*message)
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        """The queues this process's worker consumes (one per priority it serves)."""
+        return tuple(priority.queue_for(self.queue_name, p) for p in self.priorities)
 
     def start(self) -> None:
         """Start the in-process worker and recover what is in flight (idempotent)."""
         with self._start_lock:
             if self._worker is None:
                 self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads,
-                                               worker_timeout=self.worker_timeout_ms)
+                                               worker_timeout=self.worker_timeout_ms, queues=set(self.queue_names))
+                priority.install_guard(self._worker, self.starvation_after)
                 self._worker.start()
                 self.recover()
 
@@ -222,6 +238,7 @@ class Runtime:
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
         self._check_models(plan)
+        honoured.check(plan)  # a declared control this build cannot enforce is refused, never ignored
         self._check_input(plan, input)
         signed = signer is not None and signer != "unsigned"
         if pin and not signed:
@@ -253,6 +270,7 @@ class Runtime:
                 "version": plan.version}), now)
             raise
         self.engine.remember(plan)
+        self.priority_of.note(run.id, run.priority)
         return run.id
 
     def _check_models(self, plan: Plan) -> None:
@@ -345,7 +363,12 @@ class Runtime:
 
     def _join(self) -> None:
         if isinstance(self.broker, StubBroker):
-            self.broker.join(self.queue_name, fail_fast=False)
+            queues = self.queue_names
+            while True:
+                for name in queues:
+                    self.broker.join(name, fail_fast=False)
+                if not any(self.broker.queues[n].unfinished_tasks for n in queues):
+                    return
         else:
             time.sleep(0.05)
 

@@ -1,8 +1,10 @@
 """``ai``: one model call through a provider, its output checked before anyone uses it.
 
 The prompt template is rendered; the provider serving ``model`` is asked
-(then each ``fallback`` model in turn when a provider is ``unavailable`` or
-not ``configuration``-ready); the answer must satisfy ``output_schema``
+(then each ``fallback`` model in turn when a provider is ``unavailable``, not
+``configuration``-ready, or behind an open circuit breaker: ``circuit_open``; a model configured with
+``circuit_breaker:`` in the ``models:`` section is called through breaker ``model:<name>``, shared in
+the store); the answer must satisfy ``output_schema``
 (else ``invalid_output``, retryable when the retry class lists it). Tokens and
 cost are reported with the outcome even when the output is refused; the engine
 charges them and enforces the budgets (:mod:`sealflow.interpreter.policy.budgets`).
@@ -13,11 +15,12 @@ from __future__ import annotations
 from sealflow.dsl import expressions
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.steps.checks import schema_failure
 
-FALLBACK_ON = ("unavailable", "configuration")
+FALLBACK_ON = ("unavailable", "configuration", "circuit_open")
 
 
 def execute(x: Execution) -> Outcome:
@@ -38,7 +41,8 @@ def execute(x: Execution) -> Outcome:
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
                                max_tokens=ai.max_tokens, temperature=ai.temperature,
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
-        outcome = call(x, lambda ctx, p=provider, r=request: p.complete(r), None)
+        outcome = through_model(x, model, provider,
+                                lambda p=provider, r=request: call(x, lambda ctx: p.complete(r), None))
         if isinstance(outcome, Failed):
             failure = outcome
             if outcome.error_class in FALLBACK_ON:
@@ -57,3 +61,4 @@ def _checked(x: Execution, model: str, result) -> Outcome:
     if problem is not None:
         return Failed("invalid_output", problem, **used)
     return Succeeded(output, detail={"model": getattr(result, "model", "") or model}, **used)
+

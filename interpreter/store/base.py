@@ -252,3 +252,24 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def due_deadlines(self, now: float) -> list[str]:
         """Runs whose ``run_deadline`` timer is due at ``now`` (the sweeper times them out)."""
+
+    # -- circuit breakers (see :mod:`sealflow.interpreter.store.sqlite.breakers`) -------------------------
+    @abc.abstractmethod
+    def breaker_admit(self, name: str, now: float, settings):
+        """In one transaction: may a call behind breaker ``name`` go through now? An open breaker past its
+        cool-down becomes half-open and gives this caller the one probe
+        (:class:`sealflow.interpreter.core.breakers.Admission`)."""
+
+    @abc.abstractmethod
+    def breaker_record(self, name: str, now: float, settings, *, error_class: str | None, probe: bool,
+                       message: str | None = None, called: bool = True) -> tuple[str, str]:
+        """In one transaction: record the end of a call (``called`` False: the target was not called, a
+        probe is handed back); return the breaker's state before and after."""
+
+    @abc.abstractmethod
+    def breakers(self) -> list:
+        """Every breaker that recorded something (:class:`~sealflow.interpreter.core.breakers.BreakerRecord`)."""
+
+    @abc.abstractmethod
+    def breaker_reset(self, name: str, now: float) -> bool:
+        """Close breaker ``name`` and forget its failures; False when there is none."""

@@ -68,6 +68,7 @@ from sealflow.dsl import expressions
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.core.redaction import REDACTOR
+from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
@@ -187,7 +188,8 @@ class AgentLoop:
                                    idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}:turn{self.turns}",
                                    deadline=x.deadline(), tools=offered,
                                    transcript=copy.deepcopy(tuple(self.transcript)))
-            answered = call(x, lambda ctx, p=provider, r=request: p.complete(r), None)
+            answered = through_model(x, agent.model, provider,  # the model's circuit breaker, if configured
+                                     lambda p=provider, r=request: call(x, lambda ctx: p.complete(r), None))
             if isinstance(answered, Failed):
                 return self.fail(answered.error_class, answered.message, answered.retry_after,
                                  timed_out=answered.timed_out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
+from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
 _LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
@@ -176,6 +177,9 @@ CREATE TABLE slot_waiters (
 CREATE INDEX slot_waiters_run ON slot_waiters(run_id, step_id, attempt);
 """
 
+_V7_BREAKERS = PG_BREAKERS
+
+
 #: (version, description, SQL); applied in order
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
@@ -186,6 +190,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
      _V4_SOURCES),
     (5, "audit heads only move forward (no delete, no move back); no TRUNCATE of the audit", _V5_HEADS),
     (6, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _V6_SLOTS),
+    (7, "circuit breakers shared by every process", _V7_BREAKERS),
     (8, "attempts.leases_lost (a lost lease counts as a failed attempt)", _V8_LEASES_LOST),
 ]
 LATEST = MIGRATIONS[-1][0]

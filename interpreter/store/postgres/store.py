@@ -239,7 +239,8 @@ class PostgresStore(SqliteStore):
         with self._tx("READ COMMITTED") as c:  # touches only outbox rows it holds locked
             got = c.native("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
                            "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= %s "
-                           "ORDER BY o.due_at LIMIT %s FOR UPDATE OF o SKIP LOCKED", (now, limit)).fetchall()
+                           f"ORDER BY {rows.PRIORITY_RANK}, o.due_at LIMIT %s FOR UPDATE OF o SKIP LOCKED",
+                           (now, limit)).fetchall()
             if got:
                 c.executemany("UPDATE outbox SET sent_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
                               "token = ?", [(now, *r[:4]) for r in got])

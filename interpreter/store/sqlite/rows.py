@@ -38,6 +38,8 @@ DLQ_COLS = (
 
 ACTIVE = "('pending','scheduled','running','retry_wait','waiting')"
 #: join condition: the run's cursor attempt (its single active attempt, invariant 1)
+#: outbox rows of higher-priority runs go out first (sealflow.interpreter.service.priority)
+PRIORITY_RANK = "CASE r.priority WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'low' THEN 3 ELSE 2 END"
 CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor_attempt"
 A_COLS = ", ".join("a." + c.strip() for c in ATTEMPT_COLS.split(","))
 R_COLS = ", ".join("r." + c.strip() for c in RUN_COLS.split(","))

@@ -164,6 +164,12 @@ def _slots(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _breakers(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.breakers import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 #: (version, description, function); applied in order
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
@@ -174,6 +180,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (6, "definition sources (the submitted bytes and signature envelopes); definitions.refused", _definition_sources),
     (7, "audit heads only move forward (no delete, no move back)", _statements(_V7_HEADS)),
     (8, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _slots),
+    (9, "circuit breakers shared by every process", _breakers),
     (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
 ]
 LATEST = MIGRATIONS[-1][0]

@@ -27,7 +27,7 @@ class SweepMixin:
         with self._tx() as c:
             got = c.execute("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
                             "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= ? "
-                            "ORDER BY o.due_at LIMIT ?", (now, limit)).fetchall()
+                            "ORDER BY " + rows.PRIORITY_RANK + ", o.due_at LIMIT ?", (now, limit)).fetchall()
             if got:
                 c.executemany("UPDATE outbox SET sent_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
                               "token = ?", [(now, *r[:4]) for r in got])

@@ -270,3 +270,31 @@ def test_a_run_past_its_deadline_while_it_waits_is_compensated_and_ends_timed_ou
     assert status.state == "timed_out" and status.error[0] == "timeout", status.error
     assert status.step_states()["gate"] == "timed_out"
     assert runtime.store.dead_letter(run_id).step_id == "gate"
+
+
+def test_a_compensation_past_its_timeout_is_timed_out_and_quarantines(registry, tmp_path):
+    # Given a compensation with a 100 ms timeout whose action blocks for a second (real clock: a real deadline)
+    @action("t.step", registry=registry)
+    def step(ctx):
+        return {"made": "x"}
+
+    @action("t.boom", registry=registry)
+    def boom(ctx):
+        raise ConnectionError("down")
+
+    @action("t.undo_slow", registry=registry)
+    def undo_slow(ctx, what):
+        time.sleep(1.0)
+        return {"undone": what}
+
+    slow = CompensationPlan(action="t.undo_slow", args={"what": "x"}, timeout_ms=100, retry=RetryPolicy())
+    plan = make_plan(S("made", "action", action="t.step", compensate=slow), S("pay", "action", action="t.boom"))
+    with Runtime(open_store(f"sqlite:///{tmp_path}/c.db"), registry, {}, worker_timeout_ms=20) as rt:
+        started = time.monotonic()
+        status = rt.drive(rt.submit(plan, {}, initiator="user:ana"), until="final", timeout=20)
+        # Then the compensation was cut off at its own timeout, not the step's, and the run is quarantined
+        comp = [a for a in status.attempts if a.step_id == "made@compensate"]
+        assert comp and comp[-1].error_class == "timeout"
+        assert status.state == "quarantined"
+        assert time.monotonic() - started < 1.0 + 5
+        rt.store.close()

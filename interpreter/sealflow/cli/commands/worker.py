@@ -158,12 +158,16 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
               help="Worker threads: step messages run at the same time in this process.")
 @click.option("--queue", "queue_name", metavar="NAME", default="sealflow", show_default=True, callback=_check_queue,
               help="The Dramatiq queue to consume and send to; every worker of one store uses the same one.")
+@click.option("--priorities", metavar="LIST", default=None,
+              help="Serve only runs of these priorities, e.g. critical,high: a worker dedicated to urgent work "
+                   "(default: every priority, critical first). Each priority has its own queue: QUEUE.critical, "
+                   "QUEUE.high, QUEUE, QUEUE.low.")
 @click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True, metavar="SECONDS",
               help="At SIGTERM/SIGINT, how long running attempts may take to finish before they are abandoned.")
 @click.option("--redeliver-after", type=click.FloatRange(1), default=60.0, show_default=True, metavar="SECONDS",
               help="Send a message again when it was sent this long ago and never claimed (lost with a dead worker).")
 def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow_unsigned, threads, queue_name,
-           grace, redeliver_after):
+           priorities, grace, redeliver_after):
     """Run steps from a Redis broker until SIGTERM/SIGINT (the distributed deployment).
 
     Every worker of one deployment loads the same --actions (only those: the demo world's actions too
@@ -176,6 +180,12 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     is abandoned (its lease ends, another worker reruns it). Exit 0 after a clean stop, 1 refused (no
     access policy), 2 usage error (a bad or unreachable broker, a bad store URL).
     """
+    from sealflow.interpreter.service.priority import parse_priorities
+
+    try:
+        served = parse_priorities(priorities)
+    except ValueError as exc:
+        fail_usage(f"--priorities: {exc}")
     provider = load_access(access_path, quiet=allow_open)
     if not allow_open:
         require_policy(provider, "sealflow worker")
@@ -202,7 +212,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     _setup_logging()
     try:
         rt = Runtime(url, access=provider, config=load_config(), broker=broker, queue_name=queue_name,
-                     worker_threads=threads, redeliver_after=redeliver_after)
+                     worker_threads=threads, redeliver_after=redeliver_after, priorities=served)
     except StoreError as exc:
         fail_usage(str(exc))
     steps.store = rt.store
@@ -211,7 +221,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
         rt.start()  # the Dramatiq worker, then recovery of what is in flight
         log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
         click.echo(f"worker ready: broker {shown}, store {getattr(rt.store, 'url', url)}, "
-                   f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}")
+                   f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}"
+                   + ("" if len(served) == 4 else f", priorities {','.join(served)}"))
         sys.stdout.flush()
         rt.serve(stop, allow_open=allow_open)
         log.info("stopping: running attempts have %.0f s to finish", grace)

@@ -1,0 +1,65 @@
+"""``sealflow breakers list|reset``: the circuit breakers shared by every run of a store."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import on_a_store
+from sealflow.cli.session import load_config, open_store, store_location
+
+
+@click.group()
+def breakers():
+    """Circuit breakers: closed, open (calls fail at once with circuit_open) or half-open (one probe)."""
+
+
+@breakers.command("list")
+@on_a_store()
+def breakers_list(store_url, principal, tenant, access_path, as_json):
+    """List every breaker with its state, failures and settings."""
+    from sealflow.interpreter.service.breakers import listing
+
+    store = open_store(store_location(store_url))
+    try:
+        rows = listing(store, time.time(), load_config().extra)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"breakers": rows}, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no circuit breakers have recorded anything in this store")
+        return
+    for r in rows:
+        probe = f", probe in {r['probe_in_s']:.1f}s" if r["probe_in_s"] is not None else ""
+        click.echo(f"{r['name']}: {r['state']} ({r['failures']}/{r['threshold']} failures within "
+                   f"{r['window_s']:g}s, cool-down {r['cool_down_s']:g}s{probe})"
+                   + (f"; last error: {r['last_error']}" if r["last_error"] else ""))
+
+
+@breakers.command("reset")
+@click.argument("name")
+@on_a_store()
+def breakers_reset(name, store_url, principal, tenant, access_path, as_json):
+    """Close breaker NAME and forget its failures (audited as circuit_reset)."""
+    from sealflow.interpreter.service.breakers import reset
+
+    store = open_store(store_location(store_url))
+    try:
+        known = [r.name for r in store.breakers()]
+        if not reset(store, name, time.time(), actor=principal, tenant=tenant):
+            fail_usage(f"no circuit breaker named {name!r} in this store; known: {', '.join(known) or '(none)'}")
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"breaker": name, "state": "closed"}))
+    else:
+        click.echo(f"{name}: closed (reset by {principal})")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(breakers)

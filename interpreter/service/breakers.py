@@ -1,0 +1,45 @@
+"""Operating circuit breakers: list them with their settings, reset one (audited).
+
+The breakers themselves are :mod:`sealflow.interpreter.core.breakers` (rules),
+:mod:`sealflow.interpreter.store.sqlite.breakers` (state in the store) and
+:mod:`sealflow.interpreter.execution.breakers` (calls through them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sealflow.interpreter.core import breakers as rules
+from sealflow.interpreter.store.base import AuditEvent, Store
+
+
+def settings_of(name: str, extra: Mapping[str, Any] | None, models: Any = None) -> rules.BreakerSettings:
+    """A step breaker's settings from the runtime config; ``model:<name>`` from the models' config."""
+    if name.startswith("model:") and models is not None:
+        spec = getattr(getattr(models, "get", lambda _n: None)(name[len("model:"):]), "circuit_breaker", None)
+        if spec is not None:
+            return rules.BreakerSettings(failures=spec.failures, window=spec.window, cool_down=spec.cool_down)
+    return rules.settings_for(name, extra)
+
+
+def listing(store: Store, now: float, extra: Mapping[str, Any] | None = None, models: Any = None) -> list[dict]:
+    """Every breaker the store knows: state, failures in the window, when an open one may probe again."""
+    out = []
+    for rec in store.breakers():
+        settings = settings_of(rec.name, extra, models)
+        reopens = rec.reopens_at(settings)
+        out.append({"name": rec.name, "state": rec.state, "failures": rec.failures,
+                    "threshold": settings.failures, "window_s": settings.window, "cool_down_s": settings.cool_down,
+                    "probe_in_s": None if reopens is None or rec.state != "open" else round(max(0.0, reopens - now), 3),
+                    "last_error": rec.last_error, "updated_at": rec.updated_at})
+    return out
+
+
+def reset(store: Store, name: str, now: float, *, actor: str, tenant: str = "default") -> bool:
+    """Close breaker ``name`` and forget its failures (audited ``circuit_reset``); False if unknown."""
+    done = store.breaker_reset(name, now)
+    if done:
+        store.append_audit(AuditEvent("circuit_reset", None, actor, state_after="closed", tenant=tenant,
+                                      detail={"breaker": name, "tenant": tenant}), now)
+    return done

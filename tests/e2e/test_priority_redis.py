@@ -1,0 +1,117 @@
+"""Priority on a real Redis broker: a `sealflow worker` busy with a low run takes a critical run submitted
+after four low ones first. Needs Redis at 127.0.0.1:6379 (skipped without it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS = "redis://127.0.0.1:6379/0"
+
+ACTIONS = '''
+import os, time
+from pathlib import Path
+from sealflow.interpreter import action
+
+@action("prio.mark", permissions=[], effect="read")
+def mark(ctx, label: str) -> dict:
+    with open(os.environ["PRIO_LOG"], "a") as fh:
+        fh.write(label + "\\n")
+    if label == "block":
+        release = Path(os.environ["PRIO_RELEASE"])
+        for _ in range(600):
+            if release.exists():
+                break
+            time.sleep(0.05)
+    return {"label": label}
+'''
+
+FLOW = """\
+sealflow: 1
+name: prio-{priority}
+version: 1
+owner: team:test
+priority: {priority}
+steps:
+  - id: mark
+    action: prio.mark
+    with: {{label: "${{{{ input.label }}}}"}}
+"""
+
+
+def redis_or_skip():
+    try:
+        import redis
+
+        client = redis.Redis.from_url(REDIS, socket_connect_timeout=1, socket_timeout=5)
+        client.ping()
+        return client
+    except Exception:  # noqa: BLE001 - not installed, not running, refused: all mean "no Redis here"
+        pytest.skip("Redis not reachable at 127.0.0.1:6379")
+
+
+def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_runs_first(tmp_path):
+    client = redis_or_skip()
+    queue = "q_" + uuid.uuid4().hex
+    (tmp_path / "prio_actions.py").write_text(ACTIONS)
+    for p in ("low", "critical"):
+        (tmp_path / f"{p}.yaml").write_text(FLOW.format(priority=p))
+    (tmp_path / "config.yaml").write_text("priority: {starvation_after: 300s}\n")
+    log, release = tmp_path / "order.log", tmp_path / "release"
+    store = f"sqlite:///{tmp_path / 'state.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("SEALFLOW_ACCESS", "SEALFLOW_BROKER", "SEALFLOW_STORE")}
+    env.update({"PYTHONPATH": str(ROOT), "PRIO_LOG": str(log), "PRIO_RELEASE": str(release)})
+    actions = str(tmp_path / "prio_actions.py")
+
+    def submit(priority: str, label: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "sealflow", "submit", str(tmp_path / f"{priority}.yaml"),
+                               "--store", store, "--actions", actions, "--input", f'{{"label": "{label}"}}'],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def order() -> list[str]:
+        return log.read_text().split() if log.exists() else []
+
+    # Given one single-threaded worker on Redis, busy with a low run that waits to be released
+    worker_env = {**env, "SEALFLOW_CONFIG": str(tmp_path / "config.yaml")}
+    with open(tmp_path / "worker.err", "w") as err:
+        worker = subprocess.Popen([sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", store,
+                                   "--actions", actions, "--queue", queue, "--threads", "1", "--allow-open",
+                                   "--allow-unsigned"], cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL,
+                                  stderr=err, text=True)
+    try:
+        submit("low", "block")
+        deadline = time.monotonic() + 60
+        while order() != ["block"]:
+            assert time.monotonic() < deadline and worker.poll() is None, (tmp_path / "worker.err").read_text()
+            time.sleep(0.05)
+        # When four low runs and then a critical one are submitted from other processes
+        for i in range(4):
+            submit("low", f"low{i}")
+        submit("critical", "critical")
+        time.sleep(1.0)  # the worker has sent them to their queues
+        release.write_text("go")
+        deadline = time.monotonic() + 60
+        while len(order()) < 6:
+            assert time.monotonic() < deadline, (order(), (tmp_path / "worker.err").read_text()[-3000:])
+            time.sleep(0.05)
+        # Then the critical run ran next, before every low run queued before it
+        assert order() == ["block", "critical", "low0", "low1", "low2", "low3"]
+        assert client.llen(f"dramatiq:{queue}.critical") == 0
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        keys = list(client.scan_iter(match=f"*{queue}*", count=1000))
+        if keys:
+            client.delete(*keys)

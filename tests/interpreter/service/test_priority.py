@@ -1,0 +1,103 @@
+"""Run priority on the embedded default: a critical run submitted after low ones starts first; the
+starvation guard lets an old low message pass newer critical ones."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from dramatiq.worker import _WorkQueueItem
+from interp_helpers import S, make_plan
+
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.service.config import RuntimeConfig
+from sealflow.interpreter.service.priority import AgingQueue, parse_priorities, queue_for, starvation_after
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import open_store
+
+
+@pytest.fixture
+def marked(registry):
+    """``t.mark`` records the order runs start in; the run labelled ``block`` holds its thread until released."""
+    started: list[str] = []
+    block_started, release = threading.Event(), threading.Event()
+
+    @action("t.mark", registry=registry, effect="read")
+    def mark(ctx, label: str):
+        started.append(label)
+        if label == "block":
+            block_started.set()
+            release.wait(30)
+        return {"label": label}
+
+    return started, block_started, release
+
+
+def plan_of(priority: str):
+    return make_plan(S("mark", "action", action="t.mark", args={"label": "${{ input.label }}"}),
+                     name=f"prio-{priority}", priority=priority)
+
+
+def test_given_a_busy_worker_when_a_critical_run_comes_after_low_ones_then_it_starts_first(tmp_path, registry,
+                                                                                            marked):
+    started, block_started, release = marked
+    # Given an embedded runtime with one worker thread, busy with a low run
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/p.db"), registry, {}, worker_threads=1, worker_timeout_ms=20)
+    try:
+        low, critical = plan_of("low"), plan_of("critical")
+        blocker = rt.submit(low, {"label": "block"}, initiator="user:t")
+        rt.start()
+        rt.dispatcher.flush()
+        assert block_started.wait(10)
+        # When four low runs and then one critical run are submitted and dispatched
+        lows = [rt.submit(low, {"label": f"low{i}"}, initiator="user:t") for i in range(4)]
+        crit = rt.submit(critical, {"label": "critical"}, initiator="user:t")
+        rt.dispatcher.flush()
+        time.sleep(0.2)  # every queue's consumer has fetched its messages
+        release.set()
+        for run_id in (blocker, crit, *lows):
+            assert rt.drive(run_id, until="final", timeout=30).state == "completed"
+        # Then the critical run started right after the one running, before every low run queued before it
+        assert started == ["block", "critical", "low0", "low1", "low2", "low3"]
+        assert rt.store.get_run(crit).priority == "critical"
+    finally:
+        release.set()
+        rt.close()
+        rt.store.close()
+
+
+def test_given_priorities_then_each_has_its_own_queue_and_names_are_checked():
+    # Given the base queue "sealflow", then normal keeps it and the others get a suffix
+    assert [queue_for("sealflow", p) for p in ("critical", "high", "normal", "low")] == [
+        "sealflow.critical", "sealflow.high", "sealflow", "sealflow.low"]
+    assert parse_priorities("high, critical") == ("critical", "high")
+    with pytest.raises(ValueError, match="unknown priority urgent; use some of: critical, high, normal, low"):
+        parse_priorities("urgent")
+
+
+def test_given_an_old_low_message_when_critical_ones_keep_coming_then_the_guard_takes_it_first():
+    # Given a work queue with a 50 ms starvation guard holding a low message
+    queue = AgingQueue(0.05)
+    queue.put(_WorkQueueItem(30, "low"))
+    queue.put(_WorkQueueItem(0, "critical-1"))
+    # When it is fresh, then priority decides
+    assert queue.get().message == "critical-1"
+    # When it has waited past the guard while new critical messages arrived
+    time.sleep(0.08)
+    queue.put(_WorkQueueItem(0, "critical-2"))
+    queue.put(_WorkQueueItem(0, "critical-3"))
+    # Then it goes first, and the rest keep their priority order
+    assert [queue.get().message for _ in range(3)] == ["low", "critical-2", "critical-3"]
+
+
+def test_given_the_runtime_config_then_starvation_after_is_read_and_checked():
+    # Given a priority section, then its starvation_after is used; a bad value names the key
+    assert starvation_after(RuntimeConfig.from_dict({"priority": {"starvation_after": "2s"}}).extra) == 2.0
+    assert starvation_after({}) == 10.0
+    from sealflow.interpreter.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="priority.starvation_after"):
+        starvation_after({"priority": {"starvation_after": "soon"}})
+    with pytest.raises(ConfigError, match="starvation_after"):
+        starvation_after({"priority": {"starve": 1}})
