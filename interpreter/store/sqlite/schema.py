@@ -135,13 +135,20 @@ def _definitions(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
-#: (version, description, function); applied in order
+def _api(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.tokens import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
+#: (version, description, function); applied in order (numbers may skip: each branch of work owns its own)
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
     (2, "runs.priority; dead_letters status index", _statements(_V2)),
     (3, "runs.acting_as, runs.access_mode; runs by tenant and state", _statements(_V3_SECURITY)),
     (4, "audit hash chain per tenant (columns, heads, backfill); tenant daily usage", _audit_chain),
     (5, "definition registry (versions, digests, signers, pins); runs.signer", _definitions),
+    (11, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _api),
 ]
 LATEST = MIGRATIONS[-1][0]
 
