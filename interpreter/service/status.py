@@ -54,3 +54,39 @@ def run_status(store: Store, run_id: str) -> RunStatus:
             waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
                                                              "plan_digest")})
     return RunStatus(run, attempts, waiting)
+
+
+def _steps(status: RunStatus) -> list[dict]:
+    """One entry per step (gates included), in the order they first ran."""
+    steps: dict[str, dict] = {}
+    for a in status.attempts:
+        entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
+        entry["attempts"] = max(entry["attempts"], a.attempt)
+        entry["state"] = a.state
+        if a.error_class:
+            entry["error"] = {"class": a.error_class, "message": a.error_message}
+        elif "error" in entry and a.state == "succeeded":
+            del entry["error"]
+    return list(steps.values())
+
+
+def status_json(status: RunStatus) -> dict:
+    """The run as one JSON object: what ``sealflow status --json`` prints and ``GET /v1/runs/{id}`` answers
+    (docs/runtime.md names its fields)."""
+    run = status.run
+    out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
+           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
+           "steps": _steps(status)}
+    if run.signer:
+        out["signer"] = run.signer
+    if run.acting != run.initiator:
+        out["acting_as"] = run.acting
+    if run.access_mode:
+        out["access"] = run.access_mode
+    if run.error_class:
+        out["error"] = {"class": run.error_class, "message": run.error_message}
+    if status.waiting:
+        out["waiting"] = status.waiting
+    out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
+                    "tool_calls": run.tool_calls}
+    return out

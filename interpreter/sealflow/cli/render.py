@@ -28,39 +28,11 @@ def _json(value, **kw) -> str:
 
 # ---------------------------------------------------------------- status
 
-def _steps(status) -> list[dict]:
-    """One entry per step (gates included), in the order they first ran."""
-    steps: dict[str, dict] = {}
-    for a in status.attempts:
-        entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
-        entry["attempts"] = max(entry["attempts"], a.attempt)
-        entry["state"] = a.state
-        if a.error_class:
-            entry["error"] = {"class": a.error_class, "message": a.error_message}
-        elif "error" in entry and a.state == "succeeded":
-            del entry["error"]
-    return list(steps.values())
-
-
 def status_dict(status) -> dict:
-    """The run as one JSON object (docs/runtime.md names its fields)."""
-    run = status.run
-    out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
-           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator, "output": run.output,
-           "steps": _steps(status)}
-    if run.signer:
-        out["signer"] = run.signer
-    if run.acting != run.initiator:
-        out["acting_as"] = run.acting
-    if run.access_mode:
-        out["access"] = run.access_mode
-    if run.error_class:
-        out["error"] = {"class": run.error_class, "message": run.error_message}
-    if status.waiting:
-        out["waiting"] = status.waiting
-    out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
-                    "tool_calls": run.tool_calls}
-    return out
+    """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same)."""
+    from sealflow.interpreter.service.status import status_json
+
+    return status_json(status)
 
 
 def exit_code(state: str) -> int:
