@@ -50,7 +50,7 @@ class TokensMixin:
         with self._tx() as c:
             row = c.execute("SELECT tenant, revoked_at FROM api_tokens WHERE id = ?", (token_id,)).fetchone()
             if row is None:
-                raise InvalidOperation(f"no API token {token_id!r} in this store; list them with `sealflow tokens list`")
+                raise InvalidOperation(f"no API token {token_id!r} in this store; see `sealflow tokens list`")
             if row[1] is None:
                 c.execute("UPDATE api_tokens SET revoked_at = ? WHERE id = ?", (now, token_id))
                 self._audit(c, now, None, None, "api_token.revoked", actor, None, None, {"token": token_id},

@@ -42,7 +42,8 @@ def _config_path() -> str | None:
 @actions_option
 @click.option("--allow-open", is_flag=True,
               help="DEVELOPMENT ONLY: serve requests without a credential and run without an access policy.")
-@click.option("--oidc-issuer", metavar="URL", help="Accept OIDC JWTs issued by URL (with --oidc-audience, --oidc-jwks).")
+@click.option("--oidc-issuer", metavar="URL",
+              help="Accept OIDC JWTs issued by URL (needs --oidc-audience and --oidc-jwks).")
 @click.option("--oidc-audience", metavar="AUD", help="The audience the JWTs must name.")
 @click.option("--oidc-jwks", metavar="FILE", help="The issuer's JWKS, pinned in a file (nothing is fetched).")
 @click.option("--oidc-algorithm", "oidc_algorithms", multiple=True, metavar="ALG",

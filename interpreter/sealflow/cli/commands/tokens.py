@@ -35,7 +35,7 @@ def _check_expires(ctx, param, value):
 
 #: who creates or revokes a token (audited); ``--principal`` is who the token acts as
 actor_option = click.option("--as", "actor", metavar="PRINCIPAL", default=default_principal, callback=check_principal,
-                            help="Who you are (audited): user:NAME (default: user:$SEALFLOW_USER, else the local user).")
+                            help="Who you are (audited; default: user:$SEALFLOW_USER, else the local user).")
 
 
 @click.group()

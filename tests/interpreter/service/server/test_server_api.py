@@ -118,7 +118,8 @@ def test_the_initiator_cannot_approve_and_a_rejection_needs_a_reason(client, min
     url = f"/v1/approvals/{run_id}/{shown['step']}"
     problem_of(client.post(url, json={"decision": "approve", "payload_hash": shown["show_hash"]}, headers=alice),
                "forbidden", 403)
-    problem_of(client.post(url, json={"decision": "reject", "payload_hash": shown["show_hash"]}, headers=mint("user:bob")),
+    bob = mint("user:bob")
+    problem_of(client.post(url, json={"decision": "reject", "payload_hash": shown["show_hash"]}, headers=bob),
                "invalid-operation", 409)
     rejected = client.post(url, json={"decision": "reject", "reason": "no", "payload_hash": shown["show_hash"]},
                            headers=mint("user:bob"))
