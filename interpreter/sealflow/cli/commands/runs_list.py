@@ -7,6 +7,7 @@ import time
 
 import click
 
+from sealflow.cli.exits import refuse
 from sealflow.cli.options import on_a_store
 from sealflow.cli.session import load_access, open_store
 
@@ -27,10 +28,13 @@ def runs():
             click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500)))
 def list_(store_url, principal, tenant, access_path, states, workflow, initiator, limit, as_json):
     """The runs of the tenant, newest first (a principal who is not a member of it sees none)."""
-    from sealflow.interpreter.policy.authz import member_permissions
+    from sealflow.interpreter.policy.authz import Unauthorized, member_permissions
     from sealflow.interpreter.store.records import RunQuery
 
-    _, member = member_permissions(load_access(access_path), tenant, principal)
+    try:
+        _, member = member_permissions(load_access(access_path), tenant, principal)
+    except Unauthorized as exc:
+        refuse(f"unauthorized: {exc.message}")
     store = open_store(store_url)
     try:
         found = store.query_runs(RunQuery(tenant=tenant, workflow=workflow, states=tuple(states) or None,
