@@ -104,7 +104,8 @@ def server(folder: Path, runs: int, workers: int, clients: int) -> dict:
             with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
                 for i in range(offset, runs, clients):
                     s = time.perf_counter()
-                    r = http.post("/v1/runs", json={"workflow": "lead-qualification", "input": {"lead_id": f"lead_{i}"}})
+                    body = {"workflow": "lead-qualification", "input": {"lead_id": f"lead_{i}"}}
+                    r = http.post("/v1/runs", json=body)
                     mine.append(time.perf_counter() - s)
                     if r.status_code != 201:
                         bad.append(r.status_code)
