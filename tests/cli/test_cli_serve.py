@@ -151,3 +151,31 @@ def _until(http, run_id, headers, states, timeout=30.0) -> str:
         if state in states or time.monotonic() > deadline:
             return state
         time.sleep(0.1)
+
+
+WAITING = """\
+sealflow: 1
+name: pause
+version: 1
+owner: team:test
+steps:
+  - {id: pause, wait: {for: 4s}}
+  - {id: done, succeed: {}}
+"""
+
+
+@pytest.mark.slow
+def test_run_follow_and_status_watch_go_through_a_short_wait_to_the_end(tmp_path, capsys):
+    # Given a workflow that waits 4 seconds (longer than the 3 s the plain commands sleep through)
+    path = tmp_path / "pause.v1.yaml"
+    path.write_text(WAITING)
+    store = ("--store", f"sqlite:///{tmp_path}/s.db")
+    # When it is run plainly, it stops waiting (exit 3); `status --watch` then carries it to its end
+    code, out, _ = cli(capsys, "run", str(path), *store)
+    assert code == 3
+    run_id = out.split()[1].rstrip(":")
+    code, out, _ = cli(capsys, "status", run_id, "--watch", *store)
+    assert code == 0 and "completed" in out
+    # And `run --follow` goes through the wait itself
+    code, out, _ = cli(capsys, "run", str(path), "--follow", *store, "--json")
+    assert code == 0 and json.loads(out)["state"] == "completed"

@@ -115,15 +115,17 @@ class LiveTimeline:
                 print_timeline(type(status)(status.run, [a], status.waiting))
 
 
-def drive_live(rt, run_id: str):
-    """Drive the run on a background thread, printing its steps as they start and end; the final status."""
+def drive_live(rt, run_id: str, *, until: str = "settled"):
+    """Drive the run on a background thread, printing its steps as they start and end; the final status.
+    ``until="final"`` (``run --follow``, ``status --watch``) sleeps through timers of any length: it stops
+    only when the run ends or waits for a human."""
     import threading
 
     done: dict = {}
 
     def work() -> None:
         try:
-            done["status"] = rt.drive(run_id)
+            done["status"] = rt.drive(run_id, until=until)
         except BaseException as exc:  # re-raised on the calling thread
             done["error"] = exc
 
