@@ -240,6 +240,10 @@ class Store(abc.ABC):
         strictly after ``query.after`` (keyset pagination), at most ``query.limit``."""
 
     @abc.abstractmethod
+    def stored_plans(self) -> list[tuple[str, int, str, float]]:
+        """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""
+
+    @abc.abstractmethod
     def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:
         """``(digest, version, stored_at)`` of the plans stored for ``workflow`` (and ``version``), newest first."""
 

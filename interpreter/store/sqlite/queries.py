@@ -43,6 +43,12 @@ class QueriesMixin:
                          "ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit))
         return [rows.run(r) for r in got]
 
+    def stored_plans(self) -> list[tuple[str, int, str, float]]:
+        """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""
+        got = self._read("SELECT workflow, version, digest, created_at FROM plans "
+                         "ORDER BY workflow, version, created_at")
+        return [(r[0], int(r[1]), r[2], float(r[3])) for r in got]
+
     def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:
         """``(digest, version, stored_at)`` of the plans stored for ``workflow`` (one ``version``, else
         every one), newest first."""

@@ -72,3 +72,4 @@ def test_plan_digests_name_the_plans_stored_for_a_workflow(store):
     # Then the plans are found by name, and by name and version
     assert [d for d, _, _ in store.plan_digests("wf")] == ["sha256:v2", "sha256:wf"]
     assert store.plan_digests("wf", 2) == [("sha256:v2", 2, T0 + 5)] and store.plan_digests("nope") == []
+    assert store.stored_plans() == [("wf", 1, "sha256:wf", T0), ("wf", 2, "sha256:v2", T0 + 5)]

@@ -1,5 +1,5 @@
-"""``/v1/definitions``: the store's registry of loaded, signed definitions (and, in development mode with no
-trust policy, the plans submitted to it)."""
+"""``/v1/definitions``: the definitions runs may name. With a trust policy, the store's registry of loaded,
+signed definitions; in development mode (no trust policy), every plan submitted to the store (``unsigned``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from sealflow.interpreter.service.server.deps import Caller, Runtime
+from sealflow.interpreter.service.server.deps import Caller, Runtime, Trust
 
 router = APIRouter(prefix="/v1/definitions", tags=["definitions"])
 
 
-@router.get("", response_model=list[dict[str, Any]], summary="Registered definitions")
-def definitions(caller: Caller, rt: Runtime) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(d) for d in rt.store.definitions()]
+@router.get("", response_model=list[dict[str, Any]], summary="The definitions runs may name")
+def definitions(caller: Caller, rt: Runtime, trust: Trust) -> list[dict[str, Any]]:
+    if trust is not None:
+        return [dataclasses.asdict(d) for d in rt.store.definitions()]
+    return [{"name": name, "version": version, "digest": digest, "signer": "unsigned", "stored_at": at}
+            for name, version, digest, at in rt.store.stored_plans()]

@@ -45,6 +45,8 @@ def test_signed_bytes_are_verified_recorded_and_then_runnable_by_name(trusted, s
     assert (record.version, record.signer) == (1, "k1")
     again = client.post("/v1/runs", json={"workflow": "hello"}, headers=alice)
     assert again.status_code == 201 and rt.store.get_run(again.json()["run_id"]).signer == "k1"
+    listed = client.get("/v1/definitions", headers=alice).json()
+    assert [(d["name"], d["version"], d["signer"], d["active"]) for d in listed] == [("hello", 1, "k1", True)]
 
 
 def test_tampered_bytes_and_unregistered_names_are_refused(trusted, signed):
