@@ -168,3 +168,11 @@ def test_a_token_is_stored_only_as_a_hash(rt):
     assert secret not in repr(rt.store.api_token(record.id)) and secret not in json.dumps(
         [e.detail for e in rt.store.audit(None)], default=str)
     assert rt.store.api_token(record.id).secret_hash == tokens.digest(secret)
+
+
+def test_settings_reach_uvicorn_s_worker_processes_whole(jwks):
+    # Given settings with OIDC, as `sealflow serve --workers N` passes them to each process
+    settings = ServerSettings(store_url="sqlite:///x.db", actions=("a.b",), rate=5, burst=7,
+                              oidc=OidcSettings(ISSUER, AUDIENCE, str(jwks), algorithms=("ES256",), leeway=3))
+    # Then they read back equal from their JSON
+    assert ServerSettings.from_json(settings.to_json()) == settings
