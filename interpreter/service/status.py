@@ -7,6 +7,7 @@ from typing import Any
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.ids import split_step_id
+from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
 
 
@@ -54,3 +55,50 @@ def run_status(store: Store, run_id: str) -> RunStatus:
             waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
                                                              "plan_digest")})
     return RunStatus(run, attempts, waiting)
+
+
+def _gate(data: dict) -> dict:
+    """What an approver needs of a gate (opened or decided): what it showed (redacted), its binding, who
+    may and who did decide."""
+    return {"show": REDACTOR.value(data.get("show")), "show_hash": data.get("show_hash"),
+            "approvers": data.get("approvers"), "quorum": data.get("quorum"),
+            "approvals": [{"actor": a.get("actor"), "as": a.get("as")} for a in data.get("approvals", ())]}
+
+
+def _steps(status: RunStatus) -> list[dict]:
+    """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``."""
+    steps: dict[str, dict] = {}
+    for a in status.attempts:
+        entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
+        entry["attempts"] = max(entry["attempts"], a.attempt)
+        entry["state"] = a.state
+        if "opened_at" in (a.data or {}):
+            entry["approval"] = _gate(a.data)
+        if a.error_class:
+            entry["error"] = {"class": a.error_class, "message": a.error_message}
+        elif "error" in entry and a.state == "succeeded":
+            del entry["error"]
+    return list(steps.values())
+
+
+def status_json(status: RunStatus) -> dict:
+    """The run as one JSON object: what ``sealflow status --json`` prints and ``GET /v1/runs/{id}`` answers
+    (docs/runtime.md names its fields); the input and what gates showed are redacted."""
+    run = status.run
+    out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
+           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator,
+           "input": REDACTOR.value(run.input), "output": run.output, "steps": _steps(status)}
+    if run.signer:
+        out["signer"] = run.signer
+    if run.acting != run.initiator:
+        out["acting_as"] = run.acting
+    if run.access_mode:
+        out["access"] = run.access_mode
+    if run.error_class:
+        out["error"] = {"class": run.error_class, "message": run.error_message}
+    if status.waiting:
+        out["waiting"] = dict(status.waiting, show=REDACTOR.value(status.waiting.get("show"))) \
+            if "show" in status.waiting else status.waiting
+    out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
+                    "tool_calls": run.tool_calls}
+    return out

@@ -41,6 +41,7 @@ from __future__ import annotations
 import abc
 
 from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
+    ApiTokenRecord,
     AttemptRecord,
     AuditEvent,
     AuditRecord,
@@ -56,6 +57,7 @@ from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: th
     NextAttempt,
     OutboxRecord,
     RunChange,
+    RunQuery,
     RunRecord,
     StepChange,
     SweepReport,
@@ -273,3 +275,33 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def breaker_reset(self, name: str, now: float) -> bool:
         """Close breaker ``name`` and forget its failures; False when there is none."""
+
+    # -- browsing runs and plans (see :mod:`sealflow.interpreter.store.sqlite.queries`) ---------------
+    @abc.abstractmethod
+    def query_runs(self, query: RunQuery) -> list[RunRecord]:
+        """The runs of ``query.tenant`` that match its filters, newest first (``created_at``, then ``id``),
+        strictly after ``query.after`` (keyset pagination), at most ``query.limit``."""
+
+    @abc.abstractmethod
+    def stored_plans(self) -> list[tuple[str, int, str, float]]:
+        """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""
+
+    @abc.abstractmethod
+    def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:
+        """``(digest, version, stored_at)`` of the plans stored for ``workflow`` (and ``version``), newest first."""
+
+    # -- API tokens (see :mod:`sealflow.interpreter.store.sqlite.tokens`) ----------------------------
+    @abc.abstractmethod
+    def create_api_token(self, token: ApiTokenRecord, now: float) -> ApiTokenRecord:
+        """Record a new token (its secret's hash only); audited as ``api_token.created``."""
+
+    @abc.abstractmethod
+    def api_token(self, token_id: str) -> ApiTokenRecord | None: ...
+
+    @abc.abstractmethod
+    def api_tokens(self, tenant: str | None = None) -> list[ApiTokenRecord]:
+        """Every token (of ``tenant``), oldest first; revoked and expired ones included."""
+
+    @abc.abstractmethod
+    def revoke_api_token(self, token_id: str, now: float, *, actor: str) -> ApiTokenRecord:
+        """Revoke a token (again: nothing changes); an unknown id raises :class:`InvalidOperation`."""

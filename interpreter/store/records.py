@@ -311,3 +311,37 @@ class AuditRecord:
     seq: int | None = None
     prev_hash: str | None = None
     hash: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class ApiTokenRecord:
+    """An API token as the store keeps it: never its secret, only the secret's hash."""
+
+    id: str
+    principal: str
+    tenant: str
+    created_at: float
+    created_by: str
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    label: str | None = None
+    secret_hash: str = dataclasses.field(default="", repr=False)
+
+    def usable(self, now: float) -> bool:
+        """Not revoked and not expired at ``now``."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs :meth:`Store.query_runs` returns: filters, and a keyset position (``after``: the
+    ``(created_at, id)`` of the last run of the previous page), newest first."""
+
+    tenant: str
+    workflow: str | None = None
+    states: tuple[str, ...] | None = None
+    initiator: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    after: tuple[float, str] | None = None
+    limit: int = 50

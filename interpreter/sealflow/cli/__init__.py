@@ -24,7 +24,9 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("run", "submit", "status", "approve", "reject", "cancel", "recover"), "commands.runs"),
     **dict.fromkeys(("keygen", "sign", "verify", "diff"), "commands.trust"),
     **{group: f"commands.{group}" for group in (
-        "approvals", "dlq", "audit", "worker", "definitions", "scheduler", "models", "store", "breakers")},
+        "approvals", "dlq", "audit", "worker", "definitions", "scheduler", "models", "store", "serve", "tokens",
+        "breakers")},
+    "runs": "commands.runs_list",
 }
 
 

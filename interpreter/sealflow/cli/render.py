@@ -14,8 +14,6 @@ from typing import NoReturn
 
 import click
 
-from sealflow.interpreter.core.redaction import REDACTOR
-
 FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
 
 #: audit record fields the text view of ``audit RUN`` leaves out (``--json`` has them)
@@ -30,50 +28,11 @@ def _json(value, **kw) -> str:
 
 # ---------------------------------------------------------------- status
 
-def _gate(data: dict) -> dict:
-    """What an approver needs of a gate (opened or decided): what it showed (redacted), its binding, who
-    may and who did decide."""
-    return {"show": REDACTOR.value(data.get("show")), "show_hash": data.get("show_hash"),
-            "approvers": data.get("approvers"), "quorum": data.get("quorum"),
-            "approvals": [{"actor": a.get("actor"), "as": a.get("as")} for a in data.get("approvals", ())]}
-
-
-def _steps(status) -> list[dict]:
-    """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``."""
-    steps: dict[str, dict] = {}
-    for a in status.attempts:
-        entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
-        entry["attempts"] = max(entry["attempts"], a.attempt)
-        entry["state"] = a.state
-        if "opened_at" in (a.data or {}):
-            entry["approval"] = _gate(a.data)
-        if a.error_class:
-            entry["error"] = {"class": a.error_class, "message": a.error_message}
-        elif "error" in entry and a.state == "succeeded":
-            del entry["error"]
-    return list(steps.values())
-
-
 def status_dict(status) -> dict:
-    """The run as one JSON object (docs/runtime.md names its fields)."""
-    run = status.run
-    out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
-           "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator,
-           "input": REDACTOR.value(run.input), "output": run.output, "steps": _steps(status)}
-    if run.signer:
-        out["signer"] = run.signer
-    if run.acting != run.initiator:
-        out["acting_as"] = run.acting
-    if run.access_mode:
-        out["access"] = run.access_mode
-    if run.error_class:
-        out["error"] = {"class": run.error_class, "message": run.error_message}
-    if status.waiting:
-        out["waiting"] = dict(status.waiting, show=REDACTOR.value(status.waiting.get("show"))) \
-            if "show" in status.waiting else status.waiting
-    out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
-                    "tool_calls": run.tool_calls}
-    return out
+    """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same)."""
+    from sealflow.interpreter.service.status import status_json
+
+    return status_json(status)
 
 
 def exit_code(state: str) -> int:
@@ -156,15 +115,17 @@ class LiveTimeline:
                 print_timeline(type(status)(status.run, [a], status.waiting))
 
 
-def drive_live(rt, run_id: str):
-    """Drive the run on a background thread, printing its steps as they start and end; the final status."""
+def drive_live(rt, run_id: str, *, until: str = "settled"):
+    """Drive the run on a background thread, printing its steps as they start and end; the final status.
+    ``until="final"`` (``run --follow``, ``status --watch``) sleeps through timers of any length: it stops
+    only when the run ends or waits for a human."""
     import threading
 
     done: dict = {}
 
     def work() -> None:
         try:
-            done["status"] = rt.drive(run_id)
+            done["status"] = rt.drive(run_id, until=until)
         except BaseException as exc:  # re-raised on the calling thread
             done["error"] = exc
 

@@ -180,7 +180,18 @@ CREATE INDEX slot_waiters_run ON slot_waiters(run_id, step_id, attempt);
 _V7_BREAKERS = PG_BREAKERS
 
 
-#: (version, description, SQL); applied in order
+# the HTTP API: bearer tokens (only their secrets' hashes) and keyset-paginated run listings
+_V9_API = """
+CREATE TABLE api_tokens (
+  id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, principal TEXT NOT NULL, tenant TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL, created_by TEXT NOT NULL, expires_at DOUBLE PRECISION,
+  revoked_at DOUBLE PRECISION, label TEXT
+);
+CREATE INDEX api_tokens_tenant ON api_tokens(tenant, created_at);
+CREATE INDEX runs_tenant_created ON runs(tenant, created_at, id);
+"""
+
+#: (version, description, SQL); applied in order (numbers may skip: each branch of work owns its own)
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, hash-chained audit, "
         "tenant usage, definition registry", _V1),
@@ -192,6 +203,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (6, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _V6_SLOTS),
     (7, "circuit breakers shared by every process", _V7_BREAKERS),
     (8, "attempts.leases_lost (a lost lease counts as a failed attempt)", _V8_LEASES_LOST),
+    (9, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _V9_API),
 ]
 LATEST = MIGRATIONS[-1][0]
 

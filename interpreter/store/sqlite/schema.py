@@ -164,13 +164,19 @@ def _slots(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _api(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.tokens import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _breakers(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.breakers import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
-#: (version, description, function); applied in order
+#: (version, description, function); applied in order (numbers may skip: each branch of work owns its own)
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "runs, plans, attempts, results, ledger, outbox, timers, dead letters, audit", _statements(_V1)),
     (2, "runs.priority; dead_letters status index", _statements(_V2)),
@@ -182,6 +188,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (8, "lease slots for locks and pools: names (fencing tokens), holders, arrival-ordered waiters", _slots),
     (9, "circuit breakers shared by every process", _breakers),
     (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
+    (11, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _api),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -70,12 +70,16 @@ def _load(file, actions, trust, bundle):
     return definition_files.load(file, with_demo(actions), trust=trust, bundle=bundle)
 
 
+follow_option = click.option("--follow", is_flag=True, help="Keep showing progress through timers of any length "
+                             "until the run ends or waits for a human.")
+
+
 @click.command()
 @click.argument("file", metavar="FILE")
 @input_option
-@on_a_store(idempotency_option, trust_options, actions=True)
+@on_a_store(idempotency_option, trust_options, follow_option, actions=True)
 def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
-        pin_version, as_json):
+        pin_version, follow, as_json):
     """Run a definition to its end (or until it waits) on the embedded default."""
     value = parse_input(raw_input)
     loaded = _load(file, actions, trust, bundle)
@@ -83,10 +87,11 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
+        until = "final" if follow else "settled"
         if as_json:
-            render.finish(rt.drive(run_id), as_json)
+            render.finish(rt.drive(run_id, until=until), as_json)
         click.echo(f"run {run_id}: {plan.name} v{plan.version} ({plan.digest[:19]}...) as {principal}")
-        render.finish(render.drive_live(rt, run_id), as_json, header=False)
+        render.finish(render.drive_live(rt, run_id, until=until), as_json, header=False)
 
 
 @click.command()
@@ -109,11 +114,18 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@on_a_store()
-def status(run_id, store_url, principal, tenant, access_path, as_json):
+@on_a_store(click.option("--watch", is_flag=True, help="Drive the run on and show its progress live until it ends "
+                         "or waits for a human."), actions=True)
+def status(run_id, actions, store_url, principal, tenant, access_path, watch, as_json):
     """Show a run: its state, steps, attempts, errors and what it waits for."""
-    with open_runtime(store_url, access=access_path) as rt:
-        render.finish(find_run(rt, run_id, tenant, principal), as_json)
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        found = find_run(rt, run_id, tenant, principal)
+        if watch and found.state not in render.FAILED_STATES | {"completed"}:
+            if as_json:
+                render.finish(rt.drive(run_id, until="final"), as_json)
+            render.print_header(found)
+            render.finish(render.drive_live(rt, run_id, until="final"), as_json, header=False)
+        render.finish(found, as_json)
 
 
 @click.command()

@@ -1,0 +1,115 @@
+"""``sealflow serve``: the HTTP API (docs/operations.md), on uvicorn.
+
+    sealflow serve --store sqlite:////srv/sealflow/state.db --access access.yaml --trust trust.yaml \\
+        --actions myco.actions --oidc-issuer https://id.example.com --oidc-audience sealflow \\
+        --oidc-jwks /etc/sealflow/jwks.json --port 8300
+
+Everything is checked before it listens: the access policy (required unless ``--allow-open``), the trust
+policy, the OIDC settings and JWKS file, the action modules. Without ``--allow-open`` no request is served
+without a credential (an API token from ``sealflow tokens create``, or an OIDC JWT); with it, anonymous
+requests act as ``user:anonymous`` in tenant ``default`` and every response says so
+(``Sealflow-Open-Mode``). By default the process also works the runs (worker, dispatcher, sweeper) as the
+embedded default does; ``--no-work`` leaves that to ``sealflow worker`` processes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import access_option, actions_option, store_option
+from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location
+
+
+def _config_path() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return obj.get("config_path") if isinstance(obj, dict) else None
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8300, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes (each with its own runtime and rate-limit buckets).")
+@store_option
+@access_option
+@click.option("--trust", metavar="POLICY", envvar="SEALFLOW_TRUST",
+              help="Trust policy: submit only registered signed definitions, or signed bytes verified here. "
+                   "Without it, development mode: any definition already submitted to the store, unsigned.")
+@actions_option
+@click.option("--allow-open", is_flag=True,
+              help="DEVELOPMENT ONLY: serve requests without a credential and run without an access policy.")
+@click.option("--oidc-issuer", metavar="URL",
+              help="Accept OIDC JWTs issued by URL (needs --oidc-audience and --oidc-jwks).")
+@click.option("--oidc-audience", metavar="AUD", help="The audience the JWTs must name.")
+@click.option("--oidc-jwks", metavar="FILE", help="The issuer's JWKS, pinned in a file (nothing is fetched).")
+@click.option("--oidc-algorithm", "oidc_algorithms", multiple=True, metavar="ALG",
+              help="Allowed JWT algorithms (repeatable; default RS256, ES256, EdDSA; asymmetric only).")
+@click.option("--oidc-leeway", default=60.0, show_default=True, type=click.FloatRange(0, 600),
+              help="Clock skew allowed on exp/nbf/iat, in seconds.")
+@click.option("--oidc-principal-claim", default="sub", show_default=True,
+              help="The claim naming the principal (prefixed with --oidc-principal-prefix).")
+@click.option("--oidc-principal-prefix", default="user:", show_default=True)
+@click.option("--oidc-tenant-claim", default="tenant", show_default=True, help="The claim naming the tenant.")
+@click.option("--oidc-default-tenant", metavar="NAME", help="The tenant of JWTs without the tenant claim.")
+@click.option("--rate-limit", default=20.0, show_default=True, type=click.FloatRange(0),
+              help="Requests per second per principal, per server process (0: no limit).")
+@click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
+              help="The largest request body accepted, in bytes.")
+@click.option("--work/--no-work", default=True, show_default=True,
+              help="Also work the runs in this process (worker, dispatcher, sweeper).")
+def serve(host, port, workers, store_url, access_path, trust, actions, allow_open, oidc_issuer, oidc_audience,
+          oidc_jwks, oidc_algorithms, oidc_leeway, oidc_principal_claim, oidc_principal_prefix, oidc_tenant_claim,
+          oidc_default_tenant, rate_limit, max_body, work):
+    """Serve the HTTP API: runs, approvals, dead letters, definitions; OpenAPI at /openapi.json."""
+    from sealflow.cli.definition_files import load_trust_policy
+    from sealflow.interpreter.service.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
+    from sealflow.interpreter.service.server.settings import ENV, ServerSettings
+
+    provider = load_access(access_path)
+    if not allow_open:
+        require_policy(provider, "sealflow serve")
+    load_config()
+    if trust is not None:
+        load_trust_policy(trust)
+    import_actions(actions, demo=False)
+    oidc = None
+    given = [o for o in (oidc_issuer, oidc_audience, oidc_jwks) if o]
+    if given:
+        if len(given) < 3:
+            fail_usage("OIDC needs all of --oidc-issuer, --oidc-audience and --oidc-jwks")
+        oidc = OidcSettings(issuer=oidc_issuer, audience=oidc_audience, jwks_path=os.path.abspath(oidc_jwks),
+                            algorithms=tuple(oidc_algorithms) or ("RS256", "ES256", "EdDSA"), leeway=oidc_leeway,
+                            principal_claim=oidc_principal_claim, principal_prefix=oidc_principal_prefix,
+                            tenant_claim=oidc_tenant_claim, default_tenant=oidc_default_tenant)
+        try:
+            OidcVerifier(oidc)
+        except OidcConfigError as exc:
+            fail_usage(str(exc))
+    settings = ServerSettings(store_url=store_location(store_url), config_path=_config_path(),
+                              access_path=access_path or os.environ.get("SEALFLOW_ACCESS") or None,
+                              trust_path=trust, actions=tuple(actions), allow_open=allow_open, oidc=oidc,
+                              rate=rate_limit, max_body=max_body, work=work)
+    if allow_open:
+        click.echo("sealflow: warning: OPEN MODE (--allow-open): requests without a credential are served as "
+                   "user:anonymous; development only, never on a shared network", err=True)
+    auth = "API tokens" + (f", OIDC JWTs from {oidc_issuer}" if oidc else "")
+    click.echo(f"sealflow serve: http://{host}:{port} ({workers} process{'es' if workers > 1 else ''}; {auth}; "
+               f"{'trust policy ' + trust if trust else 'development mode: unsigned definitions'})", err=True)
+    import uvicorn
+
+    if workers == 1:
+        from sealflow.interpreter.service.server.app import create_app
+
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    else:
+        os.environ[ENV] = settings.to_json()
+        uvicorn.run("sealflow.interpreter.service.server.app:from_env", factory=True, host=host, port=port,
+                    workers=workers, log_level="warning")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(serve)

@@ -1,0 +1,1 @@
+"""One module per resource of the API; each exposes ``router``."""

@@ -1,0 +1,27 @@
+"""``/healthz`` (the process answers) and ``/readyz`` (its store answers too); served without a credential:
+they tell nothing about runs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from sealflow.interpreter.service.server.problems import Problem
+from sealflow.interpreter.service.server.schemas import Health
+from sealflow.interpreter.store.records import RunQuery
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, summary="Readiness: the store answers")
+def readyz(request: Request) -> Health:
+    rt = request.app.state.runtime
+    try:
+        rt.store.query_runs(RunQuery(tenant="", limit=1))
+    except Exception:  # noqa: BLE001 - any failure means not ready
+        raise Problem("not-ready", "the state store does not answer", headers={"Retry-After": "1"}) from None
+    return Health(status="ready")

@@ -1,0 +1,61 @@
+"""Reading runs and plans for callers that browse: filtered, keyset-paginated run listings (the HTTP API's
+``GET /v1/runs``, ``sealflow runs list``) and the plans a store holds by workflow name and version.
+
+Keyset pagination, newest first: a page ends at the ``(created_at, id)`` of its last run and the next page
+starts strictly after it, so a page never repeats or skips a run when new ones arrive meanwhile. Shared by
+both backends (the PostgreSQL store runs this SQL through its dialect).
+"""
+
+from __future__ import annotations
+
+from sealflow.interpreter.store.records import RunQuery, RunRecord
+from sealflow.interpreter.store.sqlite import rows
+
+#: the most runs one page may hold
+MAX_PAGE = 500
+
+
+class QueriesMixin:
+    """Expects ``_read`` from the store."""
+
+    def query_runs(self, query: RunQuery) -> list[RunRecord]:
+        where, args = ["tenant = ?"], [query.tenant]
+        if query.workflow is not None:
+            where.append("workflow = ?")
+            args.append(query.workflow)
+        if query.states:
+            where.append(f"state IN ({','.join('?' * len(query.states))})")
+            args.extend(query.states)
+        if query.initiator is not None:
+            where.append("initiator = ?")
+            args.append(query.initiator)
+        if query.created_after is not None:
+            where.append("created_at >= ?")
+            args.append(query.created_after)
+        if query.created_before is not None:
+            where.append("created_at < ?")
+            args.append(query.created_before)
+        if query.after is not None:
+            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+            args.extend((query.after[0], query.after[0], query.after[1]))
+        limit = max(1, min(int(query.limit), MAX_PAGE))
+        got = self._read(f"SELECT {rows.RUN_COLS} FROM runs WHERE {' AND '.join(where)} "
+                         "ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit))
+        return [rows.run(r) for r in got]
+
+    def stored_plans(self) -> list[tuple[str, int, str, float]]:
+        """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""
+        got = self._read("SELECT workflow, version, digest, created_at FROM plans "
+                         "ORDER BY workflow, version, created_at")
+        return [(r[0], int(r[1]), r[2], float(r[3])) for r in got]
+
+    def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:
+        """``(digest, version, stored_at)`` of the plans stored for ``workflow`` (one ``version``, else
+        every one), newest first."""
+        if version is None:
+            got = self._read("SELECT digest, version, created_at FROM plans WHERE workflow = ? "
+                             "ORDER BY created_at DESC", (workflow,))
+        else:
+            got = self._read("SELECT digest, version, created_at FROM plans WHERE workflow = ? AND version = ? "
+                             "ORDER BY created_at DESC", (workflow, version))
+        return [(r[0], int(r[1]), float(r[2])) for r in got]

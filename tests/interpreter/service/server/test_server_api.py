@@ -1,0 +1,171 @@
+"""The HTTP API through FastAPI's test client: runs, approvals, dead letters, definitions, problems."""
+
+from __future__ import annotations
+
+from sealflow.interpreter.service.server.problems import TYPE_PREFIX
+
+
+def problem_of(response, kind: str, status: int) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["type"] == TYPE_PREFIX + kind and body["status"] == status and body["detail"]
+    return body
+
+
+def submit(client, headers, **body):
+    return client.post("/v1/runs", json={"workflow": "approve-flow", "version": 1, "input": {"amount": 5}, **body},
+                       headers=headers)
+
+
+def test_a_run_submitted_by_name_is_created_as_the_token_s_principal_and_tenant(client, mint, rt):
+    # Given alice's token for acme
+    alice = mint("user:alice", "acme")
+    # When she submits a run by name (a body naming another initiator or tenant is refused outright)
+    created = submit(client, alice)
+    forged = submit(client, alice, initiator="user:bob")
+    # Then the run is hers, in acme, unsigned in development mode, and the forged field is a 422
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run_id"]
+    assert created.headers["location"] == f"/v1/runs/{run_id}"
+    run = rt.store.get_run(run_id)
+    assert (run.initiator, run.tenant, run.signer) == ("user:alice", "acme", "unsigned")
+    problem_of(forged, "invalid-request", 422)
+
+
+def test_show_answers_the_same_json_as_status_json(client, mint, rt):
+    from sealflow.interpreter.service.status import run_status, status_json
+
+    alice = mint()
+    run_id = submit(client, alice).json()["run_id"]
+    rt.drive(run_id)
+    got = client.get(f"/v1/runs/{run_id}", headers=alice)
+    assert got.status_code == 200 and got.json() == status_json(run_status(rt.store, run_id))
+    assert got.json()["state"] == "waiting" and got.json()["waiting"]["kind"] == "approval"
+
+
+def test_the_same_idempotency_key_and_body_return_the_same_run_and_another_body_is_409(client, mint):
+    alice = mint()
+    key = {**alice, "Idempotency-Key": "order-42"}
+    first = submit(client, key)
+    again = submit(client, key)
+    other = submit(client, key, input={"amount": 6})
+    assert first.status_code == 201 and again.json()["run_id"] == first.json()["run_id"]
+    problem_of(other, "idempotency-conflict", 409)
+
+
+def test_an_unknown_definition_and_an_unknown_run_are_404_problems(client, mint):
+    alice = mint()
+    problem_of(client.post("/v1/runs", json={"workflow": "nope"}, headers=alice), "not-found", 404)
+    problem_of(client.get("/v1/runs/run_0000", headers=alice), "not-found", 404)
+    problem_of(client.get("/v1/nowhere", headers=alice), "not-found", 404)
+    problem_of(client.delete("/v1/runs", headers=alice), "method-not-allowed", 405)
+
+
+def test_another_tenant_s_run_reads_exactly_like_an_unknown_one(client, mint):
+    run_id = submit(client, mint("user:alice", "acme")).json()["run_id"]
+    eve = mint("user:eve", "globex")
+    theirs = problem_of(client.get(f"/v1/runs/{run_id}", headers=eve), "not-found", 404)
+    unknown = problem_of(client.get("/v1/runs/run_ffff", headers=eve), "not-found", 404)
+    assert theirs["detail"].replace(run_id, "X") == unknown["detail"].replace("run_ffff", "X")
+    problem_of(client.post(f"/v1/runs/{run_id}/cancel", headers=eve), "not-found", 404)
+    problem_of(client.get(f"/v1/runs/{run_id}/audit", headers=eve), "not-found", 404)
+    assert client.get("/v1/runs", headers=eve).json()["runs"] == []
+
+
+def test_runs_are_listed_by_filters_in_keyset_pages(client, mint):
+    alice = mint()
+    ids = [submit(client, alice, input={"amount": i}).json()["run_id"] for i in range(5)]
+    seen, cursor = [], None
+    while True:
+        page = client.get("/v1/runs", params={"limit": 2, **({"cursor": cursor} if cursor else {})}, headers=alice)
+        assert page.status_code == 200, page.text
+        seen += [r["run_id"] for r in page.json()["runs"]]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == 5
+    assert len(client.get("/v1/runs", params={"workflow": "approve-flow", "state": "queued"},
+                          headers=alice).json()["runs"]) == 5
+    assert client.get("/v1/runs", params={"initiator": "user:bob"}, headers=alice).json()["runs"] == []
+    assert client.get("/v1/runs", params={"tenant": "globex"}, headers=alice).json()["runs"] == []
+    problem_of(client.get("/v1/runs", params={"state": "bogus"}, headers=alice), "invalid-request", 422)
+    problem_of(client.get("/v1/runs", params={"cursor": "!!"}, headers=alice), "invalid-request", 422)
+
+
+def test_an_approval_is_bound_to_the_payload_hash_the_approver_saw(client, mint, rt, notes):
+    # Given a run of alice's waiting at its approval gate
+    run_id = submit(client, mint()).json()["run_id"]
+    rt.drive(run_id)
+    bob = mint("user:bob")
+    (gate,) = client.get("/v1/approvals", headers=bob).json()
+    assert gate["run_id"] == run_id and gate["show"] == {"amount": 5}
+    url = f"/v1/approvals/{run_id}/{gate['step']}"
+    # When bob sends a decision over another payload hash, then over the one shown
+    stale = client.post(url, json={"decision": "approve", "payload_hash": "sha256:" + "0" * 64}, headers=bob)
+    done = client.post(url, json={"decision": "approve", "payload_hash": gate["show_hash"]}, headers=bob)
+    # Then the first is refused (nothing decided) and the second counts
+    problem_of(stale, "payload-changed", 409)
+    assert done.status_code == 200, done.text
+    assert rt.drive(run_id).state == "completed" and notes == ["approved"]
+
+
+def test_the_initiator_cannot_approve_and_a_rejection_needs_a_reason(client, mint, rt):
+    alice = mint()
+    run_id = submit(client, alice).json()["run_id"]
+    rt.drive(run_id)
+    shown = rt.status(run_id).waiting
+    url = f"/v1/approvals/{run_id}/{shown['step']}"
+    problem_of(client.post(url, json={"decision": "approve", "payload_hash": shown["show_hash"]}, headers=alice),
+               "forbidden", 403)
+    bob = mint("user:bob")
+    problem_of(client.post(url, json={"decision": "reject", "payload_hash": shown["show_hash"]}, headers=bob),
+               "invalid-operation", 409)
+    rejected = client.post(url, json={"decision": "reject", "reason": "no", "payload_hash": shown["show_hash"]},
+                           headers=mint("user:bob"))
+    assert rejected.status_code == 200 and rt.drive(run_id).state == "failed"
+
+
+def test_cancel_audit_dlq_and_definitions(client, mint, rt):
+    alice = mint()
+    run_id = submit(client, alice).json()["run_id"]
+    rt.drive(run_id)
+    cancelled = client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "changed my mind"}, headers=alice)
+    assert cancelled.status_code == 200, cancelled.text
+    assert rt.drive(run_id).state in ("cancelled", "cancelling")
+    # the initiator may cancel their run, but reading its audit trail needs audit:read (ida, an auditor)
+    problem_of(client.get(f"/v1/runs/{run_id}/audit", headers=alice), "not-found", 404)
+    trail = client.get(f"/v1/runs/{run_id}/audit", headers=mint("user:ida")).json()
+    assert any(e["event"].startswith("run.") for e in trail)
+    assert client.get("/v1/dlq", headers=alice).json() == []
+    problem_of(client.post(f"/v1/dlq/{run_id}/redrive", headers=mint("user:ops")), "invalid-operation", 409)
+    # the definition registry is every tenant's: under an access policy, for its operators only
+    problem_of(client.get("/v1/definitions", headers=alice), "forbidden", 403)
+
+
+def test_bodies_are_bounded_and_validated(rt, known):
+    from fastapi.testclient import TestClient
+
+    from sealflow.interpreter.service.server import tokens
+    from sealflow.interpreter.service.server.app import create_app
+    from sealflow.interpreter.service.server.settings import ServerSettings
+
+    text, _ = tokens.create(rt.store, "user:alice", "acme", rt.clock.now(), actor="user:root")
+    alice = {"Authorization": f"Bearer {text}"}
+    with TestClient(create_app(ServerSettings(rate=0, max_body=2048), rt), raise_server_exceptions=False) as client:
+        big = client.post("/v1/runs", json={"workflow": "approve-flow", "input": {"x": "y" * 4096}}, headers=alice)
+        problem_of(big, "body-too-large", 413)
+        problem_of(client.post("/v1/runs", content=b"{not json", headers={**alice, "content-type": "application/json"}),
+                   "invalid-request", 422)
+        problem_of(client.post("/v1/runs", content=b'{"workflow": "approve-flow", "input": NaN}',
+                               headers={**alice, "content-type": "application/json"}), "invalid-request", 422)
+        problem_of(client.post("/v1/runs", json={"workflow": "approve-flow", "version": 0}, headers=alice),
+                   "invalid-request", 422)
+
+
+def test_health_readiness_and_the_openapi_document_need_no_credential(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+    doc = client.get("/openapi.json").json()
+    assert {"/v1/runs", "/v1/runs/{run_id}", "/v1/approvals/{run_id}/{step_id}", "/v1/dlq/{run_id}/redrive"} <= set(
+        doc["paths"])
