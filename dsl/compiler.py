@@ -12,29 +12,34 @@ from pathlib import Path
 from typing import Any
 
 from sealflow.dsl import graph
-from sealflow.dsl.durations import DAY, HOUR, DurationError, parse_ms
+from sealflow.dsl.compile_steps import StepKinds
+from sealflow.dsl.durations import DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions import static_check as exprcheck
+from sealflow.dsl.limits import (  # noqa: F401 - re-exported: the caps are part of the compiler's contract
+    AGENT_MAX_STEPS,
+    APPROVAL_TIMEOUT_MAX,
+    BACKOFF_FACTOR,
+    BACKOFF_MAX_MS,
+    CAPS,
+    MAX_ATTEMPTS,
+    NEVER_RETRYABLE,
+    QUORUM_MAX,
+    RUNTIME_MAX,
+    STEP_TIMEOUT_MS,
+    WAIT_FOR_MAX,
+)
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import (
     KIND_KEYS,
     ActionInfo,
-    Agent,
-    Ai,
-    Approval,
-    ApprovalDefaults,
     Definition,
     RetryClass,
     Step,
-    SwitchCase,
-    Wait,
 )
 from sealflow.dsl.plan import (
     END,
     ActionMeta,
-    AgentPlan,
-    AiPlan,
-    ApprovalPlan,
     BudgetPlan,
     CompensationPlan,
     Edge,
@@ -44,31 +49,15 @@ from sealflow.dsl.plan import (
     PlanStep,
     RetryPolicy,
     StepBudgetPlan,
-    SwitchCasePlan,
     TriggerPlan,
     ValidateRulePlan,
-    WaitPlan,
 )
 from sealflow.dsl.refs import SchemaResolver
-
-NEVER_RETRYABLE = {"invalid_request", "unauthorized", "policy_denied", "budget_exceeded", "configuration", "cancelled"}
-
-# hard caps (docs/decisions.md item 14)
-MAX_ATTEMPTS = 20
-STEP_TIMEOUT_MS = (1, 6 * HOUR)
-APPROVAL_TIMEOUT_MAX = 30 * DAY
-WAIT_FOR_MAX = 365 * DAY
-BACKOFF_MAX_MS = 24 * HOUR
-BACKOFF_FACTOR = (1.0, 10.0)
-RUNTIME_MAX = 30 * DAY
-CAPS = {"max_steps": 10_000, "max_tokens": 10_000_000, "max_cost_usd": 10_000, "max_tool_calls": 10_000}
-AGENT_MAX_STEPS = 100
-QUORUM_MAX = 10
 
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
 
 
-class Compiler:
+class Compiler(StepKinds):
     def __init__(self, doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
                  root: Path | None = None):
         self.doc = doc
@@ -304,98 +293,6 @@ class Compiler:
             self.error("C411", f"unknown action {name!r}", pointer, hint)
         return info
 
-    def _action(self, s: Step, action: str, p: tuple) -> dict[str, Any]:
-        info = self._known_action(action, p + ("action",))
-        if info is not None:
-            for perm in info.permissions:
-                if perm not in s.permissions:
-                    self.error("C413", f"action {action!r} needs permission {perm!r}; step {s.id!r} does not list it",
-                               p + ("action",), f"add {perm!r} to the step's permissions")
-            if info.effect == "irreversible" and not s.idempotency_key:
-                self.error("C410", f"action {action!r} is irreversible; step {s.id!r} needs an idempotency_key",
-                           p + ("action",), 'add idempotency_key: "${{ run.id }}:' + s.id + '"')
-        return {"action": action}
-
-    def _ai(self, ai: Ai, p: tuple) -> AiPlan:
-        pp = p + ("ai",)
-        prompt = ai.prompt
-        ref = None
-        template = prompt.template if prompt else None
-        if prompt is not None and prompt.id is not None:
-            ref = {"id": prompt.id, "version": prompt.version}
-            template = self.resolver.prompt(prompt.id, prompt.version, pp + ("prompt",), self)
-        schema = self.resolver.schema(ai.output_schema, pp + ("output_schema",), self)
-        if ai.max_tokens is not None and ai.max_tokens > CAPS["max_tokens"]:
-            self.error("C408", f"max_tokens {ai.max_tokens} is over {CAPS['max_tokens']}", pp + ("max_tokens",))
-        return AiPlan(model=ai.model, fallback=tuple(ai.fallback), prompt_template=template,
-                      prompt_ref=ref, system=ai.system, output_schema=schema, max_tokens=ai.max_tokens,
-                      temperature=ai.temperature)
-
-    def _agent(self, s: Step, ag: Agent, p: tuple) -> AgentPlan:
-        pp = p + ("agent",)
-        if not 1 <= ag.max_steps <= AGENT_MAX_STEPS:
-            self.error("C408", f"agent max_steps {ag.max_steps} is outside 1..{AGENT_MAX_STEPS}", pp + ("max_steps",))
-        if ag.max_tool_calls is not None and ag.max_tool_calls > CAPS["max_tool_calls"]:
-            self.error("C408", f"max_tool_calls {ag.max_tool_calls} is over {CAPS['max_tool_calls']}",
-                       pp + ("max_tool_calls",))
-        for j, tool in enumerate(ag.tools):
-            info = self._known_action(tool, pp + ("tools", j))
-            if info is not None:
-                for perm in info.permissions:
-                    if perm not in s.permissions:
-                        self.error("C413", f"tool {tool!r} needs permission {perm!r}; step {s.id!r} does not list it",
-                                   pp + ("tools", j), f"add {perm!r} to the step's permissions")
-        schema = self.resolver.schema(ag.output_schema, pp + ("output_schema",), self)
-        return AgentPlan(model=ag.model, goal=ag.goal, tools=tuple(ag.tools), max_steps=ag.max_steps,
-                         max_tool_calls=ag.max_tool_calls, output_schema=schema, system=ag.system,
-                         max_tokens=ag.max_tokens, temperature=ag.temperature)
-
-    def _switch(self, s: Step, cases: list[SwitchCase], p: tuple, ids: list[str],
-                nxt: str) -> tuple[tuple[SwitchCasePlan, ...], list[Edge]]:
-        edges: list[Edge] = []
-        if not cases:
-            self.error("C414", f"switch {s.id!r} has no branch", p + ("switch",), "add {when: <expr>, next: <id>}")
-        for j, case in enumerate(cases):
-            self._target(case.next, p + ("switch", j, "next"), ids)
-            if case.when is None and j != len(cases) - 1:
-                self.error("C414", "a branch without 'when' (the default) must be the last", p + ("switch", j),
-                           "move the default branch to the end")
-            edges.append(Edge(kind="case" if case.when is not None else "default", target=case.next,
-                              label=case.when))
-        if not cases or cases[-1].when is not None:
-            edges.append(Edge(kind="next", target=nxt, label="no match"))
-        return tuple(SwitchCasePlan(when=c.when, next=c.next) for c in cases), edges
-
-    def _approval(self, a: Approval | None, pointer: tuple, ids: list[str],
-                  implicit: bool = False) -> ApprovalPlan | None:
-        defaults = self.d.approvals or ApprovalDefaults()
-        approvers = (a.approvers if a and a.approvers else None) or defaults.approvers
-        if not approvers:
-            self.error("C418", "approval gate has no approvers", pointer,
-                       "list approvers on the step or in the top-level 'approvals: {approvers: [...]}'")
-            return None
-        quorum = (a.quorum if a and a.quorum else None) or defaults.quorum
-        if not 1 <= quorum <= QUORUM_MAX:
-            self.error("C408", f"quorum {quorum} is outside 1..{QUORUM_MAX}", pointer + ("quorum",))
-        tp = pointer + ("timeout",) if a and a.timeout else ("approvals", "timeout")
-        timeout = self.duration((a.timeout if a and a.timeout else None) or defaults.timeout, tp, 1000,
-                                APPROVAL_TIMEOUT_MAX, "approval timeout") or 0
-        on_timeout = "reject"
-        if a is not None and a.on_timeout != "reject":
-            on_timeout = a.on_timeout.next
-            self._target(on_timeout, pointer + ("on_timeout", "next"), ids)
-        return ApprovalPlan(approvers=tuple(approvers), quorum=quorum, timeout_ms=timeout, on_timeout=on_timeout,
-                            show=a.show if a else None,
-                            separation_of_duties=a.separation_of_duties if a else True, implicit=implicit)
-
-    def _wait(self, w: Wait, p: tuple) -> WaitPlan | None:
-        if (w.for_ is None) == (w.until is None):
-            self.error("C418", "wait needs exactly one of 'for' or 'until'", p + ("wait",))
-            return WaitPlan()
-        ms = self.duration(w.for_, p + ("wait", "for"), 0, WAIT_FOR_MAX, "wait") if w.for_ else None
-        return WaitPlan(for_ms=ms, until=w.until)
-
-    # -- workflow level ----------------------------------------------------------------------------
     def _trigger(self) -> TriggerPlan | None:
         t = self.d.trigger
         if t is None:
