@@ -19,9 +19,10 @@ from typing import Any
 
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.diff_risks import new_step_risks, step_risks, workflow_risks
+from sealflow.dsl.diff_steps import StepChecks
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.errors import Location
-from sealflow.dsl.plan import ApprovalPlan, Plan, PlanStep, RetryPolicy
+from sealflow.dsl.plan import Plan, PlanStep
 
 Locate = Callable[[tuple], Location]
 
@@ -75,7 +76,7 @@ class Side:
     locate: Locate | None = None
 
 
-class _Differ:
+class _Differ(StepChecks):
     def __init__(self, old: Plan, new: Plan, locate: Locate | None, path: str):
         self.old, self.new, self.path = old, new, path
         self.locate = locate
@@ -268,94 +269,6 @@ class _Differ:
             self.add("D622", "output_schema removed: model output is no longer checked against a schema",
                      self.sp(sid, ns.kind), step=sid, old=_output_schema(os_), new=None)
 
-    def _retry(self, a: RetryPolicy, b: RetryPolicy, pointer: tuple, sid: str, label: str) -> None:
-        named = f" (class {b.name})" if b.name else ""
-        # the class itself changed: point at the field in its definition; else at the step's retry
-        in_class = bool(b.name) and a.name == b.name and label == "retry"
-        at = (lambda *field: ("retry", b.name, *field)) if in_class else (lambda *field: pointer)  # noqa: E731
-        pairs: tuple[tuple[str, Any, Any, Callable[[Any], str], tuple[str, ...]], ...]
-        pairs = (("max_attempts", a.max_attempts, b.max_attempts, str, ("max_attempts",)),
-                 ("backoff.initial", a.initial_ms, b.initial_ms, format_ms, ("backoff", "initial")),
-                 ("backoff.max", a.max_ms, b.max_ms, format_ms, ("backoff", "max")),
-                 ("backoff.factor", a.factor, b.factor, lambda v: f"{v:g}", ("backoff", "factor")))
-        for key, x, y, show, field in pairs:
-            if y > x:
-                self.add("D605", f"{label} {key} raised: {show(x)} -> {show(y)}{named}", at(*field), step=sid,
-                         old=x, new=y)
-            elif y < x:
-                self.add("D606", f"{label} {key} lowered: {show(x)} -> {show(y)}{named}", at(*field), step=sid,
-                         old=x, new=y)
-        added = [c for c in b.on if c not in a.on]
-        removed = [c for c in a.on if c not in b.on]
-        if added:
-            self.add("D605", f"{label} now retries {', '.join(added)}{named}", at("on"), step=sid, old=a.on,
-                     new=b.on)
-        if removed:
-            self.add("D606", f"{label} no longer retries {', '.join(removed)}{named}", at("on"), step=sid,
-                     old=a.on, new=b.on)
-
-    def _timeout(self, a: int, b: int, pointer: tuple, sid: str, label: str) -> None:
-        if b > a:
-            self.add("D615", f"{label} lengthened: {format_ms(a)} -> {format_ms(b)}", pointer, step=sid, old=a, new=b)
-
-    def _gates(self, os_: PlanStep, ns: PlanStep) -> None:
-        sid = ns.id
-        if os_.approval and not ns.approval:
-            self.add("D607", f"approval gate removed: the step is now {ns.kind}", self.sp(sid), step=sid,
-                     old=os_.approval.approvers, new=None)
-        elif ns.approval and not os_.approval:
-            self.add("D609", "approval gate added", self.sp(sid, "approval"), step=sid)
-        elif os_.approval and ns.approval:
-            self._gate(os_.approval, ns.approval, self.sp(sid, "approval"), sid, "approval")
-        if os_.gate and not ns.gate:
-            self.add("D607", f"requires_approval_if removed (was {os_.requires_approval_if!r}): the step no longer "
-                     "waits for an approval", self.sp(sid), step=sid, old=os_.requires_approval_if, new=None)
-        elif ns.gate and not os_.gate:
-            self.add("D609", f"requires_approval_if added: {ns.requires_approval_if!r}",
-                     self.sp(sid, "requires_approval_if"), step=sid, new=ns.requires_approval_if)
-        elif os_.gate and ns.gate:
-            if os_.requires_approval_if != ns.requires_approval_if:
-                self.add("D608", f"requires_approval_if changed: {os_.requires_approval_if!r} -> "
-                         f"{ns.requires_approval_if!r} (it may now ask for approval less often)",
-                         self.sp(sid, "requires_approval_if"), step=sid, old=os_.requires_approval_if,
-                         new=ns.requires_approval_if)
-            self._gate(os_.gate, ns.gate, ("approvals",), sid, "approval gate")
-
-    def _gate(self, a: ApprovalPlan, b: ApprovalPlan, pointer: tuple, sid: str, label: str) -> None:
-        added = [x for x in b.approvers if x not in a.approvers]
-        removed = [x for x in a.approvers if x not in b.approvers]
-        if added:
-            self.add("D608", f"{label}: more people may approve: {', '.join(added)} added", pointer + ("approvers",),
-                     step=sid, old=a.approvers, new=b.approvers)
-        if removed:
-            self.add("D609", f"{label}: approvers removed: {', '.join(removed)}", pointer + ("approvers",), step=sid,
-                     old=a.approvers, new=b.approvers)
-        if b.quorum < a.quorum:
-            self.add("D608", f"{label}: quorum lowered: {a.quorum} -> {b.quorum}", pointer + ("quorum",), step=sid,
-                     old=a.quorum, new=b.quorum)
-        elif b.quorum > a.quorum:
-            self.add("D609", f"{label}: quorum raised: {a.quorum} -> {b.quorum}", pointer + ("quorum",), step=sid,
-                     old=a.quorum, new=b.quorum)
-        if a.on_timeout != b.on_timeout:
-            code = "D608" if a.on_timeout == "reject" else ("D609" if b.on_timeout == "reject" else "D608")
-            self.add(code, f"{label}: on_timeout {a.on_timeout} -> {_on_timeout(b.on_timeout)}",
-                     pointer + ("on_timeout",), step=sid, old=a.on_timeout, new=b.on_timeout)
-        if a.separation_of_duties and not b.separation_of_duties:
-            self.add("D608", f"{label}: separation_of_duties turned off: the run's initiator may approve",
-                     pointer + ("separation_of_duties",), step=sid, old=True, new=False)
-        elif b.separation_of_duties and not a.separation_of_duties:
-            self.add("D609", f"{label}: separation_of_duties turned on", pointer + ("separation_of_duties",),
-                     step=sid, old=False, new=True)
-        if a.show and not b.show:
-            self.add("D608", f"{label}: show removed: the approval no longer binds to what is approved",
-                     pointer, step=sid, old=a.show, new=None)
-        if b.timeout_ms > a.timeout_ms:  # a longer window to approve a stale request: a weaker gate
-            self.add("D608", f"{label}: timeout lengthened: {format_ms(a.timeout_ms)} -> {format_ms(b.timeout_ms)}",
-                     pointer + ("timeout",), step=sid, old=a.timeout_ms, new=b.timeout_ms)
-
-
-def _on_timeout(value: str) -> str:
-    return value if value == "reject" else f"next {value}"
 
 
 def _output_schema(step: PlanStep) -> Any:
