@@ -25,7 +25,7 @@ from sealflow.interpreter.service.server.auth import Authenticator
 from sealflow.interpreter.service.server.middleware import BodyLimit, OpenBanner
 from sealflow.interpreter.service.server.oidc import OidcVerifier
 from sealflow.interpreter.service.server.ratelimit import RateLimiter
-from sealflow.interpreter.service.server.routes import approvals, definitions, dlq, health, runs
+from sealflow.interpreter.service.server.routes import approvals, definitions, dlq, health, metrics, runs
 from sealflow.interpreter.service.server.schemas import Problem
 from sealflow.interpreter.service.server.settings import ServerSettings
 
@@ -116,7 +116,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
                                                 allow_open=settings.allow_open,
                                                 limiter=RateLimiter(settings.rate, settings.burst))
     problems.install(app)
-    for module in (runs, approvals, dlq, definitions, health):
+    for module in (runs, approvals, dlq, definitions, health, metrics):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
     if settings.allow_open:
