@@ -115,3 +115,37 @@ def test_an_unknown_source_is_not_found(client, runtime):
 def test_missing_headers_are_refused(client):
     r = client.post("/v1/events/crm", content=b"{}")
     assert r.status_code == 401
+
+
+def test_events_send_signs_a_delivery_the_server_accepts(client, runtime, monkeypatch):
+    # Given the CLI's HTTP call routed to the test server
+    import urllib.request
+
+    from click.testing import CliRunner
+
+    from sealflow.cli import cli
+
+    class Answer:
+        def __init__(self, r):
+            self.r = r
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def read(self):
+            return self.r.content
+
+    def urlopen(request, timeout=None):
+        path = request.full_url.split("127.0.0.1:8300", 1)[1]
+        return Answer(client.post(path, content=request.data, headers=dict(request.header_items())))
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    # When `sealflow events send` posts one event
+    result = CliRunner().invoke(cli, ["events", "send", "crm", "crm.lead.updated", "--data",
+                                       '{"lead": "l9", "version": 1}', "--secret", "CRM_WEBHOOK_SECRET"])
+    # Then the server verified it and started a run
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["results"][0]["result"] == "started"
