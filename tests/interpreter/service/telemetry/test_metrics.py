@@ -98,3 +98,21 @@ def test_a_refused_cross_tenant_message_is_counted(runtime, registry):
     families = scrape(runtime.telemetry.metrics.exposition().decode())
     assert value(families, "sealflow_messages_refused_total", reason="tenant_mismatch") == 1
     assert value(families, "sealflow_cross_tenant_attempts_total") == 1
+
+
+def test_a_worker_serves_its_metrics_on_its_own_port(runtime):
+    # Given the metrics server a `sealflow worker --metrics-port` starts (port 0: any free port)
+    import urllib.request
+
+    from sealflow.interpreter.service.telemetry.metrics import serve_metrics
+
+    server, thread = serve_metrics(runtime.telemetry.metrics, 0)
+    try:
+        # When it is scraped
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Then it is this runtime's registry
+    assert "sealflow_step_attempts_total" in text or "sealflow_runs" in scrape(text)
