@@ -67,6 +67,25 @@ def test_a_signed_event_starts_the_definition_as_its_run_as(client, runtime):
     assert run.input == {"lead": "l1", "version": 1} and run.acting == "service:crm"
 
 
+def test_an_event_of_another_type_or_source_or_filtered_out_starts_nothing(client, runtime, registry):
+    # Given a second definition on the same type with a filter, and one bound to another source
+    def store(plan):
+        runtime.store.put_plan(plan.digest, plan.name, plan.version, plan.to_json(indent=None), runtime.clock.now())
+
+    store(make_plan(S("note", "action", action="t.seen", args={"lead": "${{ input.lead }}"}), name="big-leads",
+                    trigger={"event": {"type": "crm.lead.updated", "run_as": "service:crm",
+                                       "filter": "input.version > 5"}}))
+    store(make_plan(S("note", "action", action="t.seen"), name="billing-only",
+                    trigger={"event": {"type": "crm.lead.updated", "source": "billing", "run_as": "service:b"}}))
+    # When an event of another type arrives, then one the filter rejects
+    other = deliver(client, {"lead": "l1", "version": 1}, event_id="e1", event_type="crm.lead.deleted")
+    small = deliver(client, {"lead": "l1", "version": 1}, event_id="e2")
+    # Then the first matches nothing; the second starts on-lead only (big-leads filtered, billing-only not crm's)
+    assert other.status_code == 202 and other.json()["results"] == []
+    assert sorted((r["workflow"], r["result"]) for r in small.json()["results"]) == [
+        ("big-leads", "filtered"), ("on-lead", "started")]
+
+
 def test_a_replayed_delivery_outside_the_tolerance_is_refused(client, runtime):
     # Given a delivery captured ten minutes ago (signature valid for its old timestamp)
     r = deliver(client, {"lead": "l1", "version": 1}, timestamp=int(time.time()) - 600)
