@@ -63,6 +63,9 @@ def current_traceparent() -> str | None:
 
 #: the traceparent of the message being processed in this thread (set by TraceMiddleware)
 _incoming: dict[int, str | None] = {}
+#: the run id and traceparent of the last attempt span this thread ran: the messages its commit made due are
+#: sent after the span ended, and carry it as their parent
+_last: dict[int, tuple[str, str]] = {}
 
 
 @contextlib.contextmanager
@@ -76,6 +79,9 @@ def attempt_span(x: Any, tracer: Any) -> Iterator[Any]:
              "sealflow.tenant": x.run.tenant}
     with tracer.start_as_current_span("sealflow.step", context=parent, attributes=attrs,
                                       kind=trace.SpanKind.CONSUMER) as span:
+        tp = current_traceparent()
+        if tp:
+            _last[threading.get_ident()] = (x.run.id, tp)
         yield span
 
 
@@ -116,6 +122,10 @@ def trace_middleware() -> Any:
     class TraceMiddleware(dramatiq.Middleware):
         def before_enqueue(self, broker: Any, message: Any, delay: Any) -> None:
             tp = current_traceparent()
+            if tp is None:  # sent after the attempt's span ended: that span is the parent of its run's next step
+                last = _last.get(threading.get_ident())
+                if last is not None and message.args and message.args[0] == last[0]:
+                    tp = last[1]
             if tp:
                 message.options[OPTION] = tp
 

@@ -97,3 +97,27 @@ def test_json_log_lines_carry_run_step_attempt_and_trace_ids(runtime, spans, pla
         (status.run.id, "call", 1), (status.run.id, "call", 2)]
     assert {ln["trace_id"] for ln in lines} == {f"{tracing.trace_id_of(status.run.id):032x}"}
     assert lines[0]["message"] == "calling the flaky service" and lines[0]["level"] == "info"
+
+
+@pytest.fixture
+def one_step_per_message(monkeypatch):
+    """Every step message goes through the broker (no in-thread continuation), as on Redis."""
+    from sealflow.interpreter.service import actors
+
+    monkeypatch.setattr(actors, "CONTINUE_LIMIT", 1)
+
+
+def test_the_next_steps_message_carries_the_previous_attempts_span(one_step_per_message, runtime, spans, registry):
+    # Given a two-step run whose messages go through the broker
+    @action("t.one", registry=registry)
+    def one(ctx):
+        return {}
+
+    plan = make_plan(S("a", "action", action="t.one"), S("b", "action", action="t.one"))
+    # When it runs
+    rt_plan_status = runtime.run(plan, {}, initiator="user:ana", until="final")
+    assert rt_plan_status.state == "completed"
+    a, b = [s for s in spans.get_finished_spans() if s.name == "sealflow.step"]
+    # Then step b's span is a child of step a's, in the same trace
+    assert b.parent is not None and b.parent.span_id == a.context.span_id
+    assert a.context.trace_id == b.context.trace_id == tracing.trace_id_of(rt_plan_status.run.id)
