@@ -129,4 +129,10 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
 
 def from_env() -> FastAPI:
     """The factory of uvicorn's worker processes (``--workers N``)."""
+    import os
+
+    if os.environ.get("SEALFLOW_LOG_FORMAT") == "json":
+        from sealflow.interpreter.service.telemetry import logging as telemetry_logging
+
+        telemetry_logging.setup("json")
     return create_app(ServerSettings.from_env())
