@@ -30,7 +30,7 @@ log = logging.getLogger("sealflow.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: an attempt refused before it ran for one of these error classes is a policy denial
-DENIAL_CLASSES = frozenset({"unauthorized", "forbidden", "untrusted", "budget_exceeded", "quota_exceeded"})
+DENIAL_CLASSES = frozenset({"unauthorized", "policy_denied", "budget_exceeded"})
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 

@@ -116,3 +116,16 @@ def test_a_worker_serves_its_metrics_on_its_own_port(runtime):
         server.server_close()
     # Then it is this runtime's registry
     assert "sealflow_step_attempts_total" in text or "sealflow_runs" in scrape(text)
+
+
+def test_an_attempt_refused_by_policy_is_counted_as_a_denial(runtime, registry):
+    # Given a worker that executes only signed definitions, and an unsigned run
+    from sealflow.interpreter.policy.trustgate import TrustGate
+
+    runtime.engine.trust_gate = TrustGate(allow_unsigned=False, actor=runtime.engine.actor)
+    # When the run's first step is claimed
+    status = runtime.run(flaky_plan(registry), {}, initiator="user:ana", until="final")
+    # Then the attempt was refused before it ran, and counted as a policy denial
+    assert status.state == "failed"
+    families = scrape(runtime.telemetry.metrics.exposition().decode())
+    assert value(families, "sealflow_policy_denials_total", error_class="unauthorized") == 1
