@@ -53,10 +53,17 @@ class Schedule(_Model):
     run_as: str | None = None
 
 
+class EventOrder(_Model):
+    key: str
+    sequence: str
+
+
 class Event(_Model):
     type: str
     source: str | None = None
     filter: str | None = None
+    run_as: str | None = None
+    order: EventOrder | None = None
 
 
 class Trigger(_Model):

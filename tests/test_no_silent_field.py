@@ -54,8 +54,7 @@ SCHED = "tests/interpreter/core/test_schedule.py::"
 CORE = "tests/interpreter/core/test_core_units.py::"
 AGENT_OPTIONS = OPTS + "test_given_an_agent_step_with_model_options_when_run_then_each_turn_carries_them"
 RESOLVED = "resolved by the compiler into every step (or gate) it applies to; the steps' own fields are tested"
-EVENT = ("describes the event that starts the run; Sealflow has no event source of its own: an event bridge "
-         "calls submit, which is the run-time path")
+EVENTS = "tests/interpreter/service/telemetry/test_events.py::"
 
 FIELDS: dict[str, tuple[str, str]] = {
     # -- the workflow --------------------------------------------------------------------------------
@@ -93,15 +92,19 @@ FIELDS: dict[str, tuple[str, str]] = {
     "runConcurrency.limit": run(LOCKS + "test_run_level_concurrency_holds_one_run_per_key_from_start_to_end"),
     "trigger.schedule": run("tests/e2e/test_scheduler.py::"
                             "test_given_a_slot_older_than_the_catch_up_window_when_fired_then_nothing_is_submitted"),
-    "trigger.event": compile_only(EVENT),
+    "trigger.event": run(EVENTS + "test_a_signed_event_starts_the_definition_as_its_run_as"),
     "schedule.cron": run(SCHED + "test_given_a_time_after_a_slot_when_asked_then_the_latest_slot_is_in_the_"
                                  "schedules_zone"),
     "schedule.timezone": run(SCHED + "test_given_summer_time_when_the_next_slot_is_computed_then_the_local_hour_holds"),
     "schedule.run_as": run("tests/interpreter/service/test_security_submit.py::"
                            "test_a_scheduled_run_acts_as_its_run_as_service"),
-    "event.source": compile_only(EVENT),
-    "event.type": compile_only(EVENT),
-    "event.filter": compile_only(EVENT),
+    "event.source": run(EVENTS + "test_an_event_of_another_type_or_source_or_filtered_out_starts_nothing"),
+    "event.type": run(EVENTS + "test_a_signed_event_starts_the_definition_as_its_run_as"),
+    "event.filter": run(EVENTS + "test_an_event_of_another_type_or_source_or_filtered_out_starts_nothing"),
+    "event.run_as": run(EVENTS + "test_a_signed_event_starts_the_definition_as_its_run_as"),
+    "event.order": run(EVENTS + "test_an_out_of_order_sequence_is_recorded_and_not_run"),
+    "eventOrder.key": run(EVENTS + "test_an_out_of_order_sequence_is_recorded_and_not_run"),
+    "eventOrder.sequence": run(EVENTS + "test_an_out_of_order_sequence_is_recorded_and_not_run"),
     # -- steps ---------------------------------------------------------------------------------------
     "step.id": run(FLOW + "test_a_straight_run_completes_with_its_output"),
     "step.name": compile_only("a display name for people; no behaviour"),

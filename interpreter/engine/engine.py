@@ -112,6 +112,8 @@ class Engine:
         self.pools: Mapping[str, int] = {}
         #: which signers' definitions this process executes (None: no check, the embedded default)
         self.trust_gate: trustgate.TrustGate | None = None
+        #: telemetry hooks (service/telemetry: metrics, traces), set by the runtime; None: nothing is recorded
+        self.telemetry: Any = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled)
 
@@ -158,6 +160,7 @@ class Engine:
         """Process one step message; return the messages now due (to enqueue). A message must name
         the run's tenant ("" when it names none, which the claim refuses)."""
         slot_errors: list[StepError] = []
+        began = time.monotonic()
         try:
             try:
                 claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
@@ -166,9 +169,11 @@ class Engine:
                 claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
         except MessageRefused as exc:
             log.info("%s", exc)
+            self.telemetry and self.telemetry.refused(exc.reason)
             return ()
         except ClaimDeferred as exc:  # a bulkhead, lock or pool is full: the message comes back later
             log.debug("%s", exc)
+            self.telemetry and self.telemetry.deferred(exc)
             return ()
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
@@ -179,9 +184,14 @@ class Engine:
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
         # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
         # the step's circuit breaker, if it names one: an open breaker fails the attempt without running it
+        if self.telemetry is not None:  # a span per attempt, metrics and log context (service/telemetry)
+            return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
+        return self._run_attempt(x, refused, claimed.resumed)[1]
+
+    def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
         outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))
-        counts = not claimed.resumed and refused is None and not isinstance(outcome, Skipped)
-        return self.commit(x, outcome, actor=self.actor, counts_step=counts)
+        counts = not resumed and refused is None and not isinstance(outcome, Skipped)
+        return outcome, self.commit(x, outcome, actor=self.actor, counts_step=counts)
 
     def _claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None,
                slot_errors: list[StepError]) -> Claimed:
@@ -260,6 +270,7 @@ class Engine:
             return ()
         if done.run_state in RUN_FINAL:
             self.outputs.forget(run_id)
+            self.telemetry and self.telemetry.run_done(run_id, done.run_state)
         return done.messages
 
     def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict | None = None) -> None:

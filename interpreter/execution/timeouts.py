@@ -17,6 +17,8 @@ finally returns.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 import queue
 import threading
@@ -98,7 +100,7 @@ class AttemptRunner:
             return True
 
     def submit(self, fn: Callable[[], Any]) -> Job:
-        job = Job(fn)
+        job = Job(functools.partial(contextvars.copy_context().run, fn))  # log context and span go with it
         self._take().inbox.put(job)
         return job
 

@@ -71,12 +71,13 @@ def member_permissions(access: AccessProvider, tenant: str, principal: str) -> t
 
 
 def acting_identity(plan: Plan, initiator: str, run_as: str | None) -> str:
-    """Whose permissions a run acts with: ``run_as`` for a scheduled run (it must be the schedule's
-    ``run_as``), else the initiator."""
+    """Whose permissions a run acts with: ``run_as`` for a scheduled or event-started run (it must be the
+    schedule's or the event trigger's ``run_as``), else the initiator."""
     if run_as is None:
         return initiator
-    schedule = plan.trigger.schedule if plan.trigger is not None else None
-    declared = (schedule or {}).get("run_as")
+    triggers = (plan.trigger.schedule, plan.trigger.event) if plan.trigger is not None else ()
+    declared_all = [t["run_as"] for t in triggers if t and t.get("run_as")]  # a schedule's or an event's
+    declared = run_as if run_as in declared_all else (declared_all[0] if declared_all else None)
     if declared != run_as:
         raise Unauthorized(f"{plan.name} v{plan.version} declares no schedule running as {run_as}"
                            + (f" (its schedule runs as {declared})" if declared else "")

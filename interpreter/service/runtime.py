@@ -44,7 +44,7 @@ from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
-from sealflow.interpreter.service import approvals, dlq, honoured, priority
+from sealflow.interpreter.service import approvals, dlq, honoured, priority, telemetry
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
@@ -155,6 +155,7 @@ class Runtime:
         self._dispatch_reset = False
         self._input_validators: dict[str, Any] = {}
         self._plan_json: dict[str, str] = {}
+        self.telemetry = telemetry.install(self)  # metrics, traces, log context (service/telemetry)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _past_deadline(self, run_id: str) -> bool:

@@ -52,6 +52,7 @@ ROWS = [
     Row("#/$defs/trigger", m.Trigger, p.TriggerPlan),
     Row("#/$defs/schedule", m.Schedule, None),
     Row("#/$defs/event", m.Event, None),
+    Row("#/$defs/eventOrder", m.EventOrder, None),
     Row("#/$defs/input", m.Input, None),
     Row("#/$defs/schemaRef", m.SchemaRef, None),
     Row("#/$defs/budget", m.Budget, p.BudgetPlan, renamed={"max_runtime": ("max_runtime_ms",)}),

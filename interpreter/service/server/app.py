@@ -25,7 +25,7 @@ from sealflow.interpreter.service.server.auth import Authenticator
 from sealflow.interpreter.service.server.middleware import BodyLimit, OpenBanner
 from sealflow.interpreter.service.server.oidc import OidcVerifier
 from sealflow.interpreter.service.server.ratelimit import RateLimiter
-from sealflow.interpreter.service.server.routes import approvals, definitions, dlq, health, runs
+from sealflow.interpreter.service.server.routes import approvals, definitions, dlq, events, health, metrics, runs
 from sealflow.interpreter.service.server.schemas import Problem
 from sealflow.interpreter.service.server.settings import ServerSettings
 
@@ -67,6 +67,9 @@ def open_runtime(settings: ServerSettings) -> Any:
     if not settings.allow_open:
         require_policy(access, "sealflow serve")
     logging.getLogger("sealflow.access").setLevel(logging.ERROR)  # the server announces open mode itself
+    from sealflow.interpreter.service.telemetry import tracing
+
+    tracing.configure()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operations.md "Traces")
     return Runtime(settings.store_url, access=access, config=RuntimeConfig.from_env(settings.config_path))
 
 
@@ -116,7 +119,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
                                                 allow_open=settings.allow_open,
                                                 limiter=RateLimiter(settings.rate, settings.burst))
     problems.install(app)
-    for module in (runs, approvals, dlq, definitions, health):
+    for module in (runs, approvals, dlq, definitions, health, metrics, events):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
     if settings.allow_open:
@@ -126,4 +129,10 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
 
 def from_env() -> FastAPI:
     """The factory of uvicorn's worker processes (``--workers N``)."""
+    import os
+
+    if os.environ.get("SEALFLOW_LOG_FORMAT") == "json":
+        from sealflow.interpreter.service.telemetry import logging as telemetry_logging
+
+        telemetry_logging.setup("json")
     return create_app(ServerSettings.from_env())

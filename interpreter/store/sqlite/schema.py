@@ -170,6 +170,12 @@ def _api(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _events(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.events import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _breakers(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.breakers import SCHEMA
 
@@ -189,6 +195,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (9, "circuit breakers shared by every process", _breakers),
     (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
     (11, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _api),
+    (13, "signed events: the first answer per event id, the last sequence applied per ordering key", _events),
 ]
 LATEST = MIGRATIONS[-1][0]
 

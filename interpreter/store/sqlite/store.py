@@ -39,6 +39,7 @@ from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
+from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
 from sealflow.interpreter.store.sqlite.schema import migrate
 from sealflow.interpreter.store.sqlite.steps import StepPathMixin
@@ -75,7 +76,8 @@ class _Checkpointer(threading.Thread):
         self._conn.close()
 
 
-class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, Store):
+class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
+                  Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,

@@ -61,9 +61,12 @@ def _config_path() -> str | None:
               help="The largest request body accepted, in bytes.")
 @click.option("--work/--no-work", default=True, show_default=True,
               help="Also work the runs in this process (worker, dispatcher, sweeper).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              envvar="SEALFLOW_LOG_FORMAT",
+              help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
 def serve(host, port, workers, store_url, access_path, trust, actions, allow_open, oidc_issuer, oidc_audience,
           oidc_jwks, oidc_algorithms, oidc_leeway, oidc_principal_claim, oidc_principal_prefix, oidc_tenant_claim,
-          oidc_default_tenant, rate_limit, max_body, work):
+          oidc_default_tenant, rate_limit, max_body, work, log_format):
     """Serve the HTTP API: runs, approvals, dead letters, definitions; OpenAPI at /openapi.json."""
     from sealflow.cli.definition_files import load_trust_policy
     from sealflow.interpreter.service.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
@@ -101,6 +104,11 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
                f"{'trust policy ' + trust if trust else 'development mode: unsigned definitions'})", err=True)
     import uvicorn
 
+    from sealflow.interpreter.service.telemetry import logging as telemetry_logging
+
+    if log_format == "json":  # text: unchanged (warnings and errors only)
+        os.environ["SEALFLOW_LOG_FORMAT"] = log_format  # uvicorn's worker processes (app.from_env) read it
+        telemetry_logging.setup(log_format)
     if workers == 1:
         from sealflow.interpreter.service.server.app import create_app
 

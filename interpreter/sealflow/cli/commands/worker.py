@@ -101,13 +101,10 @@ def step_log():
     return StepLog()
 
 
-def _setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.getLogger("dramatiq").setLevel(logging.WARNING)
+def _setup_logging(log_format: str = "text") -> None:
+    from sealflow.interpreter.service.telemetry import logging as telemetry_logging
+
+    telemetry_logging.setup(log_format, sys.stderr)
 
 
 def _install_signals(stop: threading.Event) -> None:
@@ -166,8 +163,17 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
               help="At SIGTERM/SIGINT, how long running attempts may take to finish before they are abandoned.")
 @click.option("--redeliver-after", type=click.FloatRange(1), default=60.0, show_default=True, metavar="SECONDS",
               help="Send a message again when it was sent this long ago and never claimed (lost with a dead worker).")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              envvar="SEALFLOW_METRICS_PORT",
+              help="Serve Prometheus metrics on http://--metrics-addr:PORT/metrics ($SEALFLOW_METRICS_PORT; "
+                   "docs/operations.md).")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="The address --metrics-port listens on (0.0.0.0 for a scraper on another host).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              envvar="SEALFLOW_LOG_FORMAT",
+              help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
 def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow_unsigned, threads, queue_name,
-           priorities, grace, redeliver_after):
+           priorities, grace, redeliver_after, metrics_port, metrics_addr, log_format):
     """Run steps from a Redis broker until SIGTERM/SIGINT (the distributed deployment).
 
     Every worker of one deployment loads the same --actions (only those: the demo world's actions too
@@ -209,13 +215,24 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     url = store_location(store_url)
     stop = threading.Event()
     _install_signals(stop)
-    _setup_logging()
+    _setup_logging(log_format)
     try:
         rt = Runtime(url, access=provider, config=load_config(), broker=broker, queue_name=queue_name,
                      worker_threads=threads, redeliver_after=redeliver_after, priorities=served)
     except StoreError as exc:
         fail_usage(str(exc))
     steps.store = rt.store
+    if metrics_port is not None:
+        from sealflow.interpreter.service.telemetry.metrics import serve_metrics
+
+        try:
+            serve_metrics(rt.telemetry.metrics, metrics_port, metrics_addr)
+        except OSError as exc:
+            rt.close(grace=0)
+            fail_usage(f"--metrics-port {metrics_port}: cannot listen on {metrics_addr}:{metrics_port}: {exc}")
+    from sealflow.interpreter.service.telemetry import tracing
+
+    tracing.configure()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     rt.engine.trust_gate = _trust_gate(trust, allow_unsigned, rt.engine.actor)
     try:
         rt.start()  # the Dramatiq worker, then recovery of what is in flight

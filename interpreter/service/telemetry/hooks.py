@@ -1,0 +1,58 @@
+"""What the engine calls (``engine.telemetry``): one object joining metrics, the attempt's span and the log
+context, so the engine needs one line per hook and knows nothing of Prometheus or OpenTelemetry."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sealflow.interpreter.service.telemetry import logging as jsonlog
+from sealflow.interpreter.service.telemetry import tracing
+from sealflow.interpreter.service.telemetry.metrics import Metrics, model_of, outcome_label
+
+log = logging.getLogger("sealflow.telemetry")
+
+
+class Telemetry:
+    """The hooks of one runtime: :attr:`metrics` (its Prometheus registry) and the tracer spans go to."""
+
+    def __init__(self, metrics: Metrics, store: Any, *, clock: Any = None, tracer_provider: Any = None):
+        self.metrics = metrics
+        self.store = store
+        self.now: Callable[[], float] = clock.now if clock is not None else time.time
+        self.tracer = tracing.tracer(tracer_provider)
+
+    def attempt(self, x: Any, refused: Any, run: Callable[[], tuple[Any, Any]], began: float) -> Any:
+        """Run one claimed attempt (``run`` executes and commits it) inside its span and log context; count
+        it. Returns the messages the commit made due."""
+        with tracing.attempt_span(x, self.tracer) as span:
+            sc = span.get_span_context()
+            ids = {"run_id": x.run.id, "step_id": x.step_id, "attempt": x.attempt.attempt}
+            if sc.is_valid:
+                ids.update(trace_id=format(sc.trace_id, "032x"), span_id=format(sc.span_id, "016x"))
+            with jsonlog.attempt_context(**ids):
+                outcome, messages = run()
+                seconds = time.monotonic() - began
+                self.metrics.attempt_done(x, outcome, refused, seconds)
+                try:
+                    tracing.finish(span, self.tracer, outcome, outcome_label(outcome),
+                                   model_of(x.step) if refused is None else None, seconds)
+                except Exception:  # noqa: BLE001 - telemetry must never fail a step
+                    log.debug("tracing: attempt not recorded", exc_info=True)
+                log.debug("step attempt %s", outcome_label(outcome))
+        return messages
+
+    def refused(self, reason: str) -> None:
+        self.metrics.refused(reason)
+
+    def deferred(self, exc: Any) -> None:
+        self.metrics.deferred(exc)
+
+    def run_done(self, run_id: str, state: str) -> None:
+        try:
+            run = self.store.get_run(run_id)
+            self.metrics.run_done(state, run.created_at, self.now())
+        except Exception:  # noqa: BLE001
+            log.debug("metrics: run %s not recorded", run_id, exc_info=True)
