@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sealflow.dsl.expressions import compile_cached, evaluate, truthy
+from sealflow.interpreter.core.errors import ConfigError
 
 DEFAULT_TOLERANCE_S = 300.0
 MAX_ID = 256
@@ -61,24 +62,35 @@ class Source:
 
 
 def sources(config: Any) -> dict[str, Source]:
-    """The configured event sources (``events.sources``) of a :class:`RuntimeConfig` or a mapping."""
+    """The configured event sources (``events.sources``) of a :class:`RuntimeConfig` or a mapping;
+    :class:`ConfigError` naming the key when the section is invalid (``sealflow serve`` checks it at start)."""
     extra: Mapping[str, Any] = getattr(config, "extra", config) or {}
+    where_file = getattr(config, "source", None) or "the runtime configuration"
     section = extra.get("events") or {}
     if not isinstance(section, Mapping):
-        raise ValueError("events: expected a mapping with sources:")
-    tolerance = float(section.get("tolerance", DEFAULT_TOLERANCE_S))
+        raise ConfigError(f"{where_file}: events: expected a mapping with sources:")
+    tolerance = _seconds(section.get("tolerance", DEFAULT_TOLERANCE_S), f"{where_file}: events.tolerance")
+    raw_sources = section.get("sources") or {}
+    if not isinstance(raw_sources, Mapping):
+        raise ConfigError(f"{where_file}: events.sources: expected a mapping of source names")
     found: dict[str, Source] = {}
-    for name, raw in (section.get("sources") or {}).items():
-        where = f"events.sources.{name}"
+    for name, raw in raw_sources.items():
+        where = f"{where_file}: events.sources.{name}"
         if not isinstance(raw, Mapping):
-            raise ValueError(f"{where}: expected a mapping with secret: and tenant:")
+            raise ConfigError(f"{where}: expected a mapping with secret: and tenant:")
         ref = raw.get("secret")
         if not isinstance(ref, Mapping) or not isinstance(ref.get("secret"), str):
-            raise ValueError(f"{where}.secret: write secret: {{secret: NAME}} (a secret reference; an inline "
-                             "secret is refused)")
+            raise ConfigError(f"{where}.secret: write secret: {{secret: NAME}} (a secret reference; an inline "
+                              "secret is refused)")
         found[str(name)] = Source(str(name), ref["secret"], str(raw.get("tenant", "default")),
-                                  float(raw.get("tolerance", tolerance)))
+                                  _seconds(raw.get("tolerance", tolerance), f"{where}.tolerance"))
     return found
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
+        raise ConfigError(f"{where}: a number of seconds between 0 and 86400, not {value!r}")
+    return float(value)
 
 
 def secret_key(value: str) -> bytes:

@@ -75,7 +75,14 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
     provider = load_access(access_path)
     if not allow_open:
         require_policy(provider, "sealflow serve")
-    load_config()
+    config = load_config()
+    from sealflow.interpreter.core.errors import ConfigError
+    from sealflow.interpreter.service import events
+
+    try:
+        events.sources(config)  # an invalid events: section stops the server here, not at the first request
+    except ConfigError as exc:
+        fail_usage(str(exc))
     if trust is not None:
         load_trust_policy(trust)
     import_actions(actions, demo=False)

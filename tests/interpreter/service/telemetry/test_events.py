@@ -168,3 +168,15 @@ def test_events_send_signs_a_delivery_the_server_accepts(client, runtime, monkey
     # Then the server verified it and started a run
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["results"][0]["result"] == "started"
+
+
+def test_given_an_invalid_events_section_when_serve_starts_then_it_stops_with_the_key_named(tmp_path, capsys):
+    # Given a runtime configuration whose event source has an inline secret
+    from sealflow.cli import main
+
+    config = tmp_path / "runtime.yaml"
+    config.write_text("events:\n  sources:\n    crm: {secret: inline-secret, tenant: acme}\n")
+    # When the server starts, then it refuses at once naming the key, never serving a 500 later
+    code = main(["--config", str(config), "serve", "--allow-open", "--store", f"sqlite:///{tmp_path}/s.db"])
+    err = capsys.readouterr().err
+    assert code == 2 and "events.sources.crm.secret" in err and "inline-secret" not in err
