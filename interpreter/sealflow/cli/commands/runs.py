@@ -183,8 +183,13 @@ def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, a
 def recover(actions, store_url, principal, tenant, access_path, as_json):
     """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. The report names
     only runs of --tenant that you may read."""
+    from sealflow.interpreter.service.readiness import NotReady
+
     with open_runtime(store_url, actions, access=access_path) as rt:
-        report = rt.recover(actor=principal, tenant=tenant)
+        try:
+            report = rt.recover(actor=principal, tenant=tenant)
+        except NotReady as exc:
+            refuse(exc)
         touched = list(dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]))
         results = {run_id: rt.drive(run_id).state for run_id in touched}
         if as_json:
