@@ -25,7 +25,9 @@ from sealflow.cli.session import (
     load_access,
     no_run,
     open_runtime,
+    project_actions,
     require_policy,
+    trust_path,
     with_demo,
 )
 
@@ -67,7 +69,7 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
 
 def _load(file, actions, trust, bundle):
     import_actions(actions, demo=True)
-    return definition_files.load(file, with_demo(actions), trust=trust, bundle=bundle)
+    return definition_files.load(file, with_demo(project_actions(actions)), trust=trust_path(trust), bundle=bundle)
 
 
 follow_option = click.option("--follow", is_flag=True, help="Keep showing progress through timers of any length "

@@ -14,7 +14,7 @@ from sealflow.cli import definition_files
 from sealflow.cli.definition_files import expand_paths
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import access_option, actions_option, json_flag, store_option, tenant_option
-from sealflow.cli.session import open_runtime, with_demo
+from sealflow.cli.session import open_runtime, project_actions, trust_path, with_demo
 
 SCHEDULER = "service:sealflow-scheduler"
 
@@ -97,7 +97,8 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     at_time = _parse_at(at)
     if at_time is not None and not once:
         fail_usage("--at goes with --once")
-    plans = _load(paths, actions, trust)
+    trust = trust_path(trust)
+    plans = _load(paths, project_actions(actions), trust)
     catch_up = dt.timedelta(seconds=catch_up_s)
     with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         if once:
