@@ -167,3 +167,20 @@ def test_dlq_redrive_without_the_action_module_refuses(capsys, project):
     # And with the module, the redrive goes through
     code, out, err = cli(capsys, "dlq", "redrive", run_id, "--actions", "hello_actions.py", "--json")
     assert code == 0 and json.loads(out)["state"] == "completed", (out, err)
+
+
+def test_the_hint_of_a_waiting_run_names_the_next_command_with_every_flag_it_needs(capsys, project, tmp_path):
+    # Given a run started with --actions and --store flags, waiting for user:ben
+    store = f"sqlite:///{tmp_path / 'other.db'}"
+    code, out, err = cli(capsys, "run", "hello-gated.v1.yaml", "--actions", "hello_actions.py", "--store", store,
+                         "--as", "user:ann")
+    assert code == 3, (out, err)
+    run_id = out.split()[1].rstrip(":")
+    # Then the hint is the exact next command: the approver and the same flags
+    assert (f"sealflow approve {run_id} --as user:ben --store {store} --actions hello_actions.py  or  "
+            f"sealflow reject {run_id} --as user:ben --reason TEXT --store {store} --actions hello_actions.py") in out
+    forget()
+    # And following it works
+    code, out, err = cli(capsys, "approve", run_id, "--as", "user:ben", "--store", store, "--actions",
+                         "hello_actions.py")
+    assert code == 0, (out, err)

@@ -71,12 +71,19 @@ def print_outcome(status) -> None:
         click.echo(f"error: {run.error_class}: {run.error_message}")
     if status.waiting:
         w = status.waiting
+        from sealflow.cli.session import repeat_flags
+
+        flags = repeat_flags()
+        flags = f" {flags}" if flags else ""
         if w.get("kind") == "approval":
-            click.echo(f"waiting for approval at {w['step']} by {', '.join(w.get('approvers') or [])} "
-                       f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id}  or  "
-                       f"sealflow reject {run.id} --reason TEXT")
+            approvers = w.get("approvers") or []
+            users = [a for a in approvers if not str(a).startswith("role:")]
+            who = users[0] if len(approvers) == 1 and users else "PRINCIPAL"
+            click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
+                       f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
+                       f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
         else:
-            click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover` drives it on when due")
+            click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     if run.state == "completed":
         click.echo("output: " + _json(run.output))
 
