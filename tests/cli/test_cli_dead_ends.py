@@ -184,3 +184,37 @@ def test_the_hint_of_a_waiting_run_names_the_next_command_with_every_flag_it_nee
     code, out, err = cli(capsys, "approve", run_id, "--as", "user:ben", "--store", store, "--actions",
                          "hello_actions.py")
     assert code == 0, (out, err)
+
+
+# ---------------------------------------------------------------- messages
+
+def test_open_development_mode_is_announced_once_by_a_command_that_acts_and_not_by_reads(capsys, project):
+    # Given no access policy
+    # When a run is started
+    code, out, err = cli(capsys, "run", "hello-gated.v1.yaml", "--actions", "hello_actions.py", "--json")
+    # Then the warning appears once
+    assert err.count("OPEN DEVELOPMENT MODE") == 1, err
+    run_id = json.loads(out)["run_id"]
+    # And reading the run does not repeat it
+    for argv in (("status", run_id), ("runs", "list"), ("audit", run_id), ("dlq", "list")):
+        code, out, err = cli(capsys, *argv)
+        assert "OPEN DEVELOPMENT MODE" not in err, argv
+
+
+def test_run_without_actions_does_not_blame_actions_you_did_not_pass(capsys, project):
+    # Given a definition naming a custom action, When it is run without --actions
+    code, out, err = cli(capsys, "run", "hello-gated.v1.yaml")
+    err = out + err
+    # Then the hint says how to load the module, not "the --actions modules you passed"
+    assert code == 1 and "unknown action 'hello.greet'" in err, err
+    assert "you passed" not in err and "--actions MODULE" in err and "sealflow.yaml" in err
+
+
+def test_a_broken_access_policy_gets_a_hint_about_access_policies(capsys, project):
+    # Given an access policy that is not valid
+    (project / "access.yaml").write_text("tenants: [1, 2]\n")
+    # When a command loads it
+    code, out, err = cli(capsys, "runs", "list", "--access", "access.yaml")
+    # Then the hint is about access policies, not definitions
+    assert code == 2, err
+    assert "hint: an access policy names tenants" in err and "definition" not in err.lower(), err

@@ -14,7 +14,8 @@ gives: the store, the runtime configuration, the access policy, the trust policy
 ``--actions``) and models (:func:`project`).
 
 **Access.** Without an access policy (``--access FILE``, ``$SEALFLOW_ACCESS``) the embedded default runs in open
-development mode and says so on stderr at every command; commands that serve others (``submit`` to a shared
+development mode and says so on stderr, once, in the commands that act (``run``, ``submit``, ``worker``,
+``serve``; :data:`ACTING`), not on every read; commands that serve others (``submit`` to a shared
 store, ``worker``) refuse to start without one (:func:`require_policy`).
 """
 
@@ -151,11 +152,27 @@ def load_access(path: str | None, *, quiet: bool = False):
         fail_usage((exc.message if not exc.diagnostics else f"access policy {path} is invalid (see above)")
                    + "\n  hint: an access policy names tenants, their roles (permissions) and members; fix the file "
                    "or point --access / $SEALFLOW_ACCESS / access: in sealflow.yaml at another (docs/security.md)")
-    if is_open(provider) and not quiet:
+    if is_open(provider) and not quiet and _acts():
         click.echo("sealflow: warning: OPEN DEVELOPMENT MODE: no access policy (--access FILE or SEALFLOW_ACCESS), "
                    "so every principal holds every permission and role; runs record access: open-development",
                    err=True)
     return provider
+
+
+#: the commands that act (start runs or serve others): the open-development-mode warning is theirs, once each
+ACTING = frozenset({"run", "submit", "worker", "serve"})
+
+
+def _acts() -> bool:
+    """Whether this command is one of :data:`ACTING` (outside a command line: yes)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return True
+    obj = ctx.find_root().ensure_object(dict)
+    if ctx.info_name not in ACTING or obj.get("warned_open"):
+        return False
+    obj["warned_open"] = True
+    return True
 
 
 def is_shared_store(url: str | None) -> bool:
