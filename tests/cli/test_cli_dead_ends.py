@@ -218,3 +218,34 @@ def test_a_broken_access_policy_gets_a_hint_about_access_policies(capsys, projec
     # Then the hint is about access policies, not definitions
     assert code == 2, err
     assert "hint: an access policy names tenants" in err and "definition" not in err.lower(), err
+
+
+def test_dlq_show_has_a_text_form_with_readable_times(capsys, project):
+    # Given a dead-lettered run
+    code, out, err = cli(capsys, "run", "hello-flaky.v1.yaml", "--actions", "hello_actions.py", "--json")
+    run_id = json.loads(out)["run_id"]
+    # When dlq show prints it without --json
+    code, out, err = cli(capsys, "dlq", "show", run_id)
+    # Then it is text, with UTC times to the second and the next command
+    assert code == 0, err
+    assert out.startswith(f"dead letter {run_id}  hello-flaky v1") and not out.lstrip().startswith("{")
+    import re
+
+    assert re.search(r"dead since:  \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", out), out
+    assert "invalid_request: not fixed yet" in out and f"sealflow dlq redrive {run_id}" in out
+    # And --json still prints the whole record
+    code, out, err = cli(capsys, "dlq", "show", run_id, "--json")
+    assert json.loads(out)["run"]["id"] == run_id
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [(0.25, "250ms"), (5, "5s"), (2.834, "2.8s"), (150, "2m30s"),
+                                                (86400, "24h"), (86399.6, "24h"), (95400, "26h30m")])
+def test_durations_print_one_way(seconds, shown):
+    from sealflow.cli.render import duration
+
+    assert duration(seconds) == shown
+
+
+def test_a_waiting_gate_shows_its_due_time_as_a_duration(capsys, project):
+    code, out, err = cli(capsys, "run", "hello-gated.v1.yaml", "--actions", "hello_actions.py")
+    assert code == 3 and ("(due in 1h)" in out or "(due in 59m" in out), out

@@ -39,9 +39,30 @@ def exit_code(state: str) -> int:
     return 0 if state == "completed" else 3 if state == "waiting" else 1 if state in FAILED_STATES else 3
 
 
+def duration(seconds: float) -> str:
+    """A duration as every command prints it, the way definitions write them: ``250ms``, ``5s``, ``1.5s``,
+    ``2m30s``, ``24h``, ``26h30m`` (at most two units, rounded; hours are the largest unit)."""
+    ms = max(0, round(seconds * 1000))
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 10_000 and ms % 1000:
+        return f"{ms / 1000:.1f}s"
+    left = round(ms / 1000)
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+        elif parts:
+            parts.append("")
+        if len(parts) == 2:
+            break
+    return "".join(p for p in parts if p and not p.startswith("0"))
+
+
 def _ms(a) -> str:
     if a.started_at and a.ended_at:
-        return f"{(a.ended_at - a.started_at) * 1000:.0f}ms"
+        return duration(a.ended_at - a.started_at)
     return ""
 
 
@@ -53,7 +74,7 @@ def print_timeline(status, *, since: int = 0) -> None:
         if a.error_class:
             line += f"  {a.error_class}: {a.error_message}"
         if a.state in ("retry_wait", "waiting") and a.due_at:
-            line += f"  (due in {max(a.due_at - time.time(), 0):.1f}s)"
+            line += f"  (due in {duration(max(a.due_at - time.time(), 0))})"
         click.echo(line)
 
 
@@ -192,3 +213,41 @@ def print_dead_letters(letters, as_json: bool) -> None:
     for x in letters:
         flag = " QUARANTINED" if getattr(x, "quarantined", False) else ""
         click.echo(f"{x.run_id}  {x.reason}{flag}")
+
+
+def when(ts: float | None) -> str:
+    """A store timestamp as every text view prints it: UTC, to the second (``2026-12-01 04:20:23Z``)."""
+    if not ts:
+        return "-"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def print_dead_letter(detail: dict, as_json: bool) -> None:
+    """``dlq show``: JSON for machines, else the dead letter, its failed attempts and its last audit events,
+    with readable times and durations."""
+    if as_json:
+        click.echo(_json(detail, indent=2))
+        return
+    d, run = detail["dead_letter"], detail["run"]
+    flag = " (quarantined)" if d.get("quarantined") else ""
+    click.echo(f"dead letter {d['run_id']}  {run.get('workflow')} v{run.get('workflow_version')}  "
+               f"state {run.get('state')}{flag}")
+    click.echo(f"  reason:      {d['reason']}")
+    click.echo(f"  failed step: {d.get('step_id') or '-'}  ({d.get('error_class')})")
+    if run.get("error_message"):
+        click.echo(f"  error:       {run.get('error_class')}: {run['error_message']}")
+    click.echo(f"  dead since:  {when(d.get('created_at'))}  redriven {d.get('redrive_count', 0)} time(s)")
+    click.echo(f"  fingerprint: {d.get('fingerprint')}")
+    if detail.get("failed_attempts"):
+        click.echo("failed attempts:")
+        for a in detail["failed_attempts"]:
+            took = duration(a["ended_at"] - a["started_at"]) if a.get("started_at") and a.get("ended_at") else ""
+            click.echo(f"  {when(a.get('ended_at'))}  {a['step_id']:<20} attempt {a['attempt']:<3} {took:>6}  "
+                       f"{a.get('error_class')}: {a.get('error_message')}")
+    if detail.get("audit"):
+        click.echo("last audit events:")
+        for e in detail["audit"]:
+            click.echo(f"  {when(e.get('ts'))}  {e['event']:<22} {e.get('step_id') or '-':<20} {e.get('actor')}")
+    click.echo(f"redrive it with: sealflow dlq redrive {d['run_id']}")
