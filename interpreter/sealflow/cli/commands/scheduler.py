@@ -102,9 +102,14 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     catch_up = dt.timedelta(seconds=catch_up_s)
     with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         if once:
-            done = fire(rt, plans, at_time or dt.datetime.now(dt.UTC), tenant=tenant, catch_up=catch_up,
-                        drive=not no_drive)
+            now = at_time or dt.datetime.now(dt.UTC)
+            done = fire(rt, plans, now, tenant=tenant, catch_up=catch_up, drive=not no_drive)
             _report(done, as_json)
+            if not done and not as_json:
+                nxt = min((next_slot(s["cron"], s.get("timezone"), now), lp.plan.name, lp.plan.version)
+                          for lp, s in plans)
+                click.echo(f"nothing was due at {now.isoformat(timespec='seconds')}; the next slot is "
+                           f"{nxt[1]} v{nxt[2]} at {nxt[0].isoformat(timespec='seconds')}")
             sys.exit(1 if any("refused" in d for d in done) else 0)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -122,7 +127,7 @@ def _report(done: list[dict], as_json: bool) -> None:
         click.echo(json.dumps(done))
         return
     for d in done:
-        what = f"refused: {d['refused']}" if "refused" in d else f"run {d['run_id']} {d['state']}"
+        what = f"refused: {d['refused']}" if "refused" in d else f"submitted run {d['run_id']}, {d['state']}"
         click.echo(f"{d['workflow']} v{d['version']} slot {d['slot']} as {d['run_as']}: {what}")
 
 
