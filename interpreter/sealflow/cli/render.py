@@ -195,13 +195,17 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
         click.echo(f"nothing waits for {principal} in tenant {tenant}")
         return
     for w in waiting:
-        due = "" if w["due_at"] is None else f"  due in {max(w['due_at'] - time.time(), 0) / 3600:.1f}h"
+        due = "" if w["due_at"] is None else f"  due in {duration(max(w['due_at'] - time.time(), 0))}"
         click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}  as {w['as']}  "
                    f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
         click.echo(f"    input: {_json(w.get('input'))}")
         click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
-        click.echo(f"    sealflow approve {w['run_id']} --tenant {tenant}  |  sealflow reject {w['run_id']} "
-                   f"--tenant {tenant} --reason TEXT")
+        from sealflow.cli.session import repeat_flags
+
+        flags = repeat_flags(skip=("--tenant",))
+        flags = f" {flags}" if flags else ""
+        click.echo(f"    sealflow approve {w['run_id']} --as {principal} --tenant {tenant}{flags}  |  sealflow reject "
+                   f"{w['run_id']} --as {principal} --tenant {tenant} --reason TEXT{flags}")
 
 
 def print_dead_letters(letters, as_json: bool) -> None:
