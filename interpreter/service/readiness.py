@@ -57,7 +57,9 @@ def lacks(runtime: Any, run: Any) -> list[tuple[str, str]]:
     missing = [("action", name) for name in plan_actions(plan) if name not in runtime.registry]
     missing += [("model", name) for name in plan_models(plan) if name not in runtime.providers]
     gate = runtime.engine.trust_gate
-    if gate is not None:
+    # a gate with no policy cannot verify a signed run: a lack. A policy that refuses the run is a verdict, not
+    # a lack: the run fails at its next step (trustgate), as it must on every process.
+    if gate is not None and gate.policy is None:
         reason = gate.refusal(run, runtime.store, runtime.clock.now())
         if reason is not None:
             missing.append(("trust", reason))

@@ -447,15 +447,17 @@ class Runtime:
                                            detail={"state": run.state}), self.clock.now())
         raise InvalidOperation(message)
 
-    def recover(self, *, actor: str | None = None, tenant: str | None = None) -> dict:
+    def recover(self, *, actor: str | None = None, tenant: str | None = None, refuse_unready: bool = False) -> dict:
         """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`). The
         report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
-        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. A process that would
-        execute a run in flight it lacks the actions, models or trust policy for refuses first, nothing changed
+        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``refuse_unready``
+        (an operator's ``sealflow recover``), a process that would execute a run in flight it lacks the actions,
+        models or trust policy for refuses first, nothing changed
         (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
-        active = self.store.active_runs()
-        readiness.require_ready_all(self, active, visible_runs(self.store, self.access, active, tenant=tenant,
-                                                               actor=actor), "recover")
+        if refuse_unready:
+            active = self.store.active_runs()
+            readiness.require_ready_all(self, active, visible_runs(self.store, self.access, active, tenant=tenant,
+                                                                   actor=actor), "recover")
         expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:

@@ -189,7 +189,7 @@ def recover(actions, store_url, principal, tenant, access_path, as_json):
 
     with open_runtime(store_url, actions, access=access_path) as rt:
         try:
-            report = rt.recover(actor=principal, tenant=tenant)
+            report = rt.recover(actor=principal, tenant=tenant, refuse_unready=True)
         except NotReady as exc:
             refuse(exc)
         touched = list(dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]))
