@@ -67,6 +67,6 @@ def test_given_nothing_due_when_the_scheduler_fires_once_then_it_says_so_and_whe
 
 @_REFUSED
 def test_given_a_due_slot_when_the_scheduler_fires_once_in_text_then_it_says_what_it_submitted(capsys):
-    code = main(["scheduler", str(DEFINITIONS / "weekly-report.v1.yaml"), "--once", "--at", SLOT_TIME])
+    main(["scheduler", str(DEFINITIONS / "weekly-report.v1.yaml"), "--once", "--at", SLOT_TIME])
     out = capsys.readouterr().out
     assert "weekly-report v1 slot 2026-11-30T" in out and ": submitted run run_" in out, out

@@ -48,7 +48,7 @@ def duration(seconds: float) -> str:
     if ms < 10_000 and ms % 1000:
         return f"{ms / 1000:.1f}s"
     left = round(ms / 1000)
-    parts = []
+    parts: list[str] = []
     for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
         if left >= size or (unit == "s" and not parts):
             parts.append(f"{left // size}{unit}")

@@ -128,7 +128,7 @@ def load_config(path: str | None = None):
         if models is not None and "models" not in config.extra:
             import yaml
 
-            raw = {}
+            raw: dict = {}
             if path:
                 with open(path, encoding="utf-8") as fh:
                     raw = yaml.safe_load(fh) or {}

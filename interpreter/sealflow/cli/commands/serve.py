@@ -20,6 +20,7 @@ import click
 
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import access_option, actions_option, store_option
+from sealflow.cli.session import access_path as resolve_access
 from sealflow.cli.session import (
     import_actions,
     load_access,
@@ -30,7 +31,6 @@ from sealflow.cli.session import (
     store_location,
     trust_path,
 )
-from sealflow.cli.session import access_path as resolve_access
 
 
 def _config_path() -> str | None:
