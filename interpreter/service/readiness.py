@@ -49,10 +49,19 @@ def plan_actions(plan: Any) -> list[str]:
     return list(names)
 
 
+def plan_models(plan: Any) -> list[str]:
+    """Every model name ``plan`` may call (ai and agent steps, their fallbacks), in order, once each."""
+    names: dict[str, None] = {}
+    for step in plan.steps:
+        for spec in (step.ai, step.agent):
+            if spec is not None:
+                names.update(dict.fromkeys((spec.model, *getattr(spec, "fallback", ()))))
+    return list(names)
+
+
+
 def lacks(runtime: Any, run: Any) -> list[tuple[str, str]]:
     """What ``runtime`` lacks to execute the steps of ``run`` (empty: it can)."""
-    from sealflow.interpreter.service.runtime import plan_models
-
     plan = runtime.engine.plan(run.plan_digest)
     missing = [("action", name) for name in plan_actions(plan) if name not in runtime.registry]
     missing += [("model", name) for name in plan_models(plan) if name not in runtime.providers]

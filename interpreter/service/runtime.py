@@ -48,6 +48,7 @@ from sealflow.interpreter.service import approvals, dlq, honoured, priority, rea
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
+from sealflow.interpreter.service.readiness import plan_models
 from sealflow.interpreter.service.status import RunStatus, run_status
 from sealflow.interpreter.service.sweeper import Sweeper
 from sealflow.interpreter.steps import approval
@@ -80,16 +81,6 @@ def input_hash(value: Any) -> str:
 
 class ModelNotConfigured(ConfigError):
     """A definition names a model that no configured provider serves."""
-
-
-def plan_models(plan: Plan) -> list[str]:
-    """Every model name ``plan`` may call (ai and agent steps, their fallbacks), in order, once each."""
-    names: dict[str, None] = {}
-    for step in plan.steps:
-        for spec in (step.ai, step.agent):
-            if spec is not None:
-                names.update(dict.fromkeys((spec.model, *getattr(spec, "fallback", ()))))
-    return list(names)
 
 
 def model_providers(config: RuntimeConfig) -> Any:

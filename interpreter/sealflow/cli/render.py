@@ -28,6 +28,32 @@ def _json(value, **kw) -> str:
 
 # ---------------------------------------------------------------- status
 
+def repeat_flags(skip: tuple[str, ...] = ()) -> str:
+    """The flags of this command line that a follow-up command on the same run needs too (``--store``,
+    ``--access``, ``--actions``, ``--trust``, ``--tenant``, ``--config``, ``--project``), as shell words;
+    what the environment or ``sealflow.yaml`` gives needs no repeating."""
+    import shlex
+
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ""
+    words: list[str] = []
+    root = ctx.find_root()
+    for name, flag, c in (("project_path", "--project", root), ("config_path", "--config", root),
+                          ("store_url", "--store", ctx), ("access_path", "--access", ctx),
+                          ("actions", "--actions", ctx), ("trust", "--trust", ctx), ("tenant", "--tenant", ctx)):
+        if flag in skip or c.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
+            continue
+        value = c.params.get(name) if name in c.params else (c.obj or {}).get(name)
+        for v in (value if isinstance(value, (tuple, list)) else (value,)):
+            if v is not None:
+                words += [flag, shlex.quote(str(v))]
+    return " ".join(words)
+
+
+
 def status_dict(status) -> dict:
     """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same)."""
     from sealflow.interpreter.service.status import status_json
@@ -92,8 +118,6 @@ def print_outcome(status) -> None:
         click.echo(f"error: {run.error_class}: {run.error_message}")
     if status.waiting:
         w = status.waiting
-        from sealflow.cli.session import repeat_flags
-
         flags = repeat_flags()
         flags = f" {flags}" if flags else ""
         if w.get("kind") == "approval":
@@ -200,8 +224,6 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
                    f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
         click.echo(f"    input: {_json(w.get('input'))}")
         click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
-        from sealflow.cli.session import repeat_flags
-
         flags = repeat_flags(skip=("--tenant",))
         flags = f" {flags}" if flags else ""
         click.echo(f"    sealflow approve {w['run_id']} --as {principal} --tenant {tenant}{flags}  |  sealflow reject "

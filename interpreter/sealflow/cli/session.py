@@ -85,31 +85,6 @@ def project_actions(actions: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*(_from_project("actions") or ()), *actions)))
 
 
-def repeat_flags(skip: tuple[str, ...] = ()) -> str:
-    """The flags of this command line that a follow-up command on the same run needs too (``--store``,
-    ``--access``, ``--actions``, ``--trust``, ``--tenant``, ``--config``, ``--project``), as shell words;
-    what the environment or ``sealflow.yaml`` gives needs no repeating."""
-    import shlex
-
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return ""
-    words: list[str] = []
-    root = ctx.find_root()
-    for name, flag, c in (("project_path", "--project", root), ("config_path", "--config", root),
-                          ("store_url", "--store", ctx), ("access_path", "--access", ctx),
-                          ("actions", "--actions", ctx), ("trust", "--trust", ctx), ("tenant", "--tenant", ctx)):
-        if flag in skip or c.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
-            continue
-        value = c.params.get(name) if name in c.params else (c.obj or {}).get(name)
-        for v in (value if isinstance(value, (tuple, list)) else (value,)):
-            if v is not None:
-                words += [flag, shlex.quote(str(v))]
-    return " ".join(words)
-
-
 # ---------------------------------------------------------------- configuration and access
 
 def load_config(path: str | None = None):
