@@ -289,7 +289,8 @@ class Compiler(StepKinds):
             import difflib
 
             close = difflib.get_close_matches(name, list(self.actions), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "check the --actions modules you passed"
+            hint = (f"did you mean {close[0]!r}?" if close else "load the module that defines it: --actions "
+                    "MODULE (a module or a .py file), or actions: in sealflow.yaml")
             self.error("C411", f"unknown action {name!r}", pointer, hint)
         return info
 

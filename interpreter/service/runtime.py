@@ -44,10 +44,11 @@ from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
-from sealflow.interpreter.service import approvals, dlq, honoured, priority, telemetry
+from sealflow.interpreter.service import approvals, dlq, honoured, priority, readiness, telemetry
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
+from sealflow.interpreter.service.readiness import plan_models
 from sealflow.interpreter.service.status import RunStatus, run_status
 from sealflow.interpreter.service.sweeper import Sweeper
 from sealflow.interpreter.steps import approval
@@ -80,16 +81,6 @@ def input_hash(value: Any) -> str:
 
 class ModelNotConfigured(ConfigError):
     """A definition names a model that no configured provider serves."""
-
-
-def plan_models(plan: Plan) -> list[str]:
-    """Every model name ``plan`` may call (ai and agent steps, their fallbacks), in order, once each."""
-    names: dict[str, None] = {}
-    for step in plan.steps:
-        for spec in (step.ai, step.agent):
-            if spec is not None:
-                names.update(dict.fromkeys((spec.model, *getattr(spec, "fallback", ()))))
-    return list(names)
 
 
 def model_providers(config: RuntimeConfig) -> Any:
@@ -391,15 +382,24 @@ class Runtime:
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
         """Approve the run's waiting approval as ``actor`` (see :mod:`sealflow.interpreter.policy.approvals`; ``roles``,
-        when given, narrows the roles ``actor`` acts under)."""
+        when given, narrows the roles ``actor`` acts under). A process that would execute the run's next steps
+        but lacks what they need is refused first (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
+        self._ready(run_id, tenant, actor, Operation.DECIDE, "approve")
         approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
         return self.status(run_id)
 
     def reject(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                roles: tuple[str, ...] | list[str] | None = None, reason: str = "") -> RunStatus:
         """Reject the run's waiting approval (a reason is required): the step fails with ``policy_denied``."""
+        self._ready(run_id, tenant, actor, Operation.DECIDE, "reject")
         approvals.reject(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
         return self.status(run_id)
+
+    def _ready(self, run_id: str, tenant: str | None, actor: str | None, operation: Operation, verb: str) -> None:
+        """Before acting on a run: a caller who may not is told there is no such run, then a process that
+        would execute the run's steps but lacks what they need refuses (nothing changed; readiness.py)."""
+        self._scoped(run_id, tenant, actor, operation)
+        readiness.require_ready(self, run_id, verb)
 
     def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
         """The approval gates of ``tenant`` that ``principal`` may decide now (none unless it is a member)."""
@@ -417,6 +417,8 @@ class Runtime:
         self._scoped(run_id, tenant, actor, Operation.CANCEL)
         who = actor or "system"
         run = self.store.get_run(run_id)
+        if run.state not in states.RUN_FINAL:  # compensating runs actions: refuse first if they are missing
+            readiness.require_ready(self, run_id, "cancel")
         if run.state in states.RUN_FINAL:  # cancelling / compensating: nothing changes (undoing must finish)
             self._refuse_cancel(run, who)
         # completed steps to undo and nothing running: cancel and start compensating in one commit
@@ -437,10 +439,17 @@ class Runtime:
                                            detail={"state": run.state}), self.clock.now())
         raise InvalidOperation(message)
 
-    def recover(self, *, actor: str | None = None, tenant: str | None = None) -> dict:
+    def recover(self, *, actor: str | None = None, tenant: str | None = None, refuse_unready: bool = False) -> dict:
         """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`). The
         report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
-        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's."""
+        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``refuse_unready``
+        (an operator's ``sealflow recover``), a process that would execute a run in flight it lacks the actions,
+        models or trust policy for refuses first, nothing changed
+        (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
+        if refuse_unready:
+            active = self.store.active_runs()
+            readiness.require_ready_all(self, active, visible_runs(self.store, self.access, active, tenant=tenant,
+                                                                   actor=actor), "recover")
         expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
@@ -485,6 +494,7 @@ class Runtime:
         run = self._scoped(run_id, tenant, actor, Operation.REDRIVE)
         actor = actor or "operator"
         compensation.check_redrive(run)
+        readiness.require_ready(self, run_id, "redrive")
         plan = self.engine.plan(run.plan_digest)
         step_id = run.cursor_step or plan.start
         base, gate = split_step_id(step_id)

@@ -118,7 +118,7 @@ def test_a_member_without_the_permission_gets_the_unknown_run_answer(capsys, pol
     assert [e.detail["operation"] for e in audit_events(tmp_path, "operation_denied")] == ["dlq:redrive",
                                                                                           "dlq:read"]
     # olga (ops) may
-    code, out, _ = cli(capsys, "dlq", "show", run_id, *as_("user:olga", "acme", policy))
+    code, out, _ = cli(capsys, "dlq", "show", run_id, "--json", *as_("user:olga", "acme", policy))
     assert code == 0 and json.loads(out)["run"]["id"] == run_id
 
 

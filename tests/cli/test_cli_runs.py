@@ -59,7 +59,7 @@ def test_given_a_run_that_waits_for_approval_when_run_and_status_print_it_then_t
     # Then it ends with exactly the lines run ended with (one renderer), naming the gate and how to answer
     assert code == 3 and shown.endswith(outcome)
     assert f"waiting for approval at record@gate by role:sales-manager (quorum 1); answer with: sealflow approve " \
-           f"{run_id}  or  sealflow reject {run_id} --reason TEXT" in outcome
+           f"{run_id} --as PRINCIPAL  or  sealflow reject {run_id} --as PRINCIPAL --reason TEXT" in outcome
     # And approving as a sales manager drives it to its end
     code, out, _ = run(capsys, "approve", run_id, "--as", "user:ben")
     assert code == 0 and "state: completed" in out

@@ -53,3 +53,20 @@ def test_given_a_policy_without_the_service_identity_when_fired_then_the_submiss
     policy.write_text("tenants:\n  default:\n    roles: {viewer: [metrics:read]}\n    members: {user:ana: [viewer]}\n")
     code, done = fire(capsys, SLOT_TIME, "--access", str(policy))
     assert code == 1 and "refused" in done[0] and "service:weekly-report" in done[0]["refused"]
+
+
+def test_given_nothing_due_when_the_scheduler_fires_once_then_it_says_so_and_when_the_next_slot_is(capsys):
+    # Given a time long after weekly-report's Monday slot (beyond the catch-up window)
+    code = main(["scheduler", str(DEFINITIONS / "weekly-report.v1.yaml"), "--once", "--at",
+                 "2026-12-03T12:00:00+00:00"])
+    out = capsys.readouterr().out
+    # Then it says nothing was due, and names the next slot
+    assert code == 0
+    assert "nothing was due at 2026-12-03T12:00:00+00:00; the next slot is weekly-report v1 at 2026-12-07" in out
+
+
+@_REFUSED
+def test_given_a_due_slot_when_the_scheduler_fires_once_in_text_then_it_says_what_it_submitted(capsys):
+    main(["scheduler", str(DEFINITIONS / "weekly-report.v1.yaml"), "--once", "--at", SLOT_TIME])
+    out = capsys.readouterr().out
+    assert "weekly-report v1 slot 2026-11-30T" in out and ": submitted run run_" in out, out

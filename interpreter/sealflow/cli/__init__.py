@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from sealflow.cli.options import config_option
+from sealflow.cli.options import config_option, project_option
 
 #: command name -> the module under sealflow.cli that registers it; a module is imported only when one of
 #: its commands runs (or for --help), so `sealflow validate` never pays for the runtime's, signing's or the
@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("keygen", "sign", "verify", "diff"), "commands.trust"),
     **{group: f"commands.{group}" for group in (
         "approvals", "dlq", "audit", "worker", "definitions", "scheduler", "models", "store", "serve", "tokens",
-        "breakers", "events")},
+        "breakers", "events", "init")},
     "runs": "commands.runs_list",
 }
 
@@ -46,6 +46,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="sealflow", prog_name="sealflow")
+@project_option
 @config_option
 def cli() -> None:
     """Sealflow: declarative, durable, reviewable AI workflows."""

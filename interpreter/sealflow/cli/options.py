@@ -49,6 +49,23 @@ def config_option(fn):
                         help="Runtime configuration: tenant limits, temporary storage, secrets ($SEALFLOW_CONFIG).")(fn)
 
 
+def project_option(fn):
+    """The root group's ``--project FILE`` (``$SEALFLOW_PROJECT``; default: ``sealflow.yaml`` here or above)."""
+
+    def remember(ctx, param, value):
+        if value is not None:
+            from sealflow.cli.session import project
+
+            ctx.ensure_object(dict)["project_path"] = value
+            project()  # a broken file is a usage error now, before any command runs
+        return value
+
+    return click.option("--project", "project_path", metavar="FILE", envvar="SEALFLOW_PROJECT", expose_value=False,
+                        is_eager=True, callback=remember,
+                        help="The project file (default: sealflow.yaml in this folder or the nearest above; "
+                             "$SEALFLOW_PROJECT).")(fn)
+
+
 # ---------------------------------------------------------------- single options
 
 actions_option = click.option(

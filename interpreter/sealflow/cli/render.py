@@ -28,6 +28,32 @@ def _json(value, **kw) -> str:
 
 # ---------------------------------------------------------------- status
 
+def repeat_flags(skip: tuple[str, ...] = ()) -> str:
+    """The flags of this command line that a follow-up command on the same run needs too (``--store``,
+    ``--access``, ``--actions``, ``--trust``, ``--tenant``, ``--config``, ``--project``), as shell words;
+    what the environment or ``sealflow.yaml`` gives needs no repeating."""
+    import shlex
+
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ""
+    words: list[str] = []
+    root = ctx.find_root()
+    for name, flag, c in (("project_path", "--project", root), ("config_path", "--config", root),
+                          ("store_url", "--store", ctx), ("access_path", "--access", ctx),
+                          ("actions", "--actions", ctx), ("trust", "--trust", ctx), ("tenant", "--tenant", ctx)):
+        if flag in skip or c.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
+            continue
+        value = c.params.get(name) if name in c.params else (c.obj or {}).get(name)
+        for v in (value if isinstance(value, (tuple, list)) else (value,)):
+            if v is not None:
+                words += [flag, shlex.quote(str(v))]
+    return " ".join(words)
+
+
+
 def status_dict(status) -> dict:
     """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same)."""
     from sealflow.interpreter.service.status import status_json
@@ -39,9 +65,30 @@ def exit_code(state: str) -> int:
     return 0 if state == "completed" else 3 if state == "waiting" else 1 if state in FAILED_STATES else 3
 
 
+def duration(seconds: float) -> str:
+    """A duration as every command prints it, the way definitions write them: ``250ms``, ``5s``, ``1.5s``,
+    ``2m30s``, ``24h``, ``26h30m`` (at most two units, rounded; hours are the largest unit)."""
+    ms = max(0, round(seconds * 1000))
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 10_000 and ms % 1000:
+        return f"{ms / 1000:.1f}s"
+    left = round(ms / 1000)
+    parts: list[str] = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+        elif parts:
+            parts.append("")
+        if len(parts) == 2:
+            break
+    return "".join(p for p in parts if p and not p.startswith("0"))
+
+
 def _ms(a) -> str:
     if a.started_at and a.ended_at:
-        return f"{(a.ended_at - a.started_at) * 1000:.0f}ms"
+        return duration(a.ended_at - a.started_at)
     return ""
 
 
@@ -53,7 +100,7 @@ def print_timeline(status, *, since: int = 0) -> None:
         if a.error_class:
             line += f"  {a.error_class}: {a.error_message}"
         if a.state in ("retry_wait", "waiting") and a.due_at:
-            line += f"  (due in {max(a.due_at - time.time(), 0):.1f}s)"
+            line += f"  (due in {duration(max(a.due_at - time.time(), 0))})"
         click.echo(line)
 
 
@@ -71,12 +118,17 @@ def print_outcome(status) -> None:
         click.echo(f"error: {run.error_class}: {run.error_message}")
     if status.waiting:
         w = status.waiting
+        flags = repeat_flags()
+        flags = f" {flags}" if flags else ""
         if w.get("kind") == "approval":
-            click.echo(f"waiting for approval at {w['step']} by {', '.join(w.get('approvers') or [])} "
-                       f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id}  or  "
-                       f"sealflow reject {run.id} --reason TEXT")
+            approvers = w.get("approvers") or []
+            users = [a for a in approvers if not str(a).startswith("role:")]
+            who = users[0] if len(approvers) == 1 and users else "PRINCIPAL"
+            click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
+                       f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
+                       f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
         else:
-            click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover` drives it on when due")
+            click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     if run.state == "completed":
         click.echo("output: " + _json(run.output))
 
@@ -167,13 +219,15 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
         click.echo(f"nothing waits for {principal} in tenant {tenant}")
         return
     for w in waiting:
-        due = "" if w["due_at"] is None else f"  due in {max(w['due_at'] - time.time(), 0) / 3600:.1f}h"
+        due = "" if w["due_at"] is None else f"  due in {duration(max(w['due_at'] - time.time(), 0))}"
         click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}  as {w['as']}  "
                    f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
         click.echo(f"    input: {_json(w.get('input'))}")
         click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
-        click.echo(f"    sealflow approve {w['run_id']} --tenant {tenant}  |  sealflow reject {w['run_id']} "
-                   f"--tenant {tenant} --reason TEXT")
+        flags = repeat_flags(skip=("--tenant",))
+        flags = f" {flags}" if flags else ""
+        click.echo(f"    sealflow approve {w['run_id']} --as {principal} --tenant {tenant}{flags}  |  sealflow reject "
+                   f"{w['run_id']} --as {principal} --tenant {tenant} --reason TEXT{flags}")
 
 
 def print_dead_letters(letters, as_json: bool) -> None:
@@ -185,3 +239,41 @@ def print_dead_letters(letters, as_json: bool) -> None:
     for x in letters:
         flag = " QUARANTINED" if getattr(x, "quarantined", False) else ""
         click.echo(f"{x.run_id}  {x.reason}{flag}")
+
+
+def when(ts: float | None) -> str:
+    """A store timestamp as every text view prints it: UTC, to the second (``2026-12-01 04:20:23Z``)."""
+    if not ts:
+        return "-"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def print_dead_letter(detail: dict, as_json: bool) -> None:
+    """``dlq show``: JSON for machines, else the dead letter, its failed attempts and its last audit events,
+    with readable times and durations."""
+    if as_json:
+        click.echo(_json(detail, indent=2))
+        return
+    d, run = detail["dead_letter"], detail["run"]
+    flag = " (quarantined)" if d.get("quarantined") else ""
+    click.echo(f"dead letter {d['run_id']}  {run.get('workflow')} v{run.get('workflow_version')}  "
+               f"state {run.get('state')}{flag}")
+    click.echo(f"  reason:      {d['reason']}")
+    click.echo(f"  failed step: {d.get('step_id') or '-'}  ({d.get('error_class')})")
+    if run.get("error_message"):
+        click.echo(f"  error:       {run.get('error_class')}: {run['error_message']}")
+    click.echo(f"  dead since:  {when(d.get('created_at'))}  redriven {d.get('redrive_count', 0)} time(s)")
+    click.echo(f"  fingerprint: {d.get('fingerprint')}")
+    if detail.get("failed_attempts"):
+        click.echo("failed attempts:")
+        for a in detail["failed_attempts"]:
+            took = duration(a["ended_at"] - a["started_at"]) if a.get("started_at") and a.get("ended_at") else ""
+            click.echo(f"  {when(a.get('ended_at'))}  {a['step_id']:<20} attempt {a['attempt']:<3} {took:>6}  "
+                       f"{a.get('error_class')}: {a.get('error_message')}")
+    if detail.get("audit"):
+        click.echo("last audit events:")
+        for e in detail["audit"]:
+            click.echo(f"  {when(e.get('ts'))}  {e['event']:<22} {e.get('step_id') or '-':<20} {e.get('actor')}")
+    click.echo(f"redrive it with: sealflow dlq redrive {d['run_id']}")

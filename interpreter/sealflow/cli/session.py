@@ -8,8 +8,14 @@ registers the demo actions (:mod:`sealflow.demo`) besides the ``--actions`` modu
 with no setup. ``sealflow worker`` does not: a worker of a deployment loads exactly the ``--actions`` it is
 given (``--actions sealflow.demo`` for the demo world).
 
+**The project.** ``sealflow.yaml`` (:mod:`sealflow.cli.project`), found from the current folder upwards or
+named by ``--project FILE`` / ``$SEALFLOW_PROJECT``, supplies what no flag and no ``SEALFLOW_*`` variable
+gives: the store, the runtime configuration, the access policy, the trust policy, action modules (added to
+``--actions``) and models (:func:`project`).
+
 **Access.** Without an access policy (``--access FILE``, ``$SEALFLOW_ACCESS``) the embedded default runs in open
-development mode and says so on stderr at every command; commands that serve others (``submit`` to a shared
+development mode and says so on stderr, once, in the commands that act (``run``, ``submit``, ``worker``,
+``serve``; :data:`ACTING`), not on every read; commands that serve others (``submit`` to a shared
 store, ``worker``) refuse to start without one (:func:`require_policy`).
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from typing import Any
 
 import click
@@ -33,18 +40,75 @@ def with_demo(actions: tuple[str, ...]) -> tuple[str, ...]:
     return (DEMO,) + tuple(actions)
 
 
+# ---------------------------------------------------------------- the project file
+
+def project():
+    """This command's project (``--project``, else ``$SEALFLOW_PROJECT``, else ``sealflow.yaml`` in the current
+    folder or above), read once per command; None when there is none. A broken file is a usage error."""
+    from sealflow.cli.project import ProjectError, find, read
+
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().ensure_object(dict) if ctx is not None else {}
+    if "project" in obj:
+        return obj["project"]
+    path = obj.get("project_path") or os.environ.get("SEALFLOW_PROJECT") or find()
+    try:
+        found = read(path) if path else None
+    except ProjectError as exc:
+        fail_usage(f"{exc}\n  hint: the project file names the store, runtime configuration, access and trust "
+                   "policies, actions and models of every command (docs/project.md); --project FILE picks another")
+    obj["project"] = found
+    return found
+
+
+def _from_project(key: str):
+    found = project()
+    return getattr(found, key) if found is not None else None
+
+
+def trust_path(trust: str | None) -> str | None:
+    """The trust policy: ``--trust``, else ``$SEALFLOW_TRUST``, else the project's ``trust:`` (None: none)."""
+    return trust or os.environ.get("SEALFLOW_TRUST") or _from_project("trust")
+
+
+def access_path(path: str | None) -> str | None:
+    """The access policy file: ``--access``, else ``$SEALFLOW_ACCESS``, else the project's ``access:``."""
+    return path if path is not None else os.environ.get("SEALFLOW_ACCESS") or _from_project("access")
+
+
+def project_actions(actions: tuple[str, ...]) -> tuple[str, ...]:
+    """The project's ``actions:`` then the ``--actions`` modules, once each (dotted names import from the
+    project's root folder too)."""
+    found = project()
+    if found is not None and found.actions and str(found.root) not in sys.path:
+        sys.path.insert(0, str(found.root))
+    return tuple(dict.fromkeys((*(_from_project("actions") or ()), *actions)))
+
+
 # ---------------------------------------------------------------- configuration and access
 
 def load_config(path: str | None = None):
-    """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else defaults)."""
+    """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else the project's
+    ``config:``, else defaults), with the project's ``models:`` when that file has no ``models:`` section."""
     from sealflow.interpreter.service.config import ConfigError, RuntimeConfig
 
     if path is None:
         ctx = click.get_current_context(silent=True)
         obj = ctx.find_root().obj if ctx is not None else None
         path = (obj or {}).get("config_path") if isinstance(obj, dict) else None
+    path = path or os.environ.get("SEALFLOW_CONFIG") or _from_project("config")
     try:
-        return RuntimeConfig.from_env(path)
+        config = RuntimeConfig.from_env(path)
+        models = _from_project("models")
+        if models is not None and "models" not in config.extra:
+            import yaml
+
+            raw: dict = {}
+            if path:
+                with open(path, encoding="utf-8") as fh:
+                    raw = yaml.safe_load(fh) or {}
+            config = RuntimeConfig.from_dict({**raw, "models": models}, source=path or str(project().path))
+        return config
     except ConfigError as exc:
         fail_usage(str(exc))
 
@@ -54,23 +118,41 @@ def load_access(path: str | None, *, quiet: bool = False):
     on stderr); an unreadable or invalid policy prints its located diagnostics and exits 2."""
     from sealflow.interpreter.policy.access import AccessPolicyError, access_provider, is_open
 
-    path = path if path is not None else os.environ.get("SEALFLOW_ACCESS") or None
+    path = access_path(path) or None
     try:
         provider = access_provider(path)
     except AccessPolicyError as exc:
         for d in exc.diagnostics:
             click.echo(d.format(), err=True)
-        fail_usage(exc.message if not exc.diagnostics else f"access policy {path} is invalid (see above)")
-    if is_open(provider) and not quiet:
+        fail_usage((exc.message if not exc.diagnostics else f"access policy {path} is invalid (see above)")
+                   + "\n  hint: an access policy names tenants, their roles (permissions) and members; fix the file "
+                   "or point --access / $SEALFLOW_ACCESS / access: in sealflow.yaml at another (docs/security.md)")
+    if is_open(provider) and not quiet and _acts():
         click.echo("sealflow: warning: OPEN DEVELOPMENT MODE: no access policy (--access FILE or SEALFLOW_ACCESS), "
                    "so every principal holds every permission and role; runs record access: open-development",
                    err=True)
     return provider
 
 
+#: the commands that act (start runs or serve others): the open-development-mode warning is theirs, once each
+ACTING = frozenset({"run", "submit", "worker", "serve"})
+
+
+def _acts() -> bool:
+    """Whether this command is one of :data:`ACTING` (outside a command line: yes)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return True
+    obj = ctx.find_root().ensure_object(dict)
+    if ctx.info_name not in ACTING or obj.get("warned_open"):
+        return False
+    obj["warned_open"] = True
+    return True
+
+
 def is_shared_store(url: str | None) -> bool:
     """Whether the store URL names a store others share (anything but a local SQLite file)."""
-    url = url or os.environ.get("SEALFLOW_STORE")
+    url = url or os.environ.get("SEALFLOW_STORE") or _from_project("store")
     return url is not None and url != "" and not url.startswith("sqlite:///")
 
 
@@ -89,10 +171,12 @@ def require_policy(provider, what: str) -> None:
 # ---------------------------------------------------------------- action modules
 
 def import_actions(actions: tuple[str, ...], *, demo: bool) -> None:
-    """Register the ``--actions`` modules (and the demo world when ``demo``); one that fails is a usage error."""
+    """Register the project's and the ``--actions`` modules (and the demo world when ``demo``); one that fails
+    is a usage error."""
     from sealflow.cli.actions_loader import ActionsLoadError
     from sealflow.cli.actions_loader import import_actions as load
 
+    actions = project_actions(actions)
     try:
         load(with_demo(actions) if demo else tuple(actions))
     except ActionsLoadError as exc:
@@ -100,7 +184,8 @@ def import_actions(actions: tuple[str, ...], *, demo: bool) -> None:
 
 
 def load_action_metadata(actions: tuple[str, ...]):
-    """The compiler's view of the actions ``actions`` register (None when none are named)."""
+    """The compiler's view of the actions ``actions`` (and the project's) register (None when none are named)."""
+    actions = project_actions(actions)
     if not actions:
         return None
     from sealflow.cli.actions_loader import ActionsLoadError, load_actions
@@ -114,9 +199,14 @@ def load_action_metadata(actions: tuple[str, ...]):
 # ---------------------------------------------------------------- the store and the runtime
 
 def store_location(store_url: str | None) -> str | None:
-    """The store URL to open (``--store``, else ``$SEALFLOW_STORE``); None is the default file, whose folder
-    ``.sealflow`` is made here."""
-    url = store_url or os.environ.get("SEALFLOW_STORE")
+    """The store URL to open (``--store``, else ``$SEALFLOW_STORE``, else the project's ``store:``, else
+    ``.sealflow/state.db`` beside ``sealflow.yaml``); None is the default file, whose folder ``.sealflow`` is
+    made here."""
+    url = store_url or os.environ.get("SEALFLOW_STORE") or _from_project("store")
+    found = project()
+    if url is None and found is not None:
+        os.makedirs(found.root / ".sealflow", exist_ok=True)
+        url = found.default_store
     if url is None:
         os.makedirs(".sealflow", exist_ok=True)
     return url
@@ -128,7 +218,7 @@ def open_store(store_url: str | None):
     from sealflow.interpreter.store import open_store as open_
 
     try:
-        return open_(store_url)
+        return open_(store_location(store_url))
     except StoreError as exc:
         fail_usage(str(exc))
 
@@ -216,7 +306,7 @@ def executor_gate(trust: str | None, actor: str):
     ``cancel``, ``recover``, ``dlq redrive``, ``scheduler``): with a trust policy (``trust``, else
     ``$SEALFLOW_TRUST``) it executes only runs whose stored signed bytes verify against *that* policy, like a
     worker; without one (development) there is no gate and the process executes what the store holds."""
-    path = trust or os.environ.get("SEALFLOW_TRUST") or None
+    path = trust_path(trust)
     if path is None:
         return None
     from sealflow.interpreter.policy.trustgate import TrustGate

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from sealflow.cli import render
@@ -29,7 +27,7 @@ def dlq_list(store_url, principal, tenant, access_path, as_json):
 @click.argument("run_id", metavar="RUN")
 @on_a_store()
 def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
-    """Show a dead-lettered run: why, its failed attempts, recent audit events."""
+    """Show a dead-lettered run: why, its failed attempts, recent audit events (--json: all of it, as JSON)."""
     from sealflow.interpreter.store import InvalidOperation, NotFound
 
     with open_runtime(store_url, access=access_path) as rt:
@@ -39,7 +37,7 @@ def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
             no_run(run_id)
         except InvalidOperation as exc:
             fail_usage(str(exc))
-        click.echo(json.dumps(detail, indent=2, default=str, ensure_ascii=False))
+        render.print_dead_letter(detail, as_json)
 
 
 @dlq.command("redrive")

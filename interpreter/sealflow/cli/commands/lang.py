@@ -10,7 +10,7 @@ from sealflow.cli.definition_files import compile_or_exit, expand_paths
 from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import actions_option
-from sealflow.cli.session import load_action_metadata
+from sealflow.cli.session import load_action_metadata, project_actions
 
 FORMATS = click.Choice(["text", "json", "github"])
 
@@ -40,7 +40,7 @@ def validate(paths, actions, fmt):
     """
     results = _check_paths(paths, actions, lint=False)
     code = _report(results, fmt, strict_warnings=False)
-    if not actions and fmt == "text" and any(_calls_actions(r) for r in results):
+    if not project_actions(actions) and fmt == "text" and any(_calls_actions(r) for r in results):
         click.echo("note: action names and their permissions were not checked against your actions; pass "
                    "--actions MODULE (repeatable: a module or a .py file) to check them", err=True)
     sys.exit(code)

@@ -25,7 +25,9 @@ from sealflow.cli.session import (
     load_access,
     no_run,
     open_runtime,
+    project_actions,
     require_policy,
+    trust_path,
     with_demo,
 )
 
@@ -67,7 +69,7 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
 
 def _load(file, actions, trust, bundle):
     import_actions(actions, demo=True)
-    return definition_files.load(file, with_demo(actions), trust=trust, bundle=bundle)
+    return definition_files.load(file, with_demo(project_actions(actions)), trust=trust_path(trust), bundle=bundle)
 
 
 follow_option = click.option("--follow", is_flag=True, help="Keep showing progress through timers of any length "
@@ -183,8 +185,13 @@ def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, a
 def recover(actions, store_url, principal, tenant, access_path, as_json):
     """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. The report names
     only runs of --tenant that you may read."""
+    from sealflow.interpreter.service.readiness import NotReady
+
     with open_runtime(store_url, actions, access=access_path) as rt:
-        report = rt.recover(actor=principal, tenant=tenant)
+        try:
+            report = rt.recover(actor=principal, tenant=tenant, refuse_unready=True)
+        except NotReady as exc:
+            refuse(exc)
         touched = list(dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]))
         results = {run_id: rt.drive(run_id).state for run_id in touched}
         if as_json:

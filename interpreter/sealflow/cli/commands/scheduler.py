@@ -14,7 +14,7 @@ from sealflow.cli import definition_files
 from sealflow.cli.definition_files import expand_paths
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import access_option, actions_option, json_flag, store_option, tenant_option
-from sealflow.cli.session import open_runtime, with_demo
+from sealflow.cli.session import open_runtime, project_actions, trust_path, with_demo
 
 SCHEDULER = "service:sealflow-scheduler"
 
@@ -97,13 +97,19 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     at_time = _parse_at(at)
     if at_time is not None and not once:
         fail_usage("--at goes with --once")
-    plans = _load(paths, actions, trust)
+    trust = trust_path(trust)
+    plans = _load(paths, project_actions(actions), trust)
     catch_up = dt.timedelta(seconds=catch_up_s)
     with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         if once:
-            done = fire(rt, plans, at_time or dt.datetime.now(dt.UTC), tenant=tenant, catch_up=catch_up,
-                        drive=not no_drive)
+            now = at_time or dt.datetime.now(dt.UTC)
+            done = fire(rt, plans, now, tenant=tenant, catch_up=catch_up, drive=not no_drive)
             _report(done, as_json)
+            if not done and not as_json:
+                nxt = min((next_slot(s["cron"], s.get("timezone"), now), lp.plan.name, lp.plan.version)
+                          for lp, s in plans)
+                click.echo(f"nothing was due at {now.isoformat(timespec='seconds')}; the next slot is "
+                           f"{nxt[1]} v{nxt[2]} at {nxt[0].isoformat(timespec='seconds')}")
             sys.exit(1 if any("refused" in d for d in done) else 0)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,7 +127,7 @@ def _report(done: list[dict], as_json: bool) -> None:
         click.echo(json.dumps(done))
         return
     for d in done:
-        what = f"refused: {d['refused']}" if "refused" in d else f"run {d['run_id']} {d['state']}"
+        what = f"refused: {d['refused']}" if "refused" in d else f"submitted run {d['run_id']}, {d['state']}"
         click.echo(f"{d['workflow']} v{d['version']} slot {d['slot']} as {d['run_as']}: {what}")
 
 

@@ -20,13 +20,25 @@ import click
 
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import access_option, actions_option, store_option
-from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location
+from sealflow.cli.session import access_path as resolve_access
+from sealflow.cli.session import (
+    import_actions,
+    load_access,
+    load_config,
+    project,
+    project_actions,
+    require_policy,
+    store_location,
+    trust_path,
+)
 
 
 def _config_path() -> str | None:
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
-    return obj.get("config_path") if isinstance(obj, dict) else None
+    given = obj.get("config_path") if isinstance(obj, dict) else None
+    found = project()
+    return given or os.environ.get("SEALFLOW_CONFIG") or (found.config if found is not None else None)
 
 
 @click.command()
@@ -72,6 +84,9 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
     from sealflow.interpreter.service.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
     from sealflow.interpreter.service.server.settings import ENV, ServerSettings
 
+    trust = trust_path(trust)  # flags, then SEALFLOW_*, then sealflow.yaml
+    access_path = resolve_access(access_path)
+    actions = project_actions(actions)
     provider = load_access(access_path)
     if not allow_open:
         require_policy(provider, "sealflow serve")

@@ -46,7 +46,7 @@ import click
 
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import access_option, actions_option
-from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location
+from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location, trust_path
 
 log = logging.getLogger("sealflow.worker")
 
@@ -188,6 +188,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     """
     from sealflow.interpreter.service.priority import parse_priorities
 
+    trust = trust_path(trust)  # --trust, $SEALFLOW_TRUST, else sealflow.yaml's trust:
     try:
         served = parse_priorities(priorities)
     except ValueError as exc:

@@ -1,0 +1,121 @@
+"""The files ``sealflow init`` writes: a project that runs at once (see :mod:`sealflow.cli.commands.init`)."""
+
+from __future__ import annotations
+
+PROJECT = """\
+# The Sealflow project: every sealflow command run in this folder (or below) reads it, so run, approve,
+# recover, worker and serve use the same store, policies and actions without flags. A flag or its
+# SEALFLOW_* environment variable overrides a line here (docs/project.md). Paths are relative to this file.
+sealflow: 1
+store: sqlite:///.sealflow/state.db
+access: access.yaml
+actions: [actions/hello.py]
+# config: sealflow.config.yaml   # the runtime configuration: tenant limits, secrets, pools
+# trust: trust.yaml              # run only definitions signed by a trusted key (docs/trust.md)
+# models: {}                     # the models: section, when no runtime configuration names them (docs/models.md)
+"""
+
+DEFINITION = """\
+# hello v1: greets someone through the project's own action (actions/hello.py).
+sealflow: 1
+name: hello
+version: 1
+owner: team:{user}
+description: Greet someone.
+input:
+  schema:
+    type: object
+    required: [name]
+    properties: {{name: {{type: string, minLength: 1}}}}
+steps:
+  - id: greet
+    action: hello.greet
+    with: {{name: "${{{{ input.name }}}}"}}
+  - id: done
+    succeed: {{output: "${{{{ steps.greet.output.greeting }}}}"}}
+"""
+
+ACTIONS = '''\
+"""The project's actions: each @action is a step a definition may name (docs/runtime.md)."""
+
+from sealflow import action
+
+
+@action("hello.greet", effect="read")
+def greet(ctx, name: str) -> dict:
+    """Return a greeting for ``name``."""
+    return {"greeting": f"hello, {name}"}
+'''
+
+ACCESS = """\
+# Who may do what (docs/security.md). {principal} is a member, so the scaffold runs at once;
+# user:reviewer decides approvals (nobody approves their own run).
+tenants:
+  default:
+    roles:
+      developer: ["runs:read", "audit:read"]
+      reviewer: ["runs:read"]
+    members:
+      {principal}: [developer]
+      user:reviewer: [reviewer]
+"""
+
+GITIGNORE = """\
+# Sealflow: local state and keys never enter the repository
+.sealflow/
+*.pem
+*.key
+keys/
+"""
+
+CI = """\
+# Sealflow checks for every pull request that changes the project (validate and lint the definitions with
+# the project's actions). The full template with the security diff and review gate: tools/ci/ in Sealflow.
+name: sealflow checks
+
+on:
+  pull_request:
+    paths: ["definitions/**", "actions/**", "sealflow.yaml", "access.yaml", ".github/workflows/sealflow.yml"]
+
+permissions:
+  contents: read
+
+env:
+  # What to install, pinned: FILL THIS IN (a git URL at a reviewed commit, or a wheel you keep).
+  SEALFLOW_PACKAGE: ""
+
+jobs:
+  check:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          persist-credentials: false
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+      - name: Install sealflow
+        run: |
+          if [ -z "$SEALFLOW_PACKAGE" ]; then
+            echo "::error::set SEALFLOW_PACKAGE at the top of this workflow to the Sealflow release you trust"
+            exit 1
+          fi
+          python -m pip install --disable-pip-version-check "$SEALFLOW_PACKAGE"
+      - name: Validate
+        run: sealflow validate definitions/ --format github
+      - name: Lint
+        run: sealflow lint definitions/ --format github
+"""
+
+
+def files(principal: str) -> dict[str, str]:
+    """Relative path -> text of every file ``sealflow init`` writes, for ``principal`` (user:NAME)."""
+    user = principal.split(":", 1)[1] or "me"
+    return {
+        "sealflow.yaml": PROJECT,
+        "definitions/hello.v1.yaml": DEFINITION.format(user=user),
+        "actions/hello.py": ACTIONS,
+        "access.yaml": ACCESS.format(principal=principal),
+        ".gitignore": GITIGNORE,
+        ".github/workflows/sealflow.yml": CI,
+    }

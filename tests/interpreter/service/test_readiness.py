@@ -1,0 +1,68 @@
+"""No dead ends (issue 14): a runtime that would execute a run's next steps but lacks what they need refuses an
+operator's act *before* changing anything (service/readiness.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from interp_helpers import FakeProvider, S, approval, make_plan
+
+from sealflow.dsl.plan import AiPlan
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service.readiness import NotReady, plan_actions
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import InvalidOperation, open_store
+
+
+def gated(step: dict):
+    return make_plan(S("ask", "approval", approval=approval(approvers=("user:ben",))), step)
+
+
+def other_process(runtime, registry=None, providers=None) -> Runtime:
+    """A second process on the same store, with its own actions and models."""
+    return Runtime(open_store(runtime.store.url if hasattr(runtime.store, "url") else runtime.store._url),
+                   registry or Registry(), providers or {}, clock=runtime.clock, rng=random.Random(1),
+                   worker_timeout_ms=20)
+
+
+def approvals_recorded(runtime, run_id: str) -> list:
+    return [e for e in runtime.store.audit(run_id) if e.event == "approval_granted"]
+
+
+def test_approving_where_the_next_action_is_unknown_refuses_and_records_nothing(runtime, registry):
+    # Given a run waiting for user:ben before a custom action, and a runtime without that action
+    status = runtime.run(gated(S("act", "action", action="custom.act")), {}, initiator="user:ana")
+    assert status.state == "waiting"
+    # When user:ben approves there
+    with pytest.raises(NotReady) as refused:
+        runtime.approve(status.run.id, actor="user:ben")
+    # Then it is refused naming the action and how to load it, and nothing changed
+    assert isinstance(refused.value, InvalidOperation)
+    assert refused.value.lacks == [("action", "custom.act")] and "--actions MODULE" in refused.value.message
+    assert "nothing was changed" in refused.value.message
+    assert runtime.status(status.run.id).state == "waiting" and approvals_recorded(runtime, status.run.id) == []
+    # And once the action is registered, the same approval goes through
+    action("custom.act", registry=registry)(lambda ctx: {"ok": True})
+    runtime.approve(status.run.id, actor="user:ben")
+    assert runtime.drive(status.run.id).state == "completed"
+
+
+def test_approving_where_the_next_model_is_not_configured_refuses(runtime, providers):
+    # Given a run whose next step calls model "big", and a runtime that serves it only at submit
+    providers["big"] = FakeProvider({"ok": True})
+    plan = gated(S("think", "ai", ai=AiPlan(model="big", prompt_template="hi")))
+    status = runtime.run(plan, {}, initiator="user:ana")
+    del providers["big"]
+    # When it is approved there
+    with pytest.raises(NotReady) as refused:
+        runtime.approve(status.run.id, actor="user:ben")
+    # Then it says which model and where to define it
+    assert refused.value.lacks == [("model", "big")] and "models:" in refused.value.message
+    assert runtime.status(status.run.id).state == "waiting"
+
+
+def test_the_actions_of_a_plan_include_compensations_and_agent_tools():
+    plan = make_plan(S("a", "action", action="x.do", compensate={"action": "x.undo", "timeout_ms": 1000,
+                                                                  "retry": {"max_attempts": 1}}))
+    assert plan_actions(plan) == ["x.do", "x.undo"]
