@@ -43,6 +43,7 @@ from sealflow.interpreter.store.errors import (
     NotFound,
     SchemaTooNew,
     StoreError,
+    StoreUnavailable,
     StoreURLError,
 )
 
@@ -97,7 +98,7 @@ __all__ = [
     "open_store", "migrate_store", "DEFAULT_URL", "Store", "Message", "RunRecord", "AttemptRecord", "Claimed", "NewRun",
     "StepChange",
     "NextAttempt", "RunChange", "LedgerEntry", "DeadLetterSpec", "AuditEvent", "Commit", "Committed", "SweepReport",
-    "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreURLError",
+    "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreUnavailable", "StoreURLError",
     "SchemaTooNew", "NotFound", "FencingError", "ConcurrencyError", "IllegalTransition", "IdempotencyConflict",
     "MessageRefused", "InvalidOperation", "AdmissionRefused", "ClaimDeferred",
 ]
