@@ -42,6 +42,7 @@ from sealflow.interpreter.store.errors import (
     NotFound,
     StoreUnavailable,
 )
+from sealflow.interpreter.store.prune import PruneMixin
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
@@ -113,7 +114,8 @@ class _Checkpointer(threading.Thread):
         self._conn.close()
 
 
-class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, Store):
+class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, PruneMixin,
+                  Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
