@@ -62,7 +62,7 @@ from sealflow.interpreter.store.base import (
     Store,
 )
 from sealflow.interpreter.store.definitions import DefinitionSource, Registration
-from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation
+from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation, StoreError
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
@@ -180,28 +180,47 @@ class Runtime:
                 self.recover()
 
     def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
-              dead_owner_check: float = 1.0) -> None:
+              dead_owner_check: float = 1.0, heartbeat_every: float = 2.0, dead_after: float = 15.0,
+              broker_shown: str = "the broker") -> None:
         """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
         in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.policy.authz.require_policy`).
 
-        Every ``interval`` seconds: send the outbox (rows any process wrote, e.g. ``sealflow submit``),
-        sweep expired leases and due timers; every ``dead_owner_check`` seconds, end the leases of dead
-        workers of this host, so another worker on the machine takes their steps over at once instead of
-        at lease expiry. A round that fails (the store busy past its timeout) is logged and tried again."""
+        Every round (``interval`` seconds, or sooner when the store wakes it: PostgreSQL LISTEN/NOTIFY):
+        send the outbox (rows any process wrote, e.g. ``sealflow submit``), sweep expired leases and due
+        timers. Every ``dead_owner_check`` seconds end the leases of dead workers: on a store with
+        heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any machine; else this host's,
+        by pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A
+        broker that goes away is retried with backoff and logged (:mod:`sealflow.interpreter.service.liveness`);
+        a round that fails (the store busy past its timeout, or unreachable) is logged and tried again."""
+        from sealflow.interpreter.service import liveness
+
         if not allow_open:
             authz.require_policy(self.access, "a long-lived worker")
         self.start()
+        watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
+        beat = liveness.Heartbeat(self.store, self.owner, every=heartbeat_every)
+        silent_for = dead_after if beat.enabled else None
         check_at = time.monotonic() + dead_owner_check
+        failing = False
         while not stop.is_set():
             try:
-                self.dispatcher.flush()
+                beat.beat()
+                if watch.check():
+                    self.dispatcher.flush()
                 if time.monotonic() >= check_at:
-                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
+                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
                     check_at = time.monotonic() + dead_owner_check
                 self.sweeper.sweep()
+                if failing:
+                    logging.getLogger("sealflow.runtime").warning("dispatch/sweep rounds work again")
+                    failing = False
+            except StoreError as exc:  # the store's disk or database: say what, once, and keep trying
+                if not failing:
+                    logging.getLogger("sealflow.runtime").error("dispatch/sweep round failed: %s; retrying", exc)
+                failing = True
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
                 logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
-            stop.wait(interval)
+            liveness.wait_for_work(self.store, stop, interval)
 
     def close(self, *, grace: float = 5.0) -> None:
         """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not
