@@ -69,6 +69,8 @@ PIN_PERMISSION = "definitions:pin"
 
 #: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
 _SLOT_POLL_S = 0.1
+#: how often `drive` looks again at a run whose step another process executes
+_ELSEWHERE_POLL_S = 0.05
 
 
 def input_hash(value: Any) -> str:
@@ -360,16 +362,29 @@ class Runtime:
             if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
                 break
             due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
-            if due is None or (stop_at is not None and time.monotonic() >= stop_at):
+            if stop_at is not None and time.monotonic() >= stop_at:
                 break
-            delay = due - self.clock.now()
+            elsewhere = self._worked_elsewhere(run_id)
+            if due is None and not elsewhere:
+                break
+            delay = _ELSEWHERE_POLL_S if due is None else due - self.clock.now()
             if delay > _SLOT_POLL_S and self._waits_in_line(run_id):  # a holder elsewhere may let go any time
                 delay = _SLOT_POLL_S
-            if until == "settled" and delay > threshold:
+            if elsewhere:  # another process runs its step (or took its message): wait for that, not its lease
+                delay = min(delay, _ELSEWHERE_POLL_S)
+            elif until == "settled" and delay > threshold:
                 break
             idle_rounds += 1
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
         return self.status(run_id)
+
+    def _worked_elsewhere(self, run_id: str) -> bool:
+        """Another process executes the run's step now (its attempt runs under another lease owner), or took
+        its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
+        active = self.store.active_attempt(run_id)
+        if active is not None and active.state == "running" and active.lease_owner != self.owner:
+            return True
+        return any(row.sent_at is not None for row in self.store.outbox(run_id))
 
     def _waits_in_line(self, run_id: str) -> bool:
         """The run's next attempt is scheduled but put off: it waits for a lock, pool or bulkhead slot."""
