@@ -195,7 +195,9 @@ class Runtime:
         broker that goes away is retried with backoff and logged (:mod:`sealflow.interpreter.service.liveness`);
         a round that fails (the store busy past its timeout, or unreachable) is logged and tried again."""
         from sealflow.interpreter.service import liveness
+        from sealflow.interpreter.service.retention import Retention
 
+        retention = Retention.from_config(self.config.extra)
         if not allow_open:
             authz.require_policy(self.access, "a long-lived worker")
         self.start()
@@ -213,6 +215,8 @@ class Runtime:
                     recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
                     check_at = time.monotonic() + dead_owner_check
                 self.sweeper.sweep()
+                if retention is not None:
+                    retention.maybe_prune(self.store, self.clock.now(), self.engine.actor)
                 if failing:
                     logging.getLogger("sealflow.runtime").warning("dispatch/sweep rounds work again")
                     failing = False
