@@ -137,7 +137,7 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
             c.execute("PRAGMA synchronous = NORMAL")
             c.execute("PRAGMA temp_store = MEMORY")
             # once a checkpoint resets the WAL, the next writer truncates the file to this size
-            c.execute(f"PRAGMA journal_size_limit = {int(wal_limit)}")
+            c.execute(f"PRAGMA journal_size_limit = {int(wal_limit) if wal_limit else -1}")
             self._version = migrate(c, path=path)
         except sqlite3.Error as exc:
             if not io_failure(exc):
