@@ -98,7 +98,7 @@ __all__ = [
     "open_store", "migrate_store", "DEFAULT_URL", "Store", "Message", "RunRecord", "AttemptRecord", "Claimed", "NewRun",
     "StepChange",
     "NextAttempt", "RunChange", "LedgerEntry", "DeadLetterSpec", "AuditEvent", "Commit", "Committed", "SweepReport",
-    "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreUnavailable", "StoreURLError",
+    "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreURLError",
     "SchemaTooNew", "NotFound", "FencingError", "ConcurrencyError", "IllegalTransition", "IdempotencyConflict",
-    "MessageRefused", "InvalidOperation", "AdmissionRefused", "ClaimDeferred",
+    "MessageRefused", "InvalidOperation", "AdmissionRefused", "ClaimDeferred", "StoreUnavailable",
 ]

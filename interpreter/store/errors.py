@@ -10,7 +10,7 @@ class StoreError(SealflowError):
 
 
 class StoreUnavailable(StoreError):
-    """The store could not be reached, written or read (network, disk full, read-only file); nothing half-done was kept."""
+    """The store could not be reached, written or read (network, disk full, read-only); nothing half-done was kept."""
 
 
 class StoreURLError(StoreError):

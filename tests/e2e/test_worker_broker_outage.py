@@ -6,7 +6,6 @@ Each test starts its own redis-server on a private port (skipped without the red
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -16,8 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from test_worker_redis import ACTIONS, ROOT, WORKFLOW, Deployment
+from test_worker_redis import ACTIONS, Deployment
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server binary")

@@ -99,7 +99,7 @@ def bench_bare(transactions: int) -> None:
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
     started, largest = time.perf_counter(), 0
-    for i in range(transactions):
+    for _i in range(transactions):
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO t (body) VALUES (?)", ("y" * 300,))
         conn.execute("COMMIT")

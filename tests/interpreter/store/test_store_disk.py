@@ -3,18 +3,15 @@ full or read-only disk is a message naming the store and the cause (never a trac
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
 import threading
 
 import pytest
+from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
 
 from sealflow.cli import main
 from sealflow.interpreter.store import StoreUnavailable, open_store
 from sealflow.interpreter.store.sqlite.store import SqliteStore, wal_size
-
-from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
 
 LIMIT = 256 * 1024
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
+from test_store_suite import T0, submit_and_claim, succeed_and_go
 
 from sealflow.cli import main
 from sealflow.interpreter.store import DeadLetterSpec, open_store
