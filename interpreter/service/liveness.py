@@ -51,6 +51,9 @@ class BrokerWatch:
         self.down_since: float | None = None if self.identity is not None else time.monotonic()
         self._next = time.monotonic() + every
         self._delays = backoff_delays(every, 2.0, 30.0)
+        if self.down_since is not None:  # lost between the start-up check and now
+            log.warning("lost the broker at %s; steps wait, runs stay queued; retrying (next try in %.1f s)",
+                        self.shown, every)
 
     def check(self) -> bool:
         """Look at the broker if it is time; True while it is reachable."""
