@@ -58,9 +58,18 @@ def owner_is_dead(owner: str) -> bool:
     return False
 
 
-def expire_dead_owners(store: Store, now: float, owner: str) -> int:
-    """End now the leases of this host's dead workers (all but ``owner``, this process); how many."""
+def expire_dead_owners(store: Store, now: float, owner: str, *, silent_for: float | None = None) -> int:
+    """End now the leases of dead workers (all but ``owner``, this process); how many.
+
+    A store that records heartbeats (``heartbeat``/``dead_workers``: the PostgreSQL store) knows the
+    workers of every machine: given ``silent_for``, a worker is dead when its last heartbeat is older than
+    that. Otherwise only this host's workers can be judged, by their pid (``owner_is_dead``)."""
     count = 0
+    if silent_for is not None and hasattr(store, "dead_workers"):
+        for other in store.dead_workers(silent_for):
+            if other != owner:
+                count += store.expire_leases(other, now)
+        return count
     for other in store.lease_owners():
         if other != owner and owner_is_dead(other):
             count += store.expire_leases(other, now)

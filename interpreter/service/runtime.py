@@ -63,13 +63,15 @@ from sealflow.interpreter.store.base import (
     Store,
 )
 from sealflow.interpreter.store.definitions import DefinitionSource, Registration
-from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation
+from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation, StoreError
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
 
 #: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
 _SLOT_POLL_S = 0.1
+#: how often `drive` looks again at a run whose step another process executes
+_ELSEWHERE_POLL_S = 0.05
 
 
 def input_hash(value: Any) -> str:
@@ -172,28 +174,51 @@ class Runtime:
                 self.recover()
 
     def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
-              dead_owner_check: float = 1.0) -> None:
+              dead_owner_check: float = 1.0, heartbeat_every: float = 2.0, dead_after: float = 15.0,
+              broker_shown: str = "the broker") -> None:
         """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
         in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.policy.authz.require_policy`).
 
-        Every ``interval`` seconds: send the outbox (rows any process wrote, e.g. ``sealflow submit``),
-        sweep expired leases and due timers; every ``dead_owner_check`` seconds, end the leases of dead
-        workers of this host, so another worker on the machine takes their steps over at once instead of
-        at lease expiry. A round that fails (the store busy past its timeout) is logged and tried again."""
+        Every round (``interval`` seconds, or sooner when the store wakes it: PostgreSQL LISTEN/NOTIFY):
+        send the outbox (rows any process wrote, e.g. ``sealflow submit``), sweep expired leases and due
+        timers. Every ``dead_owner_check`` seconds end the leases of dead workers: on a store with
+        heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any machine; else this host's,
+        by pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A
+        broker that goes away is retried with backoff and logged (:mod:`sealflow.interpreter.service.liveness`);
+        a round that fails (the store busy past its timeout, or unreachable) is logged and tried again."""
+        from sealflow.interpreter.service import liveness
+        from sealflow.interpreter.service.retention import Retention
+
+        retention = Retention.from_config(self.config.extra)
         if not allow_open:
             authz.require_policy(self.access, "a long-lived worker")
         self.start()
+        watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
+        beat = liveness.Heartbeat(self.store, self.owner, every=heartbeat_every)
+        silent_for = dead_after if beat.enabled else None
         check_at = time.monotonic() + dead_owner_check
+        failing = False
         while not stop.is_set():
             try:
-                self.dispatcher.flush()
+                beat.beat()
+                if watch.check():
+                    self.dispatcher.flush()
                 if time.monotonic() >= check_at:
-                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
+                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
                     check_at = time.monotonic() + dead_owner_check
                 self.sweeper.sweep()
+                if retention is not None:
+                    retention.maybe_prune(self.store, self.clock.now(), self.engine.actor)
+                if failing:
+                    logging.getLogger("sealflow.runtime").warning("dispatch/sweep rounds work again")
+                    failing = False
+            except StoreError as exc:  # the store's disk or database: say what, once, and keep trying
+                if not failing:
+                    logging.getLogger("sealflow.runtime").error("dispatch/sweep round failed: %s; retrying", exc)
+                failing = True
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
                 logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
-            stop.wait(interval)
+            liveness.wait_for_work(self.store, stop, interval)
 
     def close(self, *, grace: float = 5.0) -> None:
         """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not
@@ -333,16 +358,29 @@ class Runtime:
             if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
                 break
             due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
-            if due is None or (stop_at is not None and time.monotonic() >= stop_at):
+            if stop_at is not None and time.monotonic() >= stop_at:
                 break
-            delay = due - self.clock.now()
+            elsewhere = self._worked_elsewhere(run_id)
+            if due is None and not elsewhere:
+                break
+            delay = _ELSEWHERE_POLL_S if due is None else due - self.clock.now()
             if delay > _SLOT_POLL_S and self._waits_in_line(run_id):  # a holder elsewhere may let go any time
                 delay = _SLOT_POLL_S
-            if until == "settled" and delay > threshold:
+            if elsewhere:  # another process runs its step (or took its message): wait for that, not its lease
+                delay = min(delay, _ELSEWHERE_POLL_S)
+            elif until == "settled" and delay > threshold:
                 break
             idle_rounds += 1
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
         return self.status(run_id)
+
+    def _worked_elsewhere(self, run_id: str) -> bool:
+        """Another process executes the run's step now (its attempt runs under another lease owner), or took
+        its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
+        active = self.store.active_attempt(run_id)
+        if active is not None and active.state == "running" and active.lease_owner != self.owner:
+            return True
+        return any(row.sent_at is not None for row in self.store.outbox(run_id))
 
     def _waits_in_line(self, run_id: str) -> bool:
         """The run's next attempt is scheduled but put off: it waits for a lock, pool or bulkhead slot."""

@@ -43,6 +43,7 @@ from sealflow.interpreter.store.errors import (
     NotFound,
     SchemaTooNew,
     StoreError,
+    StoreUnavailable,
     StoreURLError,
 )
 
@@ -99,5 +100,5 @@ __all__ = [
     "NextAttempt", "RunChange", "LedgerEntry", "DeadLetterSpec", "AuditEvent", "Commit", "Committed", "SweepReport",
     "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord", "StoreError", "StoreURLError",
     "SchemaTooNew", "NotFound", "FencingError", "ConcurrencyError", "IllegalTransition", "IdempotencyConflict",
-    "MessageRefused", "InvalidOperation", "AdmissionRefused", "ClaimDeferred",
+    "MessageRefused", "InvalidOperation", "AdmissionRefused", "ClaimDeferred", "StoreUnavailable",
 ]

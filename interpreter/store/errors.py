@@ -9,6 +9,10 @@ class StoreError(SealflowError):
     """Root of the store's exceptions."""
 
 
+class StoreUnavailable(StoreError):
+    """The store could not be reached, written or read (network, disk full, read-only); nothing half-done was kept."""
+
+
 class StoreURLError(StoreError):
     """A store URL names a backend this build cannot open."""
 

@@ -63,3 +63,15 @@ def test_given_a_run_that_waits_for_approval_when_run_and_status_print_it_then_t
     # And approving as a sales manager drives it to its end
     code, out, _ = run(capsys, "approve", run_id, "--as", "user:ben")
     assert code == 0 and "state: completed" in out
+
+
+def test_given_detach_when_run_then_it_queues_the_run_and_returns_at_once(capsys, tmp_path):
+    # Given a definition, when `sealflow run --detach`
+    store = f"sqlite:///{tmp_path}/s.db"
+    code, out, _ = run(capsys, "run", EXAMPLE, "--store", store, "--detach", "--json",
+                       "--input", '{"lead_id": "lead_acme"}')
+    # Then it printed the run queued, and nothing drove it
+    import json
+
+    got = json.loads(out)
+    assert code == 0 and got["state"] == "queued" and got["run_id"]

@@ -1,7 +1,8 @@
 """`sealflow worker` registers the actions it is given and no others: the demo world only when asked.
 
-The probe points the worker at a broker that is not there, so it stops (exit 2) right after loading its
-actions and before serving; what it registered by then is what it would have served.
+The probe gives the worker a broker URL that is not Redis, so it stops (exit 2) right after loading its
+actions and before serving; what it registered by then is what it would have served. (A Redis broker
+that is not there is waited for: tests/cli/test_cli_worker_broker.py.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_BROKER = "redis://127.0.0.1:1/0"
+NO_BROKER = "http://127.0.0.1:1/0"
 
 PROBE = """\
 import json, sys
@@ -34,7 +35,7 @@ def _worker(tmp_path: Path, *extra: str) -> dict:
                           cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["code"] == 2 and "cannot reach the broker" in proc.stderr, proc.stderr
+    assert result["code"] == 2 and "is not a Redis URL" in proc.stderr, proc.stderr
     return result
 
 

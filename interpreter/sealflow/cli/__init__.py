@@ -62,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: say so plainly, keep the traceback for who asks
         if os.environ.get("SEALFLOW_DEBUG"):
             raise
+        from sealflow.interpreter.store.errors import StoreUnavailable
+
+        if isinstance(exc, StoreUnavailable):  # the store's disk or database, not a bug: it names both
+            click.echo(f"sealflow: {exc}", err=True)
+            return 1
         click.echo(f"sealflow: internal error: {type(exc).__name__}: {exc}\n"
                    "  hint: this is a bug in sealflow; rerun with SEALFLOW_DEBUG=1 to see the traceback, and report it",
                    err=True)

@@ -11,13 +11,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
-from sealflow.interpreter.store.errors import StoreError
+from sealflow.interpreter.store.errors import StoreError, StoreUnavailable  # noqa: F401 - re-exported
 
 _OWN_PARAMS = ("schema", "clock", "migrate", "pool_max")
-
-
-class StoreUnavailable(StoreError):
-    """The store's database could not be reached or failed an operation; nothing half-done was kept."""
 
 
 def mask(url: str) -> str:

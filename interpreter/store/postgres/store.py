@@ -163,6 +163,7 @@ class PostgresStore(SqliteStore):
         with self._pool.connection() as conn:
             yield conn
 
+
     @contextlib.contextmanager
     def _tx(self, isolation: str = "SERIALIZABLE") -> Iterator[PgConn]:
         with self._conn() as raw:
@@ -323,6 +324,10 @@ class PostgresStore(SqliteStore):
     def append_audit(self, event, now):
         return super().append_audit(event, self._on_db_clock(now)[0])
 
+    def prune_runs(self, before, now, **kw):
+        now, shift = self._on_db_clock(now)
+        return super().prune_runs(before + shift, now, **kw)
+
     def put_plan(self, digest, workflow, version, body_json, now):
         return super().put_plan(digest, workflow, version, body_json, self._on_db_clock(now)[0])
 
@@ -403,6 +408,6 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition",
-              "due_deadlines", "heartbeat", "dead_workers", "slots"):
+              "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

@@ -16,6 +16,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 
 from sealflow.interpreter.core import states
@@ -34,7 +35,14 @@ from sealflow.interpreter.store.base import (
     TimerRecord,
 )
 from sealflow.interpreter.store.definitions import DefinitionRefused, DefinitionsMixin
-from sealflow.interpreter.store.errors import IdempotencyConflict, IllegalTransition, InvalidOperation, NotFound
+from sealflow.interpreter.store.errors import (
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidOperation,
+    NotFound,
+    StoreUnavailable,
+)
+from sealflow.interpreter.store.prune import PruneMixin
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
@@ -48,8 +56,46 @@ from sealflow.interpreter.store.sqlite.tokens import TokensMixin
 
 dumps = rows.dumps
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
+#: the WAL size a store keeps to under sustained load (bytes): past it a checkpoint resets and truncates it
+WAL_LIMIT = 16 * 1024 * 1024
+#: how long a truncating checkpoint waits for readers and writers before it gives way (ms)
+_TRUNCATE_WAIT_MS = 50
+#: after a truncation readers kept from finishing, how long commits go on before the next try (s)
+_TRUNCATE_PAUSE_S = 0.2
+#: SQLite messages that mean the file cannot be written or read, not a bug in the statement
+_IO_WORDS = ("disk is full", "readonly", "read-only", "disk i/o error", "unable to open", "database is locked",
+             "malformed", "no such file", "out of memory")
+
+
+def io_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the file's fault (disk full, read-only, I/O, locked) rather than the statement's."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError) and any(w in text for w in _IO_WORDS)
+
+
+def _hint(exc: BaseException) -> str:
+    text = str(exc).lower()
+    if "full" in text:
+        return "free disk space (or prune finished runs: `sealflow store prune --older-than 30d`), then retry"
+    if "readonly" in text or "read-only" in text:
+        return "make the file and its directory writable by this user (the WAL needs both), then retry"
+    if "locked" in text:
+        return "another process held the write lock past the busy timeout; retry, or raise busy_timeout_ms"
+    return "check the file system the store lives on, then retry"
+
+
+def wal_size(path: str) -> int:
+    """Bytes in the store's write-ahead log (0 if none)."""
+    try:
+        return os.path.getsize(path + "-wal")
+    except OSError:
+        return 0
+
+
 class _Checkpointer(threading.Thread):
-    """Checkpoints the WAL every ``interval`` seconds (PASSIVE: never blocks writers)."""
+    """Checkpoints the WAL every ``interval`` seconds (PASSIVE: never blocks writers, so their commits do
+    not wait on its fsync). Under sustained load PASSIVE may never reach the WAL's end; the store then
+    truncates it between its own transactions once it is past the limit (``SqliteStore._bound_wal``)."""
 
     def __init__(self, path: str, interval: float, busy_timeout_ms: int):
         super().__init__(name="sealflow-checkpoint", daemon=True)
@@ -58,13 +104,6 @@ class _Checkpointer(threading.Thread):
         self._interval = interval
         self._stopped = threading.Event()
         self.start()
-
-    def run(self) -> None:
-        while not self._stopped.wait(self._interval):
-            try:
-                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:  # busy or closing: the next round will do it
-                pass
 
     def stop(self) -> None:
         self._stopped.set()
@@ -77,11 +116,11 @@ class _Checkpointer(threading.Thread):
 
 
 class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  Store):
+                  PruneMixin, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
-                 checkpoint_interval: float = 0.25):
+                 checkpoint_interval: float = 0.25, wal_limit: int = WAL_LIMIT):
         self.path = path
         self.url = f"sqlite:///{path}"
         if path != ":memory:":
@@ -89,16 +128,26 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
         self._lock = threading.RLock()
         self._pending: list[tuple] = []  # audit rows of the transaction in progress
         self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.interpreter.store.auditchain)
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=512,
-                                     timeout=busy_timeout_ms / 1000)
-        c = self._conn
-        c.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        if path != ":memory:":
-            c.execute("PRAGMA journal_mode = WAL")
-        c.execute("PRAGMA synchronous = NORMAL")
-        c.execute("PRAGMA temp_store = MEMORY")
-        self._version = migrate(c, path=path)
+        try:
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                         cached_statements=512, timeout=busy_timeout_ms / 1000)
+            c = self._conn
+            c.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            if path != ":memory:":
+                c.execute("PRAGMA journal_mode = WAL")
+            c.execute("PRAGMA synchronous = NORMAL")
+            c.execute("PRAGMA temp_store = MEMORY")
+            # once a checkpoint resets the WAL, the next writer truncates the file to this size
+            c.execute(f"PRAGMA journal_size_limit = {int(wal_limit) if wal_limit else -1}")
+            self._version = migrate(c, path=path)
+        except sqlite3.Error as exc:
+            if not io_failure(exc):
+                raise
+            raise StoreUnavailable(f"cannot open SQLite store {path}: {exc}; {_hint(exc)}") from None
         self._checkpointer: _Checkpointer | None = None
+        self._busy_ms = int(busy_timeout_ms)
+        self._wal_limit = wal_limit if path != ":memory:" else 0
+        self._truncate_after = 0.0
         if path != ":memory:" and checkpoint_interval:
             c.execute("PRAGMA wal_autocheckpoint = 0")
             self._checkpointer = _Checkpointer(path, checkpoint_interval, busy_timeout_ms)
@@ -116,13 +165,22 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
     def schema_version(self) -> int:
         return self._version
 
+    def _unavailable(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        return StoreUnavailable(f"SQLite store {self.path}: {doing} failed, nothing was changed: {exc}; "
+                                f"{_hint(exc)}")
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             c = self._conn
             if c is None:
                 raise InvalidOperation("the store is closed; open it again with open_store(url)")
-            c.execute("BEGIN IMMEDIATE")
+            try:
+                c.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if io_failure(exc):
+                    raise self._unavailable(exc, "a write") from None
+                raise
             try:
                 yield c
                 if self._pending:
@@ -132,18 +190,61 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
                 c.execute("ROLLBACK")
                 self._audit_illegal(c, exc)
                 raise
+            except sqlite3.Error as exc:
+                self._pending.clear()
+                self._rollback(c)
+                if io_failure(exc):
+                    raise self._unavailable(exc, "a write") from None
+                raise
             except BaseException:
                 self._pending.clear()
-                c.execute("ROLLBACK")
+                self._rollback(c)
                 raise
             self._pending.clear()
-            c.execute("COMMIT")
+            try:
+                c.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(c)
+                if io_failure(exc):
+                    raise self._unavailable(exc, "a commit") from None
+                raise
+            if self._wal_limit:
+                self._bound_wal(c)  # a burst of writes: bound the WAL now, not at the next tick
+
+    def _bound_wal(self, c: sqlite3.Connection) -> None:
+        """After a commit, past the limit (writes outran the background checkpoints, or readers kept them
+        from reaching the WAL's end): checkpoint and truncate the WAL here, between this process's
+        transactions, waiting at most a moment for other processes' readers. If they are still in the way,
+        commits go on undisturbed for a moment and the next one past it tries again."""
+        if wal_size(self.path) <= self._wal_limit or time.monotonic() < self._truncate_after:
+            return
+        busy = 1
+        try:
+            c.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
+            busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error:
+            pass
+        finally:
+            c.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        if busy:
+            self._truncate_after = time.monotonic() + _TRUNCATE_PAUSE_S
+
+    @staticmethod
+    def _rollback(c: sqlite3.Connection) -> None:
+        if c.in_transaction:  # SQLite may have rolled back already (disk full, I/O error)
+            with contextlib.suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             if self._conn is None:
                 raise InvalidOperation("the store is closed; open it again with open_store(url)")
-            return self._conn.execute(sql, args).fetchall()
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                if io_failure(exc):
+                    raise self._unavailable(exc, "a read") from None
+                raise
 
     # -- audit helpers -----------------------------------------------------------------------------
     def _audit(self, c, now: float, run_id, step_id, event, actor="system", before=None, after=None,

@@ -74,21 +74,27 @@ def _load(file, actions, trust, bundle):
 
 follow_option = click.option("--follow", is_flag=True, help="Keep showing progress through timers of any length "
                              "until the run ends or waits for a human.")
+detach_option = click.option("--detach", is_flag=True, help="Queue the run and return at once (like submit): "
+                             "workers or `sealflow recover` drive it.")
 
 
 @click.command()
 @click.argument("file", metavar="FILE")
 @input_option
-@on_a_store(idempotency_option, trust_options, follow_option, actions=True)
+@on_a_store(idempotency_option, trust_options, follow_option, detach_option, actions=True)
 def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
-        pin_version, follow, as_json):
-    """Run a definition to its end (or until it waits) on the embedded default."""
+        pin_version, follow, detach, as_json):
+    """Run a definition to its end (or until it waits for a person or a long timer), whichever process
+    executes its steps; --detach queues it and returns at once."""
     value = parse_input(raw_input)
     loaded = _load(file, actions, trust, bundle)
     plan = loaded.plan
     with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
+        if detach:
+            click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
+            return
         until = "final" if follow else "settled"
         if as_json:
             render.finish(rt.drive(run_id, until=until), as_json)

@@ -18,8 +18,12 @@ fenced transaction). Workers on several machines need a network store; the Redis
 yet, so today a deployment is one machine (a SQLite file on a network file system is not safe).
 
 It refuses to start without an access policy (``--access FILE`` or ``$SEALFLOW_ACCESS``; exit 1)
-unless ``--allow-open`` (development only). A broker URL that is not Redis, or a broker it cannot
-reach, is a usage error (exit 2).
+unless ``--allow-open`` (development only). A broker URL that is not Redis is a usage error (exit 2).
+A broker it cannot reach, at start or later, is waited for: it logs a warning and retries with backoff
+(0.5 s doubling to 30 s) instead of exiting, and once the broker is back (or restarted, its queues lost)
+it sends again every message sent but never claimed, so queued runs move within a second. On a store
+with heartbeats (PostgreSQL) it beats every 2 s and takes over the leases of workers silent for 15 s, on
+any machine; it waits for new work on the store's wake-ups (LISTEN/NOTIFY) instead of polling.
 
 Stopping (SIGTERM or SIGINT): the worker *finishes* what it is running. It stops dispatching and
 taking messages, gives the attempts already running up to ``--grace`` seconds to finish and commit,
@@ -184,7 +188,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
 
     At SIGTERM/SIGINT running attempts get --grace seconds to finish; one still running after that
     is abandoned (its lease ends, another worker reruns it). Exit 0 after a clean stop, 1 refused (no
-    access policy), 2 usage error (a bad or unreachable broker, a bad store URL).
+    access policy), 2 usage error (a bad broker URL, a bad store URL). An unreachable broker is waited
+    for (logged, retried with backoff), not an error.
     """
     from sealflow.interpreter.service.priority import parse_priorities
 
@@ -204,19 +209,22 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     shown = redact(broker_url)
     try:
         broker = redis_broker(broker_url)
-        broker.client.ping()
     except ValueError as exc:
         fail_usage(f"--broker {shown}: {exc}")
-    except Exception as exc:  # noqa: BLE001 - redis-py raises several kinds: all mean "not there"
-        fail_usage(f"cannot reach the broker at {shown}: {exc}; start Redis there or fix --broker "
-                   "(or $SEALFLOW_BROKER)")
+    stop = threading.Event()
+    _install_signals(stop)
+    _setup_logging(log_format)
+    try:
+        up = _wait_for_broker(broker, shown, stop)
+    except ValueError as exc:  # a URL redis-py parses only when it connects (a port that is not a number)
+        fail_usage(f"--broker {shown}: {exc}")
+    if not up:
+        log.info("worker stopped before the broker came up")
+        return
     steps = step_log()
     broker.add_middleware(steps)
 
     url = store_location(store_url)
-    stop = threading.Event()
-    _install_signals(stop)
-    _setup_logging(log_format)
     try:
         rt = Runtime(url, access=provider, config=load_config(), broker=broker, queue_name=queue_name,
                      worker_threads=threads, redeliver_after=redeliver_after, priorities=served)
@@ -242,7 +250,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
                    f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}"
                    + ("" if len(served) == 4 else f", priorities {','.join(served)}"))
         sys.stdout.flush()
-        rt.serve(stop, allow_open=allow_open)
+        rt.serve(stop, allow_open=allow_open, broker_shown=shown)
         log.info("stopping: running attempts have %.0f s to finish", grace)
     finally:
         rt.close(grace=grace)
@@ -251,6 +259,30 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
                     run_id, step_id, attempt)
     _forget_heartbeat(broker)
     log.info("worker stopped")
+
+
+def _wait_for_broker(broker, shown: str, stop: threading.Event) -> bool:
+    """Ping the broker until it answers, with backoff (0.5 s doubling to 30 s), logging each miss; False if
+    ``stop`` was set first. A broker that is down at start is an outage to ride out, not a usage error."""
+    from sealflow.interpreter.service.liveness import backoff_delays
+
+    started = time.monotonic()
+    for delay in backoff_delays():
+        try:
+            broker.client.ping()
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - redis-py raises several kinds: all mean "not there yet"
+            log.warning("cannot reach the broker at %s (%s); retrying in %.1f s (waiting %.0f s so far; start "
+                        "Redis there or fix --broker)", shown, str(exc).splitlines()[0] if str(exc) else
+                        type(exc).__name__, delay, time.monotonic() - started)
+            if stop.wait(delay):
+                return False
+            continue
+        if time.monotonic() - started > 0.1:
+            log.info("the broker at %s answers after %.0f s", shown, time.monotonic() - started)
+        return True
+    return False  # pragma: no cover - backoff_delays never ends
 
 
 def _forget_heartbeat(broker) -> None:

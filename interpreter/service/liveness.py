@@ -1,0 +1,112 @@
+"""What keeps a long-lived worker going: a broker that comes and goes, wake-ups, heartbeats.
+
+:class:`BrokerWatch` pings the broker now and then. While it is unreachable the worker says so once and
+keeps serving what it can (its store rounds) instead of exiting; when the broker is back, or was
+restarted (a Redis without persistence loses the messages it held), every outbox row that was sent but
+never claimed is made due again (:meth:`Store.reset_dispatch`), so those runs move within a second
+instead of after ``redeliver_after``. A duplicate message is harmless: the claim refuses it.
+
+:func:`wait_for_work` waits for the next round on the store's wake-ups when it has them (PostgreSQL:
+LISTEN/NOTIFY on new outbox rows), else sleeps the interval. :class:`Heartbeat` records that this
+worker is alive on a store that keeps heartbeats, so other machines' workers can take over its leases
+when it goes silent (:func:`sealflow.interpreter.engine.recovery.expire_dead_owners`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger("sealflow.liveness")
+
+
+def backoff_delays(first: float = 0.5, factor: float = 2.0, most: float = 30.0):
+    """0.5, 1, 2, 4 ... seconds, never more than ``most``: how long to wait between tries."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * factor, most)
+
+
+def broker_identity(broker: Any) -> str | None:
+    """The broker server's identity (Redis ``run_id``: new after every restart), or None if unreachable.
+    A broker that is not Redis (the embedded stub) is always there: ``"local"``."""
+    client = getattr(broker, "client", None)
+    if client is None:
+        return "local"
+    try:
+        return str(client.info("server").get("run_id") or "redis")
+    except Exception:  # noqa: BLE001 - redis-py raises several kinds: all mean "not there now"
+        return None
+
+
+class BrokerWatch:
+    """Notices a broker that went away, came back, or restarted; on its return makes sent work due again."""
+
+    def __init__(self, broker: Any, store: Any, *, every: float = 1.0, shown: str = "the broker"):
+        self.broker, self.store, self.every, self.shown = broker, store, every, shown
+        self.identity = broker_identity(broker)
+        self.down_since: float | None = None if self.identity is not None else time.monotonic()
+        self._next = time.monotonic() + every
+        self._delays = backoff_delays(every, 2.0, 30.0)
+        if self.down_since is not None:  # lost between the start-up check and now
+            log.warning("lost the broker at %s; steps wait, runs stay queued; retrying (next try in %.1f s)",
+                        self.shown, every)
+
+    def check(self) -> bool:
+        """Look at the broker if it is time; True while it is reachable."""
+        now = time.monotonic()
+        if now < self._next:
+            return self.down_since is None
+        got = broker_identity(self.broker)
+        if got is None:
+            delay = next(self._delays)
+            if self.down_since is None:
+                self.down_since = now
+                log.warning("lost the broker at %s; steps wait, runs stay queued; retrying (next try in %.1f s)",
+                            self.shown, delay)
+            else:
+                log.warning("the broker at %s is still unreachable after %.0f s; retrying in %.1f s", self.shown,
+                            now - self.down_since, delay)
+            self._next = now + delay
+            return False
+        self._next = now + self.every
+        if self.down_since is not None or got != self.identity:
+            why = "is back" if self.down_since is not None else "was restarted"
+            again = self.store.reset_dispatch()
+            log.warning("the broker at %s %s; sending again the %d message(s) sent but never claimed", self.shown,
+                        why, again)
+            self.down_since = None
+            self._delays = backoff_delays(self.every, 2.0, 30.0)
+        self.identity = got
+        return True
+
+
+def wait_for_work(store: Any, stop: threading.Event, interval: float) -> None:
+    """Until new work is written (on a store with wake-ups) or ``interval`` s pass, or ``stop`` is set."""
+    waiter = getattr(store, "wait_for_work", None)
+    if waiter is None:
+        stop.wait(interval)
+        return
+    try:
+        waiter(interval)
+    except Exception:  # noqa: BLE001 - the listener failed: fall back to polling this round
+        log.warning("waiting for the store's wake-ups failed; polling", exc_info=True)
+        stop.wait(interval)
+
+
+class Heartbeat:
+    """Beats every ``every`` seconds on a store that keeps heartbeats (``store.heartbeat(owner)``)."""
+
+    def __init__(self, store: Any, owner: str, *, every: float = 2.0):
+        self.store, self.owner, self.every = store, owner, every
+        self.enabled = hasattr(store, "heartbeat")
+        self._next = 0.0
+
+    def beat(self) -> None:
+        if not self.enabled or time.monotonic() < self._next:
+            return
+        self.store.heartbeat(self.owner)
+        self._next = time.monotonic() + self.every

@@ -1,0 +1,118 @@
+"""A worker rides out its broker: started with Redis down it waits and says so, then serves when Redis
+comes up; a Redis restarted without persistence (its queues lost) does not leave runs queued for a minute.
+
+Each test starts its own redis-server on a private port (skipped without the redis-server binary).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_worker_redis import ACTIONS, Deployment
+
+REDIS_SERVER = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server binary")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis(port: int, tmp: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port, socket_connect_timeout=1)
+    for _ in range(100):
+        try:
+            client.ping()
+            return proc
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("redis-server did not start")
+
+
+class PrivateDeployment(Deployment):
+    def __init__(self, tmp_path: Path, port: int):
+        super().__init__(tmp_path, None)
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def worker_args(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "sealflow", "worker", "--broker", self.url, "--store", self.store,
+                "--actions", str(ACTIONS), "--queue", self.queue, *extra]
+
+    def close(self) -> None:
+        for proc in self.workers.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def _wait_log(d: Deployment, name: str, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in d.log(name):
+        assert d.workers[name].poll() is None, f"worker exited {d.workers[name].returncode}: {d.log(name)}"
+        assert time.monotonic() < deadline, f"no {text!r} in the log: {d.log(name)}"
+        time.sleep(0.05)
+
+
+def test_given_redis_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_redis_is_up(tmp_path):
+    port = _free_port()
+    d = PrivateDeployment(tmp_path, port)
+    redis_proc = None
+    try:
+        # Given no Redis on the port, when a worker starts and a run is submitted
+        d.start_worker("a")
+        _wait_log(d, "a", "cannot reach the broker")
+        run_id = d.submit()
+        time.sleep(0.5)
+        # Then it is still running (not exited 2) and the run waits, queued
+        assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
+        assert d.run_states([run_id]) == {run_id: "queued"}
+        # When Redis comes up, then the worker serves and the run completes
+        redis_proc = _redis(port, tmp_path)
+        d.wait_ready("a", timeout=60)
+        d.wait_completed([run_id], timeout=60)
+        assert "retrying in" in d.log("a")
+    finally:
+        d.close()
+        if redis_proc is not None:
+            redis_proc.kill()
+            redis_proc.wait()
+
+
+def test_given_a_serving_worker_when_redis_restarts_empty_then_queued_runs_move_within_seconds(tmp_path):
+    port = _free_port()
+    redis_proc = _redis(port, tmp_path)
+    d = PrivateDeployment(tmp_path, port)
+    try:
+        # Given a worker serving on a private Redis
+        d.start_worker("a")
+        d.wait_ready("a")
+        # When Redis dies, a run is submitted meanwhile, and Redis comes back empty
+        redis_proc.send_signal(signal.SIGKILL)
+        redis_proc.wait()
+        run_id = d.submit()
+        _wait_log(d, "a", "lost the broker")
+        redis_proc = _redis(port, tmp_path)
+        back = time.monotonic()
+        # Then the worker says the broker is back and the run completes well before redeliver_after (60 s)
+        d.wait_completed([run_id], timeout=30)
+        assert time.monotonic() - back < 30
+        assert d.workers["a"].poll() is None
+    finally:
+        d.close()
+        redis_proc.kill()
+        redis_proc.wait()

@@ -1,0 +1,119 @@
+"""Bounded disk and clear I/O errors on the SQLite store: the WAL stays small under sustained load, and a
+full or read-only disk is a message naming the store and the cause (never a traceback), with nothing lost."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
+
+from sealflow.cli import main
+from sealflow.interpreter.store import StoreUnavailable, open_store
+from sealflow.interpreter.store.sqlite.store import SqliteStore, wal_size
+
+LIMIT = 256 * 1024
+
+
+def _one_run(store, i: int, now: float) -> None:
+    claimed, _ = submit_and_claim(store, f"r{i}", now)
+    store.commit(succeed_and_go(claimed, next_step=None, state="completed", now=now), now)
+
+
+def test_given_a_small_wal_limit_when_hundreds_of_runs_are_written_then_the_wal_stays_bounded(tmp_path):
+    # Given a store whose WAL limit is 256 KiB (about two runs' worth of pages), and another connection
+    # reading all the time (without the bound, 400 runs leave a WAL of about 45 MB)
+    store = SqliteStore(str(tmp_path / "state.db"), wal_limit=LIMIT)
+    reader = sqlite3.connect(str(tmp_path / "state.db"), check_same_thread=False)
+    stop = threading.Event()
+
+    def read_often():
+        while not stop.is_set():
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM runs").fetchone()
+            stop.wait(0.001)  # another process holding a snapshot for a moment, over and over
+            reader.execute("COMMIT")
+            stop.wait(0.001)
+
+    t = threading.Thread(target=read_often, daemon=True)
+    t.start()
+    try:
+        # When 400 runs are submitted, claimed and finished
+        biggest = 0
+        for i in range(400):
+            _one_run(store, i, T0 + i)
+            biggest = max(biggest, wal_size(store.path))
+        stop.set()
+        t.join()
+        # Then the WAL never grew past a small multiple of the limit, and settles under it
+        assert biggest < 2 * LIMIT, f"the WAL reached {biggest} bytes"
+        for _ in range(100):
+            if wal_size(store.path) <= LIMIT:
+                break
+            threading.Event().wait(0.05)
+        assert wal_size(store.path) <= LIMIT
+        assert len(store.list_runs(limit=1000)) == 400
+    finally:
+        stop.set()
+        t.join()
+        reader.close()
+        store.close()
+    # and after close nothing is left in the WAL
+    assert wal_size(str(tmp_path / "state.db")) == 0
+
+
+def test_given_a_full_disk_when_a_run_is_submitted_then_a_clear_error_names_the_store_and_nothing_is_kept(
+        tmp_path, monkeypatch):
+    # Given a store whose disk fills up at the next commit
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    real = store._conn
+
+    class FullDisk:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def execute(self, sql, *args):
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("database or disk is full")
+            return real.execute(sql, *args)
+
+    monkeypatch.setattr(store, "_conn", FullDisk())
+    try:
+        # When a run is submitted
+        with pytest.raises(StoreUnavailable) as err:
+            store.submit(new_run("full"), T0)
+        # Then the message names the store, the cause and what to do; no half-written run is left
+        text = str(err.value)
+        assert str(tmp_path / "state.db") in text and "disk is full" in text and "free disk space" in text
+        monkeypatch.setattr(store, "_conn", real)
+        assert store.list_runs() == []
+        assert not real.in_transaction
+        # and once there is room again the same submit succeeds
+        run, created = store.submit(new_run("full"), T0)
+        assert created and run.state == "queued"
+    finally:
+        monkeypatch.setattr(store, "_conn", real)
+        store.close()
+
+
+def test_given_a_read_only_store_file_when_the_cli_opens_it_then_it_says_so_without_a_traceback(
+        tmp_path, monkeypatch, capsys):
+    # Given a store file SQLite cannot write (read-only; simulated: the tests may run as root)
+    path = tmp_path / "state.db"
+    open_store(f"sqlite:///{path}").close()
+    real_connect = sqlite3.connect
+
+    class ReadOnly(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA journal_mode") or sql.startswith("BEGIN"):
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+            return super().execute(sql, *args)
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **kw: real_connect(*a, factory=ReadOnly, **kw))
+    # When a CLI command opens it to write
+    code = main(["store", "prune", "--older-than", "1d", "--store", f"sqlite:///{path}"])
+    err = capsys.readouterr().err
+    # Then it fails with the store named and the cause, not "internal error"
+    assert code in (1, 2) and "internal error" not in err and str(path) in err
+    assert "readonly" in err and "writable" in err
