@@ -27,14 +27,12 @@ import uuid
 from typing import Any, NoReturn
 
 import dramatiq
-from dramatiq.brokers.stub import StubBroker
 
 from sealflow.dsl.plan import Plan
 from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.core.jsonc import dumps
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
@@ -43,23 +41,22 @@ from sealflow.interpreter.execution import isolation, secrets
 from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
-from sealflow.interpreter.policy.operations import Operation, authorize_run, may, visible_runs
-from sealflow.interpreter.service import approvals, dlq, honoured, priority, readiness, telemetry
+from sealflow.interpreter.policy.operations import Operation, authorize_run
+from sealflow.interpreter.service import approvals, honoured, priority, readiness, telemetry
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
+from sealflow.interpreter.service.driving import Driving
 from sealflow.interpreter.service.readiness import plan_models
+from sealflow.interpreter.service.repair import Repair
 from sealflow.interpreter.service.status import RunStatus, run_status
 from sealflow.interpreter.service.sweeper import Sweeper
-from sealflow.interpreter.steps import approval
 from sealflow.interpreter.store import open_store
 from sealflow.interpreter.store.base import (
     AuditEvent,
     AuditRecord,
-    DeadLetterRecord,
     Message,
     NewRun,
-    NextAttempt,
     Store,
 )
 from sealflow.interpreter.store.definitions import DefinitionSource, Registration
@@ -68,10 +65,6 @@ from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransitio
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
 
-#: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
-_SLOT_POLL_S = 0.1
-#: how often `drive` looks again at a run whose step another process executes
-_ELSEWHERE_POLL_S = 0.05
 
 
 def input_hash(value: Any) -> str:
@@ -96,7 +89,7 @@ def model_providers(config: RuntimeConfig) -> Any:
 
     return load_models(config.extra, secrets.chain_for(config), source=config.source)
 
-class Runtime:
+class Runtime(Repair, Driving):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
@@ -335,72 +328,6 @@ class Runtime:
         """Submit and drive (see :meth:`drive` for ``until``)."""
         return self.drive(self.submit(plan, input, initiator=initiator, **kw), until=until)
 
-    def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
-              sleep_threshold: float | None = None) -> RunStatus:
-        """Dispatch, work and sweep until the run settles: it is final, waits for a human (an
-        approval), or waits for a timer more than ``sleep_threshold`` seconds away (shorter ones
-        are slept through; ``until="final"`` sleeps through timers of any length). ``timeout``
-        bounds the real time spent here."""
-        if until not in ("settled", "final"):
-            raise ValueError("until must be 'settled' or 'final'")
-        self.start()
-        threshold = self.sleep_threshold if sleep_threshold is None else sleep_threshold
-        stop_at = None if timeout is None else time.monotonic() + timeout
-        idle_rounds = 0
-        while True:
-            sent = self.dispatcher.flush()
-            self._join()
-            report = self.sweeper.sweep()
-            if sent or report.runs_touched:
-                idle_rounds = 0
-                continue
-            run = self.store.get_run(run_id)
-            if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
-                break
-            due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
-            if stop_at is not None and time.monotonic() >= stop_at:
-                break
-            elsewhere = self._worked_elsewhere(run_id)
-            if due is None and not elsewhere:
-                break
-            delay = _ELSEWHERE_POLL_S if due is None else due - self.clock.now()
-            if delay > _SLOT_POLL_S and self._waits_in_line(run_id):  # a holder elsewhere may let go any time
-                delay = _SLOT_POLL_S
-            if elsewhere:  # another process runs its step (or took its message): wait for that, not its lease
-                delay = min(delay, _ELSEWHERE_POLL_S)
-            elif until == "settled" and delay > threshold:
-                break
-            idle_rounds += 1
-            self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
-        return self.status(run_id)
-
-    def _worked_elsewhere(self, run_id: str) -> bool:
-        """Another process executes the run's step now (its attempt runs under another lease owner), or took
-        its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
-        active = self.store.active_attempt(run_id)
-        if active is not None and active.state == "running" and active.lease_owner != self.owner:
-            return True
-        return any(row.sent_at is not None for row in self.store.outbox(run_id))
-
-    def _waits_in_line(self, run_id: str) -> bool:
-        """The run's next attempt is scheduled but put off: it waits for a lock, pool or bulkhead slot."""
-        active = self.store.active_attempt(run_id)
-        return active is not None and active.state == "scheduled"
-
-    def _awaits_human(self, run_id: str) -> bool:
-        active = self.store.active_attempt(run_id)
-        return active is not None and active.state == "waiting" and "opened_at" in active.data
-
-    def _join(self) -> None:
-        if isinstance(self.broker, StubBroker):
-            queues = self.queue_names
-            while True:
-                for name in queues:
-                    self.broker.join(name, fail_fast=False)
-                if not any(self.broker.queues[n].unfinished_tasks for n in queues):
-                    return
-        else:
-            time.sleep(0.05)
 
     def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: Operation):
         """The run, if ``actor`` may do ``operation`` to it and ``tenant`` (a claim) owns it; otherwise the
@@ -477,79 +404,6 @@ class Runtime:
                                            detail={"state": run.state}), self.clock.now())
         raise InvalidOperation(message)
 
-    def recover(self, *, actor: str | None = None, tenant: str | None = None, refuse_unready: bool = False) -> dict:
-        """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`). The
-        report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
-        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``refuse_unready``
-        (an operator's ``sealflow recover``), a process that would execute a run in flight it lacks the actions,
-        models or trust policy for refuses first, nothing changed
-        (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
-        if refuse_unready:
-            active = self.store.active_runs()
-            readiness.require_ready_all(self, active, visible_runs(self.store, self.access, active, tenant=tenant,
-                                                                   actor=actor), "recover")
-        expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
-        reset = 0
-        if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
-            reset = self.store.reset_dispatch()
-            self._dispatch_reset = True
-        report = self.sweeper.sweep()
-        repaired = []
-        for run_id in self.store.stalled_runs():
-            for message in self.engine.repair(run_id):
-                self.send(message)
-            repaired.append(run_id)
-        sent = self.dispatcher.flush()
-        def visible(run_ids: list[str]) -> list[str]:
-            return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
-
-        return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
-                "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
-                "runs_repaired": visible(repaired), "dispatched": sent,
-                "runs_in_flight": visible(self.store.active_runs())}
-
-    # -- dead letters and audit --------------------------------------------------------------------
-    def dlq_list(self, *, tenant: str | None = None, actor: str | None = None) -> list[DeadLetterRecord]:
-        """The dead letters ``actor`` may read (``dlq:read``) in ``tenant`` (None: every tenant, trusted code)."""
-        letters = self.store.dead_letters()
-        if tenant is None and actor is None:
-            return letters
-        keep = set(visible_runs(self.store, self.access, list(dict.fromkeys(d.run_id for d in letters)), tenant=tenant,
-                                actor=actor, operation=Operation.DLQ_READ))
-        return [d for d in letters if d.run_id in keep]
-
-    def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
-        """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``; the
-        audit events only with ``audit:read`` too)."""
-        run = self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
-        shown = dlq.show(self.store, run_id)
-        if actor is not None and not may(self.access, run, actor, Operation.AUDIT_READ):
-            shown["audit"] = None  # reading dead letters is not reading audit trails
-        return shown
-
-    def dlq_redrive(self, run_id: str, *, actor: str | None = None, tenant: str | None = None) -> RunStatus:
-        """Rerun the failed step of a dead-lettered run, on the run's original plan digest (``dlq:redrive``)."""
-        run = self._scoped(run_id, tenant, actor, Operation.REDRIVE)
-        actor = actor or "operator"
-        compensation.check_redrive(run)
-        readiness.require_ready(self, run_id, "redrive")
-        plan = self.engine.plan(run.plan_digest)
-        step_id = run.cursor_step or plan.start
-        base, gate = split_step_id(step_id)
-        step = plan.step(base)
-        now = self.clock.now()
-        if gate:
-            cursor = next(a for a in reversed(self.store.attempts(run_id)) if a.step_id == step_id)
-            x = self.engine.execution(run, cursor, self.store.results(run_id), resumed=False)
-            data = approval.opening(x, step.gate, now)
-            data["then"] = cursor.data.get("then")
-            nxt = NextAttempt(step_id, 1, "waiting", now + step.gate.timeout_ms / 1000.0, lease_ms(step),
-                              "approval_timeout", data)
-        else:
-            nxt = NextAttempt(step_id, 1, "scheduled", now, lease_ms(step))
-        budget = plan.budget.max_runtime_ms
-        self.store.redrive(run_id, nxt, now, actor=actor, deadline=None if budget is None else now + budget / 1000.0)
-        return self.status(run_id)
 
     def audit(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> list[AuditRecord]:
         """The run's audit trail, oldest first (``audit:read``)."""

@@ -1,0 +1,87 @@
+"""Driving a run on: the embedded worker loop until a run settles, waiting while another process executes it."""
+
+from __future__ import annotations
+
+import time
+
+from dramatiq.brokers.stub import StubBroker
+
+from sealflow.interpreter.core import states
+from sealflow.interpreter.service.status import RunStatus
+
+#: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
+_SLOT_POLL_S = 0.1
+#: how often `drive` looks again at a run whose step another process executes
+_ELSEWHERE_POLL_S = 0.05
+
+
+class Driving:
+    """Methods of :class:`~sealflow.interpreter.service.runtime.Runtime` (see its module); they use its store,
+    engine, broker and clock."""
+
+    def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
+              sleep_threshold: float | None = None) -> RunStatus:
+        """Dispatch, work and sweep until the run settles: it is final, waits for a human (an
+        approval), or waits for a timer more than ``sleep_threshold`` seconds away (shorter ones
+        are slept through; ``until="final"`` sleeps through timers of any length). ``timeout``
+        bounds the real time spent here."""
+        if until not in ("settled", "final"):
+            raise ValueError("until must be 'settled' or 'final'")
+        self.start()
+        threshold = self.sleep_threshold if sleep_threshold is None else sleep_threshold
+        stop_at = None if timeout is None else time.monotonic() + timeout
+        idle_rounds = 0
+        while True:
+            sent = self.dispatcher.flush()
+            self._join()
+            report = self.sweeper.sweep()
+            if sent or report.runs_touched:
+                idle_rounds = 0
+                continue
+            run = self.store.get_run(run_id)
+            if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
+                break
+            due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
+            if stop_at is not None and time.monotonic() >= stop_at:
+                break
+            elsewhere = self._worked_elsewhere(run_id)
+            if due is None and not elsewhere:
+                break
+            delay = _ELSEWHERE_POLL_S if due is None else due - self.clock.now()
+            if delay > _SLOT_POLL_S and self._waits_in_line(run_id):  # a holder elsewhere may let go any time
+                delay = _SLOT_POLL_S
+            if elsewhere:  # another process runs its step (or took its message): wait for that, not its lease
+                delay = min(delay, _ELSEWHERE_POLL_S)
+            elif until == "settled" and delay > threshold:
+                break
+            idle_rounds += 1
+            self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
+        return self.status(run_id)
+
+    def _worked_elsewhere(self, run_id: str) -> bool:
+        """Another process executes the run's step now (its attempt runs under another lease owner), or took
+        its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
+        active = self.store.active_attempt(run_id)
+        if active is not None and active.state == "running" and active.lease_owner != self.owner:
+            return True
+        return any(row.sent_at is not None for row in self.store.outbox(run_id))
+
+    def _waits_in_line(self, run_id: str) -> bool:
+        """The run's next attempt is scheduled but put off: it waits for a lock, pool or bulkhead slot."""
+        active = self.store.active_attempt(run_id)
+        return active is not None and active.state == "scheduled"
+
+    def _awaits_human(self, run_id: str) -> bool:
+        active = self.store.active_attempt(run_id)
+        return active is not None and active.state == "waiting" and "opened_at" in active.data
+
+    def _join(self) -> None:
+        if isinstance(self.broker, StubBroker):
+            queues = self.queue_names
+            while True:
+                for name in queues:
+                    self.broker.join(name, fail_fast=False)
+                if not any(self.broker.queues[n].unfinished_tasks for n in queues):
+                    return
+        else:
+            time.sleep(0.05)

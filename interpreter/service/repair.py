@@ -1,0 +1,96 @@
+"""Finding runs in flight again after a crash, and the dead-letter list (list, show, redrive)."""
+
+from __future__ import annotations
+
+from dramatiq.brokers.stub import StubBroker
+
+from sealflow.interpreter.core.ids import split_step_id
+from sealflow.interpreter.engine import compensation, recovery
+from sealflow.interpreter.engine.decide import lease_ms
+from sealflow.interpreter.policy.operations import Operation, may, visible_runs
+from sealflow.interpreter.service import dlq, readiness
+from sealflow.interpreter.service.status import RunStatus
+from sealflow.interpreter.steps import approval
+from sealflow.interpreter.store.base import (
+    DeadLetterRecord,
+    NextAttempt,
+)
+
+
+class Repair:
+    """Methods of :class:`~sealflow.interpreter.service.runtime.Runtime` (see its module); they use its store,
+    engine, broker and clock."""
+
+    def recover(self, *, actor: str | None = None, tenant: str | None = None, refuse_unready: bool = False) -> dict:
+        """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`). The
+        report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
+        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``refuse_unready``
+        (an operator's ``sealflow recover``), a process that would execute a run in flight it lacks the actions,
+        models or trust policy for refuses first, nothing changed
+        (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
+        if refuse_unready:
+            active = self.store.active_runs()
+            readiness.require_ready_all(self, active, visible_runs(self.store, self.access, active, tenant=tenant,
+                                                                   actor=actor), "recover")
+        expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
+        reset = 0
+        if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
+            reset = self.store.reset_dispatch()
+            self._dispatch_reset = True
+        report = self.sweeper.sweep()
+        repaired = []
+        for run_id in self.store.stalled_runs():
+            for message in self.engine.repair(run_id):
+                self.send(message)
+            repaired.append(run_id)
+        sent = self.dispatcher.flush()
+        def visible(run_ids: list[str]) -> list[str]:
+            return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
+
+        return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
+                "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
+                "runs_repaired": visible(repaired), "dispatched": sent,
+                "runs_in_flight": visible(self.store.active_runs())}
+
+    # -- dead letters and audit --------------------------------------------------------------------
+    def dlq_list(self, *, tenant: str | None = None, actor: str | None = None) -> list[DeadLetterRecord]:
+        """The dead letters ``actor`` may read (``dlq:read``) in ``tenant`` (None: every tenant, trusted code)."""
+        letters = self.store.dead_letters()
+        if tenant is None and actor is None:
+            return letters
+        keep = set(visible_runs(self.store, self.access, list(dict.fromkeys(d.run_id for d in letters)), tenant=tenant,
+                                actor=actor, operation=Operation.DLQ_READ))
+        return [d for d in letters if d.run_id in keep]
+
+    def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
+        """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``; the
+        audit events only with ``audit:read`` too)."""
+        run = self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
+        shown = dlq.show(self.store, run_id)
+        if actor is not None and not may(self.access, run, actor, Operation.AUDIT_READ):
+            shown["audit"] = None  # reading dead letters is not reading audit trails
+        return shown
+
+    def dlq_redrive(self, run_id: str, *, actor: str | None = None, tenant: str | None = None) -> RunStatus:
+        """Rerun the failed step of a dead-lettered run, on the run's original plan digest (``dlq:redrive``)."""
+        run = self._scoped(run_id, tenant, actor, Operation.REDRIVE)
+        actor = actor or "operator"
+        compensation.check_redrive(run)
+        readiness.require_ready(self, run_id, "redrive")
+        plan = self.engine.plan(run.plan_digest)
+        step_id = run.cursor_step or plan.start
+        base, gate = split_step_id(step_id)
+        step = plan.step(base)
+        now = self.clock.now()
+        if gate:
+            cursor = next(a for a in reversed(self.store.attempts(run_id)) if a.step_id == step_id)
+            x = self.engine.execution(run, cursor, self.store.results(run_id), resumed=False)
+            data = approval.opening(x, step.gate, now)
+            data["then"] = cursor.data.get("then")
+            nxt = NextAttempt(step_id, 1, "waiting", now + step.gate.timeout_ms / 1000.0, lease_ms(step),
+                              "approval_timeout", data)
+        else:
+            nxt = NextAttempt(step_id, 1, "scheduled", now, lease_ms(step))
+        budget = plan.budget.max_runtime_ms
+        self.store.redrive(run_id, nxt, now, actor=actor, deadline=None if budget is None else now + budget / 1000.0)
+        return self.status(run_id)
