@@ -25,7 +25,6 @@ models:
     api_key: {secret: OPENAI_API_KEY}
     timeout: 30s
     price: {input_per_mtok: 0.15, output_per_mtok: 0.60}
-    rate_limit: {requests_per_minute: 500, tokens_per_minute: 200000}
     circuit_breaker: {failures: 5, window: 60s, cool_down: 30s}
   smart:
     provider: anthropic
@@ -41,7 +40,7 @@ def test_the_documented_example_parses():
     fast = models["fast"]
     assert (fast.provider, fast.model, fast.endpoint, fast.api_key_secret, fast.timeout) == (
         "openai", "gpt-4o-mini", "http://127.0.0.1:8000/v1", "OPENAI_API_KEY", 30.0)
-    assert (fast.price.input_per_mtok, fast.rate_limit.tokens_per_minute) == (0.15, 200000)
+    assert fast.price.input_per_mtok == 0.15 and fast.rate_limit is None
     assert (fast.circuit_breaker.failures, fast.circuit_breaker.window, fast.circuit_breaker.cool_down) == (5, 60, 30)
     assert models["smart"].endpoint == "https://api.anthropic.com/v1" and models["tiny"].provider == "local"
 
@@ -60,6 +59,8 @@ def test_the_documented_example_parses():
      "models.fast.price: missing output_per_mtok"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_minute": -1}},
      "models.fast.rate_limit.requests_per_minute: must be positive"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_minute": 500}},
+     "models.fast.rate_limit: per-model rate limits are not enforced by this release"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "circuit_breaker": {"window": "x"}},
      "models.fast.circuit_breaker.window"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "api_key": {"secret": "../etc"}},
