@@ -121,6 +121,11 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
     problems.install(app)
     for module in (runs, approvals, dlq, definitions, health, metrics, events):
         app.include_router(module.router)
+    if settings.ui:  # the server-rendered pages for people (docs/operations.md "The approvals page")
+        from sealflow.interpreter.service.server.ui import pages, sessions
+
+        app.state.ui_sessions = sessions.Sessions()
+        app.include_router(pages.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
     if settings.allow_open:
         app.add_middleware(OpenBanner)

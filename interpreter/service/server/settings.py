@@ -29,6 +29,8 @@ class ServerSettings:
     max_body: int = 1 << 20
     #: run the runtime's worker, dispatcher and sweeper in this process (the embedded deployment)
     work: bool = True
+    #: serve the /ui pages (approvals, runs) for people signing in with an API token
+    ui: bool = True
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
