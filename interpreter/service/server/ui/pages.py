@@ -32,8 +32,7 @@ from sealflow.interpreter.store.records import RunQuery
 CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 #: the CSRF token of the sign-in form (no session yet): a double-submit cookie
 PRE_COOKIE = "sealflow_signin"
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.interpreter.service.server.ui", "templates"),
-                          autoescape=True, undefined=jinja2.StrictUndefined)
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.interpreter.service.server.ui", "templates"), autoescape=True)
 _CSS = resources.files("sealflow.interpreter.service.server.ui").joinpath("static/ui.css").read_bytes()
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -251,13 +250,20 @@ def run_page(request: Request, run_id: str) -> Response:
 
     try:
         status = rt.status(run_id, tenant=session.tenant, actor=session.principal)
-        trail = rt.audit(run_id, tenant=session.tenant, actor=session.principal)
     except Exception as exc:  # noqa: BLE001 - unknown and unreadable runs look the same
         if problems.from_exception(exc) is None:
             raise
         return _page("base.html", 404, session=session, error=f"no run {run_id[:80]} that you may read")
+    try:
+        trail = rt.audit(run_id, tenant=session.tenant, actor=session.principal)
+        audit_note = None
+    except Exception as exc:  # noqa: BLE001 - reading the audit trail needs audit:read
+        if problems.from_exception(exc) is None:
+            raise
+        trail, audit_note = [], "You may not read this run's audit trail (audit:read)."
     run = status_json(status)
     audit = [{"seq": a.seq, "at": _when(a.ts), "kind": a.event, "actor": a.actor, "step": a.step_id,
               "detail": json.dumps(a.detail, sort_keys=True, default=str) if a.detail else ""} for a in trail]
     return _page("run.html", session=session, run=run, input_text=_json(run["input"]),
-                 output_text=_json(run.get("output")), graph_text=_graph(rt, status.run.plan_digest), audit=audit)
+                 output_text=_json(run.get("output")), graph_text=_graph(rt, status.run.plan_digest), audit=audit,
+                 audit_note=audit_note)

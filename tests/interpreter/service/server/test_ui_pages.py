@@ -86,6 +86,7 @@ def test_an_approval_from_the_page_needs_the_csrf_token_and_the_hash_shown(clien
     assert stale.status_code == 409 and "not the one you reviewed" in stale.text
     assert done.status_code == 303
     assert rt.drive(waiting_run).state == "completed"
+    sign_in(client, token(rt, "user:ida"))  # an auditor reads the run and its trail
     run_page = client.get(f"/ui/runs/{waiting_run}").text
     assert 'id="state" class="state-completed"' in run_page
     assert re.search(r"<td>[a-z_]*approv[a-z_]*</td><td>user:bob</td>", run_page)  # the audit trail names bob
