@@ -32,7 +32,8 @@ from sealflow.interpreter.store.records import RunQuery
 CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 #: the CSRF token of the sign-in form (no session yet): a double-submit cookie
 PRE_COOKIE = "sealflow_signin"
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.interpreter.service.server.ui", "templates"), autoescape=True)
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.interpreter.service.server.ui", "templates"),
+                          autoescape=True)
 _CSS = resources.files("sealflow.interpreter.service.server.ui").joinpath("static/ui.css").read_bytes()
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
