@@ -119,17 +119,22 @@ def test_the_wheel_ships_every_module_grammar_and_schema(wheel_files: list[PureP
     expected: dict[str, str] = {}
     for mapped in PACKAGE_DIR.values():
         for path in (REPO / mapped).rglob("*"):
-            if path.suffix not in {".py", ".lark", ".json"} or "__pycache__" in path.parts:
+            if path.suffix not in {".py", ".lark", ".json", ".html", ".css"} or "__pycache__" in path.parts:
                 continue
-            name = installed_name(path.parent.resolve())
+            folder, inner = path.parent.resolve(), [path.name]
+            if path.suffix in {".html", ".css"}:  # page templates and styles live in data folders of a package
+                while installed_name(folder) not in SETUPTOOLS["packages"] and folder != REPO:
+                    folder, inner = folder.parent, [folder.name, *inner]
+            name = installed_name(folder)
             if name is None or name not in SETUPTOOLS["packages"]:
                 continue  # a folder without __init__.py: the listing test above reports packages
-            expected["/".join((*name.split("."), path.name))] = str(path.relative_to(REPO))
+            expected["/".join((*name.split("."), *inner))] = str(path.relative_to(REPO))
     # When compared with the wheel
     missing = sorted(f"{src} (as {dest})" for dest, src in expected.items() if dest not in shipped)
     # Then all of them are in it (a .lark or .json needs [tool.setuptools.package-data])
     assert any(dest.endswith(".lark") for dest in expected), "no grammar found under the mapped folders"
     assert "sealflow/schemas/workflow.schema.json" in expected
+    assert "sealflow/interpreter/service/server/ui/templates/approvals.html" in expected
     assert not missing, f"the wheel lacks: {missing}"
 
 
