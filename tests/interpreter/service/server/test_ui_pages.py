@@ -113,3 +113,42 @@ def test_signing_out_ends_the_session_and_other_tenants_runs_are_not_shown(clien
     csrf = csrf_of(client.get("/ui/runs").text)
     assert client.post("/ui/signout", data={"csrf_token": csrf}, follow_redirects=False).status_code == 303
     assert client.get("/ui/runs", follow_redirects=False).status_code == 303
+
+
+def test_a_rejection_from_the_page_needs_a_reason(client, rt, waiting_run):
+    # Given bob signed in, looking at alice's gate
+    sign_in(client, token(rt))
+    page = client.get("/ui/approvals").text
+    show_hash = re.search(r'name="payload_hash" value="([^"]+)"', page).group(1)
+    url = f"/ui/approvals/{waiting_run}/ask"
+    form = {"csrf_token": csrf_of(page), "decision": "reject", "payload_hash": show_hash}
+    # When he rejects without a reason, then with one
+    bare = client.post(url, data=form)
+    done = client.post(url, data=dict(form, reason="over budget"), follow_redirects=False)
+    # Then the first is refused and the second rejects the gate
+    assert bare.status_code >= 400 and "refused" in bare.text
+    assert done.status_code == 303 and done.headers["location"] == "/ui/approvals?notice=rejected"
+    assert rt.drive(waiting_run).state != "waiting"
+
+
+def test_a_session_ends_when_idle_or_too_old_and_at_sign_out():
+    from sealflow.interpreter.service.server.ui.sessions import Sessions
+
+    now = [0.0]
+    sessions = Sessions(idle=10, max_age=25, now=lambda: now[0])
+    # Given a session in use every 9 seconds
+    session = sessions.start("user:bob", "acme", "token")
+    for _ in range(2):
+        now[0] += 9
+        assert sessions.get(session.id) is session
+    # When it is older than max_age, or idle too long, or signed out
+    now[0] += 9
+    assert sessions.get(session.id) is None
+    idle = sessions.start("user:bob", "acme", "token")
+    now[0] += 11
+    assert sessions.get(idle.id) is None
+    ended = sessions.start("user:bob", "acme", "token")
+    sessions.end(ended.id)
+    # Then it is gone; CSRF tokens compare only equal values
+    assert sessions.get(ended.id) is None and sessions.get(None) is None
+    assert ended.csrf_ok(ended.csrf) and not ended.csrf_ok("") and not ended.csrf_ok(None)
