@@ -60,7 +60,17 @@ def _sessions(request: Request) -> Sessions:
 
 
 def _session(request: Request) -> Session | None:
-    return _sessions(request).get(request.cookies.get(COOKIE))
+    """The request's session, while the token it was started with is still usable."""
+    session = _sessions(request).get(request.cookies.get(COOKIE))
+    if session is None or session.token_id is None:
+        return session
+    rt = request.app.state.runtime
+    record = rt.store.api_token(session.token_id)
+    now = rt.clock.now()
+    if record is None or record.revoked_at is not None or (record.expires_at is not None and now >= record.expires_at):
+        _sessions(request).end(session.id)
+        return None
+    return session
 
 
 def _to_signin() -> Response:
@@ -153,7 +163,7 @@ async def signin(request: Request) -> Response:
         return response
     old = request.cookies.get(COOKIE)
     _sessions(request).end(old)  # a new id at every sign-in (no session fixation)
-    session = _sessions(request).start(record.principal, record.tenant, "token")
+    session = _sessions(request).start(record.principal, record.tenant, "token", record.id)
     response = secure(RedirectResponse("/ui/approvals", status_code=303))
     response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", secure=_https(request), path="/ui")
     response.delete_cookie(PRE_COOKIE, path="/ui/signin")

@@ -25,6 +25,8 @@ class Session:
     csrf: str
     started: float
     used: float
+    #: the API token signed in with (its id only): revoking or expiring it ends the session
+    token_id: str | None = None
 
     def csrf_ok(self, sent: str | None) -> bool:
         return bool(sent) and hmac.compare_digest(self.csrf.encode(), str(sent).encode())
@@ -40,9 +42,10 @@ class Sessions:
         self.max_age = max_age
         self._now = now
 
-    def start(self, principal: str, tenant: str, method: str) -> Session:
+    def start(self, principal: str, tenant: str, method: str, token_id: str | None = None) -> Session:
         now = self._now()
-        session = Session(secrets.token_urlsafe(32), principal, tenant, method, secrets.token_urlsafe(32), now, now)
+        session = Session(secrets.token_urlsafe(32), principal, tenant, method, secrets.token_urlsafe(32), now, now,
+                          token_id)
         with self._lock:
             self._expire(now)
             self._by_id[session.id] = session

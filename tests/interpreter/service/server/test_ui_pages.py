@@ -152,3 +152,14 @@ def test_a_session_ends_when_idle_or_too_old_and_at_sign_out():
     # Then it is gone; CSRF tokens compare only equal values
     assert sessions.get(ended.id) is None and sessions.get(None) is None
     assert ended.csrf_ok(ended.csrf) and not ended.csrf_ok("") and not ended.csrf_ok(None)
+
+
+def test_revoking_the_token_signed_in_with_ends_the_session(client, rt):
+    # Given bob signed in with a token
+    text = token(rt)
+    sign_in(client, text)
+    assert client.get("/ui/runs").status_code == 200
+    # When the token is revoked
+    rt.store.revoke_api_token(text.split("_")[1], rt.clock.now(), actor="user:root")
+    # Then his next page sends him to sign in
+    assert client.get("/ui/runs", follow_redirects=False).headers["location"] == "/ui/signin"
