@@ -73,6 +73,9 @@ class AgentPlan(_Frozen):
     system: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    #: tools whose calls wait for a person (irreversible tools always do); ``approval`` says who decides
+    approval_required: tuple[str, ...] = ()
+    approval: ApprovalPlan | None = None
 
 
 class SwitchCasePlan(_Frozen):

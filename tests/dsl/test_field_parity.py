@@ -67,6 +67,7 @@ ROWS = [
     Row("#/$defs/prompt", m.Prompt, None),
     Row("#/$defs/ai", m.Ai, p.AiPlan, renamed={"prompt": ("prompt_template", "prompt_ref")}),
     Row("#/$defs/agent", m.Agent, p.AgentPlan),
+    Row("#/$defs/agentApproval", m.AgentApproval, None),
     Row("#/$defs/switchBranch", m.SwitchCase, p.SwitchCasePlan),
     Row("#/$defs/onTimeout", m.TimeoutRoute, None),
     Row("#/$defs/approval", m.Approval, p.ApprovalPlan, renamed={"timeout": ("timeout_ms",)},
