@@ -27,14 +27,13 @@ Every call that needs approval opens its own gate: an approval covers one call, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sealflow.dsl.durations import format_ms
 from sealflow.interpreter.core.outcomes import Failed, Waiting
 from sealflow.interpreter.policy.approvals import show_hash
 
-if TYPE_CHECKING:
-    from sealflow.interpreter.steps.agent.loop import AgentLoop, Tool
+AgentLoop = Tool = Any  # steps.agent.loop's classes (that module imports this one)
 
 #: the attempt-data key holding the waiting conversation (read by engine.decide)
 RESUME = "agent_resume"
