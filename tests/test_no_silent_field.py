@@ -162,8 +162,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "agent.tools": run(AGENT + "test_a_tool_outside_the_allow_list_is_refused_and_not_executed"),
     "agent.system": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
     "agent.max_steps": run(AGENT + "test_max_steps_exceeded_is_budget_exceeded"),
-    "agent.approval_required": run(AGENT_GATES + "test_an_approved_call_runs_once_with_its_idempotency_key_and_the_loop_"
-                                   "completes"),
+    "agent.approval_required": run(AGENT_GATES + "test_an_approved_call_runs_once_with_its_idempotency_key_and_"
+                                   "the_loop_completes"),
     "agent.approval": run(AGENT_GATES + "test_a_quorum_needs_distinct_approvers_before_the_call_runs"),
     "agentApproval.approvers": run(AGENT_GATES + "test_an_approved_call_runs_once_with_its_idempotency_key_and_the_"
                                    "loop_completes"),

@@ -282,8 +282,9 @@ class AgentLoop:
             return self.refuse(entry, turn, "not_allowed", f"tool {name!r} is not allowed here; allowed: {allowed}")
         if tool.denied is not None:
             entry["outcome"] = f"denied:{tool.denied}"
-            why = ("it is irreversible and the step names no approvers for its tool calls (agent.approval); do the "
-                   "irreversible effect in its own action step, or add approvers") if tool.denied == "irreversible" else \
+            irreversible = tool.denied == "irreversible"
+            why = ("it is irreversible and the step names no approvers for its tool calls (agent.approval); do "
+                   "the irreversible effect in its own action step, or add approvers") if irreversible else \
                   (f"it needs permissions {sorted(set(tool.action.permissions) - set(self.x.step.permissions))} "
                    "that the step does not hold")
             return self.fail("policy_denied", f"the agent proposed a call to {name!r}, refused because {why}; "

@@ -6,15 +6,16 @@ The scripted model and the test tools are those of ``test_agent_steps``; ``mail.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+import test_agent_steps
 from interp_helpers import approval
-from test_agent_steps import ANSWER_SCHEMA, Call, ScriptedAgent, agent_step, attempt_of, run_plan, world  # noqa: F401
+from test_agent_steps import Call, ScriptedAgent, agent_step, attempt_of, run_plan
 
 from sealflow.dsl.plan import AgentPlan
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.store import InvalidOperation
+
+world = test_agent_steps.world  # the test tools and their recorded effects (a fixture)
 
 
 def gated_step(tools=("kb.search", "notes.add", "mail.send"), required=("notes.add",), **kw):
@@ -115,4 +116,4 @@ def test_without_approvers_an_irreversible_tool_stays_refused(runtime, providers
     providers["m"] = ScriptedAgent(Call("mail.send", to="a@example.com", body="hi"), {"answer": "sent"})
     status = run_plan(runtime, agent_step(tools=("mail.send",), permissions=("mail:send",)))
     assert status.state == "failed" and status.error[0] == "policy_denied" and world["sent"] == []
-    assert "approvers" in status.error[1] and json.dumps(ANSWER_SCHEMA)
+    assert "approvers" in status.error[1]
