@@ -94,7 +94,26 @@ class StepKinds:
         schema = self.resolver.schema(ag.output_schema, pp + ("output_schema",), self)
         return AgentPlan(model=ag.model, goal=ag.goal, tools=tuple(ag.tools), max_steps=ag.max_steps,
                          max_tool_calls=ag.max_tool_calls, output_schema=schema, system=ag.system,
-                         max_tokens=ag.max_tokens, temperature=ag.temperature)
+                         max_tokens=ag.max_tokens, temperature=ag.temperature,
+                         approval_required=tuple(ag.approval_required), approval=self._agent_approval(ag, pp))
+
+    def _agent_approval(self, ag: Agent, pp: tuple) -> ApprovalPlan | None:
+        """Who approves an agent's tool calls: ``agent.approval`` over the top-level ``approvals``. None when
+        neither names approvers (then no tool may need approval, and irreversible tools stay refused)."""
+        for j, tool in enumerate(ag.approval_required):
+            if tool not in ag.tools:
+                self.error("C401", f"approval_required names {tool!r}, which is not one of the agent's tools",
+                           pp + ("approval_required", j), "list it in agent.tools too, or remove it")
+        a = ag.approval
+        defaults = self.d.approvals
+        if not ((a and a.approvers) or (defaults and defaults.approvers)):
+            if ag.approval_required or a is not None:
+                self.error("C418", "the agent's tool approvals have no approvers", pp + ("approval",),
+                           "list agent.approval.approvers, or approvers in the top-level 'approvals:'")
+            return None
+        gate = Approval(approvers=a.approvers, quorum=a.quorum, timeout=a.timeout,
+                        separation_of_duties=a.separation_of_duties) if a else None
+        return self._approval(gate, pp + ("approval",), [])
 
     def _switch(self, s: Step, cases: list[SwitchCase], p: tuple, ids: list[str],
                 nxt: str) -> tuple[tuple[SwitchCasePlan, ...], list[Edge]]:

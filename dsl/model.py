@@ -121,6 +121,13 @@ class Ai(_Model):
     temperature: float | None = None
 
 
+class AgentApproval(_Model):
+    approvers: list[str] | None = None
+    quorum: int | None = None
+    timeout: str | None = None
+    separation_of_duties: bool = True
+
+
 class Agent(_Model):
     model: str
     goal: str
@@ -131,6 +138,8 @@ class Agent(_Model):
     system: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    approval_required: list[str] = Field(default_factory=list)
+    approval: AgentApproval | None = None
 
 
 class SwitchCase(_Model):

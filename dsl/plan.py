@@ -63,18 +63,6 @@ class AiPlan(_Frozen):
     temperature: float | None = None
 
 
-class AgentPlan(_Frozen):
-    model: str
-    goal: str
-    tools: tuple[str, ...] = ()
-    max_steps: int
-    max_tool_calls: int | None = None
-    output_schema: dict[str, Any] | None = None
-    system: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-
-
 class SwitchCasePlan(_Frozen):
     when: str | None
     next: str
@@ -89,6 +77,21 @@ class ApprovalPlan(_Frozen):
     separation_of_duties: bool = True
     #: True when the gate comes from ``requires_approval_if`` on an effect step
     implicit: bool = False
+
+
+class AgentPlan(_Frozen):
+    model: str
+    goal: str
+    tools: tuple[str, ...] = ()
+    max_steps: int
+    max_tool_calls: int | None = None
+    output_schema: dict[str, Any] | None = None
+    system: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    #: tools whose calls wait for a person (irreversible tools always do); ``approval`` says who decides
+    approval_required: tuple[str, ...] = ()
+    approval: ApprovalPlan | None = None
 
 
 class WaitPlan(_Frozen):

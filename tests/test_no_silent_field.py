@@ -47,6 +47,7 @@ SAPPR = "tests/interpreter/policy/test_security_approvals.py::"
 BUDG = "tests/interpreter/policy/test_security_budgets.py::"
 AI = "tests/interpreter/steps/test_runtime_ai.py::"
 AGENT = "tests/interpreter/steps/test_agent_steps.py::"
+AGENT_GATES = "tests/interpreter/steps/test_agent_approvals.py::"
 OPTS = "tests/interpreter/steps/test_model_options.py::"
 SAGA = "tests/interpreter/engine/test_security_saga.py::"
 REAUTH = "tests/interpreter/policy/test_security_reauth.py::"
@@ -161,6 +162,14 @@ FIELDS: dict[str, tuple[str, str]] = {
     "agent.tools": run(AGENT + "test_a_tool_outside_the_allow_list_is_refused_and_not_executed"),
     "agent.system": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
     "agent.max_steps": run(AGENT + "test_max_steps_exceeded_is_budget_exceeded"),
+    "agent.approval_required": run(AGENT_GATES + "test_an_approved_call_runs_once_with_its_idempotency_key_and_"
+                                   "the_loop_completes"),
+    "agent.approval": run(AGENT_GATES + "test_a_quorum_needs_distinct_approvers_before_the_call_runs"),
+    "agentApproval.approvers": run(AGENT_GATES + "test_an_approved_call_runs_once_with_its_idempotency_key_and_the_"
+                                   "loop_completes"),
+    "agentApproval.quorum": run(AGENT_GATES + "test_a_quorum_needs_distinct_approvers_before_the_call_runs"),
+    "agentApproval.timeout": run(AGENT_GATES + "test_the_approval_timeout_fails_closed"),
+    "agentApproval.separation_of_duties": run(AGENT_GATES + "test_the_initiator_cannot_approve_the_agents_call"),
     "agent.max_tool_calls": run(AGENT + "test_max_tool_calls_exceeded_is_budget_exceeded_and_the_extra_call_does_"
                                         "not_run"),
     "agent.max_tokens": run(AGENT_OPTIONS),

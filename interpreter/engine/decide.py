@@ -154,7 +154,9 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
     outcome, out_json = as_json(x, outcome)
     d = _Decision(x, actor, counts_step)
     step = x.step
-    if isinstance(outcome, Succeeded):
+    if x.attempt.state == "waiting" and _AGENT_RESUME in x.attempt.data and isinstance(outcome, (Succeeded, Failed)):
+        _tool_call_decided(d, x, outcome)
+    elif isinstance(outcome, Succeeded):
         d.usage(outcome)
         d.change("succeeded", output_json=out_json, data=outcome.data)
         d.record(outcome.ledger_key, out_json)
@@ -235,6 +237,27 @@ def _with_result(x: Execution, status: str, output: Any) -> dict:
     context = dict(x.context)
     context["steps"] = steps
     return context
+
+
+_AGENT_RESUME = "agent_resume"  # steps.agent.approval.RESUME
+
+
+def _tool_call_decided(d: _Decision, x: Execution, outcome: Succeeded | Failed) -> None:
+    """A person decided the tool call an agent step waits on (:mod:`sealflow.interpreter.steps.agent.approval`):
+    the waiting attempt ends (``succeeded``: approved; ``failed``: rejected) and a new attempt of the same try
+    continues the conversation, carried over in its data with the decision."""
+    data = dict(outcome.data if isinstance(outcome, Succeeded) and outcome.data else x.attempt.data)
+    state = data.pop(_AGENT_RESUME)
+    decision = {"approved": isinstance(outcome, Succeeded), "show_hash": data.get("show_hash"),
+                "by": [a.get("actor") for a in data.get("approvals", ())]}
+    if isinstance(outcome, Succeeded):
+        d.change("succeeded", data=data)
+    else:
+        decision["reason"] = outcome.message
+        d.change("failed", error_class=outcome.error_class, error_message=outcome.message, data=data)
+    d.next = NextAttempt(x.step_id, x.attempt.try_no, "scheduled", x.now, lease_ms(x.step), None,
+                         {_AGENT_RESUME: {**state, "decision": decision}})
+    d.run_state = "running"
 
 
 def _gate_needed(x: Execution, output: Any) -> bool:

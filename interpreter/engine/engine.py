@@ -331,7 +331,7 @@ class Engine:
             if step_id is not None and step_id not in (att.step_id, base):
                 raise InvalidOperation(f"run {run_id} is waiting at step {att.step_id!r}, not {step_id!r}")
             x = self.execution(run, att, self.store.results(run_id), resumed=False)
-            if not gate and x.step.kind != "approval":
+            if not gate and x.step.kind != "approval" and "opened_at" not in att.data:
                 raise InvalidOperation(f"run {run_id} is waiting at {x.step.kind} step {base!r}, which is not an "
                                        "approval")
             decided = decide(x)  # an outcome, or (outcome, audit events of the decision)

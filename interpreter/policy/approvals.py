@@ -73,13 +73,19 @@ def show_hash(shown: Any) -> str:
 
 
 def plan_of(x: Execution) -> ApprovalPlan:
-    return x.step.gate if x.gate else x.step.approval
+    if x.gate:
+        return x.step.gate
+    if x.step.agent is not None:  # a tool call an agent step waits on (steps/agent/approval)
+        return x.step.agent.approval
+    return x.step.approval
 
 
 def render_show(x: Execution, ap: ApprovalPlan) -> Any:
     """What the approver is shown (and approves, bound by hash): the gate's ``show``, or for a gate
     ``requires_approval_if`` opened without one, the step's arguments. Not redacted here: the hash binds
     what any process renders (the command line has no secrets in memory); every display redacts."""
+    if x.step.agent is not None and not x.gate:  # an agent's tool call: the exact call, fixed when proposed
+        return x.attempt.data.get("show")
     if ap.show:
         return x.evaluate(ap.show)
     if x.gate:
@@ -184,6 +190,9 @@ def grant(x: Execution, actor: str, roles: frozenset[str], comment: str | None,
     if changed is not None:
         fresh = opening(x, ap, x.now)
         fresh["then"] = data.get("then")
+        for kept in ("agent_resume", "tool_call"):  # an agent's waiting conversation stays with its gate
+            if kept in data:
+                fresh[kept] = data[kept]
         fresh["reopened"] = int(data.get("reopened", 0)) + 1
         void.append(changed)
         event = AuditEvent("approval_void", x.step_id, actor, detail={

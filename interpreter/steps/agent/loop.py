@@ -7,16 +7,18 @@ it passes, in this order:
 
 1. **shape**: a tool name (text) and arguments (a map); else refused (``malformed_call``);
 2. **allow-list**: the name is one of the step's ``tools``; else refused (``not_allowed``);
-3. **policy**: the tool's action is not ``irreversible`` (an agent may only call ``read``
-   and ``write`` tools: irreversible effects belong in their own action step, after
-   checks and gates) and its permissions are all held by the step; else the step fails
-   with ``policy_denied``. Such tools are not even offered to the model;
+3. **policy**: the tool's permissions are all held by the step, and its action is not
+   ``irreversible`` unless the step has approvers for its tool calls (``agent.approval`` or
+   the top-level ``approvals``); else the step fails with ``policy_denied``. Such tools are
+   not even offered to the model;
 4. **arguments**: they satisfy the tool's argument schema (built from the action's
    signature, :mod:`sealflow.interpreter.steps.agent.tools`; undeclared arguments are refused) and
    serialise to at most 8 KiB of JSON; else refused (``invalid_arguments``);
 5. **budget**: fewer calls made than the least of ``agent.max_tool_calls``, the step's
    ``budget.max_tool_calls`` and what is left of the run's ``budget.max_tool_calls``;
-   else the step fails with ``budget_exceeded``.
+   else the step fails with ``budget_exceeded``;
+6. **approval**: a tool in ``agent.approval_required``, and any irreversible tool, runs only
+   after a person approves that exact call (:mod:`sealflow.interpreter.steps.agent.approval`).
 
 A refused call does not run; the refusal is fed back to the model as a turn, and three
 refusals in a row fail the step with ``policy_denied``. A call that runs and fails
@@ -72,6 +74,8 @@ from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
+from sealflow.interpreter.steps.agent import approval
+from sealflow.interpreter.steps.agent.approval import needs_approval
 from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
 
 log = logging.getLogger("sealflow.agent")
@@ -91,6 +95,7 @@ class Tool:
     spec: Any
     validator: Any
     denied: str | None = None
+    approval: bool = False  # each call waits for a person's approval
 
 
 def digest(value: Any) -> str:
@@ -128,12 +133,12 @@ def tools_for(x: Execution) -> dict[str, Tool] | Failed:
             spec = tool_spec(act)
             known = _validators[key] = (spec, jsonschema.Draft202012Validator(dict(spec.parameters)))
         spec, validator = known
-        denied = None
-        if act.effect == "irreversible":
+        denied, gated = None, x.step.agent.approval is not None and needs_approval(x.step.agent, name, act.effect)
+        if act.effect == "irreversible" and not gated:
             denied = "irreversible"
         elif not set(act.permissions) <= held:
             denied = "permissions"
-        out[name] = Tool(name, act, spec, validator, denied)
+        out[name] = Tool(name, act, spec, validator, denied, gated)
     return out
 
 
@@ -171,10 +176,16 @@ class AgentLoop:
         if isinstance(tools, Failed):
             return tools
         self.tools = tools
+        if x.resumed and "opened_at" in x.attempt.data:  # a tool call's approval timed out: fail closed
+            return approval.timed_out(self)
         try:
             provider = x.services.provider_for(agent.model)
         except StepError as exc:
             return Failed(exc.error_class, exc.message, exc.retry_after)
+        if approval.RESUME in x.attempt.data:  # a person decided the call this conversation waited on
+            stop = approval.resume(self, x.attempt.data[approval.RESUME])
+            if stop is not None:
+                return stop
         goal = expressions.to_text(x.render(agent.goal))
         system = expressions.to_text(x.render(agent.system)) if agent.system else None
         offered = tuple(t.spec for t in tools.values() if t.denied is None)
@@ -254,7 +265,7 @@ class AgentLoop:
         return min(limits) if limits else (None, "", False)
 
     # -- one proposed call -------------------------------------------------------------------------
-    def propose(self, proposed: Any) -> Failed | None:
+    def propose(self, proposed: Any) -> Outcome | None:
         name, arguments, call_id = _unpack(proposed)
         number = len(self.calls) + 1
         entry = {"n": number, "tool": safe_name(name), "args": digest(arguments)}
@@ -271,8 +282,9 @@ class AgentLoop:
             return self.refuse(entry, turn, "not_allowed", f"tool {name!r} is not allowed here; allowed: {allowed}")
         if tool.denied is not None:
             entry["outcome"] = f"denied:{tool.denied}"
-            why = ("it is irreversible, and an agent may only call read and write tools; do the irreversible effect "
-                   "in its own action step") if tool.denied == "irreversible" else \
+            irreversible = tool.denied == "irreversible"
+            why = ("it is irreversible and the step names no approvers for its tool calls (agent.approval); do "
+                   "the irreversible effect in its own action step, or add approvers") if irreversible else \
                   (f"it needs permissions {sorted(set(tool.action.permissions) - set(self.x.step.permissions))} "
                    "that the step does not hold")
             return self.fail("policy_denied", f"the agent proposed a call to {name!r}, refused because {why}; "
@@ -289,6 +301,8 @@ class AgentLoop:
             entry["outcome"] = "budget_exceeded"
             return self.fail("budget_exceeded", f"the agent proposed tool call {self.tool_calls + 1}, over {source} "
                                                 f"({limit}); the call was not run", run_scope=run_scope)
+        if tool.approval:
+            return approval.open_gate(self, tool, arguments, entry, turn)
         return self.execute(tool, arguments, entry, turn)
 
     def execute(self, tool: Tool, arguments: dict, entry: dict, turn: dict) -> Failed | None:
