@@ -4,13 +4,25 @@ The prompt template is rendered; the provider serving ``model`` is asked
 (then each ``fallback`` model in turn when a provider is ``unavailable``, not
 ``configuration``-ready, or behind an open circuit breaker: ``circuit_open``; a model configured with
 ``circuit_breaker:`` in the ``models:`` section is called through breaker ``model:<name>``, shared in
-the store); the answer must satisfy ``output_schema``
-(else ``invalid_output``, retryable when the retry class lists it). Tokens and
-cost are reported with the outcome even when the output is refused; the engine
-charges them and enforces the budgets (:mod:`sealflow.interpreter.policy.budgets`).
+the store); the answer must satisfy ``output_schema`` and the step's ``validate`` rules.
+
+**Repair.** An answer that fails a check gets *at most one* repair attempt: the same model is asked
+again with the validation errors appended to the prompt. The step's ``detail.repair`` records the
+layer that failed (``schema``: not the JSON asked for or not matching ``output_schema``; ``types``: a
+value of the wrong JSON type; ``business_rule``: a ``validate`` rule) and whether the repair passed.
+A repaired answer that still fails is ``invalid_output`` (retryable when the retry class lists it).
+An answer cut off at the token limit is not repaired.
+
+Tokens and cost are reported with the outcome even when the output is refused (both calls of a
+repair, and the usage a provider attaches to a failure it was paid for as ``StepError.tokens`` /
+``.cost_usd``); the engine charges them and enforces the budgets
+(:mod:`sealflow.interpreter.policy.budgets`). ``detail.model`` names the model that actually answered
+(the fallback's, when the fallback answered).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sealflow.dsl import expressions
 from sealflow.interpreter.core.errors import StepError
@@ -18,9 +30,48 @@ from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.steps.checks import schema_failure
+from sealflow.interpreter.steps.checks import schema_failure, validation_failure
 
 FALLBACK_ON = ("unavailable", "configuration", "circuit_open")
+#: the validation layers a refused answer is recorded under
+LAYERS = ("schema", "types", "business_rule", "permission", "risk")
+#: a model call without ``max_tokens`` is capped here (and budgets reserve this worst case)
+DEFAULT_MAX_TOKENS = 4096
+
+
+def max_tokens_for(ai) -> int:
+    """The most output tokens one call of ``ai`` may use: its ``max_tokens``, else the default cap."""
+    return ai.max_tokens if ai.max_tokens is not None else DEFAULT_MAX_TOKENS
+
+
+class _Usage:
+    """Tokens and cost of every call of this attempt, paid answers that failed included."""
+
+    def __init__(self) -> None:
+        self.tokens, self.cost_usd = 0, 0.0
+
+    def add(self, tokens: Any, cost: Any) -> None:
+        self.tokens += int(tokens or 0)
+        self.cost_usd += float(cost or 0.0)
+
+    def as_kw(self) -> dict:
+        return {"tokens": self.tokens, "cost_usd": self.cost_usd}
+
+
+def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) -> Outcome:
+    def complete(ctx):
+        try:
+            return provider.complete(request)
+        except StepError as exc:
+            usage.add(getattr(exc, "tokens", 0), getattr(exc, "cost_usd", 0.0))
+            box["error"] = exc
+            raise
+
+    outcome = through_model(x, model, provider, lambda: call(x, complete, None))
+    if isinstance(outcome, Succeeded):
+        result = outcome.output
+        usage.add(getattr(result, "total_tokens", 0), getattr(result, "cost_usd", 0.0))
+    return outcome
 
 
 def execute(x: Execution) -> Outcome:
@@ -29,6 +80,7 @@ def execute(x: Execution) -> Outcome:
     ai = x.step.ai
     prompt = expressions.to_text(x.render(ai.prompt_template or ""))
     system = expressions.to_text(x.render(ai.system)) if ai.system else None
+    usage = _Usage()
     failure: Failed | None = None
     for model in (ai.model, *ai.fallback):
         try:
@@ -39,26 +91,90 @@ def execute(x: Execution) -> Outcome:
                 continue
             return failure
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
-                               max_tokens=ai.max_tokens, temperature=ai.temperature,
+                               max_tokens=max_tokens_for(ai), temperature=ai.temperature,
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
-        outcome = through_model(x, model, provider,
-                                lambda p=provider, r=request: call(x, lambda ctx: p.complete(r), None))
+        box: dict = {}
+        outcome = _ask(x, model, provider, request, usage, box)
         if isinstance(outcome, Failed):
             failure = outcome
             if outcome.error_class in FALLBACK_ON:
                 continue
-            return outcome
-        return _checked(x, model, outcome.output)
-    return failure or Failed("configuration", "the ai step names no model")
+            refused = _provider_refusal(outcome, box)
+            if refused is None:
+                return _with_usage(outcome, usage)
+            return _repair(x, model, provider, request, usage, refused, None)
+        result = outcome.output
+        answered = getattr(result, "model", "") or model
+        refused = _check(x, result.output)
+        if refused is None:
+            return Succeeded(result.output, detail={"model": answered}, **usage.as_kw())
+        return _repair(x, model, provider, request, usage, refused, answered)
+    return _with_usage(failure or Failed("configuration", "the ai step names no model"), usage)
 
 
-def _checked(x: Execution, model: str, result) -> Outcome:
-    tokens = int(getattr(result, "total_tokens", 0) or 0)
-    cost = float(getattr(result, "cost_usd", 0.0) or 0.0)
-    used = {"tokens": tokens, "cost_usd": cost}
-    output = result.output
-    problem = schema_failure(x, x.step.ai.output_schema, output)
+def _with_usage(failed: Failed, usage: _Usage) -> Failed:
+    failed.tokens, failed.cost_usd = usage.tokens, usage.cost_usd
+    return failed
+
+
+def _provider_refusal(outcome: Failed, box: dict) -> tuple[str, str] | None:
+    """A provider's ``invalid_output`` worth repairing (not JSON), as (layer, error); None otherwise."""
+    if outcome.error_class != "invalid_output" or "error" not in box:
+        return None
+    if "cut off" in outcome.message:  # truncated at the token limit: asking again the same way won't fit
+        return None
+    return "schema", outcome.message
+
+
+def _check(x: Execution, output: Any) -> tuple[str, str] | None:
+    """The first check ``output`` fails, as (layer, error); None when it passes them all."""
+    schema = x.step.ai.output_schema
+    problem = schema_failure(x, schema, output)
     if problem is not None:
-        return Failed("invalid_output", problem, **used)
-    return Succeeded(output, detail={"model": getattr(result, "model", "") or model}, **used)
+        return _schema_layer(x, output), problem
+    failed = validation_failure(x, output)
+    if failed is not None:
+        return "business_rule", failed.message
+    return None
 
+
+def _schema_layer(x: Execution, output: Any) -> str:
+    import jsonschema
+
+    validator = x.services.validators.get((x.plan.digest, x.step.id, "schema"))
+    errors = list(validator.iter_errors(output)) if validator is not None else []
+    best = jsonschema.exceptions.best_match(errors) if errors else None
+    return "types" if best is not None and best.validator == "type" else "schema"
+
+
+def repair_prompt(prompt: str, layer: str, error: str) -> str:
+    """The repair request's prompt: the original one, then what was wrong with the answer."""
+    return (f"{prompt}\n\nYour previous answer was refused by the {layer.replace('_', ' ')} check:\n"
+            f"- {error}\nAnswer again, correcting this; answer only with the corrected output.")
+
+
+def _repair(x: Execution, model: str, provider, request, usage: _Usage, refused: tuple[str, str],
+            answered: str | None) -> Outcome:
+    from dataclasses import replace
+
+    layer, error = refused
+    again = replace(request, prompt=repair_prompt(request.prompt, layer, error),
+                    idempotency_key=f"{request.idempotency_key}:repair" if request.idempotency_key else None)
+    record: dict = {"layer": layer, "error": error}
+    box: dict = {}
+    outcome = _ask(x, model, provider, again, usage, box)
+    if isinstance(outcome, Failed):
+        second = _provider_refusal(outcome, box)
+        record.update(passed=False, second_layer=second[0] if second else None, second_error=outcome.message)
+        return Failed("invalid_output" if second else outcome.error_class,
+                      f"{outcome.message} (after one repair attempt; first: {error})", outcome.retry_after,
+                      detail={"model": answered or model, "repair": record}, **usage.as_kw())
+    result = outcome.output
+    answered = getattr(result, "model", "") or model
+    still = _check(x, result.output)
+    if still is None:
+        record["passed"] = True
+        return Succeeded(result.output, detail={"model": answered, "repair": record}, **usage.as_kw())
+    record.update(passed=False, second_layer=still[0], second_error=still[1])
+    return Failed("invalid_output", f"{still[1]} (after one repair attempt)",
+                  detail={"model": answered, "repair": record}, **usage.as_kw())

@@ -31,14 +31,41 @@ def test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens(runti
     assert (status.run.tokens, status.run.cost_usd) == (40, pytest.approx(0.02))
 
 
-def test_output_failing_the_schema_is_invalid_output_and_retried(runtime, providers):
+def test_output_failing_the_schema_gets_one_repair_that_carries_the_errors(runtime, providers):
+    # Given a model whose first answer fails the schema and whose second passes
     providers["m1"] = model = FakeProvider({"classification": "maybe"}, {"classification": "low"})
+    plan = make_plan(ai_step(), output="${{ steps.classify.output }}")
+    # When the step runs
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    # Then one attempt made two calls; the second prompt names the validation error; both are charged
+    assert status.output == {"classification": "low"} and len(model.requests) == 2
+    assert len(status.attempts) == 1
+    repair = model.requests[1]
+    assert repair.prompt.startswith("Classify x") and "classification" in repair.prompt and "schema" in repair.prompt
+    assert status.run.tokens == 20
+
+
+def test_output_still_failing_after_the_repair_is_invalid_output_and_retried(runtime, providers):
+    providers["m1"] = model = FakeProvider({"classification": "maybe"}, {"classification": 3},
+                                           {"classification": "low"})
     plan = make_plan(ai_step(retry=retry("invalid_output", initial_ms=10)), output="${{ steps.classify.output }}")
     status = runtime.run(plan, {"lead": "x"}, initiator="u")
-    assert status.output == {"classification": "low"} and len(model.requests) == 2
+    assert status.output == {"classification": "low"} and len(model.requests) == 3
     first = status.attempts[0]
-    assert first.error_class == "invalid_output" and "classification" in first.error_message
-    assert status.run.tokens == 20  # both calls are counted
+    assert first.error_class == "invalid_output" and "after one repair attempt" in first.error_message
+    assert status.run.tokens == 30  # every call is counted
+
+
+def test_the_repair_records_the_layer_that_failed(runtime, providers):
+    providers["m1"] = FakeProvider({"classification": "low", "reason": 7}, {"classification": "high", "reason": ""},
+                                   {"classification": "high", "reason": "big"})
+    plan = make_plan(ai_step(validations=({"check": "output.classification != 'high' or len(output.reason) > 0",
+                                           "message": "a high lead needs a reason"},)))
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.error[0] == "invalid_output" and "a high lead needs a reason" in status.error[1]
+    details = [e.detail for e in runtime.store.audit(status.run.id) if (e.detail or {}).get("repair")]
+    assert details and details[-1]["repair"]["layer"] == "types"
+    assert details[-1]["repair"]["second_layer"] == "business_rule" and details[-1]["repair"]["passed"] is False
 
 
 def test_validate_rules_apply_to_model_output(runtime, providers):
