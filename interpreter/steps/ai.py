@@ -13,6 +13,11 @@ value of the wrong JSON type; ``business_rule``: a ``validate`` rule) and whethe
 A repaired answer that still fails is ``invalid_output`` (retryable when the retry class lists it).
 An answer cut off at the token limit is not repaired.
 
+**Reservation.** Before each call the attempt's usage so far plus the call's worst case
+(:func:`worst_case`; a step without ``max_tokens`` is capped at :data:`DEFAULT_MAX_TOKENS`) is
+reserved against the step's budget and the tenant's daily quota (:func:`budgets.reserve`); a refused
+reservation is ``budget_exceeded`` and the model is not called.
+
 Tokens and cost are reported with the outcome even when the output is refused (both calls of a
 repair, and the usage a provider attaches to a failure it was paid for as ``StepError.tokens`` /
 ``.cost_usd``); the engine charges them and enforces the budgets
@@ -22,6 +27,7 @@ repair, and the usage a provider attaches to a failure it was paid for as ``Step
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sealflow.dsl import expressions
@@ -30,6 +36,7 @@ from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.policy import budgets
 from sealflow.interpreter.steps.checks import schema_failure, validation_failure
 
 FALLBACK_ON = ("unavailable", "configuration", "circuit_open")
@@ -58,7 +65,25 @@ class _Usage:
         return {"tokens": self.tokens, "cost_usd": self.cost_usd}
 
 
+def worst_case(provider, request) -> tuple[int, float]:
+    """The most tokens and USD one call of ``request`` may cost: an upper bound of its input (a token is
+    at least one byte of the text sent, plus per-message overhead) plus ``max_tokens``, at the provider's
+    price (0 when it has none)."""
+    sent = (request.system or "") + request.prompt + (json.dumps(request.output_schema)
+                                                      if request.output_schema is not None else "")
+    tokens_in = len(sent.encode("utf-8")) + 32
+    tokens_out = request.max_tokens or DEFAULT_MAX_TOKENS
+    price = getattr(provider, "price", None)
+    cost = float(price.cost(tokens_in, tokens_out)) if price is not None else 0.0
+    return tokens_in + tokens_out, cost
+
+
 def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) -> Outcome:
+    worst_t, worst_c = worst_case(provider, request)
+    refused = budgets.reserve(x, usage.tokens + worst_t, usage.cost_usd + worst_c)
+    if refused is not None:
+        return _with_usage(refused, usage)
+
     def complete(ctx):
         try:
             return provider.complete(request)
@@ -163,6 +188,9 @@ def _repair(x: Execution, model: str, provider, request, usage: _Usage, refused:
     record: dict = {"layer": layer, "error": error}
     box: dict = {}
     outcome = _ask(x, model, provider, again, usage, box)
+    if isinstance(outcome, Failed) and outcome.error_class == "budget_exceeded":
+        outcome.detail = {"model": answered or model, "repair": {**record, "passed": False}}
+        return outcome
     if isinstance(outcome, Failed):
         second = _provider_refusal(outcome, box)
         record.update(passed=False, second_layer=second[0] if second else None, second_error=outcome.message)
