@@ -22,11 +22,15 @@ Tokens and cost are reported with the outcome even when the output is refused (b
 repair, and the usage a provider attaches to a failure it was paid for as ``StepError.tokens`` /
 ``.cost_usd``); the engine charges them and enforces the budgets
 (:mod:`sealflow.interpreter.policy.budgets`). ``detail.model`` names the model that actually answered
-(the fallback's, when the fallback answered).
+(the fallback's, when the fallback answered); ``detail.calls`` audits every call: the configured model,
+the model id and version the provider reports (``provider_model``), the prompt file's id and version
+(``prompt``), the output schema's digest, its tokens and cost; the attempt's ``data.usage`` holds its
+totals (``status --json`` shows them per step).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -51,18 +55,44 @@ def max_tokens_for(ai) -> int:
     return ai.max_tokens if ai.max_tokens is not None else DEFAULT_MAX_TOKENS
 
 
+def schema_digest(schema: dict | None) -> str | None:
+    """``sha256:`` of the output schema as canonical JSON (None without a schema)."""
+    if schema is None:
+        return None
+    canonical = json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 class _Usage:
-    """Tokens and cost of every call of this attempt, paid answers that failed included."""
+    """Tokens and cost of every call of this attempt (paid answers that failed included), and what each
+    call was: audited in ``detail.calls``, the totals stored with the attempt (``data.usage``)."""
 
     def __init__(self) -> None:
         self.tokens, self.cost_usd = 0, 0.0
+        self.calls: list[dict] = []
+        self.prompt = ""  # the first request's prompt (a different one is the repair)
 
     def add(self, tokens: Any, cost: Any) -> None:
         self.tokens += int(tokens or 0)
         self.cost_usd += float(cost or 0.0)
 
+    def call(self, x: Execution, model: str, request, *, answered: str | None, tokens: Any, cost: Any,
+             error: str | None = None) -> None:
+        self.add(tokens, cost)
+        ai = x.step.ai
+        entry = {"model": model, "provider_model": answered, "prompt": ai.prompt_ref,
+                 "schema_digest": schema_digest(ai.output_schema), "max_tokens": request.max_tokens,
+                 "tokens": int(tokens or 0), "cost_usd": float(cost or 0.0), "repair": request.prompt != self.prompt}
+        if error is not None:
+            entry["error"] = error
+        self.calls.append(entry)
+
     def as_kw(self) -> dict:
-        return {"tokens": self.tokens, "cost_usd": self.cost_usd}
+        return {"tokens": self.tokens, "cost_usd": self.cost_usd,
+                "data": {"usage": {"tokens": self.tokens, "cost_usd": self.cost_usd, "calls": len(self.calls)}}}
+
+    def detail(self, **more) -> dict:
+        return {**more, "calls": self.calls}
 
 
 def worst_case(provider, request) -> tuple[int, float]:
@@ -88,14 +118,18 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
         try:
             return provider.complete(request)
         except StepError as exc:
-            usage.add(getattr(exc, "tokens", 0), getattr(exc, "cost_usd", 0.0))
             box["error"] = exc
             raise
 
     outcome = through_model(x, model, provider, lambda: call(x, complete, None))
     if isinstance(outcome, Succeeded):
         result = outcome.output
-        usage.add(getattr(result, "total_tokens", 0), getattr(result, "cost_usd", 0.0))
+        usage.call(x, model, request, answered=getattr(result, "model", "") or None,
+                   tokens=getattr(result, "total_tokens", 0), cost=getattr(result, "cost_usd", 0.0))
+    else:
+        exc = box.get("error")
+        usage.call(x, model, request, answered=None, tokens=getattr(exc, "tokens", 0),
+                   cost=getattr(exc, "cost_usd", 0.0), error=outcome.error_class)
     return outcome
 
 
@@ -106,6 +140,7 @@ def execute(x: Execution) -> Outcome:
     prompt = expressions.to_text(x.render(ai.prompt_template or ""))
     system = expressions.to_text(x.render(ai.system)) if ai.system else None
     usage = _Usage()
+    usage.prompt = prompt
     failure: Failed | None = None
     for model in (ai.model, *ai.fallback):
         try:
@@ -132,13 +167,16 @@ def execute(x: Execution) -> Outcome:
         answered = getattr(result, "model", "") or model
         refused = _check(x, result.output)
         if refused is None:
-            return Succeeded(result.output, detail={"model": answered}, **usage.as_kw())
+            return Succeeded(result.output, detail=usage.detail(model=answered), **usage.as_kw())
         return _repair(x, model, provider, request, usage, refused, answered)
     return _with_usage(failure or Failed("configuration", "the ai step names no model"), usage)
 
 
 def _with_usage(failed: Failed, usage: _Usage) -> Failed:
     failed.tokens, failed.cost_usd = usage.tokens, usage.cost_usd
+    failed.data = usage.as_kw()["data"]
+    if usage.calls:
+        failed.detail = usage.detail(**(failed.detail or {}))
     return failed
 
 
@@ -190,19 +228,19 @@ def _repair(x: Execution, model: str, provider, request, usage: _Usage, refused:
     outcome = _ask(x, model, provider, again, usage, box)
     if isinstance(outcome, Failed) and outcome.error_class == "budget_exceeded":
         outcome.detail = {"model": answered or model, "repair": {**record, "passed": False}}
-        return outcome
+        return _with_usage(outcome, usage)
     if isinstance(outcome, Failed):
         second = _provider_refusal(outcome, box)
         record.update(passed=False, second_layer=second[0] if second else None, second_error=outcome.message)
         return Failed("invalid_output" if second else outcome.error_class,
                       f"{outcome.message} (after one repair attempt; first: {error})", outcome.retry_after,
-                      detail={"model": answered or model, "repair": record}, **usage.as_kw())
+                      detail=usage.detail(model=answered or model, repair=record), **usage.as_kw())
     result = outcome.output
     answered = getattr(result, "model", "") or model
     still = _check(x, result.output)
     if still is None:
         record["passed"] = True
-        return Succeeded(result.output, detail={"model": answered, "repair": record}, **usage.as_kw())
+        return Succeeded(result.output, detail=usage.detail(model=answered, repair=record), **usage.as_kw())
     record.update(passed=False, second_layer=still[0], second_error=still[1])
     return Failed("invalid_output", f"{still[1]} (after one repair attempt)",
-                  detail={"model": answered, "repair": record}, **usage.as_kw())
+                  detail=usage.detail(model=answered, repair=record), **usage.as_kw())

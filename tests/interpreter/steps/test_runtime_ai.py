@@ -122,3 +122,28 @@ def test_the_cost_budget_stops_the_run(runtime, providers):
     status = runtime.run(plan, {"lead": "x"}, initiator="u")
     assert status.error[0] == "budget_exceeded" and "max_cost_usd" in status.error[1]
     assert status.run.cost_usd == pytest.approx(0.60)
+
+
+def test_each_call_is_audited_with_prompt_model_and_schema_digest_and_status_shows_usage_per_step(runtime,
+                                                                                                    providers):
+    from sealflow.interpreter.service.status import status_json
+    from sealflow.interpreter.steps.ai import schema_digest
+
+    # Given a step whose prompt comes from a prompt file, and a model that reports its own id
+    providers["m1"] = FakeProvider({"classification": "maybe"}, {"classification": "low"}, tokens=30, cost=0.01)
+    step = S("classify", "ai", ai=AiPlan(model="m1", prompt_template="Classify", prompt_ref={"id": "triage",
+                                                                                             "version": 3},
+                                         output_schema=SCHEMA, max_tokens=100))
+    # When it runs (one repair)
+    status = runtime.run(make_plan(step), {}, initiator="u")
+    # Then the audit names, per call, the prompt file, the model the provider reported and the schema digest
+    (detail,) = [e.detail for e in runtime.store.audit(status.run.id) if (e.detail or {}).get("calls")]
+    assert [c["repair"] for c in detail["calls"]] == [False, True]
+    for c in detail["calls"]:
+        assert c["prompt"] == {"id": "triage", "version": 3} and c["provider_model"] == "m1"
+        assert c["schema_digest"] == schema_digest(SCHEMA) and c["schema_digest"].startswith("sha256:")
+    # and status --json shows the step's tokens and cost next to the run's
+    shown = status_json(runtime.status(status.run.id))
+    (entry,) = shown["steps"]
+    assert entry["usage"] == {"tokens": 60, "cost_usd": pytest.approx(0.02)}
+    assert shown["usage"]["tokens"] == 60
