@@ -14,7 +14,8 @@ A repaired answer that still fails is ``invalid_output`` (retryable when the ret
 An answer cut off at the token limit is not repaired.
 
 **Reservation.** Before each call the attempt's usage so far plus the call's worst case
-(:func:`worst_case`; a step without ``max_tokens`` is capped at :data:`DEFAULT_MAX_TOKENS`) is
+(:func:`worst_case`; a step without ``max_tokens`` is capped at its model's configured ``max_tokens``, else
+:data:`DEFAULT_MAX_TOKENS`) is
 reserved against the step's budget and the tenant's daily quota (:func:`budgets.reserve`); a refused
 reservation is ``budget_exceeded`` and the model is not called.
 
@@ -50,9 +51,13 @@ LAYERS = ("schema", "types", "business_rule", "permission", "risk")
 DEFAULT_MAX_TOKENS = 4096
 
 
-def max_tokens_for(ai) -> int:
-    """The most output tokens one call of ``ai`` may use: its ``max_tokens``, else the default cap."""
-    return ai.max_tokens if ai.max_tokens is not None else DEFAULT_MAX_TOKENS
+def max_tokens_for(ai, provider=None) -> int:
+    """The most output tokens one call of ``ai`` may use: its ``max_tokens``, else the model's configured
+    ``max_tokens`` (``models:`` section), else :data:`DEFAULT_MAX_TOKENS`."""
+    if ai.max_tokens is not None:
+        return ai.max_tokens
+    configured = getattr(getattr(provider, "config", None), "max_tokens", None)
+    return configured if isinstance(configured, int) and configured > 0 else DEFAULT_MAX_TOKENS
 
 
 def schema_digest(schema: dict | None) -> str | None:
@@ -151,7 +156,7 @@ def execute(x: Execution) -> Outcome:
                 continue
             return failure
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
-                               max_tokens=max_tokens_for(ai), temperature=ai.temperature,
+                               max_tokens=max_tokens_for(ai, provider), temperature=ai.temperature,
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
         box: dict = {}
         outcome = _ask(x, model, provider, request, usage, box)
