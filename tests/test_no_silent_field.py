@@ -150,7 +150,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "ai.model": run(AI + "test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens"),
     "ai.prompt": run(AI + "test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens"),
     "ai.system": run(AI + "test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens"),
-    "ai.output_schema": run(AI + "test_output_failing_the_schema_is_invalid_output_and_retried"),
+    "ai.output_schema": run(AI + "test_output_still_failing_after_the_repair_is_invalid_output_and_retried"),
     "ai.max_tokens": run(AI + "test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens"),
     "ai.temperature": run(OPTS + "test_given_an_ai_step_with_a_temperature_when_run_then_the_request_carries_it"),
     "ai.fallback": run(AI + "test_fallback_models_are_tried_when_the_first_is_unavailable"),

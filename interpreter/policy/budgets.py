@@ -10,6 +10,10 @@ Two scopes, one rule each way:
   ``agent.max_tokens * agent.max_steps`` and ``agent.max_tool_calls``) when
   the step declares it, plus the step's own budget and the tenant's daily
   quota. A refused attempt does not run and does not count as a step.
+* **during** an ``ai`` attempt (:func:`reserve`): before each model call the attempt's usage so far
+  plus the call's worst case (its input's upper bound plus ``max_tokens``, or the default cap, at the
+  model's price) is reserved against the step's budget and the tenant's daily quota; the commit settles
+  the reservation with the real figure, so concurrent runs cannot overshoot a quota.
 * **after** an attempt (:func:`after`): the usage it reports (tokens, cost,
   tool calls) is charged to the run in the step's commit (even when the
   attempt failed), and a result that went over a budget becomes
@@ -97,7 +101,12 @@ def _tenant_quota(x: Execution, worst_tokens: int | None) -> Failed | None:
     limits = config.limits(x.run.tenant)
     if not limits.has_quota:
         return None
-    tokens, cost = x.services.store.tenant_usage(x.run.tenant, day_of(x.now))
+    store = x.services.store
+    tokens, cost = store.tenant_usage(x.run.tenant, day_of(x.now))
+    held = getattr(store, "reserved_usage", None)
+    if held is not None:  # other attempts' reservations count as used
+        more_t, more_c = held(x.run.tenant, day_of(x.now), x.now)
+        tokens, cost = tokens + more_t, cost + more_c
     wait = quota_reset_in(x.now)
     if limits.daily_tokens is not None and (tokens >= limits.daily_tokens or
                                             tokens + (worst_tokens or 0) > limits.daily_tokens):
@@ -155,3 +164,38 @@ def after(x: Execution, outcome: Outcome) -> Outcome:
     else:
         failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.ledger_output
     return failed
+
+
+def reservation_key(x: Execution) -> str:
+    return f"{x.run.id}:{x.step_id}:{x.attempt.attempt}"
+
+
+def reserve(x: Execution, tokens: int, cost_usd: float) -> Failed | None:
+    """Reserve what attempt ``x`` may use at most (``tokens``/``cost_usd``: what it used so far plus the
+    worst case of its next model call) against the step's budget and the tenant's daily quota; a refusal
+    (``budget_exceeded``; a quota ends the run) means the call must not be made.
+
+    The tenant's reservation is one row per attempt in the store, taken in one transaction with the
+    quota check (:mod:`sealflow.interpreter.store.sqlite.reservations`), so concurrent calls cannot pass
+    the quota together; the step's commit settles it with the real figure."""
+    own = x.step.budget
+    for name, cap, more in (("max_tokens", own.max_tokens, tokens), ("max_cost_usd", own.max_cost_usd, cost_usd)):
+        if cap is not None and more > cap:
+            shown = f"${more:.4f}" if name == "max_cost_usd" else f"{more} tokens"
+            return Failed("budget_exceeded", f"step {x.step.id!r} may use up to {shown} with its next model call, "
+                                             f"over its budget.{name} of {cap}; lower max_tokens or raise the budget")
+    config = getattr(x.services, "config", None)
+    limits = config.limits(x.run.tenant) if config is not None else None
+    if limits is None or not limits.has_quota or not hasattr(x.services.store, "reserve_usage"):
+        return None
+    expires = x.deadline() + 60.0  # a reservation whose attempt died frees itself
+    taken = x.services.store.reserve_usage(reservation_key(x), x.run.id, x.run.tenant, day_of(x.now), int(tokens),
+                                           float(cost_usd), x.now, expires, max_tokens=limits.daily_tokens,
+                                           max_cost_usd=limits.daily_cost_usd)
+    if taken is None:
+        return None
+    wait = quota_reset_in(x.now)
+    return _run_over(f"tenant {x.run.tenant!r} has used or reserved {taken[0]} tokens (${taken[1]:.4f}) of its daily "
+                     f"quota (daily_tokens {limits.daily_tokens}, daily_cost_usd {limits.daily_cost_usd}); step "
+                     f"{x.step.id!r} may use up to {tokens} tokens (${cost_usd:.4f}), so the model was not called; "
+                     f"the quota resets in {wait:.0f}s (UTC midnight)", retry_after=wait)

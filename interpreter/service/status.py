@@ -72,6 +72,11 @@ def _steps(status: RunStatus) -> list[dict]:
         entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
         entry["attempts"] = max(entry["attempts"], a.attempt)
         entry["state"] = a.state
+        used = (a.data or {}).get("usage")
+        if isinstance(used, dict):  # model steps: every attempt's tokens and cost
+            mine = entry.setdefault("usage", {"tokens": 0, "cost_usd": 0.0})
+            mine["tokens"] += int(used.get("tokens") or 0)
+            mine["cost_usd"] = round(mine["cost_usd"] + float(used.get("cost_usd") or 0.0), 9)
         if "opened_at" in (a.data or {}):
             entry["approval"] = _gate(a.data)
         if a.error_class:

@@ -70,3 +70,43 @@ def test_given_a_definition_naming_an_unconfigured_model_when_run_then_refused_b
     if db.exists():
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+def test_given_a_recorded_run_when_replayed_then_no_provider_is_called(tmp_path, capsys, monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fake_model_servers import FakeModelServer
+
+    # Given a model `fast` served by a fake OpenAI-compatible server, and a definition that asks it
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEALFLOW_SECRET_FAKE_KEY", "sk-recorded-key-0001")
+    (tmp_path / "asks-fast.v1.yaml").write_text(WORKFLOW.replace('"Say hi"}}', '"Say hi"}, max_tokens: 50}'))
+    tape = tmp_path / "calls.jsonl"
+    with FakeModelServer("sk-recorded-key-0001") as server:
+        config = write_config(tmp_path, f"models:\n  fast:\n    provider: openai\n    base_url: {server.base_url}\n"
+                                        "    model: gpt-4o-mini\n    api_key: {secret: FAKE_KEY}\n")
+        # When it is run with --record
+        code = main(["--config", str(config), "run", "asks-fast.v1.yaml", "--record", str(tape), "--json"])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err + captured.out
+        recorded = json.loads(captured.out)
+        assert code == 0 and recorded["state"] == "completed" and len(server.requests) == 1
+    # Then the call is in the recording, without the key
+    lines = tape.read_text().splitlines()
+    assert len(lines) == 1 and "sk-recorded-key" not in lines[0]
+    # and with the server gone, --replay runs it again from the recording alone
+    code = main(["--config", str(config), "run", "asks-fast.v1.yaml", "--replay", str(tape), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err + captured.out
+    replayed = json.loads(captured.out)
+    assert code == 0 and replayed["state"] == "completed"
+    assert [st.get("output") for st in replayed["steps"]] == [st.get("output") for st in recorded["steps"]]
+    assert [st.get("tokens") for st in replayed["steps"]] == [st.get("tokens") for st in recorded["steps"]]
+
+
+def test_given_record_and_replay_together_then_a_usage_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "asks-fast.v1.yaml").write_text(WORKFLOW)
+    code = main(["run", "asks-fast.v1.yaml", "--record", "a.jsonl", "--replay", "b.jsonl"])
+    assert code == 2 and "exclude each other" in capsys.readouterr().err

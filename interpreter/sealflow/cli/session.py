@@ -225,11 +225,13 @@ def open_store(store_url: str | None):
 
 @contextlib.contextmanager
 def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True,
-                 trust: str | None = None):
+                 trust: str | None = None, record: str | None = None, replay: str | None = None):
     """A Runtime on the given store, with the ``--actions`` modules (and the demo world when ``demo``)
     registered, under the access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open
     development mode). The steps this process executes pass the trust gate of ``trust`` (else
-    ``$SEALFLOW_TRUST``; :func:`executor_gate`)."""
+    ``$SEALFLOW_TRUST``; :func:`executor_gate`). ``record``: every model call is also written to that JSONL
+    file; ``replay``: model calls are answered from that file only, no provider is called
+    (:mod:`sealflow.interpreter.providers.recording`)."""
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
     from sealflow.interpreter.service.runtime import Runtime
@@ -241,7 +243,8 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     from sealflow.interpreter.core.errors import ConfigError
 
     try:
-        rt = Runtime(url, access=provider, config=load_config())
+        config = load_config()
+        rt = Runtime(url, access=provider, config=config, providers=model_calls(config, record, replay))
     except (StoreError, ConfigError) as exc:
         fail_usage(str(exc))
     rt.engine.trust_gate = executor_gate(trust, rt.engine.actor)
@@ -249,6 +252,23 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
         yield rt
     finally:
         rt.close()
+
+
+def model_calls(config, record: str | None, replay: str | None):
+    """The providers for ``--record FILE`` / ``--replay FILE`` (None: the configuration's, as usual)."""
+    if record and replay:
+        fail_usage("--record and --replay exclude each other: record a run first, then replay it")
+    if not (record or replay):
+        return None
+    from sealflow.interpreter.providers.recording import RecordingRegistry, ReplayMiss, ReplayProvider, ReplayRegistry
+    from sealflow.interpreter.service.runtime import model_providers
+
+    if record:
+        return RecordingRegistry(model_providers(config), record)
+    try:
+        return ReplayRegistry(ReplayProvider(replay))
+    except ReplayMiss as exc:
+        fail_usage(str(exc))
 
 
 def no_run(run_id: str):

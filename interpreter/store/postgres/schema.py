@@ -16,6 +16,7 @@ import time
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
 from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
+from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
 _LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
@@ -206,6 +207,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (8, "attempts.leases_lost (a lost lease counts as a failed attempt)", _V8_LEASES_LOST),
     (9, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _V9_API),
     (11, "signed events: the first answer per event id, the last sequence applied per ordering key", PG_EVENTS),
+    (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -176,6 +176,12 @@ def _events(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _reservations(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.reservations import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _breakers(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.breakers import SCHEMA
 
@@ -196,6 +202,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (10, "attempts.leases_lost (a lost lease counts as a failed attempt)", _statements(_V10_LEASES_LOST)),
     (11, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _api),
     (13, "signed events: the first answer per event id, the last sequence applied per ordering key", _events),
+    (14, "usage reservations: a model call's worst case held against the tenant's daily quota", _reservations),
 ]
 LATEST = MIGRATIONS[-1][0]
 

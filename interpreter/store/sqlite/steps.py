@@ -34,7 +34,7 @@ from sealflow.interpreter.store.records import (
     RunRecord,
 )
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.interpreter.store.sqlite import reservations, rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 
 dumps = rows.dumps
@@ -198,6 +198,8 @@ class StepPathMixin:
                        ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0], cursor[1], run_id))
             if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
                 c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
+            if commit.step is not None:  # the attempt's usage reservation is settled by this charge
+                c.execute(reservations.DROP, (reservations.key_of(run_id, commit.step.step_id, commit.step.attempt),))
             for ev in commit.audit:
                 self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
                             ev.chain_fields())

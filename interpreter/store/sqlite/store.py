@@ -49,6 +49,7 @@ from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
+from sealflow.interpreter.store.sqlite.reservations import ReservationsMixin
 from sealflow.interpreter.store.sqlite.schema import migrate
 from sealflow.interpreter.store.sqlite.steps import StepPathMixin
 from sealflow.interpreter.store.sqlite.sweep import SweepMixin
@@ -116,7 +117,7 @@ class _Checkpointer(threading.Thread):
 
 
 class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, Store):
+                  PruneMixin, ReservationsMixin, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,

@@ -42,7 +42,7 @@ def counts(rt):
 def test_a_submission_over_the_tenants_daily_token_quota_is_refused_with_a_retry_after(quota_rt, providers, clock):
     # Given a tenant that has used its daily token quota
     providers["m1"] = FakeProvider({"ok": True}, tokens=1000)
-    assert quota_rt.run(ai_plan(), {}, initiator="user:ana", tenant="acme").state == "completed"
+    assert quota_rt.run(ai_plan(max_tokens=900), {}, initiator="user:ana", tenant="acme").state == "completed"
     before = counts(quota_rt)
     # When it submits again
     with pytest.raises(AdmissionRefused) as refused:
@@ -59,12 +59,12 @@ def test_a_submission_over_the_tenants_daily_token_quota_is_refused_with_a_retry
     # and another tenant is not affected; the next UTC day admits the tenant again
     assert quota_rt.run(ai_plan(), {}, initiator="user:bo", tenant="globex").state == "completed"
     clock.advance(exc.retry_after + 1)
-    assert quota_rt.run(ai_plan(), {}, initiator="user:ana", tenant="acme").state == "completed"
+    assert quota_rt.run(ai_plan(max_tokens=900), {}, initiator="user:ana", tenant="acme").state == "completed"
 
 
 def test_a_submission_over_the_daily_cost_quota_is_refused(quota_rt, providers):
     providers["m1"] = FakeProvider({"ok": True}, tokens=1, cost=5.0)
-    quota_rt.run(ai_plan(), {}, initiator="user:ana", tenant="acme")
+    quota_rt.run(ai_plan(max_tokens=900), {}, initiator="user:ana", tenant="acme")
     with pytest.raises(AdmissionRefused, match="daily_cost_usd"):
         quota_rt.submit(ai_plan(), {}, initiator="user:ana", tenant="acme")
 
@@ -72,7 +72,7 @@ def test_a_submission_over_the_daily_cost_quota_is_refused(quota_rt, providers):
 def test_a_model_step_that_could_exceed_the_daily_quota_ends_the_run(quota_rt, providers):
     # Given a tenant at 950 of its 1000 daily tokens (still admitted: the quota is not spent)
     providers["m1"] = model = FakeProvider({"ok": True}, tokens=950)
-    quota_rt.run(ai_plan(), {}, initiator="user:ana", tenant="acme")
+    quota_rt.run(ai_plan(max_tokens=900), {}, initiator="user:ana", tenant="acme")
     late = quota_rt.submit(ai_plan(max_tokens=100), {}, initiator="user:ana", tenant="acme")
     # When the admitted run reaches a step that may use 100 more
     status = quota_rt.drive(late)

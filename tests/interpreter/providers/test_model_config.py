@@ -153,10 +153,27 @@ def test_output_failing_the_schema_is_invalid_output_and_its_tokens_are_charged(
                                                          "base_url": server.base_url, "api_key": {"secret": "K"}}}},
                                    {"K": KEY}).get("wrong"), "wrong")
     step = S("classify", "ai", ai=AiPlan(model="wrong", prompt_template="Classify", output_schema=SCHEMA))
+    before = len(server.requests)
     status = runtime.run(make_plan(step), {}, initiator="u")
-    # Then the step fails with invalid_output and the run still pays for the answer
+    # Then the step fails with invalid_output after one repair, and the run still pays for both answers
     assert (status.state, status.run.error_class) == ("failed", "invalid_output")
-    assert status.run.tokens == 1500
+    assert status.run.tokens == 3000 and len(server.requests) == before + 2
+    # and the repair's request carries the validation errors back to the model
+    repair_prompt = server.requests[-1][2]["messages"][-1]["content"]
+    assert "Classify" in repair_prompt and "'label' is a required property" in repair_prompt
+
+
+def test_prose_where_json_is_asked_for_is_repaired_once_as_a_schema_failure(runtime, providers, server):
+    providers.register(load_models({"models": {"chatty": {"provider": "openai", "model": "prose",
+                                                          "base_url": server.base_url, "api_key": {"secret": "K"}}}},
+                                   {"K": KEY}).get("chatty"), "chatty")
+    step = S("classify", "ai", ai=AiPlan(model="chatty", prompt_template="Classify", output_schema=SCHEMA))
+    before = len(server.requests)
+    status = runtime.run(make_plan(step), {}, initiator="u")
+    assert status.run.error_class == "invalid_output" and len(server.requests) == before + 2
+    assert "not JSON" in server.requests[-1][2]["messages"][-1]["content"]
+    (detail,) = [e.detail for e in runtime.store.audit(status.run.id) if (e.detail or {}).get("repair")]
+    assert detail["repair"]["layer"] == "schema" and detail["repair"]["passed"] is False
 
 
 def test_an_unavailable_model_falls_back(runtime, server):
@@ -164,6 +181,10 @@ def test_an_unavailable_model_falls_back(runtime, server):
                                          output_schema=SCHEMA))
     status = runtime.run(make_plan(step, output="${{ steps.classify.output }}"), {}, initiator="u")
     assert status.state == "completed" and server.last["model"] == "gpt-4o-mini"
+    # and the audit names the model that answered (the fallback), not the primary
+    details = [e.detail for e in runtime.store.audit(status.run.id) if e.step_id == "classify" and e.detail]
+    assert any(d.get("model") == "gpt-4o-mini-2026" for d in details)
+    assert not any("flaky" in str(d.get("model")) for d in details)
 
 
 def test_an_agent_step_round_trips_a_tool_call(runtime, registry):

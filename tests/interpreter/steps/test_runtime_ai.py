@@ -31,14 +31,41 @@ def test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens(runti
     assert (status.run.tokens, status.run.cost_usd) == (40, pytest.approx(0.02))
 
 
-def test_output_failing_the_schema_is_invalid_output_and_retried(runtime, providers):
+def test_output_failing_the_schema_gets_one_repair_that_carries_the_errors(runtime, providers):
+    # Given a model whose first answer fails the schema and whose second passes
     providers["m1"] = model = FakeProvider({"classification": "maybe"}, {"classification": "low"})
+    plan = make_plan(ai_step(), output="${{ steps.classify.output }}")
+    # When the step runs
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    # Then one attempt made two calls; the second prompt names the validation error; both are charged
+    assert status.output == {"classification": "low"} and len(model.requests) == 2
+    assert len(status.attempts) == 1
+    repair = model.requests[1]
+    assert repair.prompt.startswith("Classify x") and "classification" in repair.prompt and "schema" in repair.prompt
+    assert status.run.tokens == 20
+
+
+def test_output_still_failing_after_the_repair_is_invalid_output_and_retried(runtime, providers):
+    providers["m1"] = model = FakeProvider({"classification": "maybe"}, {"classification": 3},
+                                           {"classification": "low"})
     plan = make_plan(ai_step(retry=retry("invalid_output", initial_ms=10)), output="${{ steps.classify.output }}")
     status = runtime.run(plan, {"lead": "x"}, initiator="u")
-    assert status.output == {"classification": "low"} and len(model.requests) == 2
+    assert status.output == {"classification": "low"} and len(model.requests) == 3
     first = status.attempts[0]
-    assert first.error_class == "invalid_output" and "classification" in first.error_message
-    assert status.run.tokens == 20  # both calls are counted
+    assert first.error_class == "invalid_output" and "after one repair attempt" in first.error_message
+    assert status.run.tokens == 30  # every call is counted
+
+
+def test_the_repair_records_the_layer_that_failed(runtime, providers):
+    providers["m1"] = FakeProvider({"classification": "low", "reason": 7}, {"classification": "high", "reason": ""},
+                                   {"classification": "high", "reason": "big"})
+    plan = make_plan(ai_step(validations=({"check": "output.classification != 'high' or len(output.reason) > 0",
+                                           "message": "a high lead needs a reason"},)))
+    status = runtime.run(plan, {"lead": "x"}, initiator="u")
+    assert status.error[0] == "invalid_output" and "a high lead needs a reason" in status.error[1]
+    details = [e.detail for e in runtime.store.audit(status.run.id) if (e.detail or {}).get("repair")]
+    assert details and details[-1]["repair"]["layer"] == "types"
+    assert details[-1]["repair"]["second_layer"] == "business_rule" and details[-1]["repair"]["passed"] is False
 
 
 def test_validate_rules_apply_to_model_output(runtime, providers):
@@ -95,3 +122,28 @@ def test_the_cost_budget_stops_the_run(runtime, providers):
     status = runtime.run(plan, {"lead": "x"}, initiator="u")
     assert status.error[0] == "budget_exceeded" and "max_cost_usd" in status.error[1]
     assert status.run.cost_usd == pytest.approx(0.60)
+
+
+def test_each_call_is_audited_with_prompt_model_and_schema_digest_and_status_shows_usage_per_step(runtime,
+                                                                                                    providers):
+    from sealflow.interpreter.service.status import status_json
+    from sealflow.interpreter.steps.ai import schema_digest
+
+    # Given a step whose prompt comes from a prompt file, and a model that reports its own id
+    providers["m1"] = FakeProvider({"classification": "maybe"}, {"classification": "low"}, tokens=30, cost=0.01)
+    step = S("classify", "ai", ai=AiPlan(model="m1", prompt_template="Classify", prompt_ref={"id": "triage",
+                                                                                             "version": 3},
+                                         output_schema=SCHEMA, max_tokens=100))
+    # When it runs (one repair)
+    status = runtime.run(make_plan(step), {}, initiator="u")
+    # Then the audit names, per call, the prompt file, the model the provider reported and the schema digest
+    (detail,) = [e.detail for e in runtime.store.audit(status.run.id) if (e.detail or {}).get("calls")]
+    assert [c["repair"] for c in detail["calls"]] == [False, True]
+    for c in detail["calls"]:
+        assert c["prompt"] == {"id": "triage", "version": 3} and c["provider_model"] == "m1"
+        assert c["schema_digest"] == schema_digest(SCHEMA) and c["schema_digest"].startswith("sha256:")
+    # and status --json shows the step's tokens and cost next to the run's
+    shown = status_json(runtime.status(status.run.id))
+    (entry,) = shown["steps"]
+    assert entry["usage"] == {"tokens": 60, "cost_usd": pytest.approx(0.02)}
+    assert shown["usage"]["tokens"] == 60

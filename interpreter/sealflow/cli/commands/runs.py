@@ -74,6 +74,12 @@ def _load(file, actions, trust, bundle):
 
 follow_option = click.option("--follow", is_flag=True, help="Keep showing progress through timers of any length "
                              "until the run ends or waits for a human.")
+models_options = (
+    click.option("--record", "record", metavar="FILE.jsonl", help="Also write every model call (request and "
+                 "answer, secrets redacted) to this JSONL file."),
+    click.option("--replay", "replay", metavar="FILE.jsonl", help="Answer model calls from this recording only; "
+                 "no provider is called, and a call not in it fails the run."),
+)
 detach_option = click.option("--detach", is_flag=True, help="Queue the run and return at once (like submit): "
                              "workers or `sealflow recover` drive it.")
 
@@ -81,15 +87,15 @@ detach_option = click.option("--detach", is_flag=True, help="Queue the run and r
 @click.command()
 @click.argument("file", metavar="FILE")
 @input_option
-@on_a_store(idempotency_option, trust_options, follow_option, detach_option, actions=True)
+@on_a_store(idempotency_option, trust_options, follow_option, detach_option, *models_options, actions=True)
 def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
-        pin_version, follow, detach, as_json):
+        pin_version, follow, detach, record, replay, as_json):
     """Run a definition to its end (or until it waits for a person or a long timer), whichever process
     executes its steps; --detach queues it and returns at once."""
     value = parse_input(raw_input)
     loaded = _load(file, actions, trust, bundle)
     plan = loaded.plan
-    with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
+    with open_runtime(store_url, actions, access=access_path, trust=trust, record=record, replay=replay) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         if detach:
