@@ -265,6 +265,7 @@ def model_calls(config, record: str | None, replay: str | None):
 
     if record:
         return RecordingRegistry(model_providers(config), record)
+    assert replay is not None  # one of the two, checked above
     try:
         return ReplayRegistry(ReplayProvider(replay))
     except ReplayMiss as exc:
