@@ -20,19 +20,14 @@ import time
 from collections.abc import Iterator
 
 from sealflow.interpreter.core import states
-from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.interpreter.store.auditchain import SqliteChain
 from sealflow.interpreter.store.base import (
     AttemptRecord,
     AuditEvent,
-    AuditRecord,
-    DeadLetterRecord,
-    LedgerRecord,
     NewRun,
     NextAttempt,
-    OutboxRecord,
     RunRecord,
     Store,
-    TimerRecord,
 )
 from sealflow.interpreter.store.definitions import DefinitionRefused, DefinitionsMixin
 from sealflow.interpreter.store.errors import (
@@ -49,6 +44,7 @@ from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
+from sealflow.interpreter.store.sqlite.reads import Reads
 from sealflow.interpreter.store.sqlite.reservations import ReservationsMixin
 from sealflow.interpreter.store.sqlite.schema import migrate
 from sealflow.interpreter.store.sqlite.steps import StepPathMixin
@@ -117,7 +113,7 @@ class _Checkpointer(threading.Thread):
 
 
 class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, ReservationsMixin, Store):
+                  PruneMixin, ReservationsMixin, Reads, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
@@ -393,55 +389,3 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
             return self._get_run(c, new.id), True
 
     # -- reads -------------------------------------------------------------------------------------
-    def ledger_get(self, tenant: str, key: str) -> LedgerRecord | None:
-        got = self._read("SELECT tenant, key, run_id, step_id, result, created_at FROM ledger WHERE tenant = ? AND "
-                         "key = ?", (tenant, key))
-        return rows.ledger(got[0]) if got else None
-
-    def dead_letters(self, *, include_redriven: bool = False) -> list[DeadLetterRecord]:
-        where = "" if include_redriven else "WHERE status != 'redriven'"
-        return [rows.dead_letter(r) for r in self._read(f"SELECT {rows.DLQ_COLS} FROM dead_letters {where} "
-                                                        "ORDER BY updated_at")]
-
-    def dead_letter(self, run_id: str) -> DeadLetterRecord | None:
-        got = self._read(f"SELECT {rows.DLQ_COLS} FROM dead_letters WHERE run_id = ?", (run_id,))
-        return rows.dead_letter(got[0]) if got else None
-
-    def due_deadlines(self, now: float) -> list[str]:
-        return [r[0] for r in self._read("SELECT run_id FROM timers WHERE kind = 'run_deadline' AND fire_at <= ? "
-                                         "ORDER BY fire_at", (now,))]
-
-    def timers(self, run_id: str | None = None) -> list[TimerRecord]:
-        sql = "SELECT id, run_id, step_id, attempt, token, kind, fire_at FROM timers"
-        got = self._read(sql + " WHERE run_id = ? ORDER BY fire_at", (run_id,)) if run_id else \
-            self._read(sql + " ORDER BY fire_at")
-        return [rows.timer(r) for r in got]
-
-    def outbox(self, run_id: str | None = None) -> list[OutboxRecord]:
-        sql = "SELECT run_id, step_id, attempt, token, due_at, sent_at FROM outbox"
-        got = self._read(sql + " WHERE run_id = ? ORDER BY due_at", (run_id,)) if run_id else \
-            self._read(sql + " ORDER BY due_at")
-        return [rows.outbox(r) for r in got]
-
-    def audit(self, run_id: str | None = None, *, limit: int | None = None) -> list[AuditRecord]:
-        lim = f" LIMIT {int(limit)}" if limit else ""
-        if run_id is None:
-            got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit ORDER BY id{lim}")
-        else:
-            got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit WHERE run_id = ? ORDER BY id{lim}", (run_id,))
-        return [rows.audit(r) for r in got]
-
-    # -- the audit chain and tenant usage ------------------------------------------------------------
-    def audit_chain(self, tenant: str) -> list[tuple]:
-        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
-
-    def audit_heads(self) -> dict[str, tuple[int, str]]:
-        return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
-
-    def audit_tenants(self) -> list[str | None]:
-        """Every tenant with audit events (None: events that name no tenant, i.e. were not chained)."""
-        return [r[0] for r in self._read("SELECT DISTINCT tenant FROM audit")]
-
-    def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
-        with self._lock:
-            return sqlite_admission.usage(self._conn, tenant, day)
