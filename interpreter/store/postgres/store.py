@@ -247,31 +247,14 @@ class PostgresStore(SqliteStore):
                               "token = ?", [(now, *r[:4]) for r in got])
         return [Message(*r) for r in got]
 
+    # the sweep is the SQLite store's (sqlite/sweep.py), on the database clock, taking due rows with
+    # FOR UPDATE ... SKIP LOCKED so that concurrent sweepers never take the same one
+    _LOCK_EXPIRED = " FOR UPDATE OF a, r SKIP LOCKED"
+    _LOCK_TIMERS = " FOR UPDATE SKIP LOCKED"
+
     def sweep(self, now: float, *, redeliver_after: float = 60.0, limit: int = 500) -> SweepReport:
         now, _ = self._on_db_clock(now)
-        report = SweepReport()
-        with self._tx() as c:
-            expired = c.native(f"SELECT a.run_id, a.step_id, a.attempt, a.token, a.lease_owner, r.state "
-                               f"FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} AND "
-                               "a.state = 'running' AND a.lease_expires <= %s LIMIT %s "
-                               "FOR UPDATE OF a, r SKIP LOCKED", (now, limit)).fetchall()
-            for run_id, step_id, attempt, token, owner, run_state in expired:
-                self._expire(c, now, run_id, step_id, attempt, token, owner, run_state)
-                report.leases_expired += 1
-                report.runs_touched.add(run_id)
-            timers = c.native("SELECT id, run_id, step_id, attempt, token, kind FROM timers WHERE fire_at <= %s "
-                              "ORDER BY fire_at LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit)).fetchall()
-            for timer_id, run_id, step_id, attempt, token, kind in timers:
-                c.execute("DELETE FROM timers WHERE id = ?", (timer_id,))
-                report.runs_touched.add(run_id)
-                if kind == "run_deadline":
-                    report.runs_timed_out += self._time_out(c, now, run_id)
-                else:
-                    report.timers_fired += self._fire(c, now, run_id, step_id, attempt, token, kind)
-            report.redelivered = c.execute(
-                "UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL AND sent_at <= ?",
-                (now - redeliver_after,)).rowcount
-        return report
+        return super().sweep(now, redeliver_after=redeliver_after, limit=limit)
 
     def next_due(self, run_id: str, *, redeliver_after: float = 60.0) -> float | None:
         with self._conn() as raw:

@@ -23,6 +23,11 @@ _LIVE = "('queued','running','waiting','cancelling','compensating')"
 
 
 class SweepMixin:
+    #: how the sweep locks the rows it takes (the PostgreSQL store: ``FOR UPDATE ... SKIP LOCKED``, so two
+    #: sweepers never take the same due row; SQLite has one writer at a time and needs none)
+    _LOCK_EXPIRED = ""
+    _LOCK_TIMERS = ""
+
     def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
         with self._tx() as c:
             got = c.execute("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
@@ -71,13 +76,14 @@ class SweepMixin:
         with self._tx() as c:
             expired = c.execute(f"SELECT a.run_id, a.step_id, a.attempt, a.token, a.lease_owner, r.state "
                                 f"FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} AND "
-                                "a.state = 'running' AND a.lease_expires <= ? LIMIT ?", (now, limit)).fetchall()
+                                "a.state = 'running' AND a.lease_expires <= ? LIMIT ?" + self._LOCK_EXPIRED,
+                                (now, limit)).fetchall()
             for run_id, step_id, attempt, token, owner, run_state in expired:
                 self._expire(c, now, run_id, step_id, attempt, token, owner, run_state)
                 report.leases_expired += 1
                 report.runs_touched.add(run_id)
             timers = c.execute("SELECT id, run_id, step_id, attempt, token, kind FROM timers WHERE fire_at <= ? "
-                               "ORDER BY fire_at LIMIT ?", (now, limit)).fetchall()
+                               "ORDER BY fire_at LIMIT ?" + self._LOCK_TIMERS, (now, limit)).fetchall()
             for timer_id, run_id, step_id, attempt, token, kind in timers:
                 c.execute("DELETE FROM timers WHERE id = ?", (timer_id,))
                 report.runs_touched.add(run_id)
