@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
 
 PROVIDERS = ("openai", "anthropic", "local")
@@ -116,12 +117,7 @@ def _number(value: Any, where: str, *, integer: bool = False, positive: bool = T
 
 
 def _map(raw: Any, keys: tuple[str, ...], where: str) -> dict:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a map with keys: {', '.join(keys)}")
-    unknown = sorted(set(map(str, raw)) - set(keys))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(keys)}")
-    return dict(raw)
+    return config_map(raw, keys, where)
 
 
 def parse_price(raw: Any, where: str) -> Price:

@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
 from sealflow.interpreter.execution.tempfiles import DEFAULT_TEMPDIR_BYTES
 
@@ -150,14 +151,7 @@ def parse_size(value: Any, where: str = "size") -> int:
 
 
 def _section(raw: Any, keys: tuple[str, ...], where: str) -> dict:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a map with keys: {', '.join(keys)}")
-    unknown = sorted(set(map(str, raw)) - set(keys))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(keys)}")
-    return dict(raw)
+    return config_map(raw, keys, where, optional=True)
 
 
 def _tenant_limits(raw: Any, where: str) -> TenantLimits:
