@@ -75,3 +75,13 @@ def test_given_detach_when_run_then_it_queues_the_run_and_returns_at_once(capsys
 
     got = json.loads(out)
     assert code == 0 and got["state"] == "queued" and got["run_id"]
+
+
+def test_given_garbage_input_when_run_then_a_usage_error_never_an_internal_error(capsys, tmp_path, monkeypatch):
+    # Given inputs a fuzzer sends: a number that reads as infinity, NaN, and lists nested thousands deep
+    monkeypatch.chdir(tmp_path)
+    for raw, said in (('{"lead_id": 1e400}', "would read as infinity"), ('{"x": NaN}', "not a JSON number"),
+                      ("[" * 5000, "nests too deeply")):
+        code, _, err = run(capsys, "run", EXAMPLE, "--input", raw)
+        # Then exit 2 with a sentence that says what is wrong, and no run is created
+        assert code == 2 and said in err and "internal error" not in err, err

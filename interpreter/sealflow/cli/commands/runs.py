@@ -44,9 +44,24 @@ def parse_input(raw: str | None) -> Any:
         except OSError as exc:
             fail_usage(f"--input {raw}: cannot read: {exc.strerror or exc}")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except json.JSONDecodeError as exc:
         fail_usage(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:
+        fail_usage("--input nests too deeply to be read (lists or maps inside each other thousands of times)")
+    except ValueError as exc:
+        fail_usage(f"--input: {exc}")
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large to be a number (it would read as infinity)")
+    return value
 
 
 def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
