@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from enum import StrEnum
 
+from sealflow.interpreter.core.errors import SealflowError
 from sealflow.interpreter.policy.access import (
     AccessPolicyError,
     AccessProvider,
@@ -72,6 +73,21 @@ def is_operator(access: AccessProvider, principal: str) -> bool:
         return bool(ask(principal))
     except AccessPolicyError:
         return False
+
+
+class OperatorOnly(SealflowError):
+    """An operation on what every tenant of a store shares (its circuit breakers, its retention, its
+    definition registry), asked by a principal the access policy does not name an operator."""
+
+
+def require_operator(access: AccessProvider, principal: str, what: str) -> None:
+    """Raise :class:`OperatorOnly` unless ``principal`` may act on ``what``, which every tenant of the store
+    shares: open development mode and the access policy's ``operators`` may; a tenant's member may not, since
+    the act reaches other tenants' runs."""
+    if is_open(access) or is_operator(access, principal):
+        return
+    raise OperatorOnly(f"{principal} may not {what}: it is shared by every tenant of this store, so only an "
+                       "operator of the access policy (its top-level `operators`) may")
 
 
 def may(access: AccessProvider, run: RunRecord, principal: str, operation: Operation | str) -> Decision:
@@ -169,5 +185,5 @@ def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str,
     raise unknown_run(store, run_id)
 
 
-__all__ = ["Operation", "Decision", "INITIATOR_MAY", "authorize_run", "is_operator", "may", "may_see_tenant",
-           "readable_chains", "unknown_run", "visible_runs"]
+__all__ = ["Operation", "OperatorOnly", "Decision", "INITIATOR_MAY", "require_operator", "authorize_run",
+           "is_operator", "may", "may_see_tenant", "readable_chains", "unknown_run", "visible_runs"]

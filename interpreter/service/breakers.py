@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sealflow.interpreter.core import breakers as rules
+from sealflow.interpreter.policy.access import AccessProvider
+from sealflow.interpreter.policy.operations import require_operator
 from sealflow.interpreter.store.base import AuditEvent, Store
 
 
@@ -36,8 +38,11 @@ def listing(store: Store, now: float, extra: Mapping[str, Any] | None = None, mo
     return out
 
 
-def reset(store: Store, name: str, now: float, *, actor: str, tenant: str = "default") -> bool:
-    """Close breaker ``name`` and forget its failures (audited ``circuit_reset``); False if unknown."""
+def reset(store: Store, name: str, now: float, *, actor: str, access: AccessProvider,
+          tenant: str = "default") -> bool:
+    """Close breaker ``name`` and forget its failures (audited ``circuit_reset``); False if unknown. A breaker
+    guards every tenant's calls, so only an operator (or open development mode) may: :class:`OperatorOnly`."""
+    require_operator(access, actor, f"reset circuit breaker {name!r}")
     done = store.breaker_reset(name, now)
     if done:
         store.append_audit(AuditEvent("circuit_reset", None, actor, state_after="closed", tenant=tenant,

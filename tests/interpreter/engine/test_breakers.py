@@ -237,3 +237,27 @@ def test_given_a_bad_breaker_setting_when_the_runtime_starts_then_it_names_it(tm
     config = RuntimeConfig.from_dict({"circuit_breakers": {"svc": {"failure": 3}}})
     with pytest.raises(ConfigError, match="circuit_breakers.svc: unknown key 'failure'; known keys: failures"):
         Runtime(f"sqlite:///{tmp_path}/bad.db", config=config)
+
+
+def test_given_an_access_policy_then_only_its_operators_list_or_reset_breakers(tmp_path, capsys):
+    # Given an open breaker, and a policy where user:ana is a member of tenant acme and user:ops an operator
+    url = f"sqlite:///{tmp_path}/cli.db"
+    store = open_store(url)
+    store.breaker_record("svc", time.time(), BreakerSettings(failures=1), error_class="timeout", probe=False)
+    store.close()
+    policy = tmp_path / "access.yaml"
+    policy.write_text("operators: [user:ops]\ntenants:\n  acme:\n"
+                      "    roles: {admin: ['runs:*', 'dlq:*', 'audit:read']}\n    members: {user:ana: [admin]}\n")
+    # When a tenant's member (even with every permission there) resets or lists it, then it is refused
+    # (exit 1), since a breaker guards every tenant's calls, and the breaker stays open
+    for verb in (["reset", "svc"], ["list"]):
+        assert main(["breakers", *verb, "--store", url, "--as", "user:ana", "--access", str(policy)]) == 1
+        err = capsys.readouterr().err
+        assert "user:ana may not" in err and "only an operator of the access policy" in err
+    assert [(r.name, r.state) for r in open_store(url).breakers()] == [("svc", "open")]
+    # When the operator resets it, then it is closed, and the audit names the operator
+    assert main(["breakers", "reset", "svc", "--store", url, "--as", "user:ops", "--access", str(policy)]) == 0
+    store = open_store(url)
+    assert [(r.name, r.state) for r in store.breakers()] == [("svc", "closed")]
+    assert [e.actor for e in store.audit() if e.event == "circuit_reset"] == ["user:ops"]
+    store.close()

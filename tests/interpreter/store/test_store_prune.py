@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_store_suite import T0, submit_and_claim, succeed_and_go
 
 from sealflow.cli import main
 from sealflow.interpreter.store import DeadLetterSpec, open_store
 from sealflow.interpreter.store.auditchain import verify
+from sealflow.interpreter.store.errors import NotFound
 
 DAY = 86_400.0
 
@@ -79,3 +81,27 @@ def test_given_a_store_with_old_runs_when_the_cli_prunes_then_audit_verify_stays
 def test_given_a_bad_age_when_pruning_then_a_usage_error_says_how_to_write_one(tmp_path, capsys):
     code = main(["store", "prune", "--older-than", "thirty", "--store", f"sqlite:///{tmp_path}/s.db"])
     assert code == 2 and "30s" in capsys.readouterr().err
+
+
+def test_given_an_access_policy_then_only_its_operators_prune_the_store(tmp_path, capsys):
+    # Given a store with an old finished run, and a policy where user:ana holds every permission of tenant
+    # acme and user:ops is an operator
+    url = f"sqlite:///{tmp_path}/state.db"
+    s = open_store(url)
+    _finish(s, "ancient", T0 - 400 * DAY)
+    s.close()
+    policy = tmp_path / "access.yaml"
+    policy.write_text("operators: [user:ops]\ntenants:\n  acme:\n"
+                      "    roles: {admin: ['runs:*', 'dlq:*', 'audit:read']}\n    members: {user:ana: [admin]}\n")
+    # When the tenant's member prunes, then it is refused (pruning deletes every tenant's runs), nothing goes
+    args = ["store", "prune", "--older-than", "30d", "--store", url, "--access", str(policy)]
+    assert main([*args, "--as", "user:ana"]) == 1
+    assert "user:ana may not prune the store's finished runs" in capsys.readouterr().err
+    assert open_store(url).get_run("ancient").state == "completed"
+    # When the operator prunes, then the run goes and the audit checkpoint names the operator
+    assert main([*args, "--as", "user:ops"]) == 0
+    s = open_store(url)
+    with pytest.raises(NotFound):
+        s.get_run("ancient")
+    assert [e.actor for e in s.audit() if e.event == "store.pruned"] == ["user:ops"]
+    s.close()

@@ -7,9 +7,11 @@ import time
 
 import click
 
-from sealflow.cli.exits import fail_usage
+from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import on_a_store
-from sealflow.cli.session import load_config, open_store, store_location
+from sealflow.cli.session import load_access, load_config, open_store, store_location
+
+_HINT = "ask an operator of the access policy (its top-level `operators`) to do it"
 
 
 @click.group()
@@ -20,9 +22,14 @@ def breakers():
 @breakers.command("list")
 @on_a_store()
 def breakers_list(store_url, principal, tenant, access_path, as_json):
-    """List every breaker with its state, failures and settings."""
+    """List every breaker with its state, failures and settings (operators only under an access policy)."""
+    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
     from sealflow.interpreter.service.breakers import listing
 
+    try:
+        require_operator(load_access(access_path), principal, "list the circuit breakers")
+    except OperatorOnly as exc:
+        refuse(exc, hint=_HINT)
     store = open_store(store_location(store_url))
     try:
         rows = listing(store, time.time(), load_config().extra)
@@ -45,13 +52,20 @@ def breakers_list(store_url, principal, tenant, access_path, as_json):
 @click.argument("name")
 @on_a_store()
 def breakers_reset(name, store_url, principal, tenant, access_path, as_json):
-    """Close breaker NAME and forget its failures (audited as circuit_reset)."""
+    """Close breaker NAME and forget its failures (audited as circuit_reset; operators only under an access
+    policy, since a breaker guards every tenant's calls)."""
+    from sealflow.interpreter.policy.operations import OperatorOnly
     from sealflow.interpreter.service.breakers import reset
 
+    access = load_access(access_path)
     store = open_store(store_location(store_url))
     try:
         known = [r.name for r in store.breakers()]
-        if not reset(store, name, time.time(), actor=principal, tenant=tenant):
+        try:
+            done = reset(store, name, time.time(), actor=principal, access=access, tenant=tenant)
+        except OperatorOnly as exc:
+            refuse(exc, hint=_HINT)
+        if not done:
             fail_usage(f"no circuit breaker named {name!r} in this store; known: {', '.join(known) or '(none)'}")
     finally:
         store.close()

@@ -17,14 +17,12 @@ from sealflow.cli.session import load_access, open_store
 def _operators_only(principal: str, access_path: str | None) -> None:
     """The registry is shared by every tenant of the store (names, versions, signers, pins): under an access
     policy only its operators read it; open development mode reads it as before."""
-    from sealflow.interpreter.policy.access import is_open
-    from sealflow.interpreter.policy.operations import is_operator
+    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
 
-    access = load_access(access_path)
-    if not is_open(access) and not is_operator(access, principal):
-        refuse(f"{principal} may not read the definition registry: it is shared by every tenant of this store, so "
-               "only an operator of the access policy (its top-level `operators`) may",
-               hint="ask an operator, or list your own runs with `sealflow status RUN`")
+    try:
+        require_operator(load_access(access_path), principal, "read the definition registry")
+    except OperatorOnly as exc:
+        refuse(exc, hint="ask an operator, or list your own runs with `sealflow status RUN`")
 
 
 def _when(ts: float) -> str:

@@ -18,8 +18,8 @@ import time
 
 import click
 
-from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import json_flag, store_option
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import access_option, as_option, json_flag, store_option
 
 
 @click.group()
@@ -65,15 +65,24 @@ def _older_than(ctx, param, value):
 @click.option("--include-dead-letters", is_flag=True,
               help="Also delete runs still in the dead-letter queue (kept by default: they may be redriven).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; change nothing.")
+@as_option
+@access_option
 @json_flag(None)
-def prune(store_url, older_than, include_dead_letters, dry_run, as_json):
-    """Delete finished runs older than --older-than; the audit chain keeps a checkpoint of what went."""
-    from sealflow.cli.session import open_store, store_location
+def prune(store_url, older_than, include_dead_letters, dry_run, principal, access_path, as_json):
+    """Delete finished runs older than --older-than; the audit chain keeps a checkpoint of what went
+    (operators only under an access policy: it deletes every tenant's runs)."""
+    from sealflow.cli.session import load_access, open_store, store_location
+    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
 
+    try:
+        require_operator(load_access(access_path, quiet=dry_run), principal, "prune the store's finished runs")
+    except OperatorOnly as exc:
+        refuse(exc, hint="run it as an operator of the access policy (its top-level `operators`), e.g. --as "
+                         "the service principal your scheduled job uses")
     now = time.time()
     st = open_store(store_location(store_url))
     try:
-        report = st.prune_runs(now - older_than, now, actor="operator:store-prune",
+        report = st.prune_runs(now - older_than, now, actor=principal,
                                include_dead_letters=include_dead_letters, dry_run=dry_run)
     finally:
         st.close()

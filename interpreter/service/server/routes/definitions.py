@@ -8,8 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from sealflow.interpreter.policy.access import is_open
-from sealflow.interpreter.policy.operations import is_operator
+from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
 from sealflow.interpreter.service.server.deps import Caller, Runtime, Trust
 from sealflow.interpreter.service.server.problems import Problem
 
@@ -20,9 +19,10 @@ router = APIRouter(prefix="/v1/definitions", tags=["definitions"])
 def definitions(caller: Caller, rt: Runtime, trust: Trust) -> list[dict[str, Any]]:
     """The registry is shared by every tenant (it names their workflows, signers and pins), so under an access
     policy only its operators read it, as with `sealflow definitions list`."""
-    if not is_open(rt.access) and not is_operator(rt.access, caller.principal):
-        raise Problem("forbidden", "the definition registry is shared by every tenant: only an operator of the "
-                                   "access policy (its operators: list) may read it")
+    try:
+        require_operator(rt.access, caller.principal, "read the definition registry")
+    except OperatorOnly as exc:
+        raise Problem("forbidden", str(exc)) from None
     if trust is not None:
         return [dataclasses.asdict(d) for d in rt.store.definitions()]
     return [{"name": name, "version": version, "digest": digest, "signer": "unsigned", "stored_at": at}
