@@ -73,7 +73,9 @@ def _key(model: ModelConfig, secrets: Secrets | Mapping[str, str] | None) -> str
 def build_provider(model: ModelConfig, secrets: Secrets | Mapping[str, str] | None = None) -> Provider:
     """The provider serving one configured model."""
     if model.provider == "local":
-        return LocalModel()
+        local = LocalModel()
+        local.config = model  # type: ignore[attr-defined]  # its rate_limit and circuit_breaker apply too
+        return local
     try:
         key = _key(model, secrets)
     except StepError as exc:
