@@ -9,7 +9,7 @@ worst case in tokens (the same estimate the quota reservation uses: an upper bou
 ends, :func:`settle` lowers the grant to the tokens really used, so the unused part frees at once.
 
 A call that does not fit is not made and nothing sleeps: the step's attempt ends **waiting** on a
-``rate_limit`` timer in the store, due when the limiter says capacity frees (:func:`waiting`). That is
+timer in the store (kind ``wait``), due when the limiter says capacity frees (:func:`waiting`). That is
 not a failed attempt: no retry is used, and the step is counted once however often it waits. When the
 timer fires, a worker claims the same attempt again and it runs from its start (an agent continues its
 conversation). A crash while waiting loses nothing: the timer is in the store. ``status`` shows the
@@ -39,7 +39,8 @@ log = logging.getLogger("sealflow.limits")
 
 #: the attempt-data key of a wait for a rate limit (read by ``status``)
 DATA_KEY = "rate_limit"
-TIMER = "rate_limit"
+#: the store's timer kind of the wait (a ``wait`` timer: the attempt's data says what it waits for)
+TIMER = "wait"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ An answer cut off at the token limit is not repaired.
 
 **Rate limits.** A model configured with ``rate_limit:`` is asked only when its limiter, shared by every
 worker, grants the call (:mod:`sealflow.interpreter.policy.limits`); otherwise the next ``fallback`` model is
-tried, and when every model is over its limit the attempt waits durably (a ``rate_limit`` timer, not a
+tried, and when every model is over its limit the attempt waits durably (a timer in the store, not a
 failed attempt) until the first frees, then runs again from its start.
 
 **Reservation.** Before each call the attempt's usage so far plus the call's worst case

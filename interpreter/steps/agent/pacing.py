@@ -7,7 +7,7 @@ tenant's daily quota (:func:`sealflow.interpreter.policy.budgets.reserve`, as fo
 model's rate limit is taken (:mod:`sealflow.interpreter.policy.limits`) and settled with the real tokens
 after the turn.
 
-A turn over the rate limit is not made: the attempt ends **waiting** on a ``rate_limit`` timer with the
+A turn over the rate limit is not made: the attempt ends **waiting** on a timer in the store with the
 conversation so far in its data (:data:`PARKED`), and what the turns so far used is charged with the wait.
 When the timer fires the same attempt continues the conversation where it stopped (:func:`resume`):
 tool calls already made are not made again, and only what is used after the wait is charged then.
