@@ -34,11 +34,15 @@ class RateLimitsMixin:
             c.execute("INSERT OR IGNORE INTO rate_limits (model, updated_at) VALUES (?, ?)", (model, now))
             c.execute("SELECT model FROM rate_limits WHERE model = ?" + self._LOCK_LIMIT, (model,)).fetchone()
             c.execute("DELETE FROM rate_grants WHERE model = ? AND at <= ?", (model, now - limit.window))
-            live = [(float(at), int(t)) for at, t in
-                    c.execute("SELECT at, tokens FROM rate_grants WHERE model = ?", (model,)).fetchall()]
-            wait = rules.free_at(live, now, limit, tokens)
-            if wait is not None:
-                return wait
+            count, used = c.execute("SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM rate_grants WHERE model = ?",
+                                    (model,)).fetchone()
+            if ((limit.requests is not None and int(count) + 1 > limit.requests)
+                    or (limit.tokens is not None and int(used) + tokens > limit.tokens)):
+                live = [(float(at), int(t)) for at, t in
+                        c.execute("SELECT at, tokens FROM rate_grants WHERE model = ?", (model,)).fetchall()]
+                wait = rules.free_at(live, now, limit, tokens)
+                if wait is not None:
+                    return wait
             c.execute("DELETE FROM rate_grants WHERE key = ?", (key,))
             c.execute("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)",
                       (key, model, now, int(tokens)))
