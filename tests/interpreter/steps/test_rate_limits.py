@@ -11,6 +11,7 @@ import pytest
 from fake_model_servers import FakeModelServer
 from interp_helpers import BACKENDS, S, make_plan
 
+from sealflow.cli.render import print_outcome
 from sealflow.dsl.plan import AgentPlan, AiPlan
 from sealflow.interpreter.core.clock import FakeClock
 from sealflow.interpreter.execution.actions import action
@@ -71,7 +72,8 @@ def ai_plan(model="limited", fallback=(), max_tokens=50):
                      output="${{ steps.label.output }}")
 
 
-def test_an_ai_step_over_the_limit_waits_durably_and_completes_later_in_the_same_attempt(make_rt, server, clock):
+def test_an_ai_step_over_the_limit_waits_durably_and_completes_later_in_the_same_attempt(make_rt, server, clock,
+                                                                                        capsys):
     # Given a model limited to 1 request per minute, already used by a first run
     before = requests_to(server, "limited")
     rt = make_rt({"limited": {"rate_limit": {"requests_per_minute": 1}}})
@@ -84,6 +86,9 @@ def test_an_ai_step_over_the_limit_waits_durably_and_completes_later_in_the_same
     assert status.waiting["model"] == "limited" and "rate limit of model 'limited'" in status.waiting["reason"]
     assert status.waiting["due_at"] == pytest.approx(clock.now() + 60, abs=1)
     assert status_json(status)["waiting"]["kind"] == "rate_limit"
+    print_outcome(status)  # what `sealflow status` prints
+    shown = capsys.readouterr().out
+    assert "waiting for the rate limit of model 'limited' (1 requests per minute, shared by every worker)" in shown
     events = [e for e in rt.store.audit(status.run.id) if e.event == "rate_limited"]
     assert len(events) == 1 and events[0].detail["model"] == "limited"
     # When the worker that parked it is gone (a crash loses nothing: the timer is in the store), and another
