@@ -71,6 +71,13 @@ class Waiting:
     timer_kind: str | None
     data: dict
     output: Any = None
+    #: what the attempt used before it had to wait (charged with the wait: a model over its rate limit)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    #: audited with the wait (e.g. ``rate_limited``, with ``detail``)
+    event: str | None = None
+    detail: dict | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -180,6 +180,11 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
         d.change("waiting", due_at=outcome.due_at, data=outcome.data,
                  timer_kind=outcome.timer_kind if fresh else None)
         d.run_state = "waiting"
+        if outcome.tokens or outcome.cost_usd or outcome.tool_calls:  # used before a rate limit stopped it
+            d.counters.update(add_tokens=outcome.tokens, add_cost_usd=outcome.cost_usd,
+                              add_tool_calls=outcome.tool_calls)
+        if outcome.event:
+            d.audit.append(AuditEvent(outcome.event, x.step_id, actor, detail=outcome.detail))
     elif isinstance(outcome, EndRun):
         if outcome.state == "completed":
             d.change("succeeded", output_json=out_json)

@@ -10,7 +10,7 @@ Two scopes, one rule each way:
   ``agent.max_tokens * agent.max_steps`` and ``agent.max_tool_calls``) when
   the step declares it, plus the step's own budget and the tenant's daily
   quota. A refused attempt does not run and does not count as a step.
-* **during** an ``ai`` attempt (:func:`reserve`): before each model call the attempt's usage so far
+* **during** an ``ai`` or ``agent`` attempt (:func:`reserve`): before each model call the usage so far
   plus the call's worst case (its input's upper bound plus ``max_tokens``, or the default cap, at the
   model's price) is reserved against the step's budget and the tenant's daily quota; the commit settles
   the reservation with the real figure, so concurrent runs cannot overshoot a quota.

@@ -17,7 +17,8 @@
 error names the file and the key (``config.yaml: models.fast.timeout: ...``) and never
 repeats an inline key. ``circuit_breaker`` is enforced on every call to the model (breaker
 ``model:<name>``, its state in the store: :mod:`sealflow.interpreter.execution.breakers`).
-``rate_limit`` is refused (with a clear error): per-model rate limits are not enforced by this release.
+``rate_limit`` is enforced on every call to the model by every worker sharing the store; a call over it
+waits durably (:mod:`sealflow.interpreter.policy.limits`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Price:
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Requests and tokens per minute, shared by every worker (enforced elsewhere)."""
+    """Requests and tokens per minute, shared by every worker (:mod:`sealflow.interpreter.policy.limits`)."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
@@ -167,11 +168,8 @@ def parse_model(name: str, raw: Any, where: str) -> ModelConfig:
         r = _map(data["rate_limit"], ("requests_per_minute", "tokens_per_minute"), f"{where}.rate_limit")
         rate = RateLimit(*(_number(r[k], f"{where}.rate_limit.{k}", integer=True) if k in r else None
                            for k in ("requests_per_minute", "tokens_per_minute")))
-        # declared controls are enforced or refused, never ignored: a per-model rate limit shared by every
-        # worker is not built yet (a provider's own 429s are honoured as rate_limited, with retry-after)
-        raise ConfigError(f"{where}.rate_limit: per-model rate limits are not enforced by this release, so the "
-                          "key is refused rather than ignored; remove it (the provider's own 429 answers are "
-                          "still honoured: the step is retried as rate_limited after retry-after)")
+        if rate.requests_per_minute is None and rate.tokens_per_minute is None:
+            raise ConfigError(f"{where}.rate_limit: give requests_per_minute, tokens_per_minute or both")
     breaker = None
     if "circuit_breaker" in data:
         b = _map(data["circuit_breaker"], ("failures", "window", "cool_down"), f"{where}.circuit_breaker")

@@ -73,7 +73,9 @@ def _key(model: ModelConfig, secrets: Secrets | Mapping[str, str] | None) -> str
 def build_provider(model: ModelConfig, secrets: Secrets | Mapping[str, str] | None = None) -> Provider:
     """The provider serving one configured model."""
     if model.provider == "local":
-        return LocalModel()
+        local = LocalModel()
+        local.config = model  # type: ignore[attr-defined]  # its rate_limit and circuit_breaker apply too
+        return local
     try:
         key = _key(model, secrets)
     except StepError as exc:
@@ -96,14 +98,27 @@ def list_models(config: Mapping[str, Any] | None, *, source: str | None = None) 
     models = _models(config, source)
     rows = []
     if "default" not in models:
-        rows.append({"name": "default", "provider": "local", "model": "local", "endpoint": "", "price": "free"})
+        rows.append({"name": "default", "provider": "local", "model": "local", "endpoint": "", "price": "free",
+                     "rate_limit": None})
     for name, m in models.items():
         price = price_for(m)
+        limit = m.rate_limit
         rows.append({"name": name, "provider": m.provider, "model": m.model,
                      "endpoint": m.endpoint if m.provider != "local" else "",
                      "price": f"${price.input_per_mtok:g}/${price.output_per_mtok:g} per Mtok in/out"
-                     if price else "unknown (cost counted as 0)"})
+                     if price else "unknown (cost counted as 0)",
+                     "rate_limit": None if limit is None else {"requests_per_minute": limit.requests_per_minute,
+                                                               "tokens_per_minute": limit.tokens_per_minute}})
     return rows
+
+
+def rate_limit_text(limit: Mapping[str, Any] | None) -> str:
+    """A row's rate limit as `models list` prints it."""
+    if not limit:
+        return "no rate limit"
+    parts = [f"{limit[k]} {what}/min" for k, what in (("requests_per_minute", "requests"),
+                                                      ("tokens_per_minute", "tokens")) if limit.get(k) is not None]
+    return "limit " + ", ".join(parts) + " (all workers)"
 
 
 @dataclass

@@ -94,6 +94,9 @@ class RecordingProvider:
     def __init__(self, inner: Provider, path: str | os.PathLike):
         self.inner = inner
         self.name = f"recording:{inner.name}"
+        # the inner model's configuration (rate limit, breaker) and price still apply to recorded calls
+        self.config = getattr(inner, "config", None)
+        self.price = getattr(inner, "price", None)
         self.path = Path(path)
         self._lock = _file_lock(self.path)
 

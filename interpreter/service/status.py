@@ -50,7 +50,12 @@ def run_status(store: Store, run_id: str) -> RunStatus:
         _, gate = split_step_id(active.step_id)
         kind = "approval" if gate or "opened_at" in active.data else ("retry" if active.state == "retry_wait"
                                                                      else "wait")
+        limited = active.data.get("rate_limit") if active.state == "waiting" else None
+        if isinstance(limited, dict):  # a model over its rate limit (policy/limits.py)
+            kind = "rate_limit"
         waiting = {"step": active.step_id, "kind": kind, "due_at": active.due_at}
+        if isinstance(limited, dict):
+            waiting.update({k: limited.get(k) for k in ("model", "models", "reason")})
         if kind == "approval":
             waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
                                                              "plan_digest")})

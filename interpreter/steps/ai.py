@@ -13,6 +13,11 @@ value of the wrong JSON type; ``business_rule``: a ``validate`` rule) and whethe
 A repaired answer that still fails is ``invalid_output`` (retryable when the retry class lists it).
 An answer cut off at the token limit is not repaired.
 
+**Rate limits.** A model configured with ``rate_limit:`` is asked only when its limiter, shared by every
+worker, grants the call (:mod:`sealflow.interpreter.policy.limits`); otherwise the next ``fallback`` model is
+tried, and when every model is over its limit the attempt waits durably (a timer in the store, not a
+failed attempt) until the first frees, then runs again from its start.
+
 **Reservation.** Before each call the attempt's usage so far plus the call's worst case
 (:func:`worst_case`; a step without ``max_tokens`` is capped at its model's configured ``max_tokens``, else
 :data:`DEFAULT_MAX_TOKENS`) is
@@ -41,7 +46,7 @@ from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.policy import budgets
+from sealflow.interpreter.policy import budgets, limits
 from sealflow.interpreter.steps.checks import schema_failure, validation_failure
 
 FALLBACK_ON = ("unavailable", "configuration", "circuit_open")
@@ -113,11 +118,14 @@ def worst_case(provider, request) -> tuple[int, float]:
     return tokens_in + tokens_out, cost
 
 
-def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) -> Outcome:
+def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) -> Outcome | limits.Parked:
     worst_t, worst_c = worst_case(provider, request)
     refused = budgets.reserve(x, usage.tokens + worst_t, usage.cost_usd + worst_c)
     if refused is not None:
         return _with_usage(refused, usage)
+    grant = limits.take(x, model, provider, worst_t)  # the model's rate limit, shared by every worker
+    if isinstance(grant, (Failed, limits.Parked)):
+        return _with_usage(grant, usage) if isinstance(grant, Failed) else grant
 
     def complete(ctx):
         try:
@@ -131,10 +139,12 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
         result = outcome.output
         usage.call(x, model, request, answered=getattr(result, "model", "") or None,
                    tokens=getattr(result, "total_tokens", 0), cost=getattr(result, "cost_usd", 0.0))
+        limits.settle(x, grant, getattr(result, "total_tokens", 0))
     else:
         exc = box.get("error")
         usage.call(x, model, request, answered=None, tokens=getattr(exc, "tokens", 0),
                    cost=getattr(exc, "cost_usd", 0.0), error=outcome.error_class)
+        limits.settle(x, grant, getattr(exc, "tokens", 0))
     return outcome
 
 
@@ -147,6 +157,7 @@ def execute(x: Execution) -> Outcome:
     usage = _Usage()
     usage.prompt = prompt
     failure: Failed | None = None
+    parked: list[limits.Parked] = []  # models over their rate limit: the next one is tried
     for model in (ai.model, *ai.fallback):
         try:
             provider = x.services.provider_for(model)
@@ -160,6 +171,9 @@ def execute(x: Execution) -> Outcome:
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
         box: dict = {}
         outcome = _ask(x, model, provider, request, usage, box)
+        if isinstance(outcome, limits.Parked):
+            parked.append(outcome)
+            continue
         if isinstance(outcome, Failed):
             failure = outcome
             if outcome.error_class in FALLBACK_ON:
@@ -174,6 +188,8 @@ def execute(x: Execution) -> Outcome:
         if refused is None:
             return Succeeded(result.output, detail=usage.detail(model=answered), **usage.as_kw())
         return _repair(x, model, provider, request, usage, refused, answered)
+    if parked:  # every model it may use is over its rate limit: wait durably for the first to free
+        return limits.waiting(x, parked, tokens=usage.tokens, cost_usd=usage.cost_usd)
     return _with_usage(failure or Failed("configuration", "the ai step names no model"), usage)
 
 
@@ -231,6 +247,8 @@ def _repair(x: Execution, model: str, provider, request, usage: _Usage, refused:
     record: dict = {"layer": layer, "error": error}
     box: dict = {}
     outcome = _ask(x, model, provider, again, usage, box)
+    if isinstance(outcome, limits.Parked):  # the repair call must wait: the attempt starts over when it may
+        return limits.waiting(x, [outcome], tokens=usage.tokens, cost_usd=usage.cost_usd)
     if isinstance(outcome, Failed) and outcome.error_class == "budget_exceeded":
         outcome.detail = {"model": answered or model, "repair": {**record, "passed": False}}
         return _with_usage(outcome, usage)

@@ -38,6 +38,34 @@ def test_given_a_models_section_when_listed_then_each_name_shows_without_its_key
     assert code == 0 and names == ["default", "fast"] and "sk-very-secret" not in out
 
 
+def test_given_rate_limits_when_listed_then_each_model_shows_its_limit(tmp_path, capsys):
+    # Given a model limited in requests and tokens per minute, and one without a limit
+    config = write_config(tmp_path, "models:\n  fast:\n    provider: openai\n    base_url: http://127.0.0.1:9/v1\n"
+                                    "    model: gpt-4o-mini\n    rate_limit: {requests_per_minute: 500, "
+                                    "tokens_per_minute: 200000}\n  free:\n    provider: local\n")
+    # When `models list` runs, as text and as JSON
+    code = main(["--config", str(config), "models", "list"])
+    text = capsys.readouterr().out
+    assert main(["--config", str(config), "models", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    # Then the limits are shown, and said to be shared by every worker
+    fast = next(line for line in text.splitlines() if line.startswith("fast"))
+    assert code == 0 and "500 requests/min, 200000 tokens/min (all workers)" in fast
+    assert "no rate limit" in next(line for line in text.splitlines() if line.startswith("free"))
+    assert rows["fast"]["rate_limit"] == {"requests_per_minute": 500, "tokens_per_minute": 200000}
+    assert rows["free"]["rate_limit"] is None
+
+
+def test_given_a_bad_rate_limit_when_listed_then_a_usage_error_names_the_key(tmp_path, capsys):
+    # Given a rate limit of zero requests per minute
+    config = write_config(tmp_path, "models:\n  fast:\n    provider: local\n    rate_limit: {requests_per_minute: 0}\n")
+    # When listed / Then exit 2 with the file and the key, no traceback
+    code = main(["--config", str(config), "models", "list"])
+    err = capsys.readouterr().err
+    assert code == 2 and "models.fast.rate_limit.requests_per_minute: must be positive" in err
+    assert str(config) in err and "Traceback" not in err
+
+
 def test_given_a_missing_secret_when_checked_then_exit_1_names_the_problem(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("ABSENT_KEY", raising=False)
     config = write_config(tmp_path, "models:\n  fast:\n    provider: openai\n    model: gpt-4o-mini\n"

@@ -8,6 +8,9 @@ and :func:`S`, so each test states exactly the steps it needs::
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from sealflow.dsl.plan import END, ApprovalPlan, Edge, Plan, PlanStep, RetryPolicy
@@ -72,3 +75,21 @@ class FakeProvider:
             raise answer
         return ModelResult(output=answer, text=str(answer), input_tokens=self.tokens // 2,
                            output_tokens=self.tokens - self.tokens // 2, cost_usd=self.cost, model=request.model)
+
+
+def serve_until(rt: Any, done: Callable[[], bool], *, bound: float = 90.0, **serve: Any) -> None:
+    """Run ``rt.serve`` (a worker process's loop) in a thread until ``done()`` or ``bound`` real seconds,
+    then stop it and close the runtime and its store (the worker scripts of the cross-process tests)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=rt.serve, args=(stop,), kwargs={"interval": 0.02, "allow_open": True, **serve},
+                              daemon=True)
+    thread.start()
+    end = time.monotonic() + bound
+    try:
+        while time.monotonic() < end and not done():
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+        rt.close()
+        rt.store.close()

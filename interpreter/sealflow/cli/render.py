@@ -127,6 +127,8 @@ def print_outcome(status) -> None:
             click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
                        f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
+        elif w.get("kind") == "rate_limit":
+            click.echo(f"{w.get('reason')} (step {w['step']}); `sealflow recover{flags}` drives it on when due")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     if run.state == "completed":

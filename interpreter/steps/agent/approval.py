@@ -38,7 +38,7 @@ AgentLoop = Tool = Any  # steps.agent.loop's classes (that module imports this o
 #: the attempt-data key holding the waiting conversation (read by engine.decide)
 RESUME = "agent_resume"
 _STATE = ("transcript", "calls", "tokens", "cost", "tool_calls", "turns", "refusals", "in_a_row", "seen",
-          "base_key", "model")
+          "base_key", "model", "billed")
 
 
 def needs_approval(agent: Any, name: str, effect: str) -> bool:

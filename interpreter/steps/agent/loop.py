@@ -58,24 +58,22 @@ action name is recorded as a hash too.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
 import json
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from sealflow.dsl import expressions
 from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
-from sealflow.interpreter.steps.agent import approval
-from sealflow.interpreter.steps.agent.approval import needs_approval
+from sealflow.interpreter.policy import limits as rate_limits
+from sealflow.interpreter.steps.agent import approval, pacing
+from sealflow.interpreter.steps.agent.tools import Tool, digest, safe_name, tools_for  # noqa: F401 - re-exported
 from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
 
 log = logging.getLogger("sealflow.agent")
@@ -83,63 +81,6 @@ log = logging.getLogger("sealflow.agent")
 REFUSALS_IN_A_ROW = 3
 MAX_ARGUMENT_BYTES = 8 * 1024
 MAX_RESULT_CHARS = 16_000
-_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-
-
-@dataclasses.dataclass
-class Tool:
-    """An allow-listed action, its spec for the model, and why it may not run (None: it may)."""
-
-    name: str
-    action: Any
-    spec: Any
-    validator: Any
-    denied: str | None = None
-    approval: bool = False  # each call waits for a person's approval
-
-
-def digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def safe_name(name: Any) -> str:
-    """A tool name fit for the audit: an action-shaped name as is, anything else as a hash."""
-    if isinstance(name, str) and len(name) <= 64 and _NAME.match(name):
-        return name
-    return f"invalid:{digest(name)}"
-
-
-#: (action name, id of its function) -> (ToolSpec, argument validator); built once per process
-_validators: dict[tuple[str, int], tuple[Any, Any]] = {}
-
-
-def tools_for(x: Execution) -> dict[str, Tool] | Failed:
-    """The step's allow-listed tools, or a ``configuration`` failure naming an unknown one."""
-    from sealflow.interpreter.steps.agent.tools import tool_spec
-
-    held = set(x.step.permissions)
-    out: dict[str, Tool] = {}
-    for name in x.step.agent.tools:
-        act = x.services.registry.get(name)
-        if act is None:
-            return Failed("configuration", f"agent tool {name!r} is not a registered action: load the module that "
-                                           f"defines it (--actions pkg.module) or remove it from agent.tools")
-        key = (name, id(act.fn))
-        known = _validators.get(key)
-        if known is None:
-            import jsonschema
-
-            spec = tool_spec(act)
-            known = _validators[key] = (spec, jsonschema.Draft202012Validator(dict(spec.parameters)))
-        spec, validator = known
-        denied, gated = None, x.step.agent.approval is not None and needs_approval(x.step.agent, name, act.effect)
-        if act.effect == "irreversible" and not gated:
-            denied = "irreversible"
-        elif not set(act.permissions) <= held:
-            denied = "permissions"
-        out[name] = Tool(name, act, spec, validator, denied, gated)
-    return out
 
 
 class AgentLoop:
@@ -161,6 +102,13 @@ class AgentLoop:
         self.tools: dict[str, Tool] = {}
         self.base_key = f"{x.run.id}:{x.step_id}:{x.attempt.attempt - x.attempt.try_no + 1}"
         self.step_key: str | None = None
+        #: tokens, cost and tool calls already charged to the run (by a wait for a rate limit)
+        self.billed: tuple[int, float, int] = (0, 0.0, 0)
+
+    def unbilled(self) -> tuple[int, float, int]:
+        """The tokens, cost and tool calls of this conversation not yet charged to the run."""
+        return (self.tokens - int(self.billed[0]), self.cost - float(self.billed[1]),
+                self.tool_calls - int(self.billed[2]))
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -182,6 +130,8 @@ class AgentLoop:
             provider = x.services.provider_for(agent.model)
         except StepError as exc:
             return Failed(exc.error_class, exc.message, exc.retry_after)
+        if x.resumed and pacing.PARKED in x.attempt.data:  # it waited for the model's rate limit: go on
+            pacing.resume(self)
         if approval.RESUME in x.attempt.data:  # a person decided the call this conversation waited on
             stop = approval.resume(self, x.attempt.data[approval.RESUME])
             if stop is not None:
@@ -195,16 +145,21 @@ class AgentLoop:
                 return stop
             self.turns += 1
             request = ModelRequest(model=agent.model, prompt=goal, system=system, output_schema=agent.output_schema,
-                                   max_tokens=agent.max_tokens, temperature=agent.temperature,
+                                   max_tokens=pacing.max_tokens(agent, provider), temperature=agent.temperature,
                                    idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}:turn{self.turns}",
                                    deadline=x.deadline(), tools=offered,
                                    transcript=copy.deepcopy(tuple(self.transcript)))
+            taken = pacing.before_turn(self, provider, request)  # the tenant's reservation, the rate limit
+            if isinstance(taken, (Failed, Waiting)):
+                return taken
             answered = through_model(x, agent.model, provider,  # the model's circuit breaker, if configured
                                      lambda p=provider, r=request: call(x, lambda ctx: p.complete(r), None))
             if isinstance(answered, Failed):
+                rate_limits.settle(x, taken, 0)
                 return self.fail(answered.error_class, answered.message, answered.retry_after,
                                  timed_out=answered.timed_out)
             result = answered.output
+            rate_limits.settle(x, taken, getattr(result, "total_tokens", 0))
             self.model = getattr(result, "model", "") or agent.model
             over = self.charge(result)
             if over is not None:
@@ -227,9 +182,10 @@ class AgentLoop:
             return self.fail("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} ran out of time after "
                                         f"{self.turns} model turns", timed_out=True)
         limit = x.plan.budget.max_tokens
-        if limit is not None and x.run.tokens + self.tokens >= limit:
+        used = x.run.tokens + self.unbilled()[0]
+        if limit is not None and used >= limit:
             return self.fail("budget_exceeded",
-                             f"the run has used {x.run.tokens + self.tokens} tokens of its budget of {limit}; raise "
+                             f"the run has used {used} tokens of its budget of {limit}; raise "
                              "budget.max_tokens or shorten the goal", run_scope=True)
         return None
 
@@ -238,12 +194,13 @@ class AgentLoop:
         x = self.x
         self.tokens += int(getattr(result, "total_tokens", 0) or 0)
         self.cost += float(getattr(result, "cost_usd", 0.0) or 0.0)
-        for scope, cap, spent in (("run", x.plan.budget.max_tokens, x.run.tokens + self.tokens),
+        new_tokens, new_cost, _ = self.unbilled()
+        for scope, cap, spent in (("run", x.plan.budget.max_tokens, x.run.tokens + new_tokens),
                                   ("step", x.step.budget.max_tokens, self.tokens)):
             if cap is not None and spent > cap:
                 return self.fail("budget_exceeded", f"the agent's model turns used {self.tokens} tokens, over the "
                                                     f"{scope}'s budget.max_tokens of {cap}", run_scope=scope == "run")
-        for scope, cap, spent in (("run", x.plan.budget.max_cost_usd, x.run.cost_usd + self.cost),
+        for scope, cap, spent in (("run", x.plan.budget.max_cost_usd, x.run.cost_usd + new_cost),
                                   ("step", x.step.budget.max_cost_usd, self.cost)):
             if cap is not None and spent > cap:
                 return self.fail("budget_exceeded",
@@ -260,7 +217,7 @@ class AgentLoop:
         if x.step.budget.max_tool_calls is not None:
             limits.append((x.step.budget.max_tool_calls, "the step's budget.max_tool_calls", False))
         if x.plan.budget.max_tool_calls is not None:
-            limits.append((max(0, x.plan.budget.max_tool_calls - x.run.tool_calls),
+            limits.append((max(0, x.plan.budget.max_tool_calls - x.run.tool_calls) + int(self.billed[2]),
                            f"what is left of the run's budget.max_tool_calls of {x.plan.budget.max_tool_calls}", True))
         return min(limits) if limits else (None, "", False)
 
@@ -369,7 +326,8 @@ class AgentLoop:
         if failed is not None:
             return self.fail("invalid_output", failed.message)
         summary = self.summary("answer")
-        return Succeeded(output, tokens=self.tokens, cost_usd=self.cost, tool_calls=self.tool_calls,
+        tokens, cost, calls = self.unbilled()
+        return Succeeded(output, tokens=tokens, cost_usd=cost, tool_calls=calls,
                          ledger_key=self.step_key, detail={"model": self.model, "agent": summary},
                          data={"agent": summary})
 
@@ -379,8 +337,9 @@ class AgentLoop:
         (``ends_run``, as :mod:`sealflow.interpreter.policy.budgets` does); a step budget may be routed by
         ``on_error``."""
         summary = self.summary(error_class)
-        failed = Failed(error_class, message, retry_after, timed_out=timed_out, tokens=self.tokens,
-                        cost_usd=self.cost, tool_calls=self.tool_calls, data={"agent": summary},
+        tokens, cost, calls = self.unbilled()
+        failed = Failed(error_class, message, retry_after, timed_out=timed_out, tokens=tokens,
+                        cost_usd=cost, tool_calls=calls, data={"agent": summary},
                         detail={"model": self.model, "agent": summary})
         if run_scope and hasattr(failed, "ends_run"):
             failed.ends_run = "failed"

@@ -20,14 +20,21 @@ an argument the function does not declare is refused before anything runs. ``*ar
 from __future__ import annotations
 
 import collections.abc as cabc
+import dataclasses
 import enum
+import hashlib
 import inspect
+import json
+import re
 import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
+from sealflow.interpreter.core.outcomes import Failed
+from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.providers.base import ToolSpec
+from sealflow.interpreter.steps.agent.approval import needs_approval
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 _ARRAYS = (list, tuple, set, frozenset)
@@ -104,3 +111,61 @@ def type_schema(hint: Any) -> dict:
 def tool_spec(action: Any) -> ToolSpec:
     """The :class:`ToolSpec` of a registered action (name, docstring, argument schema)."""
     return ToolSpec(name=action.name, description=action.description or "", parameters=parameters_schema(action.fn))
+
+
+# -- the step's tools ---------------------------------------------------------------------------------
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+@dataclasses.dataclass
+class Tool:
+    """An allow-listed action, its spec for the model, and why it may not run (None: it may)."""
+
+    name: str
+    action: Any
+    spec: Any
+    validator: Any
+    denied: str | None = None
+    approval: bool = False  # each call waits for a person's approval
+
+
+def digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def safe_name(name: Any) -> str:
+    """A tool name fit for the audit: an action-shaped name as is, anything else as a hash."""
+    if isinstance(name, str) and len(name) <= 64 and _NAME.match(name):
+        return name
+    return f"invalid:{digest(name)}"
+
+
+#: (action name, id of its function) -> (ToolSpec, argument validator); built once per process
+_validators: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+
+def tools_for(x: Execution) -> dict[str, Tool] | Failed:
+    """The step's allow-listed tools, or a ``configuration`` failure naming an unknown one."""
+    held = set(x.step.permissions)
+    out: dict[str, Tool] = {}
+    for name in x.step.agent.tools:
+        act = x.services.registry.get(name)
+        if act is None:
+            return Failed("configuration", f"agent tool {name!r} is not a registered action: load the module that "
+                                           f"defines it (--actions pkg.module) or remove it from agent.tools")
+        key = (name, id(act.fn))
+        known = _validators.get(key)
+        if known is None:
+            import jsonschema
+
+            spec = tool_spec(act)
+            known = _validators[key] = (spec, jsonschema.Draft202012Validator(dict(spec.parameters)))
+        spec, validator = known
+        denied, gated = None, x.step.agent.approval is not None and needs_approval(x.step.agent, name, act.effect)
+        if act.effect == "irreversible" and not gated:
+            denied = "irreversible"
+        elif not set(act.permissions) <= held:
+            denied = "permissions"
+        out[name] = Tool(name, act, spec, validator, denied, gated)
+    return out

@@ -16,6 +16,7 @@ import time
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
 from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
+from sealflow.interpreter.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
 from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
@@ -208,6 +209,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (9, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _V9_API),
     (11, "signed events: the first answer per event id, the last sequence applied per ordering key", PG_EVENTS),
     (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
+    (13, "per-model rate limits shared by every process: the calls granted in the last window", PG_RATELIMITS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

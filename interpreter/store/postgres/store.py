@@ -298,6 +298,17 @@ class PostgresStore(SqliteStore):
             deadline = None if deadline is None else deadline + shift
         return super().redrive(run_id, next_attempt, now, actor=actor, deadline=deadline)
 
+    # per-model rate limits (sqlite/ratelimits.py): the model's row locked, the window on the database clock
+    _LOCK_LIMIT = " FOR UPDATE"
+
+    def rate_take(self, model, key, now, limit, tokens):
+        now, shift = self._on_db_clock(now)
+        wait = super().rate_take(model, key, now, limit, tokens)
+        return None if wait is None else wait - shift  # back on the caller's clock
+
+    def rate_usage(self, model, now, window=60.0):
+        return super().rate_usage(model, self._on_db_clock(now)[0], window)
+
     def expire_leases(self, owner, now):
         return super().expire_leases(owner, self._on_db_clock(now)[0])
 
@@ -391,6 +402,7 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
-              "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs"):
+              "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs", "rate_take", "rate_settle",
+              "rate_usage"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

@@ -44,6 +44,7 @@ from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
+from sealflow.interpreter.store.sqlite.ratelimits import RateLimitsMixin
 from sealflow.interpreter.store.sqlite.reads import Reads
 from sealflow.interpreter.store.sqlite.reservations import ReservationsMixin
 from sealflow.interpreter.store.sqlite.schema import migrate
@@ -113,7 +114,7 @@ class _Checkpointer(threading.Thread):
 
 
 class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, ReservationsMixin, Reads, Store):
+                  PruneMixin, ReservationsMixin, RateLimitsMixin, Reads, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,

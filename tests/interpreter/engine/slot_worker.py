@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-import threading
 import time
 
-from interp_helpers import S, make_plan
+from interp_helpers import S, make_plan, serve_until
 
 from sealflow.dsl.plan import RetryPolicy
 from sealflow.interpreter.execution.actions import Registry, action
@@ -63,23 +62,8 @@ def main(url: str, db: str, kind: str, count: int, prefix: str, total: int) -> N
     plan = plan_for(kind)
     for i in range(count):
         rt.submit(plan, {"label": f"{prefix}{i}"}, initiator="user:ana")
-    stop = threading.Event()
-    thread = threading.Thread(target=rt.serve, args=(stop,), kwargs={"interval": 0.02, "allow_open": True,
-                                                                       "dead_owner_check": 0.2}, daemon=True)
-    thread.start()
-    end = time.monotonic() + 90
-    try:
-        while time.monotonic() < end:
-            final = rt.store.list_runs(states=("completed", "failed"), limit=1000)
-            if len(final) >= total:
-                break
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        thread.join(10)
-        rt.close()
-        rt.store.close()
-
+    serve_until(rt, lambda: len(rt.store.list_runs(states=("completed", "failed"), limit=1000)) >= total,
+                dead_owner_check=0.2)
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))

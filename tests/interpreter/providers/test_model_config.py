@@ -59,8 +59,18 @@ def test_the_documented_example_parses():
      "models.fast.price: missing output_per_mtok"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_minute": -1}},
      "models.fast.rate_limit.requests_per_minute: must be positive"),
-    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_minute": 500}},
-     "models.fast.rate_limit: per-model rate limits are not enforced by this release"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_minute": 0}},
+     "models.fast.rate_limit.requests_per_minute: must be positive, not 0"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"tokens_per_minute": "lots"}},
+     "models.fast.rate_limit.tokens_per_minute: expected an integer, not 'lots'"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"tokens_per_minute": 1.5}},
+     "models.fast.rate_limit.tokens_per_minute: expected an integer"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {}},
+     "models.fast.rate_limit: give requests_per_minute, tokens_per_minute or both"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": 500},
+     "models.fast.rate_limit"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_hour": 5}},
+     "models.fast.rate_limit: unknown key 'requests_per_hour'"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "circuit_breaker": {"window": "x"}},
      "models.fast.circuit_breaker.window"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "api_key": {"secret": "../etc"}},
@@ -71,6 +81,17 @@ def test_invalid_entries_are_refused_with_the_file_and_key(entry, message):
         parse_models({"fast": entry}, source="sealflow.yaml")
     assert str(caught.value).startswith("sealflow.yaml: ") and message in str(caught.value)
     assert "sk-inline" not in str(caught.value)
+
+
+def test_a_rate_limit_parses_with_either_or_both_limits():
+    # Given rate limits with requests only, tokens only, and both / When parsed / Then each keeps what it says
+    base = {"provider": "openai", "model": "m", "base_url": "http://h/v1"}
+    got = parse_models({"a": {**base, "rate_limit": {"requests_per_minute": 500}},
+                        "b": {**base, "rate_limit": {"tokens_per_minute": 200000}},
+                        "c": {**base, "rate_limit": {"requests_per_minute": 3, "tokens_per_minute": 90}}})
+    assert (got["a"].rate_limit.requests_per_minute, got["a"].rate_limit.tokens_per_minute) == (500, None)
+    assert (got["b"].rate_limit.requests_per_minute, got["b"].rate_limit.tokens_per_minute) == (None, 200000)
+    assert (got["c"].rate_limit.requests_per_minute, got["c"].rate_limit.tokens_per_minute) == (3, 90)
 
 
 def test_models_must_be_a_map():

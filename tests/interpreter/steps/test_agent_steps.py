@@ -300,10 +300,23 @@ def test_the_run_token_budget_ends_the_run_even_with_a_route(runtime, providers,
 
 
 def test_the_step_token_budget_stops_the_loop(runtime, providers, world):
+    # Given an agent whose turns may use up to 200 tokens each, under a step budget of 100 tokens
     providers["m"] = model = ScriptedAgent(Call("kb.search", query="x"), tokens=60)
+    # When it runs
     status = run_plan(runtime, agent_step(max_steps=10, budget=StepBudgetPlan(max_tokens=100)))
-    assert status.error[0] == "budget_exceeded" and "max_tokens of 100" in status.error[1]
-    assert len(model.requests) == 2 and status.run.tokens == 120
+    # Then no turn is made: each turn's worst case is reserved against the step budget before the call
+    assert status.error[0] == "budget_exceeded" and "budget.max_tokens of 100" in status.error[1]
+    assert "next model call" in status.error[1] and len(model.requests) == 0 and status.run.tokens == 0
+
+
+def test_the_step_token_budget_stops_the_loop_once_the_turns_used_it(runtime, providers, world):
+    # Given an agent that keeps calling tools, 60 tokens a turn, under a step budget that fits a few turns
+    providers["m"] = model = ScriptedAgent(Call("kb.search", query="x"), tokens=60)
+    # When it runs
+    status = run_plan(runtime, agent_step(max_steps=50, budget=StepBudgetPlan(max_tokens=1500)))
+    # Then it stops with budget_exceeded before a turn whose worst case would pass the budget; all is charged
+    assert status.error[0] == "budget_exceeded" and "budget.max_tokens of 1500" in status.error[1]
+    assert 1 <= len(model.requests) < 25 and status.run.tokens == 60 * len(model.requests)
 
 
 # --- the final answer --------------------------------------------------------------------------

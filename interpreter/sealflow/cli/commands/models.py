@@ -28,9 +28,9 @@ def models():
 @models.command("list")
 @json_flag(None)
 def list_(as_json):
-    """Each logical model name, its provider, the provider's model id, endpoint and price."""
+    """Each logical model name, its provider, the provider's model id, price, rate limit and endpoint."""
     from sealflow.interpreter.core.errors import ConfigError
-    from sealflow.interpreter.providers.loader import list_models
+    from sealflow.interpreter.providers.loader import list_models, rate_limit_text
 
     config = load_config()
     try:
@@ -45,7 +45,8 @@ def list_(as_json):
                    "only the local model serves")
     for r in rows:
         endpoint = f"  {r['endpoint']}" if r["endpoint"] else ""
-        click.echo(f"{r['name']:<16} {r['provider']:<10} {r['model']:<28} {r['price']}{endpoint}")
+        click.echo(f"{r['name']:<16} {r['provider']:<10} {r['model']:<28} {r['price']}  "
+                   f"{rate_limit_text(r['rate_limit'])}{endpoint}")
 
 
 @models.command("check")
