@@ -92,10 +92,11 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
         require_policy(provider, "sealflow serve")
     config = load_config()
     from sealflow.interpreter.core.errors import ConfigError
-    from sealflow.interpreter.service import events
+    from sealflow.interpreter.service import events, notifications
 
     try:
         events.sources(config)  # an invalid events: section stops the server here, not at the first request
+        notifications.load(config)  # so does an invalid notifications: section
     except ConfigError as exc:
         fail_usage(str(exc))
     if trust is not None:
