@@ -260,3 +260,23 @@ def test_a_long_lived_worker_delivers_on_its_own_thread(make_runtime, receiver):
     # Then the worker's deliverer posted the notification without anyone calling it
     ((_, _, body),) = receiver.hits("/hook")
     assert json.loads(body)["data"]["run_id"] == run_id
+
+
+def test_which_commits_open_a_gate():
+    from sealflow.interpreter.service.notifications.gates import opened_gate
+    from sealflow.interpreter.store import Commit, NextAttempt, StepChange
+
+    def waiting(data):
+        return Commit(run_id="r", expected_rev=1, step=StepChange("ask", 1, 5, "waiting", data=data))
+
+    # Given commits as the engine builds them / Then only a gate that opens (or re-opens) counts
+    opened = {"opened_at": 10.0, "approvers": ["role:x"]}
+    assert opened_gate(waiting(opened), {})[0] == "ask"  # an approval step, an agent's tool call
+    assert opened_gate(waiting(opened), opened) is None  # an approval short of the quorum: same gate
+    assert opened_gate(waiting({**opened, "opened_at": 20.0, "reopened": 1}), opened)[1]["reopened"] == 1
+    assert opened_gate(waiting({"wake_at": 3}), {}) is None  # a `wait` step
+    gate_next = Commit(run_id="r", expected_rev=1, next=NextAttempt("rec@gate", 1, "waiting", 99.0, 1000,
+                                                                    "approval_timeout", opened))
+    assert opened_gate(gate_next, {}) == ("rec@gate", opened, 99.0)  # requires_approval_if
+    retry = Commit(run_id="r", expected_rev=1, next=NextAttempt("rec", 2, "retry_wait", 99.0, 1000, "backoff"))
+    assert opened_gate(retry, {}) is None
