@@ -18,17 +18,15 @@ fails a run: the gate opened in its own commit; this runs on its own thread or p
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import logging
 import random
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from sealflow.interpreter.core.clock import SYSTEM, Clock
+from sealflow.interpreter.service import outbound
 from sealflow.interpreter.store.base import Store
 from sealflow.interpreter.store.deliveries import DeliveryRecord
 
@@ -36,8 +34,6 @@ from . import bodies
 from .config import Channel, NotifyConfig
 
 log = logging.getLogger("sealflow.notifications")
-#: the most of a response body read (and dropped) before closing the connection
-_READ_AT_MOST = 64 * 1024
 
 
 class DeliveryFailed(Exception):
@@ -55,33 +51,14 @@ class Report:
 
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
-    """POST ``body`` to ``url``; the status code. Never follows a redirect; reads at most a little of the
-    answer and drops it; every socket operation bounded by ``timeout``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise DeliveryFailed("the URL is not an absolute http:// or https:// URL")
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
-                                           context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    """POST ``body`` to ``url``; the status code (:func:`sealflow.interpreter.service.outbound.request`: no
+    redirect followed, a little of the answer read and dropped, every socket operation bounded)."""
     try:
-        conn.request("POST", path, body=body, headers={**headers, "user-agent": "sealflow-notifications/1"})
-        response = conn.getresponse()
-        response.read(_READ_AT_MOST)
-        return response.status
-    except TimeoutError:
-        raise DeliveryFailed(f"timed out after {timeout:g} s") from None
-    except ssl.SSLError as exc:
-        raise DeliveryFailed(f"TLS failed ({type(exc).__name__})") from None
-    except OSError as exc:
-        raise DeliveryFailed(f"connection failed ({type(exc).__name__})") from None
-    except http.client.HTTPException as exc:
-        raise DeliveryFailed(f"bad HTTP answer ({type(exc).__name__})") from None
-    finally:
-        conn.close()
+        status, _ = outbound.request("POST", url, body=body, headers={**headers,
+                                     "user-agent": "sealflow-notifications/1"}, timeout=timeout)
+    except outbound.OutboundError as exc:
+        raise DeliveryFailed(str(exc)) from None
+    return status
 
 
 class Deliverer:
