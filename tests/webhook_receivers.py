@@ -26,7 +26,28 @@ def standard_webhooks_signature(secret: str, msg_id: str, timestamp: str, body: 
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-class Receiver:
+class LoopbackServer:
+    """A threaded ``http.server`` on a free loopback port, served while used as a context manager."""
+
+    def serve(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Receiver(LoopbackServer):
     def __init__(self, slow: float = 0.0):
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self.scripts: dict[str, list[int]] = {}
@@ -55,13 +76,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(answer)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.serve(Handler)
 
     def script(self, path: str, statuses: list[int]) -> str:
         self.scripts[path] = list(statuses)
@@ -69,11 +84,3 @@ class Receiver:
 
     def hits(self, path: str) -> list[tuple[str, dict[str, str], bytes]]:
         return [r for r in self.requests if r[0] == path]
-
-    def __enter__(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
