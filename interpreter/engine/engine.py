@@ -114,6 +114,8 @@ class Engine:
         self.trust_gate: trustgate.TrustGate | None = None
         #: telemetry hooks (service/telemetry: metrics, traces), set by the runtime; None: nothing is recorded
         self.telemetry: Any = None
+        #: adds the deliveries of the approval gate a commit opens (service/notifications), set by the runtime
+        self.notifier: Any = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled)
 
@@ -252,7 +254,7 @@ class Engine:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
         def build() -> Commit:
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
-            return redact_commit(compensation.amend(x, commit))
+            return self._notified(x, redact_commit(compensation.amend(x, commit)))
 
         def conflict() -> None:
             x.run = self.store.get_run(x.run.id)
@@ -264,6 +266,17 @@ class Engine:
             fenced=lambda exc: self._fenced(exc, x, actor, {"outcome": type(outcome).__name__}),
             illegal=lambda exc: log.error("%s", exc),
             gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"))
+
+    def _notified(self, x: Execution, commit: Commit) -> Commit:
+        """``commit`` with the notifications of the gate it opens; a failure to build them never fails the step."""
+        if self.notifier is None:
+            return commit
+        try:
+            return self.notifier.amend(x.run, x.attempt.data, commit, x.now)
+        except Exception:  # noqa: BLE001 - a notification is never worth a run
+            log.exception("the approval notifications of run %s could not be built; the gate opens without them",
+                          x.run.id)
+            return commit
 
     def _done(self, run_id: str, done: Committed | None) -> tuple[Message, ...]:
         if done is None:
@@ -339,7 +352,7 @@ class Engine:
             commit = flow.decide(x, outcome, actor=actor, counts_step=False)
             if events:
                 commit = dataclasses.replace(commit, audit=commit.audit + tuple(events))
-            return redact_commit(compensation.amend(x, commit))
+            return self._notified(x, redact_commit(compensation.amend(x, commit)))
 
         def fenced(exc: FencingError) -> None:
             raise InvalidOperation(f"the approval of run {run_id} moved on meanwhile (timed out or decided); "

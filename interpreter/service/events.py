@@ -27,10 +27,7 @@ idempotent by the event id. The answer lists what happened per definition and is
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import hashlib
 import hmac
 import json
 import time
@@ -38,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sealflow.dsl.expressions import compile_cached, evaluate, truthy
+from sealflow.interpreter.core import webhooks
 from sealflow.interpreter.core.errors import ConfigError
 
 DEFAULT_TOLERANCE_S = 300.0
@@ -95,19 +93,15 @@ def _seconds(value: Any, where: str) -> float:
 
 def secret_key(value: str) -> bytes:
     """The HMAC key of a Standard Webhooks secret (``whsec_`` + base64; the prefix is optional)."""
-    text = value.strip()
-    if text.startswith("whsec_"):
-        text = text[len("whsec_"):]
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        return webhooks.decode_secret(value)
+    except ValueError:
         raise EventRefused("internal", "the source's secret is not whsec_<base64>") from None
 
 
 def sign(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` header value (``v1,<base64>``) of a delivery."""
-    mac = hmac.new(secret_key(secret), f"{event_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(mac).decode()
+    return webhooks.signature(secret_key(secret), event_id, timestamp, body)
 
 
 def verify(secret: str, headers: Mapping[str, str], body: bytes, *, now: float, tolerance: float) -> tuple[str, int]:

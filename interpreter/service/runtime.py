@@ -42,7 +42,7 @@ from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run
-from sealflow.interpreter.service import approvals, honoured, priority, readiness, telemetry
+from sealflow.interpreter.service import approvals, honoured, notifications, priority, readiness, telemetry
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
@@ -129,6 +129,7 @@ class Runtime(Repair, Driving):
         self.priorities = priority.parse_priorities(priorities)
         self.starvation_after = priority.starvation_after(self.config.extra)
         breaker_rules.check_config(self.config.extra)
+        self.notify = notifications.install(self)  # approval notifications: the config checked here, at start
         self.dispatcher = Dispatcher(self.store, self.send, self.clock)
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
                                past_deadline=self._past_deadline)
@@ -189,6 +190,8 @@ class Runtime(Repair, Driving):
         watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
         beat = liveness.Heartbeat(self.store, self.owner, every=heartbeat_every)
         silent_for = dead_after if beat.enabled else None
+        if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
+            notifications.Deliverer.of(self).start(stop)
         check_at = time.monotonic() + dead_owner_check
         failing = False
         while not stop.is_set():

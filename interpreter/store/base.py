@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import abc
 
+from sealflow.interpreter.store.deliveries import DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
 from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
     ApiTokenRecord,
     AttemptRecord,
@@ -305,3 +306,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def revoke_api_token(self, token_id: str, now: float, *, actor: str) -> ApiTokenRecord:
         """Revoke a token (again: nothing changes); an unknown id raises :class:`InvalidOperation`."""
+
+    # -- notification deliveries (see :mod:`sealflow.interpreter.store.sqlite.deliveries`) ------------
+    @abc.abstractmethod
+    def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
+        """Due pending deliveries, each counted as one more attempt and leased for ``lease`` seconds."""
+
+    @abc.abstractmethod
+    def settle_delivery(self, taken: DeliveryRecord, now: float, *, state: str, next_at: float | None = None,
+                        error: str | None = None, actor: str = "notifier") -> bool:
+        """Delivered, pending again at ``next_at``, or failed (audited); False if the row moved on meanwhile."""
+
+    @abc.abstractmethod
+    def deliveries(self, *, state: str | None = None, run_id: str | None = None,
+                   limit: int = 100) -> list[DeliveryRecord]:
+        """Deliveries, newest first."""

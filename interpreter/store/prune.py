@@ -25,7 +25,8 @@ from sealflow.interpreter.core.states import RUN_FINAL
 #: runs per transaction: a batch keeps the write lock for a short moment only
 BATCH = 200
 _FINAL = "(" + ",".join(f"'{s}'" for s in sorted(RUN_FINAL)) + ")"
-_DEPENDENT = ("attempts", "results", "outbox", "timers", "ledger", "slot_holders", "slot_waiters", "dead_letters")
+_DEPENDENT = ("attempts", "results", "outbox", "timers", "ledger", "slot_holders", "slot_waiters", "dead_letters",
+              "notifications")
 _ROW = ("id, tenant, workflow, workflow_version, plan_digest, state, rev, initiator, input_hash, created_at, "
         "updated_at, output, error_class, error_message")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+from sealflow.interpreter.store.deliveries import NewDelivery
+
 
 class Message(NamedTuple):
     """What the broker carries: ids only."""
@@ -221,6 +223,8 @@ class Commit:
     #: insert the next attempt's outbox row as already sent and return its message, so the
     #: committing worker enqueues it at once (the sweeper re-sends it if the process dies first)
     dispatch_inline: bool = False
+    #: notification deliveries of the approval gate this commit opens, written in its transaction
+    notifications: tuple[NewDelivery, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -84,6 +84,13 @@ def load_trust(settings: ServerSettings) -> Any:
 def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = None) -> FastAPI:
     """The API on ``runtime`` (None: opened from ``settings`` at startup and closed at shutdown)."""
     oidc = OidcVerifier(settings.oidc) if settings.oidc is not None else None
+    login = None
+    if settings.oidc_login is not None:  # the /ui OIDC login flow: endpoints discovered now, at start
+        if settings.oidc is None:
+            raise StartupError("the OIDC login flow needs the OIDC issuer, audience and JWKS settings")
+        from sealflow.interpreter.service.server.oidc_login import LoginFlow
+
+        login = LoginFlow(settings.oidc, settings.oidc_login)
     owned = runtime is None
 
     @contextlib.asynccontextmanager
@@ -94,6 +101,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
             app.state.trust = load_trust(settings)
         app.state.authenticator = Authenticator(rt.store, rt.clock, oidc=oidc, allow_open=settings.allow_open,
                                                 limiter=RateLimiter(settings.rate, settings.burst))
+        _use_secrets(login, rt)
         stop = threading.Event()
         worker = None
         if owned and settings.work:
@@ -118,18 +126,30 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
         app.state.authenticator = Authenticator(runtime.store, runtime.clock, oidc=oidc,
                                                 allow_open=settings.allow_open,
                                                 limiter=RateLimiter(settings.rate, settings.burst))
+        _use_secrets(login, runtime)
     problems.install(app)
     for module in (runs, approvals, dlq, definitions, health, metrics, events):
         app.include_router(module.router)
     if settings.ui:  # the server-rendered pages for people (docs/operations.md "The approvals page")
+        from sealflow.interpreter.service.server.ui import login as login_routes
         from sealflow.interpreter.service.server.ui import pages, sessions
 
         app.state.ui_sessions = sessions.Sessions()
+        app.state.oidc_login = login
         app.include_router(pages.router)
+        app.include_router(login_routes.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
     if settings.allow_open:
         app.add_middleware(OpenBanner)
     return app
+
+
+def _use_secrets(login: Any, rt: Any) -> None:
+    """The login flow resolves its client secret from the runtime configuration's secret providers."""
+    if login is not None:
+        from sealflow.interpreter.execution.secrets import chain_for
+
+        login.secrets = chain_for(rt.config)
 
 
 def from_env() -> FastAPI:

@@ -7,6 +7,7 @@ import json
 import os
 
 from sealflow.interpreter.service.server.oidc import OidcSettings
+from sealflow.interpreter.service.server.oidc_login import OidcLoginSettings
 
 #: the environment variable uvicorn's worker processes read their settings from
 ENV = "SEALFLOW_SERVER_SETTINGS"
@@ -22,6 +23,8 @@ class ServerSettings:
     #: serve anonymous requests and run without an access policy (development only; announced)
     allow_open: bool = False
     oidc: OidcSettings | None = None
+    #: the /ui pages' OIDC login flow (needs ``oidc``: its issuer and pinned JWKS verify the ID tokens)
+    oidc_login: OidcLoginSettings | None = None
     #: requests a second per principal (0: no limit) and the burst allowed
     rate: float = 20.0
     burst: float | None = None
@@ -43,6 +46,10 @@ class ServerSettings:
         if oidc is not None:
             oidc["algorithms"] = tuple(oidc["algorithms"])
             raw["oidc"] = OidcSettings(**oidc)
+        login = raw.get("oidc_login")
+        if login is not None:
+            login["scopes"] = tuple(login["scopes"])
+            raw["oidc_login"] = OidcLoginSettings(**login)
         return cls(**raw)
 
     @classmethod

@@ -15,6 +15,7 @@ import time
 
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
 from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
+from sealflow.interpreter.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
 from sealflow.interpreter.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
 from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
@@ -210,6 +211,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (11, "signed events: the first answer per event id, the last sequence applied per ordering key", PG_EVENTS),
     (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
     (13, "per-model rate limits shared by every process: the calls granted in the last window", PG_RATELIMITS),
+    (14, "approval notifications: one delivery row per channel, written with the gate that opens", PG_DELIVERIES),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -247,6 +247,19 @@ class PostgresStore(SqliteStore):
                               "token = ?", [(now, *r[:4]) for r in got])
         return [Message(*r) for r in got]
 
+    _LOCK_DELIVERIES = " FOR UPDATE SKIP LOCKED"
+
+    def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0):
+        now, _ = self._on_db_clock(now)
+        with self._tx("READ COMMITTED") as c:  # touches only the rows it holds locked
+            return self._take_deliveries(c, now, limit, lease)
+
+    def settle_delivery(self, taken, now: float, *, state: str, next_at: float | None = None,
+                        error: str | None = None, actor: str = "notifier") -> bool:
+        db, shift = self._on_db_clock(now)
+        return super().settle_delivery(taken, db, state=state, next_at=None if next_at is None else next_at + shift,
+                                       error=error, actor=actor)
+
     # the sweep is the SQLite store's (sqlite/sweep.py), on the database clock, taking due rows with
     # FOR UPDATE ... SKIP LOCKED so that concurrent sweepers never take the same one
     _LOCK_EXPIRED = " FOR UPDATE OF a, r SKIP LOCKED"
@@ -403,6 +416,6 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
               "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs", "rate_take", "rate_settle",
-              "rate_usage"):
+              "rate_usage", "take_deliveries", "settle_delivery", "deliveries"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

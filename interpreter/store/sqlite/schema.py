@@ -188,6 +188,12 @@ def _ratelimits(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _deliveries(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.deliveries import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _breakers(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.breakers import SCHEMA
 
@@ -210,6 +216,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (13, "signed events: the first answer per event id, the last sequence applied per ordering key", _events),
     (14, "usage reservations: a model call's worst case held against the tenant's daily quota", _reservations),
     (15, "per-model rate limits shared by every process: the calls granted in the last window", _ratelimits),
+    (16, "approval notifications: one delivery row per channel, written with the gate that opens", _deliveries),
 ]
 LATEST = MIGRATIONS[-1][0]
 

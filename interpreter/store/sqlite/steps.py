@@ -34,7 +34,7 @@ from sealflow.interpreter.store.records import (
     RunRecord,
 )
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
-from sealflow.interpreter.store.sqlite import reservations, rows
+from sealflow.interpreter.store.sqlite import deliveries, reservations, rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 
 dumps = rows.dumps
@@ -203,6 +203,8 @@ class StepPathMixin:
             for ev in commit.audit:
                 self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
                             ev.chain_fields())
+            if commit.notifications:  # the gate this commit opens: its notifications, in the same transaction
+                deliveries.insert(c, now, run_id, commit.notifications)
             return Committed(rev + 1, final_state, messages)
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:

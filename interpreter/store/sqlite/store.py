@@ -42,6 +42,7 @@ from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
+from sealflow.interpreter.store.sqlite.deliveries import DeliveriesMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
 from sealflow.interpreter.store.sqlite.ratelimits import RateLimitsMixin
@@ -114,7 +115,7 @@ class _Checkpointer(threading.Thread):
 
 
 class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, ReservationsMixin, RateLimitsMixin, Reads, Store):
+                  PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, Reads, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,

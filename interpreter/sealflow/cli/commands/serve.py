@@ -67,6 +67,18 @@ def _config_path() -> str | None:
 @click.option("--oidc-principal-prefix", default="user:", show_default=True)
 @click.option("--oidc-tenant-claim", default="tenant", show_default=True, help="The claim naming the tenant.")
 @click.option("--oidc-default-tenant", metavar="NAME", help="The tenant of JWTs without the tenant claim.")
+@click.option("--oidc-client-id", metavar="ID",
+              help="Sign people in to /ui with the OIDC login flow as this client of --oidc-issuer (code + PKCE).")
+@click.option("--oidc-client-secret", metavar="NAME",
+              help="The NAME of the client's secret (from $SEALFLOW_SECRET_<NAME> or secrets.dir), if confidential.")
+@click.option("--oidc-redirect-uri", metavar="URL",
+              help="This server's /ui/oidc/callback as registered with the issuer (required with --oidc-client-id).")
+@click.option("--oidc-authorization-endpoint", metavar="URL",
+              help="The issuer's authorization endpoint (default: from its discovery document).")
+@click.option("--oidc-token-endpoint", metavar="URL",
+              help="The issuer's token endpoint (default: from its discovery document).")
+@click.option("--oidc-scope", "oidc_scopes", multiple=True, metavar="SCOPE",
+              help="A scope to ask for beyond openid (repeatable).")
 @click.option("--rate-limit", default=20.0, show_default=True, type=click.FloatRange(0),
               help="Requests per second per principal, per server process (0: no limit).")
 @click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
@@ -78,7 +90,8 @@ def _config_path() -> str | None:
               help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
 def serve(host, port, workers, store_url, access_path, trust, actions, allow_open, oidc_issuer, oidc_audience,
           oidc_jwks, oidc_algorithms, oidc_leeway, oidc_principal_claim, oidc_principal_prefix, oidc_tenant_claim,
-          oidc_default_tenant, rate_limit, max_body, work, log_format):
+          oidc_default_tenant, oidc_client_id, oidc_client_secret, oidc_redirect_uri, oidc_authorization_endpoint,
+          oidc_token_endpoint, oidc_scopes, rate_limit, max_body, work, log_format):
     """Serve the HTTP API: runs, approvals, dead letters, definitions; OpenAPI at /openapi.json."""
     from sealflow.cli.definition_files import load_trust_policy
     from sealflow.interpreter.service.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
@@ -92,10 +105,11 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
         require_policy(provider, "sealflow serve")
     config = load_config()
     from sealflow.interpreter.core.errors import ConfigError
-    from sealflow.interpreter.service import events
+    from sealflow.interpreter.service import events, notifications
 
     try:
         events.sources(config)  # an invalid events: section stops the server here, not at the first request
+        notifications.load(config)  # so does an invalid notifications: section
     except ConfigError as exc:
         fail_usage(str(exc))
     if trust is not None:
@@ -114,14 +128,17 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
             OidcVerifier(oidc)
         except OidcConfigError as exc:
             fail_usage(str(exc))
+    login = _login_settings(oidc, oidc_client_id, oidc_client_secret, oidc_redirect_uri, oidc_authorization_endpoint,
+                            oidc_token_endpoint, oidc_scopes)
     settings = ServerSettings(store_url=store_location(store_url), config_path=_config_path(),
                               access_path=access_path or os.environ.get("SEALFLOW_ACCESS") or None,
                               trust_path=trust, actions=tuple(actions), allow_open=allow_open, oidc=oidc,
+                              oidc_login=login,
                               rate=rate_limit, max_body=max_body, work=work)
     if allow_open:
         click.echo("sealflow: warning: OPEN MODE (--allow-open): requests without a credential are served as "
                    "user:anonymous; development only, never on a shared network", err=True)
-    auth = "API tokens" + (f", OIDC JWTs from {oidc_issuer}" if oidc else "")
+    auth = "API tokens" + (f", OIDC JWTs from {oidc_issuer}" if oidc else "") + (", OIDC sign-in" if login else "")
     click.echo(f"sealflow serve: http://{host}:{port} ({workers} process{'es' if workers > 1 else ''}; {auth}; "
                f"{'trust policy ' + trust if trust else 'development mode: unsigned definitions'})", err=True)
     import uvicorn
@@ -139,6 +156,30 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
         os.environ[ENV] = settings.to_json()
         uvicorn.run("sealflow.interpreter.service.server.app:from_env", factory=True, host=host, port=port,
                     workers=workers, log_level="warning")
+
+
+def _login_settings(oidc, client_id, client_secret, redirect_uri, authorization_endpoint, token_endpoint, scopes):
+    """The /ui OIDC login flow's settings (None without --oidc-client-id), checked now: its discovery document
+    is read and its redirect URI and endpoints must be http(s) URLs."""
+    from sealflow.interpreter.service.server.oidc import OidcConfigError
+    from sealflow.interpreter.service.server.oidc_login import LoginFlow, OidcLoginSettings
+
+    given = [o for o in (client_secret, redirect_uri, authorization_endpoint, token_endpoint) if o] + list(scopes)
+    if client_id is None:
+        if given:
+            fail_usage("the OIDC login flow's options need --oidc-client-id")
+        return None
+    if oidc is None or not redirect_uri:
+        fail_usage("the OIDC login flow (--oidc-client-id) needs --oidc-issuer, --oidc-audience, --oidc-jwks and "
+                   "--oidc-redirect-uri")
+    login = OidcLoginSettings(client_id=client_id, redirect_uri=redirect_uri, client_secret=client_secret,
+                              authorization_endpoint=authorization_endpoint, token_endpoint=token_endpoint,
+                              scopes=("openid", *[s for s in scopes if s != "openid"]))
+    try:
+        LoginFlow(oidc, login)
+    except OidcConfigError as exc:
+        fail_usage(str(exc))
+    return login
 
 
 def register(group: click.Group) -> None:

@@ -113,6 +113,27 @@ async def _form(request: Request, session: Session | None) -> dict[str, str] | R
     return form
 
 
+def sign_in_failed(request: Request, reason: str, method: str, token_id: str | None = None) -> None:
+    """Audit a refused sign-in (``auth_failed``), unless the client is past its burst of failures."""
+    rt, auth = request.app.state.runtime, request.app.state.authenticator
+    client = request.client.host if request.client is not None else "unknown"
+    if auth.failures.take("client:" + client):
+        return
+    detail = {"reason": reason, "method": method, "client": client, "path": request.url.path}
+    if token_id:
+        detail["token"] = token_id
+    rt.store.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"), rt.clock.now())
+
+
+def open_session(request: Request, response: Response, principal: str, tenant: str, method: str,
+                 token_id: str | None = None) -> Response:
+    """Start a session (a new id at every sign-in: no session fixation) and set its cookie on ``response``."""
+    _sessions(request).end(request.cookies.get(COOKIE))
+    session = _sessions(request).start(principal, tenant, method, token_id)
+    response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", secure=_https(request), path="/ui")
+    return response
+
+
 @router.get("/static/ui.css")
 def css() -> Response:
     return secure(Response(_CSS, media_type="text/css", headers={"Cache-Control": "max-age=3600"}))
@@ -126,7 +147,7 @@ def home(request: Request) -> Response:
 @router.get("/signin")
 def signin_form(request: Request) -> Response:
     csrf = secrets.token_urlsafe(32)
-    response = _page("signin.html", csrf=csrf)
+    response = _page("signin.html", csrf=csrf, oidc=getattr(request.app.state, "oidc_login", None) is not None)
     response.set_cookie(PRE_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request), path="/ui/signin")
     return response
 
@@ -142,30 +163,21 @@ async def signin(request: Request) -> Response:
         return _page("base.html", 403, error="refused: the sign-in form's CSRF token is missing or wrong "
                                              "(reload the sign-in page)")
     rt = request.app.state.runtime
-    auth = request.app.state.authenticator
     token = form.get("token", "").strip()
     try:
         if not tokens.looks_like_token(token):
             raise TokenRejected("malformed", "that is not a Sealflow API token (sf_<id>_<secret>)")
         record = tokens.check(rt.store, token, rt.clock.now())
     except TokenRejected as exc:
-        client = request.client.host if request.client is not None else "unknown"
-        if not auth.failures.take("client:" + client):
-            detail = {"reason": exc.reason, "method": "token", "client": client, "path": request.url.path}
-            if exc.token_id:
-                detail["token"] = exc.token_id
-            rt.store.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"),
-                                  rt.clock.now())
+        sign_in_failed(request, exc.reason, "token", exc.token_id)
         csrf = secrets.token_urlsafe(32)
-        response = _page("signin.html", 401, csrf=csrf, error=f"sign-in refused: {exc}")
+        response = _page("signin.html", 401, csrf=csrf, error=f"sign-in refused: {exc}",
+                         oidc=getattr(request.app.state, "oidc_login", None) is not None)
         response.set_cookie(PRE_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request),
                             path="/ui/signin")
         return response
-    old = request.cookies.get(COOKIE)
-    _sessions(request).end(old)  # a new id at every sign-in (no session fixation)
-    session = _sessions(request).start(record.principal, record.tenant, "token", record.id)
-    response = secure(RedirectResponse("/ui/approvals", status_code=303))
-    response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", secure=_https(request), path="/ui")
+    response = open_session(request, secure(RedirectResponse("/ui/approvals", status_code=303)), record.principal,
+                            record.tenant, "token", record.id)
     response.delete_cookie(PRE_COOKIE, path="/ui/signin")
     return response
 

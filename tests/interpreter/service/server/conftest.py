@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from interp_helpers import S, approval, make_plan
 
@@ -36,6 +40,22 @@ def known(rt, notes):
     plan = approval_plan()
     rt.store.put_plan(plan.digest, plan.name, plan.version, plan.to_json(indent=None), rt.clock.now())
     return plan
+
+
+@pytest.fixture(scope="module")
+def keys():
+    """Two RSA keys: the first is pinned in :func:`jwks` (kid ``k1``), the second is not."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048), \
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@pytest.fixture
+def jwks(tmp_path, keys):
+    """The pinned JWKS file of OIDC: the first key of :func:`keys`, kid ``k1``."""
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys[0].public_key()))
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
+    return path
 
 
 @pytest.fixture

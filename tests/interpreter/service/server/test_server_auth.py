@@ -8,7 +8,6 @@ import time
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from test_server_api import problem_of
 
@@ -23,20 +22,6 @@ AUDIENCE = "sealflow-api"
 
 def failures(rt) -> list[dict]:
     return [e.detail for e in rt.store.audit(None) if e.event == "auth_failed"]
-
-
-@pytest.fixture(scope="module")
-def keys():
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048), \
-        rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-@pytest.fixture
-def jwks(tmp_path, keys):
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys[0].public_key()))
-    path = tmp_path / "jwks.json"
-    path.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
-    return path
 
 
 @pytest.fixture

@@ -33,9 +33,13 @@ def free_port() -> int:
 @pytest.fixture
 def server(rt, known):
     """The API with its /ui pages on ``rt``, served by uvicorn on a free loopback port: its base URL."""
-    port = free_port()
-    config = uvicorn.Config(create_app(ServerSettings(rate=0, work=False), rt), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="off")
+    yield from serving(rt, ServerSettings(rate=0, work=False))
+
+
+def serving(rt, settings: ServerSettings, port: int | None = None):
+    port = port or free_port()
+    config = uvicorn.Config(create_app(settings, rt), host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="off")
     served = uvicorn.Server(config)
     thread = threading.Thread(target=served.run, name="ui-test-uvicorn", daemon=True)
     thread.start()
@@ -141,3 +145,32 @@ def test_a_cross_site_form_post_carries_no_session_and_decides_nothing(server, b
     # Then the strict session cookie is not sent: the post is sent to sign in, and nothing is decided
     arrive(browser, server + "/ui/signin")
     assert rt.status(run_id).run.state == "waiting" and notes == []
+
+
+@pytest.fixture
+def oidc_server(rt, known, keys, jwks):
+    """The pages with the OIDC login flow, against a provider on another site (``localhost``, while the
+    pages are on ``127.0.0.1``): a real cross-site redirect for the browser's cookies."""
+    from oidc_provider import Provider
+
+    from sealflow.interpreter.service.server.oidc import OidcSettings
+    from sealflow.interpreter.service.server.oidc_login import OidcLoginSettings
+
+    port = free_port()
+    with Provider(keys[0], client_id="sealflow-ui", host="localhost") as provider:
+        settings = ServerSettings(rate=0, work=False, oidc=OidcSettings(provider.url, "sealflow-api", str(jwks)),
+                                  oidc_login=OidcLoginSettings("sealflow-ui",
+                                                               f"http://127.0.0.1:{port}/ui/oidc/callback"))
+        yield from serving(rt, settings, port)
+
+
+def test_a_person_signs_in_with_the_identity_provider_in_the_browser(oidc_server, browser, rt, known, notes):
+    # Given a run waiting for a manager, and the sign-in page offering the identity provider
+    run_id = waiting_run(rt, known)
+    browser.get(oidc_server + "/ui/signin")
+    # When bob follows it (the provider signs him in at once and sends the browser back)
+    browser.find_element(By.ID, "oidc-signin").click()
+    # Then he arrives at his approvals, signed in as the ID token's subject, and sees the gate
+    arrive(browser, oidc_server + "/ui/approvals")
+    assert browser.find_element(By.ID, "who").text == "user:bob (acme)"
+    assert browser.find_element(By.ID, f"gate-{run_id}-ask")

@@ -1,0 +1,102 @@
+"""``sealflow notifications list|deliver``: the approval notifications of a store (docs/operations.md).
+
+``list`` shows deliveries (``--failed``: the dead-lettered ones) with their channel, run, gate, attempts and
+last error (a status code or an error class; never a URL, a secret or a response body). ``deliver --once``
+posts what is due and exits (for cron-like use where no worker or ``serve`` runs the deliverer); without
+``--once`` it keeps delivering until interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+
+import click
+
+from sealflow.cli.exits import fail_usage
+from sealflow.cli.options import json_flag, store_option
+from sealflow.cli.session import load_config, open_store
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@click.group()
+def notifications():
+    """Approval notifications (webhook, Slack): list deliveries, deliver what is due."""
+
+
+@notifications.command("list")
+@click.option("--failed", is_flag=True, help="Only deliveries given up after their attempts (dead-lettered).")
+@click.option("--run", "run_id", metavar="RUN", help="Only the deliveries of this run.")
+@click.option("--tenant", metavar="NAME", default=None, help="Only this tenant's deliveries (default: all).")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@store_option
+@json_flag("Print a JSON list.")
+def list_(failed, run_id, tenant, limit, store_url, as_json):
+    """Deliveries, newest first: id, state, channel, run, gate, attempts, next try, last error."""
+    store = open_store(store_url)
+    try:
+        records = store.deliveries(state="failed" if failed else None, run_id=run_id, limit=limit)
+    finally:
+        store.close()
+    records = [r for r in records if tenant is None or r.tenant == tenant]
+    if as_json:
+        click.echo(json.dumps([{k: v for k, v in dataclasses.asdict(r).items() if k != "payload"}
+                               | {"summary": (r.payload.get("data") or {}).get("summary")} for r in records],
+                              indent=2))
+        return
+    if not records:
+        click.echo("no failed notification deliveries" if failed else "no notification deliveries")
+    for r in records:
+        due = f"next try {_when(r.next_at)}" if r.state == "pending" else f"at {_when(r.updated_at)}"
+        click.echo(f"{r.id}  {r.state:<9} {r.channel:<12} {r.run_id} {r.step_id:<16} attempts {r.attempts}  {due}"
+                   + (f"  last error: {r.last_error}" if r.last_error else ""))
+
+
+@notifications.command("deliver")
+@click.option("--once", is_flag=True, help="Post what is due now (retries included) and exit.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between rounds (without --once).")
+@store_option
+@json_flag("Print the counts as one JSON object (with --once).")
+def deliver(once, interval, store_url, as_json):
+    """Post the due approval notifications of the store per the configuration's notifications: section."""
+    from sealflow.interpreter.core.errors import ConfigError
+    from sealflow.interpreter.execution.secrets import chain_for
+    from sealflow.interpreter.service.notifications import Deliverer, load
+
+    config = load_config()
+    try:
+        notify = load(config)
+    except ConfigError as exc:
+        fail_usage(str(exc))
+    if not notify.channels:
+        fail_usage(f"{config.source or 'the runtime configuration'} has no notifications.channels: nothing to "
+                   "deliver to (see docs/operations.md, Approval notifications)")
+    store = open_store(store_url)
+    try:
+        deliverer = Deliverer(store, notify, chain_for(config))
+        if not once:
+            click.echo(f"delivering approval notifications to {len(notify.channels)} channel(s); Ctrl-C stops",
+                       err=True)
+            stop = threading.Event()
+            try:
+                deliverer.run(stop, interval)
+            except KeyboardInterrupt:
+                stop.set()
+            return
+        report = deliverer.drain()
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(report)))
+    else:
+        click.echo(f"{report.delivered} delivered, {report.retried} to retry later, {report.failed} failed for good")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(notifications)

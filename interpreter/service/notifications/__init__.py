@@ -1,0 +1,30 @@
+"""Approval notifications: when a gate opens, an outbound message per configured channel.
+
+* :mod:`.config` reads the ``notifications:`` section of the runtime configuration (channels of kind
+  ``webhook`` or ``slack``, filters, ``public_url``, timeout, attempts, backoff);
+* :mod:`.gates` finds the commit that opens a gate and adds one delivery row per channel to it, so the store
+  writes them in the same transaction (the outbox pattern);
+* :mod:`.bodies` renders a delivery for its channel (a Standard Webhooks signed JSON POST, a Slack body);
+* :mod:`.deliver` posts due rows with bounded retries and dead-letters what keeps failing.
+
+See docs/operations.md, "Approval notifications".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Channel, NotifyConfig, load
+from .deliver import Deliverer, Report
+from .gates import Notifier
+
+
+def install(runtime: Any) -> NotifyConfig:
+    """Read the runtime's ``notifications:`` section (a mistake raises ConfigError naming it) and, when it has
+    channels, have its engine add the deliveries of every gate that opens."""
+    config = load(runtime.config)
+    runtime.engine.notifier = Notifier(config) if config.channels else None
+    return config
+
+
+__all__ = ["Channel", "NotifyConfig", "load", "install", "Deliverer", "Report", "Notifier"]

@@ -1,0 +1,49 @@
+"""Outbound HTTP requests the runtime makes on its own (approval notifications, the OIDC code exchange).
+
+One request, no redirects followed (a 3xx is returned as it is), every socket operation bounded by
+``timeout``, at most ``read_at_most`` bytes of the answer read. A failure is an :class:`OutboundError`
+whose message names what went wrong (a timeout, a refused connection, TLS) but never the URL, which may be
+a credential (a Slack webhook URL).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+from urllib.parse import urlsplit
+
+
+class OutboundError(Exception):
+    """A request failed; the message says why, without the URL."""
+
+
+def request(method: str, url: str, *, body: bytes = b"", headers: dict[str, str] | None = None, timeout: float,
+            read_at_most: int = 64 * 1024) -> tuple[int, bytes]:
+    """``(status, the first read_at_most bytes of the answer)`` of one request to an http(s) ``url``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OutboundError("the URL is not an absolute http:// or https:// URL")
+    conn: http.client.HTTPConnection
+    try:
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    except ValueError:  # a port that is not a number
+        raise OutboundError("the URL's port is not a number") from None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request(method, path, body=body or None, headers={"user-agent": "sealflow", **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read(read_at_most)
+    except TimeoutError:
+        raise OutboundError(f"timed out after {timeout:g} s") from None
+    except ssl.SSLError as exc:
+        raise OutboundError(f"TLS failed ({type(exc).__name__})") from None
+    except OSError as exc:
+        raise OutboundError(f"connection failed ({type(exc).__name__})") from None
+    except http.client.HTTPException as exc:
+        raise OutboundError(f"bad HTTP answer ({type(exc).__name__})") from None
+    finally:
+        conn.close()

@@ -1,0 +1,84 @@
+"""``sealflow notifications deliver --once`` and ``list [--failed]`` on a store whose run waits at a gate, with a
+real local receiver; ``sealflow serve`` refuses an invalid notifications: section before it listens."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import yaml
+from webhook_receivers import Receiver, standard_webhooks_signature
+
+from sealflow.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
+HIGH = json.dumps({"lead_id": "lead_acme"})  # classified high: waits for a sales manager
+SECRET = "whsec_" + base64.b64encode(b"cli-notification-key-0123456789a").decode()
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_config(tmp_path, channels, **section) -> str:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "HOOK_SECRET").write_text(SECRET)
+    path = tmp_path / "sealflow-config.yaml"
+    path.write_text(yaml.safe_dump({"secrets": {"dir": str(secrets)}, "notifications": {
+        "public_url": "https://sealflow.example.com", "channels": channels, **section}}))
+    return str(path)
+
+
+def test_deliver_once_posts_due_notifications_and_list_shows_the_failed_ones(tmp_path, capsys):
+    with Receiver() as receiver:
+        # Given two channels, one receiver that answers 200 and one that always fails (one attempt allowed)
+        config = write_config(tmp_path, {
+            "ok": {"kind": "webhook", "url": receiver.script("/ok", [200]), "secret": {"secret": "HOOK_SECRET"}},
+            "down": {"kind": "webhook", "url": receiver.script("/down", [500]), "secret": {"secret": "HOOK_SECRET"}},
+        }, max_attempts=1)
+        store = f"sqlite:///{tmp_path}/state.db"
+        # When a run stops at its approval gate
+        code, out, err = cli(capsys, "--config", config, "run", EXAMPLE, "--input", HIGH, "--store", store, "--json")
+        assert code == 3, err  # waiting
+        run_id = json.loads(out)["run_id"]
+        # Then two deliveries wait, and `deliver --once` posts them
+        code, out, _ = cli(capsys, "notifications", "list", "--store", store, "--json")
+        assert code == 0 and {(d["channel"], d["state"]) for d in json.loads(out)} == {("ok", "pending"),
+                                                                                     ("down", "pending")}
+        code, out, err = cli(capsys, "--config", config, "notifications", "deliver", "--once", "--store", store,
+                             "--json")
+        assert code == 0, err
+        assert json.loads(out) == {"delivered": 1, "retried": 0, "failed": 1}
+        ((_, headers, body),) = receiver.hits("/ok")
+        assert headers["webhook-signature"] == standard_webhooks_signature(SECRET, headers["webhook-id"],
+                                                                           headers["webhook-timestamp"], body)
+        assert json.loads(body)["data"]["run_id"] == run_id
+    # And `list --failed` shows the dead-lettered one with why, and nothing else
+    code, out, _ = cli(capsys, "notifications", "list", "--failed", "--store", store)
+    assert code == 0 and "failed" in out and "down" in out and "last error: HTTP 500" in out and " ok " not in out
+    code, out, _ = cli(capsys, "notifications", "list", "--failed", "--store", store, "--json")
+    (failed,) = json.loads(out)
+    assert failed["run_id"] == run_id and failed["attempts"] == 1 and "payload" not in failed
+    # And the run still waits for its approver
+    code, out, _ = cli(capsys, "status", run_id, "--store", store, "--json")
+    assert json.loads(out)["state"] == "waiting"
+
+
+def test_deliver_without_channels_or_with_a_bad_section_is_a_usage_error(tmp_path, capsys):
+    # Given no notifications section / When delivering / Then it says there is nothing to deliver to
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("tempdir: {max_bytes: 1MiB}\n")
+    code, _, err = cli(capsys, "--config", str(empty), "notifications", "deliver", "--once", "--store",
+                       f"sqlite:///{tmp_path}/s.db")
+    assert code == 2 and "has no notifications.channels" in err
+    # Given a Slack channel with its URL inline / Then deliver and serve refuse it, naming the key
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"notifications": {"channels": {"s": {"kind": "slack", "url": "https://x"}}}}))
+    for argv in (("notifications", "deliver", "--once"), ("serve", "--allow-open")):
+        code, _, err = cli(capsys, "--config", str(bad), *argv, "--store", f"sqlite:///{tmp_path}/s.db")
+        assert code == 2 and "notifications.channels.s.url: a Slack webhook URL is a credential" in err, argv
