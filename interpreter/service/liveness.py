@@ -8,8 +8,11 @@ instead of after ``redeliver_after``. A duplicate message is harmless: the claim
 
 :func:`wait_for_work` waits for the next round on the store's wake-ups when it has them (PostgreSQL:
 LISTEN/NOTIFY on new outbox rows), else sleeps the interval. :class:`Heartbeat` records that this
-worker is alive on a store that keeps heartbeats, so other machines' workers can take over its leases
-when it goes silent (:func:`sealflow.interpreter.engine.recovery.expire_dead_owners`).
+process is alive on a store that keeps heartbeats, so other machines' workers can take over its leases
+when it goes silent (:func:`sealflow.interpreter.engine.recovery.expire_dead_owners`); every runtime that
+executes steps beats, on its own thread (:class:`Heartbeats`), from before its first claim: a process
+that claimed work without a heartbeat (`sealflow run` or `approve` driving a run on a shared store, or a
+worker whose loop had not beaten yet) would look dead to the others, which would take its running steps.
 """
 
 from __future__ import annotations
@@ -110,3 +113,36 @@ class Heartbeat:
             return
         self.store.heartbeat(self.owner)
         self._next = time.monotonic() + self.every
+
+
+class Heartbeats(threading.Thread):
+    """Beats for ``owner`` every ``every`` seconds on its own thread until :meth:`stop`; the first beat is
+    synchronous, in :meth:`begin`, so no step is claimed before this process is known to be alive. A beat that
+    fails (the store unreachable) is logged and tried again at the next tick: going silent is exactly what
+    lets other workers take over, so a process cut off from the store does not pretend otherwise."""
+
+    def __init__(self, store: Any, owner: str, *, every: float = 2.0):
+        super().__init__(name="sealflow-heartbeat", daemon=True)
+        self.beats = Heartbeat(store, owner, every=every)
+        self._halt = threading.Event()
+
+    def begin(self) -> None:
+        if not self.beats.enabled:
+            return
+        self._beat()
+        self.start()
+
+    def _beat(self) -> None:
+        try:
+            self.beats.store.heartbeat(self.beats.owner)
+        except Exception:  # noqa: BLE001 - the store is away: say so, beat again at the next tick
+            log.warning("could not record this worker's heartbeat in the store; trying again", exc_info=True)
+
+    def run(self) -> None:
+        while not self._halt.wait(self.beats.every):
+            self._beat()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(5)

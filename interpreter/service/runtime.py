@@ -42,7 +42,7 @@ from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run
-from sealflow.interpreter.service import approvals, honoured, notifications, priority, readiness, telemetry
+from sealflow.interpreter.service import approvals, honoured, liveness, notifications, priority, readiness, telemetry
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
@@ -138,6 +138,8 @@ class Runtime(Repair, Driving):
         self.worker_threads = worker_threads
         self.worker_timeout_ms = worker_timeout_ms  # idle wake-up of worker threads; bounds close() time
         self._worker: dramatiq.Worker | None = None
+        self.heartbeat_every = 2.0  # seconds between this process's heartbeats, where the store keeps them
+        self._heartbeats: liveness.Heartbeats | None = None
         self._start_lock = threading.Lock()
         self._dispatch_reset = False
         self._input_validators: dict[str, Any] = {}
@@ -161,6 +163,9 @@ class Runtime(Repair, Driving):
         """Start the in-process worker and recover what is in flight (idempotent)."""
         with self._start_lock:
             if self._worker is None:
+                if self._heartbeats is None:  # known to be alive before the first claim (service/liveness.py)
+                    self._heartbeats = liveness.Heartbeats(self.store, self.owner, every=self.heartbeat_every)
+                    self._heartbeats.begin()
                 self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads,
                                                worker_timeout=self.worker_timeout_ms, queues=set(self.queue_names))
                 priority.install_guard(self._worker, self.starvation_after)
@@ -180,23 +185,21 @@ class Runtime(Repair, Driving):
         by pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A
         broker that goes away is retried with backoff and logged (:mod:`sealflow.interpreter.service.liveness`);
         a round that fails (the store busy past its timeout, or unreachable) is logged and tried again."""
-        from sealflow.interpreter.service import liveness
         from sealflow.interpreter.service.retention import Retention
 
         retention = Retention.from_config(self.config.extra)
         if not allow_open:
             authz.require_policy(self.access, "a long-lived worker")
-        self.start()
+        self.heartbeat_every = heartbeat_every
+        self.start()  # which starts this process's heartbeats
         watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
-        beat = liveness.Heartbeat(self.store, self.owner, every=heartbeat_every)
-        silent_for = dead_after if beat.enabled else None
+        silent_for = dead_after if hasattr(self.store, "heartbeat") else None
         if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
             notifications.Deliverer.of(self).start(stop)
         check_at = time.monotonic() + dead_owner_check
         failing = False
         while not stop.is_set():
             try:
-                beat.beat()
                 if watch.check():
                     self.dispatcher.flush()
                 if time.monotonic() >= check_at:
@@ -222,6 +225,9 @@ class Runtime(Repair, Driving):
         if self._worker is not None:
             self._worker.stop(timeout=int(grace * 1000))
             self._worker = None
+        if self._heartbeats is not None:
+            self._heartbeats.stop()
+            self._heartbeats = None
         self.engine.services.runner.close()
         self.broker.close()
         if self._owns_store:

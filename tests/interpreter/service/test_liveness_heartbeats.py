@@ -1,0 +1,59 @@
+"""Every runtime that executes steps heartbeats from before its first claim (service/liveness.py), so a
+process driving a run on a shared PostgreSQL store without `serve` (`sealflow run`, `approve`) is not taken
+for dead by the workers: they leave its running steps alone, and take them over once it goes silent."""
+
+from __future__ import annotations
+
+import threading
+
+from interp_helpers import S, make_plan
+
+from sealflow.interpreter.engine.recovery import expire_dead_owners
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import open_store
+
+
+def test_a_runtime_driving_a_run_without_serve_is_alive_to_the_other_workers(pg_schema):
+    # Given a runtime on PostgreSQL that submits a run and drives it (no `serve` loop), its action held open
+    url = pg_schema.url(migrate="1")
+    registry = Registry()
+    entered, release = threading.Event(), threading.Event()
+
+    @action("t.hold", registry=registry)
+    def hold(ctx):
+        entered.set()
+        release.wait(30)
+        return "done"
+
+    plan = make_plan(S("only", "action", action="t.hold", timeout_ms=60_000), name="held")
+    driver = Runtime(open_store(url), registry, {})
+    other = open_store(url)
+    try:
+        run_id = driver.submit(plan, {}, initiator="user:ana")
+        driver.start()
+        assert entered.wait(30), "the step never started"
+        # When another worker checks liveness with a 5 s limit while the step runs
+        ended = expire_dead_owners(other, 0.0, "far:9:other", silent_for=5.0)
+        # Then the driving process counts as alive: its running step keeps its lease
+        assert ended == 0
+        attempt = other.active_attempt(run_id)
+        assert attempt.state == "running" and attempt.lease_owner == driver.owner
+    finally:
+        release.set()
+        driver.close()
+        driver.store.close()
+        other.close()
+
+
+def test_a_closed_runtime_stops_beating(pg_schema):
+    # Given a runtime that started (and so beat) and was closed
+    url = pg_schema.url(migrate="1")
+    rt = Runtime(open_store(url), Registry(), {})
+    rt.start()
+    assert rt._heartbeats is not None and rt._heartbeats.is_alive()
+    beats = rt._heartbeats
+    rt.close()
+    rt.store.close()
+    # Then its heartbeat thread is gone (a process that stopped working goes silent)
+    assert not beats.is_alive()
