@@ -23,6 +23,7 @@ or restarted (:mod:`sealflow.interpreter.service.liveness`), whichever broker it
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -34,6 +35,8 @@ RABBITMQ_SCHEMES = ("amqp", "amqps")
 #: how long a connection RabbitMQ blocks (a memory or disk alarm) may stay blocked before a send fails
 BLOCKED_TIMEOUT = 60.0
 _PING = "_sealflow_ping"
+_DEPTH = "_sealflow_depth"
+_depth_lock = threading.Lock()
 _generations = itertools.count(1)
 
 
@@ -149,14 +152,29 @@ def _drop_ping(broker: Any) -> None:
 
 
 def queue_depth(broker: Any, queue: str) -> int:
-    """Messages ready on RabbitMQ ``queue`` (0 if it does not exist yet), read with a passive declare on
-    the calling thread's channel."""
+    """Messages ready on RabbitMQ ``queue`` (0 if it does not exist yet), read with a passive declare on one
+    connection kept for it (a scrape may come on any thread: a thread's own connection would outlive it)."""
     import pika
 
-    try:
-        return int(broker.channel.queue_declare(queue=queue, passive=True).method.message_count)
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        del broker.channel
-        if exc.reply_code == 404:
-            return 0
-        raise
+    with _depth_lock:
+        conn = getattr(broker, _DEPTH, None)
+        try:
+            if conn is None or not conn.is_open:
+                conn = pika.BlockingConnection(parameters=broker.parameters)
+                setattr(broker, _DEPTH, conn)
+                broker.connections.add(conn)  # closed with the broker
+            channel = conn.channel()
+            try:
+                return int(channel.queue_declare(queue=queue, passive=True).method.message_count)
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code == 404:
+                    return 0
+                raise
+            finally:
+                if channel.is_open:
+                    channel.close()
+        except pika.exceptions.AMQPConnectionError:
+            if conn is not None:
+                broker.connections.discard(conn)
+            setattr(broker, _DEPTH, None)
+            raise

@@ -158,3 +158,27 @@ def test_given_messages_on_a_rabbitmq_queue_when_its_depth_is_read_then_it_count
         assert queue_depth(broker, queue) == 3
     finally:
         broker.close()
+
+
+@pytest.mark.service
+def test_given_scrapes_from_many_threads_when_depths_are_read_then_one_connection_serves_them(queue):
+    import threading
+
+    from sealflow.interpreter.service.telemetry.metrics import queue_depth
+
+    broker = brokers.broker_from_url(RABBITMQ)
+    try:
+        _noop_actor(broker, queue).send()
+        before = len(broker.connections)
+        # When ten scrape threads (as the metrics server's) each read the depth
+        seen = []
+        threads = [threading.Thread(target=lambda: seen.append(queue_depth(broker, queue))) for _ in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # Then every one saw the message, and one connection more is open, not one per thread
+        assert seen == [1] * 10
+        assert len(broker.connections) == before + 1
+    finally:
+        broker.close()
