@@ -34,15 +34,11 @@ def backoff_delays(first: float = 0.5, factor: float = 2.0, most: float = 30.0):
 
 
 def broker_identity(broker: Any) -> str | None:
-    """The broker server's identity (Redis ``run_id``: new after every restart), or None if unreachable.
-    A broker that is not Redis (the embedded stub) is always there: ``"local"``."""
-    client = getattr(broker, "client", None)
-    if client is None:
-        return "local"
-    try:
-        return str(client.info("server").get("run_id") or "redis")
-    except Exception:  # noqa: BLE001 - redis-py raises several kinds: all mean "not there now"
-        return None
+    """The broker server's identity (new after every restart), or None if unreachable
+    (:func:`sealflow.interpreter.service.brokers.identity`: Redis, RabbitMQ, the embedded stub)."""
+    from sealflow.interpreter.service.brokers import identity
+
+    return identity(broker)
 
 
 class BrokerWatch:

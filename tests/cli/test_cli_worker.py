@@ -1,8 +1,9 @@
 """`sealflow worker` registers the actions it is given and no others: the demo world only when asked.
 
-The probe gives the worker a broker URL that is not Redis, so it stops (exit 2) right after loading its
-actions and before serving; what it registered by then is what it would have served. (A Redis broker
-that is not there is waited for: tests/cli/test_cli_worker_broker.py.)
+The probe gives the worker a broker URL that is no broker's (neither Redis nor RabbitMQ), so it stops
+(exit 2) right after loading its actions and before serving; what it registered by then is what it would
+have served. (A broker that is not there is waited for: tests/e2e/test_worker_broker_outage.py and
+test_worker_rabbitmq.py.)
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _worker(tmp_path: Path, *extra: str) -> dict:
                           cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["code"] == 2 and "is not a Redis URL" in proc.stderr, proc.stderr
+    assert result["code"] == 2 and "is not a broker's" in proc.stderr, proc.stderr
     return result
 
 
@@ -56,3 +57,23 @@ def test_given_a_worker_when_it_starts_then_demo_actions_are_there_only_if_asked
     # Then the demo actions are registered exactly when they were asked for
     assert result["demo_imported"] is bool(extra)
     assert ("crm.get_lead" in result["demo_actions"]) is bool(extra)
+
+
+@pytest.mark.parametrize("url, says", [
+    ("kafka://app:s3cret@broker:9092", "--broker kafka://app:***@broker:9092: the scheme 'kafka://' is not a broker's"),
+    ("garbage", "--broker garbage: a URL without a scheme is not a broker's"),
+    ("amqp://guest:s3cret@127.0.0.1:notaport/%2F", "--broker amqp://guest:***@127.0.0.1:notaport/%2F: Port could not"),
+])
+def test_given_a_broker_url_of_no_broker_or_unreadable_when_a_worker_starts_then_it_is_a_one_line_usage_error(
+        tmp_path, url, says):
+    # Given a --broker URL of an unknown scheme, no scheme, or an amqp:// URL pika cannot read
+    env = {k: v for k, v in os.environ.items() if k not in ("SEALFLOW_ACCESS", "SEALFLOW_BROKER")}
+    done = subprocess.run([sys.executable, "-m", "sealflow", "worker", "--broker", url, "--allow-open", "--store",
+                           f"sqlite:///{tmp_path / 'w.db'}"], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)
+    # Then the worker exits 2 at once with one error line naming the URL (password hidden) and the fix
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("sealflow: error:")]
+    assert len(errors) == 1 and says in errors[0], done.stderr
+    assert "amqp://" in errors[0] and "s3cret" not in done.stderr and "Traceback" not in done.stderr
+    assert "worker ready" not in done.stdout

@@ -1,5 +1,6 @@
 """Priority on a real Redis broker: a `sealflow worker` busy with a low run takes a critical run submitted
-after four low ones first. Needs Redis at 127.0.0.1:6379 (skipped without it)."""
+after four low ones first. Needs Redis at 127.0.0.1:6379 (skipped without it). The same check on RabbitMQ
+(:func:`critical_runs_first`) is in test_worker_rabbitmq.py."""
 
 from __future__ import annotations
 
@@ -61,6 +62,18 @@ def redis_or_skip():
 def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_runs_first(tmp_path):
     client = redis_or_skip()
     queue = "q_" + uuid.uuid4().hex
+    try:
+        critical_runs_first(tmp_path, REDIS, queue, lambda name: client.llen(f"dramatiq:{name}"))
+    finally:
+        keys = list(client.scan_iter(match=f"*{queue}*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+def critical_runs_first(tmp_path, broker: str, queue: str, depth) -> None:
+    """Given one single-threaded worker on ``broker`` busy with a low run, when four low runs and then a
+    critical one are submitted from other processes, then the critical run runs next (``depth(queue)``: the
+    messages waiting on a broker queue)."""
     (tmp_path / "prio_actions.py").write_text(ACTIONS)
     for p in ("low", "critical"):
         (tmp_path / f"{p}.yaml").write_text(FLOW.format(priority=p))
@@ -83,7 +96,7 @@ def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_
     # Given one single-threaded worker on Redis, busy with a low run that waits to be released
     worker_env = {**env, "SEALFLOW_CONFIG": str(tmp_path / "config.yaml")}
     with open(tmp_path / "worker.err", "w") as err:
-        worker = subprocess.Popen([sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", store,
+        worker = subprocess.Popen([sys.executable, "-m", "sealflow", "worker", "--broker", broker, "--store", store,
                                    "--actions", actions, "--queue", queue, "--threads", "1", "--allow-open",
                                    "--allow-unsigned"], cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL,
                                   stderr=err, text=True)
@@ -105,13 +118,10 @@ def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_
             time.sleep(0.05)
         # Then the critical run ran next, before every low run queued before it
         assert order() == ["block", "critical", "low0", "low1", "low2", "low3"]
-        assert client.llen(f"dramatiq:{queue}.critical") == 0
+        assert depth(f"{queue}.critical") == 0
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             worker.kill()
-        keys = list(client.scan_iter(match=f"*{queue}*", count=1000))
-        if keys:
-            client.delete(*keys)

@@ -286,7 +286,7 @@ def test_given_no_access_policy_when_a_worker_starts_then_it_refuses(tmp_path):
     assert "--access FILE" in done.stderr and "worker ready" not in done.stdout
 
 
-@pytest.mark.parametrize("url, says", [("http://127.0.0.1:6379/0", "is not a Redis URL"),
+@pytest.mark.parametrize("url, says", [("http://127.0.0.1:6379/0", "the scheme 'http://' is not a broker's"),
                                        ("redis://127.0.0.1:notaport/0", "error: --broker redis://127.0.0.1:notaport/0")])
 def test_given_a_bad_broker_url_when_a_worker_starts_then_it_is_a_usage_error(tmp_path, url, says):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -199,7 +199,11 @@ class StoreCollector(Collector):
 
 
 def queue_depth(broker: Any, queue: str) -> int:
-    """Messages waiting on ``queue``: a ``StubBroker``'s in-memory queue or a Redis list."""
+    """Messages waiting on ``queue``: a ``StubBroker``'s in-memory queue, a Redis list or a RabbitMQ queue."""
+    from sealflow.interpreter.service import brokers
+
+    if brokers.is_rabbitmq(broker):
+        return brokers.queue_depth(broker, queue)
     queues = getattr(broker, "queues", None)
     if isinstance(queues, dict) and hasattr(queues.get(queue), "qsize"):
         return int(queues[queue].qsize())

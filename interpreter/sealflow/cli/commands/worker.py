@@ -2,10 +2,12 @@
 
     sealflow worker --broker redis://127.0.0.1:6379/0 --store sqlite:////srv/sealflow/state.db \\
         --actions myco.actions --access access.yaml --threads 4 --queue sealflow
+    sealflow worker --broker amqp://USER:PASSWORD@rabbit:5672/%2F ...   # RabbitMQ, publisher confirms on
 
 It registers the actions of the ``--actions`` modules and no others (unlike the embedded quick start,
-not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds a Dramatiq ``RedisBroker``
-(:func:`sealflow.interpreter.service.actors.redis_broker`:
+not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, builds the Dramatiq broker its
+``--broker`` URL names, a ``RedisBroker`` or a ``RabbitmqBroker`` with publisher confirms
+(:func:`sealflow.interpreter.service.brokers.broker_from_url`:
 ``Retries`` pinned to zero, the interpreter retries), recovers what is in flight, prints one
 ``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.service.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
@@ -18,7 +20,8 @@ fenced transaction). Workers on several machines need a network store; the Redis
 yet, so today a deployment is one machine (a SQLite file on a network file system is not safe).
 
 It refuses to start without an access policy (``--access FILE`` or ``$SEALFLOW_ACCESS``; exit 1)
-unless ``--allow-open`` (development only). A broker URL that is not Redis is a usage error (exit 2).
+unless ``--allow-open`` (development only). A broker URL that is neither Redis (``redis://``, ``rediss://``,
+``unix://``) nor RabbitMQ (``amqp://``, ``amqps://``) is a usage error (exit 2).
 A broker it cannot reach, at start or later, is waited for: it logs a warning and retries with backoff
 (0.5 s doubling to 30 s) instead of exiting, and once the broker is back (or restarted, its queues lost)
 it sends again every message sent but never claimed, so queued runs move within a second. On a store
@@ -66,7 +69,8 @@ def _check_queue(ctx, param, value):
 
 
 def redact(url: str) -> str:
-    """``url`` with its password (``redis://user:PASSWORD@host`` or ``?password=``) shown as ``***``."""
+    """``url`` with its password (``redis://user:PASSWORD@host``, ``amqp://user:PASSWORD@host`` or
+    ``?password=``) shown as ``***``."""
     url = re.sub(r"^([a-z]+://[^/@:]*:)[^/]*@", r"\1***@", url)
     return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
 
@@ -109,6 +113,9 @@ def _setup_logging(log_format: str = "text") -> None:
     from sealflow.interpreter.service.telemetry import logging as telemetry_logging
 
     telemetry_logging.setup(log_format, sys.stderr)
+    # pika (RabbitMQ) logs every stage of every connection, and each failed one as errors with tracebacks:
+    # the worker says itself what it cannot reach and that it retries (Dramatiq's consumers too)
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
 def _install_signals(stop: threading.Event) -> None:
@@ -141,7 +148,9 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
 
 @click.command()
 @click.option("--broker", "broker_url", metavar="URL", envvar="SEALFLOW_BROKER", default=DEFAULT_BROKER,
-              show_default=True, help="Redis broker URL: redis://HOST:PORT/DB, rediss:// for TLS ($SEALFLOW_BROKER).")
+              show_default=True, help="Broker URL ($SEALFLOW_BROKER): Redis, redis://HOST:PORT/DB (rediss:// for TLS, "
+                                      "unix:///path), or RabbitMQ, amqp://USER:PASSWORD@HOST:5672/VHOST (amqps:// "
+                                      "for TLS; publisher confirms on).")
 @click.option("--store", "store_url", metavar="URL", envvar="SEALFLOW_STORE",
               help="State store: sqlite:///PATH, shared by every worker on this machine ($SEALFLOW_STORE; default "
                    "sqlite:///.sealflow/state.db). Several machines need a network store: the Redis store is not "
@@ -178,7 +187,7 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
               help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
 def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow_unsigned, threads, queue_name,
            priorities, grace, redeliver_after, metrics_port, metrics_addr, log_format):
-    """Run steps from a Redis broker until SIGTERM/SIGINT (the distributed deployment).
+    """Run steps from a Redis or RabbitMQ broker until SIGTERM/SIGINT (the distributed deployment).
 
     Every worker of one deployment loads the same --actions (only those: the demo world's actions too
     only with --actions sealflow.demo) and shares the store; several workers on
@@ -202,13 +211,13 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     if not allow_open:
         require_policy(provider, "sealflow worker")
     import_actions(actions, demo=False)  # only what it is given: `--actions sealflow.demo` for the demo world
-    from sealflow.interpreter.service.actors import redis_broker
+    from sealflow.interpreter.service.brokers import broker_from_url
     from sealflow.interpreter.service.runtime import Runtime
     from sealflow.interpreter.store import StoreError
 
     shown = redact(broker_url)
     try:
-        broker = redis_broker(broker_url)
+        broker = broker_from_url(broker_url)
     except ValueError as exc:
         fail_usage(f"--broker {shown}: {exc}")
     stop = threading.Event()
@@ -245,7 +254,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     rt.engine.trust_gate = _trust_gate(trust, allow_unsigned, rt.engine.actor)
     try:
         rt.start()  # the Dramatiq worker, then recovery of what is in flight
-        log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
+        if hasattr(broker, "broker_id"):  # Redis: the id of this worker's heartbeat (a test removes it)
+            log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
         click.echo(f"worker ready: broker {shown}, store {getattr(rt.store, 'url', url)}, "
                    f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}"
                    + ("" if len(served) == 4 else f", priorities {','.join(served)}"))
@@ -264,18 +274,18 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
 def _wait_for_broker(broker, shown: str, stop: threading.Event) -> bool:
     """Ping the broker until it answers, with backoff (0.5 s doubling to 30 s), logging each miss; False if
     ``stop`` was set first. A broker that is down at start is an outage to ride out, not a usage error."""
+    from sealflow.interpreter.service.brokers import describe, ping
     from sealflow.interpreter.service.liveness import backoff_delays
 
     started = time.monotonic()
     for delay in backoff_delays():
         try:
-            broker.client.ping()
+            ping(broker)
         except ValueError:
             raise
-        except Exception as exc:  # noqa: BLE001 - redis-py raises several kinds: all mean "not there yet"
+        except Exception as exc:  # noqa: BLE001 - redis-py and pika raise several kinds: all mean "not there yet"
             log.warning("cannot reach the broker at %s (%s); retrying in %.1f s (waiting %.0f s so far; start "
-                        "Redis there or fix --broker)", shown, str(exc).splitlines()[0] if str(exc) else
-                        type(exc).__name__, delay, time.monotonic() - started)
+                        "the broker there or fix --broker)", shown, describe(exc), delay, time.monotonic() - started)
             if stop.wait(delay):
                 return False
             continue
@@ -288,7 +298,9 @@ def _wait_for_broker(broker, shown: str, stop: threading.Event) -> bool:
 def _forget_heartbeat(broker) -> None:
     """Remove this worker's Dramatiq heartbeat when it holds no unacknowledged message (a clean stop
     leaves nothing in Redis); with one left (an abandoned attempt) keep it, so Dramatiq requeues it
-    once the heartbeat is old."""
+    once the heartbeat is old. RabbitMQ keeps no heartbeats: it requeues a closed connection's messages."""
+    if not hasattr(broker, "broker_id"):
+        return
     try:
         acks = f"{broker.namespace}:__acks__.{broker.broker_id}."
         if next(iter(broker.client.scan_iter(match=acks + "*", count=1000)), None) is None:
