@@ -127,6 +127,12 @@ def print_outcome(status) -> None:
             click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
                        f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
+        elif w.get("kind") == "process":
+            click.echo(f"waiting at {w['step']} for a process that can run it; this one lacks what it needs, so it "
+                       "left the step as it was:")
+            for line in w.get("how") or ():
+                click.echo(f"  {line}")
+            click.echo(f"provide it, then `sealflow recover{flags}` runs the step (or a worker that has it does)")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     if run.state == "completed":

@@ -82,6 +82,16 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
         refuse(exc)
 
 
+def _ready(rt, plan) -> None:
+    """Refuse (exit 1, nothing created) a run this process would execute but lacks a secret, model or action for."""
+    from sealflow.interpreter.service.readiness import NotReady, require_ready_plan
+
+    try:
+        require_ready_plan(rt, plan)
+    except NotReady as exc:
+        refuse(exc)
+
+
 def _load(file, actions, trust, bundle):
     import_actions(actions, demo=True)
     return definition_files.load(file, with_demo(project_actions(actions)), trust=trust_path(trust), bundle=bundle)
@@ -111,6 +121,8 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     loaded = _load(file, actions, trust, bundle)
     plan = loaded.plan
     with open_runtime(store_url, actions, access=access_path, trust=trust, record=record, replay=replay) as rt:
+        if not detach:
+            _ready(rt, plan)
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         if detach:
