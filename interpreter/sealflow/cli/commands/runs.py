@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from sealflow.cli import definition_files, render
+from sealflow.cli.completion import run_ids
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
 from sealflow.cli.session import (
@@ -154,7 +155,7 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store(click.option("--watch", is_flag=True, help="Drive the run on and show its progress live until it ends "
                          "or waits for a human."), actions=True)
 def status(run_id, actions, store_url, principal, tenant, access_path, watch, as_json):
@@ -170,7 +171,7 @@ def status(run_id, actions, store_url, principal, tenant, access_path, watch, as
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--step", "step_id", metavar="STEP", help="The approval step (default: the one waiting).")
 @click.option("--comment", help="Why you approve (recorded in the audit trail).")
 @on_a_store(actions=True)
@@ -182,7 +183,7 @@ def approve(run_id, step_id, comment, actions, store_url, principal, tenant, acc
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--step", "step_id", metavar="STEP")
 @click.option("--reason", required=True, help="Why (required; recorded in the audit trail).")
 @on_a_store(actions=True)
@@ -194,7 +195,7 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--reason", default="")
 @on_a_store(actions=True)
 def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
