@@ -122,8 +122,8 @@ def print_outcome(status) -> None:
         flags = f" {flags}" if flags else ""
         if w.get("kind") == "approval":
             approvers = w.get("approvers") or []
-            users = [a for a in approvers if not str(a).startswith("role:")]
-            who = users[0] if len(approvers) == 1 and users else "PRINCIPAL"
+            others = [a for a in approvers if a != run.initiator]  # nobody approves their own run
+            who = others[0] if len(others) == 1 and not str(others[0]).startswith("role:") else "PRINCIPAL"
             click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
                        f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
