@@ -68,14 +68,16 @@ def secrets_missing(names: Any, chain: SecretChain) -> list[str]:
     return missing
 
 
-def lacks_of(actions: list[str], models: list[str], registry: Any, provider_for: Any, chain: SecretChain) -> list[Lack]:
+def lacks_of(actions: list[str], models: list[str], registry: Any, provider_for: Any, services: Any) -> list[Lack]:
+    """What of ``actions`` (with the secrets they declare) and ``models`` (with their api_key secret) this
+    process lacks; ``services`` gives the secret chain, built only when an action declares a secret."""
     missing: dict[Lack, None] = {}
     for name in actions:
         act = registry.get(name)
         if act is None:
             missing[("action", name)] = None
-        else:
-            missing.update(dict.fromkeys(("secret", s) for s in secrets_missing(getattr(act, "secrets", ()), chain)))
+        elif getattr(act, "secrets", ()):
+            missing.update(dict.fromkeys(("secret", s) for s in secrets_missing(act.secrets, chain_of(services))))
     for name in models:
         try:
             provider = provider_for(name)
@@ -112,7 +114,7 @@ def step_lacks(engine: Any, run: Any, step_id: str) -> list[Lack]:
         return []  # not a step of the plan: the claim refuses the message, as before
     services = engine.services
     actions, models = step_needs(step, ref)
-    missing = lacks_of(actions, models, services.registry, services.provider_for, chain_of(services)) \
+    missing = lacks_of(actions, models, services.registry, services.provider_for, services) \
         if actions or models else []
     trust = trust_lack(engine.trust_gate, run)
     return missing + [trust] if trust is not None else missing
@@ -135,7 +137,7 @@ def plan_lacks(engine: Any, run: Any) -> list[Lack]:
     """What ``engine``'s process lacks to execute every step ``run``'s plan may run (empty: it can)."""
     actions, models = plan_needs(engine.plan(run.plan_digest))
     services = engine.services
-    missing = lacks_of(actions, models, services.registry, services.provider_for, chain_of(services))
+    missing = lacks_of(actions, models, services.registry, services.provider_for, services)
     trust = trust_lack(engine.trust_gate, run)
     return missing + [trust] if trust is not None else missing
 

@@ -98,7 +98,7 @@ def require_ready_plan(runtime: Any, plan: Any) -> None:
     if not executes_here(runtime):
         return
     services = runtime.engine.services
-    missing = lacks_of(*plan_needs(plan), services.registry, services.provider_for, chain_of(services))
+    missing = lacks_of(*plan_needs(plan), services.registry, services.provider_for, services)
     if missing:
         lines = [f"cannot run {plan.name} v{plan.version} here: this process lacks what its steps need, so no run "
                  "was created"]
