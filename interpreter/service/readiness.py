@@ -126,25 +126,25 @@ def require_ready_all(runtime: Any, run_ids: list[str], visible: list[str], verb
 
 # -- readiness of the process: the secrets it needs -------------------------------------------------
 
-def missing_secrets(runtime: Any) -> list[tuple[str, str]]:
+def missing_secrets(runtime: Any, *, files: bool = True) -> list[tuple[str, str]]:
     """``(secret, where it is referenced)`` for every secret this process needs and cannot resolve: the
     ``api_key`` of each model the runtime configuration defines, and each secret an action it loaded declares
-    (those it executes). Names only, never a value; empty when every one resolves."""
+    (those it executes). Names only, never a value; empty when every one resolves. ``files=False`` leaves out
+    the paths of the configuration and the action modules (``/readyz`` answers anonymous callers)."""
     from sealflow.interpreter.providers.config import parse_models
 
     services = runtime.engine.services
-    chain = chain_of(services)
-    source = runtime.config.source or "the runtime configuration"
+    source = f" in {runtime.config.source or 'the runtime configuration'}" if files else ""
     refs: dict[str, list[str]] = {}
     for name, model in parse_models(runtime.config.extra.get("models"), source=runtime.config.source).items():
         if model.api_key_secret:
-            refs.setdefault(model.api_key_secret, []).append(f"api_key of model {name!r} in {source}")
+            refs.setdefault(model.api_key_secret, []).append(f"api_key of model {name!r}{source}")
     for name, act in services.registry.items():
         code = getattr(act.fn, "__code__", None)
-        where = code.co_filename if code is not None else getattr(act.fn, "__module__", "?")
+        where = f" in {code.co_filename if code is not None else act.fn.__module__}" if files else ""
         for secret in act.secrets:
-            refs.setdefault(secret, []).append(f"declared by action {name!r} in {where}")
-    missing = set(secrets_missing(list(refs), chain))
+            refs.setdefault(secret, []).append(f"declared by action {name!r}{where}")
+    missing = set(secrets_missing(list(refs), chain_of(services))) if refs else set()
     return [(secret, where) for secret, places in refs.items() if secret in missing for where in places]
 
 
