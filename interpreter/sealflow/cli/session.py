@@ -313,6 +313,9 @@ def load_trust_policy(trust: str):
     from sealflow.dsl.errors import DefinitionError
     from sealflow.dsl.trust import load_policy
 
+    if not os.path.exists(trust):
+        fail_usage(f"the trust policy {trust} does not exist; fix the path that names it (--trust, $SEALFLOW_TRUST "
+                   "or trust: in sealflow.yaml), or write the policy (docs/trust.md)")
     try:
         return load_policy(trust)
     except DefinitionError as exc:
