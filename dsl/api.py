@@ -74,14 +74,15 @@ def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = Non
     from sealflow.dsl.compiler import compile_definition
 
     result = CheckResult(doc.path, [], document=doc)
-    diags = _language_check(doc) or schema.validate(doc)
-    if diags:
-        result.diagnostics = sort_diagnostics(diags)
+    language = _language_check(doc)
+    diags = language or schema.validate(doc)
+    if diags:  # the expressions' syntax too, in the same pass, when the document is YAML of this language
+        result.diagnostics = sort_diagnostics(diags if language else diags + _template_syntax(doc))
         return result
     definition, diags = _model(doc)
     result.definition = definition
     if definition is None:
-        result.diagnostics = diags
+        result.diagnostics = sort_diagnostics(diags + _template_syntax(doc))
         return result
     plan, diags = compile_definition(doc, definition, actions=actions, root=root)
     result.plan = plan
@@ -91,6 +92,12 @@ def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = Non
         diags = diags + run_lint(doc, definition, plan, actions=actions)
     result.diagnostics = sort_diagnostics(diags)
     return result
+
+
+def _template_syntax(doc: Document) -> list[Diagnostic]:
+    from sealflow.dsl.expressions.static_check import template_syntax
+
+    return template_syntax(doc)
 
 
 def _guard(path: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: Any) -> CheckResult:

@@ -38,6 +38,22 @@ def _templates(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
             yield from _templates(v, pointer + (i,))
 
 
+def template_syntax(doc: Document) -> list[Diagnostic]:
+    """The syntax errors of every ``${{ }}`` template in the raw document, located: reported beside schema
+    errors, when the document cannot be compiled, so one pass shows both (references are checked only once it
+    compiles)."""
+    found = []
+    for pointer, text in _templates(doc.data, ()):
+        if "${{" not in text:
+            continue
+        try:
+            parse_template(text)
+        except ExpressionError as exc:
+            found.append(Diagnostic(exc.code, exc.message, doc.locate_in_string(pointer, exc.offset), hint=exc.hint,
+                                    pointer="/".join(str(p) for p in pointer)))
+    return found
+
+
 def _step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
     """(pointer, kind, text, include_self, allow_output) for each expression site of a step."""
     if step.when is not None:

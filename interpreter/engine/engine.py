@@ -41,7 +41,7 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.engine import compensation, poison, recovery
+from sealflow.interpreter.engine import capability, compensation, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.execution import breakers
@@ -118,6 +118,9 @@ class Engine:
         self.notifier: Any = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled)
+        #: run id -> what this process lacks for the step it left unclaimed (engine.capability); drive reads it
+        self.left: dict[str, list[capability.Lack]] = {}
+        self._runs: dict[str, RunRecord] = {}  # run id -> its record as first read (digest, signer: immutable)
 
     # -- caches ------------------------------------------------------------------------------------
     def plan(self, digest: str) -> Plan:
@@ -126,6 +129,11 @@ class Engine:
             plan = Plan.from_json(self.store.get_plan(digest))
             self.remember(plan)
         return plan
+
+    def plan_step(self, digest: str, step_id: str) -> PlanStep | None:
+        """The step ``step_id`` of plan ``digest`` (None: the plan has no such step)."""
+        self.plan(digest)
+        return self._steps[digest].get(step_id)
 
     def remember(self, plan: Plan) -> None:
         if plan.digest and plan.digest not in self._plans:
@@ -161,6 +169,8 @@ class Engine:
                tenant: str | None = None) -> tuple[Message, ...]:
         """Process one step message; return the messages now due (to enqueue). A message must name
         the run's tenant ("" when it names none, which the claim refuses)."""
+        if self._leaves(run_id, step_id, attempt):
+            return ()
         slot_errors: list[StepError] = []
         began = time.monotonic()
         try:
@@ -189,6 +199,32 @@ class Engine:
         if self.telemetry is not None:  # a span per attempt, metrics and log context (service/telemetry)
             return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
         return self._run_attempt(x, refused, claimed.resumed)[1]
+
+    def _leaves(self, run_id: str, step_id: str, attempt: int) -> bool:
+        """Whether this process lacks what the step needs (:mod:`.capability`): then the message is left
+        unclaimed, nothing changed, for a process that has it (the outbox row is sent again)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            try:
+                run = self.store.get_run(run_id)
+            except NotFound:
+                return False  # the claim refuses it, audited
+            if len(self._runs) >= 4096:
+                self._runs.clear()
+            self._runs[run_id] = run
+        missing = capability.step_lacks(self, run, step_id)
+        if not missing:
+            if self.left:
+                self.left.pop(run_id, None)
+            return False
+        if self.left.get(run_id) != missing:
+            log.warning("left step %r (attempt %s) of run %s (%s v%s) for a process that can run it, nothing "
+                        "changed: %s", step_id, attempt, run_id, run.workflow, run.workflow_version,
+                        "; ".join(capability.describe_lack(*lack) for lack in missing))
+        if len(self.left) >= 4096:
+            self.left.clear()
+        self.left[run_id] = missing
+        return True
 
     def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
         outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))

@@ -39,9 +39,11 @@ class Secrets(Protocol):
 class Misconfigured:
     """Stands in for a model that cannot be built: every call fails with ``configuration``."""
 
-    def __init__(self, name: str, problem: str):
+    def __init__(self, name: str, problem: str, secret: str | None = None):
         self.name = f"misconfigured:{name}"
         self.problem = problem
+        #: the api_key secret this process does not hold (named, never its value), if that is the problem
+        self.secret = secret
 
     def complete(self, request: ModelRequest) -> ModelResult:
         raise StepError("configuration", self.problem)
@@ -79,7 +81,7 @@ def build_provider(model: ModelConfig, secrets: Secrets | Mapping[str, str] | No
     try:
         key = _key(model, secrets)
     except StepError as exc:
-        return Misconfigured(model.name, f"model {model.name!r} cannot be called: {exc.message}")
+        return Misconfigured(model.name, f"model {model.name!r} cannot be called: {exc.message}", model.api_key_secret)
     return ADAPTERS[model.provider](model, key)
 
 

@@ -17,7 +17,15 @@ from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.core.outcomes import Outcome
 from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.policy import access as acc
-from sealflow.interpreter.policy.approvals import ApprovalVoid, Refusal, acting_roles, deny, grant, may_decide
+from sealflow.interpreter.policy.approvals import (
+    ApprovalVoid,
+    Refusal,
+    acting_roles,
+    deny,
+    eligible_as,
+    grant,
+    may_decide,
+)
 from sealflow.interpreter.policy.authz import scoped_run
 from sealflow.interpreter.policy.operations import Operation
 from sealflow.interpreter.store.base import AuditEvent, Message, Store
@@ -105,4 +113,29 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "show_hash": data.get("show_hash"),
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
                     "due_at": att.due_at})
+    return out
+
+
+def withheld_from(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
+    """The open gates of ``tenant`` that ``principal`` is an approver of but may not decide, because it
+    started the run (or the run acts as it): separation of duties. ``approvals list`` explains them, so an
+    initiator who sees nothing knows why and whom to ask."""
+    try:
+        roles = desk.access.roles(tenant, principal)
+    except acc.AccessPolicyError:
+        return []
+    now = desk.clock.now()
+    out = []
+    for run in desk.store.list_runs(states=("waiting",), tenant=tenant, limit=limit):
+        if principal not in (run.initiator, run.acting):
+            continue
+        att = desk.store.active_attempt(run.id)
+        if att is None or att.state != "waiting" or "opened_at" not in att.data \
+                or not att.data.get("separation_of_duties", True) or (att.due_at is not None and att.due_at <= now):
+            continue
+        approvers = att.data.get("approvers") or ()
+        if eligible_as(principal, approvers, roles) is None:
+            continue
+        out.append({"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version,
+                    "step": att.step_id, "others": [a for a in approvers if a != principal]})
     return out

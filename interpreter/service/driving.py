@@ -7,6 +7,7 @@ import time
 from dramatiq.brokers.stub import StubBroker
 
 from sealflow.interpreter.core import states
+from sealflow.interpreter.service import readiness
 from sealflow.interpreter.service.status import RunStatus
 
 #: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
@@ -41,6 +42,8 @@ class Driving:
             run = self.store.get_run(run_id)
             if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
                 break
+            if run_id in self.engine.left and not report.redelivered:  # its step needs what this process lacks
+                break
             due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
             if stop_at is not None and time.monotonic() >= stop_at:
                 break
@@ -56,7 +59,7 @@ class Driving:
                 break
             idle_rounds += 1
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
-        return self.status(run_id)
+        return readiness.note_left(self, self.status(run_id))
 
     def _worked_elsewhere(self, run_id: str) -> bool:
         """Another process executes the run's step now (its attempt runs under another lease owner), or took

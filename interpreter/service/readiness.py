@@ -14,16 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.interpreter.engine.capability import (
+    HOW,
+    chain_of,
+    describe_lack,
+    lacks_of,
+    plan_lacks,
+    plan_needs,
+    secrets_missing,
+)
 from sealflow.interpreter.store.errors import InvalidOperation
 
-#: how to provide each kind of missing thing
-HOW = {
-    "action": "load the module that defines it: --actions MODULE, or name it under actions: in sealflow.yaml",
-    "model": "define it under models: in the runtime configuration (--config FILE, config: in sealflow.yaml, "
-             "or $SEALFLOW_CONFIG; docs/models.md)",
-    "trust": "pass the trust policy the run was signed for: --trust POLICY, trust: in sealflow.yaml, "
-             "or $SEALFLOW_TRUST (docs/trust.md)",
-}
+__all__ = ["HOW", "NotReady", "describe", "lacks", "plan_actions", "plan_models", "require_ready"]
 
 
 class NotReady(InvalidOperation):
@@ -32,57 +35,44 @@ class NotReady(InvalidOperation):
     def __init__(self, message: str, lacks: list[tuple[str, str]]):
         super().__init__(message)
         self.message = message
-        #: (kind, name or reason) pairs: ("action", "crm.update"), ("model", "gpt-x"), ("trust", reason)
+        #: (kind, name or reason) pairs: ("action", "crm.update"), ("model", "gpt-x"), ("secret", "crm_key"),
+        #: ("trust", reason)
         self.lacks = lacks
 
 
 def plan_actions(plan: Any) -> list[str]:
     """Every action name ``plan`` may call: action steps, compensations and agent tools, once each."""
-    names: dict[str, None] = {}
-    for step in plan.steps:
-        if step.action:
-            names[step.action] = None
-        if step.compensate is not None:
-            names[step.compensate.action] = None
-        if step.agent is not None:
-            names.update(dict.fromkeys(step.agent.tools))
-    return list(names)
+    return plan_needs(plan)[0]
 
 
 def plan_models(plan: Any) -> list[str]:
     """Every model name ``plan`` may call (ai and agent steps, their fallbacks), in order, once each."""
-    names: dict[str, None] = {}
-    for step in plan.steps:
-        for spec in (step.ai, step.agent):
-            if spec is not None:
-                names.update(dict.fromkeys((spec.model, *getattr(spec, "fallback", ()))))
-    return list(names)
-
+    return plan_needs(plan)[1]
 
 
 def lacks(runtime: Any, run: Any) -> list[tuple[str, str]]:
-    """What ``runtime`` lacks to execute the steps of ``run`` (empty: it can)."""
-    plan = runtime.engine.plan(run.plan_digest)
-    missing = [("action", name) for name in plan_actions(plan) if name not in runtime.registry]
-    missing += [("model", name) for name in plan_models(plan) if name not in runtime.providers]
-    gate = runtime.engine.trust_gate
-    # a gate with no policy cannot verify a signed run: a lack. A policy that refuses the run is a verdict, not
-    # a lack: the run fails at its next step (trustgate), as it must on every process.
-    if gate is not None and gate.policy is None:
-        reason = gate.refusal(run, runtime.store, runtime.clock.now())
-        if reason is not None:
-            missing.append(("trust", reason))
-    return missing
+    """What ``runtime`` lacks to execute the steps of ``run`` (empty: it can): actions, models, the secrets
+    they declare, a trust policy (:func:`sealflow.interpreter.engine.capability.plan_lacks`)."""
+    return plan_lacks(runtime.engine, run)
 
 
 def describe(run: Any, verb: str, missing: list[tuple[str, str]]) -> str:
     """The refusal: what this process lacks to continue ``run`` and how to provide each thing."""
     lines = [f"cannot {verb} run {run.id} ({run.workflow} v{run.workflow_version}) here: this process could not "
              "continue it, so nothing was changed"]
-    for kind, name in missing:
-        what = name if kind == "trust" else f"{kind} {name!r}"
-        lines.append(f"  missing {what}: {HOW[kind]}" if kind != "trust" else f"  {what}: {HOW[kind]}")
+    lines += [f"  {describe_lack(kind, name)}" for kind, name in missing]
     return "\n".join(lines)
+
+
+def note_left(runtime: Any, status: Any) -> Any:
+    """``status`` with what it waits for when this process left the run's next step for another that can run
+    it (:mod:`sealflow.interpreter.engine.capability`): ``{"kind": "process", "step", "lacks"}``."""
+    missing = runtime.engine.left.get(status.run.id)
+    if missing and status.waiting is None and status.run.state not in RUN_FINAL:
+        step = next((a.step_id for a in reversed(status.attempts) if a.state == "scheduled"), None)
+        status.waiting = {"kind": "process", "step": step, "lacks": [list(lack) for lack in missing],
+                          "how": [describe_lack(kind, name) for kind, name in missing]}
+    return status
 
 
 def executes_here(runtime: Any) -> bool:
@@ -102,6 +92,19 @@ def require_ready(runtime: Any, run_id: str, verb: str) -> None:
         raise NotReady(describe(run, verb, missing), missing)
 
 
+def require_ready_plan(runtime: Any, plan: Any) -> None:
+    """Before ``sealflow run`` creates a run it will execute here: :class:`NotReady` when this process lacks
+    an action, model or secret some step of ``plan`` needs (nothing is created)."""
+    if not executes_here(runtime):
+        return
+    services = runtime.engine.services
+    missing = lacks_of(*plan_needs(plan), services.registry, services.provider_for, services)
+    if missing:
+        lines = [f"cannot run {plan.name} v{plan.version} here: this process lacks what its steps need, so no run "
+                 "was created"]
+        raise NotReady("\n".join(lines + [f"  {describe_lack(kind, name)}" for kind, name in missing]), missing)
+
+
 def require_ready_all(runtime: Any, run_ids: list[str], visible: list[str], verb: str) -> None:
     """:func:`require_ready` for every run in ``run_ids`` (``recover`` drives them all); a run the caller may
     not read is named only as "a run in flight", with what is missing."""
@@ -119,3 +122,35 @@ def require_ready_all(runtime: Any, run_ids: list[str], visible: list[str], verb
         raise NotReady(f"cannot {verb} here: a run in flight that you may not read needs {names}, which this "
                        "process lacks, so nothing was changed; ask an operator to run `sealflow recover` or a "
                        "worker with them", missing)
+
+
+# -- readiness of the process: the secrets it needs -------------------------------------------------
+
+def missing_secrets(runtime: Any, *, files: bool = True) -> list[tuple[str, str]]:
+    """``(secret, where it is referenced)`` for every secret this process needs and cannot resolve: the
+    ``api_key`` of each model the runtime configuration defines, and each secret an action it loaded declares
+    (those it executes). Names only, never a value; empty when every one resolves. ``files=False`` leaves out
+    the paths of the configuration and the action modules (``/readyz`` answers anonymous callers)."""
+    from sealflow.interpreter.providers.config import parse_models
+
+    services = runtime.engine.services
+    source = f" in {runtime.config.source or 'the runtime configuration'}" if files else ""
+    refs: dict[str, list[str]] = {}
+    for name, model in parse_models(runtime.config.extra.get("models"), source=runtime.config.source).items():
+        if model.api_key_secret:
+            refs.setdefault(model.api_key_secret, []).append(f"api_key of model {name!r}{source}")
+    for name, act in services.registry.items():
+        code = getattr(act.fn, "__code__", None)
+        where = f" in {code.co_filename if code is not None else act.fn.__module__}" if files else ""
+        for secret in act.secrets:
+            refs.setdefault(secret, []).append(f"declared by action {name!r}{where}")
+    missing = set(secrets_missing(list(refs), chain_of(services))) if refs else set()
+    return [(secret, where) for secret, places in refs.items() if secret in missing for where in places]
+
+
+def describe_missing_secrets(missing: list[tuple[str, str]]) -> str:
+    """One line per missing secret: its name, where it is referenced, and how to provide it."""
+    from sealflow.interpreter.execution.secrets import env_name
+
+    return "\n".join(f"secret {secret!r} ({where}) is not set: set {env_name(secret)} or add the file {secret!r} "
+                     "to the secrets folder (secrets.dir, $SEALFLOW_SECRETS_DIR)" for secret, where in missing)

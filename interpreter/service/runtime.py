@@ -379,6 +379,10 @@ class Runtime(Repair, Driving):
         """The approval gates of ``tenant`` that ``principal`` may decide now (none unless it is a member)."""
         return approvals.waiting_for(self._desk(), principal, tenant)
 
+    def approvals_withheld(self, principal: str, tenant: str) -> list[dict]:
+        """The gates ``principal`` approves but may not decide: its own runs (separation of duties)."""
+        return approvals.withheld_from(self._desk(), principal, tenant)
+
     def _desk(self) -> approvals.Desk:
         return approvals.Desk(self.store, self.clock, self.access, self.engine.resolve, self.send)
 

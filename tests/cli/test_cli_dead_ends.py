@@ -248,3 +248,37 @@ def test_durations_print_one_way(seconds, shown):
 def test_a_waiting_gate_shows_its_due_time_as_a_duration(capsys, project):
     code, out, err = cli(capsys, "run", "hello-gated.v1.yaml", "--actions", "hello_actions.py")
     assert code == 3 and ("(due in 1h)" in out or "(due in 59m" in out), out
+
+
+def test_validate_reports_expression_syntax_beside_schema_errors_in_one_pass(capsys, project):
+    # Given a definition with a bad duration, an unknown field, and a template that is not an expression
+    (project / "broken.v1.yaml").write_text(
+        "sealflow: 1\nname: broken\nversion: 1\nowner: team:demo\nsteps:\n  - id: a\n    action: hello.greet\n"
+        "    with: {name: \"${{ input.name = 1 }}\"}\n    timeout: 5 minutes\n  - id: b\n    goto: nowhere\n")
+    # When it is validated
+    code, out, err = cli(capsys, "validate", "broken.v1.yaml")
+    # Then all three are reported at once, each located
+    assert code == 1
+    assert "broken.v1.yaml:8:34: error[X301]: '=' is not an operator" in out, out
+    assert "broken.v1.yaml:9:14: error[C409]" in out and "broken.v1.yaml:11:5: error[S202]" in out, out
+
+
+def test_an_unknown_run_points_at_the_list_of_runs(capsys, project):
+    code, out, err = cli(capsys, "status", "run_nope")
+    assert code == 2 and "no run 'run_nope' in this store; `sealflow runs list` lists the runs" in err, err
+
+
+def test_approvals_list_tells_the_initiator_why_their_own_gate_is_not_theirs_and_whom_to_ask(capsys, project):
+    # Given a run started by user:ann whose gate user:ann and user:ben may both approve
+    (project / "both.v1.yaml").write_text(DEFINITION.replace("name: hello-gated", "name: both").replace(
+        "approvers: [user:ben]", "approvers: [user:ann, user:ben]"))
+    code, out, err = cli(capsys, "run", "both.v1.yaml", "--actions", "hello_actions.py", "--as", "user:ann")
+    run_id = out.split()[1].rstrip(":")
+    # Then the hint of `run` names the approver who may answer, not the initiator
+    assert code == 3 and f"sealflow approve {run_id} --as user:ben" in out, out
+    # When user:ann lists the approvals waiting for her
+    code, out, err = cli(capsys, "approvals", "list", "--as", "user:ann")
+    # Then nothing is hers to decide, and it says why (separation of duties) and whom to ask
+    assert code == 0 and "nothing waits for user:ann" in out
+    assert f"{run_id}  both v1  at ask: not yours to decide, you started it (separation of duties" in out
+    assert out.rstrip().endswith("ask user:ben"), out

@@ -139,3 +139,19 @@ def test_approving_in_the_project_needs_no_flags(project, capsys):
     code, out, err = cli(capsys, "approve", run_id, "--as", "user:reviewer", "--json")
     # Then the project's actions continue the run
     assert code == 0 and json.loads(out)["state"] == "completed", (out, err)
+
+
+def test_the_scaffold_s_member_sees_and_redrives_the_project_s_dead_letters(project, capsys):
+    # Given a run of the project that fails (its action is called without the input it needs)
+    (project / "definitions" / "broken.v1.yaml").write_text(
+        "sealflow: 1\nname: broken\nversion: 1\nowner: team:ann\nsteps:\n"
+        "  - id: greet\n    action: hello.greet\n    with: {}\n    retry: {max_attempts: 1}\n")
+    code, out, err = cli(capsys, "run", "definitions/broken.v1.yaml", "--json")
+    assert code == 1, (out, err)
+    run_id = json.loads(out)["run_id"]
+    # When its initiator, the scaffold's member, lists and shows dead letters with no flags
+    code, out, err = cli(capsys, "dlq", "list")
+    # Then the run is there (not an empty list that hides it), and shows
+    assert code == 0 and run_id in out, (out, err)
+    code, out, err = cli(capsys, "dlq", "show", run_id)
+    assert code == 0 and out.startswith(f"dead letter {run_id}"), (out, err)

@@ -65,8 +65,17 @@ def test_keygen_refuses_when_only_the_public_key_exists_and_writes_nothing(capsy
     assert code == 1 and not Path(f"{tmp_path / 'k'}.pem").exists()
 
 
-def test_keygen_into_a_missing_folder_is_a_usage_error(capsys, tmp_path):
-    assert run(capsys, "keygen", "--out", tmp_path / "no" / "k")[0] == 2
+def test_keygen_into_a_missing_folder_is_a_usage_error_saying_how_to_make_it(capsys, tmp_path):
+    code, _, err = run(capsys, "keygen", "--out", tmp_path / "no" / "k")
+    assert code == 2 and f"mkdir -p {tmp_path / 'no'}" in err, err
+
+
+def test_keygen_into_a_missing_folder_inside_a_git_work_tree_is_refused_as_inside_it(capsys, tmp_path):
+    # Given a git work tree without a keys/ folder
+    (tmp_path / ".git").mkdir()
+    # When a key is asked for under keys/, Then it is refused for being in the tree, not for the missing folder
+    code, _, err = run(capsys, "keygen", "--out", tmp_path / "keys" / "ops")
+    assert code == 1 and "inside the git work tree" in err and "no such folder" not in err, err
 
 
 # ---------------------------------------------------------------- sign --key and verify, end to end

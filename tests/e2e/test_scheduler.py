@@ -70,3 +70,24 @@ def test_given_a_due_slot_when_the_scheduler_fires_once_in_text_then_it_says_wha
     main(["scheduler", str(DEFINITIONS / "weekly-report.v1.yaml"), "--once", "--at", SLOT_TIME])
     out = capsys.readouterr().out
     assert "weekly-report v1 slot 2026-11-30T" in out and ": submitted run run_" in out, out
+
+
+def test_given_an_unsigned_draft_beside_a_signed_schedule_when_fired_under_trust_then_the_draft_is_ignored(
+        capsys, tmp_path):
+    # Given a folder holding the signed weekly-report and an unsigned definition with no schedule, and a policy
+    import shutil
+
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    shutil.copy(DEFINITIONS / "weekly-report.v1.yaml", folder)
+    shutil.copy(DEFINITIONS / "lead-qualification.v1.yaml", folder)
+    assert main(["keygen", "--out", str(tmp_path / "ops")]) == 0
+    assert main(["sign", str(folder / "weekly-report.v1.yaml"), "--key", str(tmp_path / "ops.pem")]) == 0
+    (tmp_path / "trust.yaml").write_text(f"keys:\n  - id: ops\n    public_key: {tmp_path / 'ops.pub.pem'}\n")
+    capsys.readouterr()
+    # When the scheduler fires once under the trust policy, at a time nothing is due
+    code = main(["scheduler", str(folder), "--once", "--at", "2026-12-03T12:00:00+00:00", "--trust",
+                 str(tmp_path / "trust.yaml")])
+    out, err = capsys.readouterr()
+    # Then the unscheduled draft is neither verified nor refused: it says nothing was due
+    assert code == 0 and "nothing was due" in out and "unsigned" not in err, out + err

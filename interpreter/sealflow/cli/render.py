@@ -122,13 +122,19 @@ def print_outcome(status) -> None:
         flags = f" {flags}" if flags else ""
         if w.get("kind") == "approval":
             approvers = w.get("approvers") or []
-            users = [a for a in approvers if not str(a).startswith("role:")]
-            who = users[0] if len(approvers) == 1 and users else "PRINCIPAL"
+            others = [a for a in approvers if a != run.initiator]  # nobody approves their own run
+            who = others[0] if len(others) == 1 and not str(others[0]).startswith("role:") else "PRINCIPAL"
             click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
                        f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
         elif w.get("kind") == "rate_limit":
             click.echo(f"{w.get('reason')} (step {w['step']}); `sealflow recover{flags}` drives it on when due")
+        elif w.get("kind") == "process":
+            click.echo(f"waiting at {w['step']} for a process that can run it; this one lacks what it needs, so it "
+                       "left the step as it was:")
+            for line in w.get("how") or ():
+                click.echo(f"  {line}")
+            click.echo(f"provide it, then `sealflow recover{flags}` runs the step (or a worker that has it does)")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     if run.state == "completed":

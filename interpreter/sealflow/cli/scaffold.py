@@ -48,12 +48,13 @@ def greet(ctx, name: str) -> dict:
 '''
 
 ACCESS = """\
-# Who may do what (docs/security.md). {principal} is a member, so the scaffold runs at once;
-# user:reviewer decides approvals (nobody approves their own run).
+# Who may do what (docs/security.md). {principal} is a member, so the scaffold runs at once, and may read
+# and redrive the project's dead letters (dlq list/show/redrive); user:reviewer decides approvals (nobody
+# approves their own run).
 tenants:
   default:
     roles:
-      developer: ["runs:read", "audit:read"]
+      developer: ["runs:read", "audit:read", "dlq:read", "dlq:redrive"]
       reviewer: ["runs:read"]
     members:
       {principal}: [developer]

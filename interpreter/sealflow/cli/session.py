@@ -274,7 +274,8 @@ def model_calls(config, record: str | None, replay: str | None):
 
 def no_run(run_id: str):
     """Exit 2 with the one answer for a run that is unknown *or* that the caller may not see."""
-    fail_usage(f"no run {run_id!r} in this store; list dead letters with `sealflow dlq list`")
+    fail_usage(f"no run {run_id!r} in this store; `sealflow runs list` lists the runs you may see (a run of another "
+               "store: --store URL, or run the command in its project's folder)")
 
 
 def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = None):
@@ -312,6 +313,9 @@ def load_trust_policy(trust: str):
     from sealflow.dsl.errors import DefinitionError
     from sealflow.dsl.trust import load_policy
 
+    if not os.path.exists(trust):
+        fail_usage(f"the trust policy {trust} does not exist; fix the path that names it (--trust, $SEALFLOW_TRUST "
+                   "or trust: in sealflow.yaml), or write the policy (docs/trust.md)")
     try:
         return load_policy(trust)
     except DefinitionError as exc:

@@ -153,9 +153,17 @@ def test_wait_until_accepts_epoch_seconds_and_iso_timestamps(runtime, clock):
     assert status.error[0] == "invalid_request" and "ISO-8601" in status.error[1]
 
 
-def test_an_unknown_action_fails_with_configuration(runtime):
+def test_an_unknown_action_is_left_for_a_process_that_has_it_not_failed(runtime, registry):
+    # Given a step whose action this process has not loaded, When the run is driven here
     status = runtime.run(make_plan(S("x", "action", action="t.missing")), {}, initiator="u")
-    assert status.error[0] == "configuration" and "--actions" in status.error[1]
+    # Then the step is left as it was (engine/capability.py): no attempt used, no failure, what is missing named
+    assert status.state == "queued" and status.error == (None, None)
+    assert [(a.step_id, a.state) for a in status.attempts] == [("x", "scheduled")]
+    assert status.waiting["lacks"] == [["action", "t.missing"]] and "--actions MODULE" in status.waiting["how"][0]
+    # And once the action is there, its message sent again runs it
+    action("t.missing", registry=registry)(lambda ctx: {"ok": True})
+    runtime.clock.advance(runtime.redeliver_after + 1)
+    assert runtime.drive(status.run.id).state == "completed"
 
 
 def test_an_expression_error_fails_the_step_as_invalid_request(runtime, effects):

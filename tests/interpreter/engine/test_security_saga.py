@@ -140,11 +140,20 @@ def test_a_compensation_that_fails_for_good_quarantines_the_run_with_the_reason(
         runtime.dlq_redrive(status.run.id)
 
 
-def test_a_missing_compensate_action_quarantines(runtime, world):
+def test_a_compensate_action_this_process_lacks_is_left_for_one_that_has_it(runtime, world, registry):
+    # Given a step to undo whose compensate action this process has not loaded, and a later step that fails
     plan = make_plan(S("reserve", "action", action="t.make", args={"name": "reserve"},
                        compensate=undo("reserve", "t.nowhere")), S("pay", "action", action="t.fail"))
+    # When the run fails and compensates here
     status = runtime.run(plan, {}, initiator="user:ana")
-    assert status.state == "quarantined" and "unknown compensate action 't.nowhere'" in status.error[1]
+    # Then the undo step is left as it was (engine/capability.py), naming the action, not quarantined
+    assert status.state == "compensating" and status.waiting["lacks"] == [["action", "t.nowhere"]]
+    assert status.waiting["step"] == "reserve@compensate" and runtime.store.dead_letters() == []
+    # And once the action is there, the compensation runs and the run ends
+    undone = []
+    action("t.nowhere", registry=registry)(lambda ctx, **kw: undone.append(kw) or {"undone": True})
+    runtime.clock.advance(runtime.redeliver_after + 1)
+    assert runtime.drive(status.run.id).state not in ("compensating", "quarantined") and len(undone) == 1
 
 
 # -- durable across a crash -------------------------------------------------------------------------

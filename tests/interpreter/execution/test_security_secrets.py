@@ -1,4 +1,5 @@
-"""Secrets: resolved at execution time from env, then files (or a provider of yours); a missing one is a
+"""Secrets: resolved at execution time from env, then files (or a provider of yours); a step whose secret this
+process lacks is left for a process that holds it (engine/capability.py), one gone at execution is a
 `configuration` failure naming it; a value never reaches a log record, an error message, the audit or the file."""
 
 from __future__ import annotations
@@ -85,14 +86,40 @@ def test_a_secret_provider_of_your_own_joins_the_chain(runtime, seen):
     assert seen["value"] == "from-the-vault-000"
 
 
-def test_a_missing_secret_fails_the_step_with_configuration_naming_it(runtime, seen):
-    # Given no provider holds the secret, and a retry policy
+def test_a_missing_secret_leaves_the_step_unclaimed_naming_it_until_a_process_holds_it(runtime, seen, monkeypatch):
+    # Given no provider of this process holds the secret the step's action declares
     plan = make_plan(S("sync", "action", action="crm.sync", retry=retry("timeout", max_attempts=3)))
-    # When the step runs
+    # When the run is driven here
     status = runtime.run(plan, {}, initiator="user:ana")
+    # Then the step is left as it was (no attempt consumed, no dead letter), naming the secret and how to set it
+    assert status.state == "queued" and status.error == (None, None) and "value" not in seen
+    assert [a.state for a in status.attempts] == ["scheduled"] and runtime.store.dead_letters() == []
+    assert status.waiting["kind"] == "process" and status.waiting["lacks"] == [["secret", "crm_api_key"]]
+    assert "SEALFLOW_SECRET_CRM_API_KEY" in status.waiting["how"][0]
+    # And once the secret is there, the same step runs when its message is sent again, and the run completes
+    monkeypatch.setenv("SEALFLOW_SECRET_CRM_API_KEY", SECRET)
+    runtime.clock.advance(runtime.redeliver_after + 1)
+    assert runtime.drive(status.run.id).state == "completed" and seen["value"] == SECRET
+
+
+def test_a_secret_gone_between_the_check_and_the_attempt_fails_the_step_with_configuration(runtime, seen):
+    # Given a provider that holds the secret when asked first, and not when the action runs
+    class Flaky:
+        asked = 0
+
+        def get(self, name):
+            Flaky.asked += 1
+            return SECRET if Flaky.asked == 1 else None
+
+        def describe(self):
+            return "a vault that forgets"
+
+    runtime.engine.services.secret_chain = SecretChain([Flaky()])
+    # When the step runs
+    status = runtime.run(make_plan(S("sync", "action", action="crm.sync")), {}, initiator="user:ana")
     # Then it fails with configuration (not retried), naming the secret and where it was looked for
     assert status.error[0] == "configuration" and "secret 'crm_api_key' is not configured" in status.error[1]
-    assert "SEALFLOW_SECRET_CRM_API_KEY" in status.error[1] and len(status.attempts) == 1
+    assert "a vault that forgets" in status.error[1] and len(status.attempts) == 1
     assert "value" not in seen
 
 

@@ -143,12 +143,19 @@ def test_given_a_forged_version_refused_when_the_genuine_same_version_arrives_th
     assert record.active and record.refused is None and record.signer == f"key:{world.genuine.fingerprint}"
 
 
-def test_given_a_worker_without_a_policy_when_a_signed_run_arrives_then_it_cannot_verify_and_refuses(world):
+def test_given_a_worker_without_a_policy_when_a_signed_run_arrives_then_it_leaves_it_for_one_with_a_policy(world):
+    # Given a worker with no trust policy, When a signed run arrives
     world.rt.engine.trust_gate = TrustGate()
     run_id = submit(world.rt, world.genuine, version=1, to="acme")
     status = world.rt.drive(run_id)
-    assert status.state == "failed" and world.paid == []
-    assert "no trust policy to verify" in world.rt.store.get_run(run_id).error_message
+    # Then it cannot verify it, so it leaves the step as it was (engine/capability.py): nothing paid, not failed
+    assert status.state == "queued" and world.paid == [] and status.error == (None, None)
+    [(kind, reason)] = status.waiting["lacks"]
+    assert kind == "trust" and "no trust policy to verify" in reason
+    # And a worker with the policy verifies and executes it
+    world.rt.engine.trust_gate = TrustGate(policy=world.genuine.policy, actor=world.rt.engine.actor)
+    world.rt.clock.advance(world.rt.redeliver_after + 1)
+    assert world.rt.drive(run_id).state == "completed" and world.paid == ["acme"]
 
 
 def test_given_a_run_recorded_without_its_source_when_executed_then_refused_with_what_to_do(world):

@@ -66,3 +66,26 @@ def test_the_actions_of_a_plan_include_compensations_and_agent_tools():
     plan = make_plan(S("a", "action", action="x.do", compensate={"action": "x.undo", "timeout_ms": 1000,
                                                                   "retry": {"max_attempts": 1}}))
     assert plan_actions(plan) == ["x.do", "x.undo"]
+
+
+def test_a_step_whose_model_key_is_missing_here_is_left_and_readiness_names_the_secret(tmp_path, clock, monkeypatch):
+    # Given a runtime whose configuration names model "gpt" with an API key secret this process does not hold
+    from sealflow.interpreter.service.config import RuntimeConfig
+    from sealflow.interpreter.service.readiness import missing_secrets
+
+    monkeypatch.delenv("SEALFLOW_SECRET_RDY_KEY", raising=False)
+    config = RuntimeConfig.from_dict({"models": {"gpt": {"provider": "openai", "model": "gpt-4o-mini",
+                                                         "api_key": {"secret": "RDY_KEY"}}}}, source="rt.yaml")
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/k.db"), Registry(), None, clock=clock, config=config,
+                 worker_timeout_ms=20)
+    try:
+        # Then readiness names the secret and where it is referenced
+        assert missing_secrets(rt) == [("RDY_KEY", "api_key of model 'gpt' in rt.yaml")]
+        # And When a run calls that model here, Then its step is left as it was, naming the secret
+        status = rt.run(make_plan(S("think", "ai", ai=AiPlan(model="gpt", prompt_template="hi"))), {},
+                        initiator="user:ana")
+        assert status.state == "queued" and [a.state for a in status.attempts] == ["scheduled"]
+        assert status.waiting["lacks"] == [["secret", "RDY_KEY"]] and rt.store.dead_letters() == []
+    finally:
+        rt.close()
+        rt.store.close()

@@ -239,10 +239,13 @@ def test_a_tool_error_is_fed_back_to_the_model_and_not_retried(runtime, provider
         "error:unavailable"
 
 
-def test_an_allow_listed_tool_that_is_not_registered_is_a_configuration_error(runtime, providers, world):
+def test_an_allow_listed_tool_this_process_lacks_leaves_the_step_before_any_model_call(runtime, providers, world):
+    # Given an agent step allowed a tool this process has not loaded, When it is driven here
     providers["m"] = model = ScriptedAgent({"answer": "x"})
     status = run_plan(runtime, agent_step(tools=("kb.search", "kb.missing")))
-    assert status.error[0] == "configuration" and "kb.missing" in status.error[1] and model.requests == []
+    # Then the step is left for a process that has the tool (engine/capability.py): no model call, no failure
+    assert status.error == (None, None) and status.waiting["lacks"] == [["action", "kb.missing"]]
+    assert model.requests == []
 
 
 # --- budgets -----------------------------------------------------------------------------------

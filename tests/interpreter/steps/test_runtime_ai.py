@@ -91,14 +91,19 @@ def test_an_unknown_model_is_refused_at_submit_and_nothing_is_created(runtime):
     assert runtime.store.active_runs() == []
 
 
-def test_a_model_gone_from_the_executing_process_is_a_configuration_error(runtime, providers):
+def test_a_model_gone_from_the_executing_process_leaves_the_step_for_one_that_serves_it(runtime, providers):
     # Given a run submitted while the model was served, then the model removed from this process
     providers["m1"] = FakeProvider({"classification": "low"})
     run_id = runtime.submit(make_plan(ai_step(model="m1")), {"lead": "x"}, initiator="u")
     del providers["m1"]
-    # When it is driven, then the step fails with configuration, naming the model
+    # When it is driven, then the step is left as it was (engine/capability.py), naming the model
     status = runtime.drive(run_id)
-    assert status.error[0] == "configuration" and "m1" in status.error[1]
+    assert status.error == (None, None) and status.waiting["lacks"] == [["model", "m1"]]
+    assert [a.state for a in status.attempts] == ["scheduled"]
+    # And once the model is served again, the step runs when its message is sent again
+    providers["m1"] = FakeProvider({"classification": "low"})
+    runtime.clock.advance(runtime.redeliver_after + 1)
+    assert runtime.drive(run_id).state == "completed"
 
 
 def test_the_token_budget_stops_the_run(runtime, providers):

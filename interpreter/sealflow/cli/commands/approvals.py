@@ -34,7 +34,12 @@ def approvals_list(principal, tenant, access_path, store_url, as_json):
     principal = principal or check_principal(None, None, default_principal())
     with open_runtime(store_url, access=access_path) as rt:
         waiting = rt.approvals_waiting(principal, tenant)
+        withheld = [] if as_json else rt.approvals_withheld(principal, tenant)
     render.print_approvals(waiting, principal, tenant, as_json)
+    for w in withheld:  # why the initiator's own gates are not listed, and whom to ask
+        ask = f"; ask {', '.join(w['others'])}" if w["others"] else ""
+        click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}: not yours to decide, you started "
+                   f"it (separation of duties: nobody approves their own run){ask}")
 
 
 def register(group: click.Group) -> None:

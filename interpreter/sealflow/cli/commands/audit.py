@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from sealflow.cli import render
+from sealflow.cli.completion import run_ids
 from sealflow.cli.exits import fail, fail_usage, refuse
 from sealflow.cli.options import access_option, any_tenant_option, as_option, json_option, on_a_store, store_option
 from sealflow.cli.session import load_access, no_run, open_runtime, open_store
@@ -32,6 +33,10 @@ class _AuditGroup(click.Group):
             args = ["show", *args]
         return super().parse_args(ctx, args)
 
+    def shell_complete(self, ctx, incomplete):
+        """`audit <TAB>`: its commands and the newest run ids (`audit RUN` is `audit show RUN`)."""
+        return super().shell_complete(ctx, incomplete) + run_ids(ctx, None, incomplete)
+
 
 @click.group(cls=_AuditGroup)
 def audit():
@@ -40,7 +45,7 @@ def audit():
 
 
 @audit.command("show")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store()
 def show(run_id, store_url, principal, tenant, access_path, as_json):
     """Print a run's audit trail, oldest first (needs audit:read in the run's tenant)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from sealflow.cli import render
+from sealflow.cli.completion import run_ids
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import on_a_store
 from sealflow.cli.session import act_then_drive, no_run, open_runtime
@@ -24,7 +25,7 @@ def dlq_list(store_url, principal, tenant, access_path, as_json):
 
 
 @dlq.command("show")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store()
 def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
     """Show a dead-lettered run: why, its failed attempts, recent audit events (--json: all of it, as JSON)."""
@@ -41,7 +42,7 @@ def dlq_show(run_id, store_url, principal, tenant, access_path, as_json):
 
 
 @dlq.command("redrive")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store(actions=True)
 def dlq_redrive(run_id, actions, store_url, principal, tenant, access_path, as_json):
     """Rerun a dead-lettered run from its failed step, on its original plan."""

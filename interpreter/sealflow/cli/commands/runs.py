@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from sealflow.cli import definition_files, render
+from sealflow.cli.completion import run_ids
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
 from sealflow.cli.session import (
@@ -82,6 +83,16 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
         refuse(exc)
 
 
+def _ready(rt, plan) -> None:
+    """Refuse (exit 1, nothing created) a run this process would execute but lacks a secret, model or action for."""
+    from sealflow.interpreter.service.readiness import NotReady, require_ready_plan
+
+    try:
+        require_ready_plan(rt, plan)
+    except NotReady as exc:
+        refuse(exc)
+
+
 def _load(file, actions, trust, bundle):
     import_actions(actions, demo=True)
     return definition_files.load(file, with_demo(project_actions(actions)), trust=trust_path(trust), bundle=bundle)
@@ -111,6 +122,8 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
     loaded = _load(file, actions, trust, bundle)
     plan = loaded.plan
     with open_runtime(store_url, actions, access=access_path, trust=trust, record=record, replay=replay) as rt:
+        if not detach:
+            _ready(rt, plan)
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
                          pin_version=pin_version)
         if detach:
@@ -142,7 +155,7 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store(click.option("--watch", is_flag=True, help="Drive the run on and show its progress live until it ends "
                          "or waits for a human."), actions=True)
 def status(run_id, actions, store_url, principal, tenant, access_path, watch, as_json):
@@ -158,7 +171,7 @@ def status(run_id, actions, store_url, principal, tenant, access_path, watch, as
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--step", "step_id", metavar="STEP", help="The approval step (default: the one waiting).")
 @click.option("--comment", help="Why you approve (recorded in the audit trail).")
 @on_a_store(actions=True)
@@ -170,7 +183,7 @@ def approve(run_id, step_id, comment, actions, store_url, principal, tenant, acc
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--step", "step_id", metavar="STEP")
 @click.option("--reason", required=True, help="Why (required; recorded in the audit trail).")
 @on_a_store(actions=True)
@@ -182,7 +195,7 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--reason", default="")
 @on_a_store(actions=True)
 def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):

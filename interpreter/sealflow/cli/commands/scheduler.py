@@ -29,9 +29,28 @@ def _parse_at(value: str | None) -> dt.datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
+def _may_be_scheduled(path) -> bool:
+    """Whether the file may declare a ``trigger.schedule``: an unscheduled definition beside the scheduled ones
+    (an unsigned draft, say) is not loaded, so it is neither verified nor a reason to refuse. A file that is not
+    plain YAML is loaded anyway, to report its error."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError, ValueError):
+        return True
+    if not isinstance(doc, dict):
+        return True
+    trigger = doc.get("trigger")
+    return trigger is not None and (not isinstance(trigger, dict) or "schedule" in trigger)
+
+
 def _load(paths, actions, trust):
     plans = []
     for path in expand_paths(paths):
+        if not _may_be_scheduled(path):
+            continue
         loaded = definition_files.load(str(path), with_demo(actions), trust=trust)
         schedule = loaded.plan.trigger.schedule if loaded.plan.trigger else None
         if schedule:

@@ -64,7 +64,7 @@ def keygen(prefix, force):
     from sealflow.dsl.trust import signing
 
     private, public = Path(prefix + ".pem"), Path(prefix + ".pub.pem")
-    tree = _work_tree(private.parent) if private.parent.is_dir() else None
+    tree = _work_tree(private.parent)  # also for a folder still to be made: the key would land in the tree
     if tree is not None and not force:
         refuse(f"{private} is inside the git work tree {tree}: a private key there is one `git add` away from "
                "being published",
@@ -74,7 +74,8 @@ def keygen(prefix, force):
         if p.exists() or p.is_symlink():
             fail(f"{p} already exists; refusing to overwrite a key (choose another --out PREFIX)")
     if not private.parent.is_dir():
-        fail_usage(f"{private.parent}: no such folder")
+        fail_usage(f"{private.parent}: no such folder; make it first (mkdir -p {private.parent}) or choose another "
+                   "--out PREFIX")
     key = signing.generate_key()
     try:
         fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

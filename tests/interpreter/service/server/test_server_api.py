@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from fastapi.testclient import TestClient
+
+from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.service.server.app import create_app
 from sealflow.interpreter.service.server.problems import TYPE_PREFIX
 
 
@@ -169,3 +173,19 @@ def test_health_readiness_and_the_openapi_document_need_no_credential(client):
     doc = client.get("/openapi.json").json()
     assert {"/v1/runs", "/v1/runs/{run_id}", "/v1/approvals/{run_id}/{step_id}", "/v1/dlq/{run_id}/redrive"} <= set(
         doc["paths"])
+
+
+def test_readiness_fails_naming_a_secret_an_action_needs_never_its_value(rt, known, settings, registry, monkeypatch):
+    # Given an action of this server that declares a secret no provider holds
+    monkeypatch.delenv("SEALFLOW_SECRET_CRM_TOKEN", raising=False)
+    action("t.crm", registry=registry, secrets=["crm_token"])(lambda ctx: {})
+    with TestClient(create_app(settings, rt), raise_server_exceptions=False) as client:
+        # When /readyz is asked, Then it is a 503 naming the secret, where it is declared and how to set it
+        problem = problem_of(client.get("/readyz"), "not-ready", 503)
+        assert "secret 'crm_token' (declared by action 't.crm') is not set" in problem["detail"]
+        assert ".py" not in problem["detail"]  # no file path of the server for an anonymous caller
+        assert "SEALFLOW_SECRET_CRM_TOKEN" in problem["detail"]
+        # And once the secret is set, the server is ready, and its value appears nowhere in the answer
+        monkeypatch.setenv("SEALFLOW_SECRET_CRM_TOKEN", "tok-9f8e7d6c5b4a")
+        answer = client.get("/readyz")
+        assert answer.json() == {"status": "ready"} and "tok-9f8e7d6c5b4a" not in answer.text

@@ -1,0 +1,150 @@
+"""What this process lacks to execute a step: an action module, a model, a secret or a trust policy.
+
+A process picks up work it did not submit: the sweep of ``sealflow run`` of workflow A hands it the step of
+run B whose lease expired, a ``sealflow worker`` takes whatever message the broker holds, the step actor
+carries a run on to its next step. A process without what that step needs (B's action module, the model it
+calls, a secret its action declares, the trust policy that verifies its signature) used to claim it anyway:
+the attempt failed with ``configuration`` and the run was dead-lettered, although another process could
+have run it.
+
+The engine asks :func:`step_lacks` *before* claiming (:meth:`~sealflow.interpreter.engine.engine.Engine.handle`)
+and leaves such a step alone: nothing changes (no attempt consumed, no lease, no dead letter). Its outbox row
+stays sent, so the sweeper of any process sends it again after ``redeliver_after`` and a fresh embedded process
+sends it at start: a process that has what the step needs claims it then. :func:`plan_lacks` is the same
+question for every step of a run (an operator's act that would continue it: service/readiness.py).
+
+A verdict is not a lack: a trust policy that refuses the run, an unsigned run on a worker that executes only
+signed ones, fail the step here as on every process (:mod:`sealflow.interpreter.policy.trustgate`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sealflow.interpreter.core.ids import StepRef
+from sealflow.interpreter.execution.secrets import SecretChain, env_name
+from sealflow.interpreter.providers.loader import Misconfigured
+
+#: (kind, name): ("action", "crm.update"), ("model", "gpt-x"), ("secret", "crm_api_key"), ("trust", why)
+Lack = tuple[str, str]
+
+#: how to provide each kind of missing thing
+HOW = {
+    "action": "load the module that defines it: --actions MODULE, or name it under actions: in sealflow.yaml",
+    "model": "define it under models: in the runtime configuration (--config FILE, config: in sealflow.yaml, "
+             "or $SEALFLOW_CONFIG; docs/models.md)",
+    "secret": "set the environment variable {env}, or put a file named {name!r} in the secrets folder "
+              "(secrets.dir in the runtime configuration, or $SEALFLOW_SECRETS_DIR; docs/security.md)",
+    "trust": "pass the trust policy the run was signed for: --trust POLICY, trust: in sealflow.yaml, "
+             "or $SEALFLOW_TRUST (docs/trust.md)",
+}
+
+
+def step_needs(step: Any, role: StepRef) -> tuple[list[str], list[str]]:
+    """The action names and model names one attempt of ``step`` in ``role`` may call (a gate calls none)."""
+    if role.is_gate:
+        return [], []
+    if role.is_compensation:
+        return ([step.compensate.action] if step.compensate is not None else []), []
+    actions: list[str] = [step.action] if step.action else []
+    models: list[str] = []
+    for spec in (step.ai, step.agent):
+        if spec is not None:
+            models += [spec.model, *getattr(spec, "fallback", ())]
+    if step.agent is not None:
+        actions += list(step.agent.tools)
+    return actions, models
+
+
+def secrets_missing(names: Any, chain: SecretChain) -> list[str]:
+    missing = []
+    for name in names:
+        try:
+            found = any(provider.get(name) is not None for provider in chain.providers)
+        except Exception:  # noqa: BLE001 - a secret file that cannot be read is not held either
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def lacks_of(actions: list[str], models: list[str], registry: Any, provider_for: Any, services: Any) -> list[Lack]:
+    """What of ``actions`` (with the secrets they declare) and ``models`` (with their api_key secret) this
+    process lacks; ``services`` gives the secret chain, built only when an action declares a secret."""
+    missing: dict[Lack, None] = {}
+    for name in actions:
+        act = registry.get(name)
+        if act is None:
+            missing[("action", name)] = None
+        elif getattr(act, "secrets", ()):
+            missing.update(dict.fromkeys(("secret", s) for s in secrets_missing(act.secrets, chain_of(services))))
+    for name in models:
+        try:
+            provider = provider_for(name)
+        except Exception:  # noqa: BLE001 - an unknown model: the lookup raises StepError("configuration")
+            missing[("model", name)] = None
+            continue
+        if isinstance(provider, Misconfigured):  # configured, but its api_key secret is not held here
+            missing[("secret", provider.secret) if provider.secret else ("model", name)] = None
+    return list(missing)
+
+
+def trust_lack(gate: Any, run: Any) -> Lack | None:
+    """A gate without a policy cannot verify a signed run: a lack (a process with the policy can). Any other
+    refusal is the gate's verdict, not a lack."""
+    if gate is None or gate.policy is not None or gate.allow_unsigned:
+        return None
+    if (getattr(run, "signer", None) or "unsigned") == "unsigned":
+        return None
+    reason = gate.refusal(run)
+    return None if reason is None else ("trust", reason)
+
+
+def chain_of(services: Any) -> SecretChain:
+    from sealflow.interpreter.execution.secrets import chain_for
+
+    return getattr(services, "secret_chain", None) or chain_for(getattr(services, "config", None))
+
+
+def step_lacks(engine: Any, run: Any, step_id: str) -> list[Lack]:
+    """What ``engine``'s process lacks to execute the attempt ``step_id`` of ``run`` (empty: it can)."""
+    ref = StepRef.parse(step_id)
+    step = engine.plan_step(run.plan_digest, ref.step)
+    if step is None:
+        return []  # not a step of the plan: the claim refuses the message, as before
+    services = engine.services
+    actions, models = step_needs(step, ref)
+    missing = lacks_of(actions, models, services.registry, services.provider_for, services) \
+        if actions or models else []
+    trust = trust_lack(engine.trust_gate, run)
+    return missing + [trust] if trust is not None else missing
+
+
+def plan_needs(plan: Any) -> tuple[list[str], list[str]]:
+    """Every action name and model name ``plan`` may call (steps, compensations, agent tools, fallbacks), in
+    order, once each."""
+    actions: list[str] = []
+    models: list[str] = []
+    for step in plan.steps:
+        for role in (StepRef(step.id), StepRef.compensate(step.id)):
+            a, m = step_needs(step, role)
+            actions += a
+            models += m
+    return list(dict.fromkeys(actions)), list(dict.fromkeys(models))
+
+
+def plan_lacks(engine: Any, run: Any) -> list[Lack]:
+    """What ``engine``'s process lacks to execute every step ``run``'s plan may run (empty: it can)."""
+    actions, models = plan_needs(engine.plan(run.plan_digest))
+    services = engine.services
+    missing = lacks_of(actions, models, services.registry, services.provider_for, services)
+    trust = trust_lack(engine.trust_gate, run)
+    return missing + [trust] if trust is not None else missing
+
+
+def describe_lack(kind: str, name: str) -> str:
+    """One line: what is missing and how to provide it."""
+    if kind == "trust":
+        return f"{name}: {HOW[kind]}"
+    how = HOW[kind].format(env=env_name(name), name=name) if kind == "secret" else HOW[kind]
+    return f"missing {kind} {name!r}: {how}"
