@@ -15,6 +15,7 @@ from typing import Any
 
 from sealflow.dsl import graph
 from sealflow.dsl.codes import CODES
+from sealflow.dsl.compile_fanout import all_model_steps
 from sealflow.dsl.durations import MINUTE
 from sealflow.dsl.errors import Diagnostic, Location, Severity
 from sealflow.dsl.expressions import ExpressionError, compile_cached
@@ -155,6 +156,44 @@ def check_lock_across_wait(ctx: Context) -> Iterator[Finding]:
                    "take the lock in the step after the approval or wait, not around it")
 
 
+def _uses_item(text: str) -> bool:
+    try:
+        parts = parse_template(text).expressions()
+    except ExpressionError:
+        return False
+    return any(ref.root in ("item", "index") for expr, _ in parts for ref in expr.references())
+
+
+def check_map_idempotency(ctx: Context) -> Iterator[Finding]:
+    for p, s in all_model_steps(ctx.d.steps):
+        if s.map is None:
+            continue
+        for q, sub in all_model_steps(s.map.steps, p + ("map",)):
+            if ctx.effect(sub.action) != "irreversible":
+                continue
+            if sub.idempotency_key is None or not _uses_item(sub.idempotency_key):
+                at = q + ("idempotency_key",) if sub.idempotency_key is not None else q + ("action",)
+                yield ("L508", at, f"irreversible action {sub.action!r} of step {sub.id!r} runs once per item of map "
+                       f"{s.id!r}, but its idempotency_key does not use index or item: every item would share one "
+                       "key, so the first item's effect would be replayed for all the others",
+                       'make the key per item: "${{ run.id }}:' + sub.id + ':${{ index }}"')
+
+
+def check_map_over_model_output(ctx: Context) -> Iterator[Finding]:
+    from sealflow.dsl.limits import MAP_ITEMS_MAX
+
+    models = {s.id for _, s in ctx.plan.all_steps() if s.kind in ("ai", "agent")}
+    for p, s in all_model_steps(ctx.d.steps):
+        if s.map is None or s.map.max_items < MAP_ITEMS_MAX:
+            continue
+        sources = sorted({ref for ref, _, _ in _step_refs([(p, s.map.items)], "expr") if ref in models})
+        if sources:
+            yield ("L509", p + ("map", "max_items"), f"map {s.id!r} runs over the output of model step "
+                   f"{sources[0]!r} with max_items at the hard cap ({MAP_ITEMS_MAX}): the model decides how many "
+                   "items run, each with its own calls and costs",
+                   "set max_items to the most items the workflow should ever fan out to")
+
+
 RULES: dict[str, Rule] = {
     r.code: r
     for r in (
@@ -178,6 +217,15 @@ RULES: dict[str, Rule] = {
         Rule("L506", CODES["L506"][1],
              "A lock held while a human decides or a timer runs blocks every other run on that resource for hours, "
              "and a lease that outlives its holder invites a fencing failure.", check_lock_across_wait),
+        Rule("L508", CODES["L508"][1],
+             "A map runs its sub-flow once per item. An irreversible action there with a key shared by every item "
+             "runs once for the first item and replays that result for all the others (or, without a key, repeats "
+             "on redelivery); a key built from index or item makes each item's effect happen exactly once.",
+             check_map_idempotency),
+        Rule("L509", CODES["L509"][1],
+             "A list produced by a model is as long as the model says. With max_items at the language's hard cap, "
+             "a confused or manipulated model can fan out thousands of items, each with its own calls and costs; "
+             "bound it by what the workflow needs.", check_map_over_model_output),
     )
 }
 
@@ -216,7 +264,7 @@ def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str
             else:
                 out.append(Diagnostic(code, message, location, severity=_SEVERITIES[CODES[code][0]], hint=hint,
                                       pointer="/".join(map(str, pointer))))
-    if actions is None and any(s.action or s.agent for s in definition.steps):
+    if actions is None and any(s.action or s.agent for _, s in all_model_steps(definition.steps)):
         out.append(Diagnostic("L507", "action metadata not loaded: effects and permissions of actions were not "
                               "checked", doc.locate(("steps",), key=True), severity="info",
                               hint="pass --actions MODULE_OR_FILE to check irreversible actions and permissions"))
