@@ -39,7 +39,7 @@ class NotReady(InvalidOperation):
 def plan_actions(plan: Any) -> list[str]:
     """Every action name ``plan`` may call: action steps, compensations and agent tools, once each."""
     names: dict[str, None] = {}
-    for step in plan.steps:
+    for _, step in plan.all_steps():  # fan-out sub-flows included
         if step.action:
             names[step.action] = None
         if step.compensate is not None:
@@ -52,7 +52,7 @@ def plan_actions(plan: Any) -> list[str]:
 def plan_models(plan: Any) -> list[str]:
     """Every model name ``plan`` may call (ai and agent steps, their fallbacks), in order, once each."""
     names: dict[str, None] = {}
-    for step in plan.steps:
+    for _, step in plan.all_steps():
         for spec in (step.ai, step.agent):
             if spec is not None:
                 names.update(dict.fromkeys((spec.model, *getattr(spec, "fallback", ()))))

@@ -225,3 +225,58 @@ def test_given_a_map_and_a_parallel_when_drawn_then_each_fans_out_into_a_box_and
     dot = graph.to_dot(plan_of(PARALLEL))
     assert 'subgraph "cluster_both@0"' in dot and 'subgraph "cluster_both@1"' in dot
     assert '"both" -> "right" [label="branch 2"]' in dot and '"right_done" -> "both@join"' in dot
+
+
+# ---------------------------------------------------------------- the other lint rules see sub-flows
+
+def test_l501_given_model_output_into_an_irreversible_action_inside_a_map_then_warned_unless_gated():
+    # Given an unchecked model output that feeds an irreversible action inside a map
+    body = SEND_EACH.replace("__MAX__", "10").replace("__KEY__", "${{ run.id }}:send:${{ index }}").replace(
+        'with: {to: "${{ item }}"}', 'with: {to: "${{ item }}", body: "${{ steps.draft.output.text }}"}')
+    assert ("L501", "warning", 19) in lint(body)
+    # When an approval step runs first in the sub-flow, then there is no warning
+    gated = body.replace("      steps:\n        - id: send\n",
+                         "      steps:\n        - id: ok\n          approval: {approvers: [role:boss]}\n"
+                         "        - id: send\n")
+    assert not [f for f in lint(gated) if f[0] == "L501"]
+
+
+def test_l503_and_l505_given_permissions_and_agents_inside_a_sub_flow_then_they_count():
+    # Given the only user of a permission and an agent without max_tool_calls, both inside a parallel
+    body = """\
+permissions: [email:send]
+budget: {max_tokens: 1000}
+steps:
+  - id: both
+    parallel:
+      branches:
+        - steps: [{id: mail, action: email.send, permissions: [email:send], idempotency_key: k}]
+        - steps: [{id: think, agent: {model: default, goal: "decide", max_steps: 3}}]
+"""
+    found = lint(body)
+    # Then the permission is used (no L503) and the agent is found at its own line (L505)
+    assert not [f for f in found if f[0] == "L503"]
+    assert ("L505", "warning", 12) in found
+
+
+def test_given_a_silence_on_a_sub_step_or_on_the_map_then_the_finding_inside_is_info_with_the_reason():
+    base = SEND_EACH.replace("__MAX__", "10").replace("__KEY__", "${{ run.id }}:send")
+    on_sub = base.replace("          permissions: [email:send]\n", "          permissions: [email:send]\n"
+                          "          lint: {ignore: [L508], reason: the provider deduplicates by key}\n")
+    on_map = base.replace("    map:\n", "    lint: {ignore: [L508], reason: the provider deduplicates}\n    map:\n")
+    for body in (on_sub, on_map):
+        assert [f[:2] for f in lint(body) if f[0] == "L508"] == [("L508", "info")]
+
+
+def test_d630_given_an_effect_inside_a_map_moved_ahead_of_its_approval_when_diffed_then_review():
+    # Given a sub-flow whose irreversible send was behind an approval step, and a new version sending first
+    key = "${{ run.id }}:send:${{ index }}"
+    gate = "        - id: ok\n          approval: {approvers: [role:boss]}\n"
+    base = SEND_EACH.replace("__MAX__", "10").replace("__KEY__", key)
+    old = check(base.replace("      steps:\n        - id: send\n", "      steps:\n" + gate + "        - id: send\n"),
+                actions=ACTIONS)
+    new = check(base + gate, actions=ACTIONS)
+    assert old.plan is not None and new.plan is not None, [d.format() for d in new.diagnostics]
+    # When diffed, then the send reached without the approval is a review finding at the sub-step
+    found = [(f.code, f.step) for f in diff_plans(old.plan, new.plan)]
+    assert ("D630", "send") in found

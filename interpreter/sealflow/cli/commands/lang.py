@@ -49,7 +49,7 @@ def validate(paths, actions, fmt):
 def _calls_actions(result) -> bool:
     """Whether a checked definition names any action (what --actions would have checked)."""
     plan = result.plan
-    return plan is not None and any(s.action for s in plan.steps)
+    return plan is not None and any(s.action for _, s in plan.all_steps())
 
 
 @click.command()
