@@ -7,7 +7,7 @@ The graph's nodes are step ids plus ``end``; its edges are the plan's explicit
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from sealflow.dsl.plan import END, Plan, PlanStep
 
@@ -167,22 +167,30 @@ def _mermaid_id(node: str) -> str:
     return "end_" if node == END else node.replace("@", "__")
 
 
+def _node_lines(nodes: list[Node], groups: list[Group], node_line: Callable[[Node, str], str],
+                opening: Callable[[str, str], list[str]], closing: str) -> list[str]:
+    """The nodes outside any group, then each group (``opening`` lines, its nodes indented, ``closing``)."""
+    grouped = {n for _, _, members in groups for n in members}
+    by_id = {n[0]: n for n in nodes}
+    lines = [node_line(n, "  ") for n in nodes if n[0] not in grouped]
+    for group, label, members in groups:
+        lines.extend(opening(group, label))
+        lines.extend(node_line(by_id[m], "    ") for m in members)
+        lines.append(closing)
+    return lines
+
+
 def to_mermaid(plan: Plan) -> str:
     nodes, edges, groups = _nodes_and_edges(plan)
-    lines = ["flowchart TD", f"  start((start)) --> {plan.start}"]
-    grouped = {n for _, _, members in groups for n in members}
 
     def node_line(node: Node, indent: str) -> str:
         opening, closing, _ = _SHAPES[node[1]]
         text = f"{node[2]}<br/><small>{node[3]}</small>".replace('"', "'")
         return f"{indent}{_mermaid_id(node[0])}{opening}{text}{closing}"
 
-    by_id = {n[0]: n for n in nodes}
-    lines.extend(node_line(n, "  ") for n in nodes if n[0] not in grouped)
-    for group, label, members in groups:
-        lines.append(f'  subgraph {_mermaid_id(group)}["{label}"]')
-        lines.extend(node_line(by_id[m], "    ") for m in members)
-        lines.append("  end")
+    lines = ["flowchart TD", f"  start((start)) --> {plan.start}"]
+    lines += _node_lines(nodes, groups, node_line, lambda g, label: [f'  subgraph {_mermaid_id(g)}["{label}"]'],
+                         "  end")
     lines.append("  end_((end))")
     for src, dst, label, dashed in edges:
         arrow = "-.->" if dashed else "-->"
@@ -193,21 +201,17 @@ def to_mermaid(plan: Plan) -> str:
 
 def to_dot(plan: Plan) -> str:
     nodes, edges, groups = _nodes_and_edges(plan)
-    lines = [f'digraph "{plan.name}.v{plan.version}" {{', "  rankdir=TB;", '  start [shape=circle, label="start"];',
-             '  end [shape=doublecircle, label="end"];', f'  start -> "{plan.start}";']
-    grouped = {n for _, _, members in groups for n in members}
 
     def node_line(node: Node, indent: str) -> str:
         text = f"{node[2]}\\n{node[3]}".replace('"', "'")
         return f'{indent}"{node[0]}" [shape={_SHAPES[node[1]][2]}, label="{text}"];'
 
-    by_id = {n[0]: n for n in nodes}
-    lines.extend(node_line(n, "  ") for n in nodes if n[0] not in grouped)
-    for group, label, members in groups:
-        lines.append(f'  subgraph "cluster_{group}" {{')
-        lines.append(f'    label="{label}"; style=dashed;')
-        lines.extend(node_line(by_id[m], "    ") for m in members)
-        lines.append("  }")
+    lines = [f'digraph "{plan.name}.v{plan.version}" {{', "  rankdir=TB;", '  start [shape=circle, label="start"];',
+             '  end [shape=doublecircle, label="end"];', f'  start -> "{plan.start}";']
+    def cluster(group: str, label: str) -> list[str]:
+        return [f'  subgraph "cluster_{group}" {{', f'    label="{label}"; style=dashed;']
+
+    lines += _node_lines(nodes, groups, node_line, cluster, "  }")
     for src, dst, label, dashed in edges:
         style = ", style=dashed" if dashed else ""
         label = label.replace('"', "'")
