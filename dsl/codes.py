@@ -44,6 +44,7 @@ CODES: dict[str, tuple[str, str]] = {
     "X307": ("error", "expression too long or too deeply nested"),
     "X308": ("error", "'output' used outside validate/requires_approval_if"),
     "X309": ("error", "unknown field of a step or of run"),
+    "X310": ("error", "item or index outside a map's steps, or a step of a sub-flow read from outside it"),
     # compiler
     "C401": ("error", "unknown next/goto target"),
     "C402": ("error", "duplicate step id"),
@@ -63,6 +64,7 @@ CODES: dict[str, tuple[str, str]] = {
     "C416": ("error", "unsupported language version"),
     "C417": ("error", "unknown error class"),
     "C418": ("error", "invalid step id or field value"),
+    "C419": ("error", "a map or parallel inside a map or parallel sub-flow (fan-out does not nest)"),
     # lint
     "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
     "L501": ("warning", "model output flows into an irreversible action unchecked"),
@@ -72,6 +74,8 @@ CODES: dict[str, tuple[str, str]] = {
     "L505": ("warning", "agent step without max_tool_calls"),
     "L506": ("warning", "lock held across an approval or a long wait"),
     "L507": ("info", "action metadata not loaded: action checks limited to names"),
+    "L508": ("error", "irreversible action in a map without an idempotency_key that uses index or item"),
+    "L509": ("warning", "map over model output with max_items at the hard cap"),
     # security diff (sealflow diff): "review" needs a security reviewer, "info" is for the record
     "D601": ("review", "permission added (workflow or step)"),
     "D602": ("info", "permission removed"),
@@ -105,6 +109,8 @@ CODES: dict[str, tuple[str, str]] = {
     "D628": ("review", "compensation removed or changed"),
     "D629": ("review", "run concurrency limit raised or removed, or its key changed"),
     "D630": ("review", "a write or irreversible step reachable without passing an approval it passed before"),
+    "D631": ("review", "fan-out widened: map concurrency, max_items or tolerate_failures raised"),
+    "D632": ("info", "fan-out narrowed: map concurrency, max_items or tolerate_failures lowered"),
 }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sealflow.dsl import graph
+from sealflow.dsl.compile_fanout import FanOutKinds, all_model_steps, nested_fanout
 from sealflow.dsl.compile_steps import StepKinds
 from sealflow.dsl.durations import DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
@@ -57,7 +58,7 @@ from sealflow.dsl.refs import SchemaResolver
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
 
 
-class Compiler(StepKinds):
+class Compiler(StepKinds, FanOutKinds):
     def __init__(self, doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
                  root: Path | None = None):
         self.doc = doc
@@ -133,10 +134,10 @@ class Compiler(StepKinds):
         self.default_retry = self.retry_policy(self.d.defaults.retry, ("defaults", "retry"))
         self.default_timeout = self.duration(self.d.defaults.timeout, ("defaults", "timeout"), *STEP_TIMEOUT_MS,
                                              "defaults.timeout") or 30_000
-        ids = [s.id for s in self.d.steps]
-        steps = [self._step(i, s, ids) for i, s in enumerate(self.d.steps)]
-        if any(s is None for s in steps):
+        compiled = self._flow(self.d.steps, ())
+        if any(s is None for s in compiled):
             return None
+        steps = [s for s in compiled if s is not None]
         plan = Plan(
             name=self.d.name, version=self.d.version, owner=self.d.owner, description=self.d.description,
             trigger=self._trigger(), input_schema=self._input_schema(), permissions=tuple(self.d.permissions),
@@ -165,22 +166,27 @@ class Compiler(StepKinds):
 
     def _definition_checks(self) -> bool:
         failed = False
-        seen: dict[str, int] = {}
-        for i, s in enumerate(self.d.steps):
+        seen: dict[str, str] = {}
+        for p, s in all_model_steps(self.d.steps):
+            where = _where(p)
             if s.id in seen:
-                self.error("C402", f"duplicate step id {s.id!r} (first at steps[{seen[s.id]}])", ("steps", i, "id"),
-                           "give every step a unique id")
+                self.error("C402", f"duplicate step id {s.id!r} (first at {seen[s.id]})", p + ("id",),
+                           "give every step a unique id (the steps of a map or parallel too)")
                 failed = True
-            seen.setdefault(s.id, i)
+            seen.setdefault(s.id, where)
             kinds = s.kinds()
             if len(kinds) != 1:
                 failed = True
                 if kinds:
                     self.error("C403", f"step {s.id!r} has {len(kinds)} kind keys ({', '.join(kinds)}); a step has "
-                               "exactly one", ("steps", i, kinds[1]), "split it into two steps", key=True)
+                               "exactly one", p + (kinds[1],), "split it into two steps", key=True)
                 else:
-                    self.error("C403", f"step {s.id!r} has no kind key", ("steps", i),
-                               "add one of: " + ", ".join(KIND_KEYS))
+                    self.error("C403", f"step {s.id!r} has no kind key", p, "add one of: " + ", ".join(KIND_KEYS))
+        for p, sid, inside in nested_fanout(self.d.steps, ()):
+            failed = True
+            self.error("C419", f"step {sid!r} fans out inside {inside!r}, which already fans out; fan-out does not "
+                       "nest (the product of two bounds is no declared bound)", p, key=True,
+                       hint="map over one flat list (built by the step before), or fan out again in a later step")
         self._file_name_check()
         return failed
 
@@ -195,12 +201,17 @@ class Compiler(StepKinds):
                        ("name",), f"rename the file to {expected!r}")
 
     # -- steps -------------------------------------------------------------------------------------
-    def _step(self, i: int, s: Step, ids: list[str]) -> PlanStep | None:
+    def _flow(self, steps: list[Step], base: tuple) -> list[PlanStep | None]:
+        """The plan steps of one flow (the workflow's, or a sub-flow's under ``base``)."""
+        ids = [s.id for s in steps]
+        return [self._step(i, s, ids, base) for i, s in enumerate(steps)]
+
+    def _step(self, i: int, s: Step, ids: list[str], base: tuple = ()) -> PlanStep | None:
         kinds = s.kinds()
         if len(kinds) != 1:
             return None
         kind = kinds[0]
-        p = ("steps", i)
+        p = base + ("steps", i)
         fall = ids[i + 1] if i + 1 < len(ids) else END
         nxt = s.next or fall
         if s.next is not None:
@@ -237,6 +248,11 @@ class Compiler(StepKinds):
             fields["fail"] = FailPlan(error=s.fail.error, message=s.fail.message)
         elif s.succeed is not None:
             fields["succeed_output"] = s.succeed.output
+        else:  # map, parallel
+            fanout = self._fanout(s, kind, p)
+            if fanout is None:
+                return None
+            fields.update(fanout)
         if kind not in ("switch", "fail", "succeed"):
             edges.insert(0, Edge(kind="next", target=nxt))
         if s.when is not None and kind in ("switch", "fail", "succeed"):
@@ -247,6 +263,9 @@ class Compiler(StepKinds):
         gate = None
         if s.requires_approval_if is not None:
             gate = self._approval(None, p + ("requires_approval_if",), ids, implicit=True)
+            if gate is not None and base:
+                self.error("C418", "requires_approval_if is not supported inside a map or parallel sub-flow",
+                           p + ("requires_approval_if",), "use an approval step in the sub-flow", key=True)
         comp = None
         if s.compensate is not None:
             cp = p + ("compensate",)
@@ -321,27 +340,38 @@ class Compiler(StepKinds):
     def _action_meta(self) -> dict[str, ActionMeta]:
         if not self.actions:
             return {}
-        used = {s.action for s in self.d.steps if s.action} | {s.compensate.action for s in self.d.steps
-                                                               if s.compensate}
-        used |= {t for s in self.d.steps if s.agent for t in s.agent.tools}
+        every = [s for _, s in all_model_steps(self.d.steps)]
+        used = {s.action for s in every if s.action} | {s.compensate.action for s in every if s.compensate}
+        used |= {t for s in every if s.agent for t in s.agent.tools}
         return {n: ActionMeta(permissions=self.actions[n].permissions, effect=self.actions[n].effect)
                 for n in sorted(used) if n in self.actions}
 
     # -- control flow ------------------------------------------------------------------------------
     def _flow_checks(self, plan: Plan) -> None:
-        adj = graph.adjacency(plan)
-        index = {s.id: s.index for s in plan.steps}
-        seen = graph.reachable(adj, plan.start)
-        for s in plan.steps:
+        self._flow_checks_of(plan.steps, plan.start, ())
+
+    def _flow_checks_of(self, steps: tuple[PlanStep, ...], start: str, base: tuple) -> None:
+        adj = graph.adjacency_of(steps)
+        index = {s.id: s.index for s in steps}
+        seen = graph.reachable(adj, start)
+        for s in steps:
             if s.id not in seen:
-                self.error("C404", f"step {s.id!r} can never run: no step leads to it", ("steps", s.index),
+                self.error("C404", f"step {s.id!r} can never run: no step leads to it", base + ("steps", s.index),
                            "remove it, or point a 'next', switch branch or on_error at it")
-        if plan.budget.max_steps is None:
-            back = graph.find_back_edge(adj, plan.start)
+        if self.d.budget.max_steps is None:
+            back = graph.find_back_edge(adj, start)
             if back is not None:
                 src, dst = back
                 self.error("C405", f"steps {dst!r}..{src!r} form a loop, and the workflow has no budget.max_steps",
-                           ("steps", index[src]), "add budget: {max_steps: N} so a runaway loop stops")
+                           base + ("steps", index[src]), "add budget: {max_steps: N} so a runaway loop stops")
+
+
+def _where(pointer: tuple) -> str:
+    """``steps[2].map.steps[0]`` for a step's pointer."""
+    out = ""
+    for part in pointer:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
 
 
 def _first_unsafe_number(value: Any, pointer: tuple = (), depth: int = 0) -> tuple[tuple, float] | None:

@@ -81,7 +81,7 @@ class _Differ(StepChecks):
         self.old, self.new, self.path = old, new, path
         self.locate = locate
         self.findings: list[Finding] = []
-        self.new_index = {s.id: s.index for s in new.steps}
+        self.new_pointer = {s.id: p for p, s in new.all_steps()}
 
     def add(self, code: str, message: str, pointer: tuple | None, *, step: str | None = None,
             old: Any = None, new: Any = None) -> None:
@@ -91,7 +91,7 @@ class _Differ(StepChecks):
 
     def sp(self, step_id: str, *rest: Any) -> tuple:
         """Pointer inside step ``step_id`` of the new file."""
-        return ("steps", self.new_index[step_id], *rest)
+        return (*self.new_pointer[step_id], *rest)
 
     # -- the whole workflow ------------------------------------------------------------------------
     def run(self) -> list[Finding]:
@@ -107,7 +107,8 @@ class _Differ(StepChecks):
             "max_cost_usd": "max_cost_usd", "max_tool_calls": "max_tool_calls"}, prefix="budget")
         self._triggers()
         self._inventory()
-        old_steps, new_steps = o.step_map(), n.step_map()
+        old_steps = {s.id: s for _, s in o.all_steps()}
+        new_steps = {s.id: s for _, s in n.all_steps()}
         for sid, ns in new_steps.items():
             os_ = old_steps.get(sid)
             if os_ is None:
@@ -250,6 +251,8 @@ class _Differ(StepChecks):
             self._timeout(os_.compensate.timeout_ms, ns.compensate.timeout_ms,
                           self.sp(sid, "compensate", "timeout"), sid, "compensate.timeout")
         self._gates(os_, ns)
+        if os_.map and ns.map:
+            self._map(os_.map, ns.map, sid)
         if os_.idempotency_key and not ns.idempotency_key:
             self.add("D616", f"idempotency_key dropped (was {os_.idempotency_key!r}): a redelivered message may "
                      "repeat the effect", self.sp(sid), step=sid, old=os_.idempotency_key, new=None)
@@ -281,8 +284,7 @@ def _uses(plan: Plan) -> tuple[dict[str, tuple], dict[str, tuple], dict[str, tup
     actions: dict[str, tuple] = {}
     models: dict[str, tuple] = {}
     tools: dict[str, tuple] = {}
-    for s in plan.steps:
-        p = ("steps", s.index)
+    for p, s in plan.all_steps():
         if s.action:
             actions.setdefault(s.action, p + ("action",))
         if s.compensate:
@@ -299,9 +301,11 @@ def _uses(plan: Plan) -> tuple[dict[str, tuple], dict[str, tuple], dict[str, tup
 
 
 def _step_of(plan: Plan, pointer: tuple) -> str | None:
-    if len(pointer) >= 2 and pointer[0] == "steps" and isinstance(pointer[1], int) and pointer[1] < len(plan.steps):
-        return plan.steps[pointer[1]].id
-    return None
+    found = None
+    for p, s in plan.all_steps():  # the innermost step whose pointer starts ``pointer``
+        if pointer[:len(p)] == p:
+            found = s.id
+    return found
 
 
 def diff_plans(old: Plan | None, new: Plan | None, *, locate: Locate | None = None, path: str = "",

@@ -14,15 +14,26 @@ from sealflow.dsl.plan import END, Plan, PlanStep
 
 
 def gates_before(plan: Plan) -> dict[str, frozenset[str]]:
-    """Step id -> ids of the approval steps approved on every path from the start to it (reachable steps)."""
-    steps = plan.step_map()
-    everything = frozenset(s.id for s in plan.steps if s.approval is not None)
+    """Step id -> ids of the approval steps approved on every path from the start to it (reachable steps).
+    A step inside a fan-out sub-flow is behind the gates before its fan-out step and those of its sub-flow."""
+    result = _flow_gates(plan.steps, plan.start)
+    for s in plan.steps:
+        if s.id not in result:
+            continue
+        for _, sub, start in s.subflows():
+            result.update({sid: result[s.id] | gates for sid, gates in _flow_gates(sub, start).items()})
+    return result
+
+
+def _flow_gates(flow: tuple[PlanStep, ...], start: str) -> dict[str, frozenset[str]]:
+    steps = {s.id: s for s in flow}
+    everything = frozenset(s.id for s in flow if s.approval is not None)
     before: dict[str, frozenset[str]] = {sid: everything for sid in steps}
-    if plan.start not in steps:
+    if start not in steps:
         return {}
-    before[plan.start] = frozenset()
-    reached = {plan.start}
-    work = [plan.start]
+    before[start] = frozenset()
+    reached = {start}
+    work = [start]
     while work:
         sid = work.pop()
         step = steps[sid]
@@ -32,7 +43,7 @@ def gates_before(plan: Plan) -> dict[str, frozenset[str]]:
             passed = before[sid] | {sid} if (step.approval is not None and edge.kind == "next") else before[sid]
             target = edge.target
             merged = passed if target not in reached else before[target] & passed
-            if target == plan.start:
+            if target == start:
                 merged = frozenset()
             if target not in reached or merged != before[target]:
                 reached.add(target)

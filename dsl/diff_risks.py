@@ -85,15 +85,15 @@ def workflow_risks(d: Any) -> None:
 
 def _gate_paths(d: Any) -> None:
     old_before, new_before = gates_before(d.old), gates_before(d.new)
-    old_steps = d.old.step_map()
+    old_steps = {s.id: s for _, s in d.old.all_steps()}
     # the gates every old step using an action was behind: a new step reusing it must be behind them too
     by_action: dict[str, frozenset[str]] = {}
-    for s in d.old.steps:
+    for s in old_steps.values():
         if s.action and s.id in old_before:
             prev = by_action.get(s.action)
             by_action[s.action] = old_before[s.id] if prev is None else prev & old_before[s.id]
-    new_gate_ids = {s.id for s in d.new.steps if s.approval is not None}
-    for ns in d.new.steps:
+    new_gate_ids = {s.id for _, s in d.new.all_steps() if s.approval is not None}
+    for _, ns in d.new.all_steps():
         if ns.id not in new_before:
             continue
         risky, effect = sensitive(ns, d.new, d.old)
@@ -119,7 +119,7 @@ def _retries_on_irreversible(d: Any, os_: PlanStep | None, ns: PlanStep) -> None
     effect = effect_of(ns.action, d.new, d.old)
     judged = ""
     if effect is None:  # without --actions: judge by the old definition, which never retried this action
-        old_attempts = [s.retry.max_attempts for s in d.old.steps if s.action == ns.action]
+        old_attempts = [s.retry.max_attempts for _, s in d.old.all_steps() if s.action == ns.action]
         if not old_attempts or max(old_attempts) > 1:
             return
         judged = " (effect unknown without --actions; the old definition never retried it)"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl.durations import format_ms
-from sealflow.dsl.plan import ApprovalPlan, PlanStep, RetryPolicy
+from sealflow.dsl.plan import ApprovalPlan, MapPlan, PlanStep, RetryPolicy
 
 
 def _on_timeout(value: str) -> str:
@@ -48,6 +48,28 @@ class StepChecks:
         if removed:
             self.add("D606", f"{label} no longer retries {', '.join(removed)}{named}", at("on"), step=sid,
                      old=a.on, new=b.on)
+
+    def _map(self, a: MapPlan, b: MapPlan, sid: str) -> None:
+        """A wider fan-out (more items at once, more items, more failures tolerated) needs a reviewer."""
+        def tolerance(m: MapPlan) -> str:
+            return f"{m.tolerate_percent}%" if m.tolerate_percent is not None else str(m.tolerate_failures)
+
+        pairs: list[tuple[str, Any, Any, Any, Any]] = [
+            ("concurrency", a.concurrency, b.concurrency, a.concurrency, b.concurrency),
+            ("max_items", a.max_items, b.max_items, a.max_items, b.max_items)]
+        if (a.tolerate_percent is None) == (b.tolerate_percent is None):
+            pairs.append(("tolerate_failures", a.tolerate_percent or a.tolerate_failures,
+                          b.tolerate_percent or b.tolerate_failures, tolerance(a), tolerance(b)))
+        elif tolerance(a) != tolerance(b):  # a count became a percentage or back: which is more depends on n
+            pairs.append(("tolerate_failures", 0, 1 if tolerance(b) not in ("0", "0%") else 0, tolerance(a),
+                          tolerance(b)))
+        for key, x, y, shown_a, shown_b in pairs:
+            if y > x:
+                self.add("D631", f"map {key} raised: {shown_a} -> {shown_b}", self.sp(sid, "map", key), step=sid,
+                         old=shown_a, new=shown_b)
+            elif y < x:
+                self.add("D632", f"map {key} lowered: {shown_a} -> {shown_b}", self.sp(sid, "map", key), step=sid,
+                         old=shown_a, new=shown_b)
 
     def _timeout(self, a: int, b: int, pointer: tuple, sid: str, label: str) -> None:
         if b > a:

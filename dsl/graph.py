@@ -7,9 +7,9 @@ The graph's nodes are step ids plus ``end``; its edges are the plan's explicit
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from sealflow.dsl.plan import END, Plan
+from sealflow.dsl.plan import END, Plan, PlanStep
 
 Adjacency = Mapping[str, Iterable[str]]
 
@@ -70,7 +70,12 @@ def find_back_edge(adj: Adjacency, start: str) -> tuple[str, str] | None:
 
 
 def adjacency(plan: Plan) -> dict[str, list[str]]:
-    return {s.id: [e.target for e in s.edges] for s in plan.steps}
+    return adjacency_of(plan.steps)
+
+
+def adjacency_of(steps: Iterable[PlanStep]) -> dict[str, list[str]]:
+    """The control flow of one flow (the plan's steps, or a sub-flow's): step id -> edge targets."""
+    return {s.id: [e.target for e in s.edges] for s in steps}
 
 
 def _label(kind: str, label: str | None) -> str:
@@ -88,56 +93,104 @@ _SHAPES = {
     "wait": ('(["', '"])', "box, style=rounded"),
     "switch": ('{"', '"}', "diamond"),
     "terminal": ('(["', '"])', "box, style=\"rounded,bold\""),
+    "fanout": ('[/"', '"\\]', "trapezium"),
+    "join": ('[\\"', '"/]', "invtrapezium"),
 }
 _DASHED = ("error", "timeout", "skip")
 
 
-def _nodes_and_edges(plan: Plan) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, str, str, bool]]]:
-    """The drawing as data: nodes (id, shape, title, detail) and edges (source, target, label, dashed).
+Node = tuple[str, str, str, str]  # (id, shape, title, detail)
+EdgeRow = tuple[str, str, str, bool]  # (source, target, label, dashed)
+Group = tuple[str, str, list[str]]  # (id, label, node ids): a fan-out's sub-flow, drawn as a box
+
+
+def _nodes_and_edges(plan: Plan) -> tuple[list[Node], list[EdgeRow], list[Group]]:
+    """The drawing as data: nodes, edges, and groups (the sub-flows of fan-out steps).
 
     Beyond the plan's edges: ``succeed`` and ``fail`` steps get an edge to the end node; a step with
     ``requires_approval_if`` gets its gate drawn as an approval node on the way to its successors (taken when
-    the condition holds; the plain edge is taken otherwise).
+    the condition holds; the plain edge is taken otherwise). A ``map`` or ``parallel`` step fans out into its
+    sub-flows (each a group), whose ends meet at a join node (``<id>@join``) from which the step goes on.
     """
-    nodes: list[tuple[str, str, str, str]] = []
-    edges: list[tuple[str, str, str, bool]] = []
-    for s in plan.steps:
+    nodes: list[Node] = []
+    edges: list[EdgeRow] = []
+    groups: list[Group] = []
+    _flow(plan.steps, END, nodes, edges, groups)
+    return nodes, edges, groups
+
+
+def _flow(steps: Iterable[PlanStep], end: str, nodes: list[Node], edges: list[EdgeRow], groups: list[Group]) -> None:
+    for s in steps:
         kind = str(s.kind)
         shape = {"approval": "approval", "wait": "wait", "switch": "switch", "succeed": "terminal",
-                 "fail": "terminal"}.get(kind, "step")
+                 "fail": "terminal", "map": "fanout", "parallel": "fanout"}.get(kind, "step")
         detail = s.action or kind
         if kind == "approval" and s.approval is not None:
             detail = "approval: " + ", ".join(s.approval.approvers)
         elif kind == "fail" and s.fail is not None:
             detail = f"fail: {s.fail.error}"
+        elif s.map is not None:
+            detail = f"map over {s.map.items}: {s.map.concurrency} at once, at most {s.map.max_items} items"
+        elif s.parallel is not None:
+            detail = f"parallel: {len(s.parallel.branches)} branches"
         nodes.append((s.id, shape, s.id, detail))
+        source = s.id
+        if s.subflows():
+            source = f"{s.id}@join"
+            nodes.append((source, "join", "join", "every item ended" if s.map else "every branch ended"))
+            for j, (_, sub, start) in enumerate(s.subflows()):
+                group = f"{s.id}@{j}"
+                inner: list[Node] = []
+                _flow(sub, source, inner, edges, groups)
+                groups.append((group, f"each item of {s.id}" if s.map else f"{s.id}: branch {j + 1}",
+                               [n[0] for n in inner]))
+                nodes.extend(inner)
+                edges.append((s.id, start, f"{s.map.concurrency} at once" if s.map else f"branch {j + 1}", False))
         gate = f"{s.id}@gate" if s.gate is not None else None
         if gate is not None and s.gate is not None:
             nodes.append((gate, "approval", "approval gate", ", ".join(s.gate.approvers)))
         for e in s.edges:
             label = _label(e.kind, e.label)
+            target = end if e.target == END else e.target
+            from_ = source if e.kind == "next" else s.id
             if gate is not None and e.kind == "next":
                 edges.append((s.id, gate, "approval needed", False))
-                edges.append((gate, e.target, "approved", False))
-                edges.append((s.id, e.target, "no approval needed", False))
+                edges.append((gate, target, "approved", False))
+                edges.append((s.id, target, "no approval needed", False))
             else:
-                edges.append((s.id, e.target, label, e.kind in _DASHED))
+                edges.append((from_, target, label, e.kind in _DASHED))
         if kind in ("succeed", "fail"):
-            edges.append((s.id, END, "succeeded" if kind == "succeed" else "failed", kind == "fail"))
-    return nodes, edges
+            edges.append((s.id, end, "succeeded" if kind == "succeed" else "failed", kind == "fail"))
 
 
 def _mermaid_id(node: str) -> str:
     return "end_" if node == END else node.replace("@", "__")
 
 
+def _node_lines(nodes: list[Node], groups: list[Group], node_line: Callable[[Node, str], str],
+                opening: Callable[[str, str], list[str]], closing: str) -> list[str]:
+    """The nodes outside any group, then each group (``opening`` lines, its nodes indented, ``closing``)."""
+    grouped = {n for _, _, members in groups for n in members}
+    by_id = {n[0]: n for n in nodes}
+    lines = [node_line(n, "  ") for n in nodes if n[0] not in grouped]
+    for group, label, members in groups:
+        lines.extend(opening(group, label))
+        lines.extend(node_line(by_id[m], "    ") for m in members)
+        lines.append(closing)
+    return lines
+
+
 def to_mermaid(plan: Plan) -> str:
-    nodes, edges = _nodes_and_edges(plan)
+    nodes, edges, groups = _nodes_and_edges(plan)
+
+    def node_line(node: Node, indent: str) -> str:
+        opening, closing, _ = _SHAPES[node[1]]
+        text = f"{node[2]}<br/><small>{node[3]}</small>".replace('"', "'")
+        return f"{indent}{_mermaid_id(node[0])}{opening}{text}{closing}"
+
     lines = ["flowchart TD", f"  start((start)) --> {plan.start}"]
-    for node, shape, title, detail in nodes:
-        opening, closing, _ = _SHAPES[shape]
-        text = f"{title}<br/><small>{detail}</small>".replace('"', "'")
-        lines.append(f"  {_mermaid_id(node)}{opening}{text}{closing}")
+    lines += _node_lines(nodes, groups, node_line, lambda g, label: [f'  subgraph {_mermaid_id(g)}["{label}"]'],
+                         "  end")
     lines.append("  end_((end))")
     for src, dst, label, dashed in edges:
         arrow = "-.->" if dashed else "-->"
@@ -147,12 +200,18 @@ def to_mermaid(plan: Plan) -> str:
 
 
 def to_dot(plan: Plan) -> str:
-    nodes, edges = _nodes_and_edges(plan)
+    nodes, edges, groups = _nodes_and_edges(plan)
+
+    def node_line(node: Node, indent: str) -> str:
+        text = f"{node[2]}\\n{node[3]}".replace('"', "'")
+        return f'{indent}"{node[0]}" [shape={_SHAPES[node[1]][2]}, label="{text}"];'
+
     lines = [f'digraph "{plan.name}.v{plan.version}" {{', "  rankdir=TB;", '  start [shape=circle, label="start"];',
              '  end [shape=doublecircle, label="end"];', f'  start -> "{plan.start}";']
-    for node, shape, title, detail in nodes:
-        text = f"{title}\\n{detail}".replace('"', "'")
-        lines.append(f'  "{node}" [shape={_SHAPES[shape][2]}, label="{text}"];')
+    def cluster(group: str, label: str) -> list[str]:
+        return [f'  subgraph "cluster_{group}" {{', f'    label="{label}"; style=dashed;']
+
+    lines += _node_lines(nodes, groups, node_line, cluster, "  }")
     for src, dst, label, dashed in edges:
         style = ", style=dashed" if dashed else ""
         label = label.replace('"', "'")

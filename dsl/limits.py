@@ -17,3 +17,7 @@ RUNTIME_MAX = 30 * DAY
 CAPS = {"max_steps": 10_000, "max_tokens": 10_000_000, "max_cost_usd": 10_000, "max_tool_calls": 10_000}
 AGENT_MAX_STEPS = 100
 QUORUM_MAX = 10
+#: fan-out (``map``, ``parallel``): items in flight at once, items in one list, branches of a ``parallel``
+MAP_CONCURRENCY_MAX = 100
+MAP_ITEMS_MAX = 10_000
+PARALLEL_BRANCHES_MAX = 20

@@ -15,6 +15,7 @@ from typing import Any
 
 from sealflow.dsl import graph
 from sealflow.dsl.codes import CODES
+from sealflow.dsl.compile_fanout import all_model_steps
 from sealflow.dsl.durations import MINUTE
 from sealflow.dsl.errors import Diagnostic, Location, Severity
 from sealflow.dsl.expressions import ExpressionError, compile_cached
@@ -75,31 +76,48 @@ def _strings(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
 
 
 def _gates(ctx: Context) -> set[str]:
-    return {s.id for s in ctx.plan.steps if s.kind == "approval" or s.requires_approval_if}
+    return {s.id for _, s in ctx.plan.all_steps() if s.kind == "approval" or s.requires_approval_if}
+
+
+def _open_path(adj: dict[str, list[str]], gates: set[str], src: str, dst: str) -> bool:
+    """Whether ``dst`` is reachable from ``src`` without passing a gate other than ``dst`` itself."""
+    blocked = {g for g in gates if g != dst}
+    if src in blocked:
+        return False
+    open_adj = {k: [t for t in v if t not in blocked] for k, v in adj.items() if k not in blocked}
+    open_adj[src] = [t for t in adj.get(src, []) if t not in blocked]
+    return dst in graph.reachable(open_adj, src)
 
 
 def check_unchecked_model_output(ctx: Context) -> Iterator[Finding]:
-    adj = graph.adjacency(ctx.plan)
+    outer = graph.adjacency(ctx.plan)
     gates = _gates(ctx)
-    steps = ctx.plan.step_map()
+    # each step's flow: its fan-out step (None at the top level), the flow's control flow and start
+    flows: dict[str, tuple[str | None, dict[str, list[str]], str]] = {s.id: (None, outer, ctx.plan.start)
+                                                                      for s in ctx.plan.steps}
+    for fan in ctx.plan.steps:
+        for _, sub, start in fan.subflows():
+            flows.update({x.id: (fan.id, graph.adjacency_of(sub), start) for x in sub})
     # taint: ai/agent output not checked by validate or a gate on the step itself, propagated through set steps
-    tainted = {s.id for s in ctx.plan.steps if s.kind in ("ai", "agent") and not s.validations
-               and not s.requires_approval_if}
-    for s in ctx.d.steps:
+    tainted = {ps.id for _, ps in ctx.plan.all_steps() if ps.kind in ("ai", "agent") and not ps.validations
+               and not ps.requires_approval_if}
+    every = all_model_steps(ctx.d.steps)
+    for _, s in every:
         if s.set and any(ref in tainted for ref, _, _ in _step_refs(_strings(s.set, ()), "expr")):
             tainted.add(s.id)
-    for i, s in enumerate(ctx.d.steps):
+    for p, s in every:
         if ctx.effect(s.action) != "irreversible":
             continue
-        for src, offset, pointer in _step_refs(_strings(s.with_, ("steps", i, "with"))):
-            if src not in tainted or src not in steps:
+        owner, adj, start = flows[s.id]
+        for src, offset, pointer in _step_refs(_strings(s.with_, p + ("with",))):
+            if src not in tainted or src not in flows:
                 continue
-            blocked = {g for g in gates if g != s.id}
-            if src in blocked:
-                continue
-            open_adj = {k: [t for t in v if t not in blocked] for k, v in adj.items() if k not in blocked}
-            open_adj[src] = [t for t in adj.get(src, []) if t not in blocked]
-            if s.id in graph.reachable(open_adj, src):
+            if flows[src][0] == owner:  # the same flow
+                reached = _open_path(adj, gates, src, s.id)
+            else:  # an outer step into a sub-flow: to the fan-out step, then from the sub-flow's start
+                reached = owner is not None and _open_path(outer, gates, src, owner) and \
+                    _open_path(adj, gates, start, s.id)
+            if reached:
                 yield ("L501", pointer + (offset,),
                        f"output of model step {src!r} flows into irreversible action {s.action!r} of step "
                        f"{s.id!r} with no validate, approval or requires_approval_if in between",
@@ -107,15 +125,15 @@ def check_unchecked_model_output(ctx: Context) -> Iterator[Finding]:
 
 
 def check_approval_timeout(ctx: Context) -> Iterator[Finding]:
-    for i, s in enumerate(ctx.d.steps):
+    for p, s in all_model_steps(ctx.d.steps):
         if s.approval is not None and s.approval.on_timeout != "reject":
-            yield ("L502", ("steps", i, "approval", "on_timeout"),
+            yield ("L502", p + ("approval", "on_timeout"),
                    f"approval {s.id!r} routes to {s.approval.on_timeout.next!r} on timeout instead of rejecting",
                    "use on_timeout: reject so an unanswered approval fails closed")
 
 
 def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
-    used = {p for s in ctx.plan.steps for p in s.permissions}
+    used = {p for _, s in ctx.plan.all_steps() for p in s.permissions}
     for meta in ctx.plan.actions.values():
         used.update(meta.permissions)
     for j, perm in enumerate(ctx.d.permissions):
@@ -125,7 +143,7 @@ def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
 
 
 def check_model_budget(ctx: Context) -> Iterator[Finding]:
-    model_steps = [s for s in ctx.plan.steps if s.kind in ("ai", "agent")]
+    model_steps = [s for _, s in ctx.plan.all_steps() if s.kind in ("ai", "agent")]
     b = ctx.plan.budget
     if model_steps and b.max_tokens is None and b.max_cost_usd is None:
         names = ", ".join(s.id for s in model_steps)
@@ -135,14 +153,14 @@ def check_model_budget(ctx: Context) -> Iterator[Finding]:
 
 
 def check_agent_tool_calls(ctx: Context) -> Iterator[Finding]:
-    for i, s in enumerate(ctx.d.steps):
+    for p, s in all_model_steps(ctx.d.steps):
         if s.agent is not None and s.agent.max_tool_calls is None and not (s.budget and s.budget.max_tool_calls):
-            yield ("L505", ("steps", i, "agent"), f"agent step {s.id!r} has no max_tool_calls",
+            yield ("L505", p + ("agent",), f"agent step {s.id!r} has no max_tool_calls",
                    "set agent.max_tool_calls to bound what the model may do")
 
 
 def check_lock_across_wait(ctx: Context) -> Iterator[Finding]:
-    for i, s in enumerate(ctx.plan.steps):
+    for p, s in ctx.plan.all_steps():
         if not s.lock:
             continue
         why = None
@@ -151,8 +169,46 @@ def check_lock_across_wait(ctx: Context) -> Iterator[Finding]:
         elif s.kind == "wait" and s.wait is not None and (s.wait.until is not None or (s.wait.for_ms or 0) >= MINUTE):
             why = "a long wait"
         if why:
-            yield ("L506", ("steps", i, "lock"), f"step {s.id!r} holds lock {s.lock!r} across {why}",
+            yield ("L506", p + ("lock",), f"step {s.id!r} holds lock {s.lock!r} across {why}",
                    "take the lock in the step after the approval or wait, not around it")
+
+
+def _uses_item(text: str) -> bool:
+    try:
+        parts = parse_template(text).expressions()
+    except ExpressionError:
+        return False
+    return any(ref.root in ("item", "index") for expr, _ in parts for ref in expr.references())
+
+
+def check_map_idempotency(ctx: Context) -> Iterator[Finding]:
+    for p, s in all_model_steps(ctx.d.steps):
+        if s.map is None:
+            continue
+        for q, sub in all_model_steps(s.map.steps, p + ("map",)):
+            if ctx.effect(sub.action) != "irreversible":
+                continue
+            if sub.idempotency_key is None or not _uses_item(sub.idempotency_key):
+                at = q + ("idempotency_key",) if sub.idempotency_key is not None else q + ("action",)
+                yield ("L508", at, f"irreversible action {sub.action!r} of step {sub.id!r} runs once per item of map "
+                       f"{s.id!r}, but its idempotency_key does not use index or item: every item would share one "
+                       "key, so the first item's effect would be replayed for all the others",
+                       'make the key per item: "${{ run.id }}:' + sub.id + ':${{ index }}"')
+
+
+def check_map_over_model_output(ctx: Context) -> Iterator[Finding]:
+    from sealflow.dsl.limits import MAP_ITEMS_MAX
+
+    models = {s.id for _, s in ctx.plan.all_steps() if s.kind in ("ai", "agent")}
+    for p, s in all_model_steps(ctx.d.steps):
+        if s.map is None or s.map.max_items < MAP_ITEMS_MAX:
+            continue
+        sources = sorted({ref for ref, _, _ in _step_refs([(p, s.map.items)], "expr") if ref in models})
+        if sources:
+            yield ("L509", p + ("map", "max_items"), f"map {s.id!r} runs over the output of model step "
+                   f"{sources[0]!r} with max_items at the hard cap ({MAP_ITEMS_MAX}): the model decides how many "
+                   "items run, each with its own calls and costs",
+                   "set max_items to the most items the workflow should ever fan out to")
 
 
 RULES: dict[str, Rule] = {
@@ -178,26 +234,45 @@ RULES: dict[str, Rule] = {
         Rule("L506", CODES["L506"][1],
              "A lock held while a human decides or a timer runs blocks every other run on that resource for hours, "
              "and a lease that outlives its holder invites a fencing failure.", check_lock_across_wait),
+        Rule("L508", CODES["L508"][1],
+             "A map runs its sub-flow once per item. An irreversible action there with a key shared by every item "
+             "runs once for the first item and replays that result for all the others (or, without a key, repeats "
+             "on redelivery); a key built from index or item makes each item's effect happen exactly once.",
+             check_map_idempotency),
+        Rule("L509", CODES["L509"][1],
+             "A list produced by a model is as long as the model says. With max_items at the language's hard cap, "
+             "a confused or manipulated model can fan out thousands of items, each with its own calls and costs; "
+             "bound it by what the workflow needs.", check_map_over_model_output),
     )
 }
 
 
-def _ignores(ctx: Context) -> tuple[dict[int, tuple[set[str], str]], list[Diagnostic]]:
+def _ignores(ctx: Context) -> tuple[dict[tuple, tuple[set[str], str]], list[Diagnostic]]:
+    """Step pointer -> (silenced codes, reason); a fan-out step's silences cover its sub-flows too."""
     result, problems = {}, []
-    for i, s in enumerate(ctx.d.steps):
+    for p, s in all_model_steps(ctx.d.steps):
         if s.lint is None:
             continue
         if not (s.lint.reason or "").strip():
             problems.append(Diagnostic("L500", f"step {s.id!r} silences {', '.join(s.lint.ignore)} without a reason",
-                                       ctx.doc.locate(("steps", i, "lint"), key=True),
+                                       ctx.doc.locate(p + ("lint",), key=True),
                                        hint="add lint.reason saying why the rule does not apply here"))
         for j, code in enumerate(s.lint.ignore):
             if code not in RULES:
                 problems.append(Diagnostic("L500", f"step {s.id!r} silences unknown rule {code!r}",
-                                           ctx.doc.locate(("steps", i, "lint", "ignore", j)),
+                                           ctx.doc.locate(p + ("lint", "ignore", j)),
                                            hint="known rules: " + ", ".join(RULES)))
-        result[i] = (set(s.lint.ignore), (s.lint.reason or "").strip())
+        result[p] = (set(s.lint.ignore), (s.lint.reason or "").strip())
     return result, problems
+
+
+def _silenced(ignores: dict[tuple, tuple[set[str], str]], code: str, pointer: tuple) -> str | None:
+    """The reason of the innermost step around ``pointer`` that silences ``code`` (None: not silenced)."""
+    for p in sorted(ignores, key=len, reverse=True):
+        codes, reason = ignores[p]
+        if pointer[:len(p)] == p and code in codes and reason:
+            return reason
+    return None
 
 
 def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str, ActionInfo] | None = None,
@@ -209,14 +284,13 @@ def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str
             continue
         for code, pointer, message, hint in rule.check(ctx):
             location = _locate(doc, pointer)
-            step_index = pointer[1] if len(pointer) > 1 and pointer[0] == "steps" else None
-            silenced = ignores.get(step_index) if step_index is not None else None
-            if silenced and code in silenced[0] and silenced[1]:
-                out.append(Diagnostic(code, f"{message} [silenced: {silenced[1]}]", location, severity="info"))
+            reason = _silenced(ignores, code, pointer)
+            if reason is not None:
+                out.append(Diagnostic(code, f"{message} [silenced: {reason}]", location, severity="info"))
             else:
                 out.append(Diagnostic(code, message, location, severity=_SEVERITIES[CODES[code][0]], hint=hint,
                                       pointer="/".join(map(str, pointer))))
-    if actions is None and any(s.action or s.agent for s in definition.steps):
+    if actions is None and any(s.action or s.agent for _, s in all_model_steps(definition.steps)):
         out.append(Diagnostic("L507", "action metadata not loaded: effects and permissions of actions were not "
                               "checked", doc.locate(("steps",), key=True), severity="info",
                               hint="pass --actions MODULE_OR_FILE to check irreversible actions and permissions"))

@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-KIND_KEYS = ("action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed")
+KIND_KEYS = ("action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed", "map", "parallel")
+#: the kinds that run sub-flows (fan-out)
+FANOUT_KINDS = ("map", "parallel")
 
 
 class _Model(BaseModel):
@@ -174,6 +176,22 @@ class Succeed(_Model):
     output: Any = None
 
 
+class Map(_Model):
+    items: str
+    concurrency: int
+    max_items: int
+    tolerate_failures: int | str = 0
+    steps: list[Step]
+
+
+class Branch(_Model):
+    steps: list[Step]
+
+
+class Parallel(_Model):
+    branches: list[Branch]
+
+
 class ValidateRule(_Model):
     check: str
     message: str | None = None
@@ -208,6 +226,8 @@ class Step(_Model):
     set: dict[str, Any] | None = None
     fail: Fail | None = None
     succeed: Succeed | None = None
+    map: Map | None = None
+    parallel: Parallel | None = None
     # common fields
     name: str | None = None
     description: str | None = None
@@ -233,6 +253,14 @@ class Step(_Model):
     def kinds(self) -> list[str]:
         return [k for k in KIND_KEYS if getattr(self, k) is not None]
 
+    def subflows(self) -> list[tuple[tuple, list[Step]]]:
+        """The sub-flows of a fan-out step: (pointer below the step, steps); empty for other kinds."""
+        if self.map is not None:
+            return [(("map", "steps"), self.map.steps)]
+        if self.parallel is not None:
+            return [(("parallel", "branches", j, "steps"), b.steps) for j, b in enumerate(self.parallel.branches)]
+        return []
+
 
 class Definition(_Model):
     sealflow: int
@@ -251,3 +279,7 @@ class Definition(_Model):
     priority: Literal["critical", "high", "normal", "low"] = "normal"
     steps: list[Step]
     output: Any = None
+
+
+Map.model_rebuild()
+Branch.model_rebuild()

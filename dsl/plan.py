@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 PLAN_FORMAT = 1
 
-StepKind = Literal["action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed"]
+StepKind = Literal["action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed", "map", "parallel"]
 END = "end"
 
 
@@ -127,6 +128,36 @@ class StepBudgetPlan(_Frozen):
     max_tool_calls: int | None = None
 
 
+class MapPlan(_Frozen):
+    """A ``map``: the sub-flow ``steps`` (from ``start``) runs once per element of ``items``."""
+
+    items: str
+    concurrency: int
+    max_items: int
+    #: failures tolerated: a count, or (``tolerate_percent``) a percentage of the items, rounded down
+    tolerate_failures: int = 0
+    tolerate_percent: int | None = None
+    start: str
+    steps: tuple[PlanStep, ...]
+
+    def tolerated(self, n_items: int) -> int:
+        """How many of ``n_items`` items may fail while the step still succeeds."""
+        if self.tolerate_percent is not None:
+            return n_items * self.tolerate_percent // 100
+        return self.tolerate_failures
+
+
+class BranchPlan(_Frozen):
+    """A branch of a ``parallel``: a sub-flow from ``start``."""
+
+    start: str
+    steps: tuple[PlanStep, ...]
+
+
+class ParallelPlan(_Frozen):
+    branches: tuple[BranchPlan, ...]
+
+
 class ActionMeta(_Frozen):
     permissions: tuple[str, ...] = ()
     effect: Literal["read", "write", "irreversible"] = "read"
@@ -145,6 +176,8 @@ class PlanStep(_Frozen):
     assign: dict[str, Any] | None = None
     fail: FailPlan | None = None
     succeed_output: Any = None
+    map: MapPlan | None = None
+    parallel: ParallelPlan | None = None
     args: dict[str, Any] = Field(default_factory=dict)
     when: str | None = None
     timeout_ms: int
@@ -169,6 +202,15 @@ class PlanStep(_Frozen):
     next: str | None = None
     edges: tuple[Edge, ...] = ()
 
+
+    def subflows(self) -> tuple[tuple[tuple, tuple[PlanStep, ...], str], ...]:
+        """A fan-out step's sub-flows: (pointer below the step, steps, start); empty for other kinds."""
+        if self.map is not None:
+            return ((("map", "steps"), self.map.steps, self.map.start),)
+        if self.parallel is not None:
+            return tuple((("parallel", "branches", j, "steps"), b.steps, b.start)
+                         for j, b in enumerate(self.parallel.branches))
+        return ()
 
     def needs_reauthorization(self, effect: str | None) -> bool:
         """Whether to re-check permissions right before this step, given its action's effect."""
@@ -211,8 +253,12 @@ class Plan(_Frozen):
     def step_map(self) -> dict[str, PlanStep]:
         return {s.id: s for s in self.steps}
 
+    def all_steps(self) -> Iterator[tuple[tuple, PlanStep]]:
+        """Every step with its definition pointer, the steps of fan-out sub-flows after their parent."""
+        yield from walk(self.steps, ())
+
     def canonical_json(self) -> bytes:
-        return canonical_bytes(self.model_dump(mode="json", exclude={"digest", "actions"}))
+        return canonical_bytes(_without_absent_kinds(self.model_dump(mode="json", exclude={"digest", "actions"})))
 
     def compute_digest(self) -> str:
         return "sha256:" + hashlib.sha256(self.canonical_json()).hexdigest()
@@ -221,7 +267,7 @@ class Plan(_Frozen):
         return self.model_copy(update={"digest": self.compute_digest()})
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        body = self.model_dump(mode="json")
+        body = _without_absent_kinds(self.model_dump(mode="json"))
         ordered = {"digest": body.pop("digest"), **body}
         return json.dumps(ordered, indent=indent, ensure_ascii=False)
 
@@ -233,8 +279,38 @@ class Plan(_Frozen):
         return plan
 
 
+def walk(steps: tuple[PlanStep, ...], base: tuple) -> Iterator[tuple[tuple, PlanStep]]:
+    """``steps`` with their pointers (under ``base``), each fan-out step followed by its sub-flows' steps."""
+    for s in steps:
+        p = base + ("steps", s.index)
+        yield p, s
+        for below, sub, _ in s.subflows():
+            yield from walk(sub, p + below[:-1])
+
+
+def _without_absent_kinds(body: dict) -> dict:
+    """The plan's JSON without the ``map: null`` and ``parallel: null`` of the steps that are neither: a plan
+    that does not fan out keeps the digest it had before the language knew fan-out."""
+    def clean(steps: list) -> None:
+        for s in steps:
+            for kind in ("map", "parallel"):
+                if s.get(kind, 0) is None:
+                    del s[kind]
+            if s.get("map"):
+                clean(s["map"]["steps"])
+            for b in (s.get("parallel") or {}).get("branches", ()):
+                clean(b["steps"])
+
+    clean(body.get("steps", []))
+    return body
+
+
 def canonical_bytes(value: Any) -> bytes:
     """RFC 8785 (JSON Canonicalization Scheme) bytes of ``value``."""
     import rfc8785
 
     return rfc8785.dumps(value)
+
+
+MapPlan.model_rebuild()
+BranchPlan.model_rebuild()

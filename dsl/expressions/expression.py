@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from lark import Tree
@@ -111,17 +111,29 @@ def compile_cached(text: str) -> Expression:
 
 
 def check(expr: Expression, *, known_steps: set[str], ran_before: set[str],
-          allow_output: bool) -> list[ExpressionError]:
-    """Every static problem of the references: X303, X304, X308, X309, in text order."""
-    return sorted(_check(expr, known_steps, ran_before, allow_output), key=lambda e: e.offset)
+          allow_output: bool, allow_item: bool = False,
+          inner: Mapping[str, str] | None = None) -> list[ExpressionError]:
+    """Every static problem of the references: X303, X304, X308, X309, X310, in text order. ``item`` and
+    ``index`` are known only with ``allow_item`` (inside a map's steps); ``inner`` maps the ids of steps inside
+    a fan-out sub-flow (not readable here) to their fan-out step."""
+    return sorted(_check(expr, known_steps, ran_before, allow_output, allow_item, inner or {}),
+                  key=lambda e: e.offset)
 
 
-def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool) -> Iterator[ExpressionError]:
+def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool, allow_item: bool,
+           inner: Mapping[str, str]) -> Iterator[ExpressionError]:
     def error(code: str, message: str, offset: int, hint: str | None = None) -> ExpressionError:
         return ExpressionError(code, message, offset, hint, expr.text)
 
     for ref, step_at, field_at in expr._refs:
-        if ref.root == "output" and not allow_output:
+        if ref.root in ("item", "index") and not allow_item:
+            yield error("X310", f"'{ref.root}' is only defined inside a map's steps", ref.offset,
+                        "item is the element a map's sub-flow runs for, index its position")
+        elif ref.root == "steps" and ref.step is not None and ref.step not in known and ref.step in inner:
+            yield error("X310", f"step '{ref.step}' runs inside '{inner[ref.step]}' (once per item or branch) and "
+                        "cannot be read from here", step_at,
+                        f"read the results as steps.{inner[ref.step]}.output, a list in item or branch order")
+        elif ref.root == "output" and not allow_output:
             yield error("X308", "'output' is only defined in validate and requires_approval_if",
                         ref.offset, "refer to a step's result as steps.<id>.output")
         elif ref.root == "steps":

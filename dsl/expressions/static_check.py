@@ -8,6 +8,7 @@ character inside the YAML string.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions.errors import ExpressionError
 from sealflow.dsl.expressions.expression import Expression, check, compile_cached
 from sealflow.dsl.expressions.templates import parse_template
-from sealflow.dsl.plan import Plan
+from sealflow.dsl.plan import Plan, PlanStep, walk
 
 if TYPE_CHECKING:
     from sealflow.dsl.loader import Document
@@ -99,21 +100,55 @@ def _step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, b
             yield ptr, "template", text, True, False
 
 
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """What the expressions of one flow may read: ``known`` step ids, the steps ``ran`` before the flow starts
+    (the outer run's steps before a fan-out), whether ``item``/``index`` exist, and the ids of steps inside
+    sub-flows that are not readable here (``inner``: id -> its fan-out step)."""
+
+    known: frozenset[str]
+    ran: frozenset[str]
+    allow_item: bool
+    inner: dict[str, str]
+
+
+def _inner_ids(steps: tuple[PlanStep, ...]) -> dict[str, str]:
+    """The id of every step inside a sub-flow -> its fan-out step (fan-out does not nest: C419)."""
+    return {inner.id: s.id for s in steps for _, sub, _ in s.subflows() for _, inner in walk(sub, ())}
+
+
+def _check_flow(compiler: CompileContext, steps: list[Step], plan_steps: tuple[PlanStep, ...], base: tuple,
+                scope: _Scope) -> None:
+    before = graph.ancestors(graph.adjacency_of(plan_steps))
+    by_id = {s.id: s for s in plan_steps}
+    for i, step in enumerate(steps):
+        ran = scope.ran | before.get(step.id, set())
+        for pointer, kind, text, include_self, allow_output in _step_sites(step, base + ("steps", i)):
+            _check_site(compiler, pointer, kind, text, scope, ran | {step.id} if include_self else ran, allow_output)
+        ps = by_id.get(step.id)
+        if step.map is not None:
+            _check_site(compiler, base + ("steps", i, "map", "items"), "expr", step.map.items, scope, ran, False)
+        if ps is None:
+            continue
+        subs = ps.subflows()
+        authored = step.subflows()
+        for (below, sub_plan, _), (_, sub_steps) in zip(subs, authored, strict=True):
+            own = {s.id for _, s in walk(sub_plan, ())}
+            inner = {k: v for k, v in scope.inner.items() if k not in own}  # a sibling branch's steps stay inner
+            sub_scope = _Scope(scope.known | own, frozenset(ran), step.map is not None or scope.allow_item, inner)
+            _check_flow(compiler, sub_steps, sub_plan, base + ("steps", i) + below[:-1], sub_scope)
+
+
 def check_plan(compiler: CompileContext, plan: Plan) -> None:
     """Append every expression diagnostic of ``compiler``'s definition to ``compiler.diagnostics``."""
     d = compiler.d
-    known = {s.id for s in plan.steps}
-    adj = graph.adjacency(plan)
-    before = graph.ancestors(adj)
-    reachable = graph.reachable(adj, plan.start) - {"end"}
+    top = _Scope(frozenset(s.id for s in plan.steps), frozenset(), False, _inner_ids(plan.steps))
+    _check_flow(compiler, d.steps, plan.steps, (), top)
+    reachable = graph.reachable(graph.adjacency(plan), plan.start) - {"end"}
 
     def run(pointer: tuple, kind: str, text: str, ran: set[str], allow_output: bool) -> None:
-        _check_site(compiler, pointer, kind, text, known, ran, allow_output)
+        _check_site(compiler, pointer, kind, text, top, ran, allow_output)
 
-    for i, step in enumerate(d.steps):
-        ran = before.get(step.id, set())
-        for pointer, kind, text, include_self, allow_output in _step_sites(step, ("steps", i)):
-            run(pointer, kind, text, ran | {step.id} if include_self else ran, allow_output)
     for pointer, text in _templates(d.output, ("output",)):
         run(pointer, "template", text, reachable, False)
     if d.concurrency is not None:
@@ -122,8 +157,8 @@ def check_plan(compiler: CompileContext, plan: Plan) -> None:
         run(("trigger", "event", "filter"), "expr", d.trigger.event.filter, set(), False)
 
 
-def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, known: set[str], ran: set[str],
-                allow_output: bool) -> None:
+def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, scope: _Scope,
+                ran: set[str] | frozenset[str], allow_output: bool) -> None:
     doc = compiler.doc
     try:
         parts: list[tuple[Expression, int]]
@@ -135,7 +170,8 @@ def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, 
         _report(compiler, doc, pointer, exc, exc.offset)
         return
     for expr, base in parts:
-        for problem in check(expr, known_steps=known, ran_before=ran, allow_output=allow_output):
+        for problem in check(expr, known_steps=set(scope.known), ran_before=set(ran), allow_output=allow_output,
+                             allow_item=scope.allow_item, inner=scope.inner):
             _report(compiler, doc, pointer, problem, base + problem.offset)
 
 

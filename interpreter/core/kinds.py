@@ -15,6 +15,8 @@ class StepKind(StrEnum):
     SET = "set"
     FAIL = "fail"
     SUCCEED = "succeed"
+    MAP = "map"
+    PARALLEL = "parallel"
 
 
 #: the kinds that call code or a model (validations apply to their output; budgets count them)

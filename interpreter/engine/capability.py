@@ -125,7 +125,7 @@ def plan_needs(plan: Any) -> tuple[list[str], list[str]]:
     order, once each."""
     actions: list[str] = []
     models: list[str] = []
-    for step in plan.steps:
+    for _, step in plan.all_steps():  # fan-out sub-flows included
         for role in (StepRef(step.id), StepRef.compensate(step.id)):
             a, m = step_needs(step, role)
             actions += a

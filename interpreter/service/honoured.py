@@ -14,9 +14,16 @@ from sealflow.dsl.plan import Plan
 from sealflow.interpreter.core.errors import StepError
 
 #: workflow-schema field -> why this build cannot enforce it (remove the entry when its enforcement lands)
+_FANOUT = ("fan-out (map, parallel) is part of the language but not of this build's runtime: child executions "
+           "per item, the concurrency pool, tolerated failures and per-item compensation are not enforced yet")
 NOT_YET: dict[str, str] = {
-    # empty: every declared control of the language is enforced by this build (locks, pools, run-level
+    # every other declared control of the language is enforced by this build (locks, pools, run-level
     # concurrency: policy/coordination.py; priority: service/priority.py; breakers: execution/breakers.py)
+    "step.map": _FANOUT,
+    "step.parallel": _FANOUT,
+    **{f"map.{f}": _FANOUT for f in ("items", "concurrency", "max_items", "tolerate_failures", "steps")},
+    "parallel.branches": _FANOUT,
+    "branch.steps": _FANOUT,
 }
 
 
@@ -25,8 +32,8 @@ def uses(plan: Plan) -> list[tuple[str, str | None]]:
     found: list[tuple[str, str | None]] = []
     if "workflow.concurrency" in NOT_YET and plan.concurrency:
         found.append(("workflow.concurrency", None))
-    for step in plan.steps:
-        for field in ("lock", "concurrency"):
+    for _, step in plan.all_steps():
+        for field in ("lock", "concurrency", "map", "parallel"):
             if f"step.{field}" in NOT_YET and getattr(step, field, None):
                 found.append((f"step.{field}", step.id))
     return found

@@ -29,3 +29,34 @@ def test_given_this_build_then_no_declared_control_is_refused(runtime):
     # Given a plan with a lock and a pool, when submitted, then it is accepted: both are enforced
     plan = make_plan(S("a", "set", assign={"x": "1"}, lock="res-1", concurrency="pool"))
     assert runtime.submit(plan, {}, initiator="user:t")
+
+
+def test_given_a_definition_that_fans_out_when_submitted_then_it_is_refused_naming_the_step(runtime):
+    # Given a compiled definition with a map inside a workflow and a parallel after it (the language knows
+    # fan-out; this build's runtime does not run it yet)
+    from sealflow.dsl.api import check_bytes
+
+    text = b"""sealflow: 1
+name: fan
+version: 1
+owner: team:t
+steps:
+  - id: each
+    map:
+      items: "[1, 2]"
+      concurrency: 2
+      max_items: 10
+      steps: [{id: double, set: {v: "item * 2"}}]
+  - id: both
+    parallel:
+      branches:
+        - steps: [{id: left, set: {v: "1"}}]
+        - steps: [{id: right, set: {v: "2"}}]
+"""
+    plan = check_bytes(text, "fan.yaml").plan
+    assert plan is not None
+    # When it is submitted, then it is refused as configuration naming the map step, and no run is created
+    with pytest.raises(StepError, match="step 'each' declares map: \\(and 1 more\\)") as refused:
+        runtime.submit(plan, {}, initiator="user:t")
+    assert refused.value.error_class == "configuration" and "cannot enforce" in refused.value.message
+    assert runtime.store.active_runs() == []

@@ -89,3 +89,31 @@ def test_a_step_whose_model_key_is_missing_here_is_left_and_readiness_names_the_
     finally:
         rt.close()
         rt.store.close()
+
+
+def test_given_actions_and_models_inside_fan_out_sub_flows_then_readiness_names_them():
+    # Given a plan whose only action and model run inside a map and a parallel branch
+    from sealflow.dsl.api import check_bytes
+    from sealflow.interpreter.service.readiness import plan_models
+
+    text = b"""sealflow: 1
+name: fan
+version: 1
+owner: team:t
+steps:
+  - id: each
+    map:
+      items: "[1]"
+      concurrency: 1
+      max_items: 1
+      steps: [{id: call, action: x.do}]
+  - id: both
+    parallel:
+      branches:
+        - steps: [{id: ask, ai: {model: m1, prompt: {template: hi}}}]
+        - steps: [{id: other, set: {v: "1"}}]
+"""
+    plan = check_bytes(text, "fan.yaml").plan
+    assert plan is not None
+    # Then what a process must have to continue such a run includes them
+    assert plan_actions(plan) == ["x.do"] and plan_models(plan) == ["m1"]

@@ -49,7 +49,7 @@ def validate(paths, actions, fmt):
 def _calls_actions(result) -> bool:
     """Whether a checked definition names any action (what --actions would have checked)."""
     plan = result.plan
-    return plan is not None and any(s.action for s in plan.steps)
+    return plan is not None and any(s.action for _, s in plan.all_steps())
 
 
 @click.command()
@@ -97,9 +97,21 @@ def plan(file, actions, as_json):
         budget.append(f"max_runtime={format_ms(b.max_runtime_ms)}")
     click.echo(f"budget: {', '.join(budget) or 'none'}")
     click.echo("steps:")
-    for s in compiled.steps:
+    _print_steps(compiled.steps, "  ")
+
+
+def _print_steps(steps, indent: str) -> None:
+    """One line per step and one for its edges; a fan-out step's sub-flows indented below it."""
+    from sealflow.dsl.durations import format_ms
+
+    for s in steps:
         what = s.action or s.kind
-        extra = [f"timeout {format_ms(s.timeout_ms)}"]
+        extra = [f"timeout {format_ms(s.timeout_ms)}"] if s.kind not in ("map", "parallel") else []
+        if s.map is not None:
+            tolerated = f"{s.map.tolerate_percent}%" if s.map.tolerate_percent is not None \
+                else str(s.map.tolerate_failures)
+            extra.append(f"over {s.map.items}: {s.map.concurrency} at once, max_items {s.map.max_items}, "
+                         f"tolerate_failures {tolerated}")
         if s.retry.max_attempts > 1:
             extra.append(f"retry {s.retry.name or 'inline'} x{s.retry.max_attempts}")
         if s.idempotency_key:
@@ -107,8 +119,11 @@ def plan(file, actions, as_json):
         if s.gate or s.approval:
             extra.append("approval")
         targets = ", ".join(f"{e.kind}->{e.target}" for e in s.edges) or "ends the run"
-        click.echo(f"  {s.index + 1:>2}. {s.id:<20} {what:<22} {'; '.join(extra)}")
-        click.echo(f"      {targets}")
+        click.echo(f"{indent}{s.index + 1:>2}. {s.id:<20} {what:<22} {'; '.join(extra)}")
+        click.echo(f"{indent}    {targets}")
+        for j, (_, sub, _) in enumerate(s.subflows()):
+            click.echo(f"{indent}    {'each item' if s.map else f'branch {j + 1}'}:")
+            _print_steps(sub, indent + "      ")
 
 
 @click.command()
