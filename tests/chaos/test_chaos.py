@@ -242,22 +242,39 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
         codes = workers.stop()
         assert submitter.error is None, f"seed {seed}: submitting failed: {submitter.error!r}"
         run_ids = submitter.run_ids
-        assert len(set(run_ids)) == n
+        states = dict(db.rows("SELECT id, state FROM runs") or [])
+        applied = receiver.applied_per_effect()
+
+        def one(sql: str):
+            return (db.rows(sql) or [(None,)])[0][0]
+
+        attempts, lost = one("SELECT count(*) FROM attempts"), \
+            one("SELECT count(*) FROM attempts WHERE error_class = 'worker_lost'")
+        slowest = one("SELECT max(updated_at - created_at) FROM runs") or 0.0
+        waited = one("SELECT max(started_at - scheduled_at) FROM attempts") or 0.0
+        summary = (f"chaos: seed {seed}: {n} runs, {Counter(states.values())['completed']} completed, {kills} "
+                   f"worker kills ({sum(workers.started.values()) - WORKERS} worker restarts), {pg_restarts} "
+                   f"PostgreSQL restart, {redis_restarts} Redis restart ({submitter.retries} submits retried); "
+                   f"{receiver.deliveries} deliveries, {len(receiver.applied)} effects applied, {receiver.suppressed} "
+                   f"duplicates suppressed; {attempts} attempts ({lost} worker_lost); wall time {wall:.1f} s, "
+                   f"slowest run {slowest:.1f} s, longest wait of a scheduled attempt {waited:.1f} s; workers "
+                   f"stopped with {sorted(codes.values())}")
+        print(summary)
+        chaos_report(summary)
 
         # Then no run is lost and every run completed
-        states = dict(db.rows("SELECT id, state FROM runs") or [])
-        assert sorted(states) == sorted(run_ids), f"seed {seed}: runs lost or added"
+        assert len(set(run_ids)) == n and sorted(states) == sorted(run_ids), f"seed {seed}: runs lost or added"
         assert Counter(states.values()) == {"completed": n}, \
             f"seed {seed}: {Counter(states.values())}\n" + _diagnosis(db, workers)
         # and every effect was applied exactly once at the receiver, under one key, never refused
-        applied = receiver.applied_per_effect()
         twice = {pair: k for pair, k in applied.items() if k != 1}
         assert not twice, f"seed {seed}: effects applied more than once: {twice}"
         assert set(applied) == {(run, e) for run in run_ids for e in EFFECTS}, f"seed {seed}: effects missing"
         assert receiver.conflicts == []
         assert receiver.deliveries == len(receiver.applied) + receiver.suppressed
-        # and the chaos happened as announced, and the audit chain still verifies
+        # and the chaos happened as announced, every worker stopped cleanly, and the audit chain verifies
         assert kills >= 1 and pg_restarts == 1 and redis_restarts == 1, (kills, pg_restarts, redis_restarts)
+        assert set(codes.values()) == {0}, f"a worker did not stop cleanly: {codes}"
         from sealflow.interpreter.store import open_store
         from sealflow.interpreter.store.auditchain import verify
 
@@ -267,21 +284,6 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
         finally:
             store.close()
         assert chain.ok, f"seed {seed}: audit chain broken: {chain.first}"
-        lost = (db.rows("SELECT count(*) FROM attempts WHERE error_class = 'worker_lost'") or [(None,)])[0][0]
-        attempts = (db.rows("SELECT count(*) FROM attempts") or [(None,)])[0][0]
-        slowest = (db.rows("SELECT max(updated_at - created_at) FROM runs") or [(0.0,)])[0][0]
-        waited = (db.rows("SELECT max(started_at - scheduled_at) FROM attempts") or [(0.0,)])[0][0]
-        summary = (f"chaos: seed {seed}: {n} runs, {states and Counter(states.values())['completed']} completed, "
-                   f"{kills} worker kills ({sum(workers.started.values()) - WORKERS} worker restarts), "
-                   f"{pg_restarts} PostgreSQL restart, {redis_restarts} Redis restart ({submitter.retries} submits "
-                   f"retried); {receiver.deliveries} "
-                   f"deliveries, {len(receiver.applied)} effects applied, {receiver.suppressed} duplicates "
-                   f"suppressed; {attempts} attempts ({lost} worker_lost); wall time {wall:.1f} s, slowest run "
-                   f"{slowest:.1f} s, longest wait of a scheduled attempt {waited:.1f} s; "
-                   f"workers stopped with {sorted(codes.values())}")
-        print(summary)
-        chaos_report(summary)
-        assert set(codes.values()) == {0}, f"a worker did not stop cleanly: {codes}"
     finally:
         workers.stop()
         db.close()
