@@ -22,7 +22,14 @@ import threading
 import time
 from typing import Any
 
+from sealflow.interpreter.core.errors import SealflowError
+
 log = logging.getLogger("sealflow.liveness")
+
+
+class BrokerUnavailable(SealflowError):
+    """Sending a step message to the broker failed (it is down, restarting, or refused the connection); the
+    message's outbox row stays in the store and is sent again once the broker answers."""
 
 
 def backoff_delays(first: float = 0.5, factor: float = 2.0, most: float = 30.0):
@@ -53,6 +60,15 @@ class BrokerWatch:
         if self.down_since is not None:  # lost between the start-up check and now
             log.warning("lost the broker at %s; steps wait, runs stay queued; retrying (next try in %.1f s)",
                         self.shown, every)
+
+    def lost(self, exc: BaseException) -> None:
+        """A send failed (:class:`BrokerUnavailable`): the broker is down since now, whatever the last look
+        said, so the next look that finds it answering sends again what was taken but never delivered."""
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            self._next = self.down_since + self.every
+            log.warning("lost the broker at %s (%s); steps wait, runs stay queued; retrying (next try in %.1f s)",
+                        self.shown, exc, self.every)
 
     def check(self) -> bool:
         """Look at the broker if it is time; True while it is reachable."""

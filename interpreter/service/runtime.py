@@ -47,6 +47,7 @@ from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embe
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
 from sealflow.interpreter.service.driving import Driving
+from sealflow.interpreter.service.liveness import BrokerUnavailable
 from sealflow.interpreter.service.readiness import plan_models
 from sealflow.interpreter.service.repair import Repair
 from sealflow.interpreter.service.status import RunStatus, run_status
@@ -141,7 +142,7 @@ class Runtime(Repair, Driving):
         self.heartbeat_every = 2.0  # seconds between this process's heartbeats, where the store keeps them
         self._heartbeats: liveness.Heartbeats | None = None
         self._start_lock = threading.Lock()
-        self._dispatch_reset = False
+        self._dispatch_reset = self._recovered = False
         self._input_validators: dict[str, Any] = {}
         self._plan_json: dict[str, str] = {}
         self.telemetry = telemetry.install(self)  # metrics, traces, log context (service/telemetry)
@@ -151,8 +152,13 @@ class Runtime(Repair, Driving):
         return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
 
     def send(self, message: Message) -> None:
-        """Enqueue ``message`` on the queue of its run's priority."""
-        self.actors[self.priority_of(message.run_id)].send(*message)
+        """Enqueue ``message`` on the queue of its run's priority; :class:`BrokerUnavailable` if that fails."""
+        actor = self.actors[self.priority_of(message.run_id)]
+        try:
+            actor.send(*message)
+        except Exception as exc:  # noqa: BLE001 - each broker's client raises its own kinds: all mean "not sent"
+            raise BrokerUnavailable(f"sending step {message.step_id!r} of run {message.run_id} to the broker failed: "
+                                    f"{type(exc).__name__}: {exc}") from exc
 
     @property
     def queue_names(self) -> tuple[str, ...]:
@@ -171,10 +177,11 @@ class Runtime(Repair, Driving):
                 priority.install_guard(self._worker, self.starvation_after)
                 self._worker.start()
                 self.recover()
+                self._recovered = True  # else a worker's serve() retries it (a broker or store lost at start)
 
     def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
               dead_owner_check: float = 1.0, heartbeat_every: float = 2.0, dead_after: float = 15.0,
-              broker_shown: str = "the broker") -> None:
+              broker_shown: str = "the broker", broker_lost: BrokerUnavailable | None = None) -> None:
         """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
         in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.policy.authz.require_policy`).
 
@@ -183,8 +190,10 @@ class Runtime(Repair, Driving):
         timers. Every ``dead_owner_check`` seconds end the leases of dead workers: on a store with
         heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any machine; else this host's,
         by pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A
-        broker that goes away is retried with backoff and logged (:mod:`sealflow.interpreter.service.liveness`);
-        a round that fails (the store busy past its timeout, or unreachable) is logged and tried again."""
+        broker that goes away (or fails a send) is retried with backoff and logged
+        (:mod:`sealflow.interpreter.service.liveness`); a round that fails (the store busy past its timeout, or
+        unreachable) is logged and tried again, and so is the recovery of :meth:`start` if it failed
+        (``broker_lost``: it failed sending, so what it took from the outbox is sent again once the broker is back)."""
         from sealflow.interpreter.service.retention import Retention
 
         retention = Retention.from_config(self.config.extra)
@@ -192,7 +201,11 @@ class Runtime(Repair, Driving):
             authz.require_policy(self.access, "a long-lived worker")
         self.heartbeat_every = heartbeat_every
         self.start()  # which starts this process's heartbeats
+        if self._heartbeats is not None:  # (started before serve(), at the default pace)
+            self._heartbeats.beats.every = heartbeat_every
         watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
+        if broker_lost is not None:
+            watch.lost(broker_lost)
         silent_for = dead_after if hasattr(self.store, "heartbeat") else None
         if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
             notifications.Deliverer.of(self).start(stop)
@@ -201,6 +214,9 @@ class Runtime(Repair, Driving):
         while not stop.is_set():
             try:
                 if watch.check():
+                    if not self._recovered:
+                        self.recover()
+                        self._recovered = True
                     self.dispatcher.flush()
                 if time.monotonic() >= check_at:
                     recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
@@ -211,6 +227,8 @@ class Runtime(Repair, Driving):
                 if failing:
                     logging.getLogger("sealflow.runtime").warning("dispatch/sweep rounds work again")
                     failing = False
+            except BrokerUnavailable as exc:  # a send failed: resend what was taken once the broker answers
+                watch.lost(exc)
             except StoreError as exc:  # the store's disk or database: say what, once, and keep trying
                 if not failing:
                     logging.getLogger("sealflow.runtime").error("dispatch/sweep round failed: %s; retrying", exc)

@@ -7,41 +7,15 @@ Each test starts its own redis-server on a private port (skipped without the red
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from private_services import PrivateRedis, free_port
 from test_worker_redis import ACTIONS, Deployment
 
-REDIS_SERVER = shutil.which("redis-server")
-pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server binary")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _redis(port: int, tmp: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port, socket_connect_timeout=1)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("redis-server did not start")
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server binary")
 
 
 class PrivateDeployment(Deployment):
@@ -69,9 +43,8 @@ def _wait_log(d: Deployment, name: str, text: str, timeout: float = 30) -> None:
 
 
 def test_given_redis_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_redis_is_up(tmp_path):
-    port = _free_port()
-    d = PrivateDeployment(tmp_path, port)
-    redis_proc = None
+    redis = PrivateRedis(tmp_path, free_port(), start=False)
+    d = PrivateDeployment(tmp_path, redis.port)
     try:
         # Given no Redis on the port, when a worker starts and a run is submitted
         d.start_worker("a")
@@ -82,31 +55,27 @@ def test_given_redis_down_when_a_worker_starts_then_it_waits_and_logs_and_serves
         assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
         assert d.run_states([run_id]) == {run_id: "queued"}
         # When Redis comes up, then the worker serves and the run completes
-        redis_proc = _redis(port, tmp_path)
+        redis.start()
         d.wait_ready("a", timeout=60)
         d.wait_completed([run_id], timeout=60)
         assert "retrying in" in d.log("a")
     finally:
         d.close()
-        if redis_proc is not None:
-            redis_proc.kill()
-            redis_proc.wait()
+        redis.close()
 
 
 def test_given_a_serving_worker_when_redis_restarts_empty_then_queued_runs_move_within_seconds(tmp_path):
-    port = _free_port()
-    redis_proc = _redis(port, tmp_path)
-    d = PrivateDeployment(tmp_path, port)
+    redis = PrivateRedis(tmp_path)
+    d = PrivateDeployment(tmp_path, redis.port)
     try:
         # Given a worker serving on a private Redis
         d.start_worker("a")
         d.wait_ready("a")
         # When Redis dies, a run is submitted meanwhile, and Redis comes back empty
-        redis_proc.send_signal(signal.SIGKILL)
-        redis_proc.wait()
+        redis.kill()
         run_id = d.submit()
         _wait_log(d, "a", "lost the broker")
-        redis_proc = _redis(port, tmp_path)
+        redis.start()
         back = time.monotonic()
         # Then the worker says the broker is back and the run completes well before redeliver_after (60 s)
         d.wait_completed([run_id], timeout=30)
@@ -114,5 +83,4 @@ def test_given_a_serving_worker_when_redis_restarts_empty_then_queued_runs_move_
         assert d.workers["a"].poll() is None
     finally:
         d.close()
-        redis_proc.kill()
-        redis_proc.wait()
+        redis.close()

@@ -24,7 +24,8 @@ unless ``--allow-open`` (development only). A broker URL that is neither Redis (
 ``unix://``) nor RabbitMQ (``amqp://``, ``amqps://``) is a usage error (exit 2).
 A broker it cannot reach, at start or later, is waited for: it logs a warning and retries with backoff
 (0.5 s doubling to 30 s) instead of exiting, and once the broker is back (or restarted, its queues lost)
-it sends again every message sent but never claimed, so queued runs move within a second. On a store
+it sends again every message sent but never claimed, so queued runs move within a second. A PostgreSQL
+store that cannot be reached at start (down, restarting) is waited for the same way. On a store
 with heartbeats (PostgreSQL) it beats every 2 s and takes over the leases of workers silent for 15 s, on
 any machine; it waits for new work on the store's wake-ups (LISTEN/NOTIFY) instead of polling.
 
@@ -234,11 +235,16 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     broker.add_middleware(steps)
 
     url = store_location(store_url)
+    config = load_config()
     try:
-        rt = Runtime(url, access=provider, config=load_config(), broker=broker, queue_name=queue_name,
-                     worker_threads=threads, redeliver_after=redeliver_after, priorities=served)
+        rt = _wait_for_store(lambda: Runtime(url, access=provider, config=config, broker=broker, queue_name=queue_name,
+                                             worker_threads=threads, redeliver_after=redeliver_after,
+                                             priorities=served), url, stop)
     except StoreError as exc:
         fail_usage(str(exc))
+    if rt is None:
+        log.info("worker stopped before the store came up")
+        return
     steps.store = rt.store
     if metrics_port is not None:
         from sealflow.interpreter.service.telemetry.metrics import serve_metrics
@@ -252,15 +258,23 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
 
     tracing.configure()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     rt.engine.trust_gate = _trust_gate(trust, allow_unsigned, rt.engine.actor)
+    from sealflow.interpreter.service.liveness import BrokerUnavailable
+
+    lost = None
     try:
-        rt.start()  # the Dramatiq worker, then recovery of what is in flight
+        try:
+            rt.start()  # the Dramatiq worker, then recovery of what is in flight
+        except (StoreError, BrokerUnavailable) as exc:  # lost since the checks above: serve() tries it again
+            log.warning("recovering the runs in flight failed at start: %s; serving, and trying again each round",
+                        exc)
+            lost = exc if isinstance(exc, BrokerUnavailable) else None
         if hasattr(broker, "broker_id"):  # Redis: the id of this worker's heartbeat (a test removes it)
             log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
         click.echo(f"worker ready: broker {shown}, store {getattr(rt.store, 'url', url)}, "
                    f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}"
                    + ("" if len(served) == 4 else f", priorities {','.join(served)}"))
         sys.stdout.flush()
-        rt.serve(stop, allow_open=allow_open, broker_shown=shown)
+        rt.serve(stop, allow_open=allow_open, broker_shown=shown, broker_lost=lost)
         log.info("stopping: running attempts have %.0f s to finish", grace)
     finally:
         rt.close(grace=grace)
@@ -293,6 +307,32 @@ def _wait_for_broker(broker, shown: str, stop: threading.Event) -> bool:
             log.info("the broker at %s answers after %.0f s", shown, time.monotonic() - started)
         return True
     return False  # pragma: no cover - backoff_delays never ends
+
+
+def _wait_for_store(make, url: str | None, stop: threading.Event):
+    """``make()`` (the runtime, which opens the store), retried with backoff (0.5 s doubling to 30 s) while a
+    network store (PostgreSQL) cannot be reached, logging each miss; None if ``stop`` was set first. A
+    database that is down or restarting is an outage to ride out; a SQLite file that cannot be opened, a bad
+    URL or a schema to migrate is a usage error (``StoreError``, raised)."""
+    from sealflow.interpreter.service.liveness import backoff_delays
+    from sealflow.interpreter.store import StoreUnavailable
+
+    started = time.monotonic()
+    for delay in backoff_delays():
+        try:
+            made = make()
+        except StoreUnavailable as exc:
+            if not (url or "").startswith(("postgresql://", "postgres://")):
+                raise
+            log.warning("cannot reach the store: %s; retrying in %.1f s (waiting %.0f s so far; start the database "
+                        "or fix --store)", exc, delay, time.monotonic() - started)
+            if stop.wait(delay):
+                return None
+            continue
+        if time.monotonic() - started > 0.1:
+            log.info("the store answers after %.0f s", time.monotonic() - started)
+        return made
+    return None  # pragma: no cover - backoff_delays never ends
 
 
 def _forget_heartbeat(broker) -> None:
