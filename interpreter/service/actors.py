@@ -68,11 +68,13 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     on the priority's queue (:mod:`sealflow.interpreter.service.priority`). ``route`` sends a due message of
     another run to its own priority's actor (None: this actor).
 
-    On the embedded default (a ``StubBroker``) a message carries its run on for up to
-    :data:`CONTINUE_LIMIT` consecutive steps in the same worker thread; on a real broker every step goes
-    through the broker, so that the workers of a deployment share a run's steps (and log each one).
+    On every broker a message carries its run on for up to :data:`CONTINUE_LIMIT` consecutive steps in the
+    same worker thread (a run's steps are sequential: another worker could not take the next one sooner),
+    then sends the rest through the broker so that one long run does not hold a thread from the others.
+    The carried-on step's outbox row is written sent, as for a message handed to the broker: if this
+    process dies before claiming it, the sweeper sends it again after ``redeliver_after``.
     """
-    limit = CONTINUE_LIMIT if isinstance(broker, StubBroker) else 1
+    limit = CONTINUE_LIMIT
 
     def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
         message = Message(run_id, step_id, attempt, token, tenant)

@@ -6,8 +6,9 @@ In one run, on this machine's PostgreSQL (127.0.0.1:5432, user postgres) and Red
 
 * **Sealflow distributed**: a fresh database (created here, dropped at the end), a unique queue, ``--workers``
   ``sealflow worker`` processes of ``--threads`` threads. ``--runs`` runs of a ``--steps``-step workflow of
-  no-op actions are submitted from this process (as ``sealflow submit`` does: the run and its outbox row; the
-  workers dispatch them, woken by LISTEN/NOTIFY), and timed from the first submit to the last run completed.
+  no-op actions are submitted from ``--submitters`` threads of this process (as ``sealflow submit`` does: the
+  run and its outbox row; the workers dispatch them, woken by LISTEN/NOTIFY), and timed from the first submit
+  to the last run completed.
 * **Bare Dramatiq chain** (the peer): ``--steps`` no-op actors, each sending the next, on a unique Redis
   namespace with the same middleware as Sealflow's broker, in ``python -m dramatiq`` with ``--workers``
   processes of ``--threads`` threads; ``--runs`` chains sent from this process, timed the same way.
@@ -36,6 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -154,8 +156,8 @@ def bench_sealflow(args, logs: Path) -> tuple[float, list[float]]:
                 one()  # warm up: both workers' plan caches, connections
                 before = counts()[0]
                 started = time.perf_counter()
-                for _ in range(args.runs):
-                    rt.submit(plan, {}, initiator="user:bench")
+                with ThreadPoolExecutor(args.submitters) as pool:  # as several clients would
+                    list(pool.map(lambda _: rt.submit(plan, {}, initiator="user:bench"), range(args.runs)))
                 submitted = time.perf_counter() - started
                 _wait(f"{args.runs} runs", lambda: counts()[0] - before >= args.runs, args.timeout)
                 elapsed = time.perf_counter() - started
@@ -224,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-steps", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2, help="worker processes on each side")
     parser.add_argument("--threads", type=int, default=8, help="threads per worker process on each side")
+    parser.add_argument("--submitters", type=int, default=4, help="threads submitting Sealflow's runs")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--only", choices=("distributed", "embedded"), default=None)

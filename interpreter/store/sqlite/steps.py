@@ -29,6 +29,7 @@ from sealflow.interpreter.store.records import (
     Commit,
     Committed,
     DeadLetterSpec,
+    LazyResults,
     Message,
     NextAttempt,
     RunRecord,
@@ -126,7 +127,7 @@ class StepPathMixin:
                     c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?",
                               (now, run_id))
                     run.state, run.rev = "running", run.rev + 1
-                results = self._results_of(c, run_id)
+                results = LazyResults(lambda: self.results(run_id))  # read on first use, outside this claim
         if refused is not None:
             raise MessageRefused(f"message for step {step_id!r} of run {run_id} refused: {refused[1]}", refused[0])
         if deferred is not None:
