@@ -78,16 +78,17 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
 
     def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
         message = Message(run_id, step_id, attempt, token, tenant)
-        for _ in range(limit):
-            try:
-                due = engine.handle(*message)
+        for i in range(limit):
+            try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
+                due = engine.handle(*message, carry=i + 1 < limit)
             except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
                 log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
                               message.run_id, message.step_id, message.attempt)
                 return
             # the run's one next step, due now: take it in this thread instead of a round trip through the
-            # broker. Nothing is skipped: it is claimed, fenced and committed like any message, and its outbox
-            # row is there for redelivery should this process die first.
+            # broker. Nothing is skipped: it is claimed (by the commit that made it due, when the engine could),
+            # fenced and committed like any message; should this process die first, its outbox row is resent
+            # (not claimed yet) or its lease ends (claimed) and it is retried.
             if len(due) == 1 and due[0].run_id == message.run_id:
                 message = due[0]
                 continue

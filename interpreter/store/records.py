@@ -251,6 +251,9 @@ class Commit:
     #: insert the next attempt's outbox row as already sent and return its message, so the
     #: committing worker enqueues it at once (the sweeper re-sends it if the process dies first)
     dispatch_inline: bool = False
+    #: a worker (this owner) goes on with the run: claim the next attempt for it in the same transaction
+    #: when it is the one message made due (no lock, pool or bulkhead to wait for: the engine asks only then)
+    claim_as: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -259,6 +262,8 @@ class Committed:
     run_state: str
     #: messages to enqueue now (``dispatch_inline``)
     messages: tuple[Message, ...] = ()
+    #: the next attempt, claimed for ``Commit.claim_as`` in the same transaction (its message is ``messages[0]``)
+    claimed: Claimed | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -10,8 +10,9 @@ not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, b
 ``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.service.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
 ``sealflow submit`` in another process is picked up within a fraction of a second), sweeps expired
-leases and due timers, and ends the leases of dead workers of this machine. Each step it runs is
-logged at INFO on stderr.
+leases and due timers, and ends the leases of dead workers of this machine. Each step message it takes
+is logged at INFO on stderr (a message carries its run on in the same thread for up to 16 consecutive
+steps, each claimed by the commit of the one before, then the rest goes back through the broker).
 
 Where it may run: several workers on one machine share one SQLite store file (WAL, every write one
 fenced transaction). Workers on several machines need a network store; the Redis store is not built
