@@ -13,6 +13,7 @@ store; nothing is sent with a Dramatiq ``delay``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ ACTOR_NAME = "sealflow_step"
 #: goes back through the broker (so one long run cannot hold a worker thread from the others for long)
 CONTINUE_LIMIT = 16
 QUEUE = "sealflow"
+#: worker thread id -> (run id, step id, attempt) of the step it carried its message's run on to (a step log
+#: names the step a thread is in, not its message's first one)
+CARRYING: dict[int, tuple[str, str, int]] = {}
 
 
 def embedded_broker() -> StubBroker:
@@ -77,7 +81,13 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     limit = CONTINUE_LIMIT
 
     def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
-        message = Message(run_id, step_id, attempt, token, tenant)
+        try:
+            carry_on(Message(run_id, step_id, attempt, token, tenant))
+        finally:
+            CARRYING.pop(threading.get_ident(), None)
+
+    def carry_on(message: Message) -> None:
+        run_id = message.run_id
         for i in range(limit):
             try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
                 due = engine.handle(*message, carry=i + 1 < limit)
@@ -91,6 +101,9 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
             # (not claimed yet) or its lease ends (claimed) and it is retried.
             if len(due) == 1 and due[0].run_id == message.run_id:
                 message = due[0]
+                CARRYING[threading.get_ident()] = (message.run_id, message.step_id, message.attempt)
+                log.info("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
+                         message.attempt)
                 continue
             for m in due:
                 if m.run_id == run_id or route is None:
