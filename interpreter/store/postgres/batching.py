@@ -5,9 +5,10 @@ lock taken before their snapshot: :data:`WRITERS_LOCK`), and a durable commit co
 on the development machine). Serial writers that each flush would cap a process at a few hundred writes a
 second. Instead, the threads that want to write while a batch is being opened join it: the first (the
 *leader*) takes a pooled connection, the lock and ``BEGIN ISOLATION LEVEL SERIALIZABLE``; each member then
-runs its whole operation, one at a time, inside its own ``SAVEPOINT`` (its audit events chained before the
-savepoint is released); the leader commits once all members are done, and every member returns only after
-that commit. The result is exactly a serial order of the members' operations, as on SQLite:
+runs its whole operation, one at a time, inside its own ``SAVEPOINT``; the leader chains the audit events of
+the members that succeeded (in their order: one insert and one move of each tenant's head) and commits once
+all members are done, and every member returns only after that commit. The result is exactly a serial order
+of the members' operations, as on SQLite:
 
 * a member whose operation raises (a fencing refusal, an illegal transition, a bug) is rolled back to its
   savepoint alone and gets its own exception after the batch commits (an illegal transition's audit event
@@ -48,7 +49,7 @@ def unlock_writers(raw: psycopg.Connection) -> bool:
 
 
 class _Batch:
-    __slots__ = ("conn", "ready", "done", "error", "members", "mutex")
+    __slots__ = ("conn", "ready", "done", "error", "members", "mutex", "events")
 
     def __init__(self) -> None:
         self.conn: psycopg.Connection | None = None
@@ -57,6 +58,8 @@ class _Batch:
         self.error: BaseException | None = None
         self.members = 1
         self.mutex = threading.Lock()
+        #: the audit events of the members that succeeded, chained together before the commit
+        self.events: list = []
 
 
 class GroupCommit:
@@ -145,9 +148,8 @@ class GroupCommit:
         raw.execute("SAVEPOINT member")
         try:
             yield c
-            if pending:
-                self._append(c, pending)
             raw.execute("RELEASE SAVEPOINT member")
+            batch.events.extend(pending)  # chained with the others' at the commit (one insert, one head move)
         except IllegalTransition as exc:
             pending.clear()
             self._undo(batch)
@@ -175,12 +177,13 @@ class GroupCommit:
         except BaseException as exc:  # noqa: BLE001 - the transaction is lost: the batch fails as a whole
             batch.error = exc
 
-    @staticmethod
-    def _commit(pool, batch: _Batch) -> None:
+    def _commit(self, pool, batch: _Batch) -> None:
         raw = batch.conn
         try:
             if raw is not None:
                 try:
+                    if batch.error is None and batch.events:
+                        self._append(PgConn(raw), batch.events)
                     if batch.error is None:
                         raw.execute("COMMIT")
                     elif raw.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
