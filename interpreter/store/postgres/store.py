@@ -48,7 +48,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
 from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.interpreter.store.postgres import schema
-from sealflow.interpreter.store.postgres.batching import GroupCommit
+from sealflow.interpreter.store.postgres.batching import GroupCommit, InBatch
 from sealflow.interpreter.store.postgres.connection import (
     StoreUnavailable,
     connect,
@@ -201,15 +201,7 @@ class PostgresStore(SqliteStore):
 
     def _illegal_in_batch(self, c: PgConn, exc: IllegalTransition) -> None:
         """The audit event of an illegal transition, in the batch transaction its operation was undone in."""
-        super()._audit_illegal(_InBatch(c), exc)
-
-    def _audit_illegal(self, c, exc: IllegalTransition) -> None:
-        try:
-            super()._audit_illegal(_OwnTx(c), exc)
-        except BaseException:
-            if c.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                c.raw.execute("ROLLBACK")
-            raise
+        super()._audit_illegal(InBatch(c), exc)
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._conn() as raw:
@@ -372,30 +364,6 @@ class PostgresStore(SqliteStore):
                 "NULL AND (w.heartbeat_at IS NULL OR w.heartbeat_at < now() - make_interval(secs => %s))",
                 (float(silent_for),)).fetchall()
         return [r[0] for r in got]
-
-
-class _OwnTx:
-    """The shared code's own ``BEGIN IMMEDIATE`` as a serializable PostgreSQL transaction."""
-
-    def __init__(self, c: PgConn):
-        self._c = c
-
-    def execute(self, sql: str, args=()):
-        if sql == "BEGIN IMMEDIATE":
-            return self._c.raw.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-        return self._c.execute(sql, args)
-
-    def executemany(self, sql: str, seq):
-        return self._c.executemany(sql, seq)
-
-
-class _InBatch(_OwnTx):
-    """The shared code's own transaction, inside a batch that is already one (its savepoint was undone)."""
-
-    def execute(self, sql: str, args=()):
-        if sql in ("BEGIN IMMEDIATE", "COMMIT"):
-            return None
-        return self._c.execute(sql, args)
 
 
 def _shifted_commit(commit, shift: float):
