@@ -224,6 +224,10 @@ class TriggerPlan(_Frozen):
     event: dict[str, Any] | None = None
 
 
+#: id of a plan's steps tuple -> (that tuple, step id -> step); the tuple is kept, so its id is not reused
+_STEP_INDEX: dict[int, tuple[tuple, dict[str, PlanStep]]] = {}
+
+
 class Plan(_Frozen):
     format: int = PLAN_FORMAT
     language: int = 1
@@ -245,10 +249,18 @@ class Plan(_Frozen):
     digest: str = ""
 
     def step(self, step_id: str) -> PlanStep:
-        for s in self.steps:
-            if s.id == step_id:
-                return s
-        raise KeyError(step_id)
+        got = _STEP_INDEX.get(id(self.steps))
+        if got is not None and got[0] is self.steps:
+            index = got[1]
+        else:  # each plan object is indexed once (a 1,000-step plan was scanned at every step)
+            index = {s.id: s for s in self.steps}
+            if len(_STEP_INDEX) >= 256:
+                _STEP_INDEX.clear()
+            _STEP_INDEX[id(self.steps)] = (self.steps, index)
+        try:
+            return index[step_id]
+        except KeyError:
+            raise KeyError(step_id) from None
 
     def step_map(self) -> dict[str, PlanStep]:
         return {s.id: s for s in self.steps}

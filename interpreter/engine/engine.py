@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -106,6 +107,8 @@ class Engine:
         self._steps: dict[str, dict[str, PlanStep]] = {}
         self.outputs = OutputCache()
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
+        #: per thread: ``want`` (the caller carries the run on) and ``claimed`` (the next attempt, claimed)
+        self._carry = threading.local()
         #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
         self.running_limit: Callable[[str], int | None] | None = None
         #: pool name -> limit (step ``concurrency: NAME``), set by the runtime from its configuration
@@ -166,19 +169,26 @@ class Engine:
 
     # -- the message path --------------------------------------------------------------------------
     def handle(self, run_id: str, step_id: str, attempt: int, token: int,
-               tenant: str | None = None) -> tuple[Message, ...]:
+               tenant: str | None = None, *, carry: bool = False) -> tuple[Message, ...]:
         """Process one step message; return the messages now due (to enqueue). A message must name
-        the run's tenant ("" when it names none, which the claim refuses)."""
-        if self._leaves(run_id, step_id, attempt):
-            return ()
+        the run's tenant ("" when it names none, which the claim refuses).
+
+        ``carry``: the caller goes on with the run's next step itself (in this thread) when it is the one
+        message returned; the commit then claims it in the same transaction, and the caller's next ``handle``
+        of that message uses the claim instead of making another (see :meth:`_carried`). A caller that passes
+        ``carry`` must handle such a message next, in this thread."""
         slot_errors: list[StepError] = []
         began = time.monotonic()
+        claimed = self._carried(run_id, step_id, attempt, token)
+        if claimed is None and self._leaves(run_id, step_id, attempt):
+            return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
         try:
-            try:
-                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
-            except _PlanNeeded as need:  # first message of this plan here: load it outside the claim, claim again
-                self.plan(need.digest)
-                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
+            if claimed is None:
+                try:
+                    claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
+                except _PlanNeeded as need:  # first message of this plan here: load it outside the claim, again
+                    self.plan(need.digest)
+                    claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
         except MessageRefused as exc:
             log.info("%s", exc)
             self.telemetry and self.telemetry.refused(exc.reason)
@@ -187,6 +197,42 @@ class Engine:
             log.debug("%s", exc)
             self.telemetry and self.telemetry.deferred(exc)
             return ()
+        self._carry.want = carry
+        try:
+            return self._handle_claimed(claimed, step_id, slot_errors, began)
+        finally:
+            self._carry.want = False
+
+    def _carried(self, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
+        """The claim this thread's last commit made of this message's attempt (``carry``), if it is that one."""
+        got, self._carry.claimed = getattr(self._carry, "claimed", None), None
+        if got is None:
+            return None
+        att = got.attempt
+        if (got.run.id, att.step_id, att.attempt, att.token) != (run_id, step_id, attempt, token + 1):
+            log.warning("a carried-on claim of run %s step %r was not handled next; its lease will expire and it "
+                        "will be retried", got.run.id, att.step_id)
+            return None
+        return got
+
+    def _may_carry(self, x: Execution, commit: Commit) -> bool:
+        """Whether the commit may claim the run's next attempt for this thread (``carry``): it is scheduled now,
+        and neither a bulkhead nor a lock or pool stands in the way (those claims wait in line: not here)."""
+        nxt = commit.next
+        if not getattr(self._carry, "want", False) or nxt is None or not commit.dispatch_inline:
+            return False
+        if nxt.state != "scheduled" or self.running_limit is not None or nxt.due_at is not None \
+                and nxt.due_at > self.clock.now():
+            return False
+        ref = StepRef.parse(nxt.step_id)
+        if ref.is_compensation:
+            return False
+        step = self._steps.get(x.run.plan_digest, {}).get(split_step_id(nxt.step_id)[0])
+        return step is not None and not coordination.needs_slots(x.plan, step) \
+            and not capability.step_lacks(self, x.run, nxt.step_id)
+
+    def _handle_claimed(self, claimed: Claimed, step_id: str, slot_errors: list[StepError],
+                        began: float) -> tuple[Message, ...]:
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
@@ -290,7 +336,9 @@ class Engine:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
         def build() -> Commit:
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
-            return self._notified(x, redact_commit(compensation.amend(x, commit)))
+            commit = redact_commit(compensation.amend(x, commit))
+            commit = dataclasses.replace(commit, claim_as=self.owner) if self._may_carry(x, commit) else commit
+            return self._notified(x, commit)
 
         def conflict() -> None:
             x.run = self.store.get_run(x.run.id)
@@ -317,6 +365,8 @@ class Engine:
     def _done(self, run_id: str, done: Committed | None) -> tuple[Message, ...]:
         if done is None:
             return ()
+        if done.claimed is not None:
+            self._carry.claimed = done.claimed
         if done.run_state in RUN_FINAL:
             self.outputs.forget(run_id)
             self.telemetry and self.telemetry.run_done(run_id, done.run_state)

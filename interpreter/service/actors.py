@@ -13,6 +13,7 @@ store; nothing is sent with a Dramatiq ``delay``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ ACTOR_NAME = "sealflow_step"
 #: goes back through the broker (so one long run cannot hold a worker thread from the others for long)
 CONTINUE_LIMIT = 16
 QUEUE = "sealflow"
+#: worker thread id -> (run id, step id, attempt) of the step it carried its message's run on to (a step log
+#: names the step a thread is in, not its message's first one)
+CARRYING: dict[int, tuple[str, str, int]] = {}
 
 
 def embedded_broker() -> StubBroker:
@@ -68,26 +72,38 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     on the priority's queue (:mod:`sealflow.interpreter.service.priority`). ``route`` sends a due message of
     another run to its own priority's actor (None: this actor).
 
-    On the embedded default (a ``StubBroker``) a message carries its run on for up to
-    :data:`CONTINUE_LIMIT` consecutive steps in the same worker thread; on a real broker every step goes
-    through the broker, so that the workers of a deployment share a run's steps (and log each one).
+    On every broker a message carries its run on for up to :data:`CONTINUE_LIMIT` consecutive steps in the
+    same worker thread (a run's steps are sequential: another worker could not take the next one sooner),
+    then sends the rest through the broker so that one long run does not hold a thread from the others.
+    The carried-on step's outbox row is written sent, as for a message handed to the broker: if this
+    process dies before claiming it, the sweeper sends it again after ``redeliver_after``.
     """
-    limit = CONTINUE_LIMIT if isinstance(broker, StubBroker) else 1
+    limit = CONTINUE_LIMIT
 
     def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
-        message = Message(run_id, step_id, attempt, token, tenant)
-        for _ in range(limit):
-            try:
-                due = engine.handle(*message)
+        try:
+            carry_on(Message(run_id, step_id, attempt, token, tenant))
+        finally:
+            CARRYING.pop(threading.get_ident(), None)
+
+    def carry_on(message: Message) -> None:
+        run_id = message.run_id
+        for i in range(limit):
+            try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
+                due = engine.handle(*message, carry=i + 1 < limit)
             except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
                 log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
                               message.run_id, message.step_id, message.attempt)
                 return
             # the run's one next step, due now: take it in this thread instead of a round trip through the
-            # broker. Nothing is skipped: it is claimed, fenced and committed like any message, and its outbox
-            # row is there for redelivery should this process die first.
+            # broker. Nothing is skipped: it is claimed (by the commit that made it due, when the engine could),
+            # fenced and committed like any message; should this process die first, its outbox row is resent
+            # (not claimed yet) or its lease ends (claimed) and it is retried.
             if len(due) == 1 and due[0].run_id == message.run_id:
                 message = due[0]
+                CARRYING[threading.get_ident()] = (message.run_id, message.step_id, message.attempt)
+                log.info("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
+                         message.attempt)
                 continue
             for m in due:
                 if m.run_id == run_id or route is None:

@@ -186,11 +186,11 @@ class Runtime(Repair, Driving):
         in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.policy.authz.require_policy`).
 
         Every round (``interval`` seconds, or sooner when the store wakes it: PostgreSQL LISTEN/NOTIFY):
-        send the outbox (rows any process wrote, e.g. ``sealflow submit``), sweep expired leases and due
-        timers. Every ``dead_owner_check`` seconds end the leases of dead workers: on a store with
-        heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any machine; else this host's,
-        by pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A
-        broker that goes away (or fails a send) is retried with backoff and logged
+        send the outbox (rows any process wrote, e.g. ``sealflow submit``); every ``interval`` seconds (not at
+        each wake-up) sweep expired leases and due timers. Every ``dead_owner_check`` seconds end the leases
+        of dead workers: on a store with heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any
+        machine; else this host's, by pid. This worker beats every ``heartbeat_every`` seconds where the store
+        keeps heartbeats. A broker that goes away (or fails a send) is retried with backoff and logged
         (:mod:`sealflow.interpreter.service.liveness`); a round that fails (the store busy past its timeout, or
         unreachable) is logged and tried again, and so is the recovery of :meth:`start` if it failed
         (``broker_lost``: it failed sending, so what it took from the outbox is sent again once the broker is back)."""
@@ -210,6 +210,7 @@ class Runtime(Repair, Driving):
         if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
             notifications.Deliverer.of(self).start(stop)
         check_at = time.monotonic() + dead_owner_check
+        sweep_at = 0.0
         failing = False
         while not stop.is_set():
             try:
@@ -221,7 +222,9 @@ class Runtime(Repair, Driving):
                 if time.monotonic() >= check_at:
                     recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
                     check_at = time.monotonic() + dead_owner_check
-                self.sweeper.sweep()
+                if time.monotonic() >= sweep_at:  # a wake-up (a submit) is for the dispatcher: sweep on the clock
+                    self.sweeper.sweep()
+                    sweep_at = time.monotonic() + interval
                 if retention is not None:
                     retention.maybe_prune(self.store, self.clock.now(), self.engine.actor)
                 if failing:

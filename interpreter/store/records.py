@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from sealflow.interpreter.store.deliveries import NewDelivery
@@ -83,14 +84,43 @@ class AttemptRecord:
     leases_lost: int = 0
 
 
+class LazyResults(Mapping[str, tuple[str, "str | None"]]):
+    """A run's results (step id -> (status, output JSON text)), read from the store on first use.
+
+    A claim hands these out instead of reading every earlier result inside its transaction: a step without
+    expressions (or one that only reads ``input``) never reads them, so its cost does not grow with the run's
+    length. Reading later sees what the claim would have: while the claimed attempt holds its lease nothing
+    else writes the run's results (they are written by the commit of the run's one active attempt)."""
+
+    __slots__ = ("_load", "_got")
+
+    def __init__(self, load: Callable[[], dict[str, tuple[str, str | None]]]):
+        self._load = load
+        self._got: dict[str, tuple[str, str | None]] | None = None
+
+    def _data(self) -> dict[str, tuple[str, str | None]]:
+        if self._got is None:
+            self._got = self._load()
+        return self._got
+
+    def __getitem__(self, key: str) -> tuple[str, str | None]:
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+
 @dataclasses.dataclass(slots=True)
 class Claimed:
     """A successful claim: the run, the attempt (with its new token) and the results so far."""
 
     run: RunRecord
     attempt: AttemptRecord
-    #: step id -> (status, output JSON text or None), latest visit of each step
-    results: dict[str, tuple[str, str | None]]
+    #: step id -> (status, output JSON text or None), latest visit of each step (a :class:`LazyResults`)
+    results: Mapping[str, tuple[str, str | None]]
     #: the attempt was ``waiting`` (its timer fired), not freshly scheduled
     resumed: bool = False
     #: the lock and pool slots taken for this attempt (:class:`~sealflow.interpreter.store.coordination.Grant`)
@@ -225,6 +255,9 @@ class Commit:
     dispatch_inline: bool = False
     #: notification deliveries of the approval gate this commit opens, written in its transaction
     notifications: tuple[NewDelivery, ...] = ()
+    #: a worker (this owner) goes on with the run: claim the next attempt for it in the same transaction
+    #: when it is the one message made due (no lock, pool or bulkhead to wait for: the engine asks only then)
+    claim_as: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -233,6 +266,8 @@ class Committed:
     run_state: str
     #: messages to enqueue now (``dispatch_inline``)
     messages: tuple[Message, ...] = ()
+    #: the next attempt, claimed for ``Commit.claim_as`` in the same transaction (its message is ``messages[0]``)
+    claimed: Claimed | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -79,12 +79,14 @@ def test_given_a_rabbitmq_worker_when_another_process_submits_runs_then_they_com
                      f"queue {deployment.queue}, 3 threads")
     # When three runs are submitted from other processes
     run_ids = [deployment.submit() for _ in range(3)]
-    # Then they complete, every effect once, every step taken from the broker by this worker
+    # Then they complete, every effect once, every step run by this worker (a run's first step taken from
+    # the broker, the later ones carried on in the same thread, each claimed by the commit of the one before)
     deployment.wait_completed(run_ids)
     assert deployment.per_step("effects") == {"one": 3, "two": 3, "three": 3}
     assert deployment.per_step("calls") == {"one": 3, "two": 3, "three": 3}
     for run_id in run_ids:
-        assert f"run {run_id}: step done attempt 1: handled in" in deployment.log("a")
+        assert f"run {run_id}: step one attempt 1: handled in" in deployment.log("a")
+        assert f"run {run_id}: step done attempt 1: carried on in this thread" in deployment.log("a")
     # and a clean stop leaves no message behind on any of its queues
     assert deployment.stop("a") == 0
     assert "worker stopped" in deployment.log("a")

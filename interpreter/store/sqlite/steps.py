@@ -29,6 +29,7 @@ from sealflow.interpreter.store.records import (
     Commit,
     Committed,
     DeadLetterSpec,
+    LazyResults,
     Message,
     NextAttempt,
     RunRecord,
@@ -112,21 +113,8 @@ class StepPathMixin:
                                                  slots(run, att, lambda: self._results_of(c, run_id)),
                                                  arrived=(att.scheduled_at or now, run.created_at))
             if refused is None and deferred is None and busy is None:
-                att.state, att.token, att.lease_owner = "running", token + 1, owner
-                att.lease_expires = now + att.lease_ms / 1000.0
-                att.started_at = att.started_at or now
-                c.execute("UPDATE attempts SET state = 'running', token = ?, lease_owner = ?, lease_expires = ?, "
-                          "started_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ?",
-                          (att.token, owner, att.lease_expires, att.started_at, run_id, step_id, attempt))
-                c.execute("DELETE FROM outbox WHERE run_id = ? AND step_id = ? AND attempt = ?",
-                          (run_id, step_id, attempt))
-                self._step_to(c, now, run_id, step_id, before, "running", owner)
-                if run.state in ("queued", "waiting"):  # cancelling / compensating runs keep their state
-                    self._run_to(c, now, run_id, run.state, "running", owner)
-                    c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?",
-                              (now, run_id))
-                    run.state, run.rev = "running", run.rev + 1
-                results = self._results_of(c, run_id)
+                self._take(c, now, run, att, before, owner)
+                results = LazyResults(lambda: self.results(run_id))  # read on first use, outside this claim
         if refused is not None:
             raise MessageRefused(f"message for step {step_id!r} of run {run_id} refused: {refused[1]}", refused[0])
         if deferred is not None:
@@ -135,6 +123,37 @@ class StepPathMixin:
         if busy is not None:
             raise busy
         return Claimed(run, att, results, before == "waiting", grants)
+
+    def _take(self, c, now: float, run: RunRecord, att, before: str, owner: str) -> None:
+        """The claim's writes: the attempt runs under ``owner``'s lease with the next token; its outbox row goes."""
+        run_id, step_id = run.id, att.step_id
+        att.state, att.token, att.lease_owner = "running", att.token + 1, owner
+        att.lease_expires = now + att.lease_ms / 1000.0
+        att.started_at = att.started_at or now
+        c.execute("UPDATE attempts SET state = 'running', token = ?, lease_owner = ?, lease_expires = ?, "
+                  "started_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                  (att.token, owner, att.lease_expires, att.started_at, run_id, step_id, att.attempt))
+        c.execute("DELETE FROM outbox WHERE run_id = ? AND step_id = ? AND attempt = ?", (run_id, step_id, att.attempt))
+        self._step_to(c, now, run_id, step_id, before, "running", owner)
+        if run.state in ("queued", "waiting"):  # cancelling / compensating runs keep their state
+            self._run_to(c, now, run_id, run.state, "running", owner)
+            c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?", (now, run_id))
+            run.state, run.rev = "running", run.rev + 1
+
+    def _claim_carried(self, c, now: float, msg: Message, owner: str) -> Claimed | None:
+        """Claim the attempt a commit just scheduled, for the worker that goes on with the run (same checks as
+        :meth:`claim` makes of a message; None, nothing written, when one fails: the message goes out as usual)."""
+        row = c.execute(f"SELECT {_A_COLS}, {_R_COLS} FROM attempts a JOIN runs r ON r.id = a.run_id "
+                        "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?",
+                        (msg.run_id, msg.step_id, msg.attempt)).fetchone()
+        if row is None:
+            return None
+        att, run = rows.attempt(row[:_N_ATTEMPT]), rows.run(row[_N_ATTEMPT:])
+        if att.token != msg.token or att.state != "scheduled" or run.state not in states.RUN_CLAIMABLE:
+            return None
+        self._take(c, now, run, att, "scheduled", owner)
+        run_id = run.id
+        return Claimed(run, att, LazyResults(lambda: self.results(run_id)))
 
     @staticmethod
     def _results_of(c, run_id: str) -> dict:
@@ -205,7 +224,10 @@ class StepPathMixin:
                             ev.chain_fields())
             if commit.notifications:  # the gate this commit opens: its notifications, in the same transaction
                 deliveries.insert(c, now, run_id, commit.notifications)
-            return Committed(rev + 1, final_state, messages)
+            claimed = None
+            if commit.claim_as is not None and len(messages) == 1 and final_state in states.RUN_CLAIMABLE:
+                claimed = self._claim_carried(c, now, messages[0], commit.claim_as)  # commit N, claim N + 1
+            return Committed(rev + 1, final_state, messages, claimed)
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:
         after = step.state

@@ -53,7 +53,7 @@ def test_messages_duplicated_in_flight_cause_no_second_effect(runtime, counted):
     runtime.actor.send = lambda *m: (real(*m), real(*m))
     # (and every next-step message a commit makes due is duplicated too, so none is carried on in-thread)
     handle = runtime.engine.handle
-    runtime.engine.handle = lambda *a: tuple(m for due in handle(*a) for m in (due, due))
+    runtime.engine.handle = lambda *a, carry=False: tuple(m for due in handle(*a) for m in (due, due))
     plan = make_plan(*[S(f"s{i}", "action", action="t.effect") for i in range(5)])
     # When a run goes through
     status = runtime.run(plan, {}, initiator="u")

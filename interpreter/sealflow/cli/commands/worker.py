@@ -12,8 +12,9 @@ not the demo world: pass ``--actions sealflow.demo`` for it), opens the store, b
 ``worker ready: ...`` line on stdout and then serves (:meth:`sealflow.interpreter.service.runtime.Runtime.serve`):
 it executes step messages from the queue, sends what the store's outbox holds (so a run queued by
 ``sealflow submit`` in another process is picked up within a fraction of a second), sweeps expired
-leases and due timers, and ends the leases of dead workers of this machine. Each step it runs is
-logged at INFO on stderr.
+leases and due timers, and ends the leases of dead workers of this machine. Each step message it takes
+is logged at INFO on stderr (a message carries its run on in the same thread for up to 16 consecutive
+steps, each claimed by the commit of the one before, then the rest goes back through the broker).
 
 Where it may run: several workers on one machine share one SQLite store file (WAL, every write one
 fenced transaction). Workers on several machines need a network store; the Redis store is not built
@@ -85,18 +86,19 @@ def step_log():
     class StepLog(dramatiq.Middleware):
         def __init__(self) -> None:
             self.store = None
-            self.running: dict[str, tuple[tuple, float]] = {}
+            self.running: dict[str, tuple[tuple, float, int]] = {}
             self._lock = threading.Lock()
 
         def before_process_message(self, broker, message) -> None:
             run_id, step_id, attempt = message.args[:3]
             with self._lock:
-                self.running[message.message_id] = (tuple(message.args[:3]), time.monotonic())
+                self.running[message.message_id] = (tuple(message.args[:3]), time.monotonic(),
+                                                     threading.get_ident())
             log.info("run %s: step %s attempt %s: started", run_id, step_id, attempt)
 
         def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
             with self._lock:
-                _, started = self.running.pop(message.message_id, (None, time.monotonic()))
+                _, started, _ = self.running.pop(message.message_id, (None, time.monotonic(), None))
             run_id, step_id, attempt = message.args[:3]
             try:
                 state = self.store.get_run(run_id).state if self.store is not None else "?"
@@ -278,7 +280,10 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
         log.info("stopping: running attempts have %.0f s to finish", grace)
     finally:
         rt.close(grace=grace)
-    for (run_id, step_id, attempt), _ in list(steps.running.values()):
+    from sealflow.interpreter.service.actors import CARRYING
+
+    for args, _, thread in list(steps.running.values()):
+        run_id, step_id, attempt = CARRYING.get(thread, args)  # the step the run was carried on to, if it was
         log.warning("run %s: step %s attempt %s: abandoned; its lease ends and another worker runs it again",
                     run_id, step_id, attempt)
     _forget_heartbeat(broker)

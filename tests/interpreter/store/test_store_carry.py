@@ -1,0 +1,156 @@
+"""The fast path of the store, on every backend: a commit that claims the run's next attempt for the worker
+going on (``Commit.claim_as``), results read only when used, and concurrent writers sharing commits
+(PostgreSQL's group commit, ``store/postgres/batching.py``) without mixing up their outcomes."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
+
+from sealflow.interpreter.store import (
+    Commit,
+    FencingError,
+    MessageRefused,
+    RunChange,
+    StepChange,
+    auditchain,
+    open_store,
+)
+from sealflow.interpreter.store.records import LazyResults
+
+
+def finish(claimed, now=T0):
+    att = claimed.attempt
+    return Commit(run_id=att.run_id, expected_rev=claimed.run.rev,
+                  step=StepChange(att.step_id, att.attempt, att.token, "succeeded", output_json='{"ok":true}'),
+                  run=RunChange(state="completed", add_steps=1, output_json='{"done":true}'))
+
+
+def test_a_commit_that_carries_on_claims_the_next_attempt_in_the_same_transaction(store):
+    # Given step a of a run, claimed by worker w1
+    claimed, _ = submit_and_claim(store)
+    # When w1 commits a and goes on with the run (claim_as)
+    done = store.commit(dataclasses.replace(succeed_and_go(claimed), claim_as="w1"), T0 + 1)
+    # Then the next attempt b is claimed for w1 in that same commit: running under its lease, token moved on,
+    # no outbox row left to send
+    (msg,) = done.messages
+    nxt = done.claimed
+    assert nxt is not None and (nxt.attempt.step_id, nxt.attempt.state, nxt.attempt.lease_owner) == ("b", "running",
+                                                                                                       "w1")
+    assert nxt.attempt.token == msg.token + 1 and nxt.run.state == "running"
+    assert store.active_attempt("r1").state == "running" and store.outbox("r1") == []
+    # and the message itself, should it arrive too, is refused as stale (the step runs once)
+    with pytest.raises(MessageRefused):
+        store.claim(*msg, owner="w2", now=T0 + 1)
+    # and b commits with the carried claim's token, and the audit chain holds
+    assert store.commit(finish(nxt), T0 + 2).run_state == "completed"
+    assert [e.event for e in store.audit("r1")].count("step.running") == 2
+    assert auditchain.verify(store).ok
+
+
+def test_a_commit_without_claim_as_leaves_the_next_attempt_to_its_message(store):
+    # Given step a claimed
+    claimed, _ = submit_and_claim(store)
+    # When it commits without going on
+    done = store.commit(succeed_and_go(claimed), T0 + 1)
+    # Then nothing is claimed: b is scheduled and its message is the way to it
+    assert done.claimed is None and store.active_attempt("r1").state == "scheduled"
+    assert store.claim(*done.messages[0], owner="w2", now=T0 + 1).attempt.lease_owner == "w2"
+
+
+def test_a_carried_claim_is_fenced_like_any_other(store):
+    # Given b claimed by w1 through its commit of a
+    claimed, _ = submit_and_claim(store)
+    nxt = store.commit(dataclasses.replace(succeed_and_go(claimed), claim_as="w1"), T0 + 1).claimed
+    # When a commit of b arrives with the token b had before the claim
+    stale = dataclasses.replace(finish(nxt), step=dataclasses.replace(finish(nxt).step, token=nxt.attempt.token - 1))
+    # Then it is refused and nothing changes
+    with pytest.raises(FencingError):
+        store.commit(stale, T0 + 2)
+    assert store.get_run("r1").state == "running"
+
+
+def test_a_claim_reads_the_results_only_when_they_are_used(store):
+    # Given a run whose step a succeeded, and b claimed
+    claimed, _ = submit_and_claim(store)
+    done = store.commit(succeed_and_go(claimed), T0 + 1)
+    got = store.claim(*done.messages[0], owner="w1", now=T0 + 1)
+    # Then the claim hands out results read on first use, which are the run's results
+    assert isinstance(got.results, LazyResults)
+    assert dict(got.results) == store.results("r1") == {"a": ("succeeded", '{"ok":true}')}
+
+
+def test_concurrent_writers_each_get_their_own_outcome(store):
+    # Given 24 runs, each at its first step, claimed
+    runs = []
+    for i in range(24):
+        claimed, _ = submit_and_claim(store, f"r{i}")
+        runs.append(claimed)
+    results: dict[str, object] = {}
+
+    def work(claimed):
+        try:
+            if claimed.run.id in ("r3", "r7"):  # a stale token: refused, and only this commit
+                bad = succeed_and_go(claimed)
+                store.commit(dataclasses.replace(bad, step=dataclasses.replace(bad.step, token=1)), T0 + 1)
+            nxt = store.commit(dataclasses.replace(succeed_and_go(claimed), claim_as="w1"), T0 + 1).claimed
+            results[claimed.run.id] = store.commit(finish(nxt), T0 + 2).run_state
+        except FencingError:
+            results[claimed.run.id] = "fenced"
+
+    # When 8 threads commit them at once (on PostgreSQL their writes share commits)
+    threads = [threading.Thread(target=lambda part=runs[k::8]: [work(c) for c in part]) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # Then every run has its own outcome, and every tenant's chain verifies
+    assert results == {f"r{i}": "fenced" if i in (3, 7) else "completed" for i in range(24)}
+    assert all(store.get_run(f"r{i}").state == ("running" if i in (3, 7) else "completed") for i in range(24))
+    assert auditchain.verify(store).ok
+
+
+def test_a_failing_member_of_a_batch_is_undone_alone(pg_schema):
+    # Given a PostgreSQL store and two writers in one batch: the leader waits inside its transaction until
+    # the second has joined
+    store = open_store(pg_schema.url(clock="caller", migrate="1"))
+    try:
+        store.submit(new_run("r1"), T0)
+        group = store._group
+        joined = threading.Event()
+        outcome: dict[str, object] = {}
+
+        def leader():
+            try:
+                with store._tx() as c:
+                    c.execute("UPDATE runs SET initiator = 'user:leader' WHERE id = 'r1'")
+                    while not (group._open is not None and group._open.members == 2):
+                        threading.Event().wait(0.005)
+                    joined.set()
+                    raise RuntimeError("the leader's own failure")
+            except RuntimeError as exc:
+                outcome["leader"] = str(exc)
+
+        def member():
+            with store._tx() as c:
+                c.execute("UPDATE runs SET workflow = 'wf-member' WHERE id = 'r1'")
+            outcome["member"] = "committed"
+
+        first = threading.Thread(target=leader)
+        first.start()
+        while group._open is None:
+            threading.Event().wait(0.001)
+        second = threading.Thread(target=member)
+        second.start()
+        first.join(30)
+        second.join(30)
+        # When the leader's operation fails after the member joined
+        # Then the leader gets its error, its write is undone; the member's write is committed
+        assert joined.is_set() and outcome == {"leader": "the leader's own failure", "member": "committed"}
+        run = store.get_run("r1")
+        assert (run.initiator, run.workflow) == ("user:ana", "wf-member")
+    finally:
+        store.close()
