@@ -66,7 +66,8 @@ def rabbitmq_broker(url: str = "amqp://guest:guest@127.0.0.1:5672/%2F") -> drama
     try:
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
     except ImportError:
-        raise ValueError("a RabbitMQ broker needs the pika package: pip install 'sealflow[rabbitmq]'") from None
+        raise ValueError("a RabbitMQ broker needs the pika package: pip install pika (from a clone: "
+                         "pip install -e '.[rabbitmq]')") from None
     try:
         broker = RabbitmqBroker(url=url, confirm_delivery=True, middleware=[Retries(max_retries=0)])
     except ValueError as exc:
