@@ -39,6 +39,7 @@ backend stores strings as they are; records read back are decoded.
 from __future__ import annotations
 
 import abc
+from typing import Any
 
 from sealflow.interpreter.store.deliveries import DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
 from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
@@ -306,6 +307,36 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def revoke_api_token(self, token_id: str, now: float, *, actor: str) -> ApiTokenRecord:
         """Revoke a token (again: nothing changes); an unknown id raises :class:`InvalidOperation`."""
+
+    # -- the server's sign-in state (see :mod:`sealflow.interpreter.store.sqlite.sessions`) ----------
+    @abc.abstractmethod
+    def session_put(self, row: Any, *, sweep: int = 100) -> None:
+        """Record a new ``/ui`` session (a ``SessionRow``: its id's hash, never the id); sweep ended ones."""
+
+    @abc.abstractmethod
+    def session_get(self, id_hash: str, now: float, *, touch_after: float = 60.0) -> Any:
+        """The live session ``id_hash`` (a ``SessionRow``, its use recorded), or None."""
+
+    @abc.abstractmethod
+    def session_end(self, id_hash: str) -> bool:
+        """End a session for every process (sign-out); False if it was not there."""
+
+    @abc.abstractmethod
+    def oidc_login_put(self, state_hash: str, nonce: str, verifier: str, now: float, expires_at: float, *,
+                       sweep: int = 100) -> None:
+        """Record a started OIDC login by its state's hash."""
+
+    @abc.abstractmethod
+    def oidc_login_spend(self, state_hash: str, now: float) -> tuple[str, str] | None:
+        """``(nonce, verifier)`` of a started, unexpired login, deleted as read (spent once), else None."""
+
+    @abc.abstractmethod
+    def server_sweep(self, now: float, rate_window: float, limit: int = 500, *, rate_prefix: str = "@http:") -> int:
+        """Remove up to ``limit`` ended sessions, expired logins and old server rate-limit grants."""
+
+    @abc.abstractmethod
+    def rate_take(self, model: str, key: str, now: float, limit: Any, tokens: int) -> float | None:
+        """Grant call ``key`` against ``model``'s rate ``limit`` at ``now`` (None), else when it would fit."""
 
     # -- notification deliveries (see :mod:`sealflow.interpreter.store.sqlite.deliveries`) ------------
     @abc.abstractmethod

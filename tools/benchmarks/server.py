@@ -1,13 +1,17 @@
 """Benchmark: ``POST /v1/runs`` through ``sealflow serve`` (4 server processes, SQLite) next to the same
 submit through the Python API, in one run; prints throughput, p50/p99 latency and the ratios.
 
-    python -m tools.benchmarks.server [--runs 2000] [--workers 4] [--clients 8]
+    python -m tools.benchmarks.server [--runs 2000] [--workers 4] [--clients 8] [--rate-limit R]
 
 Both sides submit runs of ``definitions/lead-qualification.v1.yaml`` (queued, not driven) as ``user:ana``
 of tenant ``acme`` under the same access policy, each to a fresh SQLite store. The server side
 authenticates an API token on every request, checks the access policy, validates the input and writes
 the run; ``--no-work`` and ``--rate-limit 0`` keep the server to exactly that. The Python side calls
 ``Runtime.submit`` from one thread (the embedded default: one process, one SQLite connection).
+
+With ``--rate-limit R`` the server side runs a second time with ``--rate-limit R`` (bursts of 2R), so the
+cost of the per-principal limit counted in the store is measured against the unlimited server in the same
+run; pick R above the throughput so that nothing is refused (a 429 is counted as "not 201").
 """
 
 from __future__ import annotations
@@ -70,10 +74,10 @@ def _cli(*argv: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-def server(folder: Path, runs: int, workers: int, clients: int) -> dict:
+def server(folder: Path, runs: int, workers: int, clients: int, rate: float = 0.0) -> dict:
     import httpx
 
-    store = f"sqlite:///{folder}/server.db"
+    store = f"sqlite:///{folder}/server-{rate:g}.db"
     access = str(folder / "access.yaml")
     _cli("submit", str(EXAMPLE), "--input", '{"lead_id": "lead_first"}', "--store", store, "--access", access,
          "--tenant", "acme", "--as", "user:ana", cwd=folder)
@@ -81,7 +85,8 @@ def server(folder: Path, runs: int, workers: int, clients: int) -> dict:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-c", ENTRY, "serve", "--port", str(port), "--workers", str(workers),
                              "--store", store, "--access", access, "--actions", "sealflow.demo", "--no-work",
-                             "--rate-limit", "0"], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--rate-limit", f"{rate:g}"],
+                            cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {token}"}
     try:
@@ -135,18 +140,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rate-limit", type=float, default=0.0)
     args = parser.parse_args(argv)
+    limited = None
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "access.yaml").write_text(ACCESS)
         py = python_api(folder, args.runs)
         http = server(folder, args.runs, args.workers, args.clients)
+        if args.rate_limit > 0:
+            limited = server(folder, args.runs, args.workers, args.clients, args.rate_limit)
     print(f"load average: {os.getloadavg()[0]:.2f}")
     print(f"{'path':<34} {'runs':>6} {'runs/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     print(f"{'Python API (1 thread)':<34} {py['n']:>6} {py['per_s']:>9.0f} {py['p50_ms']:>8.2f} {py['p99_ms']:>8.2f}")
     label = f"POST /v1/runs ({args.workers} proc, {args.clients} clients)"
     print(f"{label:<34} {http['n']:>6} {http['per_s']:>9.0f} {http['p50_ms']:>8.2f} {http['p99_ms']:>8.2f}"
           + (f"  ({http['errors']} not 201)" if http["errors"] else ""))
+    if limited is not None:
+        label = f"  same, --rate-limit {args.rate_limit:g}"
+        print(f"{label:<34} {limited['n']:>6} {limited['per_s']:>9.0f} {limited['p50_ms']:>8.2f} "
+              f"{limited['p99_ms']:>8.2f}" + (f"  ({limited['errors']} not 201)" if limited["errors"] else ""))
+        print(f"rate-limited / unlimited server: {limited['per_s'] / http['per_s']:.2f}x throughput, "
+              f"p99 {limited['p99_ms'] / http['p99_ms']:.2f}x")
     print(f"throughput ratio HTTP / Python API: {http['per_s'] / py['per_s']:.2f}x; "
           f"p99 ratio: {http['p99_ms'] / py['p99_ms']:.2f}x")
     return 0

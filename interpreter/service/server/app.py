@@ -99,9 +99,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
         if rt is None:
             rt = app.state.runtime = open_runtime(settings)
             app.state.trust = load_trust(settings)
-        app.state.authenticator = Authenticator(rt.store, rt.clock, oidc=oidc, allow_open=settings.allow_open,
-                                                limiter=RateLimiter(settings.rate, settings.burst))
-        _use_secrets(login, rt)
+        _bind(app, settings, rt, oidc, login)
         stop = threading.Event()
         worker = None
         if owned and settings.work:
@@ -122,20 +120,16 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
                       status: {"model": Problem, **spec} for status, spec in problems.documented().items()})
     app.state.runtime = runtime
     app.state.trust = trust
+    app.state.oidc_login = login
     if runtime is not None:  # a test client may skip the lifespan: be usable at once
-        app.state.authenticator = Authenticator(runtime.store, runtime.clock, oidc=oidc,
-                                                allow_open=settings.allow_open,
-                                                limiter=RateLimiter(settings.rate, settings.burst))
-        _use_secrets(login, runtime)
+        _bind(app, settings, runtime, oidc, login)
     problems.install(app)
     for module in (runs, approvals, dlq, definitions, health, metrics, events):
         app.include_router(module.router)
     if settings.ui:  # the server-rendered pages for people (docs/operations.md "The approvals page")
         from sealflow.interpreter.service.server.ui import login as login_routes
-        from sealflow.interpreter.service.server.ui import pages, sessions
+        from sealflow.interpreter.service.server.ui import pages
 
-        app.state.ui_sessions = sessions.Sessions()
-        app.state.oidc_login = login
         app.include_router(pages.router)
         app.include_router(login_routes.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
@@ -144,12 +138,19 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
     return app
 
 
-def _use_secrets(login: Any, rt: Any) -> None:
-    """The login flow resolves its client secret from the runtime configuration's secret providers."""
+def _bind(app: FastAPI, settings: ServerSettings, rt: Any, oidc: OidcVerifier | None, login: Any) -> None:
+    """What the app keeps in the runtime's store (shared by every server process on it): the rate limits, the
+    /ui sessions and the started OIDC logins (whose client secret comes from the runtime's secret providers)."""
+    from sealflow.interpreter.service.server.ui.sessions import Sessions
+
+    app.state.authenticator = Authenticator(rt.store, rt.clock, oidc=oidc, allow_open=settings.allow_open,
+                                            limiter=RateLimiter(rt.store, rt.clock, settings.rate, settings.burst,
+                                                                name="principal"))
+    app.state.ui_sessions = Sessions(rt.store, rt.clock)
     if login is not None:
         from sealflow.interpreter.execution.secrets import chain_for
 
-        login.secrets = chain_for(rt.config)
+        login.bind(rt.store, rt.clock, chain_for(rt.config))
 
 
 def from_env() -> FastAPI:

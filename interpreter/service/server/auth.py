@@ -5,7 +5,8 @@
 ``--allow-open``, where an anonymous request acts as ``user:anonymous`` in tenant ``default``. Every
 failed authentication is audited (``auth_failed``: the reason, the method, the client address, the token
 id when there is one) and counts against the client address's rate limit, so guessing is slow and a flood
-of failures cannot flood the audit log. Each authenticated principal has its own rate limit.
+of failures cannot flood the audit log. Each authenticated principal has its own rate limit. Both limits
+are counted in the store (:mod:`.ratelimit`): every server process on it shares them.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ class Authenticator:
         self.clock = clock
         self.oidc = oidc
         self.allow_open = allow_open
-        self.limiter = limiter or RateLimiter(0)
+        self.limiter = limiter or RateLimiter(store, clock, 0, name="principal")
         #: failed authentications per client address: 1 a second, bursts of 10
-        self.failures = failures or RateLimiter(1.0, 10.0)
+        self.failures = failures or RateLimiter(store, clock, 1.0, 10.0, name="client")
 
     def __call__(self, request: Request) -> Credential:
         header = request.headers.get("authorization")

@@ -1,15 +1,17 @@
 """The OIDC login flow of the ``/ui`` pages: authorization code with PKCE, state and nonce.
 
 1. ``GET /ui/oidc/login`` (:meth:`LoginFlow.begin`): a fresh ``state`` (also set in a short-lived HttpOnly
-   cookie, binding the flow to this browser), ``nonce`` and PKCE ``code_verifier`` are kept server-side for
-   10 minutes; the browser goes to the issuer's authorization endpoint with ``response_type=code``,
-   ``code_challenge`` (S256), the state and the nonce.
+   cookie, binding the flow to this browser), ``nonce`` and PKCE ``code_verifier`` are kept in the store
+   for 10 minutes (keyed by the state's SHA-256: the callback may reach any server process on that store);
+   the browser goes to the issuer's authorization endpoint with ``response_type=code``, ``code_challenge``
+   (S256), the state and the nonce.
 2. ``GET /ui/oidc/callback?code&state`` (:meth:`LoginFlow.finish`): the state must match the cookie and a
-   pending flow (each used once: a replayed callback is refused); the code is exchanged at the token
-   endpoint with the ``code_verifier`` (and the client secret, when one is configured); the ID token is
-   verified by the same :class:`~.oidc.OidcVerifier` as bearer JWTs (pinned JWKS, algorithm allow-list,
-   issuer, expiry) with the client id as audience (and ``azp`` when it names several), and its ``nonce``
-   must be this flow's. The principal and tenant come from its claims as for a bearer JWT.
+   pending flow (spent as it is read, in one store transaction: a replayed callback is refused by every
+   process); the code is exchanged at the token endpoint with the ``code_verifier`` (and the client
+   secret, when one is configured); the ID token is verified by the same :class:`~.oidc.OidcVerifier` as
+   bearer JWTs (pinned JWKS, algorithm allow-list, issuer, expiry) with the client id as audience (and
+   ``azp`` when it names several), and its ``nonce`` must be this flow's. The principal and tenant come
+   from its claims as for a bearer JWT.
 
 The endpoints are given explicitly or read from the issuer's discovery document
 (``{issuer}/.well-known/openid-configuration``, whose ``issuer`` must be the configured one) when the
@@ -24,8 +26,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
-import time
 import urllib.parse
 from typing import Any
 
@@ -35,8 +35,6 @@ from sealflow.interpreter.service.server.tokens import TokenRejected
 
 #: seconds a started login may take to come back
 PENDING_FOR = 600.0
-#: started logins kept at most (the oldest are dropped first): a flood of /ui/oidc/login cannot grow memory
-PENDING_MAX = 10_000
 STATE_COOKIE = "sealflow_oidc"
 
 
@@ -61,15 +59,12 @@ class LoginRefused(Exception):
         self.reason = reason
 
 
-@dataclasses.dataclass(frozen=True)
-class _Pending:
-    nonce: str
-    verifier: str
-    started: float
-
-
 def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _state_hash(state: str) -> str:
+    return "sha256:" + hashlib.sha256(state.encode()).hexdigest()
 
 
 def _http_url(value: Any, what: str) -> str:
@@ -100,8 +95,7 @@ def discover(issuer: str, timeout: float) -> dict[str, Any]:
 class LoginFlow:
     """Starts and finishes logins against one issuer (see the module docstring)."""
 
-    def __init__(self, oidc: OidcSettings, login: OidcLoginSettings, *, secrets_chain: Any = None,
-                 now=time.monotonic):
+    def __init__(self, oidc: OidcSettings, login: OidcLoginSettings, *, secrets_chain: Any = None):
         self.login = login
         self.issuer = oidc.issuer
         # the ID token's audience is this client: the bearer JWT verifier, with the client id as audience
@@ -115,21 +109,19 @@ class LoginFlow:
         self.token_endpoint = _http_url(token, "token endpoint")
         #: where the client secret is resolved (set by the app from the runtime configuration)
         self.secrets = secrets_chain
-        self._pending: dict[str, _Pending] = {}
-        self._lock = threading.Lock()
-        self._now = now
+        #: where started logins are kept, and the clock they expire on (set by the app: the runtime's)
+        self.store: Any = None
+        self.clock: Any = None
+
+    def bind(self, store: Any, clock: Any, secrets_chain: Any) -> None:
+        self.store, self.clock, self.secrets = store, clock, secrets_chain
 
     # -- 1. to the issuer ----------------------------------------------------------------------------
     def begin(self) -> tuple[str, str]:
         """``(state, the authorization URL)`` of a new login."""
         state, nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(48)
-        now = self._now()
-        with self._lock:
-            for key in [k for k, p in self._pending.items() if now - p.started > PENDING_FOR]:
-                del self._pending[key]
-            while len(self._pending) >= PENDING_MAX:
-                del self._pending[next(iter(self._pending))]
-            self._pending[state] = _Pending(nonce, verifier, now)
+        now = self.clock.now()
+        self.store.oidc_login_put(_state_hash(state), nonce, verifier, now, now + PENDING_FOR)
         query = urllib.parse.urlencode({
             "response_type": "code", "client_id": self.login.client_id, "redirect_uri": self.login.redirect_uri,
             "scope": " ".join(self.login.scopes), "state": state, "nonce": nonce,
@@ -143,14 +135,14 @@ class LoginFlow:
         if not state or not cookie_state or not hmac.compare_digest(state.encode(), cookie_state.encode()):
             raise LoginRefused("wrong-state", "the login's state does not match this browser's (start the sign-in "
                                               "again from this browser)")
-        with self._lock:
-            pending = self._pending.pop(state, None)
-        if pending is None or self._now() - pending.started > PENDING_FOR:
+        pending = self.store.oidc_login_spend(_state_hash(state), self.clock.now()) if len(state) <= 128 else None
+        if pending is None:
             raise LoginRefused("unknown-state", "this login is unknown, already used or older than 10 minutes "
                                                 "(start the sign-in again)")
         if not code:
             raise LoginRefused("missing-code", "the issuer sent no authorization code")
-        id_token = self._exchange(code, pending.verifier)
+        nonce_sent, verifier = pending
+        id_token = self._exchange(code, verifier)
         try:
             principal, tenant, claims = self.verifier.verify(id_token)
         except TokenRejected as exc:
@@ -159,7 +151,7 @@ class LoginFlow:
         if (len(audiences) > 1 or "azp" in claims) and claims.get("azp") != self.login.client_id:
             raise LoginRefused("wrong-azp", "the ID token was not issued to this client (azp)")
         nonce = claims.get("nonce")
-        if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), pending.nonce.encode()):
+        if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), nonce_sent.encode()):
             raise LoginRefused("wrong-nonce", "the ID token's nonce is not this login's (a replayed or injected "
                                               "token is refused)")
         return principal, tenant, claims

@@ -19,6 +19,7 @@ from sealflow.interpreter.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVER
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
 from sealflow.interpreter.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
 from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
+from sealflow.interpreter.store.sqlite.sessions import PG_SCHEMA as PG_SESSIONS
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
 _LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
@@ -212,6 +213,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
     (13, "per-model rate limits shared by every process: the calls granted in the last window", PG_RATELIMITS),
     (14, "approval notifications: one delivery row per channel, written with the gate that opens", PG_DELIVERIES),
+    (16, "server sign-in state shared by every server process: /ui sessions (id hashed), pending OIDC logins",
+     PG_SESSIONS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -62,6 +62,7 @@ from sealflow.interpreter.store.postgres.connection import (
     conn_kwargs as _conn_kwargs,
 )
 from sealflow.interpreter.store.postgres.dialect import PgConn
+from sealflow.interpreter.store.postgres.sessions import PgSessionsMixin
 from sealflow.interpreter.store.records import Message, SweepReport
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite.store import SqliteStore
@@ -94,7 +95,7 @@ def _io(method):
     return run
 
 
-class PostgresStore(SqliteStore):
+class PostgresStore(PgSessionsMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50

@@ -49,6 +49,7 @@ from sealflow.interpreter.store.sqlite.ratelimits import RateLimitsMixin
 from sealflow.interpreter.store.sqlite.reads import Reads
 from sealflow.interpreter.store.sqlite.reservations import ReservationsMixin
 from sealflow.interpreter.store.sqlite.schema import migrate
+from sealflow.interpreter.store.sqlite.sessions import SessionsMixin
 from sealflow.interpreter.store.sqlite.steps import StepPathMixin
 from sealflow.interpreter.store.sqlite.sweep import SweepMixin
 from sealflow.interpreter.store.sqlite.tokens import TokensMixin
@@ -115,7 +116,7 @@ class _Checkpointer(threading.Thread):
 
 
 class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, Reads, Store):
+                  PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,

@@ -45,7 +45,8 @@ def _config_path() -> str | None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8300, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Server processes (each with its own runtime and rate-limit buckets).")
+              help="Server processes (uvicorn workers), each with its own runtime; sessions, sign-ins and rate "
+                   "limits are shared through the store.")
 @store_option
 @access_option
 @click.option("--trust", metavar="POLICY", envvar="SEALFLOW_TRUST",
@@ -80,7 +81,10 @@ def _config_path() -> str | None:
 @click.option("--oidc-scope", "oidc_scopes", multiple=True, metavar="SCOPE",
               help="A scope to ask for beyond openid (repeatable).")
 @click.option("--rate-limit", default=20.0, show_default=True, type=click.FloatRange(0),
-              help="Requests per second per principal, per server process (0: no limit).")
+              help="Requests per second per principal, counted in the store for every server process on it "
+                   "(0: no limit).")
+@click.option("--rate-burst", type=click.IntRange(1), default=None,
+              help="Requests a principal may make at once (default: twice --rate-limit, at least 1).")
 @click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
               help="The largest request body accepted, in bytes.")
 @click.option("--work/--no-work", default=True, show_default=True,
@@ -91,7 +95,7 @@ def _config_path() -> str | None:
 def serve(host, port, workers, store_url, access_path, trust, actions, allow_open, oidc_issuer, oidc_audience,
           oidc_jwks, oidc_algorithms, oidc_leeway, oidc_principal_claim, oidc_principal_prefix, oidc_tenant_claim,
           oidc_default_tenant, oidc_client_id, oidc_client_secret, oidc_redirect_uri, oidc_authorization_endpoint,
-          oidc_token_endpoint, oidc_scopes, rate_limit, max_body, work, log_format):
+          oidc_token_endpoint, oidc_scopes, rate_limit, rate_burst, max_body, work, log_format):
     """Serve the HTTP API: runs, approvals, dead letters, definitions; OpenAPI at /openapi.json."""
     from sealflow.cli.definition_files import load_trust_policy
     from sealflow.interpreter.service.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
@@ -134,7 +138,7 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
                               access_path=access_path or os.environ.get("SEALFLOW_ACCESS") or None,
                               trust_path=trust, actions=tuple(actions), allow_open=allow_open, oidc=oidc,
                               oidc_login=login,
-                              rate=rate_limit, max_body=max_body, work=work)
+                              rate=rate_limit, burst=rate_burst, max_body=max_body, work=work)
     if allow_open:
         click.echo("sealflow: warning: OPEN MODE (--allow-open): requests without a credential are served as "
                    "user:anonymous; development only, never on a shared network", err=True)

@@ -131,21 +131,21 @@ def test_a_rejection_from_the_page_needs_a_reason(client, rt, waiting_run):
     assert rt.drive(waiting_run).state != "waiting"
 
 
-def test_a_session_ends_when_idle_or_too_old_and_at_sign_out():
+def test_a_session_ends_when_idle_or_too_old_and_at_sign_out(rt, clock):
     from sealflow.interpreter.service.server.ui.sessions import Sessions
 
-    now = [0.0]
-    sessions = Sessions(idle=10, max_age=25, now=lambda: now[0])
+    sessions = Sessions(rt.store, clock, idle=10, max_age=25)
     # Given a session in use every 9 seconds
     session = sessions.start("user:bob", "acme", "token")
     for _ in range(2):
-        now[0] += 9
-        assert sessions.get(session.id) is session
+        clock.advance(9)
+        got = sessions.get(session.id)
+        assert got is not None and (got.principal, got.csrf) == ("user:bob", session.csrf)
     # When it is older than max_age, or idle too long, or signed out
-    now[0] += 9
+    clock.advance(9)
     assert sessions.get(session.id) is None
     idle = sessions.start("user:bob", "acme", "token")
-    now[0] += 11
+    clock.advance(11)
     assert sessions.get(idle.id) is None
     ended = sessions.start("user:bob", "acme", "token")
     sessions.end(ended.id)
