@@ -71,6 +71,8 @@ class Waiting:
     timer_kind: str | None
     data: dict
     output: Any = None
+    #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.interpreter.store.records.Spawn`)
+    spawn: Any = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -148,6 +148,8 @@ class Engine:
         self._cancel_seen[run_id] = (time.monotonic(), True)
 
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
+        if run.parent_run_id is not None:  # a fan-out child also sees the parent's steps before the fan-out
+            results = {**self.store.results(run.parent_run_id), **results}
         plan = self.plan(run.plan_digest)
         base, gate = split_step_id(attempt.step_id)
         step = self._steps[run.plan_digest][base]

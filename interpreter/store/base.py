@@ -45,6 +45,8 @@ from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: th
     AttemptRecord,
     AuditEvent,
     AuditRecord,
+    ChildRecord,
+    ChildSpec,
     Claimed,
     Commit,
     Committed,
@@ -59,6 +61,7 @@ from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: th
     RunChange,
     RunQuery,
     RunRecord,
+    Spawn,
     StepChange,
     SweepReport,
     TimerRecord,
@@ -131,6 +134,19 @@ class Store(abc.ABC):
         inside the claim (``results`` is a function reading the run's results); the claim takes all of them
         (``Claimed.grants``) or none: the attempt waits in line, its outbox row due again later, and
         :class:`~sealflow.interpreter.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised."""
+
+    def children(self, run_id: str, step_id: str | None = None, attempt: int | None = None, *,
+                 offset: int = 0, limit: int = 100_000) -> list[ChildRecord]:
+        """The fan-out child runs of ``run_id`` (of one step and attempt when given), in index order."""
+        raise NotImplementedError(f"{type(self).__name__} has no fan-out")
+
+    def child_counts(self, run_id: str) -> dict[tuple[str, int], dict[str, int]]:
+        """``(step, attempt) -> {state: count}`` of the fan-out child runs of ``run_id``."""
+        raise NotImplementedError(f"{type(self).__name__} has no fan-out")
+
+    def fanout(self, run_id: str, step_id: str, attempt: int) -> dict | None:
+        """The counters of a fan-out attempt (total, concurrency, tolerated, started, ended, failed, state)."""
+        raise NotImplementedError(f"{type(self).__name__} has no fan-out")
 
     def slots(self, now: float, name: str | None = None) -> list:
         """Holders, then waiters in arrival order, of the lock or pool ``name`` (None: every name)."""

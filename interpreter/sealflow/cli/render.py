@@ -110,6 +110,16 @@ def print_header(status) -> None:
                f"initiator {run.initiator}")
 
 
+def print_items(status) -> None:
+    """Per fan-out step: its items as a count by state, then its failures (``--json`` lists every child run)."""
+    for step_id, items in getattr(status, "items", {}).items():
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(items["counts"].items()))
+        click.echo(f"items of {step_id}: {items['total']} ({counts})")
+        for f in items["failures"]:
+            click.echo(f"  item {f['index']} {f['state']}: {f['error']['class']}: {f['error']['message']}  "
+                       f"(sealflow status {f['run_id']})")
+
+
 def print_outcome(status) -> None:
     """Where the run stands: its state, its error, what it waits for (and how to answer), its output."""
     run = status.run
@@ -127,8 +137,12 @@ def print_outcome(status) -> None:
             click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
                        f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
+        elif w.get("kind") == "fanout":
+            click.echo(f"waiting for the child runs of {w['step']} (items below); `sealflow recover{flags}` drives "
+                       "them on")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
+    print_items(status)
     if run.state == "completed":
         click.echo("output: " + _json(run.output))
 

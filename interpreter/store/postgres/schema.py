@@ -15,6 +15,7 @@ import time
 
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
 from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
+from sealflow.interpreter.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
 from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
 
@@ -208,6 +209,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (9, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _V9_API),
     (11, "signed events: the first answer per event id, the last sequence applied per ordering key", PG_EVENTS),
     (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
+    (15, "fan-out: child runs (parent run, step, attempt, item index, item) and their counters", PG_CHILDREN),
 ]
 LATEST = MIGRATIONS[-1][0]
 

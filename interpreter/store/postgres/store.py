@@ -391,6 +391,7 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
-              "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs"):
+              "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs", "children", "fanout",
+              "child_counts"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

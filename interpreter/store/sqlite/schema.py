@@ -182,6 +182,12 @@ def _reservations(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _children(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.children import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _breakers(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.breakers import SCHEMA
 
@@ -203,6 +209,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (11, "API tokens (hashed secrets, expiry, revocation); runs by tenant and creation time", _api),
     (13, "signed events: the first answer per event id, the last sequence applied per ordering key", _events),
     (14, "usage reservations: a model call's worst case held against the tenant's daily quota", _reservations),
+    (17, "fan-out: child runs (parent run, step, attempt, item index, item) and their counters", _children),
 ]
 LATEST = MIGRATIONS[-1][0]
 

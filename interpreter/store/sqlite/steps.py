@@ -10,7 +10,7 @@ audited).
 
 from __future__ import annotations
 
-import random
+import dataclasses
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import day_of
@@ -34,6 +34,7 @@ from sealflow.interpreter.store.records import (
     RunRecord,
 )
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
+from sealflow.interpreter.store.sqlite import children as sqlite_children
 from sealflow.interpreter.store.sqlite import reservations, rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 
@@ -41,9 +42,7 @@ dumps = rows.dumps
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
 
 
-def new_token() -> int:
-    """A fresh attempt token: random, so a forged message cannot guess it; claims then count up."""
-    return random.getrandbits(40) + 1
+new_token = rows.new_token
 
 
 class StepPathMixin:
@@ -142,6 +141,15 @@ class StepPathMixin:
                 c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
 
     def commit(self, commit: Commit, now: float) -> Committed:
+        if commit.dispatch_inline:  # promoted fan-out children and a woken parent go out with this commit
+            sqlite_children.begin_inline()
+        try:
+            done = self._commit(commit, now)
+        finally:
+            extra = sqlite_children.end_inline()
+        return dataclasses.replace(done, messages=done.messages + extra) if extra else done
+
+    def _commit(self, commit: Commit, now: float) -> Committed:
         with self._tx() as c:
             run_id = commit.run_id
             step = commit.step
@@ -162,6 +170,12 @@ class StepPathMixin:
             actor = commit.actor
             if step is not None:
                 self._apply_step(c, now, run_id, cur[0], step, actor)
+            spawned: list[Message] = []
+            if commit.spawn is not None and step is not None:  # a fan-out step starts its children
+                spawned = self._spawn(c, now, run_id, step.step_id, step.attempt, commit.spawn, actor,
+                                      commit.dispatch_inline)
+            if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
+                self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor)
             if commit.ledger is not None:
                 led = commit.ledger
                 c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
@@ -203,7 +217,7 @@ class StepPathMixin:
             for ev in commit.audit:
                 self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
                             ev.chain_fields())
-            return Committed(rev + 1, final_state, messages)
+            return Committed(rev + 1, final_state, messages + tuple(spawned))
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:
         after = step.state
@@ -261,20 +275,25 @@ class StepPathMixin:
             run = self._get_run(c, run_id)
             if run.state in ("cancelled", "cancelling", "compensating"):  # compensating: undoing must finish
                 return run
-            active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
-                               f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()
-            target = "cancelling" if any(a[2] == "running" for a in active) else "cancelled"
-            self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None)
-            if target == "cancelled":
-                for step_id, attempt, state, token in active:
-                    self._step_to(c, now, run_id, step_id, state, "cancelled", actor)
-                    c.execute("UPDATE attempts SET state = 'cancelled', token = ?, ended_at = ? WHERE run_id = ? AND "
-                              "step_id = ? AND attempt = ?", (token + 1, now, run_id, step_id, attempt))
-                c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
-                c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
-            c.execute("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
-                      "error_message = ? WHERE id = ?", (target, now, reason or f"cancelled by {actor}", run_id))
+            self._cancel_in(c, now, run, actor, reason)
             return self._get_run(c, run_id)
+
+    def _cancel_in(self, c, now: float, run: RunRecord, actor: str, reason: str) -> None:
+        """Cancel ``run`` (not cancelled, cancelling or compensating) inside the transaction ``c``."""
+        run_id = run.id
+        active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
+                           f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()
+        target = "cancelling" if any(a[2] == "running" for a in active) else "cancelled"
+        self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None)
+        if target == "cancelled":
+            for step_id, attempt, state, token in active:
+                self._step_to(c, now, run_id, step_id, state, "cancelled", actor)
+                c.execute("UPDATE attempts SET state = 'cancelled', token = ?, ended_at = ? WHERE run_id = ? AND "
+                          "step_id = ? AND attempt = ?", (token + 1, now, run_id, step_id, attempt))
+            c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+            c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
+        c.execute("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
+                  "error_message = ? WHERE id = ?", (target, now, reason or f"cancelled by {actor}", run_id))
 
     def redrive(self, run_id: str, next_attempt: NextAttempt, now: float, *, actor: str,
                 deadline: float | None) -> Committed:

@@ -42,6 +42,7 @@ from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
+from sealflow.interpreter.store.sqlite.children import ChildrenMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
 from sealflow.interpreter.store.sqlite.reads import Reads
@@ -53,6 +54,8 @@ from sealflow.interpreter.store.sqlite.tokens import TokensMixin
 
 dumps = rows.dumps
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
+#: a run going to one of these stops its fan-out children (store/sqlite/children.py)
+_STOPPING = states.RUN_FINAL | {"cancelling", "compensating"}
 #: the WAL size a store keeps to under sustained load (bytes): past it a checkpoint resets and truncates it
 WAL_LIMIT = 16 * 1024 * 1024
 #: how long a truncating checkpoint waits for readers and writers before it gives way (ms)
@@ -112,8 +115,8 @@ class _Checkpointer(threading.Thread):
         self._conn.close()
 
 
-class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, ReservationsMixin, Reads, Store):
+class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin,
+                  EventsMixin, PruneMixin, ReservationsMixin, Reads, Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
@@ -283,6 +286,9 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
             self._audit(c, now, run_id, None, "run." + after, actor, before, after, detail)
         if after in states.RUN_FINAL and before not in states.RUN_FINAL:  # run-level concurrency slots go back
             sqlite_slots.release_run(c, now, run_id)
+            self._child_ended(c, now, run_id, after)  # a fan-out child: count it, promote, wake (children.py)
+        if after in _STOPPING and before != after:  # its fan-out children in flight stop too
+            self._cancel_children(c, now, run_id, actor)
 
     def slots(self, now: float, name: str | None = None) -> list:
         """Who holds, then who waits for, the slots of lock/pool ``name`` (every name: None), in order."""
