@@ -41,7 +41,7 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.engine import compensation, poison, recovery
+from sealflow.interpreter.engine import compensation, fanout, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.execution import breakers
@@ -51,6 +51,7 @@ from sealflow.interpreter.execution.timeouts import AttemptRunner
 from sealflow.interpreter.policy import authz, budgets, coordination, trustgate
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
 from sealflow.interpreter.steps import EXECUTORS
+from sealflow.interpreter.steps import fanout as fanout_steps
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
 from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
@@ -80,6 +81,14 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     if callable(providers):
         return providers
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
+
+
+def charge_to_parent(child: RunRecord, parent: RunRecord) -> None:
+    """A fan-out child's budget checks see the parent run's usage (every child's is added to it by the
+    store) and its deadline: ``child`` (as read for this attempt) carries them from here on."""
+    child.steps_executed, child.tokens = parent.steps_executed, parent.tokens
+    child.cost_usd, child.tool_calls = parent.cost_usd, parent.tool_calls
+    child.deadline = parent.deadline
 
 
 class _PlanNeeded(Exception):
@@ -148,8 +157,9 @@ class Engine:
         self._cancel_seen[run_id] = (time.monotonic(), True)
 
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
-        if run.parent_run_id is not None:  # a fan-out child also sees the parent's steps before the fan-out
+        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
             results = {**self.store.results(run.parent_run_id), **results}
+            charge_to_parent(run, self.store.get_run(run.parent_run_id))
         plan = self.plan(run.plan_digest)
         base, gate = split_step_id(attempt.step_id)
         step = self._steps[run.plan_digest][base]
@@ -181,7 +191,7 @@ class Engine:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         x.fencing_token = coordination.fencing_token(claimed.grants)
-        refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
+        refused = self._trusted(x) or self.over_budget(x) or authz.reauthorize(self.access, x)
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
         # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
@@ -219,6 +229,24 @@ class Engine:
             errors[:] = [exc]
             return ()
 
+    def _trusted(self, x: Execution) -> Failed | None:
+        """The trust gate's refusal of the run; a fan-out child is trusted as its parent run, provided its plan
+        is the sub-flow the parent's (verified) plan derives for it (:func:`steps.fanout.child_plan`)."""
+        if self.trust_gate is None or x.run.parent_run_id is None:
+            return trustgate.check(self.trust_gate, x)
+        parent = self.store.get_run(x.run.parent_run_id)
+        refused = trustgate.check(self.trust_gate, x, run=parent)
+        if refused is not None:
+            return refused
+        plan, step_id = self.plan(parent.plan_digest), x.run.parent_step_id
+        fan = plan.step_map().get(step_id or "")
+        branches = (None,) if fan is None or fan.map is not None else \
+            range(len(fan.parallel.branches)) if fan.parallel is not None else ()
+        if fan is None or x.run.plan_digest not in {fanout_steps.child_plan(plan, fan, b).digest for b in branches}:
+            return Failed("unauthorized", f"run {x.run.id}: its plan is not a sub-flow of its parent run's verified "
+                                          "plan; refused")
+        return None
+
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:
         """Why the claimed attempt must not start (it is not run): the run is being cancelled, or it
@@ -254,7 +282,7 @@ class Engine:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
         def build() -> Commit:
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
-            return redact_commit(compensation.amend(x, commit))
+            return redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
 
         def conflict() -> None:
             x.run = self.store.get_run(x.run.id)
@@ -288,7 +316,10 @@ class Engine:
         run, att = claimed.run, claimed.attempt
         plan = self.plan(run.plan_digest)
         step = plan.step(StepRef.parse(att.step_id).step)
-        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=claimed.results,
+        results = claimed.results
+        if run.parent_run_id is not None:  # a fan-out child undoing its steps sees the parent's too
+            results = {**self.store.results(run.parent_run_id), **results}
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results,
                       outputs=self.outputs)
         outcome = poison.lost(x) or compensation.execute(x)
 

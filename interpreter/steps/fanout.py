@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from sealflow.dsl.plan import BudgetPlan, Plan, PlanStep
+from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.interpreter.core import leases
 from sealflow.interpreter.core.jsonc import dumps
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
@@ -53,7 +53,7 @@ def child_plan(plan: Plan, step: PlanStep, branch: int | None = None) -> Plan:
         assert step.parallel is not None and branch is not None
         start, steps = step.parallel.branches[branch].start, step.parallel.branches[branch].steps
     made = Plan(name=plan.name, version=plan.version, owner=plan.owner, language=plan.language,
-                permissions=plan.permissions, budget=BudgetPlan(), priority=plan.priority, start=start, steps=steps,
+                permissions=plan.permissions, budget=plan.budget, priority=plan.priority, start=start, steps=steps,
                 actions=plan.actions).with_digest()
     with _plans_lock:
         if len(_plans) > 1024:
@@ -130,6 +130,10 @@ def collect(x: Execution) -> Outcome:
     tolerated = int(info.get("tolerated", 0))
     failed = failures(kids)
     data = {**att.data, "fanout": {**info, "failed": len(failed), "failures": _listed(failed)}}
+    over = next((k for k in failed if k.error_class == "budget_exceeded"), None)
+    if over is not None:  # a budget stops the fan-out whatever the tolerance
+        return Failed("budget_exceeded", f"{step.kind} step {step.id!r} stopped: item {over.index} "
+                                         f"{over.error_message}", data=data, detail={"failures": _listed(failed)})
     if len(failed) > tolerated:
         first = failed[0]
         what = "branch" if step.kind == "parallel" else "item"

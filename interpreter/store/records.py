@@ -269,6 +269,8 @@ class Commit:
     spawn: Spawn | None = None
     #: the attempt is a fan-out step's and it ends: its children still in flight are cancelled
     close_fanout: bool = False
+    #: completed children whose compensation starts with this commit: (child run id, first compensation)
+    undo_children: tuple[tuple[str, NextAttempt], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

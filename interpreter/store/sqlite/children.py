@@ -146,9 +146,10 @@ class ChildrenMixin:
                           (cid, child.first_step, rows.new_token(), child.first_lease_ms, now))
         return messages
 
-    def _child_ended(self, c, now: float, run_id: str, state: str) -> None:
+    def _child_ended(self, c, now: float, run_id: str, state: str, error_class: str | None = None) -> None:
         """A run ended (``state`` final): when it is a child, count it, promote its next pending sibling,
-        and wake the parent's attempt once every child ended or more failed than tolerated."""
+        and wake the parent's attempt once every child ended, more failed than tolerated, or one failed with
+        ``budget_exceeded`` (a budget stops the whole fan-out, whatever the tolerance)."""
         got = c.execute("SELECT parent_run_id, parent_step_id, parent_attempt FROM runs WHERE id = ?",
                         (run_id,)).fetchone()
         if got is None or got[0] is None:
@@ -159,8 +160,10 @@ class ChildrenMixin:
         if fan is None:
             return
         total, _, tolerated, started, ended, failed, fan_state = fan
+        if fan_state == "closed":  # the parent step has ended (a completed child undone later ends again)
+            return
         ended, failed = ended + 1, failed + (state != "completed")
-        wake = fan_state == "open" and (ended >= total or failed > tolerated)
+        wake = fan_state == "open" and (ended >= total or failed > tolerated or error_class == "budget_exceeded")
         if fan_state == "open" and not wake:
             started = self._promote(c, now, parent, step_id, attempt, started, total)
         c.execute("UPDATE fanouts SET ended = ?, failed = ?, started = ?, state = ? WHERE run_id = ? AND "
@@ -212,13 +215,35 @@ class ChildrenMixin:
         if inline is not None:
             inline.append(msg)
 
-    def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str) -> None:
-        """The fan-out attempt ended: no child starts any more; those in flight are cancelled."""
+    def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str,
+                      undo: tuple = (), inline: bool = False) -> None:
+        """The fan-out attempt ended: no child starts any more; those in flight are cancelled; the completed
+        children in ``undo`` (child id, first compensation attempt) start compensating (engine/fanout.py)."""
         got = c.execute("UPDATE fanouts SET state = 'closed' WHERE run_id = ? AND step_id = ? AND attempt = ? "
                         "AND state <> 'closed'", (run_id, step_id, attempt)).rowcount
         if got:
             self._cancel_open(c, now, "parent_run_id = ? AND parent_step_id = ? AND parent_attempt = ?",
                               (run_id, step_id, attempt), actor)
+        for child, first in undo:
+            self._undo_child(c, now, child, first, actor, inline)
+
+    def _undo_child(self, c, now: float, child: str, first: NextAttempt, actor: str, inline: bool) -> None:
+        """A completed child starts compensating (``completed -> compensating``, children only)."""
+        run = self._get_run(c, child)
+        if run.state != "completed" or run.parent_run_id is None:
+            return
+        why = (first.data or {}).get("why")
+        self._run_to(c, now, child, "completed", "compensating", actor, {"why": why})
+        self._audit(c, now, child, None, "compensation.started", actor, None, None,
+                    {"steps": [first.step_id.split("@")[0], *((first.data or {}).get("queue") or ())],
+                     "then": "cancelled"})
+        number, msg = self._insert_attempt(c, now, child, first, inline, run.rev + 1, actor, tenant=run.tenant)
+        c.execute("UPDATE runs SET state = 'compensating', rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
+                  "error_message = ?, cursor_step = ?, cursor_attempt = ? WHERE id = ?",
+                  (now, why, first.step_id, number, child))
+        inline_list = getattr(_inline, "messages", None)
+        if msg is not None and inline_list is not None:
+            inline_list.append(msg)
 
     def _cancel_children(self, c, now: float, run_id: str, actor: str) -> None:
         """The parent run was cancelled or timed out: every child still in flight is cancelled."""

@@ -153,7 +153,8 @@ class StepPathMixin:
         with self._tx() as c:
             run_id = commit.run_id
             step = commit.step
-            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant FROM runs r LEFT JOIN attempts a ON "
+            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant, r.parent_run_id FROM runs r "
+                            "LEFT JOIN attempts a ON "
                             "a.run_id = r.id AND a.step_id = ? AND a.attempt = ? WHERE r.id = ?",
                             (step and step.step_id, step and step.attempt, run_id)).fetchone()
             if got is None:
@@ -175,7 +176,8 @@ class StepPathMixin:
                 spawned = self._spawn(c, now, run_id, step.step_id, step.attempt, commit.spawn, actor,
                                       commit.dispatch_inline)
             if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
-                self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor)
+                self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor, commit.undo_children,
+                                   commit.dispatch_inline)
             if commit.ledger is not None:
                 led = commit.ledger
                 c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
@@ -210,6 +212,12 @@ class StepPathMixin:
                       "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
                       (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps,
                        ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0], cursor[1], run_id))
+            if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
+                # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
+                # written whole, and without moving the parent's revision (its waiting attempt is not disturbed)
+                c.execute("UPDATE runs SET steps_executed = steps_executed + ?, tokens = tokens + ?, "
+                          "cost_usd = cost_usd + ?, tool_calls = tool_calls + ? WHERE id = ?",
+                          (ch.add_steps, ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, got[5]))
             if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
                 c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
             if commit.step is not None:  # the attempt's usage reservation is settled by this charge

@@ -280,13 +280,16 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
             sqlite_slots.release_attempt(c, now, run_id, step_id)
 
     def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
-        if not states.run_can(before, after):
+        if not states.run_can(before, after) or (before == "completed" and after != before and c.execute(
+                "SELECT parent_run_id FROM runs WHERE id = ?", (run_id,)).fetchone()[0] is None):
+            # (completed -> compensating: a fan-out child's items undone, never a top-level run)
             raise self._illegal("run", run_id, None, before, after, now, actor)
         if before != after:
             self._audit(c, now, run_id, None, "run." + after, actor, before, after, detail)
         if after in states.RUN_FINAL and before not in states.RUN_FINAL:  # run-level concurrency slots go back
             sqlite_slots.release_run(c, now, run_id)
-            self._child_ended(c, now, run_id, after)  # a fan-out child: count it, promote, wake (children.py)
+            # a fan-out child: count it, promote the next, wake the parent (store/sqlite/children.py)
+            self._child_ended(c, now, run_id, after, (detail or {}).get("error_class"))
         if after in _STOPPING and before != after:  # its fan-out children in flight stop too
             self._cancel_children(c, now, run_id, actor)
 
