@@ -34,7 +34,7 @@ from typing import Any
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
-from sealflow.dsl.plan import Plan, PlanStep
+from sealflow.dsl.plan import BudgetPlan, Plan, PlanStep
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.ids import StepRef, split_step_id
@@ -83,6 +83,9 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
 
 
+_NO_BUDGET = BudgetPlan()
+
+
 def charge_to_parent(child: RunRecord, parent: RunRecord) -> None:
     """A fan-out child's budget checks see the parent run's usage (every child's is added to it by the
     store) and its deadline: ``child`` (as read for this attempt) carries them from here on."""
@@ -115,6 +118,7 @@ class Engine:
         self._steps: dict[str, dict[str, PlanStep]] = {}
         self.outputs = OutputCache()
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
+        self._parents: dict[tuple, dict] = {}  # a fan-out attempt's parent results (see _parent_results)
         #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
         self.running_limit: Callable[[str], int | None] | None = None
         #: pool name -> limit (step ``concurrency: NAME``), set by the runtime from its configuration
@@ -139,6 +143,18 @@ class Engine:
             self._steps[plan.digest] = plan.step_map()
             self._plans[plan.digest] = plan
 
+    def _parent_results(self, child: RunRecord) -> dict:
+        """The parent's results a fan-out child sees: fixed while the fan-out attempt waits (its steps before
+        the fan-out), so read once per (parent, step, attempt) in this process."""
+        key = (child.parent_run_id, child.parent_step_id, child.parent_attempt)
+        got = self._parents.get(key)
+        if got is None:
+            got = self.store.results(child.parent_run_id or "")
+            if len(self._parents) >= 256:
+                self._parents.clear()
+            self._parents[key] = got
+        return got
+
     def is_cancelled(self, run_id: str) -> bool:
         """Whether the run is being cancelled; read from the store at most every 0.5 s per run."""
         now = time.monotonic()
@@ -157,10 +173,11 @@ class Engine:
         self._cancel_seen[run_id] = (time.monotonic(), True)
 
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
-        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
-            results = {**self.store.results(run.parent_run_id), **results}
-            charge_to_parent(run, self.store.get_run(run.parent_run_id))
         plan = self.plan(run.plan_digest)
+        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
+            results = {**self._parent_results(run), **results}
+            if plan.budget != _NO_BUDGET:
+                charge_to_parent(run, self.store.get_run(run.parent_run_id))
         base, gate = split_step_id(attempt.step_id)
         step = self._steps[run.plan_digest][base]
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,

@@ -7,7 +7,7 @@ cannot create them twice, and its commit is fenced anyway). The first ``concurre
 with their first attempt scheduled; the others stay ``created`` with a ``pending`` first attempt, which no
 worker can claim. The ``fanouts`` row of the attempt counts them.
 
-Whenever a child run ends, in the transaction that ends it (:meth:`_child_ended`, called from ``_run_to``):
+Whenever a child run ends, in the transaction that ends it (:meth:`_fanout_moved`, called from ``_run_to``):
 the counters move; the next pending sibling is promoted to ``queued`` (so at most ``concurrency`` children
 are in flight, across every worker and host: the store is the pool); and when every child has ended, or more
 have failed than tolerated, the parent's waiting attempt is made due with an outbox row, so a worker claims
@@ -146,28 +146,33 @@ class ChildrenMixin:
                           (cid, child.first_step, rows.new_token(), child.first_lease_ms, now))
         return messages
 
-    def _child_ended(self, c, now: float, run_id: str, state: str, error_class: str | None = None) -> None:
-        """A run ended (``state`` final): when it is a child, count it, promote its next pending sibling,
-        and wake the parent's attempt once every child ended, more failed than tolerated, or one failed with
-        ``budget_exceeded`` (a budget stops the whole fan-out, whatever the tolerance)."""
-        got = c.execute("SELECT parent_run_id, parent_step_id, parent_attempt FROM runs WHERE id = ?",
-                        (run_id,)).fetchone()
-        if got is None or got[0] is None:
+    def _fanout_moved(self, c, now: float, run_id: str, state: str, ended: bool, error_class: str | None,
+                      actor: str) -> None:
+        """A run ended or is stopping. A child that ended: count it, promote its next pending sibling, and wake
+        the parent's attempt once every child ended, more failed than tolerated, or one failed with
+        ``budget_exceeded`` (a budget stops the whole fan-out, whatever the tolerance). A parent stopping
+        (cancelled, timed out, compensating): its children in flight are cancelled."""
+        got = c.execute("SELECT r.parent_run_id, r.parent_step_id, r.parent_attempt, f.total, f.concurrency, "
+                        "f.tolerated, f.started, f.ended, f.failed, f.state FROM runs r LEFT JOIN fanouts f ON "
+                        "f.run_id = r.parent_run_id AND f.step_id = r.parent_step_id AND f.attempt = r.parent_attempt "
+                        "WHERE r.id = ?", (run_id,)).fetchone()
+        if got is None:
             return
-        parent, step_id, attempt = got
-        fan = c.execute("SELECT total, concurrency, tolerated, started, ended, failed, state FROM fanouts "
-                        "WHERE run_id = ? AND step_id = ? AND attempt = ?", (parent, step_id, attempt)).fetchone()
-        if fan is None:
+        if got[0] is None:  # not a child (fan-out does not nest): maybe a parent
+            self._cancel_children(c, now, run_id, actor)
             return
-        total, _, tolerated, started, ended, failed, fan_state = fan
+        if not ended or got[3] is None:
+            return
+        parent, step_id, attempt = got[:3]
+        total, _, tolerated, started, ended_n, failed, fan_state = got[3:]
         if fan_state == "closed":  # the parent step has ended (a completed child undone later ends again)
             return
-        ended, failed = ended + 1, failed + (state != "completed")
-        wake = fan_state == "open" and (ended >= total or failed > tolerated or error_class == "budget_exceeded")
+        ended_n, failed = ended_n + 1, failed + (state != "completed")
+        wake = fan_state == "open" and (ended_n >= total or failed > tolerated or error_class == "budget_exceeded")
         if fan_state == "open" and not wake:
             started = self._promote(c, now, parent, step_id, attempt, started, total)
         c.execute("UPDATE fanouts SET ended = ?, failed = ?, started = ?, state = ? WHERE run_id = ? AND "
-                  "step_id = ? AND attempt = ?", (ended, failed, started, "woken" if wake else fan_state,
+                  "step_id = ? AND attempt = ?", (ended_n, failed, started, "woken" if wake else fan_state,
                                                  parent, step_id, attempt))
         if wake:
             self._wake(c, now, parent, step_id, attempt)
@@ -177,16 +182,15 @@ class ChildrenMixin:
         while started < total:
             index = started
             started += 1
-            got = c.execute("SELECT id, state, tenant, cursor_step FROM runs WHERE parent_run_id = ? AND "
-                            "parent_step_id = ? AND parent_attempt = ? AND item_index = ?",
+            got = c.execute("SELECT r.id, r.state, r.tenant, r.cursor_step, a.token FROM runs r JOIN attempts a ON "
+                            "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = 1 WHERE r.parent_run_id = ? "
+                            "AND r.parent_step_id = ? AND r.parent_attempt = ? AND r.item_index = ?",
                             (parent, step_id, attempt, index)).fetchone()
             if got is None or got[1] != "created":
                 continue
-            cid, _, tenant, first = got
+            cid, _, tenant, first, token = got
             self._run_to(c, now, cid, "created", "queued", "fanout")
             c.execute("UPDATE runs SET state = 'queued', rev = rev + 1, updated_at = ? WHERE id = ?", (now, cid))
-            token = c.execute("SELECT token FROM attempts WHERE run_id = ? AND step_id = ? AND attempt = 1",
-                              (cid, first)).fetchone()[0]
             self._step_to(c, now, cid, first, "pending", "scheduled", "fanout")
             c.execute("UPDATE attempts SET state = 'scheduled', scheduled_at = ?, due_at = ? WHERE run_id = ? AND "
                       "step_id = ? AND attempt = 1", (now, now, cid, first))

@@ -286,12 +286,13 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
             raise self._illegal("run", run_id, None, before, after, now, actor)
         if before != after:
             self._audit(c, now, run_id, None, "run." + after, actor, before, after, detail)
-        if after in states.RUN_FINAL and before not in states.RUN_FINAL:  # run-level concurrency slots go back
+        ends = after in states.RUN_FINAL and before not in states.RUN_FINAL
+        if ends:  # run-level concurrency slots go back
             sqlite_slots.release_run(c, now, run_id)
-            # a fan-out child: count it, promote the next, wake the parent (store/sqlite/children.py)
-            self._child_ended(c, now, run_id, after, (detail or {}).get("error_class"))
-        if after in _STOPPING and before != after:  # its fan-out children in flight stop too
-            self._cancel_children(c, now, run_id, actor)
+        if ends or (after in _STOPPING and before != after):
+            # a fan-out child ended: count it, promote the next, wake the parent; a parent stopping: its
+            # children in flight stop too (store/sqlite/children.py)
+            self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor)
 
     def slots(self, now: float, name: str | None = None) -> list:
         """Who holds, then who waits for, the slots of lock/pool ``name`` (every name: None), in order."""
