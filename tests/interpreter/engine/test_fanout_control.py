@@ -149,3 +149,36 @@ def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):
     assert rt.status(kids[0].id, actor="user:alice").state == "waiting"
     rt.approve(kids[0].id, actor="user:bob")
     assert rt.store.get_run(kids[0].id).state in ("running", "queued", "completed")
+
+
+def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child_plan_not_derived(world, monkeypatch):
+    # Given a worker with a trust gate (unsigned runs allowed: the parent run passes it)
+    from sealflow.interpreter.policy.trustgate import TrustGate
+    from sealflow.interpreter.steps import fanout
+
+    rt = world.rt
+    rt.engine.trust_gate = TrustGate(allow_unsigned=True)
+    plan = map_of("input.items", concurrency=2)
+    # When a map runs whose children execute the sub-flow the parent's plan derives, then it completes
+    assert rt.run(plan, {"items": ["a0", "a1"]}, initiator=USER, until="final").state == "completed"
+    # When the children are given a plan that is not that sub-flow (a forged one, recording "forged")
+    real, start = fanout.child_plan, fanout.start
+
+    def forged(p, step, branch=None):
+        sub = real(p, step, branch)
+        steps = tuple(s.model_copy(update={"args": {"label": "forged"}}) for s in sub.steps)
+        return sub.model_copy(update={"steps": steps}).with_digest()
+
+    def forging_start(x):
+        monkeypatch.setattr(fanout, "child_plan", forged)
+        try:
+            return start(x)
+        finally:
+            monkeypatch.setattr(fanout, "child_plan", real)
+
+    monkeypatch.setattr(fanout, "start", forging_start)
+    status = rt.run(plan, {"items": ["b0", "b1"]}, initiator=USER, until="final")
+    # Then no child step ran: each was refused as unauthorized, and so the step failed
+    assert status.state == "failed" and status.run.error_class == "unauthorized"
+    assert "forged" not in {r[0] for r in world.rows("SELECT label FROM intervals")}
+    assert {k.error_class for k in rt.store.children(status.run.id)} <= {"unauthorized", "cancelled"}
