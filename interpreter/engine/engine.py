@@ -34,7 +34,7 @@ from typing import Any
 
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
-from sealflow.dsl.plan import BudgetPlan, Plan, PlanStep
+from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.ids import StepRef, split_step_id
@@ -51,7 +51,6 @@ from sealflow.interpreter.execution.timeouts import AttemptRunner
 from sealflow.interpreter.policy import authz, budgets, coordination, trustgate
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
 from sealflow.interpreter.steps import EXECUTORS
-from sealflow.interpreter.steps import fanout as fanout_steps
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
 from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
@@ -83,17 +82,6 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
 
 
-_NO_BUDGET = BudgetPlan()
-
-
-def charge_to_parent(child: RunRecord, parent: RunRecord) -> None:
-    """A fan-out child's budget checks see the parent run's usage (every child's is added to it by the
-    store) and its deadline: ``child`` (as read for this attempt) carries them from here on."""
-    child.steps_executed, child.tokens = parent.steps_executed, parent.tokens
-    child.cost_usd, child.tool_calls = parent.cost_usd, parent.tool_calls
-    child.deadline = parent.deadline
-
-
 class _PlanNeeded(Exception):
     """Raised inside a claim (rolling it back) when the run's plan is not cached in this process yet."""
 
@@ -118,7 +106,7 @@ class Engine:
         self._steps: dict[str, dict[str, PlanStep]] = {}
         self.outputs = OutputCache()
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
-        self._parents: dict[tuple, dict] = {}  # a fan-out attempt's parent results (see _parent_results)
+        self.parents = fanout.Parents(store)  # what a fan-out child sees of its parent run
         #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
         self.running_limit: Callable[[str], int | None] | None = None
         #: pool name -> limit (step ``concurrency: NAME``), set by the runtime from its configuration
@@ -143,18 +131,6 @@ class Engine:
             self._steps[plan.digest] = plan.step_map()
             self._plans[plan.digest] = plan
 
-    def _parent_results(self, child: RunRecord) -> dict:
-        """The parent's results a fan-out child sees: fixed while the fan-out attempt waits (its steps before
-        the fan-out), so read once per (parent, step, attempt) in this process."""
-        key = (child.parent_run_id, child.parent_step_id, child.parent_attempt)
-        got = self._parents.get(key)
-        if got is None:
-            got = self.store.results(child.parent_run_id or "")
-            if len(self._parents) >= 256:
-                self._parents.clear()
-            self._parents[key] = got
-        return got
-
     def is_cancelled(self, run_id: str) -> bool:
         """Whether the run is being cancelled; read from the store at most every 0.5 s per run."""
         now = time.monotonic()
@@ -175,9 +151,7 @@ class Engine:
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
         plan = self.plan(run.plan_digest)
         if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
-            results = {**self._parent_results(run), **results}
-            if plan.budget != _NO_BUDGET:
-                charge_to_parent(run, self.store.get_run(run.parent_run_id))
+            results = self.parents.child_view(run, plan, results)
         base, gate = split_step_id(attempt.step_id)
         step = self._steps[run.plan_digest][base]
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
@@ -208,7 +182,8 @@ class Engine:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         x.fencing_token = coordination.fencing_token(claimed.grants)
-        refused = self._trusted(x) or self.over_budget(x) or authz.reauthorize(self.access, x)
+        refused = fanout.trusted(self.trust_gate, self.store, self.plan, x) or self.over_budget(x) \
+            or authz.reauthorize(self.access, x)
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
         # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
@@ -245,24 +220,6 @@ class Engine:
         except StepError as exc:
             errors[:] = [exc]
             return ()
-
-    def _trusted(self, x: Execution) -> Failed | None:
-        """The trust gate's refusal of the run; a fan-out child is trusted as its parent run, provided its plan
-        is the sub-flow the parent's (verified) plan derives for it (:func:`steps.fanout.child_plan`)."""
-        if self.trust_gate is None or x.run.parent_run_id is None:
-            return trustgate.check(self.trust_gate, x)
-        parent = self.store.get_run(x.run.parent_run_id)
-        refused = trustgate.check(self.trust_gate, x, run=parent)
-        if refused is not None:
-            return refused
-        plan, step_id = self.plan(parent.plan_digest), x.run.parent_step_id
-        fan = plan.step_map().get(step_id or "")
-        branches = (None,) if fan is None or fan.map is not None else \
-            range(len(fan.parallel.branches)) if fan.parallel is not None else ()
-        if fan is None or x.run.plan_digest not in {fanout_steps.child_plan(plan, fan, b).digest for b in branches}:
-            return Failed("unauthorized", f"run {x.run.id}: its plan is not a sub-flow of its parent run's verified "
-                                          "plan; refused")
-        return None
 
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:
@@ -335,7 +292,7 @@ class Engine:
         step = plan.step(StepRef.parse(att.step_id).step)
         results = claimed.results
         if run.parent_run_id is not None:  # a fan-out child undoing its steps sees the parent's too
-            results = {**self.store.results(run.parent_run_id), **results}
+            results = {**self.parents.results(run), **results}
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results,
                       outputs=self.outputs)
         outcome = poison.lost(x) or compensation.execute(x)

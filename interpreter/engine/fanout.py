@@ -1,4 +1,12 @@
-"""Undoing a failed fan-out's completed items: each completed child run compensates its own steps.
+"""What the engine does for fan-out child runs: what a child sees of its parent, trusting a child, and
+undoing a failed fan-out's completed items.
+
+A child's expressions see its parent's steps before the fan-out (:class:`Parents`: read once per fan-out
+attempt and process, they cannot change while it waits) and its budget checks the parent's counters and
+deadline (read when the plan declares a budget). A trust-gated worker trusts a child as its parent run,
+provided the child's plan is the sub-flow the parent's verified plan derives (:func:`trusted`).
+
+Undoing (:func:`undo_completed`): each completed child run compensates its own steps.
 
 When a ``map`` or ``parallel`` step fails (more failures than tolerated, a budget, a bad item list after a
 redrive), the commit that ends its attempt cancels the children still in flight (the store does that) and,
@@ -14,13 +22,69 @@ concurrently (they are independent items); within one child, newest first.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 
+from sealflow.dsl.plan import BudgetPlan, Plan
+from sealflow.interpreter.core.outcomes import Failed
 from sealflow.interpreter.engine import compensation
 from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.policy import trustgate
 from sealflow.interpreter.steps.fanout import child_plan
-from sealflow.interpreter.store.base import Commit
+from sealflow.interpreter.store.base import Commit, RunRecord, Store
 
 _FAILED = ("failed", "timed_out")
+_NO_BUDGET = BudgetPlan()
+
+
+class Parents:
+    """The parent run as its fan-out children see it (one per engine; bounded cache)."""
+
+    def __init__(self, store: Store, size: int = 256):
+        self.store = store
+        self._results: dict[tuple, dict] = {}
+        self._size = size
+
+    def results(self, child: RunRecord) -> dict:
+        """The parent's results: fixed while the fan-out attempt waits, so read once per (parent, step,
+        attempt) in this process."""
+        key = (child.parent_run_id, child.parent_step_id, child.parent_attempt)
+        got = self._results.get(key)
+        if got is None:
+            got = self.store.results(child.parent_run_id or "")
+            if len(self._results) >= self._size:
+                self._results.clear()
+            self._results[key] = got
+        return got
+
+    def child_view(self, child: RunRecord, plan: Plan, results: Mapping) -> dict:
+        """``results`` with the parent's before them; under a budget ``child`` carries the parent's counters
+        (every child's usage is added to them by the store) and deadline from here on."""
+        if plan.budget != _NO_BUDGET:
+            parent = self.store.get_run(child.parent_run_id or "")
+            child.steps_executed, child.tokens = parent.steps_executed, parent.tokens
+            child.cost_usd, child.tool_calls = parent.cost_usd, parent.tool_calls
+            child.deadline = parent.deadline
+        return {**self.results(child), **results}
+
+
+def trusted(gate: trustgate.TrustGate | None, store: Store, plan_of: Callable[[str], Plan],
+            x: Execution) -> Failed | None:
+    """The trust gate's refusal of the run; a fan-out child is trusted as its parent run, provided its plan
+    is the sub-flow the parent's (verified) plan derives for it (:func:`steps.fanout.child_plan`)."""
+    if gate is None or x.run.parent_run_id is None:
+        return trustgate.check(gate, x)
+    parent = store.get_run(x.run.parent_run_id)
+    refused = trustgate.check(gate, x, run=parent)
+    if refused is not None:
+        return refused
+    plan = plan_of(parent.plan_digest)
+    fan = plan.step_map().get(x.run.parent_step_id or "")
+    branches: tuple | range = (None,) if fan is None or fan.map is not None else \
+        range(len(fan.parallel.branches)) if fan.parallel is not None else ()
+    if fan is None or x.run.plan_digest not in {child_plan(plan, fan, b).digest for b in branches}:
+        return Failed("unauthorized", f"run {x.run.id}: its plan is not a sub-flow of its parent run's verified "
+                                      "plan; refused")
+    return None
 
 
 def undo_completed(x: Execution, commit: Commit) -> Commit:

@@ -47,6 +47,8 @@ CREATE TABLE fanouts (
 """
 PG_SCHEMA = SCHEMA.replace("INTEGER", "BIGINT")
 
+#: a run going to one of these stops its fan-out children
+STOPPING = states.RUN_FINAL | {"cancelling", "compensating"}
 _CHILD_COLS = "id, item_index, state, output, error_class, error_message, updated_at"
 _OPEN = "('created','queued','running','waiting','cancelling','compensating')"
 

@@ -42,7 +42,7 @@ from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
-from sealflow.interpreter.store.sqlite.children import ChildrenMixin
+from sealflow.interpreter.store.sqlite.children import STOPPING, ChildrenMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
 from sealflow.interpreter.store.sqlite.reads import Reads
@@ -54,8 +54,6 @@ from sealflow.interpreter.store.sqlite.tokens import TokensMixin
 
 dumps = rows.dumps
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
-#: a run going to one of these stops its fan-out children (store/sqlite/children.py)
-_STOPPING = states.RUN_FINAL | {"cancelling", "compensating"}
 #: the WAL size a store keeps to under sustained load (bytes): past it a checkpoint resets and truncates it
 WAL_LIMIT = 16 * 1024 * 1024
 #: how long a truncating checkpoint waits for readers and writers before it gives way (ms)
@@ -289,7 +287,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         ends = after in states.RUN_FINAL and before not in states.RUN_FINAL
         if ends:  # run-level concurrency slots go back
             sqlite_slots.release_run(c, now, run_id)
-        if ends or (after in _STOPPING and before != after):
+        if ends or (after in STOPPING and before != after):
             # a fan-out child ended: count it, promote the next, wake the parent; a parent stopping: its
             # children in flight stop too (store/sqlite/children.py)
             self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor)
