@@ -213,8 +213,8 @@ class Engine:
         step = self._steps[run.plan_digest][split_step_id(att.step_id)[0]]
         if not coordination.needs_slots(plan, step):
             return ()
-        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results(),
-                      outputs=self.outputs)
+        seen = results() if run.parent_run_id is None else {**self.parents.adopt(run), **results()}
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=seen, outputs=self.outputs)
         try:
             return coordination.requests(plan, step, run, att.step_id, x.render, self.pools)
         except StepError as exc:
@@ -292,7 +292,7 @@ class Engine:
         step = plan.step(StepRef.parse(att.step_id).step)
         results = claimed.results
         if run.parent_run_id is not None:  # a fan-out child undoing its steps sees the parent's too
-            results = {**self.parents.results(run), **results}
+            results = {**self.parents.adopt(run), **results}
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results,
                       outputs=self.outputs)
         outcome = poison.lost(x) or compensation.execute(x)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from sealflow.dsl.plan import BudgetPlan, Plan
 from sealflow.interpreter.core.outcomes import Failed
@@ -37,34 +38,35 @@ _NO_BUDGET = BudgetPlan()
 
 
 class Parents:
-    """The parent run as its fan-out children see it (one per engine; bounded cache)."""
+    """The parent run as its fan-out children see it (one per engine; bounded cache). A child's row does not
+    copy the parent's input (``null``): it is the parent's, read with the parent's results."""
 
     def __init__(self, store: Store, size: int = 256):
         self.store = store
-        self._results: dict[tuple, dict] = {}
+        self._seen: dict[tuple, tuple[dict, Any]] = {}
         self._size = size
 
-    def results(self, child: RunRecord) -> dict:
-        """The parent's results: fixed while the fan-out attempt waits, so read once per (parent, step,
-        attempt) in this process."""
+    def adopt(self, child: RunRecord) -> dict:
+        """The parent's results, and ``child.input`` set to the parent's input: both fixed while the fan-out
+        attempt waits, so read once per (parent, step, attempt) in this process."""
         key = (child.parent_run_id, child.parent_step_id, child.parent_attempt)
-        got = self._results.get(key)
+        got = self._seen.get(key)
         if got is None:
-            got = self.store.results(child.parent_run_id or "")
-            if len(self._results) >= self._size:
-                self._results.clear()
-            self._results[key] = got
-        return got
+            parent = child.parent_run_id or ""
+            got = (self.store.results(parent), self.store.get_run(parent).input)
+            if len(self._seen) >= self._size:
+                self._seen.clear()
+            self._seen[key] = got
+        child.input = got[1]
+        return got[0]
 
     def child_view(self, child: RunRecord, plan: Plan, results: Mapping) -> dict:
         """``results`` with the parent's before them; under a budget ``child`` carries the parent's counters
         (every child's usage is added to them by the store) and deadline from here on."""
         if plan.budget != _NO_BUDGET:
-            parent = self.store.get_run(child.parent_run_id or "")
-            child.steps_executed, child.tokens = parent.steps_executed, parent.tokens
-            child.cost_usd, child.tool_calls = parent.cost_usd, parent.tool_calls
-            child.deadline = parent.deadline
-        return {**self.results(child), **results}
+            child.steps_executed, child.tokens, child.cost_usd, child.tool_calls, child.deadline = \
+                self.store.run_usage(child.parent_run_id or "")
+        return {**self.adopt(child), **results}
 
 
 def trusted(gate: trustgate.TrustGate | None, store: Store, plan_of: Callable[[str], Plan],

@@ -144,6 +144,11 @@ class Store(abc.ABC):
         """``(step, attempt) -> {state: count}`` of the fan-out child runs of ``run_id``."""
         raise NotImplementedError(f"{type(self).__name__} has no fan-out")
 
+    def run_usage(self, run_id: str) -> tuple[int, int, float, int, float | None]:
+        """What a run has spent (steps, tokens, cost, tool calls) and its deadline."""
+        run = self.get_run(run_id)
+        return run.steps_executed, run.tokens, run.cost_usd, run.tool_calls, run.deadline
+
     def fanout(self, run_id: str, step_id: str, attempt: int) -> dict | None:
         """The counters of a fan-out attempt (total, concurrency, tolerated, started, ended, failed, state)."""
         raise NotImplementedError(f"{type(self).__name__} has no fan-out")

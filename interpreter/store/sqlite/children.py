@@ -99,6 +99,16 @@ class ChildrenMixin:
             counts.setdefault((step_id, int(attempt)), {})[state] = int(n)
         return counts
 
+    def run_usage(self, run_id: str) -> tuple[int, int, float, int, float | None]:
+        """What a run has spent (steps, tokens, cost, tool calls) and its deadline, without reading the rest."""
+        got = self._read("SELECT steps_executed, tokens, cost_usd, tool_calls, deadline FROM runs WHERE id = ?",
+                         (run_id,))
+        if not got:
+            from sealflow.interpreter.store.errors import NotFound
+
+            raise NotFound(f"no run {run_id!r}")
+        return got[0][0], got[0][1], got[0][2], got[0][3], got[0][4]
+
     def fanout(self, run_id: str, step_id: str, attempt: int) -> dict | None:
         """The counters of a fan-out attempt: total, concurrency, tolerated, started, ended, failed, state."""
         got = self._read("SELECT total, concurrency, tolerated, started, ended, failed, state FROM fanouts "
@@ -112,7 +122,7 @@ class ChildrenMixin:
     def _spawn(self, c, now: float, run_id: str, step_id: str, attempt: int, spawn: Spawn, actor: str,
                inline: bool) -> list[Message]:
         """Create the children of a fan-out attempt (the caller's commit makes that attempt ``waiting``)."""
-        parent = c.execute("SELECT tenant, workflow, workflow_version, input, initiator, input_hash, priority, "
+        parent = c.execute("SELECT tenant, workflow, workflow_version, NULL, initiator, input_hash, priority, "
                            "acting_as, access_mode, signer FROM runs WHERE id = ?", (run_id,)).fetchone()
         for digest, workflow, version, body in spawn.plans:
             c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
@@ -129,7 +139,7 @@ class ChildrenMixin:
                       "initiator, input_hash, created_at, updated_at, cursor_step, cursor_attempt, priority, "
                       "acting_as, access_mode, signer, parent_run_id, parent_step_id, parent_attempt, item_index, "
                       "item) VALUES (?,?,?,?,?,?,?,1,?,?,?,?,?,1,?,?,?,?,?,?,?,?,?)",
-                      (cid, parent[0], parent[1], parent[2], child.plan_digest, parent[3],
+                      (cid, parent[0], parent[1], parent[2], child.plan_digest, "null",  # input: the parent's
                        "queued" if queued else "created", parent[4], parent[5], now, now, child.first_step,
                        parent[6], parent[7], parent[8], parent[9], run_id, step_id, attempt, child.index,
                        child.item_json))

@@ -156,14 +156,16 @@ def test_items_see_item_index_and_the_steps_before_the_map(world):
         - id: first
           set: {v: "item + index + steps.base.output.offset"}
         - id: second
-          set: {w: "steps.first.output.v * 2", run: "run.id"}
+          set: {w: "steps.first.output.v * 2", run: "run.id", k: "input.k"}
 """)
     # When it runs
-    status = world.rt.run(plan, {"items": [1, 2, 3]}, initiator=USER, until="final")
-    # Then each item's output is its last step's, computed from its own item and index and the earlier step
+    status = world.rt.run(plan, {"items": [1, 2, 3], "k": 7}, initiator=USER, until="final")
+    # Then each item's output is its last step's, computed from its own item and index, the earlier step and
+    # the run's input; `run.id` is the run's (the parent's) id
     rid = status.run.id
-    assert output_of(world.rt, rid, "each") == ("succeeded", [{"w": 202, "run": rid}, {"w": 206, "run": rid},
-                                                            {"w": 210, "run": rid}])
+    assert output_of(world.rt, rid, "each") == ("succeeded", [{"w": 202, "run": rid, "k": 7},
+                                                            {"w": 206, "run": rid, "k": 7},
+                                                            {"w": 210, "run": rid, "k": 7}])
 
 
 def test_parallel_branches_all_run_and_give_their_outputs_in_branch_order(world):
