@@ -116,3 +116,50 @@ def test_a_map_failing_beyond_its_tolerance_undoes_its_completed_items(world):
     assert all(key.endswith(":rec:compensate") for _, key in world.undone)
     steps = [[a.step_id for a in world.rt.store.attempts(k.id)] for k in kids[:2]]
     assert steps == [["rec", "rec@compensate"], ["rec", "rec@compensate"]]
+
+
+def test_a_failing_parallel_branch_undoes_the_branches_that_completed(world):
+    # Given a parallel whose first branch records (and declares how to undo it) and whose second fails
+    plan = definition("""  - id: both
+    parallel:
+      branches:
+        - steps:
+            - id: left
+              action: t.record
+              with: {label: "L"}
+              compensate: {action: t.undo, with: {label: "L"}, timeout: 10s}
+        - steps:
+            - {id: right, action: t.record, with: {label: "fail-R"}, retry: {max_attempts: 1}}
+""", name="fan-par-saga")
+    status = world.rt.run(plan, {}, initiator=USER, until="final")
+    # Then the step failed, and the completed branch was undone in its own child run
+    assert status.state == "failed" and "branch 1 failed" in status.run.error_message
+    kids = world.rt.store.children(status.run.id)
+    world.rt.drive(kids[0].id, until="final")
+    assert [label for label, _ in world.undone] == ["L"]
+    assert [k.state for k in world.rt.store.children(status.run.id)] == ["cancelled", "failed"]
+
+
+def test_the_run_deadline_mid_map_times_the_run_out_and_cancels_its_items(world, monkeypatch):
+    # Given a run of at most 1 s whose map holds two items until released, three more pending
+    plan = definition("""  - id: each
+    map:
+      items: "input.items"
+      concurrency: 2
+      max_items: 10
+      steps:
+        - {id: rec, action: t.record, with: {label: "${{ item }}"}}
+""", name="fan-deadline")
+    plan = plan.model_copy(update={"budget": plan.budget.model_copy(update={"max_runtime_ms": 1000})}).with_digest()
+    run_id = world.rt.submit(plan, {"items": ["hold0", "hold1", "a2", "a3", "a4"]}, initiator=USER)
+    # When it is driven past its deadline (the held items still running), then released
+    status = world.rt.drive(run_id, until="final", timeout=5)
+    world.release.set()
+    # Then the run timed out, its pending items were cancelled and none of them ran
+    assert status.state == "timed_out"
+    kids = world.rt.store.children(run_id)
+    assert [k.state for k in kids[2:]] == ["cancelled"] * 3
+    # and the running items were stopped by the same deadline (it bounds every item's attempt too)
+    assert all((k.state, k.error_class) in (("failed", "timeout"), ("cancelling", "cancelled"),
+                                            ("cancelled", "cancelled")) for k in kids[:2])
+    assert {r[0] for r in world.rows("SELECT label FROM intervals")} <= {"hold0", "hold1"}
