@@ -192,3 +192,41 @@ def test_a_failing_branch_fails_the_parallel_step(world):
 """)
     status = world.rt.run(plan, {}, initiator=USER, until="final")
     assert status.run.state == "failed" and "branch 0 failed" in status.run.error_message
+
+
+def test_a_redriven_map_replays_completed_items_from_the_ledger_and_reruns_the_rest(world):
+    # Given a map whose item step has an idempotency key naming the run and the index, one item at a time,
+    # whose item "b" fails the first time only (not retried), so the run fails into the dead letters
+    from sealflow.interpreter.execution.actions import action
+
+    calls: list[str] = []
+
+    @action("t.flaky", registry=world.registry)
+    def flaky(ctx, label: str):
+        calls.append(label)
+        if label == "b" and calls.count("b") == 1:
+            raise ValueError("b fails once")
+        return f"ok:{label}"
+
+    plan = definition("""  - id: each
+    map:
+      items: "input.items"
+      concurrency: 1
+      max_items: 10
+      steps:
+        - id: work
+          action: t.flaky
+          with: {label: "${{ item }}"}
+          idempotency_key: "${{ run.id }}:work:${{ index }}"
+          retry: {max_attempts: 1}
+""", name="fan-redrive")
+    rt = world.rt
+    status = rt.run(plan, {"items": ["a", "b", "c"]}, initiator=USER, until="final")
+    assert status.state == "failed" and calls == ["a", "b"]
+    # When it is redriven
+    rt.dlq_redrive(status.run.id, actor=USER)
+    done = rt.drive(status.run.id, until="final")
+    # Then it completes; item a's recorded result was replayed (not called again), b and c ran
+    assert done.state == "completed"
+    assert output_of(rt, done.run.id, "each") == ("succeeded", ["ok:a", "ok:b", "ok:c"])
+    assert calls == ["a", "b", "b", "c"]
