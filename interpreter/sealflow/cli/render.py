@@ -139,7 +139,7 @@ def print_outcome(status) -> None:
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
         elif w.get("kind") == "fanout":
             click.echo(f"waiting for the child runs of {w['step']} (items below); `sealflow recover{flags}` drives "
-                       "them on")
+                       f"them on; an item waiting for approval is listed by `sealflow approvals list{flags}`")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     print_items(status)
@@ -237,6 +237,9 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
         click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}  as {w['as']}  "
                    f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
         click.echo(f"    input: {_json(w.get('input'))}")
+        if w.get("item"):
+            click.echo(f"    item {w['item']['index']} of {w['item']['parent']} ({w['item']['step']}): "
+                       f"{_json(w['item']['value'])}")
         click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
         flags = repeat_flags(skip=("--tenant",))
         flags = f" {flags}" if flags else ""

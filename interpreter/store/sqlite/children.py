@@ -128,6 +128,9 @@ class ChildrenMixin:
             c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
                       (digest, workflow, version, body, now))
         started = min(spawn.concurrency, len(spawn.children))
+        # the waiting attempt is due only when its children wake it (_wake): no claim before that
+        c.execute("UPDATE attempts SET due_at = NULL WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                  (run_id, step_id, attempt))
         c.execute("INSERT INTO fanouts (run_id, step_id, attempt, total, concurrency, tolerated, started) "
                   "VALUES (?,?,?,?,?,?,?)", (run_id, step_id, attempt, len(spawn.children), spawn.concurrency,
                                              spawn.tolerated, started))

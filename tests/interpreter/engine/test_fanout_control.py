@@ -86,6 +86,12 @@ def test_an_approval_inside_a_sub_flow_waits_per_item(world):
     assert status.state == "waiting" and status.waiting["kind"] == "fanout"
     kids = rt.store.children(status.run.id)
     assert [rt.status(k.id).waiting["kind"] for k in kids] == ["approval", "approval"]
+    # and a manager's approvals list shows each item (and the run's input) to decide on, the parent's attempt
+    # due only when its children wake it
+    listed = sorted(rt.approvals_waiting("user:bob", "default"), key=lambda w: w["run_id"])
+    assert [(w["item"]["index"], w["item"]["value"], w["input"]) for w in listed] == \
+        [(0, "x", {"items": ["x", "y"]}), (1, "y", {"items": ["x", "y"]})]
+    assert rt.store.active_attempt(status.run.id).due_at is None
     # When the first item is approved, then only it goes on; the run still waits for the second
     rt.approve(kids[0].id, actor="user:bob")
     assert rt.drive(status.run.id).state == "waiting"
