@@ -188,3 +188,31 @@ def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child
     assert status.state == "failed" and status.run.error_class == "unauthorized"
     assert "forged" not in {r[0] for r in world.rows("SELECT label FROM intervals")}
     assert {k.error_class for k in rt.store.children(status.run.id)} <= {"unauthorized", "cancelled"}
+
+
+def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
+    # Given a map of two items, the first finished (approved), the second still waiting for its approval
+    plan = definition("""  - id: each
+    map:
+      items: "input.items"
+      concurrency: 2
+      max_items: 10
+      steps:
+        - {id: ask, approval: {approvers: [role:manager], timeout: 1h}}
+""")
+    rt = world.rt
+    status = rt.run(plan, {"items": ["x", "y"]}, initiator=USER)
+    first, second = rt.store.children(status.run.id)
+    rt.approve(first.id, actor="user:bob")
+    rt.drive(status.run.id)
+    assert rt.store.get_run(first.id).state == "completed"
+    # When every finished run is pruned, then the finished item stays: its run still reads it
+    later = rt.clock.now() + 10_000
+    rt.store.prune_runs(later, rt.clock.now())
+    assert [k.id for k in rt.store.children(status.run.id)] == [first.id, second.id]
+    # When the run completes and is pruned, then it goes with its items
+    rt.approve(second.id, actor="user:bob")
+    assert rt.drive(status.run.id, until="final").state == "completed"
+    rt.store.prune_runs(later, rt.clock.now())
+    assert rt.store.children(status.run.id) == []
+    assert rt.store.fanout(status.run.id, "each", 1) is None
