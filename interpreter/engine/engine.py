@@ -233,7 +233,8 @@ class Engine:
         step = x.step
         kind = StepKind.APPROVAL if x.gate else step.kind
         try:
-            if not x.resumed and not x.gate and step.when is not None and not truthy(x.evaluate(step.when)):
+            if not x.resumed and not x.gate and step.when is not None and "fanout" not in x.attempt.data \
+                    and not truthy(x.evaluate(step.when)):  # (a fan-out deciding over its children: it ran)
                 return Skipped(flow.skip_target(step))
             outcome = EXECUTORS[kind](x)
             if isinstance(outcome, Succeeded) and kind in CALLING_KINDS and step.validations:

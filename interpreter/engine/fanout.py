@@ -95,19 +95,21 @@ def undo_completed(x: Execution, commit: Commit) -> Commit:
     if not commit.close_fanout or step is None or step.state not in _FAILED:
         return commit
     store = x.services.store
-    undo = []
+    undo, seen, undoable = [], 0, False
     why = (f"{x.step.kind} step {x.step.id!r} of run {x.run.id} failed ({step.error_class}); this item's steps "
            "are undone")
     for child in store.children(x.run.id, step.step_id, step.attempt):
-        if child.state != "completed":
-            continue
         plan = child_plan(x.plan, x.step, None if x.step.map is not None else child.index)
         if not compensation.has_compensations(plan):
             continue
+        undoable = True
+        if child.state != "completed":
+            continue
+        seen += 1
         order = compensation.queue(store, child.id, plan)
         if order:
             data = {"end": "cancelled", "why": why, "dead_letter": None}
             undo.append((child.id, compensation.first_attempt(plan, order, data, x.now)))
-    if not undo:
+    if not undoable:
         return commit
-    return dataclasses.replace(commit, undo_children=tuple(undo))
+    return dataclasses.replace(commit, undo_children=tuple(undo), undo_seen=seen)

@@ -69,7 +69,9 @@ def subflow_name(plan: Plan, step: PlanStep, branch: int | None = None) -> str:
 
 
 def execute(x: Execution) -> Outcome:
-    return collect(x) if x.resumed else start(x)
+    """Start the children, or (they exist: the attempt's data says so) decide over their ends. Claimed again
+    after its worker died, the attempt is decided by what the store holds, never started twice."""
+    return collect(x) if "fanout" in x.attempt.data else start(x)
 
 
 def start(x: Execution) -> Outcome:

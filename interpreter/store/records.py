@@ -271,6 +271,9 @@ class Commit:
     close_fanout: bool = False
     #: completed children whose compensation starts with this commit: (child run id, first compensation)
     undo_children: tuple[tuple[str, NextAttempt], ...] = ()
+    #: how many completed children the undo was decided on (None: nothing to undo); another count at commit
+    #: time (a child completed meanwhile) is a conflict: decide again
+    undo_seen: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import hashlib
 import threading
 
 from sealflow.interpreter.core import states
+from sealflow.interpreter.store.errors import ConcurrencyError
 from sealflow.interpreter.store.records import ChildRecord, Message, NextAttempt, Spawn
 from sealflow.interpreter.store.sqlite import rows
 
@@ -235,9 +236,17 @@ class ChildrenMixin:
             inline.append(msg)
 
     def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str,
-                      undo: tuple = (), inline: bool = False) -> None:
+                      undo: tuple = (), inline: bool = False, undo_seen: int | None = None) -> None:
         """The fan-out attempt ended: no child starts any more; those in flight are cancelled; the completed
-        children in ``undo`` (child id, first compensation attempt) start compensating (engine/fanout.py)."""
+        children in ``undo`` (child id, first compensation attempt) start compensating (engine/fanout.py).
+        The undo was decided on ``undo_seen`` completed children: if another completed since, the commit is
+        refused as a conflict (:class:`ConcurrencyError`) and decided again."""
+        if undo_seen is not None:
+            now_done = c.execute("SELECT COUNT(*) FROM runs WHERE parent_run_id = ? AND parent_step_id = ? AND "
+                                 "parent_attempt = ? AND state = 'completed'", (run_id, step_id, attempt)).fetchone()[0]
+            if now_done != undo_seen:
+                raise ConcurrencyError(f"an item of step {step_id!r} of run {run_id} completed while the step "
+                                       "failed; decide its undoing again")
         got = c.execute("UPDATE fanouts SET state = 'closed' WHERE run_id = ? AND step_id = ? AND attempt = ? "
                         "AND state <> 'closed'", (run_id, step_id, attempt)).rowcount
         if got:

@@ -177,7 +177,7 @@ class StepPathMixin:
                                       commit.dispatch_inline)
             if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
                 self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor, commit.undo_children,
-                                   commit.dispatch_inline)
+                                   commit.dispatch_inline, commit.undo_seen)
             if commit.ledger is not None:
                 led = commit.ledger
                 c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "

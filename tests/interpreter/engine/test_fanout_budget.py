@@ -119,7 +119,17 @@ def test_a_map_failing_beyond_its_tolerance_undoes_its_completed_items(world):
 
 
 def test_a_failing_parallel_branch_undoes_the_branches_that_completed(world):
-    # Given a parallel whose first branch records (and declares how to undo it) and whose second fails
+    # Given a parallel whose first branch records (and declares how to undo it) and whose second fails once
+    # the first has recorded
+    import time
+
+    @action("t.fail_after_left", registry=world.registry)
+    def fail_after_left(ctx):
+        end = time.monotonic() + 10
+        while not world.rows("SELECT 1 FROM effects WHERE label = 'L'") and time.monotonic() < end:
+            time.sleep(0.01)
+        raise ValueError("the right branch fails")
+
     plan = definition("""  - id: both
     parallel:
       branches:
@@ -129,7 +139,7 @@ def test_a_failing_parallel_branch_undoes_the_branches_that_completed(world):
               with: {label: "L"}
               compensate: {action: t.undo, with: {label: "L"}, timeout: 10s}
         - steps:
-            - {id: right, action: t.record, with: {label: "fail-R"}, retry: {max_attempts: 1}}
+            - {id: right, action: t.fail_after_left, retry: {max_attempts: 1}}
 """, name="fan-par-saga")
     status = world.rt.run(plan, {}, initiator=USER, until="final")
     # Then the step failed, and the completed branch was undone in its own child run

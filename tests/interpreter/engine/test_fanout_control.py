@@ -216,3 +216,33 @@ def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
     rt.store.prune_runs(later, rt.clock.now())
     assert rt.store.children(status.run.id) == []
     assert rt.store.fanout(status.run.id, "each", 1) is None
+
+
+def test_a_worker_lost_while_deciding_a_fan_out_neither_fails_it_nor_starts_it_twice(serving, monkeypatch):
+    # Given a map of two items whose deciding attempt (after both ended) stalls in its first try
+    import threading
+
+    from sealflow.interpreter.steps import fanout
+
+    rt = serving.rt
+    real, entered, go, calls = fanout.collect, threading.Event(), threading.Event(), []
+
+    def stalling(x):
+        calls.append(x.attempt.token)
+        if len(calls) == 1:
+            entered.set()
+            go.wait(20)
+        return real(x)
+
+    monkeypatch.setattr(fanout, "collect", stalling)
+    run_id = rt.submit(map_of("input.items"), {"items": ["a0", "a1"]}, initiator=USER)
+    wait_for(entered.is_set)
+    # When its lease is ended as if its worker had died (the sweeper requeues it for another claim)
+    rt.store.expire_leases(rt.owner, rt.clock.now())
+    wait_for(lambda: rt.store.get_run(run_id).state in RUN_FINAL)
+    go.set()
+    # Then the attempt was decided again from the store: the run completed, no child was started twice
+    run = rt.store.get_run(run_id)
+    assert run.state == "completed" and len(calls) == 2
+    assert [k.output for k in rt.store.children(run_id)] == ["done:a0", "done:a1"]
+    assert sorted(r[0] for r in serving.rows("SELECT label FROM intervals")) == ["a0", "a1"]
