@@ -56,6 +56,7 @@ CORE = "tests/interpreter/core/test_core_units.py::"
 AGENT_OPTIONS = OPTS + "test_given_an_agent_step_with_model_options_when_run_then_each_turn_carries_them"
 RESOLVED = "resolved by the compiler into every step (or gate) it applies to; the steps' own fields are tested"
 EVENTS = "tests/interpreter/service/telemetry/test_events.py::"
+FAN = "tests/interpreter/engine/test_fanout_map.py::"
 
 FIELDS: dict[str, tuple[str, str]] = {
     # -- the workflow --------------------------------------------------------------------------------
@@ -197,10 +198,16 @@ FIELDS: dict[str, tuple[str, str]] = {
     "compensate.with": run(SAGA + "test_a_run_that_fails_for_good_undoes_its_completed_steps_newest_first"),
     "compensate.retry": run(SAGA + "test_a_compensation_is_retried_by_its_class"),
     "compensate.timeout": run(SAGA + "test_a_compensation_past_its_timeout_is_timed_out_and_quarantines"),
-    # -- fan-out (issue 15): in the language, refused at submit until the runtime enforces it ----------
-    **{f: refused("fan-out is not enforced by this build's runtime yet")
-       for f in ("step.map", "step.parallel", "map.items", "map.concurrency", "map.max_items",
-                 "map.tolerate_failures", "map.steps", "parallel.branches", "branch.steps")},
+    # -- fan-out (issue 15): child runs per item or branch ---------------------------------------------
+    "step.map": run(FAN + "test_outputs_come_in_item_order_and_no_more_than_concurrency_items_run_at_once"),
+    "step.parallel": run(FAN + "test_parallel_branches_all_run_and_give_their_outputs_in_branch_order"),
+    "map.items": run(FAN + "test_items_see_item_index_and_the_steps_before_the_map"),
+    "map.concurrency": run(FAN + "test_outputs_come_in_item_order_and_no_more_than_concurrency_items_run_at_once"),
+    "map.max_items": run(FAN + "test_items_that_are_not_a_list_or_too_many_fail_the_step_as_invalid_request"),
+    "map.tolerate_failures": run(FAN + "test_tolerated_failures_give_null_outputs_and_are_listed"),
+    "map.steps": run(FAN + "test_items_see_item_index_and_the_steps_before_the_map"),
+    "parallel.branches": run(FAN + "test_parallel_branches_all_run_and_give_their_outputs_in_branch_order"),
+    "branch.steps": run(FAN + "test_parallel_branches_all_run_and_give_their_outputs_in_branch_order"),
     # -- retry classes and backoff -------------------------------------------------------------------
     "retryClass.on": run(FAIL + "test_a_class_not_listed_by_the_policy_is_not_retried"),
     "retryClass.max_attempts": run(FAIL + "test_retries_exhausted_fail_the_run_into_the_dead_letters"),

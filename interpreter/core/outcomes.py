@@ -78,6 +78,8 @@ class Waiting:
     #: audited with the wait (e.g. ``rate_limited``, with ``detail``)
     event: str | None = None
     detail: dict | None = None
+    #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.interpreter.store.records.Spawn`)
+    spawn: Any = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -82,7 +82,9 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     #   (sealflow.interpreter.engine.compensation); then the run ends as it would have (failed, into the
     #   dead-letter list, or cancelled), or -> quarantined when a compensation fails for good
     "compensating": frozenset({"failed", "cancelled", "timed_out", "quarantined"}),
-    "completed": frozenset(),
+    # completed -> compensating: a fan-out child run whose parent step failed beyond its tolerance undoes
+    #   its completed steps (engine/fanout.py); the store allows it for child runs only
+    "completed": frozenset({"compensating"}),
     # failed -> queued: a dead-letter redrive (on the original plan digest)
     # failed -> quarantined: the same failure fingerprint repeated across redrives
     "failed": frozenset({"queued", "quarantined"}),

@@ -101,6 +101,10 @@ def _first(plan: Plan, order: list[str], data: dict, now: float) -> NextAttempt:
                        {**data, "queue": order[1:]})
 
 
+#: the first compensation attempt of ``order`` (a fan-out's completed child: engine/fanout.py)
+first_attempt = _first
+
+
 def _started(actor: str, order: list[str], end: str) -> AuditEvent:
     return AuditEvent("compensation.started", None, actor, detail={"steps": order, "then": end})
 

@@ -40,6 +40,8 @@ from sealflow.interpreter.store.base import (
     StepChange,
 )
 
+_FANOUT_KINDS = ("map", "parallel")
+
 
 def lease_ms(step: PlanStep) -> int:
     """The lease of an attempt of ``step`` (:mod:`sealflow.interpreter.core.leases`)."""
@@ -93,6 +95,7 @@ class _Decision:
         self.dead: DeadLetterSpec | None = None
         self.audit: list[AuditEvent] = []
         self.counters = {"add_steps": 1 if counts_step else 0}
+        self.spawn = None
 
     def change(self, state: str, **kw: Any) -> None:
         a = self.x.attempt
@@ -112,7 +115,10 @@ class _Decision:
         if target is None or target == END:
             try:
                 out = x.plan.output
-                rendered = None if out is None else _render(x, out, context())
+                if out is None and x.run.parent_run_id is not None:  # a fan-out child: its last step's output
+                    rendered = context()["steps"].get(x.step.id, {}).get("output")
+                else:
+                    rendered = None if out is None else _render(x, out, context())
                 self.run_state, self.output_json = "completed", dumps(rendered)
             except (DslError, TypeError, ValueError) as exc:
                 self.fail_run("invalid_request", f"the workflow's output could not be rendered: {exc}")
@@ -125,6 +131,8 @@ class _Decision:
         x = self.x
         self.run_state = state
         self.error = (error_class, message)
+        if x.run.parent_run_id is not None:  # a fan-out child's failure is its parent step's to handle
+            return
         self.dead = DeadLetterSpec(x.step_id, f"step {x.step_id!r} failed with {error_class}: {message}",
                                    error_class, fingerprint(x.step_id, error_class, message))
 
@@ -140,7 +148,8 @@ class _Decision:
                            error_message=self.error[1], **self.counters)
         return Commit(run_id=x.run.id, expected_rev=x.run.rev, step=self.step, run=change, next=self.next,
                       ledger=self.ledger, dead_letter=self.dead, audit=tuple(self.audit), actor=self.actor,
-                      dispatch_inline=inline)
+                      dispatch_inline=inline, spawn=None if x.run.state == "cancelling" else self.spawn,
+                      close_fanout=x.step.kind in _FANOUT_KINDS and not x.gate)
 
 
 def _render(x: Execution, value: Any, context: dict) -> Any:
@@ -185,6 +194,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
                               add_tool_calls=outcome.tool_calls)
         if outcome.event:
             d.audit.append(AuditEvent(outcome.event, x.step_id, actor, detail=outcome.detail))
+        d.spawn = outcome.spawn
     elif isinstance(outcome, EndRun):
         if outcome.state == "completed":
             d.change("succeeded", output_json=out_json)
@@ -218,8 +228,9 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
         d.go(f.route, context)
         return
     step, attempt = x.step, x.attempt
-    again = None if x.gate else schedule_retry(step.retry, x.step_id, attempt.try_no, f, rng=x.services.rng,
-                                               now=x.now, lease=lease_ms(step), actor=d.actor)
+    fixed = x.gate or step.kind in _FANOUT_KINDS  # a gate, or a fan-out step (its children retried their steps)
+    again = None if fixed else schedule_retry(step.retry, x.step_id, attempt.try_no, f, rng=x.services.rng,
+                                          now=x.now, lease=lease_ms(step), actor=d.actor)
     if again is not None:
         d.next, event = again
         d.run_state = "running"

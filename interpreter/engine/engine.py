@@ -42,7 +42,7 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.engine import capability, compensation, poison, recovery
+from sealflow.interpreter.engine import capability, compensation, fanout, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.execution import breakers
@@ -109,6 +109,7 @@ class Engine:
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
         #: per thread: ``want`` (the caller carries the run on) and ``claimed`` (the next attempt, claimed)
         self._carry = threading.local()
+        self.parents = fanout.Parents(store)  # what a fan-out child sees of its parent run
         #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
         self.running_limit: Callable[[str], int | None] | None = None
         #: pool name -> limit (step ``concurrency: NAME``), set by the runtime from its configuration
@@ -162,6 +163,8 @@ class Engine:
 
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
         plan = self.plan(run.plan_digest)
+        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
+            results = self.parents.child_view(run, plan, results)
         base, gate = split_step_id(attempt.step_id)
         step = self._steps[run.plan_digest][base]
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
@@ -237,7 +240,8 @@ class Engine:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         x.fencing_token = coordination.fencing_token(claimed.grants)
-        refused = trustgate.check(self.trust_gate, x) or self.over_budget(x) or authz.reauthorize(self.access, x)
+        refused = fanout.trusted(self.trust_gate, self.store, self.plan, x) or self.over_budget(x) \
+            or authz.reauthorize(self.access, x)
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
         # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
@@ -293,8 +297,8 @@ class Engine:
         step = self._steps[run.plan_digest][split_step_id(att.step_id)[0]]
         if not coordination.needs_slots(plan, step):
             return ()
-        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results(),
-                      outputs=self.outputs)
+        seen = results() if run.parent_run_id is None else {**self.parents.adopt(run), **results()}
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=seen, outputs=self.outputs)
         try:
             return coordination.requests(plan, step, run, att.step_id, x.render, self.pools)
         except StepError as exc:
@@ -313,7 +317,8 @@ class Engine:
         step = x.step
         kind = StepKind.APPROVAL if x.gate else step.kind
         try:
-            if not x.resumed and not x.gate and step.when is not None and not truthy(x.evaluate(step.when)):
+            if not x.resumed and not x.gate and step.when is not None and "fanout" not in x.attempt.data \
+                    and not truthy(x.evaluate(step.when)):  # (a fan-out deciding over its children: it ran)
                 return Skipped(flow.skip_target(step))
             outcome = EXECUTORS[kind](x)
             if isinstance(outcome, Succeeded) and kind in CALLING_KINDS and step.validations:
@@ -336,7 +341,7 @@ class Engine:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
         def build() -> Commit:
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
-            commit = redact_commit(compensation.amend(x, commit))
+            commit = redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
             commit = dataclasses.replace(commit, claim_as=self.owner) if self._may_carry(x, commit) else commit
             return self._notified(x, commit)
 
@@ -385,7 +390,10 @@ class Engine:
         run, att = claimed.run, claimed.attempt
         plan = self.plan(run.plan_digest)
         step = plan.step(StepRef.parse(att.step_id).step)
-        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=claimed.results,
+        results = claimed.results
+        if run.parent_run_id is not None:  # a fan-out child undoing its steps sees the parent's too
+            results = {**self.parents.adopt(run), **results}
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results,
                       outputs=self.outputs)
         outcome = poison.lost(x) or compensation.execute(x)
 

@@ -25,8 +25,13 @@ def lost_message(step_id: str) -> str:
             "(the process died, was killed or stalled)")
 
 
+#: kinds that run no code of their own: an attempt of one whose worker died is simply run again
+_NO_CODE = ("map", "parallel")
+
+
 def lost(x: Execution) -> Failed | None:
-    """The failure to record for a claimed attempt whose lease expired before (None: run it)."""
-    if x.attempt.leases_lost <= 0 or x.resumed:
+    """The failure to record for a claimed attempt whose lease expired before (None: run it). A fan-out
+    step's attempt runs no user code (it starts its children, or reads how they ended): it runs again."""
+    if x.attempt.leases_lost <= 0 or x.resumed or x.step.kind in _NO_CODE:
         return None
     return Failed("worker_lost", lost_message(x.step_id))

@@ -73,13 +73,17 @@ def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | No
     else:
         decode, run_id = cache.decode, run.id
         steps = {sid: {"status": status, "output": decode(run_id, sid, out)} for sid, (status, out) in results.items()}
-    return {
+    context = {
         "input": run.input,
         "steps": steps,
         "run": {"id": run.id, "workflow": run.workflow, "version": run.workflow_version,
                 "initiator": run.initiator, "tenant": run.tenant, "attempt": run.redrives + 1},
         "output": None,
     }
+    if run.parent_run_id is not None:  # a fan-out child: its item and position; `run` is the parent run
+        context["item"], context["index"] = run.item, run.item_index
+        context["run"]["id"] = run.parent_run_id
+    return context
 
 
 class ExecutionConfig(Protocol):

@@ -70,7 +70,7 @@ def pool_limit(pools: Mapping[str, int], name: str) -> int:
 def check_plan(plan: Plan, pools: Mapping[str, int]) -> None:
     """At submit: warn (once per pool) about a pool the runtime configuration does not list; it runs at
     the default limit (``pools."*"``, else 1), never unlimited."""
-    for step in plan.steps:
+    for _, step in plan.all_steps():  # the steps of fan-out sub-flows too
         name = step.concurrency
         if name and name not in pools and ANY_POOL not in pools and name not in _WARNED:
             _WARNED.add(name)

@@ -135,15 +135,16 @@ def _referenced_files(refs: dict[str, str] | None) -> Iterator[Path]:
         yield root
 
 
-def check(gate: TrustGate | None, x) -> Failed | None:
-    """The refusal of the claimed attempt's run by ``gate`` (the process's trust gate), if there is one; a
-    refusal is audited (``trust_refused``) and logged once per run."""
+def check(gate: TrustGate | None, x, run=None) -> Failed | None:
+    """The refusal of the claimed attempt's run (or ``run``: a fan-out child is trusted as its parent run,
+    whose verified plan it derives from) by ``gate`` (the process's trust gate), if there is one; a refusal
+    is audited (``trust_refused``) and logged once per run."""
     if gate is None:
         return None
     services = getattr(x, "services", None)
     store = getattr(services, "store", None)
     now = services.clock.now() if services is not None else 0.0
-    reason = gate.refusal(x.run, store, now)
+    reason = gate.refusal(run or x.run, store, now)
     if reason is None:
         return None
     if store is not None:

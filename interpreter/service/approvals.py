@@ -113,6 +113,10 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "show_hash": data.get("show_hash"),
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
                     "due_at": att.due_at})
+        if run.parent_run_id is not None:  # an item of a fan-out: the item is what the approver decides on
+            out[-1].update(input=REDACTOR.value(desk.store.get_run(run.parent_run_id).input),
+                           item={"parent": run.parent_run_id, "step": run.parent_step_id, "index": run.item_index,
+                                 "value": REDACTOR.value(run.item)})
     return out
 
 

@@ -45,6 +45,9 @@ class Driving:
             if run_id in self.engine.left and not report.redelivered:  # its step needs what this process lacks
                 break
             due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
+            fanned = self._children_due(run_id)  # a fan-out step waits for child runs: their next due time
+            if fanned is not None:
+                due = fanned if due is None else min(due, fanned)
             if stop_at is not None and time.monotonic() >= stop_at:
                 break
             elsewhere = self._worked_elsewhere(run_id)
@@ -60,6 +63,22 @@ class Driving:
             idle_rounds += 1
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
         return readiness.note_left(self, self.status(run_id))
+
+    def _children_due(self, run_id: str) -> float | None:
+        """When the first child run of the fan-out step the run waits on has something due (None: the run
+        does not wait on one, or its children wait only for people); a child worked elsewhere counts as now."""
+        active = self.store.active_attempt(run_id)
+        if active is None or active.state != "waiting" or "fanout" not in active.data:
+            return None
+        due: float | None = None
+        for child in self.store.children(run_id, active.step_id, active.attempt):
+            if child.state in states.RUN_FINAL or child.state == "created":
+                continue
+            got = self.clock.now() if self._worked_elsewhere(child.id) else \
+                self.store.next_due(child.id, redeliver_after=self.redeliver_after)
+            if got is not None:
+                due = got if due is None else min(due, got)
+        return due
 
     def _worked_elsewhere(self, run_id: str) -> bool:
         """Another process executes the run's step now (its attempt runs under another lease owner), or took

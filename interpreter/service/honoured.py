@@ -14,18 +14,11 @@ from sealflow.dsl.plan import Plan
 from sealflow.interpreter.core.errors import StepError
 
 #: workflow-schema field -> why this build cannot enforce it (remove the entry when its enforcement lands)
-_FANOUT = ("fan-out (map, parallel) is part of the language but not of this build's runtime: child executions "
-           "per item, the concurrency pool, tolerated failures and per-item compensation are not enforced yet")
 NOT_YET: dict[str, str] = {
-    # every other declared control of the language is enforced by this build (locks, pools, run-level
-    # concurrency: policy/coordination.py; priority: service/priority.py; breakers: execution/breakers.py)
-    "step.map": _FANOUT,
-    "step.parallel": _FANOUT,
-    **{f"map.{f}": _FANOUT for f in ("items", "concurrency", "max_items", "tolerate_failures", "steps")},
-    "parallel.branches": _FANOUT,
-    "branch.steps": _FANOUT,
+    # every declared control of the language is enforced by this build (locks, pools, run-level
+    # concurrency: policy/coordination.py; priority: service/priority.py; breakers: execution/breakers.py;
+    # fan-out, map and parallel: steps/fanout.py with child runs, store/sqlite/children.py)
 }
-
 
 def uses(plan: Plan) -> list[tuple[str, str | None]]:
     """The ``(field, step id or None)`` pairs of :data:`NOT_YET` fields the plan uses."""

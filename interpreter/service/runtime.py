@@ -369,10 +369,12 @@ class Runtime(Repair, Driving):
     # Every operation below takes the acting principal (``actor=``) and authorises it against the run's
     # tenant (docs/security.md, "Operating runs"); ``tenant=`` is only a narrowing claim. Embedding code
     # that passes no actor is trusted as before: it is not a principal's request.
-    def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> RunStatus:
-        """The run, its attempts (oldest first) and what it waits for (``runs:read``, or its initiator)."""
+    def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None,
+               children_offset: int = 0) -> RunStatus:
+        """The run, its attempts (oldest first) and what it waits for (``runs:read``, or its initiator); a run
+        that fans out also its items by state and a page of its child runs from ``children_offset``."""
         self._scoped(run_id, tenant, actor, Operation.READ)
-        return run_status(self.store, run_id)
+        return run_status(self.store, run_id, children_offset=children_offset)
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:

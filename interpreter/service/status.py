@@ -8,7 +8,10 @@ from typing import Any
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.core.redaction import REDACTOR
-from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
+from sealflow.interpreter.store.base import AttemptRecord, ChildRecord, RunRecord, Store
+
+#: child runs per page of ``status --json`` (``children.next_offset`` gives the next page)
+CHILDREN_PAGE = 100
 
 
 @dataclasses.dataclass
@@ -18,6 +21,12 @@ class RunStatus:
     run: RunRecord
     attempts: list[AttemptRecord]
     waiting: dict | None = None
+    #: fan-out steps: step id -> its latest attempt's items (``total``, ``counts`` by state, ``failures``)
+    items: dict[str, dict] = dataclasses.field(default_factory=dict)
+    #: one page of the child runs (index order across steps), and where the next page starts (None: last)
+    children: list[ChildRecord] = dataclasses.field(default_factory=list)
+    children_offset: int = 0
+    children_next: int | None = None
 
     @property
     def state(self) -> str:
@@ -37,11 +46,14 @@ class RunStatus:
 
     def to_dict(self) -> dict:
         return {"run": dataclasses.asdict(self.run), "attempts": [dataclasses.asdict(a) for a in self.attempts],
-                "waiting": self.waiting}
+                "waiting": self.waiting, "items": self.items,
+                "children": [dataclasses.asdict(c) for c in self.children], "children_next": self.children_next}
 
 
-def run_status(store: Store, run_id: str) -> RunStatus:
-    """The run as the store has it now; ``waiting`` says what holds it (an approval, a wait, a retry)."""
+def run_status(store: Store, run_id: str, *, children_offset: int = 0,
+               children_limit: int = CHILDREN_PAGE) -> RunStatus:
+    """The run as the store has it now; ``waiting`` says what holds it (an approval, a wait, a retry, its
+    fan-out's child runs); a run that fans out carries its items' counts and a page of its child runs."""
     run = store.get_run(run_id)
     attempts = store.attempts(run_id)
     waiting = None
@@ -49,6 +61,7 @@ def run_status(store: Store, run_id: str) -> RunStatus:
     if active is not None and active.state in ("waiting", "retry_wait"):
         _, gate = split_step_id(active.step_id)
         kind = "approval" if gate or "opened_at" in active.data else ("retry" if active.state == "retry_wait"
+                                                                     else "fanout" if "fanout" in active.data
                                                                      else "wait")
         limited = active.data.get("rate_limit") if active.state == "waiting" else None
         if isinstance(limited, dict):  # a model over its rate limit (policy/limits.py)
@@ -59,7 +72,27 @@ def run_status(store: Store, run_id: str) -> RunStatus:
         if kind == "approval":
             waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
                                                              "plan_digest")})
-    return RunStatus(run, attempts, waiting)
+    status = RunStatus(run, attempts, waiting)
+    if any("fanout" in (a.data or {}) for a in attempts):
+        _fanout(store, status, children_offset, children_limit)
+    return status
+
+
+def _fanout(store: Store, status: RunStatus, offset: int, limit: int) -> None:
+    """Items by state per fan-out step (its latest attempt), the failures listed, and a page of child runs."""
+    latest = {a.step_id: a.attempt for a in status.attempts if "fanout" in (a.data or {})}
+    counts = store.child_counts(status.run.id)
+    for step_id, attempt in latest.items():
+        mine = counts.get((step_id, attempt), {})
+        failed = [c for c in store.children(status.run.id, step_id, attempt)
+                  if c.state in states.RUN_FINAL and c.state != "completed"]
+        status.items[step_id] = {"attempt": attempt, "total": sum(mine.values()), "counts": mine,
+                                 "failures": [{"index": c.index, "run_id": c.id, "state": c.state,
+                                               "error": {"class": c.error_class, "message": c.error_message}}
+                                              for c in failed[:CHILDREN_PAGE]]}
+    page = store.children(status.run.id, offset=offset, limit=limit + 1)
+    status.children, status.children_offset = page[:limit], offset
+    status.children_next = offset + limit if len(page) > limit else None
 
 
 def _gate(data: dict) -> dict:
@@ -84,6 +117,8 @@ def _steps(status: RunStatus) -> list[dict]:
             mine["cost_usd"] = round(mine["cost_usd"] + float(used.get("cost_usd") or 0.0), 9)
         if "opened_at" in (a.data or {}):
             entry["approval"] = _gate(a.data)
+        if a.step_id in status.items:
+            entry["items"] = status.items[a.step_id]
         if a.error_class:
             entry["error"] = {"class": a.error_class, "message": a.error_message}
         elif "error" in entry and a.state == "succeeded":
@@ -109,6 +144,15 @@ def status_json(status: RunStatus) -> dict:
     if status.waiting:
         out["waiting"] = dict(status.waiting, show=REDACTOR.value(status.waiting.get("show"))) \
             if "show" in status.waiting else status.waiting
+    if run.parent_run_id is not None:
+        out["parent"] = {"run_id": run.parent_run_id, "step": run.parent_step_id, "attempt": run.parent_attempt,
+                         "index": run.item_index}
+        out["item"] = REDACTOR.value(run.item)
+    if status.children or status.children_offset:
+        out["children"] = {"offset": status.children_offset, "next_offset": status.children_next,
+                           "runs": [{"run_id": c.id, "index": c.index, "state": c.state,
+                                     **({"error": {"class": c.error_class, "message": c.error_message}}
+                                        if c.error_class else {})} for c in status.children]}
     out["usage"] = {"steps": run.steps_executed, "tokens": run.tokens, "cost_usd": run.cost_usd,
                     "tool_calls": run.tool_calls}
     return out

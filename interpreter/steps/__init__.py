@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sealflow.interpreter.core.kinds import StepKind
 from sealflow.interpreter.core.outcomes import Outcome
 from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.steps import action, ai, approval, fail, succeed, switch, wait
+from sealflow.interpreter.steps import action, ai, approval, fail, fanout, succeed, switch, wait
 from sealflow.interpreter.steps import set as set_
 from sealflow.interpreter.steps.agent import step as agent
 
@@ -26,6 +26,8 @@ EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
     StepKind.SET: set_.execute,
     StepKind.FAIL: fail.execute,
     StepKind.SUCCEED: succeed.execute,
+    StepKind.MAP: fanout.execute,
+    StepKind.PARALLEL: fanout.execute,
 }
 
 __all__ = ["EXECUTORS"]

@@ -47,6 +47,8 @@ from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: th
     AttemptRecord,
     AuditEvent,
     AuditRecord,
+    ChildRecord,
+    ChildSpec,
     Claimed,
     Commit,
     Committed,
@@ -61,6 +63,7 @@ from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: th
     RunChange,
     RunQuery,
     RunRecord,
+    Spawn,
     StepChange,
     SweepReport,
     TimerRecord,
@@ -133,6 +136,24 @@ class Store(abc.ABC):
         inside the claim (``results`` is a function reading the run's results); the claim takes all of them
         (``Claimed.grants``) or none: the attempt waits in line, its outbox row due again later, and
         :class:`~sealflow.interpreter.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised."""
+
+    def children(self, run_id: str, step_id: str | None = None, attempt: int | None = None, *,
+                 offset: int = 0, limit: int = 100_000) -> list[ChildRecord]:
+        """The fan-out child runs of ``run_id`` (of one step and attempt when given), in index order."""
+        raise NotImplementedError(f"{type(self).__name__} has no fan-out")
+
+    def child_counts(self, run_id: str) -> dict[tuple[str, int], dict[str, int]]:
+        """``(step, attempt) -> {state: count}`` of the fan-out child runs of ``run_id``."""
+        raise NotImplementedError(f"{type(self).__name__} has no fan-out")
+
+    def run_usage(self, run_id: str) -> tuple[int, int, float, int, float | None]:
+        """What a run has spent (steps, tokens, cost, tool calls) and its deadline."""
+        run = self.get_run(run_id)
+        return run.steps_executed, run.tokens, run.cost_usd, run.tool_calls, run.deadline
+
+    def fanout(self, run_id: str, step_id: str, attempt: int) -> dict | None:
+        """The counters of a fan-out attempt (total, concurrency, tolerated, started, ended, failed, state)."""
+        raise NotImplementedError(f"{type(self).__name__} has no fan-out")
 
     def slots(self, now: float, name: str | None = None) -> list:
         """Holders, then waiters in arrival order, of the lock or pool ``name`` (None: every name)."""

@@ -26,7 +26,10 @@ from sealflow.interpreter.core.states import RUN_FINAL
 BATCH = 200
 _FINAL = "(" + ",".join(f"'{s}'" for s in sorted(RUN_FINAL)) + ")"
 _DEPENDENT = ("attempts", "results", "outbox", "timers", "ledger", "slot_holders", "slot_waiters", "dead_letters",
-              "notifications")
+              "notifications", "fanouts")
+#: a fan-out child goes with its parent: never while the parent run is still in progress (it reads its children)
+_CHILD_DONE = (f" AND (parent_run_id IS NULL OR NOT EXISTS (SELECT 1 FROM runs p WHERE p.id = runs.parent_run_id "
+               f"AND p.state NOT IN {_FINAL}))")
 _ROW = ("id, tenant, workflow, workflow_version, plan_digest, state, rev, initiator, input_hash, created_at, "
         "updated_at, output, error_class, error_message")
 
@@ -58,8 +61,9 @@ class PruneMixin:
                    batch: int = BATCH, dry_run: bool = False) -> PruneReport:
         """Delete finished runs last changed before ``before`` (see the module docstring)."""
         report = PruneReport(before=before)
-        keep_dead = "" if include_dead_letters else \
-            " AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.run_id = runs.id AND d.status <> 'redriven')"
+        keep_dead = _CHILD_DONE + ("" if include_dead_letters else
+                                   " AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.run_id = runs.id AND "
+                                   "d.status <> 'redriven')")
         select = (f"SELECT {_ROW} FROM runs WHERE state IN {_FINAL} AND updated_at < ?{keep_dead} "
                   "ORDER BY updated_at, id LIMIT ?")
         if not include_dead_letters:

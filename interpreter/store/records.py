@@ -53,6 +53,13 @@ class RunRecord:
     access_mode: str | None = None
     #: who signed the definition the run executes (a key id, ``sigstore:...``), or ``unsigned``
     signer: str | None = None
+    #: a child run (an item of a ``map``, a branch of a ``parallel``): the run and step it belongs to
+    parent_run_id: str | None = None
+    parent_step_id: str | None = None
+    parent_attempt: int | None = None
+    #: the item's (or branch's) position, and the item itself (decoded; None for a branch)
+    item_index: int | None = None
+    item: Any = None
 
     @property
     def acting(self) -> str:
@@ -237,6 +244,43 @@ class AuditEvent:
                 "error": self.error}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """One child run a fan-out step starts: its position, plan, first step and item (JSON text)."""
+
+    index: int
+    plan_digest: str
+    first_step: str
+    first_lease_ms: int
+    item_json: str = "null"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Spawn:
+    """The child runs a fan-out attempt creates in its own commit (:mod:`sealflow.interpreter.store.sqlite.children`):
+    the first ``concurrency`` queued, the rest pending until a sibling ends."""
+
+    children: tuple[ChildSpec, ...]
+    concurrency: int
+    #: how many children may fail before the parent is woken to fail the step
+    tolerated: int
+    #: (digest, workflow, version, plan JSON) of the children's plans, stored once
+    plans: tuple[tuple[str, str, int, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """A child run as its fan-out step sees it."""
+
+    id: str
+    index: int
+    state: str
+    output: Any
+    error_class: str | None
+    error_message: str | None
+    updated_at: float
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
     """Everything one step result changes, applied together or not at all (keyword arguments only)."""
@@ -258,6 +302,15 @@ class Commit:
     #: a worker (this owner) goes on with the run: claim the next attempt for it in the same transaction
     #: when it is the one message made due (no lock, pool or bulkhead to wait for: the engine asks only then)
     claim_as: str | None = None
+    #: child runs the attempt starts (a ``map`` or ``parallel`` step going ``waiting``)
+    spawn: Spawn | None = None
+    #: the attempt is a fan-out step's and it ends: its children still in flight are cancelled
+    close_fanout: bool = False
+    #: completed children whose compensation starts with this commit: (child run id, first compensation)
+    undo_children: tuple[tuple[str, NextAttempt], ...] = ()
+    #: how many completed children the undo was decided on (None: nothing to undo); another count at commit
+    #: time (a child completed meanwhile) is a conflict: decide again
+    undo_seen: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

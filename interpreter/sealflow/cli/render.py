@@ -110,6 +110,16 @@ def print_header(status) -> None:
                f"initiator {run.initiator}")
 
 
+def print_items(status) -> None:
+    """Per fan-out step: its items as a count by state, then its failures (``--json`` lists every child run)."""
+    for step_id, items in getattr(status, "items", {}).items():
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(items["counts"].items()))
+        click.echo(f"items of {step_id}: {items['total']} ({counts})")
+        for f in items["failures"]:
+            click.echo(f"  item {f['index']} {f['state']}: {f['error']['class']}: {f['error']['message']}  "
+                       f"(sealflow status {f['run_id']})")
+
+
 def print_outcome(status) -> None:
     """Where the run stands: its state, its error, what it waits for (and how to answer), its output."""
     run = status.run
@@ -135,8 +145,12 @@ def print_outcome(status) -> None:
             for line in w.get("how") or ():
                 click.echo(f"  {line}")
             click.echo(f"provide it, then `sealflow recover{flags}` runs the step (or a worker that has it does)")
+        elif w.get("kind") == "fanout":
+            click.echo(f"waiting for the child runs of {w['step']} (items below); `sealflow recover{flags}` drives "
+                       f"them on; an item waiting for approval is listed by `sealflow approvals list{flags}`")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
+    print_items(status)
     if run.state == "completed":
         click.echo("output: " + _json(run.output))
 
@@ -231,6 +245,9 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
         click.echo(f"{w['run_id']}  {w['workflow']} v{w['version']}  at {w['step']}  as {w['as']}  "
                    f"approvals {w['approvals']}/{w['quorum']}  started by {w['initiator']}{due}")
         click.echo(f"    input: {_json(w.get('input'))}")
+        if w.get("item"):
+            click.echo(f"    item {w['item']['index']} of {w['item']['parent']} ({w['item']['step']}): "
+                       f"{_json(w['item']['value'])}")
         click.echo(f"    show {w['show_hash'][:23]}...: {_json(w['show'])}")
         flags = repeat_flags(skip=("--tenant",))
         flags = f" {flags}" if flags else ""

@@ -278,13 +278,13 @@ def no_run(run_id: str):
                "store: --store URL, or run the command in its project's folder)")
 
 
-def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = None):
-    """The status of ``run_id`` as ``actor`` in ``tenant``; an unknown run -- or one ``actor`` may not read --
-    is a usage error."""
+def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = None, *, children_offset: int = 0):
+    """The status of ``run_id`` as ``actor`` in ``tenant`` (a fan-out's child runs from ``children_offset``); an
+    unknown run -- or one ``actor`` may not read -- is a usage error."""
     from sealflow.interpreter.store import NotFound
 
     try:
-        return rt.status(run_id, tenant=tenant, actor=actor)
+        return rt.status(run_id, tenant=tenant, actor=actor, children_offset=children_offset)
     except NotFound:  # a run the caller may not read reads exactly like an unknown one
         no_run(run_id)
 

@@ -110,8 +110,11 @@ def chunk(ctx: Any, document_id: str, revision: int, max_tokens: int = 512, over
         pieces = [text[i:i + size] for i in range(0, max(len(text) - overlap * 4, 1), step)]
         conn.execute("DELETE FROM doc_chunks WHERE chunks_key = ?", (key,))
         conn.executemany("INSERT INTO doc_chunks VALUES (?, ?, ?)", [(key, i, p) for i, p in enumerate(pieces)])
+        for model in EMBEDDING_MODELS:  # vectors of an earlier chunking of this revision are stale now
+            conn.execute("DELETE FROM vectors WHERE vectors_key = ?", (f"vectors/{model}/{key}",))
     preview = " ".join(text.split())[:200]
-    return {"chunks_key": key, "chunk_count": len(pieces), "preview": preview}
+    # claim-check: the chunks stay here; a map over `chunks` (their positions) embeds them one by one
+    return {"chunks_key": key, "chunk_count": len(pieces), "preview": preview, "chunks": list(range(len(pieces)))}
 
 
 def _vector(model: str, text: str, dims: int) -> list[float]:
@@ -141,6 +144,25 @@ def create_embeddings(ctx: Any, chunks_key: str, model: str = "text-embedding-sm
                          [(key, c["idx"], json.dumps(_vector(model, c["text"], dims))) for c in chunks])
     return {"vectors_key": key, "count": len(chunks), "dimensions": dims,
             "batches": math.ceil(len(chunks) / batch_size), "model": model}
+
+
+@action("embeddings.embed_chunk", permissions=["embeddings:invoke"], effect="read")
+def embed_chunk(ctx: Any, chunks_key: str, index: int, model: str = "text-embedding-small") -> dict:
+    """Embed the chunk at ``index`` under ``chunks_key`` (one item of a ``map``); returns vectors_key, index,
+    dimensions. Its vector is stored under (vectors_key, index): a retry or a redelivery writes it again."""
+    dims = EMBEDDING_MODELS.get(model)
+    if dims is None:
+        raise StepError("configuration", f"unknown embedding model {model!r}; known: {', '.join(EMBEDDING_MODELS)}")
+    key = f"vectors/{model}/{chunks_key}"
+    with store.connect(write=True) as conn:
+        got = conn.execute("SELECT text FROM doc_chunks WHERE chunks_key = ? AND idx = ?",
+                           (chunks_key, index)).fetchone()
+        if got is None:
+            raise StepError("invalid_request", f"no chunk {index!r} under {chunks_key!r}; run docs.chunk first")
+        conn.execute("DELETE FROM vectors WHERE vectors_key = ? AND idx = ?", (key, index))
+        conn.execute("INSERT INTO vectors VALUES (?, ?, ?)",
+                     (key, index, json.dumps(_vector(model, got["text"], dims))))
+    return {"vectors_key": key, "index": index, "dimensions": dims}
 
 
 def _namespace(namespace: Any) -> str:

@@ -15,6 +15,7 @@ import time
 
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
 from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
+from sealflow.interpreter.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
 from sealflow.interpreter.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
 from sealflow.interpreter.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
@@ -213,6 +214,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
     (13, "per-model rate limits shared by every process: the calls granted in the last window", PG_RATELIMITS),
     (14, "approval notifications: one delivery row per channel, written with the gate that opens", PG_DELIVERIES),
+    (15, "fan-out: child runs (parent run, step, attempt, item index, item) and their counters", PG_CHILDREN),
     (16, "server sign-in state shared by every server process: /ui sessions (id hashed), pending OIDC logins",
      PG_SESSIONS),
 ]

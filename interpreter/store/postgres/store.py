@@ -409,6 +409,7 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
               "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs", "rate_take", "rate_settle",
-              "rate_usage", "take_deliveries", "settle_delivery", "deliveries"):
+              "rate_usage", "take_deliveries", "settle_delivery", "deliveries", "children", "fanout",
+              "child_counts", "run_usage"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

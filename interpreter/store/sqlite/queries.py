@@ -19,7 +19,7 @@ class QueriesMixin:
     """Expects ``_read`` from the store."""
 
     def query_runs(self, query: RunQuery) -> list[RunRecord]:
-        where, args = ["tenant = ?"], [query.tenant]
+        where, args = ["tenant = ? AND parent_run_id IS NULL"], [query.tenant]  # fan-out children: in status
         if query.workflow is not None:
             where.append("workflow = ?")
             args.append(query.workflow)
@@ -45,8 +45,8 @@ class QueriesMixin:
 
     def stored_plans(self) -> list[tuple[str, int, str, float]]:
         """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""
-        got = self._read("SELECT workflow, version, digest, created_at FROM plans "
-                         "ORDER BY workflow, version, created_at")
+        got = self._read("SELECT workflow, version, digest, created_at FROM plans WHERE workflow NOT LIKE '%#%' "
+                         "ORDER BY workflow, version, created_at")  # name#step: a fan-out's sub-flow
         return [(r[0], int(r[1]), r[2], float(r[3])) for r in got]
 
     def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 from sealflow.interpreter.store.base import (
     AttemptRecord,
@@ -24,7 +25,7 @@ def dumps(value) -> str:
 RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, idempotency_key, "
             "input_hash, created_at, updated_at, deadline, output, error_class, error_message, steps_executed, "
             "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority, acting_as, access_mode, "
-            "signer")
+            "signer, parent_run_id, parent_step_id, parent_attempt, item_index, item")
 
 ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, "
                 "started_at, ended_at, due_at, output, error_class, error_message, data, leases_lost")
@@ -47,10 +48,16 @@ N_ATTEMPT = len(ATTEMPT_COLS.split(","))
 # audit rows are written only through sealflow.interpreter.store.auditchain (hash-chained per tenant)
 
 
+def new_token() -> int:
+    """A fresh attempt token: random, so a forged message cannot guess it; claims then count up."""
+    return random.getrandbits(40) + 1
+
+
 def run(row) -> RunRecord:
     r = list(row)
     r[5] = loads(r[5])
     r[14] = None if r[14] is None else loads(r[14])
+    r[32] = None if r[32] is None else loads(r[32])
     return RunRecord(*r)
 
 

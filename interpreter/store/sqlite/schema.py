@@ -200,6 +200,12 @@ def _sessions(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _children(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.children import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _breakers(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.breakers import SCHEMA
 
@@ -223,6 +229,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (14, "usage reservations: a model call's worst case held against the tenant's daily quota", _reservations),
     (15, "per-model rate limits shared by every process: the calls granted in the last window", _ratelimits),
     (16, "approval notifications: one delivery row per channel, written with the gate that opens", _deliveries),
+    (17, "fan-out: child runs (parent run, step, attempt, item index, item) and their counters", _children),
     (18, "server sign-in state shared by every server process: /ui sessions (id hashed), pending OIDC logins",
      _sessions),
 ]

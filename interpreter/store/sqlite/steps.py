@@ -10,7 +10,7 @@ audited).
 
 from __future__ import annotations
 
-import random
+import dataclasses
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import day_of
@@ -35,6 +35,7 @@ from sealflow.interpreter.store.records import (
     RunRecord,
 )
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
+from sealflow.interpreter.store.sqlite import children as sqlite_children
 from sealflow.interpreter.store.sqlite import deliveries, reservations, rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 
@@ -42,9 +43,7 @@ dumps = rows.dumps
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
 
 
-def new_token() -> int:
-    """A fresh attempt token: random, so a forged message cannot guess it; claims then count up."""
-    return random.getrandbits(40) + 1
+new_token = rows.new_token
 
 
 class StepPathMixin:
@@ -161,10 +160,20 @@ class StepPathMixin:
                 c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
 
     def commit(self, commit: Commit, now: float) -> Committed:
+        if commit.dispatch_inline:  # promoted fan-out children and a woken parent go out with this commit
+            sqlite_children.begin_inline()
+        try:
+            done = self._commit(commit, now)
+        finally:
+            extra = sqlite_children.end_inline()
+        return dataclasses.replace(done, messages=done.messages + extra) if extra else done
+
+    def _commit(self, commit: Commit, now: float) -> Committed:
         with self._tx() as c:
             run_id = commit.run_id
             step = commit.step
-            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant FROM runs r LEFT JOIN attempts a ON "
+            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant, r.parent_run_id FROM runs r "
+                            "LEFT JOIN attempts a ON "
                             "a.run_id = r.id AND a.step_id = ? AND a.attempt = ? WHERE r.id = ?",
                             (step and step.step_id, step and step.attempt, run_id)).fetchone()
             if got is None:
@@ -181,6 +190,13 @@ class StepPathMixin:
             actor = commit.actor
             if step is not None:
                 self._apply_step(c, now, run_id, cur[0], step, actor)
+            spawned: list[Message] = []
+            if commit.spawn is not None and step is not None:  # a fan-out step starts its children
+                spawned = self._spawn(c, now, run_id, step.step_id, step.attempt, commit.spawn, actor,
+                                      commit.dispatch_inline)
+            if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
+                self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor, commit.undo_children,
+                                   commit.dispatch_inline, commit.undo_seen)
             if commit.ledger is not None:
                 led = commit.ledger
                 c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
@@ -215,6 +231,12 @@ class StepPathMixin:
                       "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
                       (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps,
                        ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0], cursor[1], run_id))
+            if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
+                # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
+                # written whole, and without moving the parent's revision (its waiting attempt is not disturbed)
+                c.execute("UPDATE runs SET steps_executed = steps_executed + ?, tokens = tokens + ?, "
+                          "cost_usd = cost_usd + ?, tool_calls = tool_calls + ? WHERE id = ?",
+                          (ch.add_steps, ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, got[5]))
             if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
                 c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
             if commit.step is not None:  # the attempt's usage reservation is settled by this charge
@@ -225,9 +247,10 @@ class StepPathMixin:
             if commit.notifications:  # the gate this commit opens: its notifications, in the same transaction
                 deliveries.insert(c, now, run_id, commit.notifications)
             claimed = None
-            if commit.claim_as is not None and len(messages) == 1 and final_state in states.RUN_CLAIMABLE:
+            if commit.claim_as is not None and len(messages) == 1 and not spawned \
+                    and final_state in states.RUN_CLAIMABLE:
                 claimed = self._claim_carried(c, now, messages[0], commit.claim_as)  # commit N, claim N + 1
-            return Committed(rev + 1, final_state, messages, claimed)
+            return Committed(rev + 1, final_state, messages + tuple(spawned), claimed)
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:
         after = step.state
@@ -285,20 +308,25 @@ class StepPathMixin:
             run = self._get_run(c, run_id)
             if run.state in ("cancelled", "cancelling", "compensating"):  # compensating: undoing must finish
                 return run
-            active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
-                               f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()
-            target = "cancelling" if any(a[2] == "running" for a in active) else "cancelled"
-            self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None)
-            if target == "cancelled":
-                for step_id, attempt, state, token in active:
-                    self._step_to(c, now, run_id, step_id, state, "cancelled", actor)
-                    c.execute("UPDATE attempts SET state = 'cancelled', token = ?, ended_at = ? WHERE run_id = ? AND "
-                              "step_id = ? AND attempt = ?", (token + 1, now, run_id, step_id, attempt))
-                c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
-                c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
-            c.execute("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
-                      "error_message = ? WHERE id = ?", (target, now, reason or f"cancelled by {actor}", run_id))
+            self._cancel_in(c, now, run, actor, reason)
             return self._get_run(c, run_id)
+
+    def _cancel_in(self, c, now: float, run: RunRecord, actor: str, reason: str) -> None:
+        """Cancel ``run`` (not cancelled, cancelling or compensating) inside the transaction ``c``."""
+        run_id = run.id
+        active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
+                           f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()
+        target = "cancelling" if any(a[2] == "running" for a in active) else "cancelled"
+        self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None)
+        if target == "cancelled":
+            for step_id, attempt, state, token in active:
+                self._step_to(c, now, run_id, step_id, state, "cancelled", actor)
+                c.execute("UPDATE attempts SET state = 'cancelled', token = ?, ended_at = ? WHERE run_id = ? AND "
+                          "step_id = ? AND attempt = ?", (token + 1, now, run_id, step_id, attempt))
+            c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+            c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
+        c.execute("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
+                  "error_message = ? WHERE id = ?", (target, now, reason or f"cancelled by {actor}", run_id))
 
     def redrive(self, run_id: str, next_attempt: NextAttempt, now: float, *, actor: str,
                 deadline: float | None) -> Committed:

@@ -42,6 +42,7 @@ from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
+from sealflow.interpreter.store.sqlite.children import STOPPING, ChildrenMixin
 from sealflow.interpreter.store.sqlite.deliveries import DeliveriesMixin
 from sealflow.interpreter.store.sqlite.events import EventsMixin
 from sealflow.interpreter.store.sqlite.queries import QueriesMixin
@@ -115,8 +116,9 @@ class _Checkpointer(threading.Thread):
         self._conn.close()
 
 
-class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin, EventsMixin,
-                  PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads, Store):
+class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin,
+                  EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads,
+                  Store):
     """:class:`Store` on one SQLite file."""
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
@@ -280,12 +282,19 @@ class SqliteStore(StepPathMixin, SweepMixin, DefinitionsMixin, BreakersMixin, To
             sqlite_slots.release_attempt(c, now, run_id, step_id)
 
     def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
-        if not states.run_can(before, after):
+        if not states.run_can(before, after) or (before == "completed" and after != before and c.execute(
+                "SELECT parent_run_id FROM runs WHERE id = ?", (run_id,)).fetchone()[0] is None):
+            # (completed -> compensating: a fan-out child's items undone, never a top-level run)
             raise self._illegal("run", run_id, None, before, after, now, actor)
         if before != after:
             self._audit(c, now, run_id, None, "run." + after, actor, before, after, detail)
-        if after in states.RUN_FINAL and before not in states.RUN_FINAL:  # run-level concurrency slots go back
+        ends = after in states.RUN_FINAL and before not in states.RUN_FINAL
+        if ends:  # run-level concurrency slots go back
             sqlite_slots.release_run(c, now, run_id)
+        if ends or (after in STOPPING and before != after):
+            # a fan-out child ended: count it, promote the next, wake the parent; a parent stopping: its
+            # children in flight stop too (store/sqlite/children.py)
+            self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor)
 
     def slots(self, now: float, name: str | None = None) -> list:
         """Who holds, then who waits for, the slots of lock/pool ``name`` (every name: None), in order."""

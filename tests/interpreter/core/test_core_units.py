@@ -48,8 +48,10 @@ def test_illegal_step_transitions(before, after):
 
 
 def test_final_states_have_no_way_out_but_redrive():
-    for state in ("completed", "cancelled", "quarantined"):
+    for state in ("cancelled", "quarantined"):
         assert states.RUN_TRANSITIONS[state] == frozenset()
+    # completed: only a fan-out child whose parent step failed, to undo its steps (the store refuses it otherwise)
+    assert states.RUN_TRANSITIONS["completed"] == frozenset({"compensating"})
     for state in states.STEP_FINAL:
         assert states.STEP_TRANSITIONS[state] == frozenset()
 

@@ -266,6 +266,25 @@ def test_the_document_ingestion_path_indexes_a_revision_and_prunes_older_ones():
     assert status["status"] == "indexed"
 
 
+def test_chunks_are_embedded_one_by_one_for_a_map_and_match_the_batch_embedding():
+    # Given a chunked revision, whose chunk positions are the map's items
+    doc = call("docs.fetch", document_id="doc_handbook", revision=1)
+    call("docs.extract_text", document_id="doc_handbook", revision=1, blob_key=doc["blob_key"],
+         content_type=doc["content_type"])
+    chunks = call("docs.chunk", document_id="doc_handbook", revision=1, max_tokens=512, overlap=64)
+    assert chunks["chunks"] == list(range(chunks["chunk_count"]))
+    # When each chunk is embedded on its own (twice for the first: a retry writes it again)
+    for index in [0, *chunks["chunks"]]:
+        got = call("embeddings.embed_chunk", chunks_key=chunks["chunks_key"], index=index)
+        assert got["index"] == index and got["dimensions"] == 8
+    # Then there is one vector per chunk, the same as the batch embedding gives
+    one_by_one = {r["idx"]: r["vector"] for r in demo.rows("vectors")}
+    assert sorted(one_by_one) == chunks["chunks"]
+    call("embeddings.create", chunks_key=chunks["chunks_key"], model="text-embedding-small")
+    assert {r["idx"]: r["vector"] for r in demo.rows("vectors")} == one_by_one
+    fails("invalid_request", "embeddings.embed_chunk", chunks_key=chunks["chunks_key"], index=999)
+
+
 def test_pdf_html_and_unsupported_documents():
     pdf = call("docs.fetch", document_id="doc_pricing", revision=1)
     out = call("docs.extract_pdf", document_id="doc_pricing", revision=1, blob_key=pdf["blob_key"], ocr=True)

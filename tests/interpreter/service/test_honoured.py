@@ -31,9 +31,8 @@ def test_given_this_build_then_no_declared_control_is_refused(runtime):
     assert runtime.submit(plan, {}, initiator="user:t")
 
 
-def test_given_a_definition_that_fans_out_when_submitted_then_it_is_refused_naming_the_step(runtime):
-    # Given a compiled definition with a map inside a workflow and a parallel after it (the language knows
-    # fan-out; this build's runtime does not run it yet)
+def test_given_a_definition_that_fans_out_when_run_then_it_is_accepted_and_runs(runtime):
+    # Given a compiled definition with a map and a parallel after it (this build runs fan-out: child runs)
     from sealflow.dsl.api import check_bytes
 
     text = b"""sealflow: 1
@@ -55,8 +54,9 @@ steps:
 """
     plan = check_bytes(text, "fan.yaml").plan
     assert plan is not None
-    # When it is submitted, then it is refused as configuration naming the map step, and no run is created
-    with pytest.raises(StepError, match="step 'each' declares map: \\(and 1 more\\)") as refused:
-        runtime.submit(plan, {}, initiator="user:t")
-    assert refused.value.error_class == "configuration" and "cannot enforce" in refused.value.message
-    assert runtime.store.active_runs() == []
+    # When it is run, then it completes: each fan-out's output lists its children's outputs in order
+    status = runtime.run(plan, {}, initiator="user:t")
+    assert status.run.state == "completed"
+    results = runtime.store.results(status.run.id)
+    assert results["each"][1] == '[{"v":2},{"v":4}]'
+    assert results["both"][1] == '[{"v":1},{"v":2}]'

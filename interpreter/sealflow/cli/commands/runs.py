@@ -157,11 +157,14 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
 @click.command()
 @click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store(click.option("--watch", is_flag=True, help="Drive the run on and show its progress live until it ends "
-                         "or waits for a human."), actions=True)
-def status(run_id, actions, store_url, principal, tenant, access_path, watch, as_json):
-    """Show a run: its state, steps, attempts, errors and what it waits for."""
+                         "or waits for a human."),
+            click.option("--children-offset", type=click.IntRange(min=0), default=0, metavar="N",
+                         help="With --json: list a fan-out's child runs from the N-th (100 per page)."), actions=True)
+def status(run_id, actions, store_url, principal, tenant, access_path, watch, children_offset, as_json):
+    """Show a run: its state, steps, attempts, errors and what it waits for; a map or parallel step's items
+    as a count by state with the failures listed (--json: every child run, 100 per page)."""
     with open_runtime(store_url, actions, access=access_path) as rt:
-        found = find_run(rt, run_id, tenant, principal)
+        found = find_run(rt, run_id, tenant, principal, children_offset=children_offset)
         if watch and found.state not in render.FAILED_STATES | {"completed"}:
             if as_json:
                 render.finish(rt.drive(run_id, until="final"), as_json)

@@ -118,8 +118,12 @@ def list_runs(caller: Caller, rt: Runtime,
 
 
 @router.get("/{run_id}", response_model=dict[str, Any], summary="Show a run (as `sealflow status --json`)")
-def show(run_id: RunId, caller: Caller, rt: Runtime) -> dict[str, Any]:
-    return status_json(rt.status(run_id, tenant=caller.tenant, actor=caller.principal))
+def show(run_id: RunId, caller: Caller, rt: Runtime,
+         children_offset: Annotated[int, Query(ge=0, description="A fan-out's child runs from this one on "
+                                                                  "(100 per page; `children.next_offset`)")] = 0
+         ) -> dict[str, Any]:
+    return status_json(rt.status(run_id, tenant=caller.tenant, actor=caller.principal,
+                                 children_offset=children_offset))
 
 
 @router.post("/{run_id}/cancel", response_model=dict[str, Any], summary="Cancel a run")

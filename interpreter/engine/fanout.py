@@ -1,0 +1,115 @@
+"""What the engine does for fan-out child runs: what a child sees of its parent, trusting a child, and
+undoing a failed fan-out's completed items.
+
+A child's expressions see its parent's steps before the fan-out (:class:`Parents`: read once per fan-out
+attempt and process, they cannot change while it waits) and its budget checks the parent's counters and
+deadline (read when the plan declares a budget). A trust-gated worker trusts a child as its parent run,
+provided the child's plan is the sub-flow the parent's verified plan derives (:func:`trusted`).
+
+Undoing (:func:`undo_completed`): each completed child run compensates its own steps.
+
+When a ``map`` or ``parallel`` step fails (more failures than tolerated, a budget, a bad item list after a
+redrive), the commit that ends its attempt cancels the children still in flight (the store does that) and,
+built here, starts compensation in every *completed* child whose sub-flow has completed steps with
+``compensate:``: the child goes ``completed -> compensating`` with its first ``<step>@compensate`` attempt
+scheduled, in the same transaction (:meth:`~sealflow.interpreter.store.sqlite.children.ChildrenMixin._undo_child`).
+From there it is :mod:`sealflow.interpreter.engine.compensation` unchanged, per child run: newest completed
+step first, each through the ledger under ``<child run>:<step>:compensate``, retried by ``compensate.retry``,
+a compensation failing for good quarantines that child. The child then ends ``cancelled``. Children undo
+concurrently (they are independent items); within one child, newest first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sealflow.dsl.plan import BudgetPlan, Plan
+from sealflow.interpreter.core.outcomes import Failed
+from sealflow.interpreter.engine import compensation
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.policy import trustgate
+from sealflow.interpreter.steps.fanout import child_plan
+from sealflow.interpreter.store.base import Commit, RunRecord, Store
+
+_FAILED = ("failed", "timed_out")
+_NO_BUDGET = BudgetPlan()
+
+
+class Parents:
+    """The parent run as its fan-out children see it (one per engine; bounded cache). A child's row does not
+    copy the parent's input (``null``): it is the parent's, read with the parent's results."""
+
+    def __init__(self, store: Store, size: int = 256):
+        self.store = store
+        self._seen: dict[tuple, tuple[dict, Any]] = {}
+        self._size = size
+
+    def adopt(self, child: RunRecord) -> dict:
+        """The parent's results, and ``child.input`` set to the parent's input: both fixed while the fan-out
+        attempt waits, so read once per (parent, step, attempt) in this process."""
+        key = (child.parent_run_id, child.parent_step_id, child.parent_attempt)
+        got = self._seen.get(key)
+        if got is None:
+            parent = child.parent_run_id or ""
+            got = (self.store.results(parent), self.store.get_run(parent).input)
+            if len(self._seen) >= self._size:
+                self._seen.clear()
+            self._seen[key] = got
+        child.input = got[1]
+        return got[0]
+
+    def child_view(self, child: RunRecord, plan: Plan, results: Mapping) -> dict:
+        """``results`` with the parent's before them; under a budget ``child`` carries the parent's counters
+        (every child's usage is added to them by the store) and deadline from here on."""
+        if plan.budget != _NO_BUDGET:
+            child.steps_executed, child.tokens, child.cost_usd, child.tool_calls, child.deadline = \
+                self.store.run_usage(child.parent_run_id or "")
+        return {**self.adopt(child), **results}
+
+
+def trusted(gate: trustgate.TrustGate | None, store: Store, plan_of: Callable[[str], Plan],
+            x: Execution) -> Failed | None:
+    """The trust gate's refusal of the run; a fan-out child is trusted as its parent run, provided its plan
+    is the sub-flow the parent's (verified) plan derives for it (:func:`steps.fanout.child_plan`)."""
+    if gate is None or x.run.parent_run_id is None:
+        return trustgate.check(gate, x)
+    parent = store.get_run(x.run.parent_run_id)
+    refused = trustgate.check(gate, x, run=parent)
+    if refused is not None:
+        return refused
+    plan = plan_of(parent.plan_digest)
+    fan = plan.step_map().get(x.run.parent_step_id or "")
+    branches: tuple | range = (None,) if fan is None or fan.map is not None else \
+        range(len(fan.parallel.branches)) if fan.parallel is not None else ()
+    if fan is None or x.run.plan_digest not in {child_plan(plan, fan, b).digest for b in branches}:
+        return Failed("unauthorized", f"run {x.run.id}: its plan is not a sub-flow of its parent run's verified "
+                                      "plan; refused")
+    return None
+
+
+def undo_completed(x: Execution, commit: Commit) -> Commit:
+    """``commit`` (ending a fan-out attempt) with the compensations of its completed children to start."""
+    step = commit.step
+    if not commit.close_fanout or step is None or step.state not in _FAILED:
+        return commit
+    store = x.services.store
+    undo, seen, undoable = [], 0, False
+    why = (f"{x.step.kind} step {x.step.id!r} of run {x.run.id} failed ({step.error_class}); this item's steps "
+           "are undone")
+    for child in store.children(x.run.id, step.step_id, step.attempt):
+        plan = child_plan(x.plan, x.step, None if x.step.map is not None else child.index)
+        if not compensation.has_compensations(plan):
+            continue
+        undoable = True
+        if child.state != "completed":
+            continue
+        seen += 1
+        order = compensation.queue(store, child.id, plan)
+        if order:
+            data = {"end": "cancelled", "why": why, "dead_letter": None}
+            undo.append((child.id, compensation.first_attempt(plan, order, data, x.now)))
+    if not undoable:
+        return commit
+    return dataclasses.replace(commit, undo_children=tuple(undo), undo_seen=seen)

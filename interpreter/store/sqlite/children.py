@@ -1,0 +1,288 @@
+"""Child runs of fan-out steps (``map`` items, ``parallel`` branches): a mixin of :class:`SqliteStore` (and so
+of the PostgreSQL store, through its dialect).
+
+A fan-out step's attempt goes ``waiting`` and creates its children in the same commit (:meth:`_spawn`): one
+run per item or branch, keyed ``(parent run, step, attempt, index)`` (a unique index: a redelivered attempt
+cannot create them twice, and its commit is fenced anyway). The first ``concurrency`` children are ``queued``
+with their first attempt scheduled; the others stay ``created`` with a ``pending`` first attempt, which no
+worker can claim. The ``fanouts`` row of the attempt counts them.
+
+Whenever a child run ends, in the transaction that ends it (:meth:`_fanout_moved`, called from ``_run_to``):
+the counters move; the next pending sibling is promoted to ``queued`` (so at most ``concurrency`` children
+are in flight, across every worker and host: the store is the pool); and when every child has ended, or more
+have failed than tolerated, the parent's waiting attempt is made due with an outbox row, so a worker claims
+it and decides the step (:mod:`sealflow.interpreter.steps.fanout`). Nothing is held in memory: a crash
+between any two transactions leaves either the child not ended (it is redone by the sweeps like any run) or
+ended with its promotion and wake-up written.
+
+When the parent's attempt ends (:meth:`_close_fanout`), or the parent run is cancelled or times out
+(:meth:`_cancel_children`), the children still in flight are cancelled: pending ones at once, running ones
+cooperatively (``cancelling``, as ``sealflow cancel`` does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+from sealflow.interpreter.core import states
+from sealflow.interpreter.store.errors import ConcurrencyError
+from sealflow.interpreter.store.records import ChildRecord, Message, NextAttempt, Spawn
+from sealflow.interpreter.store.sqlite import rows
+
+SCHEMA = """
+ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+ALTER TABLE runs ADD COLUMN parent_step_id TEXT;
+ALTER TABLE runs ADD COLUMN parent_attempt INTEGER;
+ALTER TABLE runs ADD COLUMN item_index INTEGER;
+ALTER TABLE runs ADD COLUMN item TEXT;
+CREATE UNIQUE INDEX runs_children ON runs(parent_run_id, parent_step_id, parent_attempt, item_index)
+  WHERE parent_run_id IS NOT NULL;
+CREATE TABLE fanouts (
+  run_id TEXT NOT NULL, step_id TEXT NOT NULL, attempt INTEGER NOT NULL,
+  total INTEGER NOT NULL, concurrency INTEGER NOT NULL, tolerated INTEGER NOT NULL,
+  started INTEGER NOT NULL, ended INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL DEFAULT 'open',
+  PRIMARY KEY (run_id, step_id, attempt)
+);
+"""
+PG_SCHEMA = SCHEMA.replace("INTEGER", "BIGINT")
+
+#: a run going to one of these stops its fan-out children
+STOPPING = states.RUN_FINAL | {"cancelling", "compensating"}
+_CHILD_COLS = "id, item_index, state, output, error_class, error_message, updated_at"
+_OPEN = "('created','queued','running','waiting','cancelling','compensating')"
+
+#: messages a commit in progress on this thread dispatches inline (promoted children, a woken parent)
+_inline = threading.local()
+
+
+def child_id(parent: str, step_id: str, attempt: int, index: int) -> str:
+    """A child run's id: readable, and the same for the same item of the same attempt."""
+    step = step_id if len(parent) + len(step_id) < 100 else hashlib.sha256(step_id.encode()).hexdigest()[:12]
+    return f"{parent}.{step}{'' if attempt == 1 else f'~{attempt}'}.{index}"
+
+
+def begin_inline() -> None:
+    _inline.messages = []
+
+
+def end_inline() -> tuple[Message, ...]:
+    got = getattr(_inline, "messages", None) or []
+    _inline.messages = None
+    return tuple(got)
+
+
+class ChildrenMixin:
+    # -- reads -----------------------------------------------------------------------------------
+    def children(self, run_id: str, step_id: str | None = None, attempt: int | None = None, *,
+                 offset: int = 0, limit: int = 100_000) -> list[ChildRecord]:
+        """The child runs of ``run_id`` (of one fan-out step and attempt when given), in index order."""
+        where, args = ["parent_run_id = ?"], [run_id]
+        if step_id is not None:
+            where.append("parent_step_id = ?")
+            args.append(step_id)
+        if attempt is not None:
+            where.append("parent_attempt = ?")
+            args.append(attempt)
+        got = self._read(f"SELECT {_CHILD_COLS} FROM runs WHERE {' AND '.join(where)} "
+                         "ORDER BY parent_step_id, parent_attempt, item_index LIMIT ? OFFSET ?",
+                         (*args, limit, offset))
+        return [ChildRecord(r[0], r[1], r[2], None if r[3] is None else rows.loads(r[3]), r[4], r[5], r[6])
+                for r in got]
+
+    def child_counts(self, run_id: str) -> dict[tuple[str, int], dict[str, int]]:
+        """``(step, attempt) -> {state: count}`` of the child runs of ``run_id``."""
+        got = self._read("SELECT parent_step_id, parent_attempt, state, COUNT(*) FROM runs WHERE parent_run_id = ? "
+                         "GROUP BY parent_step_id, parent_attempt, state", (run_id,))
+        counts: dict[tuple[str, int], dict[str, int]] = {}
+        for step_id, attempt, state, n in got:
+            counts.setdefault((step_id, int(attempt)), {})[state] = int(n)
+        return counts
+
+    def run_usage(self, run_id: str) -> tuple[int, int, float, int, float | None]:
+        """What a run has spent (steps, tokens, cost, tool calls) and its deadline, without reading the rest."""
+        got = self._read("SELECT steps_executed, tokens, cost_usd, tool_calls, deadline FROM runs WHERE id = ?",
+                         (run_id,))
+        if not got:
+            from sealflow.interpreter.store.errors import NotFound
+
+            raise NotFound(f"no run {run_id!r}")
+        return got[0][0], got[0][1], got[0][2], got[0][3], got[0][4]
+
+    def fanout(self, run_id: str, step_id: str, attempt: int) -> dict | None:
+        """The counters of a fan-out attempt: total, concurrency, tolerated, started, ended, failed, state."""
+        got = self._read("SELECT total, concurrency, tolerated, started, ended, failed, state FROM fanouts "
+                         "WHERE run_id = ? AND step_id = ? AND attempt = ?", (run_id, step_id, attempt))
+        if not got:
+            return None
+        return dict(zip(("total", "concurrency", "tolerated", "started", "ended", "failed", "state"), got[0],
+                        strict=True))
+
+    # -- inside a transaction ----------------------------------------------------------------------
+    def _spawn(self, c, now: float, run_id: str, step_id: str, attempt: int, spawn: Spawn, actor: str,
+               inline: bool) -> list[Message]:
+        """Create the children of a fan-out attempt (the caller's commit makes that attempt ``waiting``)."""
+        parent = c.execute("SELECT tenant, workflow, workflow_version, NULL, initiator, input_hash, priority, "
+                           "acting_as, access_mode, signer FROM runs WHERE id = ?", (run_id,)).fetchone()
+        for digest, workflow, version, body in spawn.plans:
+            c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
+                      (digest, workflow, version, body, now))
+        started = min(spawn.concurrency, len(spawn.children))
+        # the waiting attempt is due only when its children wake it (_wake): no claim before that
+        c.execute("UPDATE attempts SET due_at = NULL WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                  (run_id, step_id, attempt))
+        c.execute("INSERT INTO fanouts (run_id, step_id, attempt, total, concurrency, tolerated, started) "
+                  "VALUES (?,?,?,?,?,?,?)", (run_id, step_id, attempt, len(spawn.children), spawn.concurrency,
+                                             spawn.tolerated, started))
+        messages: list[Message] = []
+        for child in spawn.children:
+            cid = child_id(run_id, step_id, attempt, child.index)
+            queued = child.index < started
+            c.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
+                      "initiator, input_hash, created_at, updated_at, cursor_step, cursor_attempt, priority, "
+                      "acting_as, access_mode, signer, parent_run_id, parent_step_id, parent_attempt, item_index, "
+                      "item) VALUES (?,?,?,?,?,?,?,1,?,?,?,?,?,1,?,?,?,?,?,?,?,?,?)",
+                      (cid, parent[0], parent[1], parent[2], child.plan_digest, "null",  # input: the parent's
+                       "queued" if queued else "created", parent[4], parent[5], now, now, child.first_step,
+                       parent[6], parent[7], parent[8], parent[9], run_id, step_id, attempt, child.index,
+                       child.item_json))
+            self._audit(c, now, cid, None, "run.created", actor, None, "created",
+                        {"parent": run_id, "step": step_id, "index": child.index, "plan": child.plan_digest})
+            if queued:
+                self._run_to(c, now, cid, "created", "queued", actor)
+                _, msg = self._insert_attempt(c, now, cid, NextAttempt(child.first_step, 1, "scheduled", now,
+                                                                       child.first_lease_ms), inline, 1, actor,
+                                              tenant=parent[0])
+                if msg is not None:
+                    messages.append(msg)
+            else:
+                c.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, "
+                          "scheduled_at, data, seq) VALUES (?,?,1,1,'pending',?,?,?,NULL,1)",
+                          (cid, child.first_step, rows.new_token(), child.first_lease_ms, now))
+        return messages
+
+    def _fanout_moved(self, c, now: float, run_id: str, state: str, ended: bool, error_class: str | None,
+                      actor: str) -> None:
+        """A run ended or is stopping. A child that ended: count it, promote its next pending sibling, and wake
+        the parent's attempt once every child ended, more failed than tolerated, or one failed with
+        ``budget_exceeded`` (a budget stops the whole fan-out, whatever the tolerance). A parent stopping
+        (cancelled, timed out, compensating): its children in flight are cancelled."""
+        got = c.execute("SELECT r.parent_run_id, r.parent_step_id, r.parent_attempt, f.total, f.concurrency, "
+                        "f.tolerated, f.started, f.ended, f.failed, f.state FROM runs r LEFT JOIN fanouts f ON "
+                        "f.run_id = r.parent_run_id AND f.step_id = r.parent_step_id AND f.attempt = r.parent_attempt "
+                        "WHERE r.id = ?", (run_id,)).fetchone()
+        if got is None:
+            return
+        if got[0] is None:  # not a child (fan-out does not nest): maybe a parent
+            self._cancel_children(c, now, run_id, actor)
+            return
+        if not ended or got[3] is None:
+            return
+        parent, step_id, attempt = got[:3]
+        total, _, tolerated, started, ended_n, failed, fan_state = got[3:]
+        if fan_state == "closed":  # the parent step has ended (a completed child undone later ends again)
+            return
+        ended_n, failed = ended_n + 1, failed + (state != "completed")
+        wake = fan_state == "open" and (ended_n >= total or failed > tolerated or error_class == "budget_exceeded")
+        if fan_state == "open" and not wake:
+            started = self._promote(c, now, parent, step_id, attempt, started, total)
+        c.execute("UPDATE fanouts SET ended = ?, failed = ?, started = ?, state = ? WHERE run_id = ? AND "
+                  "step_id = ? AND attempt = ?", (ended_n, failed, started, "woken" if wake else fan_state,
+                                                 parent, step_id, attempt))
+        if wake:
+            self._wake(c, now, parent, step_id, attempt)
+
+    def _promote(self, c, now: float, parent: str, step_id: str, attempt: int, started: int, total: int) -> int:
+        """Queue the next pending child (skipping any cancelled meanwhile); return the new ``started``."""
+        while started < total:
+            index = started
+            started += 1
+            got = c.execute("SELECT r.id, r.state, r.tenant, r.cursor_step, a.token FROM runs r JOIN attempts a ON "
+                            "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = 1 WHERE r.parent_run_id = ? "
+                            "AND r.parent_step_id = ? AND r.parent_attempt = ? AND r.item_index = ?",
+                            (parent, step_id, attempt, index)).fetchone()
+            if got is None or got[1] != "created":
+                continue
+            cid, _, tenant, first, token = got
+            self._run_to(c, now, cid, "created", "queued", "fanout")
+            c.execute("UPDATE runs SET state = 'queued', rev = rev + 1, updated_at = ? WHERE id = ?", (now, cid))
+            self._step_to(c, now, cid, first, "pending", "scheduled", "fanout")
+            c.execute("UPDATE attempts SET state = 'scheduled', scheduled_at = ?, due_at = ? WHERE run_id = ? AND "
+                      "step_id = ? AND attempt = 1", (now, now, cid, first))
+            self._send(c, now, Message(cid, first, 1, token, tenant))
+            return started
+        return started
+
+    def _wake(self, c, now: float, parent: str, step_id: str, attempt: int) -> None:
+        """Make the parent's waiting fan-out attempt due now (a worker claims it and decides the step)."""
+        got = c.execute("SELECT a.state, a.token, r.tenant FROM attempts a JOIN runs r ON r.id = a.run_id "
+                        "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?", (parent, step_id, attempt)).fetchone()
+        if got is None or got[0] != "waiting":
+            return
+        c.execute("UPDATE attempts SET due_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ?",
+                  (now, parent, step_id, attempt))
+        self._audit(c, now, parent, step_id, "fanout_done", "fanout", None, None, {"attempt": attempt})
+        self._send(c, now, Message(parent, step_id, attempt, got[1], got[2]))
+
+    @staticmethod
+    def _send(c, now: float, msg: Message) -> None:
+        """An outbox row for ``msg``: sent inline by the commit in progress on this thread, if any."""
+        inline = getattr(_inline, "messages", None)
+        c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
+                  "VALUES (?,?,?,?,?,?)", (msg.run_id, msg.step_id, msg.attempt, msg.token, now,
+                                           now if inline is not None else None))
+        if inline is not None:
+            inline.append(msg)
+
+    def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str,
+                      undo: tuple = (), inline: bool = False, undo_seen: int | None = None) -> None:
+        """The fan-out attempt ended: no child starts any more; those in flight are cancelled; the completed
+        children in ``undo`` (child id, first compensation attempt) start compensating (engine/fanout.py).
+        The undo was decided on ``undo_seen`` completed children: if another completed since, the commit is
+        refused as a conflict (:class:`ConcurrencyError`) and decided again."""
+        if undo_seen is not None:
+            now_done = c.execute("SELECT COUNT(*) FROM runs WHERE parent_run_id = ? AND parent_step_id = ? AND "
+                                 "parent_attempt = ? AND state = 'completed'", (run_id, step_id, attempt)).fetchone()[0]
+            if now_done != undo_seen:
+                raise ConcurrencyError(f"an item of step {step_id!r} of run {run_id} completed while the step "
+                                       "failed; decide its undoing again")
+        got = c.execute("UPDATE fanouts SET state = 'closed' WHERE run_id = ? AND step_id = ? AND attempt = ? "
+                        "AND state <> 'closed'", (run_id, step_id, attempt)).rowcount
+        if got:
+            self._cancel_open(c, now, "parent_run_id = ? AND parent_step_id = ? AND parent_attempt = ?",
+                              (run_id, step_id, attempt), actor)
+        for child, first in undo:
+            self._undo_child(c, now, child, first, actor, inline)
+
+    def _undo_child(self, c, now: float, child: str, first: NextAttempt, actor: str, inline: bool) -> None:
+        """A completed child starts compensating (``completed -> compensating``, children only)."""
+        run = self._get_run(c, child)
+        if run.state != "completed" or run.parent_run_id is None:
+            return
+        why = (first.data or {}).get("why")
+        self._run_to(c, now, child, "completed", "compensating", actor, {"why": why})
+        self._audit(c, now, child, None, "compensation.started", actor, None, None,
+                    {"steps": [first.step_id.split("@")[0], *((first.data or {}).get("queue") or ())],
+                     "then": "cancelled"})
+        number, msg = self._insert_attempt(c, now, child, first, inline, run.rev + 1, actor, tenant=run.tenant)
+        c.execute("UPDATE runs SET state = 'compensating', rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
+                  "error_message = ?, cursor_step = ?, cursor_attempt = ? WHERE id = ?",
+                  (now, why, first.step_id, number, child))
+        inline_list = getattr(_inline, "messages", None)
+        if msg is not None and inline_list is not None:
+            inline_list.append(msg)
+
+    def _cancel_children(self, c, now: float, run_id: str, actor: str) -> None:
+        """The parent run was cancelled or timed out: every child still in flight is cancelled."""
+        if c.execute("UPDATE fanouts SET state = 'closed' WHERE run_id = ? AND state <> 'closed'",
+                     (run_id,)).rowcount:
+            self._cancel_open(c, now, "parent_run_id = ?", (run_id,), actor)
+
+    def _cancel_open(self, c, now: float, where: str, args: tuple, actor: str) -> None:
+        ids = [r[0] for r in c.execute(f"SELECT id FROM runs WHERE {where} AND state IN {_OPEN} ORDER BY item_index",
+                                       args).fetchall()]
+        for cid in ids:
+            run = self._get_run(c, cid)
+            if run.state not in states.RUN_FINAL and run.state not in ("cancelling", "compensating"):
+                self._cancel_in(c, now, run, actor, "its fan-out step ended")

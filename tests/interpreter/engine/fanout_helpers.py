@@ -1,0 +1,116 @@
+"""Shared pieces of the fan-out tests: definitions compiled from YAML, a recording world, a serving runtime.
+
+The actions record, in real time, when each item ran (``intervals``) and apply their effect at an idempotent
+receiver (``effects``: one row per idempotency key; ``calls``: every call), in a SQLite file, so a test can
+check them across threads and processes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from sealflow.dsl.api import compile_bytes
+from sealflow.interpreter.execution.actions import Registry, action
+
+SCHEMA = ("CREATE TABLE IF NOT EXISTS intervals (label TEXT, pid INTEGER, start REAL, end REAL);"
+          "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, label TEXT);"
+          "CREATE TABLE IF NOT EXISTS calls (label TEXT, key TEXT, pid INTEGER)")
+
+
+def definition(body: str, name: str = "fan") -> Any:
+    """A plan compiled from the YAML steps ``body`` (indented under ``steps:``)."""
+    text = f"sealflow: 1\nname: {name}\nversion: 1\nowner: team:t\nsteps:\n{body}"
+    return compile_bytes(text.encode(), f"{name}.yaml")
+
+
+def map_of(items: str, *, concurrency: int = 2, max_items: int = 100, tolerate: Any = 0, retry: int = 1,
+           extra: str = "") -> Any:
+    """A map over ``items`` whose sub-flow records the item (``t.record``), then a step reading its output."""
+    return definition(f"""  - id: each
+    map:
+      items: "{items}"
+      concurrency: {concurrency}
+      max_items: {max_items}
+      tolerate_failures: {tolerate!r}
+      steps:
+        - id: rec
+          action: t.record
+          with: {{label: "${{{{ item }}}}"}}
+          idempotency_key: "${{{{ run.id }}}}:rec:${{{{ index }}}}"
+          timeout: 20s
+          retry: {{max_attempts: {retry}, on: [worker_lost, timeout]}}
+{extra}""")
+
+
+class World:
+    """``t.record``: records its interval and applies its effect once per idempotency key. An item whose
+    label starts with ``fail`` raises; ``hold`` items wait for :attr:`release`."""
+
+    def __init__(self, db: str, registry: Registry | None = None):
+        self.db = db
+        self.registry = registry or Registry()
+        self.release = threading.Event()
+        self.seconds = 0.05
+        self.started: list[str] = []  # labels, in the order their actions started (this process)
+        conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+        conn.executescript(SCHEMA)
+        conn.close()
+
+        @action("t.record", registry=self.registry, effect="irreversible")
+        def rec(ctx, label: Any):
+            start = time.time()
+            label = str(label)
+            self.started.append(label)
+            hang = os.environ.get("FAN_HANG")
+            if hang and hang == label and os.environ.get("FAN_MARKER"):
+                self.write(start, float("inf"), label, ctx.idempotency_key, effect=False)
+                with open(os.environ["FAN_MARKER"], "w") as fh:
+                    fh.write(str(os.getpid()))
+                time.sleep(120)  # the test SIGKILLs this process here
+            if label.startswith("hold"):
+                self.release.wait(30)
+            else:
+                time.sleep(self.seconds)
+            if label.startswith("fail"):
+                self.write(start, time.time(), label, ctx.idempotency_key, effect=False)
+                raise ValueError(f"item {label} fails")
+            self.write(start, time.time(), label, ctx.idempotency_key)
+            return f"done:{label}"
+
+    def write(self, start: float, end: float, label: str, key: str | None, *, effect: bool = True) -> None:
+        conn = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+        try:
+            conn.execute("INSERT INTO intervals VALUES (?,?,?,?)", (label, os.getpid(), start, end))
+            if effect:
+                conn.execute("INSERT INTO calls VALUES (?,?,?)", (label, key, os.getpid()))
+                conn.execute("INSERT OR IGNORE INTO effects VALUES (?,?)", (key, label))
+        finally:
+            conn.close()
+
+    def rows(self, sql: str) -> list[tuple]:
+        conn = sqlite3.connect(self.db, timeout=30)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant (an end before a start at the same instant)."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, d in edges:
+        now += d
+        peak = max(peak, now)
+    return peak
+
+
+def wait_for(predicate, seconds: float = 30.0) -> None:
+    end = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.02)

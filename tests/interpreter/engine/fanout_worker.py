@@ -1,0 +1,48 @@
+"""A worker process for the cross-process fan-out tests (run by test_fanout_processes.py).
+
+``python fanout_worker.py URL WORLD_DB MODE N CONCURRENCY``: with MODE ``submit`` it first submits one run of a
+map over N items (``i0``..) at CONCURRENCY, then (both modes) works, dispatches and sweeps until a top-level run
+is in the store and final. The action (fanout_helpers.World) records intervals and effects in WORLD_DB. With
+``FAN_HANG=LABEL`` the action of that item writes ``FAN_MARKER`` and sleeps, for the test to SIGKILL this process.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from fanout_helpers import World, map_of
+
+from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import open_store
+
+
+def main(url: str, db: str, mode: str, n: int, concurrency: int) -> None:
+    world = World(db)
+    rt = Runtime(open_store(url), world.registry, {}, worker_threads=3, worker_timeout_ms=20)
+    if mode == "submit":
+        rt.submit(map_of("input.items", concurrency=concurrency, retry=2), {"items": [f"i{k}" for k in range(n)]},
+                  initiator="user:ana")
+    stop = threading.Event()
+    thread = threading.Thread(target=rt.serve, args=(stop,), daemon=True,
+                              kwargs={"interval": 0.02, "allow_open": True, "dead_owner_check": 0.2,
+                                      "heartbeat_every": 0.2, "dead_after": 1.5})
+    thread.start()
+    end = time.monotonic() + 90
+    try:
+        while time.monotonic() < end:
+            tops = [r for r in rt.store.list_runs(limit=1000) if r.parent_run_id is None]
+            if tops and all(r.state in RUN_FINAL for r in tops):
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+        rt.close()
+        rt.store.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
