@@ -17,21 +17,35 @@ class OutboundError(Exception):
     """A request failed; the message says why, without the URL."""
 
 
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as an absolute http(s) URL with a host and a valid port (None: nothing), in
+    words that never repeat the URL; garbage a URL parser chokes on (``http://[::1``) is said so, not raised."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return "the URL is not an absolute http:// or https:// URL"
+        port = parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a port that is not a number or out of range
+        return "the URL is not an absolute http:// or https:// URL" if "[" in url and "]" not in url \
+            else "the URL's port is not a number from 1 to 65535"
+    if port == 0:
+        return "the URL's port is not a number from 1 to 65535"
+    return None
+
+
 def request(method: str, url: str, *, body: bytes = b"", headers: dict[str, str] | None = None, timeout: float,
             read_at_most: int = 64 * 1024) -> tuple[int, bytes]:
     """``(status, the first read_at_most bytes of the answer)`` of one request to an http(s) ``url``."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise OutboundError(problem)
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OutboundError("the URL is not an absolute http:// or https:// URL")
+    host = parts.hostname or ""  # url_problem made sure there is one
     conn: http.client.HTTPConnection
-    try:
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    except ValueError:  # a port that is not a number
-        raise OutboundError("the URL's port is not a number") from None
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(host, parts.port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(host, parts.port, timeout=timeout)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         conn.request(method, path, body=body or None, headers={"user-agent": "sealflow", **(headers or {})})
