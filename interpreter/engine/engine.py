@@ -180,7 +180,7 @@ class Engine:
         slot_errors: list[StepError] = []
         began = time.monotonic()
         claimed = self._carried(run_id, step_id, attempt, token)
-        if claimed is None and self._leaves(run_id, step_id, attempt):
+        if claimed is None and self._leaves(run_id, step_id, attempt, token, tenant):
             return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
         try:
             if claimed is None:
@@ -246,9 +246,11 @@ class Engine:
             return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
         return self._run_attempt(x, refused, claimed.resumed)[1]
 
-    def _leaves(self, run_id: str, step_id: str, attempt: int) -> bool:
+    def _leaves(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
         """Whether this process lacks what the step needs (:mod:`.capability`): then the message is left
-        unclaimed, nothing changed, for a process that has it (the outbox row is sent again)."""
+        unclaimed, nothing changed, for a process that has it (the outbox row is sent again). Only a message
+        the claim would take is left: one naming another tenant, a stale token or an attempt that is not
+        claimable goes on to the claim, which refuses it and audits why."""
         run = self._runs.get(run_id)
         if run is None:
             try:
@@ -263,6 +265,8 @@ class Engine:
             if self.left:
                 self.left.pop(run_id, None)
             return False
+        if not self._claimable(run, step_id, attempt, token, tenant):
+            return False
         if self.left.get(run_id) != missing:
             log.warning("left step %r (attempt %s) of run %s (%s v%s) for a process that can run it, nothing "
                         "changed: %s", step_id, attempt, run_id, run.workflow, run.workflow_version,
@@ -271,6 +275,13 @@ class Engine:
             self.left.clear()
         self.left[run_id] = missing
         return True
+
+    def _claimable(self, run: RunRecord, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
+        """Whether the claim would take this message (read only when a step is to be left: the rare path)."""
+        if tenant is not None and tenant != run.tenant:
+            return False
+        att = next((a for a in self.store.attempts(run.id) if (a.step_id, a.attempt) == (step_id, attempt)), None)
+        return att is not None and att.token == token and att.state in ("scheduled", "waiting")
 
     def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
         outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))
