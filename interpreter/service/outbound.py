@@ -81,9 +81,14 @@ def request(method: str, url: str, *, body: bytes = b"", headers: dict[str, str]
     except OSError as exc:
         raise (timed_out if expired.is_set() else OutboundError(f"connection failed ({type(exc).__name__})")) \
             from None
+    except http.client.InvalidURL:  # a control character or a space in the path
+        raise OutboundError("the URL has a character a request line cannot carry (a space, a control "
+                            "character)") from None
     except http.client.HTTPException as exc:
         raise (timed_out if expired.is_set() else OutboundError(f"bad HTTP answer ({type(exc).__name__})")) \
             from None
+    except UnicodeError:  # a path or header that is not ASCII: its text is not repeated (it may be a credential)
+        raise OutboundError("the URL or a header has a character that is not ASCII (percent-encode it)") from None
     finally:
         timer.cancel()
         conn.close()

@@ -58,3 +58,12 @@ def test_a_prompt_answer_is_read_as_before():
     # Given a receiver that answers at once / When requested / Then the status and the body come back
     with Drip(every=0.0) as url:
         assert outbound.request("GET", url, timeout=5.0) == (200, b"ok")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/services/T/B/S\u00c9CRET", "http://127.0.0.1:9/a b/SECRET"])
+def test_a_url_http_cannot_send_is_an_outbound_error_that_does_not_repeat_it(url):
+    # Given a URL (a secret's value: a Slack URL) with a character a request line cannot carry
+    # When requested / Then an OutboundError says so, without the URL, instead of a UnicodeEncodeError
+    with pytest.raises(outbound.OutboundError) as err:
+        outbound.request("POST", url, body=b"{}", timeout=2.0)
+    assert "SECRET" not in str(err.value) and "the URL" in str(err.value)
