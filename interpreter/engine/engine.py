@@ -60,6 +60,9 @@ from sealflow.interpreter.store.records import Committed
 log = logging.getLogger("sealflow.engine")
 
 _CANCEL_RECHECK_S = 0.5
+#: plans kept in memory at most (each with its step index); past it the cache starts again, so a long-lived
+#: worker that meets ever new plans (definitions edited and resubmitted) does not grow without bound
+PLANS_MAX = 1024
 
 
 def provider_lookup(providers: Any) -> Callable[[str], Any]:
@@ -135,11 +138,19 @@ class Engine:
 
     def plan_step(self, digest: str, step_id: str) -> PlanStep | None:
         """The step ``step_id`` of plan ``digest`` (None: the plan has no such step)."""
-        self.plan(digest)
-        return self._steps[digest].get(step_id)
+        return self._steps_of(digest).get(step_id)
+
+    def _steps_of(self, digest: str) -> dict[str, PlanStep]:
+        steps = self._steps.get(digest)
+        if steps is None:  # not read yet, or the cache started again since (PLANS_MAX)
+            plan = self.plan(digest)
+            steps = self._steps.get(digest) or plan.step_map()
+        return steps
 
     def remember(self, plan: Plan) -> None:
         if plan.digest and plan.digest not in self._plans:
+            if len(self._plans) >= PLANS_MAX:  # new dicts, not cleared ones: a reader holding the old keeps it
+                self._plans, self._steps = {}, {}
             self._steps[plan.digest] = plan.step_map()
             self._plans[plan.digest] = plan
 
@@ -163,7 +174,7 @@ class Engine:
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
         plan = self.plan(run.plan_digest)
         base, gate = split_step_id(attempt.step_id)
-        step = self._steps[run.plan_digest][base]
+        step = self._steps_of(run.plan_digest)[base]
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
                          results=results, outputs=self.outputs)
 
@@ -298,10 +309,10 @@ class Engine:
         """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
         called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
         The plan must be cached already (no store read inside the claim's transaction)."""
-        plan = self._plans.get(run.plan_digest)
-        if plan is None:
+        plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)
+        if plan is None or steps is None:
             raise _PlanNeeded(run.plan_digest)
-        step = self._steps[run.plan_digest][split_step_id(att.step_id)[0]]
+        step = steps[split_step_id(att.step_id)[0]]
         if not coordination.needs_slots(plan, step):
             return ()
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results(),

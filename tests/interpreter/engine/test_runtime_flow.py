@@ -259,3 +259,16 @@ def test_a_forged_or_stale_message_for_a_step_this_process_lacks_is_refused_and_
     assert refused == ["tenant_mismatch", "stale_token"]
     assert run_id not in runtime.engine.left
     assert [(a.step_id, a.state) for a in runtime.status(run_id).attempts] == [("x", "scheduled")]
+
+
+def test_the_plan_cache_of_a_long_lived_engine_is_bounded(runtime, monkeypatch):
+    # Given an engine that keeps at most 2 plans in memory
+    from sealflow.interpreter.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "PLANS_MAX", 2)
+    # When it runs 5 different plans, one after the other, and then the first one again
+    plans = [make_plan(S("a", "succeed"), S("b", "succeed"), name=f"flow-{i}") for i in range(5)]
+    states = [runtime.run(plan, {}, initiator="u").state for plan in plans + plans[:1]]
+    # Then every run completes, and the engine holds no more than 2 plans (and their step indexes)
+    assert states == ["completed"] * 6
+    assert len(runtime.engine._plans) <= 2 and len(runtime.engine._steps) <= 2
