@@ -60,6 +60,9 @@ from sealflow.interpreter.store.records import Committed
 log = logging.getLogger("sealflow.engine")
 
 _CANCEL_RECHECK_S = 0.5
+#: plans kept in memory at most (each with its step index); past it the cache starts again, so a long-lived
+#: worker that meets ever new plans (definitions edited and resubmitted) does not grow without bound
+PLANS_MAX = 1024
 
 
 def provider_lookup(providers: Any) -> Callable[[str], Any]:
@@ -136,11 +139,19 @@ class Engine:
 
     def plan_step(self, digest: str, step_id: str) -> PlanStep | None:
         """The step ``step_id`` of plan ``digest`` (None: the plan has no such step)."""
-        self.plan(digest)
-        return self._steps[digest].get(step_id)
+        return self._steps_of(digest).get(step_id)
+
+    def _steps_of(self, digest: str) -> dict[str, PlanStep]:
+        steps = self._steps.get(digest)
+        if steps is None:  # not read yet, or the cache started again since (PLANS_MAX)
+            plan = self.plan(digest)
+            steps = self._steps.get(digest) or plan.step_map()
+        return steps
 
     def remember(self, plan: Plan) -> None:
         if plan.digest and plan.digest not in self._plans:
+            if len(self._plans) >= PLANS_MAX:  # new dicts, not cleared ones: a reader holding the old keeps it
+                self._plans, self._steps = {}, {}
             self._steps[plan.digest] = plan.step_map()
             self._plans[plan.digest] = plan
 
@@ -166,7 +177,7 @@ class Engine:
         if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
             results = self.parents.child_view(run, plan, results)
         base, gate = split_step_id(attempt.step_id)
-        step = self._steps[run.plan_digest][base]
+        step = self._steps_of(run.plan_digest)[base]
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
                          results=results, outputs=self.outputs)
 
@@ -183,7 +194,7 @@ class Engine:
         slot_errors: list[StepError] = []
         began = time.monotonic()
         claimed = self._carried(run_id, step_id, attempt, token)
-        if claimed is None and self._leaves(run_id, step_id, attempt):
+        if claimed is None and self._leaves(run_id, step_id, attempt, token, tenant):
             return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
         try:
             if claimed is None:
@@ -250,9 +261,11 @@ class Engine:
             return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
         return self._run_attempt(x, refused, claimed.resumed)[1]
 
-    def _leaves(self, run_id: str, step_id: str, attempt: int) -> bool:
+    def _leaves(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
         """Whether this process lacks what the step needs (:mod:`.capability`): then the message is left
-        unclaimed, nothing changed, for a process that has it (the outbox row is sent again)."""
+        unclaimed, nothing changed, for a process that has it (the outbox row is sent again). Only a message
+        the claim would take is left: one naming another tenant, a stale token or an attempt that is not
+        claimable goes on to the claim, which refuses it and audits why."""
         run = self._runs.get(run_id)
         if run is None:
             try:
@@ -267,6 +280,8 @@ class Engine:
             if self.left:
                 self.left.pop(run_id, None)
             return False
+        if not self._claimable(run, step_id, attempt, token, tenant):
+            return False
         if self.left.get(run_id) != missing:
             log.warning("left step %r (attempt %s) of run %s (%s v%s) for a process that can run it, nothing "
                         "changed: %s", step_id, attempt, run_id, run.workflow, run.workflow_version,
@@ -275,6 +290,13 @@ class Engine:
             self.left.clear()
         self.left[run_id] = missing
         return True
+
+    def _claimable(self, run: RunRecord, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
+        """Whether the claim would take this message (read only when a step is to be left: the rare path)."""
+        if tenant is not None and tenant != run.tenant:
+            return False
+        att = next((a for a in self.store.attempts(run.id) if (a.step_id, a.attempt) == (step_id, attempt)), None)
+        return att is not None and att.token == token and att.state in ("scheduled", "waiting")
 
     def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
         outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))
@@ -291,10 +313,10 @@ class Engine:
         """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
         called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
         The plan must be cached already (no store read inside the claim's transaction)."""
-        plan = self._plans.get(run.plan_digest)
-        if plan is None:
+        plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)
+        if plan is None or steps is None:
             raise _PlanNeeded(run.plan_digest)
-        step = self._steps[run.plan_digest][split_step_id(att.step_id)[0]]
+        step = steps[split_step_id(att.step_id)[0]]
         if not coordination.needs_slots(plan, step):
             return ()
         seen = results() if run.parent_run_id is None else {**self.parents.adopt(run), **results()}

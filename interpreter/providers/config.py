@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
@@ -143,6 +144,28 @@ def _secret_ref(raw: Any, where: str) -> str:
     return name
 
 
+def _check_base_url(url: Any, where: str) -> None:
+    """An http(s) URL with a host and a valid port, and nothing a credential hides in (a user or password, a
+    query, a fragment: they would show in ``models list``, ``doctor`` and errors); the URL is never echoed."""
+    expected = f"{where}: expected an http(s) URL such as http://127.0.0.1:8000/v1"
+    if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(expected)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError:
+        raise ConfigError(expected) from None
+    if not parts.hostname:
+        raise ConfigError(expected)
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"{where}: a user or password in the URL is refused (it would show in `models list`, "
+                          "`doctor` and logs); give the key as api_key: {secret: NAME}")
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        raise ConfigError(f"{where}: a query or fragment in the URL is refused (a key in it would show in `models "
+                          "list`, `doctor` and logs, and the request path is appended to it); give the key as "
+                          "api_key: {secret: NAME}")
+
+
 def parse_model(name: str, raw: Any, where: str) -> ModelConfig:
     """One entry of ``models:`` (``where`` locates it, e.g. ``config.yaml: models.fast``)."""
     data = _map(raw, _KEYS, where)
@@ -153,8 +176,8 @@ def parse_model(name: str, raw: Any, where: str) -> ModelConfig:
     if not isinstance(model, str) or not model:
         raise ConfigError(f"{where}.model: the provider's model id is required (e.g. gpt-4o-mini)")
     base_url = data.get("base_url")
-    if base_url is not None and (not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+", base_url)):
-        raise ConfigError(f"{where}.base_url: expected an http(s) URL such as http://127.0.0.1:8000/v1")
+    if base_url is not None:
+        _check_base_url(base_url, f"{where}.base_url")
     if provider == "local" and base_url is not None:
         raise ConfigError(f"{where}.base_url: the local model has no endpoint; remove base_url")
     secret = _secret_ref(data["api_key"], f"{where}.api_key") if "api_key" in data else None

@@ -82,3 +82,53 @@ def test_deliver_without_channels_or_with_a_bad_section_is_a_usage_error(tmp_pat
     for argv in (("notifications", "deliver", "--once"), ("serve", "--allow-open")):
         code, _, err = cli(capsys, "--config", str(bad), *argv, "--store", f"sqlite:///{tmp_path}/s.db")
         assert code == 2 and "notifications.channels.s.url: a Slack webhook URL is a credential" in err, argv
+
+
+POLICY = {
+    "operators": ["user:root"],
+    "tenants": {
+        "acme": {"roles": {"sales": ["crm:read", "crm:write", "email:send"], "ops": ["runs:*"]},
+                 "members": {"user:alice": ["sales"], "user:olga": ["ops"]}},
+        "globex": {"roles": {"ops": ["runs:*", "dlq:*"]}, "members": {"user:gus": ["ops"]}},
+    },
+}
+
+
+def test_list_shows_only_the_deliveries_of_runs_the_principal_may_read(tmp_path, capsys):
+    # Given an access policy and a run of tenant acme waiting at its gate, with a delivery to a channel
+    policy = tmp_path / "access.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+    config = write_config(tmp_path, {"ops": {"kind": "webhook", "url": "http://127.0.0.1:9/hook",
+                                             "secret": {"secret": "HOOK_SECRET"}}})
+    code, out, err = cli(capsys, "--config", config, "run", EXAMPLE, "--input", HIGH, "--json", "--as", "user:alice",
+                         "--tenant", "acme", "--access", str(policy))
+    assert code == 3, err
+    run_id = json.loads(out)["run_id"]
+
+    def listed(who, *more):
+        code, out, err = cli(capsys, "notifications", "list", "--json", "--as", who, "--access", str(policy), *more)
+        assert code == 0, err
+        return [d["run_id"] for d in json.loads(out)]
+
+    # When a member of another tenant lists deliveries (naming acme or not) / Then it sees none of acme's
+    assert listed("user:gus") == [] and listed("user:gus", "--tenant", "acme") == []
+    assert listed("user:gus", "--run", run_id) == []
+    # And a principal in no tenant sees nothing either
+    assert listed("user:mallory") == []
+    # When acme's ops member, the initiator or an operator lists them / Then they see the run's delivery
+    assert listed("user:olga") == [run_id] and listed("user:alice") == [run_id] and listed("user:root") == [run_id]
+
+
+def test_deliver_is_for_operators_under_an_access_policy(tmp_path, capsys):
+    # Given an access policy and a configured channel
+    policy = tmp_path / "access.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+    config = write_config(tmp_path, {"ops": {"kind": "webhook", "url": "http://127.0.0.1:9/hook",
+                                             "secret": {"secret": "HOOK_SECRET"}}})
+    # When a tenant's member runs the store-wide deliverer / Then it is refused with a sentence (exit 1)
+    deliver = ("--config", config, "notifications", "deliver", "--once", "--json", "--access", str(policy))
+    code, out, err = cli(capsys, *deliver, "--as", "user:gus")
+    assert code == 1 and out == "" and "only an operator of the access policy" in err
+    # And an operator may
+    code, out, err = cli(capsys, *deliver, "--as", "user:root")
+    assert code == 0 and json.loads(out) == {"delivered": 0, "retried": 0, "failed": 0}, err

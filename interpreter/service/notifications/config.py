@@ -28,10 +28,10 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
+from sealflow.interpreter.service.outbound import url_problem
 
 KINDS = ("webhook", "slack")
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
@@ -72,8 +72,10 @@ class NotifyConfig:
 
 def check_url(url: str, where: str) -> str:
     """``url`` if it is an absolute http(s) URL with a host; else :class:`ConfigError` naming ``where``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    problem = url_problem(url)
+    if problem is not None and "port" in problem:
+        raise ConfigError(f"{where}: its port must be a number from 1 to 65535")
+    if problem is not None:
         raise ConfigError(f"{where}: must be an absolute http:// or https:// URL (only those schemes are posted to)")
     return url
 

@@ -68,8 +68,7 @@ def _state_hash(state: str) -> str:
 
 
 def _http_url(value: Any, what: str) -> str:
-    parts = urllib.parse.urlsplit(value if isinstance(value, str) else "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if not isinstance(value, str) or outbound.url_problem(value) is not None:
         raise OidcConfigError(f"OIDC {what}: must be an absolute http:// or https:// URL, not {value!r}")
     return value
 

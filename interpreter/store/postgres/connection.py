@@ -16,18 +16,34 @@ from sealflow.interpreter.store.errors import StoreError, StoreUnavailable  # no
 _OWN_PARAMS = ("schema", "clock", "migrate", "pool_max")
 
 
+#: the libpq URL parameters that carry a credential: masked like the password of the user part
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
+def _parts(url: str):
+    try:
+        return urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket: nothing of the URL is repeated, it may hold a password
+        raise StoreError("the store URL is not a PostgreSQL URL a parser can read (an unclosed '[' of an IPv6 "
+                         "host?); write postgresql://USER:PASSWORD@HOST:5432/DATABASE") from None
+
+
 def mask(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """``url`` without its password: the user part's and the ``password`` / ``sslpassword`` parameters'."""
+    parts = _parts(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k in _SECRET_PARAMS for k, _ in query):
+        return urlunsplit(parts._replace(netloc=netloc, query="&".join(
+            f"{k}=***" if k in _SECRET_PARAMS else urlencode([(k, v)]) for k, v in query)))
+    return url if netloc == parts.netloc else urlunsplit(parts._replace(netloc=netloc))
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """The libpq URL (sealflow's own parameters removed) and those parameters."""
-    parts = urlsplit(url)
+    parts = _parts(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     own = {k: v for k, v in query if k in _OWN_PARAMS}
     rest = [(k, v) for k, v in query if k not in _OWN_PARAMS]

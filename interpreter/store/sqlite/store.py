@@ -35,6 +35,7 @@ from sealflow.interpreter.store.errors import (
     IllegalTransition,
     InvalidOperation,
     NotFound,
+    StoreError,
     StoreUnavailable,
 )
 from sealflow.interpreter.store.prune import PruneMixin
@@ -143,6 +144,12 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
             c.execute(f"PRAGMA journal_size_limit = {int(wal_limit) if wal_limit else -1}")
             self._version = migrate(c, path=path)
         except sqlite3.Error as exc:
+            if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc).lower():
+                if getattr(self, "_conn", None) is not None:
+                    self._conn.close()
+                raise StoreError(f"cannot open SQLite store: {path} is not a SQLite database (another kind of file); "
+                                 "point --store (or $SEALFLOW_STORE, store: in sealflow.yaml) at the store's file")\
+                    from None
             if not io_failure(exc):
                 raise
             raise StoreUnavailable(f"cannot open SQLite store {path}: {exc}; {_hint(exc)}") from None

@@ -242,3 +242,33 @@ def test_an_action_mutating_its_arguments_does_not_change_earlier_outputs(runtim
                      S("c", "action", action="t.mutate", args={"data": "${{ steps.a.output }}"}),
                      output="${{ [steps.a.output, steps.b.output, steps.c.output] }}")
     assert runtime.run(plan, {}, initiator="u").output == [{"items": [1, 2]}, 3, 3]
+
+
+def test_a_forged_or_stale_message_for_a_step_this_process_lacks_is_refused_and_audited_not_left(runtime):
+    # Given a run of tenant "default" whose step this process lacks, left as it was
+    status = runtime.run(make_plan(S("x", "action", action="t.absent")), {}, initiator="u")
+    (att,) = status.attempts
+    run_id = status.run.id
+    runtime.engine.left.clear()
+    # When a message names another tenant, or carries a token that is not the attempt's
+    assert runtime.engine.handle(run_id, "x", att.attempt, att.token, "globex") == ()
+    assert runtime.engine.handle(run_id, "x", att.attempt, att.token + 7, "default") == ()
+    # Then each is refused by the claim and audited (as for a step this process could run), not taken for a
+    # step left for a capable process: status does not say it waits for one on their word
+    refused = [e.detail["reason"] for e in runtime.store.audit(run_id) if e.event == "message_refused"]
+    assert refused == ["tenant_mismatch", "stale_token"]
+    assert run_id not in runtime.engine.left
+    assert [(a.step_id, a.state) for a in runtime.status(run_id).attempts] == [("x", "scheduled")]
+
+
+def test_the_plan_cache_of_a_long_lived_engine_is_bounded(runtime, monkeypatch):
+    # Given an engine that keeps at most 2 plans in memory
+    from sealflow.interpreter.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "PLANS_MAX", 2)
+    # When it runs 5 different plans, one after the other, and then the first one again
+    plans = [make_plan(S("a", "succeed"), S("b", "succeed"), name=f"flow-{i}") for i in range(5)]
+    states = [runtime.run(plan, {}, initiator="u").state for plan in plans + plans[:1]]
+    # Then every run completes, and the engine holds no more than 2 plans (and their step indexes)
+    assert states == ["completed"] * 6
+    assert len(runtime.engine._plans) <= 2 and len(runtime.engine._steps) <= 2

@@ -55,6 +55,15 @@ def test_the_documented_example_parses():
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "temprature": 1},
      "models.fast: unknown key 'temprature'"),
     ({"provider": "openai", "model": "m", "base_url": "ftp://h"}, "models.fast.base_url: expected an http(s) URL"),
+    # a credential in the endpoint would show in `models list`, `doctor --json` and errors: refused, not echoed
+    ({"provider": "openai", "model": "m", "base_url": "https://user:S3CRETPW@h/v1"},
+     "models.fast.base_url: a user or password in the URL is refused"),
+    ({"provider": "openai", "model": "m", "base_url": "https://h/v1?api_key=S3CRETPW"},
+     "models.fast.base_url: a query or fragment in the URL is refused"),
+    ({"provider": "openai", "model": "m", "base_url": "http://h:notaport/v1"},
+     "models.fast.base_url: expected an http(s) URL"),
+    ({"provider": "openai", "model": "m", "base_url": "http://[::1/v1"},
+     "models.fast.base_url: expected an http(s) URL"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "price": {"input_per_mtok": 1}},
      "models.fast.price: missing output_per_mtok"),
     ({"provider": "openai", "model": "m", "base_url": "http://h/v1", "rate_limit": {"requests_per_minute": -1}},
@@ -80,7 +89,7 @@ def test_invalid_entries_are_refused_with_the_file_and_key(entry, message):
     with pytest.raises(ConfigError) as caught:
         parse_models({"fast": entry}, source="sealflow.yaml")
     assert str(caught.value).startswith("sealflow.yaml: ") and message in str(caught.value)
-    assert "sk-inline" not in str(caught.value)
+    assert "sk-inline" not in str(caught.value) and "S3CRETPW" not in str(caught.value)
 
 
 def test_a_rate_limit_parses_with_either_or_both_limits():

@@ -241,6 +241,25 @@ def test_a_missing_secret_fails_the_attempt_without_naming_its_value_and_is_retr
     assert all("TOPSECRETTOKEN" not in json.dumps(a.detail or {}) for a in rt.store.audit(run_id))
 
 
+@pytest.mark.parametrize("secret_url, error", [
+    ("https://[::1/services/T2/B2/TOPSECRETTOKEN", "the URL is not an absolute http:// or https:// URL"),
+    ("https://hooks.example.com:99999/services/T2/B2/TOPSECRETTOKEN", "the URL's port is not a number from 1 to "
+                                                                      "65535"),
+])
+def test_a_secret_url_the_parser_refuses_is_a_clear_retried_error(make_runtime, caplog, secret_url, error):
+    # Given a Slack channel whose URL secret is garbage to a URL parser (a bracket left open, a port out of range)
+    rt = make_runtime({"finance": {"kind": "slack", "url": {"secret": "SLACK_URL"}}})
+    (make_runtime.secrets / "SLACK_URL").write_text(secret_url)
+    run_id = rt.run(approval_plan(), {}, initiator="user:ana").run.id
+    # When delivered
+    with caplog.at_level(logging.INFO, logger="sealflow.notifications"):
+        assert deliverer(rt).deliver_once().retried == 1
+    # Then the attempt fails with what is wrong (not an "internal error"), and the URL appears nowhere
+    (row,) = rt.store.deliveries(run_id=run_id)
+    assert row.last_error == error
+    assert "TOPSECRETTOKEN" not in caplog.text and "Traceback" not in caplog.text
+
+
 def test_a_long_lived_worker_delivers_on_its_own_thread(make_runtime, receiver):
     # Given a worker serving a runtime with a webhook channel
     rt = make_runtime({"ops": {"kind": "webhook", "url": receiver.script("/hook", [200]),

@@ -56,6 +56,13 @@ def test_the_documented_shape_reads():
     ({"channels": {"ops": {**HOOK, "workflows": "payments"}}}, "notifications.channels.ops.workflows: must be a "
                                                                "non-empty list of names"),
     ({"channels": {"ops": {**HOOK, "retries": 3}}}, "notifications.channels.ops: unknown key 'retries'"),
+    # garbage a URL parser chokes on is the same clear error, never a ValueError traceback
+    ({"public_url": "http://[::1"}, "notifications.public_url: must be an absolute http:// or https:// URL"),
+    ({"channels": {"ops": {**HOOK, "url": "https://[::1/hook"}}}, "notifications.channels.ops.url: must be an "
+                                                                  "absolute http:// or https:// URL"),
+    ({"channels": {"ops": {**HOOK, "url": "https://hooks.example.com:99999/x"}}},
+     "notifications.channels.ops.url: its port must be a number from 1 to 65535"),
+    ({"public_url": "https://sealflow.example.com:http/"}, "notifications.public_url: its port must be a number"),
 ])
 def test_a_mistake_is_an_error_naming_its_path(section, message):
     # Given a section with one mistake / When it is read / Then the error names where and what

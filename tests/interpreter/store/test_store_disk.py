@@ -124,3 +124,16 @@ def test_given_a_read_only_store_file_when_the_cli_opens_it_then_it_says_so_with
     # Then it fails with the store named and the cause, not "internal error"
     assert code in (1, 2) and "internal error" not in err and str(path) in err
     assert "readonly" in err and "writable" in err
+
+
+def test_given_a_file_that_is_not_a_database_when_the_cli_opens_it_as_the_store_then_it_says_so(tmp_path, capsys):
+    # Given a --store naming a file that is not a SQLite database (a YAML file given by mistake)
+    path = tmp_path / "sealflow-config.yaml"
+    path.write_text("models:\n  m: {provider: local}\n" * 50)
+    for argv in (("doctor", "--json"), ("status", "r_1"), ("notifications", "list")):
+        # When a command opens it
+        code = main([*argv, "--store", f"sqlite:///{path}"])
+        err = capsys.readouterr().err
+        # Then a usage error names the file and what it is not, not "internal error"; the file is untouched
+        assert code == 2 and "internal error" not in err and f"{path} is not a SQLite database" in err, argv
+    assert path.read_text().startswith("models:")

@@ -19,7 +19,7 @@ from sealflow.interpreter.core.clock import Clock, FakeClock
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import MessageRefused, NewRun, SchemaTooNew, open_store
+from sealflow.interpreter.store import MessageRefused, NewRun, SchemaTooNew, StoreError, open_store
 from sealflow.interpreter.store.postgres import LATEST, SchemaTooOld, StoreUnavailable, migrate
 from sealflow.interpreter.store.postgres.schema import MIGRATIONS
 
@@ -381,3 +381,24 @@ def test_the_cli_runs_a_definition_on_a_postgresql_store(pg_schema, capsys):
     # Then the run completes there, and its audit chain verifies
     assert code == 0 and "state: completed" in out
     assert main(["audit", "verify", "--store", pg_schema.url()]) == 0
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://postgres@127.0.0.1:1/sealflow?password=S3CRETPW",  # libpq takes the password as a parameter too
+    "postgresql://postgres@127.0.0.1:1/sealflow?sslpassword=S3CRETPW&connect_timeout=2",
+    "postgresql://postgres:S3CRETPW@127.0.0.1:1/sealflow",
+])
+def test_a_store_that_cannot_be_opened_never_shows_its_password(url):
+    # Given a store URL with a password, in the user part or as a libpq parameter, naming no server
+    # When it is opened / Then the error names the store, masked
+    with pytest.raises(StoreUnavailable) as err:
+        open_store(url)
+    assert "S3CRETPW" not in str(err.value) and "***" in str(err.value) and "127.0.0.1:1" in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["postgresql://postgres:S3CRETPW@[::1/sealflow", "postgresql://u:S3CRETPW@[x/db"])
+def test_a_store_url_a_parser_chokes_on_is_a_store_error(url):
+    # Given a store URL with an unclosed IPv6 bracket / When opened / Then a StoreError says so, not a ValueError
+    with pytest.raises(StoreError) as err:
+        open_store(url)
+    assert "not a PostgreSQL URL" in str(err.value) and "S3CRETPW" not in str(err.value)

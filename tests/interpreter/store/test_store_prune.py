@@ -81,6 +81,10 @@ def test_given_a_store_with_old_runs_when_the_cli_prunes_then_audit_verify_stays
 def test_given_a_bad_age_when_pruning_then_a_usage_error_says_how_to_write_one(tmp_path, capsys):
     code = main(["store", "prune", "--older-than", "thirty", "--store", f"sqlite:///{tmp_path}/s.db"])
     assert code == 2 and "30s" in capsys.readouterr().err
+    # And an age from before the epoch (a cutoff in the year -273788674) is refused, not a prune of nothing
+    code = main(["store", "prune", "--older-than", "99999999999d", "--store", f"sqlite:///{tmp_path}/s.db"])
+    err = capsys.readouterr().err
+    assert code == 2 and "'99999999999d': the age must be at most" in err
 
 
 def test_given_an_access_policy_then_only_its_operators_prune_the_store(tmp_path, capsys):

@@ -1,9 +1,11 @@
 """``sealflow notifications list|deliver``: the approval notifications of a store (docs/operations.md).
 
 ``list`` shows deliveries (``--failed``: the dead-lettered ones) with their channel, run, gate, attempts and
-last error (a status code or an error class; never a URL, a secret or a response body). ``deliver --once``
+last error (a status code or an error class; never a URL, a secret or a response body), only those of runs the
+principal (``--as``) may read under the access policy: an operator sees every tenant's. ``deliver --once``
 posts what is due and exits (for cron-like use where no worker or ``serve`` runs the deliverer); without
-``--once`` it keeps delivering until interrupted.
+``--once`` it keeps delivering until interrupted. It posts every tenant's deliveries, so under an access
+policy only an operator may run it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import time
 
 import click
 
-from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import json_flag, store_option
-from sealflow.cli.session import load_config, open_store
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import access_option, as_option, json_flag, store_option
+from sealflow.cli.session import load_access, load_config, open_store
 
 
 def _when(ts: float | None) -> str:
@@ -35,15 +37,24 @@ def notifications():
 @click.option("--tenant", metavar="NAME", default=None, help="Only this tenant's deliveries (default: all).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @store_option
+@as_option
+@access_option
 @json_flag("Print a JSON list.")
-def list_(failed, run_id, tenant, limit, store_url, as_json):
-    """Deliveries, newest first: id, state, channel, run, gate, attempts, next try, last error."""
+def list_(failed, run_id, tenant, limit, store_url, principal, access_path, as_json):
+    """Deliveries, newest first: id, state, channel, run, gate, attempts, next try, last error (only those
+    of runs you may read: runs:read, or your own runs; an operator sees every tenant's)."""
+    from sealflow.interpreter.policy.operations import visible_runs
+
+    access = load_access(access_path)
     store = open_store(store_url)
     try:
         records = store.deliveries(state="failed" if failed else None, run_id=run_id, limit=limit)
+        # the principal is authorised, not the --tenant it names: a run it may not read is not listed
+        readable = set(visible_runs(store, access, list(dict.fromkeys(r.run_id for r in records)), tenant=tenant,
+                                    actor=principal))
     finally:
         store.close()
-    records = [r for r in records if tenant is None or r.tenant == tenant]
+    records = [r for r in records if r.run_id in readable]
     if as_json:
         click.echo(json.dumps([{k: v for k, v in dataclasses.asdict(r).items() if k != "payload"}
                                | {"summary": (r.payload.get("data") or {}).get("summary")} for r in records],
@@ -62,13 +73,22 @@ def list_(failed, run_id, tenant, limit, store_url, as_json):
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds between rounds (without --once).")
 @store_option
+@as_option
+@access_option
 @json_flag("Print the counts as one JSON object (with --once).")
-def deliver(once, interval, store_url, as_json):
-    """Post the due approval notifications of the store per the configuration's notifications: section."""
+def deliver(once, interval, store_url, principal, access_path, as_json):
+    """Post the due approval notifications of the store per the configuration's notifications: section
+    (every tenant's: operators only under an access policy)."""
     from sealflow.interpreter.core.errors import ConfigError
     from sealflow.interpreter.execution.secrets import chain_for
+    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
     from sealflow.interpreter.service.notifications import Deliverer, load
 
+    try:
+        require_operator(load_access(access_path), principal, "deliver the approval notifications")
+    except OperatorOnly as exc:
+        refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) to do it, or let the "
+                         "workers and `sealflow serve` deliver them")
     config = load_config()
     try:
         notify = load(config)

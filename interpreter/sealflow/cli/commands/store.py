@@ -55,7 +55,13 @@ def _older_than(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
     if ms <= 0:
         raise click.BadParameter(f"{value!r}: the age must be more than zero, like 30d")
+    if ms > _MOST_MS:
+        raise click.BadParameter(f"{value!r}: the age must be at most 36500d (a cutoff before 1970 prunes nothing)")
     return ms / 1000
+
+
+#: the oldest age --older-than takes: 100 years (more would put the cutoff before the epoch)
+_MOST_MS = 36_500 * 86_400_000
 
 
 @store.command()

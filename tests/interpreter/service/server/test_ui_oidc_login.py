@@ -179,6 +179,10 @@ def test_the_flow_is_checked_at_start(provider, jwks, tmp_path, capsys):
     with pytest.raises(OidcConfigError, match="token endpoint: must be an absolute http"):
         LoginFlow(oidc, OidcLoginSettings(CLIENT_ID, REDIRECT, authorization_endpoint="https://id/a",
                                           token_endpoint="javascript:x"))
+    for garbage in ("https://[::1/cb", "https://sealflow.example.com:99999/cb"):  # a parser's ValueError, said so
+        with pytest.raises(OidcConfigError, match="redirect URI: must be an absolute http"):
+            LoginFlow(oidc, OidcLoginSettings(CLIENT_ID, garbage, authorization_endpoint="https://id/a",
+                                              token_endpoint="https://id/t"))
     with pytest.raises(OidcConfigError, match="names issuer"):
         LoginFlow(OidcSettings(issuer=provider.url + "/other", audience="api", jwks_path=jwks),
                   OidcLoginSettings(CLIENT_ID, REDIRECT, authorization_endpoint="https://id/a"))
