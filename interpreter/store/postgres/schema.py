@@ -123,6 +123,12 @@ CREATE TABLE workers (
 );
 """
 
+# a worker's Dramatiq broker id (Redis) with its heartbeat: once the heartbeat lapses, another worker puts the
+# messages that worker fetched but never acknowledged back on their queues (service/liveness.py)
+_V17_BROKER_IDS = """
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS broker_id TEXT;
+"""
+
 # the submitted bytes and envelopes of definitions; an executor's refusal of a version
 # (sealflow.interpreter.store.definitions)
 _V4_SOURCES = """
@@ -212,6 +218,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (12, "usage reservations: a model call's worst case held against the tenant's daily quota", PG_RESERVATIONS),
     (13, "per-model rate limits shared by every process: the calls granted in the last window", PG_RATELIMITS),
     (14, "approval notifications: one delivery row per channel, written with the gate that opens", PG_DELIVERIES),
+    (17, "workers record their Dramatiq broker id: a silent worker's fetched messages are requeued",
+     _V17_BROKER_IDS),
 ]
 LATEST = MIGRATIONS[-1][0]
 
