@@ -9,7 +9,9 @@ instead of after ``redeliver_after``. A duplicate message is harmless: the claim
 :func:`wait_for_work` waits for the next round on the store's wake-ups when it has them (PostgreSQL:
 LISTEN/NOTIFY on new outbox rows), else sleeps the interval. :class:`Heartbeat` records that this
 process is alive on a store that keeps heartbeats, so other machines' workers can take over its leases
-when it goes silent (:func:`sealflow.interpreter.engine.recovery.expire_dead_owners`); every runtime that
+when it goes silent (:func:`sealflow.interpreter.engine.recovery.expire_dead_owners`), and, on a Redis broker,
+put back on their queues the messages it had fetched but not acknowledged (:func:`requeue_silent`: its beats
+carry its Dramatiq broker id), instead of leaving them to Dramatiq's own minute-long heartbeat; every runtime that
 executes steps beats, on its own thread (:class:`Heartbeats`), from before its first claim: a process
 that claimed work without a heartbeat (`sealflow run` or `approve` driving a run on a shared store, or a
 worker whose loop had not beaten yet) would look dead to the others, which would take its running steps.
@@ -113,17 +115,24 @@ def wait_for_work(store: Any, stop: threading.Event, interval: float) -> None:
 
 
 class Heartbeat:
-    """Beats every ``every`` seconds on a store that keeps heartbeats (``store.heartbeat(owner)``)."""
+    """Beats every ``every`` seconds on a store that keeps heartbeats (``store.heartbeat(owner)``), with the
+    worker's Dramatiq ``broker_id`` (Redis) when it has one."""
 
-    def __init__(self, store: Any, owner: str, *, every: float = 2.0):
-        self.store, self.owner, self.every = store, owner, every
+    def __init__(self, store: Any, owner: str, *, every: float = 2.0, broker_id: str | None = None):
+        self.store, self.owner, self.every, self.broker_id = store, owner, every, broker_id
         self.enabled = hasattr(store, "heartbeat")
         self._next = 0.0
+
+    def send(self) -> None:
+        if self.broker_id is None:
+            self.store.heartbeat(self.owner)
+        else:
+            self.store.heartbeat(self.owner, self.broker_id)
 
     def beat(self) -> None:
         if not self.enabled or time.monotonic() < self._next:
             return
-        self.store.heartbeat(self.owner)
+        self.send()
         self._next = time.monotonic() + self.every
 
 
@@ -133,9 +142,9 @@ class Heartbeats(threading.Thread):
     fails (the store unreachable) is logged and tried again at the next tick: going silent is exactly what
     lets other workers take over, so a process cut off from the store does not pretend otherwise."""
 
-    def __init__(self, store: Any, owner: str, *, every: float = 2.0):
+    def __init__(self, store: Any, owner: str, *, every: float = 2.0, broker_id: str | None = None):
         super().__init__(name="sealflow-heartbeat", daemon=True)
-        self.beats = Heartbeat(store, owner, every=every)
+        self.beats = Heartbeat(store, owner, every=every, broker_id=broker_id)
         self._halt = threading.Event()
 
     def begin(self) -> None:
@@ -146,7 +155,7 @@ class Heartbeats(threading.Thread):
 
     def _beat(self) -> None:
         try:
-            self.beats.store.heartbeat(self.beats.owner)
+            self.beats.send()
         except Exception:  # noqa: BLE001 - the store is away: say so, beat again at the next tick
             log.warning("could not record this worker's heartbeat in the store; trying again", exc_info=True)
 
@@ -158,3 +167,53 @@ class Heartbeats(threading.Thread):
         self._halt.set()
         if self.is_alive():
             self.join(5)
+
+
+#: put back on their queues the messages a (dead) Dramatiq Redis consumer fetched but never acknowledged, as
+#: Dramatiq's own maintenance does for a worker whose Redis heartbeat is a minute old; returns how many
+_REQUEUE = """
+local ns, dead = KEYS[1], ARGV[1]
+local acks = ns .. ":__acks__." .. dead .. "."
+local moved = 0
+for _, set in ipairs(redis.call("keys", acks .. "*")) do
+  local queue = ns .. ":" .. string.sub(set, #acks + 1)
+  for _, id in ipairs(redis.call("smembers", set)) do
+    if redis.call("hexists", queue .. ".msgs", id) == 1 then
+      redis.call("rpush", queue, id)
+      moved = moved + 1
+    end
+  end
+  redis.call("del", set)
+end
+redis.call("zrem", ns .. ":__heartbeats__", dead)
+return moved
+"""
+
+
+def broker_id_of(broker: Any) -> str | None:
+    """The Dramatiq broker id of a Redis broker (the key of its unacknowledged messages), else None."""
+    return getattr(broker, "broker_id", None) if getattr(broker, "client", None) is not None else None
+
+
+def requeue_silent(store: Any, broker: Any, silent_for: float | None) -> int:
+    """Requeue the fetched but unacknowledged Redis messages of every other worker whose store heartbeat is
+    more than ``silent_for`` s old (``store.silent_brokers``; None: the store keeps no heartbeats); how many.
+
+    A worker killed with messages in its prefetch buffer would otherwise leave them for a minute (Dramatiq's
+    heartbeat) or ``redeliver_after`` (the sweeper). A worker that was only slow to beat and is alive gets a
+    duplicate of what it holds, which is harmless: the claim refuses a step already taken."""
+    silent = getattr(store, "silent_brokers", None)
+    own = broker_id_of(broker)
+    if silent is None or own is None or silent_for is None:
+        return 0
+    moved = 0
+    for owner, broker_id in silent(silent_for):
+        if broker_id == own:
+            continue
+        count = int(broker.client.eval(_REQUEUE, 1, broker.namespace, broker_id))
+        store.forget_broker(owner, broker_id)
+        if count:
+            log.warning("worker %s went silent holding %d fetched message(s) it never started; requeued them",
+                        owner, count)
+        moved += count
+    return moved

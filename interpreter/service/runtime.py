@@ -170,7 +170,8 @@ class Runtime(Repair, Driving):
         with self._start_lock:
             if self._worker is None:
                 if self._heartbeats is None:  # known to be alive before the first claim (service/liveness.py)
-                    self._heartbeats = liveness.Heartbeats(self.store, self.owner, every=self.heartbeat_every)
+                    self._heartbeats = liveness.Heartbeats(self.store, self.owner, every=self.heartbeat_every,
+                                                           broker_id=liveness.broker_id_of(self.broker))
                     self._heartbeats.begin()
                 self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads,
                                                worker_timeout=self.worker_timeout_ms, queues=set(self.queue_names))
@@ -189,8 +190,9 @@ class Runtime(Repair, Driving):
         send the outbox (rows any process wrote, e.g. ``sealflow submit``); every ``interval`` seconds (not at
         each wake-up) sweep expired leases and due timers. Every ``dead_owner_check`` seconds end the leases
         of dead workers: on a store with heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any
-        machine; else this host's, by pid. This worker beats every ``heartbeat_every`` seconds where the store
-        keeps heartbeats. A broker that goes away (or fails a send) is retried with backoff and logged
+        machine (on Redis also requeue the messages they fetched but never acknowledged); else this host's, by
+        pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A broker
+        that goes away (or fails a send) is retried with backoff and logged
         (:mod:`sealflow.interpreter.service.liveness`); a round that fails (the store busy past its timeout, or
         unreachable) is logged and tried again, and so is the recovery of :meth:`start` if it failed
         (``broker_lost``: it failed sending, so what it took from the outbox is sent again once the broker is back)."""
@@ -221,6 +223,7 @@ class Runtime(Repair, Driving):
                     self.dispatcher.flush()
                 if time.monotonic() >= check_at:
                     recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
+                    liveness.requeue_silent(self.store, self.broker, silent_for)  # what they fetched from Redis
                     check_at = time.monotonic() + dead_owner_check
                 if time.monotonic() >= sweep_at:  # a wake-up (a submit) is for the dispatcher: sweep on the clock
                     self.sweeper.sweep()

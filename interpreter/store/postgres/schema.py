@@ -125,6 +125,12 @@ CREATE TABLE workers (
 );
 """
 
+# a worker's Dramatiq broker id (Redis) with its heartbeat: once the heartbeat lapses, another worker puts the
+# messages that worker fetched but never acknowledged back on their queues (service/liveness.py)
+_V17_BROKER_IDS = """
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS broker_id TEXT;
+"""
+
 # the submitted bytes and envelopes of definitions; an executor's refusal of a version
 # (sealflow.interpreter.store.definitions)
 _V4_SOURCES = """
@@ -217,6 +223,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (15, "fan-out: child runs (parent run, step, attempt, item index, item) and their counters", PG_CHILDREN),
     (16, "server sign-in state shared by every server process: /ui sessions (id hashed), pending OIDC logins",
      PG_SESSIONS),
+    (17, "workers record their Dramatiq broker id: a silent worker's fetched messages are requeued",
+     _V17_BROKER_IDS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -22,7 +22,8 @@ implementation of every rule; what differs is here:
 * **Wake-ups.** An outbox row written unsent notifies channel ``sealflow_work`` at commit;
   :meth:`wait_for_work` blocks on it (``LISTEN``) instead of polling.
 * **Liveness.** Workers heartbeat in the store (:meth:`heartbeat`); :meth:`dead_workers` names owners
-  whose heartbeat is older than a limit on the database clock. No host name or pid is involved.
+  whose heartbeat is older than a limit on the database clock. No host name or pid is involved. A worker on
+  Redis records its Dramatiq broker id with its beats (:mod:`~sealflow.interpreter.store.postgres.workers`).
 * **Errors.** A lost or refused connection is a :class:`StoreUnavailable` naming the store (password
   masked) and the cause; a statement the database refuses (a constraint) a :class:`StoreError` saying so.
   Either way the transaction in flight rolled back, so nothing half-done is left.
@@ -63,12 +64,12 @@ from sealflow.interpreter.store.postgres.connection import (
 )
 from sealflow.interpreter.store.postgres.dialect import PgConn
 from sealflow.interpreter.store.postgres.sessions import PgSessionsMixin
+from sealflow.interpreter.store.postgres.workers import WorkersMixin
 from sealflow.interpreter.store.records import Message, SweepReport
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite.store import SqliteStore
 
 _CURSOR = rows.CURSOR
-_LIVE = "('queued','running','waiting','cancelling','compensating')"
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 CHANNEL = "sealflow_work"
 
@@ -95,7 +96,7 @@ def _io(method):
     return run
 
 
-class PostgresStore(PgSessionsMixin, SqliteStore):
+class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
@@ -374,22 +375,6 @@ class PostgresStore(PgSessionsMixin, SqliteStore):
                                        f"{_cause(exc)}") from None
             return woke
 
-    def heartbeat(self, owner: str) -> None:
-        """Record that worker ``owner`` is alive, on the database clock."""
-        with self._conn() as raw:
-            raw.execute("INSERT INTO workers (owner) VALUES (%s) ON CONFLICT (owner) DO UPDATE SET "
-                        "heartbeat_at = now()", (owner,))
-
-    def dead_workers(self, silent_for: float) -> list[str]:
-        """Owners holding a lease whose last heartbeat is more than ``silent_for`` s old (or who never beat)."""
-        with self._conn() as raw:
-            got = raw.execute(
-                f"SELECT DISTINCT a.lease_owner FROM runs r JOIN attempts a ON {_CURSOR} LEFT JOIN workers w ON "
-                f"w.owner = a.lease_owner WHERE r.state IN {_LIVE} AND a.state = 'running' AND a.lease_owner IS NOT "
-                "NULL AND (w.heartbeat_at IS NULL OR w.heartbeat_at < now() - make_interval(secs => %s))",
-                (float(silent_for),)).fetchall()
-        return [r[0] for r in got]
-
 
 def _shifted_commit(commit, shift: float):
     """``commit`` with the due times the caller computed moved onto the database's clock."""
@@ -408,8 +393,8 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
               "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
               "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
-              "due_deadlines", "heartbeat", "dead_workers", "slots", "prune_runs", "rate_take", "rate_settle",
-              "rate_usage", "take_deliveries", "settle_delivery", "deliveries", "children", "fanout",
-              "child_counts", "run_usage"):
+              "due_deadlines", "heartbeat", "dead_workers", "silent_brokers", "forget_broker", "slots", "prune_runs",
+              "rate_take", "rate_settle", "rate_usage", "take_deliveries", "settle_delivery", "deliveries", "children",
+              "fanout", "child_counts", "run_usage"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

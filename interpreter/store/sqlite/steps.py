@@ -11,6 +11,7 @@ audited).
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import day_of
@@ -151,8 +152,28 @@ class StepPathMixin:
         if att.token != msg.token or att.state != "scheduled" or run.state not in states.RUN_CLAIMABLE:
             return None
         self._take(c, now, run, att, "scheduled", owner)
+        self._merge_scheduled(att.step_id)
         run_id = run.id
         return Claimed(run, att, LazyResults(lambda: self.results(run_id)))
+
+    def _merge_scheduled(self, step_id: str) -> None:
+        """One audit row for an attempt scheduled and claimed in one transaction (commit N, claim N + 1): the
+        ``step.scheduled`` row this commit queued is folded into its ``step.running`` row, which then reads
+        ``pending -> running`` and names who scheduled it (``detail.scheduled_by``, with the retry's attempt,
+        try and due time when there were some). Nothing is lost: the two rows could never be apart (one
+        transaction, one time), and the chain covers the merged row like any other."""
+        pending = self._pending  # type: ignore[attr-defined]
+        running = pending[-1] if pending else None
+        if running is None or running[1] != step_id or running[2] != "step.running":
+            return
+        for i in range(len(pending) - 2, -1, -1):
+            row = pending[i]
+            if row[1] == step_id and row[2] == "step.scheduled" and row[0] == running[0]:
+                detail = {"scheduled_by": row[3], **(json.loads(row[6]) if row[6] else {})}
+                pending[-1] = (running[0], step_id, "step.running", running[3], row[4], "running", dumps(detail),
+                               running[7], running[8])
+                del pending[i]
+                return
 
     @staticmethod
     def _results_of(c, run_id: str) -> dict:

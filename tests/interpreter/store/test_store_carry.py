@@ -47,8 +47,14 @@ def test_a_commit_that_carries_on_claims_the_next_attempt_in_the_same_transactio
         store.claim(*msg, owner="w2", now=T0 + 1)
     # and b commits with the carried claim's token, and the audit chain holds
     assert store.commit(finish(nxt), T0 + 2).run_state == "completed"
-    assert [e.event for e in store.audit("r1")].count("step.running") == 2
+    events = store.audit("r1")
+    assert [e.event for e in events].count("step.running") == 2
     assert auditchain.verify(store).ok
+    # and b's scheduling and its claim are one audit row (pending -> running, naming who scheduled it), not two
+    b_rows = [(e.event, e.state_before, e.state_after) for e in events if e.step_id == "b"]
+    assert b_rows[0] == ("step.running", "pending", "running") and ("step.scheduled", "pending", "scheduled") \
+        not in b_rows
+    assert "scheduled_by" in (next(e for e in events if e.step_id == "b").detail or {})
 
 
 def test_a_commit_without_claim_as_leaves_the_next_attempt_to_its_message(store):
