@@ -78,7 +78,7 @@ class Waiting:
     #: audited with the wait (e.g. ``rate_limited``, with ``detail``)
     event: str | None = None
     detail: dict | None = None
-    #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.interpreter.store.records.Spawn`)
+    #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.interpreter.store.changes.Spawn`)
     spawn: Any = None
 
 

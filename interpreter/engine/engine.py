@@ -2,7 +2,7 @@
 
 For a message ``(run_id, step_id, attempt, token, tenant)``:
 
-1. **claim** (:meth:`Store.claim`): compare-and-set on the attempt's token and
+1. **claim** (:meth:`Store.claim`, :mod:`.claiming`): compare-and-set on the attempt's token and
    state, and the run's tenant; a stale, duplicate, forged or cross-tenant
    message is refused and audited (``message_refused``) and does nothing else;
    a fresh attempt of a sensitive step is then reauthorised
@@ -44,6 +44,7 @@ from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeed
 from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.engine import capability, compensation, fanout, poison, recovery
 from sealflow.interpreter.engine import decide as flow
+from sealflow.interpreter.engine.claiming import Claiming
 from sealflow.interpreter.engine.committing import commit_retrying
 from sealflow.interpreter.execution import breakers
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
@@ -86,15 +87,7 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
 
 
-class _PlanNeeded(Exception):
-    """Raised inside a claim (rolling it back) when the run's plan is not cached in this process yet."""
-
-    def __init__(self, digest: str):
-        super().__init__(digest)
-        self.digest = digest
-
-
-class Engine:
+class Engine(Claiming):
     """Executes step messages against a store. Thread-safe; one per process is enough."""
 
     def __init__(self, store: Store, registry: Any, providers: Any = None, *, clock: Clock, owner: str,
@@ -197,12 +190,8 @@ class Engine:
         if claimed is None and self._leaves(run_id, step_id, attempt, token, tenant):
             return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
         try:
-            if claimed is None:
-                try:
-                    claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
-                except _PlanNeeded as need:  # first message of this plan here: load it outside the claim, again
-                    self.plan(need.digest)
-                    claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
+            if claimed is None:  # (the first message of a plan here loads it outside the claim: .claiming)
+                claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
         except MessageRefused as exc:
             log.info("%s", exc)
             self.telemetry and self.telemetry.refused(exc.reason)
@@ -216,34 +205,6 @@ class Engine:
             return self._handle_claimed(claimed, step_id, slot_errors, began)
         finally:
             self._carry.want = False
-
-    def _carried(self, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
-        """The claim this thread's last commit made of this message's attempt (``carry``), if it is that one."""
-        got, self._carry.claimed = getattr(self._carry, "claimed", None), None
-        if got is None:
-            return None
-        att = got.attempt
-        if (got.run.id, att.step_id, att.attempt, att.token) != (run_id, step_id, attempt, token + 1):
-            log.warning("a carried-on claim of run %s step %r was not handled next; its lease will expire and it "
-                        "will be retried", got.run.id, att.step_id)
-            return None
-        return got
-
-    def _may_carry(self, x: Execution, commit: Commit) -> bool:
-        """Whether the commit may claim the run's next attempt for this thread (``carry``): it is scheduled now,
-        and neither a bulkhead nor a lock or pool stands in the way (those claims wait in line: not here)."""
-        nxt = commit.next
-        if not getattr(self._carry, "want", False) or nxt is None or not commit.dispatch_inline:
-            return False
-        if nxt.state != "scheduled" or self.running_limit is not None or nxt.due_at is not None \
-                and nxt.due_at > self.clock.now():
-            return False
-        ref = StepRef.parse(nxt.step_id)
-        if ref.is_compensation:
-            return False
-        step = self._steps.get(x.run.plan_digest, {}).get(split_step_id(nxt.step_id)[0])
-        return step is not None and not coordination.needs_slots(x.plan, step) \
-            and not capability.step_lacks(self, x.run, nxt.step_id)
 
     def _handle_claimed(self, claimed: Claimed, step_id: str, slot_errors: list[StepError],
                         began: float) -> tuple[Message, ...]:
@@ -261,71 +222,10 @@ class Engine:
             return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
         return self._run_attempt(x, refused, claimed.resumed)[1]
 
-    def _leaves(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
-        """Whether this process lacks what the step needs (:mod:`.capability`): then the message is left
-        unclaimed, nothing changed, for a process that has it (the outbox row is sent again). Only a message
-        the claim would take is left: one naming another tenant, a stale token or an attempt that is not
-        claimable goes on to the claim, which refuses it and audits why."""
-        run = self._runs.get(run_id)
-        if run is None:
-            try:
-                run = self.store.get_run(run_id)
-            except NotFound:
-                return False  # the claim refuses it, audited
-            if len(self._runs) >= 4096:
-                self._runs.clear()
-            self._runs[run_id] = run
-        missing = capability.step_lacks(self, run, step_id)
-        if not missing:
-            if self.left:
-                self.left.pop(run_id, None)
-            return False
-        if not self._claimable(run, step_id, attempt, token, tenant):
-            return False
-        if self.left.get(run_id) != missing:
-            log.warning("left step %r (attempt %s) of run %s (%s v%s) for a process that can run it, nothing "
-                        "changed: %s", step_id, attempt, run_id, run.workflow, run.workflow_version,
-                        "; ".join(capability.describe_lack(*lack) for lack in missing))
-        if len(self.left) >= 4096:
-            self.left.clear()
-        self.left[run_id] = missing
-        return True
-
-    def _claimable(self, run: RunRecord, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
-        """Whether the claim would take this message (read only when a step is to be left: the rare path)."""
-        if tenant is not None and tenant != run.tenant:
-            return False
-        att = next((a for a in self.store.attempts(run.id) if (a.step_id, a.attempt) == (step_id, attempt)), None)
-        return att is not None and att.token == token and att.state in ("scheduled", "waiting")
-
     def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
         outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))
         counts = not resumed and refused is None and not isinstance(outcome, Skipped)
         return outcome, self.commit(x, outcome, actor=self.actor, counts_step=counts)
-
-    def _claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None,
-               slot_errors: list[StepError]) -> Claimed:
-        return self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
-                                now=self.clock.now(), running_limit=self.running_limit,
-                                slots=lambda run, att, results: self._slots(run, att, results, slot_errors))
-
-    def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
-        """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
-        called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
-        The plan must be cached already (no store read inside the claim's transaction)."""
-        plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)
-        if plan is None or steps is None:
-            raise _PlanNeeded(run.plan_digest)
-        step = steps[split_step_id(att.step_id)[0]]
-        if not coordination.needs_slots(plan, step):
-            return ()
-        seen = results() if run.parent_run_id is None else {**self.parents.adopt(run), **results()}
-        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=seen, outputs=self.outputs)
-        try:
-            return coordination.requests(plan, step, run, att.step_id, x.render, self.pools)
-        except StepError as exc:
-            errors[:] = [exc]
-            return ()
 
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:

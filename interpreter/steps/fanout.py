@@ -3,7 +3,7 @@
 First claim of the step's attempt (:func:`start`): ``map.items`` is evaluated; anything but a list, a list
 longer than ``max_items`` or heavier than :data:`MAX_ITEMS_BYTES` (the items are stored, one per child), or an
 element that is not JSON fails the step with ``invalid_request``. Otherwise the attempt goes ``waiting`` and
-its commit creates the children (:class:`~sealflow.interpreter.store.records.Spawn`), each running the
+its commit creates the children (:class:`~sealflow.interpreter.store.changes.Spawn`), each running the
 sub-flow's nested plan (:func:`child_plan`, stored content-addressed like any plan). No worker is held while
 they run: the store promotes pending children and wakes the attempt when every child has ended or more have
 failed than tolerated (:mod:`sealflow.interpreter.store.sqlite.children`).

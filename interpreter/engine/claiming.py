@@ -1,0 +1,141 @@
+"""How the engine comes to hold an attempt: the claim side of the message path.
+
+Before a message runs, the engine either takes the attempt or leaves it alone:
+
+* **leaving**: a step this process lacks an action, model, secret or trust policy for (:mod:`.capability`)
+  is left unclaimed, nothing changed, for a process that has it;
+* **the claim** (:meth:`Store.claim`), with the lock and pool slots the attempt needs
+  (:mod:`sealflow.interpreter.policy.coordination`), computed inside the claim from the cached plan;
+* **carrying**: the claim the last commit of this thread made of the run's next attempt
+  (``Commit.claim_as``), used instead of claiming it again, and when a commit may make one.
+
+These are methods of :class:`~sealflow.interpreter.engine.engine.Engine` (a mixin, as
+``service/driving.py`` is the ``Runtime``'s); they use its store, clock, caches and carry state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.ids import StepRef, split_step_id
+from sealflow.interpreter.engine import capability
+from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.policy import coordination
+from sealflow.interpreter.store.base import Claimed, Commit, RunRecord
+from sealflow.interpreter.store.errors import NotFound
+
+log = logging.getLogger("sealflow.engine")
+
+
+class _PlanNeeded(Exception):
+    """Raised inside a claim (rolling it back) when the run's plan is not cached in this process yet."""
+
+    def __init__(self, digest: str):
+        super().__init__(digest)
+        self.digest = digest
+
+
+class Claiming:
+    """Methods of :class:`~sealflow.interpreter.engine.engine.Engine` (see this module)."""
+
+    def _carried(self, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
+        """The claim this thread's last commit made of this message's attempt (``carry``), if it is that one."""
+        got, self._carry.claimed = getattr(self._carry, "claimed", None), None
+        if got is None:
+            return None
+        att = got.attempt
+        if (got.run.id, att.step_id, att.attempt, att.token) != (run_id, step_id, attempt, token + 1):
+            log.warning("a carried-on claim of run %s step %r was not handled next; its lease will expire and it "
+                        "will be retried", got.run.id, att.step_id)
+            return None
+        return got
+
+    def _may_carry(self, x: Execution, commit: Commit) -> bool:
+        """Whether the commit may claim the run's next attempt for this thread (``carry``): it is scheduled now,
+        and neither a bulkhead nor a lock or pool stands in the way (those claims wait in line: not here)."""
+        nxt = commit.next
+        if not getattr(self._carry, "want", False) or nxt is None or not commit.dispatch_inline:
+            return False
+        if nxt.state != "scheduled" or self.running_limit is not None or nxt.due_at is not None \
+                and nxt.due_at > self.clock.now():
+            return False
+        ref = StepRef.parse(nxt.step_id)
+        if ref.is_compensation:
+            return False
+        step = self._steps.get(x.run.plan_digest, {}).get(split_step_id(nxt.step_id)[0])
+        return step is not None and not coordination.needs_slots(x.plan, step) \
+            and not capability.step_lacks(self, x.run, nxt.step_id)
+
+    def _leaves(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
+        """Whether this process lacks what the step needs (:mod:`.capability`): then the message is left
+        unclaimed, nothing changed, for a process that has it (the outbox row is sent again). Only a message
+        the claim would take is left: one naming another tenant, a stale token or an attempt that is not
+        claimable goes on to the claim, which refuses it and audits why."""
+        run = self._runs.get(run_id)
+        if run is None:
+            try:
+                run = self.store.get_run(run_id)
+            except NotFound:
+                return False  # the claim refuses it, audited
+            if len(self._runs) >= 4096:
+                self._runs.clear()
+            self._runs[run_id] = run
+        missing = capability.step_lacks(self, run, step_id)
+        if not missing:
+            if self.left:
+                self.left.pop(run_id, None)
+            return False
+        if not self._claimable(run, step_id, attempt, token, tenant):
+            return False
+        if self.left.get(run_id) != missing:
+            log.warning("left step %r (attempt %s) of run %s (%s v%s) for a process that can run it, nothing "
+                        "changed: %s", step_id, attempt, run_id, run.workflow, run.workflow_version,
+                        "; ".join(capability.describe_lack(*lack) for lack in missing))
+        if len(self.left) >= 4096:
+            self.left.clear()
+        self.left[run_id] = missing
+        return True
+
+    def _claimable(self, run: RunRecord, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
+        """Whether the claim would take this message (read only when a step is to be left: the rare path)."""
+        if tenant is not None and tenant != run.tenant:
+            return False
+        att = next((a for a in self.store.attempts(run.id) if (a.step_id, a.attempt) == (step_id, attempt)), None)
+        return att is not None and att.token == token and att.state in ("scheduled", "waiting")
+
+    def _claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None,
+               slot_errors: list[StepError]) -> Claimed:
+        """Claim the attempt; the first message of a plan in this process loads the plan outside the claim
+        (:meth:`_slots` reads no store inside its transaction) and claims again."""
+        try:
+            return self._claim_once(run_id, step_id, attempt, token, tenant, slot_errors)
+        except _PlanNeeded as need:
+            self.plan(need.digest)
+            return self._claim_once(run_id, step_id, attempt, token, tenant, slot_errors)
+
+    def _claim_once(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None,
+                    slot_errors: list[StepError]) -> Claimed:
+        return self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
+                                now=self.clock.now(), running_limit=self.running_limit,
+                                slots=lambda run, att, results: self._slots(run, att, results, slot_errors))
+
+    def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
+        """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
+        called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
+        The plan must be cached already (no store read inside the claim's transaction)."""
+        plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)
+        if plan is None or steps is None:
+            raise _PlanNeeded(run.plan_digest)
+        step = steps[split_step_id(att.step_id)[0]]
+        if not coordination.needs_slots(plan, step):
+            return ()
+        seen = results() if run.parent_run_id is None else {**self.parents.adopt(run), **results()}
+        x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=seen, outputs=self.outputs)
+        try:
+            return coordination.requests(plan, step, run, att.step_id, x.render, self.pools)
+        except StepError as exc:
+            errors[:] = [exc]
+            return ()
