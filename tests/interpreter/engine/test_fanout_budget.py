@@ -38,6 +38,7 @@ def world(url, tmp_path):
 
     w.busy = []  # per undo call: the sibling child runs compensating at that moment
     w.hang = None  # (label, entered, go): that label's first undo call holds until go is set
+    w.broken = set()  # labels whose undo fails
 
     @action("t.undo", registry=w.registry)
     def undo(ctx, label: str):
@@ -45,6 +46,8 @@ def world(url, tmp_path):
         me = w.rt.store.get_run(ctx.run_id)
         if me.parent_run_id is not None:
             w.busy.append([k.id for k in w.rt.store.children(me.parent_run_id) if k.state == "compensating"])
+        if label in w.broken:
+            raise ValueError(f"cannot undo {label}")
         w.write(0.0, 0.0, label, ctx.idempotency_key)  # the effect, once per key at the receiver
         if w.hang is not None and w.hang[0] == label and [u for u, _ in w.undone].count(label) == 1:
             w.hang[1].set()
@@ -249,6 +252,18 @@ def test_a_failed_map_undoes_its_items_one_at_a_time_newest_completed_first(worl
     assert [label for label, _ in world.undone] == ["s2", "s0", "s1"]
     assert world.busy == [[kids[2].id], [kids[0].id], [kids[1].id]]
     assert [k.state for k in kids] == ["cancelled", "cancelled", "cancelled", "failed"]
+
+
+def test_an_item_whose_undo_fails_is_quarantined_and_the_next_items_undo_still_starts(world):
+    # Given a map whose items complete in the order s1, s0, s2, then the fourth fails, and s0 cannot be undone
+    world.broken = {"s0"}
+    status = world.rt.run(ordered_map(), {"items": ORDERED}, initiator=USER, until="final")
+    # When its completed items are undone
+    kids = settle(world.rt, status.run.id)
+    # Then s0's failed undo quarantined that item alone, and s1 (older) was still undone after it
+    assert [label for label, _ in world.undone] == ["s2", "s0", "s1"]
+    assert [k.state for k in kids] == ["quarantined", "cancelled", "cancelled", "failed"]
+    assert sorted(r[0] for r in world.rows("SELECT label FROM effects")) == ["s1", "s2"]
 
 
 def test_a_failed_parallel_undoes_its_branches_newest_completed_first(world):
