@@ -10,13 +10,14 @@ Undoing (:func:`undo_completed`): each completed child run compensates its own s
 
 When a ``map`` or ``parallel`` step fails (more failures than tolerated, a budget, a bad item list after a
 redrive), the commit that ends its attempt cancels the children still in flight (the store does that) and,
-built here, starts compensation in every *completed* child whose sub-flow has completed steps with
-``compensate:``: the child goes ``completed -> compensating`` with its first ``<step>@compensate`` attempt
-scheduled, in the same transaction (:meth:`~sealflow.interpreter.store.sqlite.children.ChildrenMixin._undo_child`).
-From there it is :mod:`sealflow.interpreter.engine.compensation` unchanged, per child run: newest completed
-step first, each through the ledger under ``<child run>:<step>:compensate``, retried by ``compensate.retry``,
-a compensation failing for good quarantines that child. The child then ends ``cancelled``. Children undo
-concurrently (they are independent items); within one child, newest first.
+built here, the first compensation attempt of every *completed* child whose sub-flow has completed steps with
+``compensate:``. The store undoes those children one at a time, newest completed first, across items
+(:meth:`~sealflow.interpreter.store.sqlite.children.ChildrenMixin._undo_next`): the newest goes
+``completed -> compensating`` in that commit, each next one in the transaction that ends the previous one's
+undo. Within a child it is :mod:`sealflow.interpreter.engine.compensation` unchanged: newest completed step
+first, each through the ledger under ``<child run>:<step>:compensate``, retried by ``compensate.retry``, a
+compensation failing for good quarantines that child (the next child's undo still starts: items are
+independent). The child then ends ``cancelled``.
 """
 
 from __future__ import annotations

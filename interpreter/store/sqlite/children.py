@@ -18,6 +18,14 @@ ended with its promotion and wake-up written.
 When the parent's attempt ends (:meth:`_close_fanout`), or the parent run is cancelled or times out
 (:meth:`_cancel_children`), the children still in flight are cancelled: pending ones at once, running ones
 cooperatively (``cancelling``, as ``sealflow cancel`` does).
+
+A failed fan-out undoes its completed children one at a time, newest completed first (``runs.updated_at`` of a
+completed child is when its completing commit ran; ties: the higher index first). The commit that fails the
+step queues each one's first compensation attempt, ``pending`` (the child stays ``completed``), and starts the
+newest (:meth:`_undo_next`: ``completed -> compensating``, the attempt scheduled); the transaction that ends a
+child's undo (``cancelled``, or ``quarantined`` when a compensation failed for good) starts the next, as a
+pending item is promoted. A crash between two transactions leaves one child compensating (its attempt is
+recovered like any, its compensations replayed from the ledger, never redone) and the rest queued.
 """
 
 from __future__ import annotations
@@ -181,7 +189,8 @@ class ChildrenMixin:
             return
         parent, step_id, attempt = got[:3]
         total, _, tolerated, started, ended_n, failed, fan_state = got[3:]
-        if fan_state == "closed":  # the parent step has ended (a completed child undone later ends again)
+        if fan_state == "closed":  # the step has ended: a child ending now may let the next undo start
+            self._undo_next(c, now, parent, step_id, attempt, run_id, actor)
             return
         ended_n, failed = ended_n + 1, failed + (state != "completed")
         wake = fan_state == "open" and (ended_n >= total or failed > tolerated or error_class == "budget_exceeded")
@@ -238,9 +247,10 @@ class ChildrenMixin:
     def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str,
                       undo: tuple = (), inline: bool = False, undo_seen: int | None = None) -> None:
         """The fan-out attempt ended: no child starts any more; those in flight are cancelled; the completed
-        children in ``undo`` (child id, first compensation attempt) start compensating (engine/fanout.py).
-        The undo was decided on ``undo_seen`` completed children: if another completed since, the commit is
-        refused as a conflict (:class:`ConcurrencyError`) and decided again."""
+        children in ``undo`` (child id, first compensation attempt: engine/fanout.py) are queued to be undone,
+        one at a time, newest completed first (:meth:`_undo_next`). The undo was decided on ``undo_seen``
+        completed children: if another completed since, the commit is refused as a conflict
+        (:class:`ConcurrencyError`) and decided again."""
         if undo_seen is not None:
             now_done = c.execute("SELECT COUNT(*) FROM runs WHERE parent_run_id = ? AND parent_step_id = ? AND "
                                  "parent_attempt = ? AND state = 'completed'", (run_id, step_id, attempt)).fetchone()[0]
@@ -253,25 +263,54 @@ class ChildrenMixin:
             self._cancel_open(c, now, "parent_run_id = ? AND parent_step_id = ? AND parent_attempt = ?",
                               (run_id, step_id, attempt), actor)
         for child, first in undo:
-            self._undo_child(c, now, child, first, actor, inline)
+            self._queue_undo(c, now, child, first)
+        if undo:
+            self._undo_next(c, now, run_id, step_id, attempt, None, actor)
 
-    def _undo_child(self, c, now: float, child: str, first: NextAttempt, actor: str, inline: bool) -> None:
-        """A completed child starts compensating (``completed -> compensating``, children only)."""
-        run = self._get_run(c, child)
-        if run.state != "completed" or run.parent_run_id is None:
+    def _queue_undo(self, c, now: float, child: str, first: NextAttempt) -> None:
+        """A completed child's first compensation attempt, ``pending`` (no worker can claim it) until
+        :meth:`_undo_next` starts it: the child stays ``completed`` meanwhile (nothing of it is undone yet)."""
+        got = c.execute("SELECT state, parent_run_id, rev FROM runs WHERE id = ?", (child,)).fetchone()
+        if got is None or got[0] != "completed" or got[1] is None:
             return
-        why = (first.data or {}).get("why")
-        self._run_to(c, now, child, "completed", "compensating", actor, {"why": why})
-        self._audit(c, now, child, None, "compensation.started", actor, None, None,
-                    {"steps": [first.step_id.split("@")[0], *((first.data or {}).get("queue") or ())],
-                     "then": "cancelled"})
-        number, msg = self._insert_attempt(c, now, child, first, inline, run.rev + 1, actor, tenant=run.tenant)
+        number = c.execute("SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts WHERE run_id = ? AND step_id = ?",
+                           (child, first.step_id)).fetchone()[0]
+        c.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
+                  "data, seq) VALUES (?,?,?,1,'pending',?,?,?,?,?)",
+                  (child, first.step_id, number, rows.new_token(), first.lease_ms, now,
+                   None if first.data is None else rows.dumps(first.data), got[2] + 1))
+
+    def _undo_next(self, c, now: float, parent: str, step_id: str, attempt: int, ending: str | None,
+                   actor: str) -> None:
+        """Start the undoing of the newest completed child of the fan-out attempt whose undo is queued, unless a
+        sibling (other than ``ending``, the child whose end calls this) is compensating: children of a failed
+        fan-out are undone one at a time, newest completed first (ties: the higher index first). Called by the
+        commit that closes the fan-out and by the one that ends each child afterwards, so the next starts in
+        the transaction that ends the previous one's undo."""
+        where = "r.parent_run_id = ? AND r.parent_step_id = ? AND r.parent_attempt = ?"
+        nxt = c.execute(f"SELECT r.id, r.tenant, a.step_id, a.attempt, a.token, a.data FROM runs r JOIN "
+                        "attempts a ON a.run_id = r.id AND a.state = 'pending' "
+                        f"WHERE {where} AND r.state = 'completed' ORDER BY r.updated_at DESC, r.item_index DESC "
+                        "LIMIT 1", (parent, step_id, attempt)).fetchone()
+        if nxt is None:
+            return
+        busy = c.execute(f"SELECT 1 FROM runs r WHERE {where} AND r.state = 'compensating' AND r.id <> ? LIMIT 1",
+                         (parent, step_id, attempt, ending or "")).fetchone()
+        if busy is not None:
+            return
+        cid, tenant, comp_step, number, token, data = nxt
+        data = {} if data is None else rows.loads(data)
+        why = data.get("why")
+        self._run_to(c, now, cid, "completed", "compensating", actor, {"why": why})
+        self._audit(c, now, cid, None, "compensation.started", actor, None, None,
+                    {"steps": [comp_step.split("@")[0], *(data.get("queue") or ())], "then": "cancelled"})
+        self._step_to(c, now, cid, comp_step, "pending", "scheduled", actor)
+        c.execute("UPDATE attempts SET state = 'scheduled', scheduled_at = ?, due_at = ? WHERE run_id = ? AND "
+                  "step_id = ? AND attempt = ?", (now, now, cid, comp_step, number))
         c.execute("UPDATE runs SET state = 'compensating', rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
                   "error_message = ?, cursor_step = ?, cursor_attempt = ? WHERE id = ?",
-                  (now, why, first.step_id, number, child))
-        inline_list = getattr(_inline, "messages", None)
-        if msg is not None and inline_list is not None:
-            inline_list.append(msg)
+                  (now, why, comp_step, number, cid))
+        self._send(c, now, Message(cid, comp_step, number, token, tenant))
 
     def _cancel_children(self, c, now: float, run_id: str, actor: str) -> None:
         """The parent run was cancelled or timed out: every child still in flight is cancelled."""
