@@ -22,7 +22,6 @@ import json
 import logging
 import random
 import threading
-import time
 import uuid
 from typing import Any, NoReturn
 
@@ -50,6 +49,7 @@ from sealflow.interpreter.service.driving import Driving
 from sealflow.interpreter.service.liveness import BrokerUnavailable
 from sealflow.interpreter.service.readiness import plan_models
 from sealflow.interpreter.service.repair import Repair
+from sealflow.interpreter.service.serving import Serving
 from sealflow.interpreter.service.status import RunStatus, run_status
 from sealflow.interpreter.service.sweeper import Sweeper
 from sealflow.interpreter.store import open_store
@@ -61,7 +61,7 @@ from sealflow.interpreter.store.base import (
     Store,
 )
 from sealflow.interpreter.store.definitions import DefinitionSource, Registration
-from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation, StoreError
+from sealflow.interpreter.store.errors import AdmissionRefused, IllegalTransition, InvalidOperation
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
@@ -90,7 +90,7 @@ def model_providers(config: RuntimeConfig) -> Any:
 
     return load_models(config.extra, secrets.chain_for(config), source=config.source)
 
-class Runtime(Repair, Driving):
+class Runtime(Repair, Driving, Serving):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
@@ -179,69 +179,6 @@ class Runtime(Repair, Driving):
                 self._worker.start()
                 self.recover()
                 self._recovered = True  # else a worker's serve() retries it (a broker or store lost at start)
-
-    def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
-              dead_owner_check: float = 1.0, heartbeat_every: float = 2.0, dead_after: float = 15.0,
-              broker_shown: str = "the broker", broker_lost: BrokerUnavailable | None = None) -> None:
-        """Work, dispatch and sweep until ``stop`` is set (a long-lived worker process). Refuses to start
-        in open development mode unless ``allow_open`` (see :func:`sealflow.interpreter.policy.authz.require_policy`).
-
-        Every round (``interval`` seconds, or sooner when the store wakes it: PostgreSQL LISTEN/NOTIFY):
-        send the outbox (rows any process wrote, e.g. ``sealflow submit``); every ``interval`` seconds (not at
-        each wake-up) sweep expired leases and due timers. Every ``dead_owner_check`` seconds end the leases
-        of dead workers: on a store with heartbeats (PostgreSQL) those silent for ``dead_after`` seconds, on any
-        machine (on Redis also requeue the messages they fetched but never acknowledged); else this host's, by
-        pid. This worker beats every ``heartbeat_every`` seconds where the store keeps heartbeats. A broker
-        that goes away (or fails a send) is retried with backoff and logged
-        (:mod:`sealflow.interpreter.service.liveness`); a round that fails (the store busy past its timeout, or
-        unreachable) is logged and tried again, and so is the recovery of :meth:`start` if it failed
-        (``broker_lost``: it failed sending, so what it took from the outbox is sent again once the broker is back)."""
-        from sealflow.interpreter.service.retention import Retention
-
-        retention = Retention.from_config(self.config.extra)
-        if not allow_open:
-            authz.require_policy(self.access, "a long-lived worker")
-        self.heartbeat_every = heartbeat_every
-        self.start()  # which starts this process's heartbeats
-        if self._heartbeats is not None:  # (started before serve(), at the default pace)
-            self._heartbeats.beats.every = heartbeat_every
-        watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
-        if broker_lost is not None:
-            watch.lost(broker_lost)
-        silent_for = dead_after if hasattr(self.store, "heartbeat") else None
-        if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
-            notifications.Deliverer.of(self).start(stop)
-        check_at = time.monotonic() + dead_owner_check
-        sweep_at = 0.0
-        failing = False
-        while not stop.is_set():
-            try:
-                if watch.check():
-                    if not self._recovered:
-                        self.recover()
-                        self._recovered = True
-                    self.dispatcher.flush()
-                if time.monotonic() >= check_at:
-                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
-                    liveness.requeue_silent(self.store, self.broker, silent_for)  # what they fetched from Redis
-                    check_at = time.monotonic() + dead_owner_check
-                if time.monotonic() >= sweep_at:  # a wake-up (a submit) is for the dispatcher: sweep on the clock
-                    self.sweeper.sweep()
-                    sweep_at = time.monotonic() + interval
-                if retention is not None:
-                    retention.maybe_prune(self.store, self.clock.now(), self.engine.actor)
-                if failing:
-                    logging.getLogger("sealflow.runtime").warning("dispatch/sweep rounds work again")
-                    failing = False
-            except BrokerUnavailable as exc:  # a send failed: resend what was taken once the broker answers
-                watch.lost(exc)
-            except StoreError as exc:  # the store's disk or database: say what, once, and keep trying
-                if not failing:
-                    logging.getLogger("sealflow.runtime").error("dispatch/sweep round failed: %s; retrying", exc)
-                failing = True
-            except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
-                logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
-            liveness.wait_for_work(self.store, stop, interval)
 
     def close(self, *, grace: float = 5.0) -> None:
         """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not

@@ -1,0 +1,148 @@
+"""The audit chain's hash of an event, and verifying chains against it.
+
+What an event's ``hash`` is taken of (canonical JSON of its fields, see
+:mod:`sealflow.interpreter.store.auditchain`, which appends events chained) and :func:`verify`, which walks
+each tenant's chain in append order and names the first event that does not hold (edited, deleted,
+inserted, reordered, a tail cut against the head, an event added outside sealflow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+GENESIS = ""
+#: how a report names events that carry no tenant (appended outside sealflow)
+UNCHAINED = "(no tenant)"
+#: what verify reads, in this order
+VERIFY_COLS = ("id, tenant, seq, prev_hash, hash, ts, workflow, workflow_version, plan_digest, run_id, step_id, "
+               "event, actor, state_before, state_after, decision, tool, summary, error, detail")
+
+#: canonical JSON: compact, UTF-8, no NaN; built once (json.dumps with options builds an encoder per call)
+canonical_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"an audit field of type {type(value).__name__} is not JSON")
+
+
+try:  # the C encoder itself, made once: what canonical_json runs, without its per-call set-up
+    from json.encoder import c_encode_basestring, c_make_encoder
+
+    _c_list = c_make_encoder(None, _refuse, c_encode_basestring, None, ":", ",", False, False, False)
+except (ImportError, TypeError):  # pragma: no cover - a Python without the json accelerator
+    _c_list = None
+
+
+def canonical(fields: list) -> str:
+    """``fields`` as canonical JSON (what an event's hash is taken of)."""
+    return "".join(_c_list(fields, 0)) if _c_list is not None else canonical_json(fields)
+
+
+def event_hash(tenant: str, seq: int, prev_hash: str, ts: float, workflow, version, digest, run_id, step_id,
+               event, actor, before, after, decision, tool, summary, error, detail) -> str:
+    """The hash of one event (its fields: :mod:`sealflow.interpreter.store.auditchain`)."""
+    body = canonical([tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor, before,
+                      after, decision, tool, summary, error, detail])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+# -- verification ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Break:
+    """The first event of a tenant's chain that does not hold."""
+
+    tenant: str
+    event_id: int | None
+    seq: int | None
+    #: edited | deleted | inserted | reordered | truncated | unchained; against an anchor: cut | wiped | rewritten
+    problem: str
+    message: str
+
+
+@dataclasses.dataclass
+class ChainReport:
+    """What :func:`verify` found, per tenant."""
+
+    events: dict[str, int] = dataclasses.field(default_factory=dict)
+    heads: dict[str, str] = dataclasses.field(default_factory=dict)
+    breaks: list[Break] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.breaks
+
+    @property
+    def first(self) -> Break | None:
+        return min(self.breaks, key=lambda b: (b.event_id is None, b.event_id or 0)) if self.breaks else None
+
+
+def _where(row: tuple) -> str:
+    event_id, seq, event, run_id = row[0], row[2], row[11], row[9]
+    return f"event {event_id} (seq {seq}, {event!r}" + (f", run {run_id})" if run_id else ")")
+
+
+def verify_tenant(tenant: str | None, rows: Iterable[tuple], head: tuple[int, str] | None
+                  ) -> tuple[int, str, Break | None]:
+    """Walk one tenant's rows (``VERIFY_COLS``, in id order); return (events, last hash, first break)."""
+    rows = list(rows)
+    seqs = {r[2] for r in rows}
+    prev, expected = GENESIS, 1
+    for i, row in enumerate(rows):
+        (event_id, _tenant, seq, prev_hash, stored, ts, workflow, version, digest, run_id, step_id, event, actor,
+         before, after, decision, tool, summary, error, detail) = row
+        where = _where(row)
+        if seq is None or stored is None:
+            return i + 1, prev, Break(tenant, event_id, seq, "unchained",
+                                      f"{where} carries no chain hash: it was added outside sealflow")
+        actual = event_hash(tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor,
+                            before, after, decision, tool, summary, error, detail)
+        if actual != stored:
+            return i + 1, prev, Break(tenant, event_id, seq, "edited",
+                                      f"{where} was edited: its content no longer matches its hash")
+        if seq > expected:
+            gap = f"seq {expected}" if seq == expected + 1 else f"seq {expected}..{seq - 1}"
+            if expected in seqs:
+                return i + 1, prev, Break(tenant, event_id, seq, "reordered",
+                                          f"{where} comes before {gap}: events were reordered")
+            return i + 1, prev, Break(tenant, event_id, seq, "deleted", f"{where}: {gap} before it is missing "
+                                                                        "(deleted)")
+        if seq < expected:
+            # two events claim one place: the genuine one is the one the chain goes on from
+            nxt = rows[i + 1][3] if i + 1 < len(rows) else (head[1] if head else None)
+            fake = rows[i - 1] if i and nxt == stored else row
+            return i + 1, prev, Break(tenant, fake[0], fake[2], "inserted",
+                                      f"{_where(fake)} was inserted: another event holds its place in the chain")
+        if prev_hash != prev:
+            return i + 1, prev, Break(tenant, event_id, seq, "inserted",
+                                      f"{where} does not link to the event before it: an event was inserted or "
+                                      "replaced before it")
+        prev, expected = stored, expected + 1
+    count = len(rows)
+    if head is not None and (head[0] != expected - 1 or head[1] != prev):
+        return count, prev, Break(tenant, None, head[0], "truncated",
+                                  f"the chain ends at seq {expected - 1} but its head is seq {head[0]}: the last "
+                                  f"{max(head[0] - expected + 1, 1)} event(s) were deleted")
+    if head is None and count:
+        return count, prev, Break(tenant, None, None, "truncated", "the chain has events but no head record")
+    return count, prev, None
+
+
+def verify(store, tenant: str | None = None) -> ChainReport:
+    """Verify the chain of ``tenant`` (None: every tenant) in ``store``."""
+    report = ChainReport()
+    heads = store.audit_heads()
+    tenants = [tenant] if tenant is not None else \
+        sorted(set(heads) | set(store.audit_tenants()), key=lambda t: (t is None, t or ""))
+    for name in tenants:
+        count, last, broken = verify_tenant(name, store.audit_chain(name), heads.get(name))
+        label = UNCHAINED if name is None else name
+        report.events[label] = count
+        report.heads[label] = last
+        if broken is not None:
+            report.breaks.append(broken)
+    return report
