@@ -62,6 +62,13 @@ class Checkpointer(threading.Thread):
         self._stopped = threading.Event()
         self.start()
 
+    def run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:  # busy or closing: the next round does it
+                pass
+
     def stop(self) -> None:
         self._stopped.set()
         self.join(timeout=5)
