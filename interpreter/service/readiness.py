@@ -23,6 +23,7 @@ from sealflow.interpreter.engine.capability import (
     plan_lacks,
     plan_needs,
     secrets_missing,
+    step_lacks,
 )
 from sealflow.interpreter.store.errors import InvalidOperation
 
@@ -65,14 +66,34 @@ def describe(run: Any, verb: str, missing: list[tuple[str, str]]) -> str:
 
 
 def note_left(runtime: Any, status: Any) -> Any:
-    """``status`` with what it waits for when this process left the run's next step for another that can run
-    it (:mod:`sealflow.interpreter.engine.capability`): ``{"kind": "process", "step", "lacks"}``."""
+    """``status`` with what it waits for when its next step waits for a process that can run it
+    (:mod:`sealflow.interpreter.engine.capability`): ``{"kind": "process", "step", "lacks", "how",
+    "left_here"}``. ``left_here``: this process left the step itself (while driving it); otherwise the run's
+    current attempt is scheduled and due, nobody has claimed it, and this process lacks what it needs too (the
+    same check as the claim's, computed from the run's plan), so ``sealflow status`` in any process says why."""
+    if status.waiting is not None or status.run.state in RUN_FINAL:
+        return status
     missing = runtime.engine.left.get(status.run.id)
-    if missing and status.waiting is None and status.run.state not in RUN_FINAL:
-        step = next((a.step_id for a in reversed(status.attempts) if a.state == "scheduled"), None)
-        status.waiting = {"kind": "process", "step": step, "lacks": [list(lack) for lack in missing],
-                          "how": [describe_lack(kind, name) for kind, name in missing]}
+    step = next((a.step_id for a in reversed(status.attempts) if a.state == "scheduled"), None)
+    left_here = bool(missing)
+    if not missing:
+        due = next((a for a in status.attempts if a.state == "scheduled"
+                    and (a.due_at is None or a.due_at <= runtime.clock.now())), None)
+        if due is None:
+            return status
+        step = due.step_id
+        missing = step_lacks(runtime.engine, status.run, step)
+        if not missing:
+            return status
+    status.waiting = {"kind": "process", "step": step, "lacks": [list(lack) for lack in missing],
+                      "how": [describe_lack(kind, name) for kind, name in missing], "left_here": left_here}
     return status
+
+
+def lacks_names(missing: list[tuple[str, str]]) -> str:
+    """``action 'crm.update', model 'gpt-x'`` (a trust lack: "the trust policy the run was signed for")."""
+    return ", ".join(f"{kind} {name!r}" if kind != "trust" else "the trust policy the run was signed for"
+                     for kind, name in missing)
 
 
 def executes_here(runtime: Any) -> bool:
@@ -105,23 +126,30 @@ def require_ready_plan(runtime: Any, plan: Any) -> None:
         raise NotReady("\n".join(lines + [f"  {describe_lack(kind, name)}" for kind, name in missing]), missing)
 
 
-def require_ready_all(runtime: Any, run_ids: list[str], visible: list[str], verb: str) -> None:
-    """:func:`require_ready` for every run in ``run_ids`` (``recover`` drives them all); a run the caller may
-    not read is named only as "a run in flight", with what is missing."""
+def unready(runtime: Any, run_ids: list[str], visible: list[str]) -> tuple[list[dict], list[tuple[str, str]], set[str]]:
+    """The runs of ``run_ids`` this process would execute but cannot continue (``recover`` leaves them as they
+    are): one entry per run the caller may read (``run_id``, ``workflow``, ``version``, ``lacks``, ``how``), and
+    what the others (runs the caller may not read, never named) lack, once each, and the ids of them all.
+    Nothing when this process does not execute steps itself (its workers do)."""
     if not executes_here(runtime):
-        return
+        return [], [], set()
     shown = set(visible)
+    left: list[dict] = []
+    hidden: dict[tuple[str, str], None] = {}
+    ids: set[str] = set()
     for run_id in run_ids:
         run = runtime.store.get_run(run_id)
         missing = lacks(runtime, run)
         if not missing:
             continue
-        if run_id in shown:
-            raise NotReady(describe(run, verb, missing), missing)
-        names = ", ".join(f"{kind} {name!r}" if kind != "trust" else "a trust policy" for kind, name in missing)
-        raise NotReady(f"cannot {verb} here: a run in flight that you may not read needs {names}, which this "
-                       "process lacks, so nothing was changed; ask an operator to run `sealflow recover` or a "
-                       "worker with them", missing)
+        ids.add(run_id)
+        if run_id not in shown:
+            hidden.update(dict.fromkeys(missing))
+            continue
+        left.append({"run_id": run_id, "workflow": run.workflow, "version": run.workflow_version,
+                     "lacks": [list(lack) for lack in missing],
+                     "how": [describe_lack(kind, name) for kind, name in missing]})
+    return left, list(hidden), ids
 
 
 # -- readiness of the process: the secrets it needs -------------------------------------------------

@@ -21,17 +21,25 @@ class Repair:
     """Methods of :class:`~sealflow.interpreter.service.runtime.Runtime` (see its module); they use its store,
     engine, broker and clock."""
 
-    def recover(self, *, actor: str | None = None, tenant: str | None = None, refuse_unready: bool = False) -> dict:
+    def recover(self, *, actor: str | None = None, tenant: str | None = None, leave_unready: bool = False) -> dict:
         """Find runs in flight and drive them on (see :mod:`sealflow.interpreter.engine.recovery`). The
         report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
-        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``refuse_unready``
-        (an operator's ``sealflow recover``), a process that would execute a run in flight it lacks the actions,
-        models or trust policy for refuses first, nothing changed
-        (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
-        if refuse_unready:
+        trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``leave_unready``
+        (an operator's ``sealflow recover``), a process that would execute runs in flight it lacks the actions,
+        models, secrets or trust policy for recovers the others and leaves those as they are (no repair; their
+        steps are left unclaimed for a process that has what they need, :mod:`.capability`): ``runs_left``
+        names each one the caller may read with what it lacks and how to provide it, ``runs_left_unreadable``
+        counts the others and ``lacks_unreadable`` says what they lack
+        (:func:`~sealflow.interpreter.service.readiness.unready`)."""
+        def visible(run_ids: list[str]) -> list[str]:
+            return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
+
+        left: list[dict] = []
+        hidden: list[tuple[str, str]] = []
+        unready: set[str] = set()
+        if leave_unready:
             active = self.store.active_runs()
-            readiness.require_ready_all(self, active, visible_runs(self.store, self.access, active, tenant=tenant,
-                                                                   actor=actor), "recover")
+            left, hidden, unready = readiness.unready(self, active, visible(active))
         expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
@@ -40,17 +48,18 @@ class Repair:
         report = self.sweeper.sweep()
         repaired = []
         for run_id in self.store.stalled_runs():
+            if run_id in unready:
+                continue  # left as it is for a process that can continue it
             for message in self.engine.repair(run_id):
                 self.send(message)
             repaired.append(run_id)
         sent = self.dispatcher.flush()
-        def visible(run_ids: list[str]) -> list[str]:
-            return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
-
         return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
                 "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
                 "runs_repaired": visible(repaired), "dispatched": sent,
-                "runs_in_flight": visible(self.store.active_runs())}
+                "runs_in_flight": visible(self.store.active_runs()), "runs_left": left,
+                "runs_left_unreadable": len(unready) - len(left),
+                "lacks_unreadable": [list(lack) for lack in hidden]}
 
     # -- dead letters and audit --------------------------------------------------------------------
     def dlq_list(self, *, tenant: str | None = None, actor: str | None = None) -> list[DeadLetterRecord]:

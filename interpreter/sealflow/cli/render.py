@@ -139,6 +139,12 @@ def print_outcome(status) -> None:
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
         elif w.get("kind") == "rate_limit":
             click.echo(f"{w.get('reason')} (step {w['step']}); `sealflow recover{flags}` drives it on when due")
+        elif w.get("kind") == "process" and not w.get("left_here", True):
+            needs = lacks_names([tuple(lack) for lack in w.get("lacks") or ()])
+            click.echo(f"waiting at {w['step']} for a process that has {needs} (this one lacks it too):")
+            for line in w.get("how") or ():
+                click.echo(f"  {line}")
+            click.echo(f"provide it, then `sealflow recover{flags}` runs the step (or a worker that has it does)")
         elif w.get("kind") == "process":
             click.echo(f"waiting at {w['step']} for a process that can run it; this one lacks what it needs, so it "
                        "left the step as it was:")
@@ -153,6 +159,40 @@ def print_outcome(status) -> None:
     print_items(status)
     if run.state == "completed":
         click.echo("output: " + _json(run.output))
+
+
+def print_recovered(results: dict, report: dict) -> None:
+    """``sealflow recover``: one summary line, the runs it drove on, and each run it left with what this process
+    lacks to continue it and how to provide that."""
+    left, unreadable = report["runs_left"], report["runs_left_unreadable"]
+    line = f"recovered: {len(results)} run(s) in flight"
+    if left or unreadable:
+        line += f"; left {len(left) + unreadable} run(s) as they were: this process cannot continue them"
+    click.echo(line)
+    for run_id, state in results.items():
+        click.echo(f"  {run_id}: {state}")
+    for entry in left:
+        click.echo(f"  {entry['run_id']} ({entry['workflow']} v{entry['version']}): left, this process lacks:")
+        for how in entry["how"]:
+            click.echo(f"    {how}")
+    if unreadable:
+        needs = lacks_names([tuple(lack) for lack in report["lacks_unreadable"]])
+        click.echo(f"  {unreadable} run(s) you may not read: left, they need {needs}; an operator's `sealflow "
+                   "recover` or a worker with them continues them")
+    if left or unreadable:
+        click.echo(f"provide what is missing, then `sealflow recover{_flags()}` continues them (or a worker that has "
+                   "it does)")
+
+
+def lacks_names(lacks: list) -> str:
+    from sealflow.interpreter.service.readiness import lacks_names as names
+
+    return names(lacks)
+
+
+def _flags() -> str:
+    flags = repeat_flags()
+    return f" {flags}" if flags else ""
 
 
 def finish(status, as_json: bool, *, header: bool = True) -> NoReturn:

@@ -249,3 +249,27 @@ def test_a_gate_opened_by_requires_approval_if_shows_the_steps_arguments(rt, cha
     assert listed["show"] == {"step": "charge", "args": {"amount": 40}}
     rt.approve(status.run.id, actor="user:bob")
     assert rt.drive(status.run.id).state == "completed"
+
+
+def test_recover_leaves_a_run_it_cannot_continue_and_names_it_only_to_who_may_read_it(rt, charges, registry):
+    # Given a run of acme this process can continue, and one of globex whose action this process no longer has
+    acme_run = rt.submit(gated(), {"amount": 1}, initiator="user:alice", tenant="acme")
+    other = make_plan(S("go", "action", action="t.gone"))
+
+    @action("t.gone", registry=registry, effect="read")
+    def gone(ctx):
+        return {}
+
+    globex_run = rt.submit(other, {}, initiator="user:eve", tenant="globex")
+    registry._actions.pop("t.gone")
+    # When user:alice recovers acme's runs (leaving what this process cannot continue)
+    as_alice = rt.recover(actor="user:alice", tenant="acme", leave_unready=True)
+    # Then acme's run is driven on, globex's is left unnamed: counted, with what it needs
+    assert acme_run in as_alice["runs_in_flight"] and rt.drive(acme_run).state == "waiting"
+    assert as_alice["runs_left"] == [] and as_alice["runs_left_unreadable"] == 1
+    assert as_alice["lacks_unreadable"] == [["action", "t.gone"]]
+    assert rt.store.get_run(globex_run).state == "queued"
+    # And user:eve, who may read it, sees it named with what it lacks and how to provide it
+    as_eve = rt.recover(actor="user:eve", tenant="globex", leave_unready=True)
+    assert [(e["run_id"], e["lacks"]) for e in as_eve["runs_left"]] == [(globex_run, [["action", "t.gone"]])]
+    assert "--actions MODULE" in as_eve["runs_left"][0]["how"][0] and as_eve["runs_left_unreadable"] == 0

@@ -162,9 +162,12 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
                          help="With --json: list a fan-out's child runs from the N-th (100 per page)."), actions=True)
 def status(run_id, actions, store_url, principal, tenant, access_path, watch, children_offset, as_json):
     """Show a run: its state, steps, attempts, errors and what it waits for; a map or parallel step's items
-    as a count by state with the failures listed (--json: every child run, 100 per page)."""
+    as a count by state with the failures listed (--json: every child run, 100 per page). A step due but
+    waiting for a process that has what it needs says what this process lacks too."""
+    from sealflow.interpreter.service.readiness import note_left
+
     with open_runtime(store_url, actions, access=access_path) as rt:
-        found = find_run(rt, run_id, tenant, principal, children_offset=children_offset)
+        found = note_left(rt, find_run(rt, run_id, tenant, principal, children_offset=children_offset))
         if watch and found.state not in render.FAILED_STATES | {"completed"}:
             if as_json:
                 render.finish(rt.drive(run_id, until="final"), as_json)
@@ -226,23 +229,20 @@ def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, a
 @click.command()
 @on_a_store(actions=True)
 def recover(actions, store_url, principal, tenant, access_path, as_json):
-    """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. The report names
-    only runs of --tenant that you may read."""
-    from sealflow.interpreter.service.readiness import NotReady
-
+    """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. A run this process
+    cannot continue (it lacks an action module, a model, a secret or the trust policy) is left as it is and
+    listed with what it lacks; exit 0 once it recovered every run it could. The report names only runs of
+    --tenant that you may read."""
     with open_runtime(store_url, actions, access=access_path) as rt:
-        try:
-            report = rt.recover(actor=principal, tenant=tenant, refuse_unready=True)
-        except NotReady as exc:
-            refuse(exc)
-        touched = list(dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]))
+        report = rt.recover(actor=principal, tenant=tenant, leave_unready=True)
+        left = {entry["run_id"] for entry in report["runs_left"]}
+        touched = [r for r in dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]) if r not in left]
         results = {run_id: rt.drive(run_id).state for run_id in touched}
         if as_json:
-            click.echo(json.dumps({"report": report, "runs": results}, indent=2, default=str))
+            click.echo(json.dumps({"report": report, "runs": results, "left": report["runs_left"]}, indent=2,
+                                  default=str))
         else:
-            click.echo(f"recovered: {len(results)} run(s) in flight")
-            for run_id, state in results.items():
-                click.echo(f"  {run_id}: {state}")
+            render.print_recovered(results, report)
 
 
 def register(group: click.Group) -> None:
