@@ -50,6 +50,11 @@ def callback(request: Request, code: str | None = None, state: str | None = None
         if error:
             raise LoginRefused("issuer-error", f"the identity provider refused the sign-in ({error[:80]})")
         principal, tenant, claims = flow.finish(state, request.cookies.get(STATE_COOKIE), code)
+        # the session ends no later than the ID token (its exp, on the wall clock the token was checked against;
+        # no leeway added), moved onto the runtime's clock
+        left = float(claims["exp"]) - time.time()
+        if left <= 0:
+            raise LoginRefused("expired", "the ID token expired before a session could start (sign in again)")
     except LoginRefused as exc:
         sign_in_failed(request, exc.reason, "oidc")
         status = 403 if exc.reason in ("wrong-state", "unknown-state") else 401
@@ -58,10 +63,7 @@ def callback(request: Request, code: str | None = None, state: str | None = None
         return response
     # a page, not a redirect: this answers the issuer's cross-site navigation, and the session's SameSite=Strict
     # cookie is sent from the next, same-site navigation (its meta refresh or link)
-    # the session ends no later than the ID token (its exp, on the wall clock the token was checked against;
-    # no leeway added), moved onto the runtime's clock
-    rt = request.app.state.runtime
-    expires_at = rt.clock.now() + (float(claims["exp"]) - time.time())
+    expires_at = request.app.state.runtime.clock.now() + left
     response = open_session(request, _page("signedin.html", principal=principal, tenant=tenant), principal, tenant,
                             "oidc", expires_at=expires_at)
     response.delete_cookie(STATE_COOKIE, path=_PATH)
