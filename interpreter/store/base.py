@@ -370,6 +370,10 @@ class Store(abc.ABC):
         """Delivered, pending again at ``next_at``, or failed (audited); False if the row moved on meanwhile."""
 
     @abc.abstractmethod
+    def retry_delivery(self, delivery_id: str, now: float, *, actor: str) -> DeliveryRecord | None:
+        """Re-queue a failed delivery (audited); the row as it was, or None for an unknown id."""
+
+    @abc.abstractmethod
     def deliveries(self, *, state: str | None = None, run_id: str | None = None,
                    limit: int = 100) -> list[DeliveryRecord]:
         """Deliveries, newest first."""

@@ -11,6 +11,7 @@ import yaml
 from webhook_receivers import Receiver, standard_webhooks_signature
 
 from sealflow.cli import main
+from sealflow.interpreter.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")
@@ -132,3 +133,45 @@ def test_deliver_is_for_operators_under_an_access_policy(tmp_path, capsys):
     # And an operator may
     code, out, err = cli(capsys, *deliver, "--as", "user:root")
     assert code == 0 and json.loads(out) == {"delivered": 0, "retried": 0, "failed": 0}, err
+
+
+def test_retry_requeues_a_failed_delivery_for_an_operator_only(tmp_path, capsys):
+    with Receiver() as receiver:
+        # Given an access policy and a delivery that failed for good (a receiver answering 500, then 200)
+        policy = tmp_path / "access.yaml"
+        policy.write_text(yaml.safe_dump(POLICY))
+        config = write_config(tmp_path, {"ops": {"kind": "webhook", "url": receiver.script("/hook", [500, 200]),
+                                                 "secret": {"secret": "HOOK_SECRET"}}}, max_attempts=1)
+        store = f"sqlite:///{tmp_path}/state.db"
+        access = ("--access", str(policy), "--store", store)
+        code, out, err = cli(capsys, "--config", config, "run", EXAMPLE, "--input", HIGH, "--json", "--as",
+                             "user:alice", "--tenant", "acme", *access)
+        assert code == 3, err
+        run_id = json.loads(out)["run_id"]
+        deliver = ("--config", config, "notifications", "deliver", "--once", "--json", "--as", "user:root", *access)
+        code, out, err = cli(capsys, *deliver)
+        assert json.loads(out) == {"delivered": 0, "retried": 0, "failed": 1}, err
+        code, out, _ = cli(capsys, "notifications", "list", "--failed", "--json", "--as", "user:root", *access)
+        (failed,) = json.loads(out)
+        # When a tenant's member retries it / Then it is refused with a sentence (exit 1), and nothing changes
+        code, out, err = cli(capsys, "notifications", "retry", failed["id"], "--as", "user:olga", *access)
+        assert code == 1 and out == "" and "only an operator of the access policy" in err
+        # When an operator retries an unknown id / Then it is a usage error naming it
+        code, _, err = cli(capsys, "notifications", "retry", "ntf_nope", "--as", "user:root", *access)
+        assert code == 2 and "no notification delivery 'ntf_nope'" in err
+        # When an operator retries the failed one / Then it is pending again and the next round delivers it
+        code, out, err = cli(capsys, "notifications", "retry", failed["id"], "--json", "--as", "user:root", *access)
+        assert code == 0 and json.loads(out)["state"] == "pending" and json.loads(out)["previous_attempts"] == 1, err
+        code, out, err = cli(capsys, *deliver)
+        assert json.loads(out) == {"delivered": 1, "retried": 0, "failed": 0}, err
+        assert len(receiver.hits("/hook")) == 2
+    # And retrying it again is refused: it is no longer failed
+    code, _, err = cli(capsys, "notifications", "retry", failed["id"], "--as", "user:root", *access)
+    assert code == 1 and "is delivered, not failed" in err
+    # And the run's audit trail names the operator who retried it
+    opened = open_store(store)
+    try:
+        events = [e for e in opened.audit(run_id) if e.event == "notification_retried"]
+    finally:
+        opened.close()
+    assert [(e.actor, e.detail["notification"]) for e in events] == [("user:root", failed["id"])]

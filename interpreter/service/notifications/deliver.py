@@ -66,19 +66,23 @@ class Deliverer:
 
     def __init__(self, store: Store, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
                  rng: random.Random | None = None, poster: Callable[[str, bytes, dict[str, str], float], int] = post,
-                 batch: int = 20):
+                 batch: int = 20, metrics: Any = None):
         self.store, self.config, self.secrets, self.clock = store, config, secrets, clock
         self.rng = rng or random.Random()
         self.poster = poster
         self.batch = batch
+        #: a :class:`~sealflow.interpreter.service.telemetry.metrics.Metrics` counting attempts, or None
+        self.metrics = metrics
 
     @classmethod
     def of(cls, runtime: Any) -> Deliverer:
         """The deliverer of a :class:`~sealflow.interpreter.service.runtime.Runtime`: its store, its
-        configuration's channels and secrets, its clock."""
+        configuration's channels and secrets, its clock, its metrics."""
         from sealflow.interpreter.execution.secrets import chain_for
 
-        return cls(runtime.store, runtime.notify, chain_for(runtime.config), clock=runtime.clock)
+        telemetry = getattr(runtime, "telemetry", None)
+        return cls(runtime.store, runtime.notify, chain_for(runtime.config), clock=runtime.clock,
+                   metrics=getattr(telemetry, "metrics", None))
 
     def delay(self, attempts: int) -> float:
         """Seconds before the next try after ``attempts`` failed ones: exponential, capped, jittered."""
@@ -115,6 +119,7 @@ class Deliverer:
             if 200 <= status < 300:
                 self.store.settle_delivery(taken, self.clock.now(), state="delivered")
                 report.delivered += 1
+                self._count(taken, "delivered")
                 return
             raise DeliveryFailed(f"HTTP {status}" + (" (a redirect: not followed)" if 300 <= status < 400 else ""))
         except DeliveryFailed as exc:
@@ -126,13 +131,22 @@ class Deliverer:
         if taken.attempts >= self.config.max_attempts or channel is None:
             self.store.settle_delivery(taken, now, state="failed", error=error)
             report.failed += 1
+            self._count(taken, "failed")
             log.error("notification %s of run %s on channel %r failed for good after %d attempt(s): %s",
                       taken.id, taken.run_id, taken.channel, taken.attempts, error)
             return
         self.store.settle_delivery(taken, now, state="pending", next_at=now + self.delay(taken.attempts), error=error)
         report.retried += 1
+        self._count(taken, "retried")
         log.warning("notification %s on channel %r: attempt %d failed (%s); retrying", taken.id, taken.channel,
                     taken.attempts, error)
+
+    def _count(self, taken: DeliveryRecord, result: str) -> None:
+        if self.metrics is not None:
+            try:
+                self.metrics.notification(taken.kind, result)
+            except Exception:  # noqa: BLE001 - telemetry must never stop a delivery
+                log.debug("metrics: notification not counted", exc_info=True)
 
     def _request(self, channel: Channel, taken: DeliveryRecord) -> tuple[str, bytes, dict[str, str]]:
         url = channel.url or self._secret(channel.url_secret or "")

@@ -5,7 +5,8 @@ Every name starts with ``sealflow_``; counters end in ``_total``, durations are 
 
 - *events* counted where they happen: the engine calls :meth:`Metrics.attempt_done` once per executed step
   attempt, :meth:`Metrics.refused` for a refused message and :meth:`Metrics.deferred` for a claim put off by a
-  bulkhead, lock or pool; the events route counts signed deliveries;
+  bulkhead, lock or pool; the events route counts signed deliveries; the notification deliverer calls
+  :meth:`Metrics.notification` once per delivery attempt;
 - *state* read from the store and the broker at scrape time (:class:`StoreCollector`): runs by state, dead
   letters, breaker states, the outbox and the broker's queue depths.
 
@@ -86,6 +87,14 @@ class Metrics:
                                        "full", ["reason"], registry=r)
         self.events = Counter("sealflow_events", "Signed events received, by source and result",
                               ["source", "result"], registry=r)
+        self.notifications_delivered = Counter("sealflow_notifications_delivered", "Approval notifications "
+                                               "delivered (a 2xx answer), by channel kind", ["kind"], registry=r)
+        self.notification_attempts_failed = Counter("sealflow_notification_attempts_failed", "Approval notification "
+                                                    "attempts that failed (retried or not), by channel kind",
+                                                    ["kind"], registry=r)
+        self.notifications_dead_lettered = Counter("sealflow_notifications_dead_lettered", "Approval notifications "
+                                                   "given up after their attempts (failed for good), by channel kind",
+                                                   ["kind"], registry=r)
         if store is not None:
             r.register(StoreCollector(store, broker, queues))
 
@@ -124,6 +133,17 @@ class Metrics:
         self.messages_refused.labels(reason).inc()
         if reason == "tenant_mismatch":
             self.cross_tenant.inc()
+
+    def notification(self, kind: str, result: str) -> None:
+        """One delivery attempt of a notification channel of ``kind`` (``webhook``, ``slack``; never its URL):
+        ``delivered``, ``retried`` (a failed attempt, tried again later) or ``failed`` (a failed attempt, the
+        last: dead-lettered)."""
+        if result == "delivered":
+            self.notifications_delivered.labels(kind).inc()
+            return
+        self.notification_attempts_failed.labels(kind).inc()
+        if result == "failed":
+            self.notifications_dead_lettered.labels(kind).inc()
 
     def deferred(self, exc: Any) -> None:
         self.claims_deferred.labels("slot" if hasattr(exc, "position") else "bulkhead").inc()

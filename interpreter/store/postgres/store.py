@@ -269,6 +269,9 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         return super().settle_delivery(taken, db, state=state, next_at=None if next_at is None else next_at + shift,
                                        error=error, actor=actor)
 
+    def retry_delivery(self, delivery_id: str, now: float, *, actor: str):
+        return super().retry_delivery(delivery_id, self._on_db_clock(now)[0], actor=actor)
+
     # the sweep is the SQLite store's (sqlite/sweep.py), on the database clock, taking due rows with
     # FOR UPDATE ... SKIP LOCKED so that concurrent sweepers never take the same one
     _LOCK_EXPIRED = " FOR UPDATE OF a, r SKIP LOCKED"

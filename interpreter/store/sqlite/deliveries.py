@@ -83,6 +83,25 @@ class DeliveriesMixin:
                             chain={"tenant": taken.tenant})
         return bool(moved)
 
+    def retry_delivery(self, delivery_id: str, now: float, *, actor: str) -> DeliveryRecord | None:
+        """Re-queue the failed delivery ``delivery_id``: pending again, due at ``now``, its attempts counted
+        from 0 (audited ``notification_retried`` by ``actor``). Returns the row as it was before; None for an
+        unknown id; a row that was not ``failed`` (by then) is returned and left as it is."""
+        with self._tx() as c:
+            got = c.execute(f"SELECT {_COLS} FROM notifications WHERE id = ?", (delivery_id,)).fetchall()
+            if not got:
+                return None
+            row = _record(got[0])
+            if row.state != "failed":
+                return row
+            if not c.execute("UPDATE notifications SET state = 'pending', attempts = 0, next_at = ?, updated_at = ? "
+                             "WHERE id = ? AND state = 'failed'", (now, now, delivery_id)).rowcount:
+                return dataclasses.replace(row, state="pending")  # another operator retried it meanwhile
+            self._audit(c, now, row.run_id, row.step_id, "notification_retried", actor, None, None,
+                        {"notification": row.id, "channel": row.channel, "kind": row.kind,
+                         "attempts": row.attempts}, chain={"tenant": row.tenant})
+        return row
+
     def deliveries(self, *, state: str | None = None, run_id: str | None = None,
                    limit: int = 100) -> list[DeliveryRecord]:
         """Deliveries, newest first (of ``state``, of run ``run_id``)."""

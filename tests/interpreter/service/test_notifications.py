@@ -15,6 +15,7 @@ import time
 
 import pytest
 from interp_helpers import S, approval, gate, make_plan
+from prometheus_client.parser import text_string_to_metric_families
 from webhook_receivers import Receiver, standard_webhooks_signature
 
 from sealflow.interpreter.execution.actions import action
@@ -299,3 +300,31 @@ def test_which_commits_open_a_gate():
     assert opened_gate(gate_next, {}) == ("rec@gate", opened, 99.0)  # requires_approval_if
     retry = Commit(run_id="r", expected_rev=1, next=NextAttempt("rec", 2, "retry_wait", 99.0, 1000, "backoff"))
     assert opened_gate(retry, {}) is None
+
+
+def test_deliveries_are_counted_in_the_runtime_metrics_by_channel_kind(make_runtime, receiver, clock):
+    # Given a webhook channel that answers 200 and a Slack channel that always fails, two attempts allowed
+    rt = make_runtime({
+        "ops": {"kind": "webhook", "url": receiver.script("/ok", [200]), "secret": {"secret": "HOOK_SECRET"}},
+        "chat": {"kind": "slack", "url": {"secret": "SLACK_URL"}}}, max_attempts=2)
+    (make_runtime.secrets / "SLACK_URL").write_text(receiver.script("/slack", [500]) + "\n")
+    rt.run(approval_plan(), {}, initiator="user:ana")
+    d = deliverer(rt)
+    # When every delivery is tried until it is delivered or dead-lettered
+    for _ in range(2):
+        d.deliver_once()
+        clock.advance(10)
+    # Then the runtime's registry counts them by channel kind, and never names a URL
+    text = rt.telemetry.metrics.exposition().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def count(family, kind):
+        return sum(s.value for s in families[family].samples
+                   if s.name.endswith("_total") and s.labels == {"kind": kind})
+
+    assert count("sealflow_notifications_delivered", "webhook") == 1
+    assert count("sealflow_notifications_delivered", "slack") == 0
+    assert count("sealflow_notification_attempts_failed", "slack") == 2
+    assert count("sealflow_notifications_dead_lettered", "slack") == 1
+    assert count("sealflow_notification_attempts_failed", "webhook") == 0
+    assert receiver.url not in text and "127.0.0.1" not in text

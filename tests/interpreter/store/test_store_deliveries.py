@@ -86,3 +86,37 @@ def test_a_failed_delivery_is_dead_lettered_and_audited(store):
     # And a settlement state outside the three is refused
     with pytest.raises(ValueError, match="pending"):
         store.settle_delivery(dataclasses.replace(taken, attempts=2), T0, state="sent")
+
+
+def test_a_failed_delivery_is_retried_once_and_audited(store):
+    # Given a delivery that failed for good after its attempt
+    claimed, _ = submit_and_claim(store)
+    store.commit(gate_commit(claimed, "ntf_a"), T0)
+    (taken,) = store.take_deliveries(T0)
+    store.settle_delivery(taken, T0 + 1, state="failed", error="HTTP 500")
+    # When an operator retries it
+    before = store.retry_delivery("ntf_a", T0 + 100, actor="user:ops")
+    # Then it was failed, and is now pending, due at once, with its attempts counted afresh
+    assert before is not None and before.state == "failed" and before.attempts == 1
+    (row,) = store.deliveries()
+    assert (row.state, row.attempts, row.next_at) == ("pending", 0, T0 + 100)
+    (again,) = store.take_deliveries(T0 + 100)
+    assert again.attempts == 1
+    # And the run's audit trail names who retried it
+    (event,) = [a for a in store.audit("r1") if a.event == "notification_retried"]
+    assert event.actor == "user:ops"
+    assert event.detail == {"notification": "ntf_a", "channel": "ops", "kind": "webhook", "attempts": 1}
+
+
+def test_retrying_a_delivery_that_is_not_failed_changes_nothing(store):
+    # Given a pending delivery
+    claimed, _ = submit_and_claim(store)
+    store.commit(gate_commit(claimed, "ntf_a"), T0)
+    # When it is retried, and an unknown id too
+    got = store.retry_delivery("ntf_a", T0 + 5, actor="user:ops")
+    # Then the pending row is returned as it is, unchanged and unaudited; the unknown id is None
+    assert got is not None and got.state == "pending"
+    (row,) = store.deliveries()
+    assert (row.state, row.next_at, row.updated_at) == ("pending", T0, T0)
+    assert not [a for a in store.audit("r1") if a.event == "notification_retried"]
+    assert store.retry_delivery("ntf_nope", T0, actor="user:ops") is None

@@ -92,3 +92,22 @@ def test_the_rate_limit_sweep_removes_only_old_server_grants(store):
     # Then only the server key's old grant is gone; the model's grants are untouched
     assert store.rate_usage(key, T0 + 55, window=100.0) == (1, 0)
     assert store.rate_usage("gpt", T0 + 55, window=100.0) == (2, 0)
+
+
+def test_a_session_given_an_earlier_end_stops_then_and_a_later_one_keeps_the_configured_limit(store):
+    from sealflow.interpreter.core.clock import FakeClock
+    from sealflow.interpreter.service.server.ui.sessions import Sessions
+
+    # Given sessions with a 100 s absolute limit (idle 1000 s)
+    clock = FakeClock(T0)
+    sessions = Sessions(store, clock, idle=1000, max_age=100)
+    # When one is started to end at T0 + 40 (an ID token's exp) and one to end at T0 + 500
+    early = sessions.start("user:bob", "acme", "oidc", expires_at=T0 + 40)
+    late = sessions.start("user:bob", "acme", "oidc", expires_at=T0 + 500)
+    # Then the first ends at T0 + 40, the second at the configured T0 + 100, never later
+    clock.advance(39)
+    assert sessions.get(early.id) is not None and sessions.get(late.id) is not None
+    clock.advance(1)
+    assert sessions.get(early.id) is None and sessions.get(late.id) is not None
+    clock.advance(60)
+    assert sessions.get(late.id) is None

@@ -1,11 +1,12 @@
-"""``sealflow notifications list|deliver``: the approval notifications of a store (docs/operations.md).
+"""``sealflow notifications list|deliver|retry``: the approval notifications of a store (docs/operations.md).
 
 ``list`` shows deliveries (``--failed``: the dead-lettered ones) with their channel, run, gate, attempts and
 last error (a status code or an error class; never a URL, a secret or a response body), only those of runs the
 principal (``--as``) may read under the access policy: an operator sees every tenant's. ``deliver --once``
 posts what is due and exits (for cron-like use where no worker or ``serve`` runs the deliverer); without
 ``--once`` it keeps delivering until interrupted. It posts every tenant's deliveries, so under an access
-policy only an operator may run it.
+policy only an operator may run it. ``retry ID`` re-queues a delivery that failed for good (due at once, its
+attempts counted afresh, audited ``notification_retried``): operators only under an access policy, too.
 """
 
 from __future__ import annotations
@@ -116,6 +117,39 @@ def deliver(once, interval, store_url, principal, access_path, as_json):
         click.echo(json.dumps(dataclasses.asdict(report)))
     else:
         click.echo(f"{report.delivered} delivered, {report.retried} to retry later, {report.failed} failed for good")
+
+
+@notifications.command("retry")
+@click.argument("delivery_id", metavar="ID")
+@store_option
+@as_option
+@access_option
+@json_flag("Print the re-queued delivery as one JSON object.")
+def retry(delivery_id, store_url, principal, access_path, as_json):
+    """Re-queue the failed delivery ID (see `list --failed`): due at once, with its attempts counted afresh
+    (operators only under an access policy; audited notification_retried)."""
+    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
+
+    try:
+        require_operator(load_access(access_path), principal, "retry an approval notification")
+    except OperatorOnly as exc:
+        refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) to do it")
+    store = open_store(store_url)
+    try:
+        before = store.retry_delivery(delivery_id, time.time(), actor=principal)
+    finally:
+        store.close()
+    if before is None:
+        fail_usage(f"no notification delivery {delivery_id!r} in this store (see `sealflow notifications list`)")
+    if before.state != "failed":
+        refuse(f"delivery {delivery_id} is {before.state}, not failed: only a delivery that failed for good is "
+               "retried", hint="`sealflow notifications list --failed` lists those")
+    if as_json:
+        click.echo(json.dumps({"id": before.id, "state": "pending", "channel": before.channel, "run_id": before.run_id,
+                               "step_id": before.step_id, "previous_attempts": before.attempts}))
+    else:
+        click.echo(f"{before.id} re-queued on channel {before.channel} (run {before.run_id}, gate {before.step_id}; "
+                   f"{before.attempts} attempt(s) before): the next delivery round posts it")
 
 
 def register(group: click.Group) -> None:

@@ -125,11 +125,25 @@ def sign_in_failed(request: Request, reason: str, method: str, token_id: str | N
     rt.store.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"), rt.clock.now())
 
 
+def _audit_session(request: Request, event: str, session: Session) -> None:
+    """Audit a sign-in or sign-out (``ui_signed_in``, ``ui_signed_out``): the principal, its tenant, the method
+    (``token``, ``oidc``), the API token's id and the client's address; never the session id or a token."""
+    rt = request.app.state.runtime
+    detail = {"method": session.method, "tenant": session.tenant,
+              "client": request.client.host if request.client is not None else "unknown"}
+    if session.token_id:
+        detail["token"] = session.token_id
+    rt.store.append_audit(AuditEvent(event, None, session.principal, detail=detail, tenant=session.tenant),
+                          rt.clock.now())
+
+
 def open_session(request: Request, response: Response, principal: str, tenant: str, method: str,
-                 token_id: str | None = None) -> Response:
-    """Start a session (a new id at every sign-in: no session fixation) and set its cookie on ``response``."""
+                 token_id: str | None = None, *, expires_at: float | None = None) -> Response:
+    """Start a session (a new id at every sign-in: no session fixation), audit it (``ui_signed_in``) and set its
+    cookie on ``response``; ``expires_at`` (runtime clock) ends it earlier than the configured limit."""
     _sessions(request).end(request.cookies.get(COOKIE))
-    session = _sessions(request).start(principal, tenant, method, token_id)
+    session = _sessions(request).start(principal, tenant, method, token_id, expires_at=expires_at)
+    _audit_session(request, "ui_signed_in", session)
     response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", secure=_https(request), path="/ui")
     return response
 
@@ -188,7 +202,9 @@ async def signout(request: Request) -> Response:
     form = await _form(request, session)
     if isinstance(form, Response):
         return form
-    _sessions(request).end(request.cookies.get(COOKIE))
+    assert session is not None
+    _sessions(request).end(session.id)
+    _audit_session(request, "ui_signed_out", session)
     response = _to_signin()
     response.delete_cookie(COOKIE, path="/ui")
     return response

@@ -1,12 +1,13 @@
-"""Browser sessions of the ``/ui`` pages: a random session id in an HttpOnly, SameSite=Strict cookie (Secure
-over https) names a :class:`Session` kept in the store, so that every server process sharing the store knows
-it (``--workers N``, several servers behind a load balancer, a restart). The store holds only the SHA-256 of
-the id (like an API token's secret); the API token used to sign in is never stored, only its id. Each session
-has its own CSRF secret (synchronizer pattern): a form post must carry it or it is refused.
+"""Browser sessions of the ``/ui`` pages: a random session id in an HttpOnly, SameSite=Strict cookie (Secure over
+https) names a :class:`Session` kept in the store, so that every server process sharing the store knows it
+(``--workers N``, several servers behind a load balancer, a restart). The store holds only the SHA-256 of the id
+(like an API token's secret); the API token used to sign in is never stored, only its id. Each session has its
+own CSRF secret (synchronizer pattern): a form post must carry it or it is refused.
 
-A session ends after :data:`IDLE` seconds without use, :data:`MAX_AGE` seconds after it started, or at
-sign-out (in every process at once); times are on the runtime's clock (the database's on PostgreSQL). Its
-last use is written at most once a :data:`TOUCH` seconds, so a page view is not a write each time.
+A session ends after :data:`IDLE` seconds without use, :data:`MAX_AGE` seconds after it started (an OIDC session:
+at its ID token's ``exp`` when that is sooner), or at sign-out (in every process at once); times are on the
+runtime's clock (the database's on PostgreSQL). Its last use is written at most once a :data:`TOUCH` seconds, so
+a page view is not a write each time.
 """
 
 from __future__ import annotations
@@ -60,12 +61,16 @@ class Sessions:
         self.max_age = max_age
         self.touch = min(touch, idle / 2)
 
-    def start(self, principal: str, tenant: str, method: str, token_id: str | None = None) -> Session:
+    def start(self, principal: str, tenant: str, method: str, token_id: str | None = None, *,
+              expires_at: float | None = None) -> Session:
+        """A new session; it ends :attr:`max_age` seconds from now, or at ``expires_at`` (on the same clock)
+        when that is sooner: an OIDC session ends with its ID token (``exp``)."""
         now = self.clock.now()
         session = Session(secrets.token_urlsafe(32), principal, tenant, method, secrets.token_urlsafe(32), now, now,
                           token_id)
+        ends = now + self.max_age if expires_at is None else min(now + self.max_age, expires_at)
         self.store.session_put(SessionRow(id_hash(session.id), principal, tenant, method, token_id, session.csrf,
-                                          now, now, self.idle, now + self.max_age))
+                                          now, now, self.idle, ends))
         return session
 
     def get(self, session_id: str | None) -> Session | None:

@@ -198,3 +198,33 @@ def test_the_flow_is_checked_at_start(provider, jwks, tmp_path, capsys):
                                                "--oidc-redirect-uri")):
         code = main(["serve", "--allow-open", "--store", f"sqlite:///{tmp_path}/s.db", *argv])
         assert code == 2 and said in capsys.readouterr().err
+
+
+def test_an_oidc_session_ends_no_later_than_its_id_token(client, provider, rt, clock):
+    # Given an ID token that expires in 60 s (the configured session limit is 8 hours)
+    provider.overrides = {"exp": int(time.time()) + 60}
+    # When bob signs in with it
+    url, _ = to_provider(client)
+    assert client.get(back_from_provider(url)).status_code == 200
+    assert client.get("/ui/approvals").status_code == 200
+    # Then the session is still there just before the token's exp, and ends at it (no leeway added)
+    clock.advance(50)
+    assert client.get("/ui/approvals").status_code == 200
+    clock.advance(11)
+    gone = client.get("/ui/approvals", follow_redirects=False)
+    assert gone.status_code == 303 and gone.headers["location"] == "/ui/signin"
+    # And the sign-in was audited with its method
+    (signed_in,) = [e for e in rt.store.audit(None) if e.event == "ui_signed_in"]
+    assert signed_in.actor == "user:bob" and signed_in.detail["method"] == "oidc"
+
+
+def test_an_id_token_past_its_exp_but_within_the_leeway_opens_no_session(client, provider, rt):
+    # Given an ID token that expired 2 s ago (within the 5 s clock-skew leeway of its verification)
+    provider.overrides = {"exp": int(time.time()) - 2}
+    # When the login completes
+    url, _ = to_provider(client)
+    refused = client.get(back_from_provider(url))
+    # Then no session starts (it would end before it began), the page says why, and it is audited
+    assert refused.status_code == 401 and "expired before a session could start" in html.unescape(refused.text)
+    assert client.cookies.get(COOKIE) is None
+    assert failures(rt)[-1] == {**failures(rt)[-1], "reason": "expired", "method": "oidc"}

@@ -115,6 +115,23 @@ def test_signing_out_ends_the_session_and_other_tenants_runs_are_not_shown(clien
     assert client.get("/ui/runs", follow_redirects=False).status_code == 303
 
 
+def test_signing_in_and_out_are_audited_with_the_principal_and_the_method(client, rt):
+    # Given bob signed in with an API token
+    token_text = token(rt)
+    sign_in(client, token_text)
+    csrf = csrf_of(client.get("/ui/approvals").text)
+    # When a forged sign-out comes without the CSRF token, then his own
+    assert client.post("/ui/signout", data={}).status_code == 403
+    assert client.post("/ui/signout", data={"csrf_token": csrf}, follow_redirects=False).status_code == 303
+    # Then the trail has one sign-in and one sign-out, each naming bob, his tenant, the method and the token's id
+    events = [e for e in rt.store.audit(None) if e.event in ("ui_signed_in", "ui_signed_out")]
+    assert [(e.event, e.actor, e.detail["method"], e.detail["tenant"]) for e in events] == [
+        ("ui_signed_in", "user:bob", "token", "acme"), ("ui_signed_out", "user:bob", "token", "acme")]
+    assert events[0].detail["token"] == events[1].detail["token"] and events[1].detail["token"] in token_text
+    # And the session id is in neither
+    assert not any(v == client.cookies.get(COOKIE) for e in events for v in e.detail.values())
+
+
 def test_a_rejection_from_the_page_needs_a_reason(client, rt, waiting_run):
     # Given bob signed in, looking at alice's gate
     sign_in(client, token(rt))
