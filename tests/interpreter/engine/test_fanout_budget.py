@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fanout_helpers import World, definition, wait_for
+from fanout_helpers import World, definition, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS, FakeProvider
 
 from sealflow.interpreter.execution.actions import action
@@ -25,9 +25,7 @@ USER = "user:ana"
 
 @pytest.fixture(params=BACKENDS)
 def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fan.db"
-    return request.getfixturevalue("pg_schema").url(migrate="1")
+    return store_url(request, tmp_path)
 
 
 @pytest.fixture
@@ -64,10 +62,8 @@ def world(url, tmp_path):
             raise ValueError(f"{label} fails")
         return {"done": label}
 
-    w.rt = Runtime(open_store(url), w.registry, {"fake": w.model}, worker_threads=3, worker_timeout_ms=20)
-    yield w
-    w.rt.close()
-    w.rt.store.close()
+    with world_runtime(w, url, {"fake": w.model}, threads=3):
+        yield w
 
 
 def test_a_run_budget_exhausted_mid_map_stops_the_items_and_fails_the_step(world):

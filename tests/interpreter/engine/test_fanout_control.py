@@ -7,46 +7,28 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fanout_helpers import World, definition, map_of, wait_for
+from fanout_helpers import World, definition, map_of, serving, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS
 
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.service.status import status_json
-from sealflow.interpreter.store import NotFound, open_store
+from sealflow.interpreter.store import NotFound
 from sealflow.interpreter.store.records import RunQuery
 
 USER = "user:ana"
 
 
 @pytest.fixture(params=BACKENDS)
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fan.db"
-    return request.getfixturevalue("pg_schema").url(migrate="1")
+def world(request, tmp_path):
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
+        yield w
 
 
-@pytest.fixture
-def world(url, tmp_path):
-    w = World(str(tmp_path / "world.db"))
-    w.rt = Runtime(open_store(url), w.registry, {}, worker_threads=4, worker_timeout_ms=20)
-    yield w
-    w.release.set()
-    w.rt.close()
-    w.rt.store.close()
-
-
-@pytest.fixture
-def serving(world):
+@pytest.fixture(name="serving")
+def serving_world(world):
     """The world's runtime working, dispatching and sweeping on a background thread (as `sealflow worker`)."""
-    stop = threading.Event()
-    thread = threading.Thread(target=world.rt.serve, args=(stop,), kwargs={"interval": 0.02, "allow_open": True},
-                              daemon=True)
-    thread.start()
-    yield world
-    world.release.set()
-    stop.set()
-    thread.join(10)
+    with serving(world) as w:
+        yield w
 
 
 def test_cancelling_the_run_mid_map_cancels_every_item_and_starts_no_more(serving):
@@ -220,7 +202,6 @@ def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
 
 def test_a_worker_lost_while_deciding_a_fan_out_neither_fails_it_nor_starts_it_twice(serving, monkeypatch):
     # Given a map of two items whose deciding attempt (after both ended) stalls in its first try
-    import threading
 
     from sealflow.interpreter.steps import fanout
 

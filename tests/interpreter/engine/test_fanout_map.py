@@ -9,28 +9,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from fanout_helpers import World, definition, map_of, most_at_once
+from fanout_helpers import World, definition, map_of, most_at_once, store_url, world_runtime
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.steps import fanout
-from sealflow.interpreter.store import open_store
 
 USER = "user:ana"
 
 
 @pytest.fixture(params=BACKENDS)
 def world(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/fan.db"
-    else:
-        url = request.getfixturevalue("pg_schema").url(migrate="1")
-    w = World(str(tmp_path / "world.db"))
-    w.rt = Runtime(open_store(url), w.registry, {}, worker_threads=4, worker_timeout_ms=20)
-    yield w
-    w.release.set()
-    w.rt.close()
-    w.rt.store.close()
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
+        yield w
 
 
 def output_of(rt, run_id: str, step: str):
