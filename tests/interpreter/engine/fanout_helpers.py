@@ -53,6 +53,19 @@ def map_of(items: str, *, concurrency: int = 2, max_items: int = 100, tolerate: 
 {extra}""")
 
 
+def map_over(steps: str, *, concurrency: int, tolerate: int | None = None, name: str = "fan") -> Any:
+    """A plan whose step ``each`` maps the YAML ``steps`` (indented under the map's ``steps:``; what follows
+    them, such as further top-level steps, is kept) over ``input.items``, at most 10 of them."""
+    tolerance = "" if tolerate is None else f"      tolerate_failures: {tolerate}\n"
+    return definition(f"""  - id: each
+    map:
+      items: "input.items"
+      concurrency: {concurrency}
+      max_items: 10
+{tolerance}      steps:
+{steps}""", name)
+
+
 class World:
     """``t.record``: records its interval and applies its effect once per idempotency key. An item whose
     label starts with ``fail`` raises; ``hold`` items wait for :attr:`release`."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fanout_helpers import World, definition, map_of, serving, store_url, wait_for, world_runtime
+from fanout_helpers import World, map_of, map_over, serving, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS
 
 from sealflow.interpreter.core.states import RUN_FINAL
@@ -51,17 +51,11 @@ def test_cancelling_the_run_mid_map_cancels_every_item_and_starts_no_more(servin
 
 def test_an_approval_inside_a_sub_flow_waits_per_item(world):
     # Given a map of two items whose sub-flow asks a manager, then records the item
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - id: ask
+    plan = map_over("""        - id: ask
           approval: {approvers: [role:manager], timeout: 1h}
         - id: after
           set: {item: "item"}
-""")
+""", concurrency=2)
     rt = world.rt
     status = rt.run(plan, {"items": ["x", "y"]}, initiator=USER)
     # When it has settled, then the run waits on its fan-out, and each item waits for its own approval
@@ -114,15 +108,9 @@ def test_status_counts_items_by_state_lists_failures_and_pages_child_runs(world)
 
 def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):
     # Given (under the ACME policy) alice's map run of two items held by an approval each
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - id: ask
+    plan = map_over("""        - id: ask
           approval: {approvers: [role:manager], timeout: 1h}
-""")
+""", concurrency=2)
     status = rt.run(plan, {"items": [1, 2]}, initiator="user:alice", tenant="acme")
     kids = rt.store.children(status.run.id)
     assert len(kids) == 2
@@ -174,14 +162,8 @@ def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child
 
 def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
     # Given a map of two items, the first finished (approved), the second still waiting for its approval
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - {id: ask, approval: {approvers: [role:manager], timeout: 1h}}
-""")
+    plan = map_over("""        - {id: ask, approval: {approvers: [role:manager], timeout: 1h}}
+""", concurrency=2)
     rt = world.rt
     status = rt.run(plan, {"items": ["x", "y"]}, initiator=USER)
     first, second = rt.store.children(status.run.id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fanout_helpers import World, definition, map_of, most_at_once, store_url, world_runtime
+from fanout_helpers import World, definition, map_of, map_over, most_at_once, store_url, world_runtime
 from interp_helpers import BACKENDS
 
 from sealflow.interpreter.steps import fanout
@@ -62,18 +62,12 @@ def test_a_failing_item_without_tolerance_fails_the_step_with_its_class_and_canc
 
 def test_a_failing_map_takes_its_on_error_route(world):
     # Given a map whose step routes internal failures to a recovery step
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - {id: rec, action: t.record, with: {label: "${{ item }}"}, retry: {max_attempts: 1}}
+    plan = map_over("""        - {id: rec, action: t.record, with: {label: "${{ item }}"}, retry: {max_attempts: 1}}
     on_error: [{errors: [internal], next: recover}]
     next: end
   - id: recover
     set: {recovered: "true"}
-""")
+""", concurrency=2)
     # When an item fails
     status = world.rt.run(plan, {"items": ["fail0", "a1"]}, initiator=USER, until="final")
     # Then the route is taken and the run completes
@@ -198,18 +192,12 @@ def test_a_redriven_map_replays_completed_items_from_the_ledger_and_reruns_the_r
             raise ValueError("b fails once")
         return f"ok:{label}"
 
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 1
-      max_items: 10
-      steps:
-        - id: work
+    plan = map_over("""        - id: work
           action: t.flaky
           with: {label: "${{ item }}"}
           idempotency_key: "${{ run.id }}:work:${{ index }}"
           retry: {max_attempts: 1}
-""", name="fan-redrive")
+""", concurrency=1, name="fan-redrive")
     rt = world.rt
     status = rt.run(plan, {"items": ["a", "b", "c"]}, initiator=USER, until="final")
     assert status.state == "failed" and calls == ["a", "b"]
