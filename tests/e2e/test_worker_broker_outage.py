@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from private_services import PrivateRedis, free_port
-from test_worker_redis import Deployment
+from test_worker_redis import Deployment, waits_for_the_broker_then_serves
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server binary")
 
@@ -29,19 +29,9 @@ def test_given_redis_down_when_a_worker_starts_then_it_waits_and_logs_and_serves
     redis = PrivateRedis(tmp_path, free_port(), start=False)
     d = PrivateDeployment(tmp_path, redis.port)
     try:
-        # Given no Redis on the port, when a worker starts and a run is submitted
-        d.start_worker("a")
-        d.wait_log("a", "cannot reach the broker", timeout=30)
-        run_id = d.submit()
-        time.sleep(0.5)
-        # Then it is still running (not exited 2) and the run waits, queued
-        assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
-        assert d.run_states([run_id]) == {run_id: "queued"}
-        # When Redis comes up, then the worker serves and the run completes
-        redis.start()
-        d.wait_ready("a", timeout=60)
-        d.wait_completed([run_id], timeout=60)
-        assert "retrying in" in d.log("a")
+        # Given no Redis on the port, when a worker starts and a run is submitted, then it waits, logging, the
+        # run queued; when Redis comes up, then the worker serves and the run completes
+        waits_for_the_broker_then_serves(d, redis.start, ready_timeout=60)
     finally:
         d.close()
         redis.close()

@@ -26,7 +26,7 @@ from rabbitmq_helpers import (
     rabbitmq_or_skip,
 )
 from test_priority_redis import critical_runs_first
-from test_worker_redis import ALL_ONCE, Deployment
+from test_worker_redis import ALL_ONCE, Deployment, waits_for_the_broker_then_serves
 
 pytestmark = pytest.mark.service
 
@@ -114,19 +114,9 @@ def private(tmp_path):
 
 def test_given_rabbitmq_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_it_is_up(private):
     rabbit, d = private
-    # Given no RabbitMQ on the port, when a worker starts and a run is submitted
-    d.start_worker("a")
-    d.wait_log("a", "cannot reach the broker")
-    run_id = d.submit()
-    time.sleep(0.5)
-    # Then it is still running (not exited 2) and the run waits, queued
-    assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
-    assert d.run_states([run_id]) == {run_id: "queued"}
-    # When RabbitMQ comes up, then the worker serves and the run completes
-    rabbit.start()
-    d.wait_ready("a", timeout=90)
-    d.wait_completed([run_id], timeout=60)
-    assert "retrying in" in d.log("a")
+    # Given no RabbitMQ on the port, when a worker starts and a run is submitted, then it waits, logging, the
+    # run queued; when RabbitMQ comes up, then the worker serves and the run completes
+    waits_for_the_broker_then_serves(d, rabbit.start, ready_timeout=90)
 
 
 def test_given_a_serving_worker_when_rabbitmq_is_killed_and_restarted_then_runs_move_within_seconds(private):

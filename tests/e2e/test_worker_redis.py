@@ -154,6 +154,25 @@ class Deployment:
                 self.redis.zrem("dramatiq:__heartbeats__", broker_id)
 
 
+def waits_for_the_broker_then_serves(d: Deployment, start_broker, ready_timeout: float) -> None:
+    """With no broker at ``d.url``: a worker started and a run submitted, then the worker keeps running (not
+    exited 2), saying it cannot reach the broker, the run queued; once ``start_broker()`` brings the broker up,
+    the worker serves (within ``ready_timeout`` s) and the run completes, the log telling of the retries."""
+    # Given no broker on the port, when a worker starts and a run is submitted
+    d.start_worker("a")
+    d.wait_log("a", "cannot reach the broker")
+    run_id = d.submit()
+    time.sleep(0.5)
+    # Then it is still running (not exited 2) and the run waits, queued
+    assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
+    assert d.run_states([run_id]) == {run_id: "queued"}
+    # When the broker comes up, then the worker serves and the run completes
+    start_broker()
+    d.wait_ready("a", timeout=ready_timeout)
+    d.wait_completed([run_id], timeout=60)
+    assert "retrying in" in d.log("a")
+
+
 @pytest.fixture
 def deployment(tmp_path):
     d = Deployment(tmp_path, redis_or_skip())
