@@ -128,3 +128,30 @@ class PrivatePostgres:
                 self.stop("immediate")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    """Sends ``sig`` to ``proc`` and waits for it; a process still there after ``timeout`` s is killed."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_http_ready(proc: subprocess.Popen, url: str, attempts: int = 300) -> None:
+    """Polls ``url`` (a readiness endpoint of the server ``proc``) until it answers 200; fails with the server's
+    errors if it exits first, or after ``attempts`` tries 0.1 s apart."""
+    import httpx
+
+    for _ in range(attempts):
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"the server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        time.sleep(0.1)
+    pytest.fail(f"the server was not ready at {url} after {attempts} tries")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from private_services import free_port, stop_process, wait_http_ready
 
 from sealflow.cli import main
 
@@ -53,12 +53,6 @@ def world(tmp_path, capsys):
         assert code == 0, err
         tokens[who] = json.loads(out)
     return {"store": store, "access": str(access), "tokens": tokens, "common": common}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_tokens_are_listed_without_their_secret_and_revoked(world, capsys):
@@ -107,16 +101,8 @@ def test_a_live_server_submits_runs_and_takes_an_approval_over_http(world, tmp_p
     ana = {"Authorization": f"Bearer {world['tokens']['ana']['token']}"}
     ben = {"Authorization": f"Bearer {world['tokens']['ben']['token']}"}
     try:
+        wait_http_ready(proc, base + "/readyz", attempts=200)
         with httpx.Client(base_url=base, timeout=10) as http:
-            for _ in range(200):
-                try:
-                    if http.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None:
-                    pytest.fail(f"the server exited: {proc.stderr.read().decode()}")
-                time.sleep(0.1)
             # When ana submits a high-value lead without and then with her token
             anonymous = http.post("/v1/runs", json={"workflow": "lead-qualification"})
             created = http.post("/v1/runs", json={"workflow": "lead-qualification", "input": {"lead_id": "lead_acme"}},
@@ -136,12 +122,7 @@ def test_a_live_server_submits_runs_and_takes_an_approval_over_http(world, tmp_p
             assert run_id in [r["run_id"] for r in listed] and {r["state"] for r in listed} == {"completed"}
             assert "/v1/runs" in http.get("/openapi.json").json()["paths"]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, signal.SIGTERM)
 
 
 def _until(http, run_id, headers, states, timeout=30.0) -> str:

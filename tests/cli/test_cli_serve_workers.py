@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 import pytest
+from private_services import free_port, stop_process, wait_http_ready
 
 from sealflow.interpreter.service.server import tokens
 from sealflow.interpreter.store import open_store
@@ -29,12 +29,6 @@ tenants:
 """
 #: the rate limit of the test: bursts of 3, one request per 100 s on average (a window of 300 s)
 RATE, BURST = 0.01, 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -53,15 +47,7 @@ def test_serve_with_two_workers_shares_sessions_and_rate_limits(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(base + "/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"the server exited: {proc.stderr.read().decode()}")
-            time.sleep(0.1)
+        wait_http_ready(proc, base + "/readyz")
         # When bob signs in through the /ui form
         with httpx.Client(base_url=base, timeout=10) as browser:
             form = browser.get("/ui/signin")
@@ -81,9 +67,4 @@ def test_serve_with_two_workers_shares_sessions_and_rate_limits(tmp_path):
         # Then the processes together grant the burst (per window passed: one unless the machine stalled 300 s)
         assert BURST <= codes.count(200) <= BURST * windows and set(codes) <= {200, 429}, codes
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, signal.SIGINT)

@@ -12,10 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
+from worker_helpers import REDIS, redis_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS = "redis://127.0.0.1:6379/0"
 
 ACTIONS = '''
 import os, time
@@ -46,17 +45,6 @@ steps:
     action: prio.mark
     with: {{label: "${{{{ input.label }}}}"}}
 """
-
-
-def redis_or_skip():
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS, socket_connect_timeout=1, socket_timeout=5)
-        client.ping()
-        return client
-    except Exception:  # noqa: BLE001 - not installed, not running, refused: all mean "no Redis here"
-        pytest.skip("Redis not reachable at 127.0.0.1:6379")
 
 
 def test_given_a_busy_redis_worker_when_a_critical_run_follows_low_ones_then_it_runs_first(tmp_path):

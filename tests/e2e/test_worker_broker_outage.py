@@ -7,58 +7,31 @@ Each test starts its own redis-server on a private port (skipped without the red
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from private_services import PrivateRedis, free_port
-from test_worker_redis import ACTIONS, Deployment
+from test_worker_redis import Deployment, waits_for_the_broker_then_serves
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server binary")
 
 
 class PrivateDeployment(Deployment):
     def __init__(self, tmp_path: Path, port: int):
-        super().__init__(tmp_path, None)
-        self.url = f"redis://127.0.0.1:{port}/0"
-
-    def worker_args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "sealflow", "worker", "--broker", self.url, "--store", self.store,
-                "--actions", str(ACTIONS), "--queue", self.queue, *extra]
+        super().__init__(tmp_path, None, f"redis://127.0.0.1:{port}/0")
 
     def close(self) -> None:
-        for proc in self.workers.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-
-
-def _wait_log(d: Deployment, name: str, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in d.log(name):
-        assert d.workers[name].poll() is None, f"worker exited {d.workers[name].returncode}: {d.log(name)}"
-        assert time.monotonic() < deadline, f"no {text!r} in the log: {d.log(name)}"
-        time.sleep(0.05)
+        self.kill_all()
 
 
 def test_given_redis_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_redis_is_up(tmp_path):
     redis = PrivateRedis(tmp_path, free_port(), start=False)
     d = PrivateDeployment(tmp_path, redis.port)
     try:
-        # Given no Redis on the port, when a worker starts and a run is submitted
-        d.start_worker("a")
-        _wait_log(d, "a", "cannot reach the broker")
-        run_id = d.submit()
-        time.sleep(0.5)
-        # Then it is still running (not exited 2) and the run waits, queued
-        assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
-        assert d.run_states([run_id]) == {run_id: "queued"}
-        # When Redis comes up, then the worker serves and the run completes
-        redis.start()
-        d.wait_ready("a", timeout=60)
-        d.wait_completed([run_id], timeout=60)
-        assert "retrying in" in d.log("a")
+        # Given no Redis on the port, when a worker starts and a run is submitted, then it waits, logging, the
+        # run queued; when Redis comes up, then the worker serves and the run completes
+        waits_for_the_broker_then_serves(d, redis.start, ready_timeout=60)
     finally:
         d.close()
         redis.close()
@@ -74,7 +47,7 @@ def test_given_a_serving_worker_when_redis_restarts_empty_then_queued_runs_move_
         # When Redis dies, a run is submitted meanwhile, and Redis comes back empty
         redis.kill()
         run_id = d.submit()
-        _wait_log(d, "a", "lost the broker")
+        d.wait_log("a", "lost the broker", timeout=30)
         redis.start()
         back = time.monotonic()
         # Then the worker says the broker is back and the run completes well before redeliver_after (60 s)

@@ -11,7 +11,6 @@ own `rabbitmq-server` on a free port (about 3-5 s) and SIGKILL it. Skipped witho
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from rabbitmq_helpers import (
     rabbitmq_or_skip,
 )
 from test_priority_redis import critical_runs_first
-from test_worker_redis import ACTIONS, ALL_ONCE, Deployment
+from test_worker_redis import ALL_ONCE, Deployment, waits_for_the_broker_then_serves
 
 pytestmark = pytest.mark.service
 
@@ -36,19 +35,8 @@ class RabbitDeployment(Deployment):
     """Workers on ``url`` (RabbitMQ) and a queue of this test's own."""
 
     def __init__(self, tmp_path: Path, url: str = RABBITMQ):
-        super().__init__(tmp_path, None)
-        self.url = url
+        super().__init__(tmp_path, None, url)
         self.queue = fresh_queue()
-
-    def worker_args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "sealflow", "worker", "--broker", self.url, "--store", self.store,
-                "--actions", str(ACTIONS), "--queue", self.queue, *extra]
-
-    def stop_all(self) -> None:
-        for proc in self.workers.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -59,16 +47,8 @@ def deployment(tmp_path):
     for name in list(d.workers):
         if d.workers[name].poll() is None:
             d.stop(name)
-    d.stop_all()
+    d.kill_all()
     delete_queues(rabbitmq_or_skip(), d.queue)
-
-
-def _wait_log(d: Deployment, name: str, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in d.log(name):
-        assert d.workers[name].poll() is None, f"worker exited {d.workers[name].returncode}: {d.log(name)[-3000:]}"
-        assert time.monotonic() < deadline, f"no {text!r} in the log: {d.log(name)[-3000:]}"
-        time.sleep(0.05)
 
 
 def test_given_a_rabbitmq_worker_when_another_process_submits_runs_then_they_complete_with_effects_once(deployment):
@@ -99,11 +79,7 @@ def test_given_a_rabbitmq_worker_killed_in_a_step_then_another_worker_finishes_t
     deployment.start_worker("a", env={"CRASH_AT": "two:after"})
     deployment.wait_ready("a")
     run_id = deployment.submit()
-    marker = Path(deployment.env["CRASH_MARKER"])
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert time.monotonic() < deadline, f"step two never started: {deployment.log('a')[-3000:]}"
-        time.sleep(0.05)
+    deployment.wait_marker("a")  # step two started
     deployment.start_worker("b")
     deployment.wait_ready("b")
     # When a is killed, then RabbitMQ requeues what a held, b ends a's lease and finishes the run
@@ -132,25 +108,15 @@ def private(tmp_path):
     rabbit = PrivateRabbit(tmp_path / "rabbit")
     d = RabbitDeployment(tmp_path, rabbit.url)
     yield rabbit, d
-    d.stop_all()
+    d.kill_all()
     rabbit.kill()
 
 
 def test_given_rabbitmq_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_it_is_up(private):
     rabbit, d = private
-    # Given no RabbitMQ on the port, when a worker starts and a run is submitted
-    d.start_worker("a")
-    _wait_log(d, "a", "cannot reach the broker")
-    run_id = d.submit()
-    time.sleep(0.5)
-    # Then it is still running (not exited 2) and the run waits, queued
-    assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
-    assert d.run_states([run_id]) == {run_id: "queued"}
-    # When RabbitMQ comes up, then the worker serves and the run completes
-    rabbit.start()
-    d.wait_ready("a", timeout=90)
-    d.wait_completed([run_id], timeout=60)
-    assert "retrying in" in d.log("a")
+    # Given no RabbitMQ on the port, when a worker starts and a run is submitted, then it waits, logging, the
+    # run queued; when RabbitMQ comes up, then the worker serves and the run completes
+    waits_for_the_broker_then_serves(d, rabbit.start, ready_timeout=90)
 
 
 def test_given_a_serving_worker_when_rabbitmq_is_killed_and_restarted_then_runs_move_within_seconds(private):
@@ -164,12 +130,12 @@ def test_given_a_serving_worker_when_rabbitmq_is_killed_and_restarted_then_runs_
     # When RabbitMQ is killed, a run is submitted meanwhile, and RabbitMQ comes back
     rabbit.kill()
     run_id = d.submit()
-    _wait_log(d, "a", "lost the broker")
+    d.wait_log("a", "lost the broker")
     rabbit.start()
     back = time.monotonic()
     # Then the worker says the broker is back and the run completes well before redeliver_after (60 s)
     d.wait_completed([run_id], timeout=30)
     assert time.monotonic() - back < 30
-    _wait_log(d, "a", f"the broker at {d.url.replace(':guest@', ':***@')} is back; sending again the")
+    d.wait_log("a", f"the broker at {d.url.replace(':guest@', ':***@')} is back; sending again the")
     assert d.workers["a"].poll() is None
     assert d.per_step("effects") == {"one": 2, "two": 2, "three": 2}

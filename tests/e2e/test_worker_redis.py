@@ -22,31 +22,21 @@ import uuid
 from pathlib import Path
 
 import pytest
+from private_services import stop_process
+from worker_helpers import REDIS, redis_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 WORKFLOW = HERE / "crash.v1.yaml"
 ACTIONS = HERE / "crash_actions.py"
-REDIS = "redis://127.0.0.1:6379/0"
 ALL_ONCE = {"one": 1, "two": 1, "three": 1}
-
-
-def redis_or_skip():
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS, socket_connect_timeout=1, socket_timeout=5)
-        client.ping()
-        return client
-    except Exception:  # noqa: BLE001 - not installed, not running, refused: all mean "no Redis here"
-        pytest.skip("Redis not reachable at 127.0.0.1:6379")
 
 
 class Deployment:
     """Workers (subprocesses) on one store and one queue, and the commands of the test."""
 
-    def __init__(self, tmp_path: Path, redis):
-        self.tmp, self.redis = tmp_path, redis
+    def __init__(self, tmp_path: Path, redis, url: str = REDIS):
+        self.tmp, self.redis, self.url = tmp_path, redis, url
         self.queue = "q_" + uuid.uuid4().hex
         self.store = f"sqlite:///{tmp_path / 'state.db'}"
         self.env = {k: v for k, v in os.environ.items()
@@ -60,7 +50,7 @@ class Deployment:
                               text=True, timeout=timeout)
 
     def worker_args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", self.store,
+        return [sys.executable, "-m", "sealflow", "worker", "--broker", self.url, "--store", self.store,
                 "--actions", str(ACTIONS), "--queue", self.queue, *extra]
 
     def start_worker(self, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
@@ -126,15 +116,35 @@ class Deployment:
             proc.send_signal(sig)
         return proc.wait(timeout=timeout)
 
+    def wait_log(self, name: str, text: str, timeout: float = 60) -> None:
+        """Waits (bounded) for ``text`` in worker ``name``'s log, failing if the worker exits first."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log(name):
+            assert self.workers[name].poll() is None, \
+                f"worker exited {self.workers[name].returncode}: {self.log(name)[-3000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} in the log: {self.log(name)[-3000:]}"
+            time.sleep(0.05)
+
+    def wait_marker(self, name: str, timeout: float = 60) -> Path:
+        """Waits (bounded) for the crash marker worker ``name`` writes when it reaches its ``CRASH_AT``."""
+        marker = Path(self.env["CRASH_MARKER"])
+        deadline = time.monotonic() + timeout
+        while not marker.exists():
+            assert time.monotonic() < deadline, f"the crash point was never reached: {self.log(name)[-3000:]}"
+            time.sleep(0.05)
+        return marker
+
+    def kill_all(self) -> None:
+        """SIGKILLs every worker still running (a broker of the test's own: nothing to clean there)."""
+        for proc in self.workers.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
     def close(self) -> None:
         for proc in self.workers.values():
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
+                stop_process(proc, signal.SIGTERM, timeout=10)
         # only this test's keys: its queue (with its acks), and the heartbeats of its workers
         keys = list(self.redis.scan_iter(match=f"*{self.queue}*", count=1000))
         if keys:
@@ -142,6 +152,25 @@ class Deployment:
         for name in self.workers:
             for broker_id in re.findall(r"dramatiq broker id (\S+)", self.log(name)):
                 self.redis.zrem("dramatiq:__heartbeats__", broker_id)
+
+
+def waits_for_the_broker_then_serves(d: Deployment, start_broker, ready_timeout: float) -> None:
+    """With no broker at ``d.url``: a worker started and a run submitted, then the worker keeps running (not
+    exited 2), saying it cannot reach the broker, the run queued; once ``start_broker()`` brings the broker up,
+    the worker serves (within ``ready_timeout`` s) and the run completes, the log telling of the retries."""
+    # Given no broker on the port, when a worker starts and a run is submitted
+    d.start_worker("a")
+    d.wait_log("a", "cannot reach the broker")
+    run_id = d.submit()
+    time.sleep(0.5)
+    # Then it is still running (not exited 2) and the run waits, queued
+    assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")
+    assert d.run_states([run_id]) == {run_id: "queued"}
+    # When the broker comes up, then the worker serves and the run completes
+    start_broker()
+    d.wait_ready("a", timeout=ready_timeout)
+    d.wait_completed([run_id], timeout=60)
+    assert "retrying in" in d.log("a")
 
 
 @pytest.fixture
@@ -221,11 +250,7 @@ def test_given_a_worker_killed_in_the_middle_of_a_step_then_another_worker_finis
     deployment.start_worker("a", env={"CRASH_AT": "two:after"})
     deployment.wait_ready("a")
     run_id = deployment.submit()
-    marker = Path(deployment.env["CRASH_MARKER"])
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert time.monotonic() < deadline, f"step two never started: {deployment.log('a')}"
-        time.sleep(0.05)
+    marker = deployment.wait_marker("a")  # step two started
     assert int(marker.read_text()) == deployment.workers["a"].pid
     deployment.start_worker("b")
     deployment.wait_ready("b")

@@ -11,7 +11,7 @@ import json
 import time
 
 from private_services import PrivatePostgres, PrivateRedis
-from test_worker_broker_outage import PrivateDeployment, _wait_log
+from test_worker_broker_outage import PrivateDeployment
 
 
 def test_given_postgres_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_it_is_up(tmp_path):
@@ -30,7 +30,7 @@ def test_given_postgres_down_when_a_worker_starts_then_it_waits_and_logs_and_ser
         pg.stop()
         # When a worker starts on it
         d.start_worker("a")
-        _wait_log(d, "a", "cannot reach the store: cannot open PostgreSQL store")
+        d.wait_log("a", "cannot reach the store: cannot open PostgreSQL store", timeout=30)
         time.sleep(1.0)
         # Then it is still running, waiting (not exited 2), and says what it waits for
         assert d.workers["a"].poll() is None and "worker ready" not in d.log("a", "out")

@@ -52,35 +52,18 @@ def _cleanup(url: str, queue: str) -> None:
 
 
 def bench_dramatiq(url: str, runs: int, steps: int, threads: int) -> float:
-    import dramatiq
-
     from sealflow.interpreter.service.brokers import broker_from_url
+    from tools.benchmarks.runtime import noop_chain
 
     queue = "bench_" + uuid.uuid4().hex[:12]
     broker = broker_from_url(url)
-    broker.emit_after("process_boot")
-    done = threading.Semaphore(0)
-    actors: list = []
-
-    def make(i: int):
-        def fn():
-            if i + 1 < steps:
-                actors[i + 1].send()
-            else:
-                done.release()
-
-        fn.__name__ = f"noop_{i}"
-        return dramatiq.actor(fn, broker=broker, actor_name=f"noop_{i}", queue_name=queue, max_retries=0)
-
-    actors.extend(make(i) for i in range(steps))
-    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=100)
-    worker.start()
+    first, done, worker = noop_chain(broker, steps, threads, queue)
     try:
-        actors[0].send()  # warm up
+        first.send()  # warm up
         done.acquire()
         started = time.perf_counter()
         for _ in range(runs):
-            actors[0].send()
+            first.send()
         for _ in range(runs):
             done.acquire()
         elapsed = time.perf_counter() - started

@@ -73,16 +73,18 @@ def bench_sealflow(runs: int, steps: int) -> tuple[float, list[tuple[int, float]
     return runs * steps / elapsed, memory
 
 
-def bench_dramatiq(runs: int, steps: int) -> float:
+def noop_chain(broker, steps: int, threads: int, queue: str | None = None):
+    """On ``broker``: a chain of ``steps`` no-op Dramatiq actors, each sending the next, the last releasing the
+    returned semaphore once per chain, and a started in-process ``Worker`` of ``threads`` (the caller stops it).
+    Returns ``(first actor, semaphore, worker)``."""
     import threading
 
     import dramatiq
-    from dramatiq.brokers.stub import StubBroker
 
-    broker = StubBroker()
     broker.emit_after("process_boot")
     done = threading.Semaphore(0)
-    actors = []
+    actors: list = []
+    on_queue = {} if queue is None else {"queue_name": queue}
 
     def make(i: int):
         def fn():
@@ -92,17 +94,25 @@ def bench_dramatiq(runs: int, steps: int) -> float:
                 done.release()
 
         fn.__name__ = f"noop_{i}"
-        return dramatiq.actor(fn, broker=broker, actor_name=f"noop_{i}", max_retries=0)
+        return dramatiq.actor(fn, broker=broker, actor_name=f"noop_{i}", max_retries=0, **on_queue)
 
     actors.extend(make(i) for i in range(steps))
-    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=100)
     worker.start()
+    return actors[0], done, worker
+
+
+def bench_dramatiq(runs: int, steps: int) -> float:
+    from dramatiq.brokers.stub import StubBroker
+
+    broker = StubBroker()
+    first, done, worker = noop_chain(broker, steps, threads=2)
     try:
-        actors[0].send()
+        first.send()
         done.acquire()
         started = time.perf_counter()
         for _ in range(runs):
-            actors[0].send()
+            first.send()
             done.acquire()
         elapsed = time.perf_counter() - started
     finally:

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sealflow.dsl.api import compile_bytes
 from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store import open_store
 
 SCHEMA = ("CREATE TABLE IF NOT EXISTS intervals (label TEXT, pid INTEGER, start REAL, end REAL);"
           "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, label TEXT);"
@@ -44,6 +51,19 @@ def map_of(items: str, *, concurrency: int = 2, max_items: int = 100, tolerate: 
           timeout: 20s
           retry: {{max_attempts: {retry}, on: [worker_lost, timeout]}}
 {extra}""")
+
+
+def map_over(steps: str, *, concurrency: int, tolerate: int | None = None, name: str = "fan") -> Any:
+    """A plan whose step ``each`` maps the YAML ``steps`` (indented under the map's ``steps:``; what follows
+    them, such as further top-level steps, is kept) over ``input.items``, at most 10 of them."""
+    tolerance = "" if tolerate is None else f"      tolerate_failures: {tolerate}\n"
+    return definition(f"""  - id: each
+    map:
+      items: "input.items"
+      concurrency: {concurrency}
+      max_items: 10
+{tolerance}      steps:
+{steps}""", name)
 
 
 class World:
@@ -114,3 +134,56 @@ def wait_for(predicate, seconds: float = 30.0) -> None:
     while not predicate():
         assert time.monotonic() < end, "timed out waiting"
         time.sleep(0.02)
+
+
+def store_url(request: Any, tmp_path: Path, name: str = "fan.db", *, migrated: bool = False) -> str:
+    """The store URL for the backend ``request.param``: a SQLite file ``name`` under ``tmp_path``, or a fresh
+    PostgreSQL schema; ``migrated``: created and migrated now (before several processes open it)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/{name}"
+    else:
+        url = request.getfixturevalue("pg_schema").url(migrate="1")
+    if migrated:
+        open_store(url).close()
+    return url
+
+
+@contextmanager
+def world_runtime(world: Any, url: str, providers: dict | None = None, threads: int = 4) -> Iterator[Any]:
+    """``world`` with a runtime (``world.rt``) on the store at ``url``, closed (held items released) after."""
+    world.rt = Runtime(open_store(url), world.registry, providers or {}, worker_threads=threads,
+                       worker_timeout_ms=20)
+    try:
+        yield world
+    finally:
+        world.release.set()
+        world.rt.close()
+        world.rt.store.close()
+
+
+@contextmanager
+def serving(world: Any) -> Iterator[Any]:
+    """The world's runtime working, dispatching and sweeping on a background thread (as `sealflow worker`)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=world.rt.serve, args=(stop,), kwargs={"interval": 0.02, "allow_open": True},
+                              daemon=True)
+    thread.start()
+    try:
+        yield world
+    finally:
+        world.release.set()
+        stop.set()
+        thread.join(10)
+
+
+def start_process(script: Path, args: list[Any], paths: list[Path], **env: str) -> subprocess.Popen:
+    """``script`` run with ``args`` in a new Python process, ``paths`` first on its PYTHONPATH, ``env`` added."""
+    e = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), os.environ.get("PYTHONPATH", "")]), **env}
+    return subprocess.Popen([sys.executable, str(script), *map(str, args)],
+                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen) -> None:
+    """Waits (bounded) for ``proc`` and asserts it succeeded, showing its output if not."""
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err

@@ -9,10 +9,9 @@ is in the store and final. The action (fanout_helpers.World) records intervals a
 from __future__ import annotations
 
 import sys
-import threading
-import time
 
 from fanout_helpers import World, map_of
+from interp_helpers import serve_until
 
 from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.service.runtime import Runtime
@@ -25,23 +24,12 @@ def main(url: str, db: str, mode: str, n: int, concurrency: int) -> None:
     if mode == "submit":
         rt.submit(map_of("input.items", concurrency=concurrency, retry=2), {"items": [f"i{k}" for k in range(n)]},
                   initiator="user:ana")
-    stop = threading.Event()
-    thread = threading.Thread(target=rt.serve, args=(stop,), daemon=True,
-                              kwargs={"interval": 0.02, "allow_open": True, "dead_owner_check": 0.2,
-                                      "heartbeat_every": 0.2, "dead_after": 1.5})
-    thread.start()
-    end = time.monotonic() + 90
-    try:
-        while time.monotonic() < end:
-            tops = [r for r in rt.store.list_runs(limit=1000) if r.parent_run_id is None]
-            if tops and all(r.state in RUN_FINAL for r in tops):
-                break
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        thread.join(10)
-        rt.close()
-        rt.store.close()
+
+    def all_final() -> bool:
+        tops = [r for r in rt.store.list_runs(limit=1000) if r.parent_run_id is None]
+        return bool(tops) and all(r.state in RUN_FINAL for r in tops)
+
+    serve_until(rt, all_final, dead_owner_check=0.2, heartbeat_every=0.2, dead_after=1.5)
 
 
 if __name__ == "__main__":

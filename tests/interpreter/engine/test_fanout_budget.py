@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fanout_helpers import World, definition, wait_for
+from fanout_helpers import World, definition, map_over, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS, FakeProvider
 
 from sealflow.interpreter.execution.actions import action
@@ -25,9 +25,7 @@ USER = "user:ana"
 
 @pytest.fixture(params=BACKENDS)
 def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fan.db"
-    return request.getfixturevalue("pg_schema").url(migrate="1")
+    return store_url(request, tmp_path)
 
 
 @pytest.fixture
@@ -64,25 +62,16 @@ def world(url, tmp_path):
             raise ValueError(f"{label} fails")
         return {"done": label}
 
-    w.rt = Runtime(open_store(url), w.registry, {"fake": w.model}, worker_threads=3, worker_timeout_ms=20)
-    yield w
-    w.rt.close()
-    w.rt.store.close()
+    with world_runtime(w, url, {"fake": w.model}, threads=3):
+        yield w
 
 
 def test_a_run_budget_exhausted_mid_map_stops_the_items_and_fails_the_step(world):
     # Given a run budget of 45 tokens and a map of 8 items, one at a time, each a model call of up to 20 tokens
     # (10 used), tolerating every failure
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 1
-      max_items: 10
-      tolerate_failures: 8
-      steps:
-        - id: ask
+    plan = map_over("""        - id: ask
           ai: {model: fake, prompt: {template: "say ${{ item }}"}, max_tokens: 20}
-""", name="fan-budget")
+""", concurrency=1, tolerate=8, name="fan-budget")
     plan = plan.model_copy(update={"budget": plan.budget.model_copy(update={"max_tokens": 45})}).with_digest()
     status = world.rt.run(plan, {"items": list(range(8))}, initiator=USER, until="final")
     run = world.rt.store.get_run(status.run.id)
@@ -97,14 +86,8 @@ def test_a_run_budget_exhausted_mid_map_stops_the_items_and_fails_the_step(world
 
 def test_max_steps_counts_every_item_step_on_the_run(world):
     # Given a run allowed 4 step attempts: the map step itself and three items
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 1
-      max_items: 10
-      steps:
-        - {id: rec, action: t.record, with: {label: "${{ item }}"}}
-""", name="fan-steps")
+    plan = map_over("""        - {id: rec, action: t.record, with: {label: "${{ item }}"}}
+""", concurrency=1, name="fan-steps")
     plan = plan.model_copy(update={"budget": plan.budget.model_copy(update={"max_steps": 4})}).with_digest()
     status = world.rt.run(plan, {"items": [f"a{i}" for i in range(6)]}, initiator=USER, until="final")
     run = world.rt.store.get_run(status.run.id)
@@ -117,19 +100,13 @@ def test_max_steps_counts_every_item_step_on_the_run(world):
 
 def test_a_map_failing_beyond_its_tolerance_undoes_its_completed_items(world):
     # Given a map whose item step declares a compensation, the third item failing (nothing tolerated)
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 1
-      max_items: 10
-      steps:
-        - id: rec
+    plan = map_over("""        - id: rec
           action: t.record
           with: {label: "${{ item }}"}
           idempotency_key: "${{ run.id }}:rec:${{ index }}"
           compensate: {action: t.undo, with: {label: "${{ item }}"}, timeout: 10s}
           retry: {max_attempts: 1}
-""", name="fan-saga")
+""", concurrency=1, name="fan-saga")
     status = world.rt.run(plan, {"items": ["a0", "a1", "fail2", "a3"]}, initiator=USER, until="final")
     run = world.rt.store.get_run(status.run.id)
     # Then the step failed; the two completed items were undone, each once in its own child run
@@ -179,14 +156,8 @@ def test_a_failing_parallel_branch_undoes_the_branches_that_completed(world):
 
 def test_the_run_deadline_mid_map_times_the_run_out_and_cancels_its_items(world, monkeypatch):
     # Given a run of at most 1 s whose map holds two items until released, three more pending
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - {id: rec, action: t.record, with: {label: "${{ item }}"}}
-""", name="fan-deadline")
+    plan = map_over("""        - {id: rec, action: t.record, with: {label: "${{ item }}"}}
+""", concurrency=2, name="fan-deadline")
     plan = plan.model_copy(update={"budget": plan.budget.model_copy(update={"max_runtime_ms": 1000})}).with_digest()
     run_id = world.rt.submit(plan, {"items": ["hold0", "hold1", "a2", "a3", "a4"]}, initiator=USER)
     # When it is driven past its deadline (the held items still running), then released

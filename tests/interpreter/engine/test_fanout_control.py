@@ -7,46 +7,28 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fanout_helpers import World, definition, map_of, wait_for
+from fanout_helpers import World, map_of, map_over, serving, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS
 
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.service.status import status_json
-from sealflow.interpreter.store import NotFound, open_store
+from sealflow.interpreter.store import NotFound
 from sealflow.interpreter.store.records import RunQuery
 
 USER = "user:ana"
 
 
 @pytest.fixture(params=BACKENDS)
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fan.db"
-    return request.getfixturevalue("pg_schema").url(migrate="1")
+def world(request, tmp_path):
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
+        yield w
 
 
-@pytest.fixture
-def world(url, tmp_path):
-    w = World(str(tmp_path / "world.db"))
-    w.rt = Runtime(open_store(url), w.registry, {}, worker_threads=4, worker_timeout_ms=20)
-    yield w
-    w.release.set()
-    w.rt.close()
-    w.rt.store.close()
-
-
-@pytest.fixture
-def serving(world):
+@pytest.fixture(name="serving")
+def serving_world(world):
     """The world's runtime working, dispatching and sweeping on a background thread (as `sealflow worker`)."""
-    stop = threading.Event()
-    thread = threading.Thread(target=world.rt.serve, args=(stop,), kwargs={"interval": 0.02, "allow_open": True},
-                              daemon=True)
-    thread.start()
-    yield world
-    world.release.set()
-    stop.set()
-    thread.join(10)
+    with serving(world) as w:
+        yield w
 
 
 def test_cancelling_the_run_mid_map_cancels_every_item_and_starts_no_more(serving):
@@ -69,17 +51,11 @@ def test_cancelling_the_run_mid_map_cancels_every_item_and_starts_no_more(servin
 
 def test_an_approval_inside_a_sub_flow_waits_per_item(world):
     # Given a map of two items whose sub-flow asks a manager, then records the item
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - id: ask
+    plan = map_over("""        - id: ask
           approval: {approvers: [role:manager], timeout: 1h}
         - id: after
           set: {item: "item"}
-""")
+""", concurrency=2)
     rt = world.rt
     status = rt.run(plan, {"items": ["x", "y"]}, initiator=USER)
     # When it has settled, then the run waits on its fan-out, and each item waits for its own approval
@@ -132,15 +108,9 @@ def test_status_counts_items_by_state_lists_failures_and_pages_child_runs(world)
 
 def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):
     # Given (under the ACME policy) alice's map run of two items held by an approval each
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - id: ask
+    plan = map_over("""        - id: ask
           approval: {approvers: [role:manager], timeout: 1h}
-""")
+""", concurrency=2)
     status = rt.run(plan, {"items": [1, 2]}, initiator="user:alice", tenant="acme")
     kids = rt.store.children(status.run.id)
     assert len(kids) == 2
@@ -192,14 +162,8 @@ def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child
 
 def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
     # Given a map of two items, the first finished (approved), the second still waiting for its approval
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - {id: ask, approval: {approvers: [role:manager], timeout: 1h}}
-""")
+    plan = map_over("""        - {id: ask, approval: {approvers: [role:manager], timeout: 1h}}
+""", concurrency=2)
     rt = world.rt
     status = rt.run(plan, {"items": ["x", "y"]}, initiator=USER)
     first, second = rt.store.children(status.run.id)
@@ -220,7 +184,6 @@ def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
 
 def test_a_worker_lost_while_deciding_a_fan_out_neither_fails_it_nor_starts_it_twice(serving, monkeypatch):
     # Given a map of two items whose deciding attempt (after both ended) stalls in its first try
-    import threading
 
     from sealflow.interpreter.steps import fanout
 

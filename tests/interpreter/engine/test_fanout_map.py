@@ -9,28 +9,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from fanout_helpers import World, definition, map_of, most_at_once
+from fanout_helpers import World, definition, map_of, map_over, most_at_once, store_url, world_runtime
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.steps import fanout
-from sealflow.interpreter.store import open_store
 
 USER = "user:ana"
 
 
 @pytest.fixture(params=BACKENDS)
 def world(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/fan.db"
-    else:
-        url = request.getfixturevalue("pg_schema").url(migrate="1")
-    w = World(str(tmp_path / "world.db"))
-    w.rt = Runtime(open_store(url), w.registry, {}, worker_threads=4, worker_timeout_ms=20)
-    yield w
-    w.release.set()
-    w.rt.close()
-    w.rt.store.close()
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
+        yield w
 
 
 def output_of(rt, run_id: str, step: str):
@@ -72,18 +62,12 @@ def test_a_failing_item_without_tolerance_fails_the_step_with_its_class_and_canc
 
 def test_a_failing_map_takes_its_on_error_route(world):
     # Given a map whose step routes internal failures to a recovery step
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 2
-      max_items: 10
-      steps:
-        - {id: rec, action: t.record, with: {label: "${{ item }}"}, retry: {max_attempts: 1}}
+    plan = map_over("""        - {id: rec, action: t.record, with: {label: "${{ item }}"}, retry: {max_attempts: 1}}
     on_error: [{errors: [internal], next: recover}]
     next: end
   - id: recover
     set: {recovered: "true"}
-""")
+""", concurrency=2)
     # When an item fails
     status = world.rt.run(plan, {"items": ["fail0", "a1"]}, initiator=USER, until="final")
     # Then the route is taken and the run completes
@@ -208,18 +192,12 @@ def test_a_redriven_map_replays_completed_items_from_the_ledger_and_reruns_the_r
             raise ValueError("b fails once")
         return f"ok:{label}"
 
-    plan = definition("""  - id: each
-    map:
-      items: "input.items"
-      concurrency: 1
-      max_items: 10
-      steps:
-        - id: work
+    plan = map_over("""        - id: work
           action: t.flaky
           with: {label: "${{ item }}"}
           idempotency_key: "${{ run.id }}:work:${{ index }}"
           retry: {max_attempts: 1}
-""", name="fan-redrive")
+""", concurrency=1, name="fan-redrive")
     rt = world.rt
     status = rt.run(plan, {"items": ["a", "b", "c"]}, initiator=USER, until="final")
     assert status.state == "failed" and calls == ["a", "b"]

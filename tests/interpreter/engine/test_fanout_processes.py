@@ -7,15 +7,12 @@ The actions (fanout_helpers.World, in fanout_worker.py) record their intervals a
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from fanout_helpers import World, most_at_once
+from fanout_helpers import World, finish, most_at_once, start_process, store_url
 from interp_helpers import BACKENDS
 
 from sealflow.interpreter.store import open_store
@@ -26,24 +23,11 @@ WORKER = HERE / "fanout_worker.py"
 
 @pytest.fixture(params=BACKENDS)
 def url(request, tmp_path):
-    if request.param == "sqlite":
-        got = f"sqlite:///{tmp_path}/shared.db"
-    else:
-        got = request.getfixturevalue("pg_schema").url(migrate="1")
-    open_store(got).close()  # created and migrated before two processes open it
-    return got
+    return store_url(request, tmp_path, "shared.db", migrated=True)  # before two processes open it
 
 
 def start(url, db, mode, n, concurrency, **env):
-    e = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
-         **env}
-    return subprocess.Popen([sys.executable, str(WORKER), url, str(db), mode, str(n), str(concurrency)],
-                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc) -> None:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out + err
+    return start_process(WORKER, [url, db, mode, n, concurrency], [HERE, HERE.parent], **env)
 
 
 def top_run(url):

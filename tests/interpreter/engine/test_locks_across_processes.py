@@ -7,18 +7,14 @@ The actions (tests/interpreter/engine/slot_worker.py) record their intervals, in
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from fanout_helpers import finish, most_at_once, start_process, store_url
 from interp_helpers import BACKENDS
-
-from sealflow.interpreter.store import open_store
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "slot_worker.py"
@@ -27,23 +23,11 @@ LIMITS = {"lock": 1, "pool": 2}
 
 @pytest.fixture(params=BACKENDS)
 def url(request, tmp_path):
-    if request.param == "sqlite":
-        got = f"sqlite:///{tmp_path}/shared.db"
-    else:
-        got = request.getfixturevalue("pg_schema").url(migrate="1")
-    open_store(got).close()  # created and migrated before two processes open it
-    return got
+    return store_url(request, tmp_path, "shared.db", migrated=True)  # before two processes open it
 
 
 def start(url, db, kind, count, prefix, total, **env):
-    e = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]), **env}
-    return subprocess.Popen([sys.executable, str(WORKER), url, str(db), kind, str(count), prefix, str(total)],
-                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc) -> None:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out + err
+    return start_process(WORKER, [url, db, kind, count, prefix, total], [HERE.parent], **env)
 
 
 def intervals(db) -> list[tuple]:
@@ -52,15 +36,6 @@ def intervals(db) -> list[tuple]:
         return conn.execute("SELECT label, pid, fence, start, end FROM intervals ORDER BY start").fetchall()
     finally:
         conn.close()
-
-
-def most_at_once(spans) -> int:
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    now = peak = 0
-    for _, d in edges:
-        now += d
-        peak = max(peak, now)
-    return peak
 
 
 @pytest.mark.parametrize("kind", ["lock", "pool"])

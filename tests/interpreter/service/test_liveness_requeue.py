@@ -19,24 +19,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from private_services import stop_process
+from worker_helpers import REDIS, redis_or_skip
 
 from sealflow.interpreter.service import liveness
 from sealflow.interpreter.store import open_store
 
 ROOT = Path(__file__).resolve().parents[3]
 E2E = ROOT / "tests" / "e2e"
-REDIS = "redis://127.0.0.1:6379/0"
-
-
-def redis_or_skip():
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS, socket_connect_timeout=1, socket_timeout=5)
-        client.ping()
-        return client
-    except Exception:  # noqa: BLE001 - not installed, not running, refused: all mean "no Redis here"
-        pytest.skip("Redis not reachable at 127.0.0.1:6379")
 
 
 def wait_until(check, timeout: float, what, poll: float = 0.1):
@@ -102,12 +92,7 @@ class Workers:
         for name, proc in self.procs.items():
             ids += re.findall(r"dramatiq broker id (\S+)", self.log(name))
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
+                stop_process(proc, signal.SIGTERM, timeout=10)
         keys = list(self.redis.scan_iter(match=f"*{self.queue}*", count=1000))
         for broker_id in ids:
             keys += list(self.redis.scan_iter(match=f"dramatiq:__acks__.{broker_id}.*", count=1000))
