@@ -67,6 +67,21 @@ def message_count(url: str, queue: str) -> int:
         connection.close()
 
 
+def _wait_bindable(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as sock:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the node's listener does
+                sock.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"port {port} is still in use {timeout:.0f} s after the node was "
+                                         "killed") from None
+                time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -89,6 +104,11 @@ class PrivateRabbit:
     def start(self, timeout: float = 60) -> None:
         if RABBITMQ_SERVER is None:
             pytest.skip("no rabbitmq-server binary")
+        # a restart after a kill: the node's distribution port is its own business, so it gets a fresh one
+        # (the killed node's may still be held, which made the restart fail with eaddrinuse); the AMQP port
+        # must stay (clients reconnect to the same URL): wait, bounded, until it can be bound again
+        self.dist = free_port()
+        _wait_bindable(self.port, timeout)
         env = {**os.environ, "HOME": str(self.base), "RABBITMQ_NODENAME": self.name,
                "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(self.dist),
                "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"), "RABBITMQ_LOG_BASE": str(self.base / "log"),
