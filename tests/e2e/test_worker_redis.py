@@ -241,7 +241,9 @@ def test_given_two_workers_under_a_policy_when_ten_runs_are_submitted_then_all_c
     # every step is logged: a message's first (started), the rest carried on in its thread
     ran = {name: deployment.log(name).count(": started") + deployment.log(name).count(": carried on in this thread")
            for name in ("a", "b")}
-    assert sum(ran.values()) == 40 and all(ran.values()), ran  # 10 runs x 4 steps, shared by both workers
+    # 10 runs x 4 steps, each once, by the two workers together (which of them takes how many is timing: a
+    # worker prefetches several messages and carries each run on in its thread, so one may take them all)
+    assert sum(ran.values()) == 40, ran
     assert deployment.stop("a") == 0 and deployment.stop("b") == 0
 
 
