@@ -290,9 +290,17 @@ class Runtime(Repair, Driving, Serving):
             import jsonschema
 
             best = jsonschema.exceptions.best_match(errors)
-            where = "/".join(str(p) for p in best.absolute_path) or "(root)"
-            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is invalid at {where}: "
-                                               f"{best.message}; fix the input to match its input.schema")
+
+            def at(e: Any) -> str:
+                return "/".join(str(p) for p in e.absolute_path) or "(root)"
+
+            # every problem at once (bounded), the most relevant first: a newcomer fixes the input in one go
+            rest = sorted((e for e in errors if e is not best), key=lambda e: (at(e), e.message))
+            also = "".join(f"; also at {at(e)}: {e.message}" for e in rest[:9])
+            more = f"; and {len(rest) - 9} more" if len(rest) > 9 else ""
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is invalid at {at(best)}: "
+                                               f"{best.message}{also}{more}; fix the input to match its "
+                                               "input.schema")
 
     def run(self, plan: Plan, input: Any, *, initiator: str, until: str = "settled", **kw: Any) -> RunStatus:
         """Submit and drive (see :meth:`drive` for ``until``)."""

@@ -85,3 +85,17 @@ def test_given_garbage_input_when_run_then_a_usage_error_never_an_internal_error
         code, _, err = run(capsys, "run", EXAMPLE, "--input", raw)
         # Then exit 2 with a sentence that says what is wrong, and no run is created
         assert code == 2 and said in err and "internal error" not in err, err
+
+
+def test_given_an_input_missing_several_fields_when_run_then_every_problem_is_named_at_once(capsys, tmp_path,
+                                                                                           monkeypatch):
+    # Given the document-ingestion example, whose input needs document_id, revision and visibility
+    monkeypatch.chdir(tmp_path)
+    ingestion = str(ROOT / "definitions" / "document-ingestion.v1.yaml")
+    # When it is run with an empty input
+    code, _, err = run(capsys, "run", ingestion, "--input", "{}")
+    # Then one message names all three missing fields, so the input is fixed in one go, not one field a try
+    assert code != 0 and "internal error" not in err
+    for field in ("document_id", "revision", "visibility"):
+        assert f"'{field}' is a required property" in err, err
+    assert err.count("is a required property") == 3 and "fix the input to match its input.schema" in err
