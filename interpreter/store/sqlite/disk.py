@@ -54,20 +54,28 @@ class Checkpointer(threading.Thread):
     not wait on its fsync). Under sustained load PASSIVE may never reach the WAL's end; the store then
     truncates it between its own transactions once it is past the limit (``SqliteStore._bound_wal``)."""
 
-    def __init__(self, path: str, interval: float, busy_timeout_ms: int):
+    def __init__(self, path: str, interval: float, busy_timeout_ms: int, lock: threading.Lock):
         super().__init__(name="sealflow-checkpoint", daemon=True)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                      timeout=busy_timeout_ms / 1000)
         self._interval = interval
+        #: held by whichever of this process's checkpoints runs (this thread's, or the store's truncation):
+        #: SQLite answers a second concurrent checkpoint with SQLITE_BUSY at once, which would make the store's
+        #: truncation give way to its own background checkpoint while the WAL grows
+        self._lock = lock
         self._stopped = threading.Event()
         self.start()
 
     def run(self) -> None:
         while not self._stopped.wait(self._interval):
+            if not self._lock.acquire(blocking=False):  # the store is truncating: that does it
+                continue
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.Error:  # busy or closing: the next round does it
                 pass
+            finally:
+                self._lock.release()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -87,6 +95,7 @@ class WalMixin:
     _wal_limit: int
     _busy_ms: int
     _truncate_after: float
+    _checkpointing: threading.Lock
 
     def _bound_wal(self, c: sqlite3.Connection) -> None:
         """After a commit, past the limit (writes outran the background checkpoints, or readers kept them
@@ -97,8 +106,9 @@ class WalMixin:
             return
         busy = 1
         try:
-            c.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
-            busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            with self._checkpointing:  # after this process's background checkpoint, if one runs (a moment)
+                c.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
+                busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         except sqlite3.Error:
             pass
         finally:

@@ -107,9 +107,10 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         self._busy_ms = int(busy_timeout_ms)
         self._wal_limit = wal_limit if path != ":memory:" else 0
         self._truncate_after = 0.0
+        self._checkpointing = threading.Lock()  # one checkpoint of this process at a time (sqlite/disk.py)
         if path != ":memory:" and checkpoint_interval:
             c.execute("PRAGMA wal_autocheckpoint = 0")
-            self._checkpointer = Checkpointer(path, checkpoint_interval, busy_timeout_ms)
+            self._checkpointer = Checkpointer(path, checkpoint_interval, busy_timeout_ms, self._checkpointing)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
