@@ -59,4 +59,6 @@ def setup(log_format: str = "text", stream: Any = None, level: int = logging.INF
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("dramatiq").setLevel(logging.WARNING)
+    # the connection pool says "connection given" and "returning connection" at INFO for every store operation
+    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
     return handler

@@ -4,15 +4,16 @@ It runs the SQLite store's statement code (claim, commit, cancel, redrive, the s
 chain, admission, the definition registry) through :mod:`.dialect`, so both backends keep one
 implementation of every rule; what differs is here:
 
-* **Transactions.** Every state change is one ``SERIALIZABLE`` transaction on a pooled connection, fenced
-  by the claim token and the run's revision as on SQLite. Two transactions that would interleave
-  unsafely make PostgreSQL abort one (serialization failure); the whole operation is then run again
-  from the start (a fresh read, so the fences decide again). Audit events are hash-chained inside the
-  transaction that appends them; the tenant's head row serialises appends to one chain. Since nearly every
-  write moves that head, the serializable writers queue on one session advisory lock taken before their
-  snapshot and released after their commit (they wait for one another instead of aborting one another:
-  a quarter of all transactions were rolled back and retried without it), and the writers of one process
-  share commits (group commit, :mod:`.batching`), so that a WAL flush is paid per batch, not per write.
+* **Transactions.** Every state change is one transaction on a pooled connection, fenced by the claim token
+  and the run's revision as on SQLite. Audit events are hash-chained inside the transaction that appends
+  them, and nearly every write moves its tenant's chain head, so the writers are serial, as on SQLite: they
+  queue on one session advisory lock taken before their snapshot and released after their commit, and run
+  ``REPEATABLE READ`` (a snapshot taken after the lock sees every earlier writer; the ``SERIALIZABLE``
+  writers of earlier versions aborted one another by the thousand without the lock, and paid for predicate
+  locks that could find nothing with it). A writer that meets a row changed meanwhile by a transaction that
+  does not take the lock (handing out due outbox rows) gets a serialization failure and is run again from the
+  start (a fresh read, so the fences decide again). The writers of one process share commits (group commit,
+  :mod:`.batching`, on a connection in pipeline mode), so that a WAL flush is paid per batch, not per write.
 * **Due work.** :meth:`take_outbox` and :meth:`sweep` pick their rows with ``FOR UPDATE SKIP LOCKED``:
   two dispatchers or sweepers never take the same row, and neither waits for the other.
 * **Clock.** ``clock=db`` (the default) stamps leases, timers and every ``now`` on the database's clock:
@@ -113,7 +114,7 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         kwargs = _conn_kwargs(own)
         self._conninfo, self._kwargs = conninfo, kwargs
         self._local = threading.local()
-        self._chain = SqliteChain()
+        self._chain = SqliteChain(cache_heads=False)  # the writers of several processes take turns
         self._offset_at, self._offset_s = 0.0, 0.0
         self._listener: psycopg.Connection | None = None
         self._listen_lock = threading.Lock()
@@ -134,7 +135,7 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
                                   self._illegal_in_batch)
         size = int(pool_max or own.get("pool_max") or 8)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
-                                    check=ConnectionPool.check_connection, name="sealflow-store")
+                                    check=_check_if_idle, reset=_stamp_idle, name="sealflow-store")
         try:
             self._pool.open(wait=True, timeout=10)
         except PoolTimeout as exc:
@@ -179,8 +180,8 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         return self._pool
 
     @contextlib.contextmanager
-    def _tx(self, isolation: str = "SERIALIZABLE") -> Iterator[PgConn]:
-        if isolation == "SERIALIZABLE":  # the writers: serial, sharing commits (batching.py)
+    def _tx(self, isolation: str = "WRITER") -> Iterator[PgConn]:
+        if isolation == "WRITER":  # the writers: serial, sharing commits (batching.py)
             with self._group.transaction() as c:
                 yield c
             return
@@ -377,6 +378,22 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
                 raise StoreUnavailable(f"PostgreSQL store {self.url}: listening for new work failed: "
                                        f"{_cause(exc)}") from None
             return woke
+
+
+#: a pooled connection unused for longer than this is checked (an empty query) before it is handed out: one
+#: that died with a database restart is replaced instead of failing the operation. A connection in steady use
+#: is not checked: that check was a round trip per store operation (and if such a connection died this very
+#: moment, the operation fails clearly, nothing half-done, and is retried as after any outage).
+CHECK_IDLE_AFTER_S = 1.0
+
+
+def _stamp_idle(conn) -> None:
+    conn._sealflow_idle_since = time.monotonic()
+
+
+def _check_if_idle(conn) -> None:
+    if time.monotonic() - getattr(conn, "_sealflow_idle_since", 0.0) > CHECK_IDLE_AFTER_S:
+        ConnectionPool.check_connection(conn)
 
 
 def _shifted_commit(commit, shift: float):

@@ -289,6 +289,24 @@ def test_a_lost_connection_is_a_clear_error_and_nothing_half_done_is_kept(opened
         assert store.attempts("r1")[0].state == "running"
 
 
+def test_a_pooled_connection_the_server_dropped_while_it_sat_idle_is_replaced_not_failed(opened, pg_schema):
+    # Given a store whose one pooled connection sat unused for longer than the idle check's threshold, and
+    # that the server has since dropped (a restart, an idle timeout, a proxy)
+    from sealflow.interpreter.store.postgres.store import CHECK_IDLE_AFTER_S
+
+    store = opened(pool_max="1", application_name="sf-idle-check")
+    store.submit(new_run(), T0)
+    time.sleep(CHECK_IDLE_AFTER_S + 0.2)
+    with pg_schema.connect() as admin:
+        killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                               "application_name = 'sf-idle-check'").fetchone()[0]
+    assert killed >= 1
+    # When the next operation takes it from the pool
+    (msg,) = store.take_outbox(T0)
+    # Then the pool finds it dead and hands out a fresh one: the operation succeeds
+    assert store.claim(*msg, owner="w1", now=T0).attempt.state == "running"
+
+
 def test_a_constraint_the_database_enforces_is_a_clear_store_error(opened):
     from sealflow.interpreter.store import StoreError
 
