@@ -130,11 +130,14 @@ def tools_of_plan(body: str) -> dict[str, str]:
 class SqliteChain:
     """Appends a transaction's audit events to their tenants' chains (SQLite)."""
 
-    def __init__(self, max_cached: int = 8192):
+    def __init__(self, max_cached: int = 8192, *, cache_heads: bool = True):
         self._runs: dict[str, tuple] = {}
         self._tools: dict[str, dict[str, str]] = {}
         #: tenant -> (seq, hash) this process last wrote; used only through a compare-and-set
         self._heads: dict[str, tuple[int, str]] = {}
+        #: False where several processes take turns writing (PostgreSQL): the head this process wrote last is
+        #: then nearly always stale, and reading the head is one statement where a failed compare-and-set is three
+        self._cache_heads = cache_heads
         self._max = max_cached
         self._lock = threading.Lock()
 
@@ -233,7 +236,7 @@ class SqliteChain:
         A tenant's head this process wrote last is not read again: the head row is moved with a
         compare-and-set on it, and if another process moved it meanwhile, every head is read and
         the events chained again."""
-        known = self._heads
+        known = self._heads if self._cache_heads else {}
         rows, heads, based = self.rows(c, pending, known)
         moved: list[str] = []
         stale = False
@@ -254,6 +257,8 @@ class SqliteChain:
             for tenant, (seq, digest) in heads.items():
                 c.execute(_HEAD_UPSERT, (tenant, seq, digest))
         c.executemany(INSERT, rows)
+        if not self._cache_heads:
+            return
         if len(known) > self._max:
             known.clear()
         known.update(heads)

@@ -70,3 +70,56 @@ class PgConn:
         cur = self.raw.cursor()
         cur.execute(sql, args)
         return cur
+
+
+class _PipedCursor:
+    """A cursor of a statement sent in pipeline mode: its rows are waited for when fetched (psycopg does that),
+    its ``rowcount`` after a sync (psycopg sets it only when the result arrives)."""
+
+    __slots__ = ("_cur", "_pipe")
+
+    def __init__(self, cur, pipe):
+        self._cur, self._pipe = cur, pipe
+
+    @property
+    def rowcount(self) -> int:
+        if self._cur.pgresult is None:
+            self._pipe.sync()
+        return self._cur.rowcount
+
+    def fetchone(self):
+        return self._cur.fetchone()
+
+    def fetchall(self):
+        return self._cur.fetchall()
+
+    def __iter__(self):
+        return iter(self._cur)
+
+
+class PipedConn(PgConn):
+    """:class:`PgConn` on a connection in pipeline mode (:mod:`.batching`): a statement is sent without waiting
+    for the server; only a read (or a row count) waits, for its own result."""
+
+    __slots__ = ("pipe",)
+
+    def __init__(self, raw, pipe):
+        self.raw, self.pipe = raw, pipe
+
+    def execute(self, sql: str, args=()):
+        cur = self.raw.cursor()
+        cur.execute(translate(sql), tuple(args))
+        return _PipedCursor(cur, self.pipe)
+
+    def native(self, sql: str, args=()):
+        cur = self.raw.cursor()
+        cur.execute(sql, args)
+        return _PipedCursor(cur, self.pipe)
+
+    def executemany(self, sql: str, seq):
+        """Each statement queued (psycopg's own ``executemany`` would end with a sync: a round trip)."""
+        query, cur = translate(sql), None
+        for args in seq:
+            cur = self.raw.cursor()
+            cur.execute(query, tuple(args))
+        return None if cur is None else _PipedCursor(cur, self.pipe)

@@ -4,8 +4,9 @@ Table ``rate_limits`` holds one row per limited model (the lock every taker of t
 through); ``rate_grants`` holds the calls granted in the last window, each with its tokens (the worst
 case when granted, the real figure once settled). :meth:`rate_take` reads the model's live grants,
 decides with :func:`sealflow.interpreter.core.ratelimits.free_at` and records the grant in one
-transaction: on SQLite ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL a ``SERIALIZABLE``
-transaction that first locks the model's row ``FOR UPDATE`` and stamps ``now`` on the database clock.
+transaction: on SQLite ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL a writer's
+transaction (serial, under the writers' lock) that first locks the model's row ``FOR UPDATE`` and
+stamps ``now`` on the database clock.
 So the processes sharing a store, on any number of hosts, together never pass a limit.
 """
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+import psycopg
 import pytest
 from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
 
@@ -158,5 +159,54 @@ def test_a_failing_member_of_a_batch_is_undone_alone(pg_schema):
         assert joined.is_set() and outcome == {"leader": "the leader's own failure", "member": "committed"}
         run = store.get_run("r1")
         assert (run.initiator, run.workflow) == ("user:ana", "wf-member")
+    finally:
+        store.close()
+
+
+def test_a_member_whose_statement_the_database_refuses_is_undone_alone(pg_schema):
+    # Given a PostgreSQL store and two writers in one batch, on a connection in pipeline mode (a write is
+    # sent without waiting for the server, so a refusal arrives later): the leader writes, then waits until
+    # the second has joined and written a row the database refuses (a duplicate key)
+    store = open_store(pg_schema.url(clock="caller", migrate="1"))
+    try:
+        store.submit(new_run("r1"), T0)
+        group = store._group
+        outcome: dict[str, object] = {}
+        member_wrote = threading.Event()
+
+        def leader():
+            with store._tx() as c:
+                c.execute("UPDATE runs SET initiator = 'user:leader' WHERE id = 'r1'")
+                while not (group._open is not None and group._open.members == 2):
+                    threading.Event().wait(0.005)
+                member_wrote.wait(30)
+            outcome["leader"] = "committed"
+
+        def member():
+            try:
+                with store._tx() as c:
+                    c.execute("UPDATE runs SET workflow = 'wf-member' WHERE id = 'r1'")
+                    c.execute("INSERT INTO plans (digest, workflow, version, body, created_at) "
+                              "SELECT digest, workflow, version, body, created_at FROM plans LIMIT 1")
+                    member_wrote.set()
+            except psycopg.errors.UniqueViolation:
+                outcome["member"] = "refused"
+            finally:
+                member_wrote.set()
+
+        first = threading.Thread(target=leader)
+        first.start()
+        while group._open is None:
+            threading.Event().wait(0.001)
+        second = threading.Thread(target=member)
+        second.start()
+        first.join(30)
+        second.join(30)
+        # When the batch commits
+        # Then the member gets the database's refusal of its own statement, and all of its writes are undone;
+        # the leader's write is committed
+        assert outcome == {"leader": "committed", "member": "refused"}
+        run = store.get_run("r1")
+        assert (run.initiator, run.workflow) == ("user:leader", "wf")
     finally:
         store.close()
