@@ -264,8 +264,10 @@ class Engine(Claiming):
         def build() -> Commit:
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
             commit = redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
-            commit = dataclasses.replace(commit, claim_as=self.owner) if self._may_carry(x, commit) else commit
-            return self._notified(x, commit)
+            amend: dict = {} if coordination.needs_slots(x.plan, x.step) else {"holds_slots": False}
+            if self._may_carry(x, commit):
+                amend["claim_as"] = self.owner
+            return self._notified(x, dataclasses.replace(commit, **amend) if amend else commit)
 
         def conflict() -> None:
             x.run = self.store.get_run(x.run.id)

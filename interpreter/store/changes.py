@@ -178,3 +178,6 @@ class Commit:
     #: how many completed children the undo was decided on (None: nothing to undo); another count at commit
     #: time (a child completed meanwhile) is a conflict: decide again
     undo_seen: int | None = None
+    #: False when the attempt's step can hold no lock or pool slot (it declares none, nor does its workflow):
+    #: its end then has no slots to give back, and the store does not look for any
+    holds_slots: bool = True

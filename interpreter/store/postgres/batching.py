@@ -175,10 +175,11 @@ class GroupCommit:
             except BaseException as exc:  # noqa: BLE001 - the batch's error is raised instead
                 return exc
             return None
-        raw.execute("SAVEPOINT member")  # no RELEASE: a later member's savepoint of the same name hides it
+        c.execute("SAVEPOINT member")  # no RELEASE: a later member's savepoint of the same name hides it
         try:
             yield c
-            pipe.sync()  # every statement of this member is done: a failure here is this member's own
+            if c.sent:  # every statement of this member is done: a failure here is this member's own
+                c.sync()
             batch.events.extend(pending)  # chained with the others' at the commit (one insert, one head move)
         except IllegalTransition as exc:
             pending.clear()

@@ -73,48 +73,58 @@ class PgConn:
 
 
 class _PipedCursor:
-    """A cursor of a statement sent in pipeline mode: its rows are waited for when fetched (psycopg does that),
-    its ``rowcount`` after a sync (psycopg sets it only when the result arrives)."""
+    """A cursor of a statement sent in pipeline mode. Its rows or row count are waited for when asked, with a
+    sync: everything sent before it is then done too (its errors raised here), in one round trip."""
 
-    __slots__ = ("_cur", "_pipe")
+    __slots__ = ("_cur", "_conn")
 
-    def __init__(self, cur, pipe):
-        self._cur, self._pipe = cur, pipe
+    def __init__(self, cur, conn: PipedConn):
+        self._cur, self._conn = cur, conn
+
+    def _ready(self):
+        if self._cur.pgresult is None:
+            self._conn.sync()
+        return self._cur
 
     @property
     def rowcount(self) -> int:
-        if self._cur.pgresult is None:
-            self._pipe.sync()
-        return self._cur.rowcount
+        return self._ready().rowcount
 
     def fetchone(self):
-        return self._cur.fetchone()
+        return self._ready().fetchone()
 
     def fetchall(self):
-        return self._cur.fetchall()
+        return self._ready().fetchall()
 
     def __iter__(self):
-        return iter(self._cur)
+        return iter(self._ready())
 
 
 class PipedConn(PgConn):
     """:class:`PgConn` on a connection in pipeline mode (:mod:`.batching`): a statement is sent without waiting
-    for the server; only a read (or a row count) waits, for its own result."""
+    for the server; only a read (or a row count) waits, for everything sent so far. ``sent`` says whether
+    anything was sent since the last sync."""
 
-    __slots__ = ("pipe",)
+    __slots__ = ("pipe", "sent")
 
     def __init__(self, raw, pipe):
-        self.raw, self.pipe = raw, pipe
+        self.raw, self.pipe, self.sent = raw, pipe, False
+
+    def sync(self) -> None:
+        self.sent = False
+        self.pipe.sync()
 
     def execute(self, sql: str, args=()):
         cur = self.raw.cursor()
         cur.execute(translate(sql), tuple(args))
-        return _PipedCursor(cur, self.pipe)
+        self.sent = True
+        return _PipedCursor(cur, self)
 
     def native(self, sql: str, args=()):
         cur = self.raw.cursor()
         cur.execute(sql, args)
-        return _PipedCursor(cur, self.pipe)
+        self.sent = True
+        return _PipedCursor(cur, self)
 
     def executemany(self, sql: str, seq):
         """Each statement queued (psycopg's own ``executemany`` would end with a sync: a round trip)."""
@@ -122,4 +132,5 @@ class PipedConn(PgConn):
         for args in seq:
             cur = self.raw.cursor()
             cur.execute(query, tuple(args))
-        return None if cur is None else _PipedCursor(cur, self.pipe)
+            self.sent = True
+        return None if cur is None else _PipedCursor(cur, self)

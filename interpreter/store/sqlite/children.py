@@ -159,7 +159,7 @@ class ChildrenMixin:
                         {"parent": run_id, "step": step_id, "index": child.index, "plan": child.plan_digest})
             if queued:
                 self._run_to(c, now, cid, "created", "queued", actor)
-                _, msg, _ = self._insert_attempt(c, now, cid, NextAttempt(child.first_step, 1, "scheduled", now,
+                _, msg = self._insert_attempt(c, now, cid, NextAttempt(child.first_step, 1, "scheduled", now,
                                                                        child.first_lease_ms), inline, 1, actor,
                                               tenant=parent[0])
                 if msg is not None:

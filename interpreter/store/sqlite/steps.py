@@ -26,7 +26,6 @@ from sealflow.interpreter.store.errors import (
     NotFound,
 )
 from sealflow.interpreter.store.records import (
-    AttemptRecord,
     Claimed,
     Commit,
     Committed,
@@ -42,61 +41,79 @@ from sealflow.interpreter.store.sqlite import deliveries, reservations, rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
 
 dumps = rows.dumps
+_UPDATE_RUN = ("UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, output = COALESCE(?, output), "
+               "error_class = COALESCE(?, error_class), error_message = COALESCE(?, error_message), "
+               "steps_executed = steps_executed + ?, tokens = tokens + ?, cost_usd = cost_usd + ?, "
+               "tool_calls = tool_calls + ?, cursor_step = COALESCE(?, cursor_step), ")
 _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.A_COLS, rows.R_COLS, rows.N_ATTEMPT
 
 
 new_token = rows.new_token
 
 
+class _Carried:
+    """The attempt :meth:`StepPathMixin._insert_claimed` inserted, its row read on first use."""
+
+    __slots__ = ("_cursor", "_row", "token")
+
+    def __init__(self, cursor, token: int):
+        self._cursor, self._row, self.token = cursor, None, token
+
+    def row(self) -> tuple:
+        if self._row is None:
+            self._row = self._cursor.fetchone()
+        return self._row
+
+
 class StepPathMixin:
     def _insert_attempt(self, c, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
-                        actor: str = "system", *, tenant: str | None = None,
-                        claim_as: str | None = None) -> tuple[int, Message | None, AttemptRecord | None]:
-        """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor.
-
-        ``claim_as`` (a scheduled attempt dispatched inline, which the committing worker goes on with): the
-        attempt is inserted already claimed by that owner, as :meth:`claim` would leave it (``running``
-        under its lease, the next token), with no outbox row (a lease that expires makes the sweep send it
-        again); its record is returned third. The audit rows are the same as for a claim."""
+                        actor: str = "system", *, tenant: str | None = None) -> tuple[int, Message | None]:
+        """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor."""
         token = new_token()
-        claimed = claim_as is not None and nxt.state == "scheduled" and inline
-        if claimed:
-            row = c.execute(
-                "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, "
-                "lease_ms, scheduled_at, started_at, due_at, data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, "
-                "?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts WHERE run_id = ? AND step_id = ? "
-                f"RETURNING {rows.ATTEMPT_COLS}",
-                (run_id, nxt.step_id, nxt.try_no, token + 1, claim_as, now + nxt.lease_ms / 1000.0, nxt.lease_ms,
-                 now, now, nxt.due_at, None if nxt.data is None else dumps(nxt.data), seq,
-                 run_id, nxt.step_id)).fetchone()
-        else:
-            row = c.execute(
-                "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
-                "due_at, data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts "
-                "WHERE run_id = ? AND step_id = ? RETURNING attempt",
-                (run_id, nxt.step_id, nxt.try_no, nxt.state, token, nxt.lease_ms, now, nxt.due_at,
-                 None if nxt.data is None else dumps(nxt.data), seq, run_id, nxt.step_id)).fetchone()
-        number = row[2] if claimed else row[0]
+        number = c.execute(
+            "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, due_at, "
+            "data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts "
+            "WHERE run_id = ? AND step_id = ? RETURNING attempt",
+            (run_id, nxt.step_id, nxt.try_no, nxt.state, token, nxt.lease_ms, now, nxt.due_at,
+             None if nxt.data is None else dumps(nxt.data), seq, run_id, nxt.step_id)).fetchone()[0]
         self._step_to(c, now, run_id, nxt.step_id, "pending", nxt.state, actor,
                       None if nxt.try_no == 1 else {"attempt": number, "try": nxt.try_no, "due_at": nxt.due_at})
         if nxt.state == "scheduled":
-            if tenant is None and inline:  # the caller did not have it at hand
-                got = c.execute("SELECT tenant FROM runs WHERE id = ?", (run_id,)).fetchone()
-                tenant = got and got[0]
-            if claimed:
-                assert claim_as is not None
-                self._step_to(c, now, run_id, nxt.step_id, "scheduled", "running", claim_as)
-                self._merge_scheduled(nxt.step_id)
-                return number, Message(run_id, nxt.step_id, number, token, tenant), rows.attempt(row)
             c.execute("INSERT INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) VALUES (?,?,?,?,?,?)",
                       (run_id, nxt.step_id, number, token, nxt.due_at, now if inline else None))
             if not inline:
-                return number, None, None
-            return number, Message(run_id, nxt.step_id, number, token, tenant), None
+                return number, None
+            if tenant is None:  # the caller did not have it at hand
+                got = c.execute("SELECT tenant FROM runs WHERE id = ?", (run_id,)).fetchone()
+                tenant = got and got[0]
+            return number, Message(run_id, nxt.step_id, number, token, tenant)
         if nxt.timer_kind is not None:
             c.execute("INSERT INTO timers (run_id, step_id, attempt, token, kind, fire_at) VALUES (?,?,?,?,?,?)",
                       (run_id, nxt.step_id, number, token, nxt.timer_kind, nxt.due_at))
-        return number, None, None
+        return number, None
+
+    def _insert_claimed(self, c, now: float, run_id: str, nxt: NextAttempt, seq: int, actor: str,
+                        owner: str) -> _Carried:
+        """Insert the run's next attempt (scheduled now) already claimed by ``owner``, the worker that goes on
+        with the run: as :meth:`claim` would leave it (``running`` under its lease, the next token), with the
+        same audit rows, and no outbox row (a lease that expires makes the sweep send it again). Its row is
+        read back only when the commit is otherwise written (:meth:`_Carried.claimed`): on PostgreSQL the
+        statements before it then cost one round trip, not one each."""
+        token = new_token()
+        got = c.execute(
+            "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, "
+            "lease_ms, scheduled_at, started_at, due_at, data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, "
+            "?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts WHERE run_id = ? AND step_id = ? "
+            f"RETURNING {rows.ATTEMPT_COLS}",
+            (run_id, nxt.step_id, nxt.try_no, token + 1, owner, now + nxt.lease_ms / 1000.0, nxt.lease_ms, now, now,
+             nxt.due_at, None if nxt.data is None else dumps(nxt.data), seq, run_id, nxt.step_id))
+        carried = _Carried(got, token)
+        self._step_to(c, now, run_id, nxt.step_id, "pending", "scheduled", actor,
+                      None if nxt.try_no == 1 else {"attempt": carried.row()[2], "try": nxt.try_no,
+                                                    "due_at": nxt.due_at})
+        self._step_to(c, now, run_id, nxt.step_id, "scheduled", "running", owner)
+        self._merge_scheduled(nxt.step_id)
+        return carried
 
     # -- the step path -----------------------------------------------------------------------------
     def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
@@ -234,7 +251,7 @@ class StepPathMixin:
                                        "re-read it and decide again")
             actor = commit.actor
             if step is not None:
-                self._apply_step(c, now, run_id, cur[0], step, actor)
+                self._apply_step(c, now, run_id, cur[0], step, actor, commit.holds_slots)
             spawned: list[Message] = []
             if commit.spawn is not None and step is not None:  # a fan-out step starts its children
                 spawned = self._spawn(c, now, run_id, step.step_id, step.attempt, commit.spawn, actor,
@@ -254,18 +271,22 @@ class StepPathMixin:
                 c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
             ch = commit.run
             new_state = ch.state or run_state
-            # the worker goes on with the run (commit N, claim N + 1): the next attempt is inserted claimed
-            # when nothing this commit does can stand in the way (else it is claimed below, as a message is)
-            at_once = commit.claim_as if (commit.claim_as is not None and spawned == [] and commit.dead_letter is None
-                                          and new_state in states.RUN_CLAIMABLE
-                                          and new_state not in ("queued", "waiting")) else None
-            carried = None
+            carried: _Carried | None = None
             if commit.next is not None:
-                number, msg, carried = self._insert_attempt(c, now, run_id, commit.next, commit.dispatch_inline,
-                                                            rev + 1, actor, tenant=tenant, claim_as=at_once)
-                cursor = (commit.next.step_id, number)
-                if msg is not None:
-                    messages = (msg,)
+                nxt = commit.next
+                if commit.claim_as is not None and nxt.state == "scheduled" and commit.dispatch_inline \
+                        and spawned == [] and commit.dead_letter is None and new_state in states.RUN_CLAIMABLE \
+                        and new_state not in ("queued", "waiting"):
+                    # the worker goes on with the run (commit N, claim N + 1) and nothing this commit does can
+                    # stand in the way: the next attempt is inserted claimed (else it is claimed below)
+                    carried = self._insert_claimed(c, now, run_id, nxt, rev + 1, actor, commit.claim_as)
+                    cursor = (nxt.step_id, None)
+                else:
+                    number, msg = self._insert_attempt(c, now, run_id, nxt, commit.dispatch_inline, rev + 1,
+                                                       actor, tenant=tenant)
+                    cursor = (nxt.step_id, number)
+                    if msg is not None:
+                        messages = (msg,)
             final_state = new_state
             if new_state != run_state:
                 self._run_to(c, now, run_id, run_state, new_state, actor,
@@ -275,16 +296,16 @@ class StepPathMixin:
                 if final_state in states.RUN_FINAL:
                     c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
                     c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
-            after = c.execute(
-                "UPDATE runs SET state = ?, rev = rev + 1, updated_at = ?, output = COALESCE(?, output), "
-                "error_class = COALESCE(?, error_class), error_message = COALESCE(?, error_message), "
-                "steps_executed = steps_executed + ?, tokens = tokens + ?, cost_usd = cost_usd + ?, "
-                "tool_calls = tool_calls + ?, cursor_step = COALESCE(?, cursor_step), "
-                "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?"
-                + (f" RETURNING {rows.RUN_COLS}" if carried is not None else ""),
-                (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps,
-                 ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0], cursor[1], run_id))
-            run_after = rows.run(after.fetchone()) if carried is not None else None
+            set_run = (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps, ch.add_tokens,
+                       ch.add_cost_usd, ch.add_tool_calls, cursor[0])
+            if carried is None:
+                c.execute(_UPDATE_RUN + "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
+                          (*set_run, cursor[1], run_id))
+                run_after = None
+            else:  # the cursor: the attempt just inserted (its number is read back with the rest, below)
+                run_after = c.execute(_UPDATE_RUN + "cursor_attempt = (SELECT MAX(attempt) FROM attempts WHERE "
+                                      f"run_id = ? AND step_id = ?) WHERE id = ? RETURNING {rows.RUN_COLS}",
+                                      (*set_run, run_id, cursor[0], run_id))
             if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
                 # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
                 # written whole, and without moving the parent's revision (its waiting attempt is not disturbed)
@@ -301,18 +322,21 @@ class StepPathMixin:
             if commit.notifications:  # the gate this commit opens: its notifications, in the same transaction
                 deliveries.insert(c, now, run_id, commit.notifications)
             claimed = None
-            if carried is not None and run_after is not None:  # inserted claimed (above)
-                claimed = Claimed(run_after, carried, LazyResults(lambda: self.results(run_id)))
+            if carried is not None:  # inserted claimed (above): both rows read back now, in one round trip
+                att = rows.attempt(carried.row())
+                claimed = Claimed(rows.run(run_after.fetchone()), att, LazyResults(lambda: self.results(run_id)))
+                messages = (Message(run_id, att.step_id, att.attempt, carried.token, tenant),)
             elif commit.claim_as is not None and len(messages) == 1 and not spawned \
                     and final_state in states.RUN_CLAIMABLE:
                 claimed = self._claim_carried(c, now, messages[0], commit.claim_as)  # commit N, claim N + 1
             return Committed(rev + 1, final_state, messages + tuple(spawned), claimed)
 
-    def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str) -> None:
+    def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str, slots: bool = True) -> None:
         after = step.state
         self._step_to(c, now, run_id, step.step_id, before, after, actor,
                       {"error_class": step.error_class, "message": step.error_message} if step.error_class else None,
-                      None if step.output_json is None else {"summary": output_summary(step.output_json)})
+                      None if step.output_json is None else {"summary": output_summary(step.output_json)},
+                      slots=slots)
         final = after in states.STEP_FINAL
         c.execute("UPDATE attempts SET state = ?, output = COALESCE(?, output), error_class = ?, error_message = ?, "
                   "due_at = COALESCE(?, due_at), data = COALESCE(?, data), ended_at = ?, "
@@ -402,7 +426,7 @@ class StepPathMixin:
             if deadline is not None:
                 c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",
                           (run_id, deadline))
-            number, _, _ = self._insert_attempt(c, now, run_id, next_attempt, False, run.rev + 1, actor)
+            number, _ = self._insert_attempt(c, now, run_id, next_attempt, False, run.rev + 1, actor)
             c.execute("UPDATE runs SET cursor_step = ?, cursor_attempt = ? WHERE id = ?",
                       (next_attempt.step_id, number, run_id))
             return Committed(run.rev + 1, "queued")

@@ -213,12 +213,14 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                     "now": now, "actor": actor}
         return exc
 
-    def _step_to(self, c, now, run_id, step_id, before, after, actor="system", detail=None, chain=None) -> None:
+    def _step_to(self, c, now, run_id, step_id, before, after, actor="system", detail=None, chain=None, *,
+                 slots: bool = True) -> None:
+        """Move a step (``slots``: False when the attempt can hold no lock or pool slot, see Commit.holds_slots)."""
         if not states.step_can(before, after):
             raise self._illegal("step", run_id, step_id, before, after, now, actor)
         if before != after:
             self._audit(c, now, run_id, step_id, "step." + after, actor, before, after, detail, chain)
-        if before == "running" and after != "running":  # locks and pools: the attempt's slots go back
+        if slots and before == "running" and after != "running":  # locks and pools: the attempt's slots go back
             sqlite_slots.release_attempt(c, now, run_id, step_id)
 
     def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
