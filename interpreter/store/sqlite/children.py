@@ -161,7 +161,7 @@ class ChildrenMixin:
                 self._run_to(c, now, cid, "created", "queued", actor)
                 _, msg = self._insert_attempt(c, now, cid, NextAttempt(child.first_step, 1, "scheduled", now,
                                                                        child.first_lease_ms), inline, 1, actor,
-                                              tenant=parent[0])
+                                              tenant=parent[0], first=True)
                 if msg is not None:
                     messages.append(msg)
             else:

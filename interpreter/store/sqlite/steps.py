@@ -67,15 +67,22 @@ class _Carried:
 
 class StepPathMixin:
     def _insert_attempt(self, c, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
-                        actor: str = "system", *, tenant: str | None = None) -> tuple[int, Message | None]:
-        """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor."""
+                        actor: str = "system", *, tenant: str | None = None,
+                        first: bool = False) -> tuple[int, Message | None]:
+        """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor.
+        ``first``: the run is new (its first attempt is number 1, nothing to read back)."""
         token = new_token()
-        number = c.execute(
-            "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, due_at, "
-            "data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts "
-            "WHERE run_id = ? AND step_id = ? RETURNING attempt",
-            (run_id, nxt.step_id, nxt.try_no, nxt.state, token, nxt.lease_ms, now, nxt.due_at,
-             None if nxt.data is None else dumps(nxt.data), seq, run_id, nxt.step_id)).fetchone()[0]
+        values = (run_id, nxt.step_id, nxt.try_no, nxt.state, token, nxt.lease_ms, now, nxt.due_at,
+                  None if nxt.data is None else dumps(nxt.data), seq)
+        if first:
+            number = 1
+            c.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
+                      "due_at, data, seq) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)", values)
+        else:
+            number = c.execute(
+                "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
+                "due_at, data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts "
+                "WHERE run_id = ? AND step_id = ? RETURNING attempt", (*values, run_id, nxt.step_id)).fetchone()[0]
         self._step_to(c, now, run_id, nxt.step_id, "pending", nxt.state, actor,
                       None if nxt.try_no == 1 else {"attempt": number, "try": nxt.try_no, "due_at": nxt.due_at})
         if nxt.state == "scheduled":

@@ -321,13 +321,14 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                 sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
             c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
                       (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
-            c.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
-                      "initiator, idempotency_key, input_hash, created_at, updated_at, deadline, cursor_step, "
-                      "cursor_attempt, priority, acting_as, access_mode, signer) "
-                      "VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?,?)",
-                      (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json,
-                       new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
-                       new.priority, new.acting_as, new.access_mode, new.signer))
+            created = c.execute(
+                "INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
+                "initiator, idempotency_key, input_hash, created_at, updated_at, deadline, cursor_step, "
+                "cursor_attempt, priority, acting_as, access_mode, signer) "
+                f"VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?,?) RETURNING {rows.RUN_COLS}",
+                (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json,
+                 new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
+                 new.priority, new.acting_as, new.access_mode, new.signer))
             self._audit(c, now, new.id, None, "run.created", new.initiator, None, "created",
                         {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
                          "tenant": new.tenant, "idempotency_key": new.idempotency_key,
@@ -339,7 +340,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                 c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",
                           (new.id, new.deadline))
             self._insert_attempt(c, now, new.id, NextAttempt(new.first_step, 1, "scheduled", now, new.first_lease_ms),
-                                 False, 1)
-            return self._get_run(c, new.id), True
+                                 False, 1, first=True)
+            return rows.run(created.fetchone()), True  # nothing after the insert changes the run's row
 
     # -- reads -------------------------------------------------------------------------------------
