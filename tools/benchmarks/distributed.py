@@ -231,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--only", choices=("distributed", "embedded"), default=None)
     args = parser.parse_args(argv)
+    for name in ("runs", "steps", "latency_runs", "long_steps", "workers", "threads", "submitters"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     logging.disable(logging.WARNING)
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="sealflow-bench-") as tmp:
