@@ -261,12 +261,21 @@ class Engine(Claiming):
 
     def commit(self, x: Execution, outcome: Outcome, *, actor: str, counts_step: bool) -> tuple[Message, ...]:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
+        tries = 0
+
         def build() -> Commit:
+            nonlocal tries
+            tries += 1
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
             commit = redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
             amend: dict = {} if coordination.needs_slots(x.plan, x.step) else {"holds_slots": False}
             if self._may_carry(x, commit):
                 amend["claim_as"] = self.owner
+            a, step = x.attempt, commit.step
+            if tries == 1 and step is not None and (step.step_id, step.attempt, step.token) == (
+                    a.step_id, a.attempt, a.token) and commit.expected_rev == x.run.rev:
+                # written on this view, checked by the store (Commit.seen); after a conflict, read first
+                amend["seen"] = (x.run.state, x.run.tenant, x.run.parent_run_id, a.state)
             return self._notified(x, dataclasses.replace(commit, **amend) if amend else commit)
 
         def conflict() -> None:

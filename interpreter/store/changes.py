@@ -178,6 +178,10 @@ class Commit:
     #: how many completed children the undo was decided on (None: nothing to undo); another count at commit
     #: time (a child completed meanwhile) is a conflict: decide again
     undo_seen: int | None = None
+    #: the engine's view of the run at ``expected_rev`` and of the attempt: (run state, tenant, parent run id,
+    #: attempt state). When given, the commit is written on it and checked against the store's before it
+    #: returns (refused like a stale commit when they differ), instead of read first: one round trip fewer
+    seen: tuple[str, str, str | None, str] | None = None
     #: False when the attempt's step can hold no lock or pool slot (it declares none, nor does its workflow):
     #: its end then has no slots to give back, and the store does not look for any
     holds_slots: bool = True

@@ -72,6 +72,11 @@ class PgConn:
         return cur
 
 
+#: an ``INSERT INTO t (cols) VALUES (?, ...)`` of one row (group 1: the row)
+_MAX_PARAMS = 65_535
+_VALUES = re.compile(r"^INSERT INTO \w+ \([^)]*\) VALUES (\(\?(?:, ?\?)*\))$")
+
+
 class _PipedCursor:
     """A cursor of a statement sent in pipeline mode. Its rows or row count are waited for when asked, with a
     sync: everything sent before it is then done too (its errors raised here), in one round trip."""
@@ -127,10 +132,21 @@ class PipedConn(PgConn):
         return _PipedCursor(cur, self)
 
     def executemany(self, sql: str, seq):
-        """Each statement queued (psycopg's own ``executemany`` would end with a sync: a round trip)."""
-        query, cur = translate(sql), None
+        """One statement (an ``INSERT ... VALUES (...)`` of all the rows at once), or each queued (psycopg's own
+        ``executemany`` would end with a sync: a round trip)."""
+        seq = [tuple(a) for a in seq]
+        if not seq:
+            return None
+        one_row = _VALUES.search(sql)
+        if one_row is not None and len(seq) > 1:
+            cur = None
+            per = max(1, _MAX_PARAMS // len(seq[0]))  # PostgreSQL takes at most 65,535 parameters a statement
+            for at in range(0, len(seq), per):
+                rows = seq[at:at + per]
+                many = sql[:one_row.start(1)] + ", ".join([one_row.group(1)] * len(rows))
+                cur = self.execute(many, [v for args in rows for v in args])
+            return cur
+        cur = None
         for args in seq:
-            cur = self.raw.cursor()
-            cur.execute(query, tuple(args))
-            self.sent = True
-        return None if cur is None else _PipedCursor(cur, self)
+            cur = self.execute(sql, args)
+        return cur

@@ -237,106 +237,136 @@ class StepPathMixin:
             extra = sqlite_children.end_inline()
         return dataclasses.replace(done, messages=done.messages + extra) if extra else done
 
+    @staticmethod
+    def _check_fence(got, commit: Commit, seen: tuple | None = None) -> None:
+        """Refuse the commit unless its attempt's token and its run's revision are current (and, for a commit
+        written on the engine's view, unless that view is what the store holds)."""
+        run_id, step = commit.run_id, commit.step
+        if got is None:
+            raise NotFound(f"no run {run_id!r}")
+        if step is not None and (got[2] is None or got[3] != step.token):
+            raise FencingError(f"step {step.step_id!r} attempt {step.attempt} of run {run_id}: token "
+                               f"{step.token} is no longer current (lease expired or the attempt moved on); "
+                               "nothing was changed")
+        if got[1] != commit.expected_rev:
+            raise ConcurrencyError(f"run {run_id} is at revision {got[1]}, not {commit.expected_rev}; "
+                                   "re-read it and decide again")
+        if seen is not None and tuple(got) != seen:
+            raise ConcurrencyError(f"run {run_id} is not as it was read at revision {got[1]}; re-read it and "
+                                   "decide again")
+
     def _commit(self, commit: Commit, now: float) -> Committed:
         with self._tx() as c:
-            run_id = commit.run_id
             step = commit.step
-            got = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant, r.parent_run_id FROM runs r "
-                            "LEFT JOIN attempts a ON "
-                            "a.run_id = r.id AND a.step_id = ? AND a.attempt = ? WHERE r.id = ?",
-                            (step and step.step_id, step and step.attempt, run_id)).fetchone()
-            if got is None:
-                raise NotFound(f"no run {run_id!r}")
-            run_state, rev, tenant = got[0], got[1], got[4]
-            cur = got[2:4]
-            if step is not None and (cur[0] is None or cur[1] != step.token):
-                raise FencingError(f"step {step.step_id!r} attempt {step.attempt} of run {run_id}: token "
-                                   f"{step.token} is no longer current (lease expired or the attempt moved on); "
-                                   "nothing was changed")
-            if rev != commit.expected_rev:
-                raise ConcurrencyError(f"run {run_id} is at revision {rev}, not {commit.expected_rev}; "
-                                       "re-read it and decide again")
-            actor = commit.actor
-            if step is not None:
-                self._apply_step(c, now, run_id, cur[0], step, actor, commit.holds_slots)
-            spawned: list[Message] = []
-            if commit.spawn is not None and step is not None:  # a fan-out step starts its children
-                spawned = self._spawn(c, now, run_id, step.step_id, step.attempt, commit.spawn, actor,
-                                      commit.dispatch_inline)
-            if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
-                self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor, commit.undo_children,
-                                   commit.dispatch_inline, commit.undo_seen)
-            if commit.ledger is not None:
-                led = commit.ledger
-                c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
-                          "VALUES (?,?,?,?,?,?)", (led.tenant, led.key, led.run_id, led.step_id, led.result_json, now))
-            messages: tuple[Message, ...] = ()
-            cursor: tuple[str | None, int | None] = (None, None)
-            if commit.run.state == "compensating" and run_state != "compensating":
-                # a run being undone has nothing else due: no deadline, no approval timeout, no message
+            fence = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant, r.parent_run_id FROM runs r "
+                              "LEFT JOIN attempts a ON a.run_id = r.id AND a.step_id = ? AND a.attempt = ? "
+                              "WHERE r.id = ?", (step and step.step_id, step and step.attempt, commit.run_id))
+            if commit.seen is None or step is None:
+                got = fence.fetchone()
+                self._check_fence(got, commit)
+                return self._commit_checked(c, now, commit, got)
+            # written on the engine's view of the run at the expected revision (Commit.seen), checked against
+            # the store's before anything returns: on PostgreSQL the check's read costs no round trip of its own
+            seen = (commit.seen[0], commit.expected_rev, commit.seen[3], step.token, commit.seen[1], commit.seen[2])
+            try:
+                done = self._commit_checked(c, now, commit, seen)
+            except Exception as exc:
+                try:
+                    got = fence.fetchone()
+                except Exception:  # noqa: BLE001 - the store could not tell: the first failure is the one to raise
+                    raise exc from None
+                self._check_fence(got, commit, seen)  # a stale view fails as a stale commit, not as what it caused
+                raise
+            self._check_fence(fence.fetchone(), commit, seen)
+            return done
+
+    def _commit_checked(self, c, now: float, commit: Commit, got: tuple) -> Committed:
+        """The commit's writes, its fence ``got`` (run state, revision, attempt state, token, tenant, parent)."""
+        run_id = commit.run_id
+        step = commit.step
+        run_state, rev, tenant = got[0], got[1], got[4]
+        cur = got[2:4]
+        actor = commit.actor
+        if step is not None:
+            self._apply_step(c, now, run_id, cur[0], step, actor, commit.holds_slots)
+        spawned: list[Message] = []
+        if commit.spawn is not None and step is not None:  # a fan-out step starts its children
+            spawned = self._spawn(c, now, run_id, step.step_id, step.attempt, commit.spawn, actor,
+                                  commit.dispatch_inline)
+        if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
+            self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor, commit.undo_children,
+                               commit.dispatch_inline, commit.undo_seen)
+        if commit.ledger is not None:
+            led = commit.ledger
+            c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
+                      "VALUES (?,?,?,?,?,?)", (led.tenant, led.key, led.run_id, led.step_id, led.result_json, now))
+        messages: tuple[Message, ...] = ()
+        cursor: tuple[str | None, int | None] = (None, None)
+        if commit.run.state == "compensating" and run_state != "compensating":
+            # a run being undone has nothing else due: no deadline, no approval timeout, no message
+            c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+            c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
+        ch = commit.run
+        new_state = ch.state or run_state
+        carried: _Carried | None = None
+        if commit.next is not None:
+            nxt = commit.next
+            if commit.claim_as is not None and nxt.state == "scheduled" and commit.dispatch_inline \
+                    and spawned == [] and commit.dead_letter is None and new_state in states.RUN_CLAIMABLE \
+                    and new_state not in ("queued", "waiting"):
+                # the worker goes on with the run (commit N, claim N + 1) and nothing this commit does can
+                # stand in the way: the next attempt is inserted claimed (else it is claimed below)
+                carried = self._insert_claimed(c, now, run_id, nxt, rev + 1, actor, commit.claim_as)
+                cursor = (nxt.step_id, None)
+            else:
+                number, msg = self._insert_attempt(c, now, run_id, nxt, commit.dispatch_inline, rev + 1,
+                                                   actor, tenant=tenant)
+                cursor = (nxt.step_id, number)
+                if msg is not None:
+                    messages = (msg,)
+        final_state = new_state
+        if new_state != run_state:
+            self._run_to(c, now, run_id, run_state, new_state, actor,
+                         {"error_class": ch.error_class, "message": ch.error_message} if ch.error_class else None)
+            if commit.dead_letter is not None:
+                final_state = self._dead_letter(c, now, run_id, new_state, commit.dead_letter, actor)
+            if final_state in states.RUN_FINAL:
                 c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
                 c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
-            ch = commit.run
-            new_state = ch.state or run_state
-            carried: _Carried | None = None
-            if commit.next is not None:
-                nxt = commit.next
-                if commit.claim_as is not None and nxt.state == "scheduled" and commit.dispatch_inline \
-                        and spawned == [] and commit.dead_letter is None and new_state in states.RUN_CLAIMABLE \
-                        and new_state not in ("queued", "waiting"):
-                    # the worker goes on with the run (commit N, claim N + 1) and nothing this commit does can
-                    # stand in the way: the next attempt is inserted claimed (else it is claimed below)
-                    carried = self._insert_claimed(c, now, run_id, nxt, rev + 1, actor, commit.claim_as)
-                    cursor = (nxt.step_id, None)
-                else:
-                    number, msg = self._insert_attempt(c, now, run_id, nxt, commit.dispatch_inline, rev + 1,
-                                                       actor, tenant=tenant)
-                    cursor = (nxt.step_id, number)
-                    if msg is not None:
-                        messages = (msg,)
-            final_state = new_state
-            if new_state != run_state:
-                self._run_to(c, now, run_id, run_state, new_state, actor,
-                             {"error_class": ch.error_class, "message": ch.error_message} if ch.error_class else None)
-                if commit.dead_letter is not None:
-                    final_state = self._dead_letter(c, now, run_id, new_state, commit.dead_letter, actor)
-                if final_state in states.RUN_FINAL:
-                    c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
-                    c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
-            set_run = (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps, ch.add_tokens,
-                       ch.add_cost_usd, ch.add_tool_calls, cursor[0])
-            if carried is None:
-                c.execute(_UPDATE_RUN + "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
-                          (*set_run, cursor[1], run_id))
-                run_after = None
-            else:  # the cursor: the attempt just inserted (its number is read back with the rest, below)
-                run_after = c.execute(_UPDATE_RUN + "cursor_attempt = (SELECT MAX(attempt) FROM attempts WHERE "
-                                      f"run_id = ? AND step_id = ?) WHERE id = ? RETURNING {rows.RUN_COLS}",
-                                      (*set_run, run_id, cursor[0], run_id))
-            if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
-                # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
-                # written whole, and without moving the parent's revision (its waiting attempt is not disturbed)
-                c.execute("UPDATE runs SET steps_executed = steps_executed + ?, tokens = tokens + ?, "
-                          "cost_usd = cost_usd + ?, tool_calls = tool_calls + ? WHERE id = ?",
-                          (ch.add_steps, ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, got[5]))
-            if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
-                c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
-            if commit.step is not None:  # the attempt's usage reservation is settled by this charge
-                c.execute(reservations.DROP, (reservations.key_of(run_id, commit.step.step_id, commit.step.attempt),))
-            for ev in commit.audit:
-                self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
-                            ev.chain_fields())
-            if commit.notifications:  # the gate this commit opens: its notifications, in the same transaction
-                deliveries.insert(c, now, run_id, commit.notifications)
-            claimed = None
-            if carried is not None:  # inserted claimed (above): both rows read back now, in one round trip
-                att = rows.attempt(carried.row())
-                claimed = Claimed(rows.run(run_after.fetchone()), att, LazyResults(lambda: self.results(run_id)))
-                messages = (Message(run_id, att.step_id, att.attempt, carried.token, tenant),)
-            elif commit.claim_as is not None and len(messages) == 1 and not spawned \
-                    and final_state in states.RUN_CLAIMABLE:
-                claimed = self._claim_carried(c, now, messages[0], commit.claim_as)  # commit N, claim N + 1
-            return Committed(rev + 1, final_state, messages + tuple(spawned), claimed)
+        set_run = (final_state, now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps, ch.add_tokens,
+                   ch.add_cost_usd, ch.add_tool_calls, cursor[0])
+        if carried is None:
+            c.execute(_UPDATE_RUN + "cursor_attempt = COALESCE(?, cursor_attempt) WHERE id = ?",
+                      (*set_run, cursor[1], run_id))
+            run_after = None
+        else:  # the cursor: the attempt just inserted (its number is read back with the rest, below)
+            run_after = c.execute(_UPDATE_RUN + "cursor_attempt = (SELECT MAX(attempt) FROM attempts WHERE "
+                                  f"run_id = ? AND step_id = ?) WHERE id = ? RETURNING {rows.RUN_COLS}",
+                                  (*set_run, run_id, cursor[0], run_id))
+        if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
+            # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
+            # written whole, and without moving the parent's revision (its waiting attempt is not disturbed)
+            c.execute("UPDATE runs SET steps_executed = steps_executed + ?, tokens = tokens + ?, "
+                      "cost_usd = cost_usd + ?, tool_calls = tool_calls + ? WHERE id = ?",
+                      (ch.add_steps, ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, got[5]))
+        if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
+            c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))
+        if commit.step is not None:  # the attempt's usage reservation is settled by this charge
+            c.execute(reservations.DROP, (reservations.key_of(run_id, commit.step.step_id, commit.step.attempt),))
+        for ev in commit.audit:
+            self._audit(c, now, run_id, ev.step_id, ev.event, ev.actor, ev.state_before, ev.state_after, ev.detail,
+                        ev.chain_fields())
+        if commit.notifications:  # the gate this commit opens: its notifications, in the same transaction
+            deliveries.insert(c, now, run_id, commit.notifications)
+        claimed = None
+        if carried is not None:  # inserted claimed (above): both rows read back now, in one round trip
+            att = rows.attempt(carried.row())
+            claimed = Claimed(rows.run(run_after.fetchone()), att, LazyResults(lambda: self.results(run_id)))
+            messages = (Message(run_id, att.step_id, att.attempt, carried.token, tenant),)
+        elif commit.claim_as is not None and len(messages) == 1 and not spawned \
+                and final_state in states.RUN_CLAIMABLE:
+            claimed = self._claim_carried(c, now, messages[0], commit.claim_as)  # commit N, claim N + 1
+        return Committed(rev + 1, final_state, messages + tuple(spawned), claimed)
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str, slots: bool = True) -> None:
         after = step.state

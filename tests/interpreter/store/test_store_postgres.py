@@ -307,6 +307,18 @@ def test_a_pooled_connection_the_server_dropped_while_it_sat_idle_is_replaced_no
     assert store.claim(*msg, owner="w1", now=T0).attempt.state == "running"
 
 
+def test_many_rows_written_at_once_in_a_batch_pass_the_databases_limit_of_parameters(opened):
+    # Given a write transaction (a batch member, its connection in pipeline mode) that inserts more rows at
+    # once than one statement may carry parameters for (65,535: 5 a row here)
+    store = opened()
+    rows = [(f"sha256:{i:064d}", "wf", 1, "{}", T0) for i in range(14_000)]
+    # When it inserts them together (as the audit chain writes a batch's events)
+    with store._tx() as c:
+        c.executemany("INSERT INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)", rows)
+    # Then every row is written, in more than one statement
+    assert store._read("SELECT COUNT(*) FROM plans WHERE workflow = 'wf'")[0][0] == 14_000
+
+
 def test_a_constraint_the_database_enforces_is_a_clear_store_error(opened):
     from sealflow.interpreter.store import StoreError
 
