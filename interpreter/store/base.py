@@ -161,7 +161,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def commit(self, commit: Commit, now: float) -> Committed:
-        """Apply ``commit`` atomically, fenced by ``commit.step.token`` and ``commit.expected_rev``."""
+        """Apply ``commit`` atomically, fenced by ``commit.step.token`` and ``commit.expected_rev`` (and, when
+        ``commit.seen`` is given, refused as a conflict unless the run and attempt are as it says)."""
 
     @abc.abstractmethod
     def take_outbox(self, now: float, limit: int = 256) -> list[Message]:

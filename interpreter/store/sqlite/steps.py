@@ -1,11 +1,12 @@
 """The step path of the SQLite store (a mixin of :class:`SqliteStore`): claim, commit, cancel, redrive.
 
-Each method is one ``BEGIN IMMEDIATE`` transaction. The fences are checked
-before anything is written: the attempt's token (:class:`FencingError`), then
-the run's revision (:class:`ConcurrencyError`); every state change goes
-through ``_step_to`` / ``_run_to``, which refuse edges not in
-:mod:`sealflow.interpreter.core.states` (the transaction rolls back and the refusal is
-audited).
+Each method is one transaction (``BEGIN IMMEDIATE`` on SQLite; a writer's on PostgreSQL). The fences are
+the attempt's token (:class:`FencingError`), then the run's revision (:class:`ConcurrencyError`): checked
+before anything is written, or, for a commit written on the engine's view of the run (``Commit.seen``),
+against that view before the transaction ends, a failed check undoing everything the commit wrote (one
+round trip fewer on PostgreSQL, where the check's read arrives with the commit's others). Every state
+change goes through ``_step_to`` / ``_run_to``, which refuse edges not in
+:mod:`sealflow.interpreter.core.states` (the transaction rolls back and the refusal is audited).
 """
 
 from __future__ import annotations
