@@ -101,6 +101,7 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
+    _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sqlite/steps.py)
 
     def __init__(self, url: str, *, migrate: bool | None = None, clock: str | None = None,
                  pool_max: int | None = None):

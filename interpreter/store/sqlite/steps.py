@@ -3,8 +3,9 @@
 Each method is one transaction (``BEGIN IMMEDIATE`` on SQLite; a writer's on PostgreSQL). The fences are
 the attempt's token (:class:`FencingError`), then the run's revision (:class:`ConcurrencyError`): checked
 before anything is written, or, for a commit written on the engine's view of the run (``Commit.seen``),
-against that view before the transaction ends, a failed check undoing everything the commit wrote (one
-round trip fewer on PostgreSQL, where the check's read arrives with the commit's others). Every state
+against that view (SQLite: before anything is written; PostgreSQL: before the transaction ends, a failed
+check undoing everything the commit wrote, so that the check's read arrives with the commit's others and
+costs no round trip of its own). Every state
 change goes through ``_step_to`` / ``_run_to``, which refuse edges not in
 :mod:`sealflow.interpreter.core.states` (the transaction rolls back and the refusal is audited).
 """
@@ -67,6 +68,10 @@ class _Carried:
 
 
 class StepPathMixin:
+    #: check a commit's fence after writing it on the engine's view (``Commit.seen``) rather than before: where
+    #: reading it first costs a round trip (PostgreSQL); SQLite reads it first, for nothing
+    _fence_late = False
+
     def _insert_attempt(self, c, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
                         actor: str = "system", *, tenant: str | None = None,
                         first: bool = False) -> tuple[int, Message | None]:
@@ -262,13 +267,14 @@ class StepPathMixin:
             fence = c.execute("SELECT r.state, r.rev, a.state, a.token, r.tenant, r.parent_run_id FROM runs r "
                               "LEFT JOIN attempts a ON a.run_id = r.id AND a.step_id = ? AND a.attempt = ? "
                               "WHERE r.id = ?", (step and step.step_id, step and step.attempt, commit.run_id))
-            if commit.seen is None or step is None:
+            seen = None if commit.seen is None or step is None else (
+                commit.seen[0], commit.expected_rev, commit.seen[3], step.token, commit.seen[1], commit.seen[2])
+            if seen is None or not self._fence_late:
                 got = fence.fetchone()
-                self._check_fence(got, commit)
+                self._check_fence(got, commit, seen)
                 return self._commit_checked(c, now, commit, got)
             # written on the engine's view of the run at the expected revision (Commit.seen), checked against
             # the store's before anything returns: on PostgreSQL the check's read costs no round trip of its own
-            seen = (commit.seen[0], commit.expected_rev, commit.seen[3], step.token, commit.seen[1], commit.seen[2])
             try:
                 done = self._commit_checked(c, now, commit, seen)
             except Exception as exc:
