@@ -120,6 +120,18 @@ def test_concurrent_writers_each_get_their_own_outcome(store):
     assert auditchain.verify(store).ok
 
 
+def in_one_batch(group, leader, member) -> None:
+    """Run ``leader`` (which opens a batch and waits in it) and then ``member`` (which joins it), both to the end."""
+    first = threading.Thread(target=leader)
+    first.start()
+    while group._open is None:
+        threading.Event().wait(0.001)
+    second = threading.Thread(target=member)
+    second.start()
+    first.join(30)
+    second.join(30)
+
+
 def test_a_failing_member_of_a_batch_is_undone_alone(pg_schema):
     # Given a PostgreSQL store and two writers in one batch: the leader waits inside its transaction until
     # the second has joined
@@ -146,14 +158,7 @@ def test_a_failing_member_of_a_batch_is_undone_alone(pg_schema):
                 c.execute("UPDATE runs SET workflow = 'wf-member' WHERE id = 'r1'")
             outcome["member"] = "committed"
 
-        first = threading.Thread(target=leader)
-        first.start()
-        while group._open is None:
-            threading.Event().wait(0.001)
-        second = threading.Thread(target=member)
-        second.start()
-        first.join(30)
-        second.join(30)
+        in_one_batch(group, leader, member)
         # When the leader's operation fails after the member joined
         # Then the leader gets its error, its write is undone; the member's write is committed
         assert joined.is_set() and outcome == {"leader": "the leader's own failure", "member": "committed"}
@@ -194,14 +199,7 @@ def test_a_member_whose_statement_the_database_refuses_is_undone_alone(pg_schema
             finally:
                 member_wrote.set()
 
-        first = threading.Thread(target=leader)
-        first.start()
-        while group._open is None:
-            threading.Event().wait(0.001)
-        second = threading.Thread(target=member)
-        second.start()
-        first.join(30)
-        second.join(30)
+        in_one_batch(group, leader, member)
         # When the batch commits
         # Then the member gets the database's refusal of its own statement, and all of its writes are undone;
         # the leader's write is committed
