@@ -46,6 +46,7 @@ from sealflow.interpreter.engine import capability, compensation, fanout, poison
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.claiming import Claiming
 from sealflow.interpreter.engine.committing import commit_retrying
+from sealflow.interpreter.engine.reads import named_results
 from sealflow.interpreter.execution import breakers
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
 from sealflow.interpreter.execution.secrets import redact_commit
@@ -56,7 +57,7 @@ from sealflow.interpreter.steps import EXECUTORS
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
 from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
-from sealflow.interpreter.store.records import Committed
+from sealflow.interpreter.store.records import Committed, LazyResults
 
 log = logging.getLogger("sealflow.engine")
 
@@ -210,6 +211,11 @@ class Engine(Claiming):
                         began: float) -> tuple[Message, ...]:
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
+        if isinstance(claimed.results, LazyResults):  # read only the results its step can name
+            base = split_step_id(claimed.attempt.step_id)[0]
+            step = self._steps_of(claimed.run.plan_digest).get(base)
+            if step is not None:
+                claimed.results.narrow(named_results(self.plan(claimed.run.plan_digest), step))
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         x.fencing_token = coordination.fencing_token(claimed.grants)
         refused = fanout.trusted(self.trust_gate, self.store, self.plan, x) or self.over_budget(x) \

@@ -39,6 +39,7 @@ backend stores strings as they are; records read back are decoded.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from typing import Any
 
 from sealflow.interpreter.store.deliveries import DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
@@ -119,8 +120,9 @@ class Store(abc.ABC):
     def active_attempt(self, run_id: str) -> AttemptRecord | None: ...
 
     @abc.abstractmethod
-    def results(self, run_id: str) -> dict[str, tuple[str, str | None]]:
-        """Step id -> (status, output JSON text), the latest visit of each step."""
+    def results(self, run_id: str, only: Iterable[str] | None = None) -> dict[str, tuple[str, str | None]]:
+        """Step id -> (status, output JSON text), the latest visit of each step (of the steps in ``only``;
+        None: of every step)."""
 
     # -- the step path -------------------------------------------------------------------------
     @abc.abstractmethod

@@ -110,19 +110,27 @@ class LazyResults(Mapping[str, tuple[str, "str | None"]]):
     """A run's results (step id -> (status, output JSON text)), read from the store on first use.
 
     A claim hands these out instead of reading every earlier result inside its transaction: a step without
-    expressions (or one that only reads ``input``) never reads them, so its cost does not grow with the run's
+    expressions never reads them, and the engine narrows them to the steps the attempt's step names
+    (:meth:`narrow`, :mod:`sealflow.interpreter.engine.reads`), so a step's cost does not grow with the run's
     length. Reading later sees what the claim would have: while the claimed attempt holds its lease nothing
-    else writes the run's results (they are written by the commit of the run's one active attempt)."""
+    else writes the run's results (they are written by the commit of the run's one active attempt).
+    ``load(only)`` reads the results of the steps in ``only`` (None: all)."""
 
-    __slots__ = ("_load", "_got")
+    __slots__ = ("_load", "_got", "_only")
 
-    def __init__(self, load: Callable[[], dict[str, tuple[str, str | None]]]):
+    def __init__(self, load: Callable[[frozenset[str] | None], dict[str, tuple[str, str | None]]]):
         self._load = load
         self._got: dict[str, tuple[str, str | None]] | None = None
+        self._only: frozenset[str] | None = None
+
+    def narrow(self, only: frozenset[str] | None) -> None:
+        """Read only the results of the steps in ``only`` (None: all of them), if none was read yet."""
+        if self._got is None:
+            self._only = only
 
     def _data(self) -> dict[str, tuple[str, str | None]]:
         if self._got is None:
-            self._got = self._load()
+            self._got = self._load(self._only)
         return self._got
 
     def __getitem__(self, key: str) -> tuple[str, str | None]:

@@ -206,8 +206,9 @@ def bench_chain(args, logs: Path) -> tuple[float, list[float]]:
     return args.runs * args.steps / elapsed, latencies
 
 
-def bench_embedded(runs: int, long_steps: int) -> tuple[float, float, float, float]:
-    """(bare in-process chain steps/s, embedded 10-step steps/s, 10-step again, the long run's steps/s)."""
+def bench_embedded(runs: int, long_steps: int) -> tuple[float, float, float, float, float, float]:
+    """(bare in-process chain steps/s, embedded 10-step steps/s, 10-step again, the long run's steps/s, and
+    the last two again with each step taking the previous one's output)."""
     from tools.benchmarks.runtime import bench_dramatiq
     from tools.benchmarks.runtime import bench_sealflow as embedded
 
@@ -215,7 +216,9 @@ def bench_embedded(runs: int, long_steps: int) -> tuple[float, float, float, flo
     ours, _ = embedded(runs, 10)
     long_run, _ = embedded(1, long_steps)
     short_again, _ = embedded(max(runs // 10, 10), 10)  # the 10-step figure next to the long run's, in turn
-    return peer, ours, short_again, long_run
+    long_chained, _ = embedded(1, long_steps, chained=True)
+    short_chained, _ = embedded(max(runs // 10, 10), 10, chained=True)
+    return peer, ours, short_again, long_run, short_chained, long_chained
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,12 +252,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ratio: throughput {ours / peer:.2f}x (aim >= 0.6x), p50 latency {p50_ours / p50_peer:.2f}x "
                   "(aim <= 1.5x)")
     if args.only != "distributed":
-        peer, ours, short_again, long_run = bench_embedded(args.runs, args.long_steps)
+        peer, ours, short_again, long_run, short_chained, long_chained = bench_embedded(args.runs, args.long_steps)
         print("embedded (SQLite + StubBroker, one process):")
         print(f"  bare Dramatiq chain (StubBroker): {peer:8.0f} steps/s")
         print(f"  sealflow embedded:                {ours:8.0f} steps/s   ratio {ours / peer:.2f}x (aim >= 0.5x)")
         print(f"  per step: 10-step runs {1000 / short_again:.3f} ms, one {args.long_steps}-step run "
               f"{1000 / long_run:.3f} ms: {short_again / long_run:.2f}x (aim <= 1.2x)")
+        print(f"  the same, each step taking the previous one's output: {1000 / short_chained:.3f} ms, "
+              f"{1000 / long_chained:.3f} ms: {short_chained / long_chained:.2f}x")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

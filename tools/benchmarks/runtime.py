@@ -35,26 +35,29 @@ def rss_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def noop_plan(steps: int):
+def noop_plan(steps: int, *, chained: bool = False):
+    """``steps`` no-op action steps; ``chained``: each (but the first) takes the previous one's output."""
     from sealflow.dsl.api import compile_bytes
 
     lines = ["sealflow: 1", "name: bench-noop", "version: 1", "owner: team:bench", "permissions: []",
              "defaults: {timeout: 10s}", "steps:"]
-    lines += [f"  - {{id: s{i}, action: bench.noop}}" for i in range(steps)]
+    lines += [f"  - {{id: s{i}, action: bench.noop}}" if i == 0 or not chained else
+              f"  - {{id: s{i}, action: bench.noop, with: {{prev: '${{{{ steps.s{i - 1}.output }}}}'}}}}"
+              for i in range(steps)]
     return compile_bytes(("\n".join(lines) + "\n").encode(), "bench-noop.v1.yaml")
 
 
-def bench_sealflow(runs: int, steps: int) -> tuple[float, list[tuple[int, float]]]:
+def bench_sealflow(runs: int, steps: int, *, chained: bool = False) -> tuple[float, list[tuple[int, float]]]:
     from sealflow.interpreter.execution.actions import Registry, action
     from sealflow.interpreter.service.runtime import Runtime
 
     registry = Registry()
 
     @action("bench.noop", registry=registry)
-    def noop(ctx):
-        return None
+    def noop(ctx, prev=None):
+        return {"n": 1}
 
-    plan = noop_plan(steps)
+    plan = noop_plan(steps, chained=chained)
     memory = []
     with tempfile.TemporaryDirectory() as tmp:
         rt = Runtime(f"sqlite:///{tmp}/state.db", registry)

@@ -13,6 +13,7 @@ change goes through ``_step_to`` / ``_run_to``, which refuse edges not in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 from sealflow.interpreter.core import states
@@ -168,7 +169,7 @@ class StepPathMixin:
                                                  arrived=(att.scheduled_at or now, run.created_at))
             if refused is None and deferred is None and busy is None:
                 self._take(c, now, run, att, before, owner)
-                results = LazyResults(lambda: self.results(run_id))  # read on first use, outside this claim
+                results = LazyResults(functools.partial(self.results, run_id))  # on first use, outside the claim
         if refused is not None:
             raise MessageRefused(f"message for step {step_id!r} of run {run_id} refused: {refused[1]}", refused[0])
         if deferred is not None:
@@ -208,7 +209,7 @@ class StepPathMixin:
         self._take(c, now, run, att, "scheduled", owner)
         self._merge_scheduled(att.step_id)
         run_id = run.id
-        return Claimed(run, att, LazyResults(lambda: self.results(run_id)))
+        return Claimed(run, att, LazyResults(functools.partial(self.results, run_id)))
 
     def _merge_scheduled(self, step_id: str) -> None:
         """One audit row for an attempt scheduled and claimed in one transaction (commit N, claim N + 1): the
@@ -368,7 +369,7 @@ class StepPathMixin:
         claimed = None
         if carried is not None:  # inserted claimed (above): both rows read back now, in one round trip
             att = rows.attempt(carried.row())
-            claimed = Claimed(rows.run(run_after.fetchone()), att, LazyResults(lambda: self.results(run_id)))
+            claimed = Claimed(rows.run(run_after.fetchone()), att, LazyResults(functools.partial(self.results, run_id)))
             messages = (Message(run_id, att.step_id, att.attempt, carried.token, tenant),)
         elif commit.claim_as is not None and len(messages) == 1 and not spawned \
                 and final_state in states.RUN_CLAIMABLE:

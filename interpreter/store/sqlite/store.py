@@ -16,7 +16,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.store.auditchain import SqliteChain
@@ -293,9 +293,16 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                          f"AND a.state IN {_ACTIVE}", (run_id,))
         return rows.attempt(got[0]) if got else None
 
-    def results(self, run_id: str) -> dict[str, tuple[str, str | None]]:
-        return {r[0]: (r[1], r[2]) for r in self._read("SELECT step_id, status, output FROM results WHERE run_id = ?",
-                                                       (run_id,))}
+    def results(self, run_id: str, only: Iterable[str] | None = None) -> dict[str, tuple[str, str | None]]:
+        if only is None:
+            got = self._read("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))
+        else:
+            names = sorted(set(only))
+            if not names:
+                return {}
+            got = self._read("SELECT step_id, status, output FROM results WHERE run_id = ? AND step_id IN "
+                             f"({', '.join('?' * len(names))})", (run_id, *names))
+        return {r[0]: (r[1], r[2]) for r in got}
 
     def submit(self, new: NewRun, now: float, limits=None, definition=None) -> tuple[RunRecord, bool]:
         try:

@@ -478,3 +478,15 @@ def test_the_bulkhead_puts_a_claim_off_while_the_tenant_has_its_steps_running(st
     (row,) = store.outbox(second.run_id)
     assert row.sent_at is None and row.due_at == pytest.approx(T0 + got.value.retry_in)
     assert store.attempts(second.run_id)[0].state == "scheduled"
+
+
+def test_results_of_named_steps_only(store):
+    # Given a run with two results
+    claimed, _ = submit_and_claim(store)
+    done = store.commit(dataclasses.replace(succeed_and_go(claimed), claim_as="w1"), T0 + 1)
+    store.commit(succeed_and_go(done.claimed, next_step=None, state="completed"), T0 + 2)
+    # When the results of some steps are asked for
+    # Then only those come back (none for none), and all without a list
+    assert set(store.results("r1")) == {"a", "b"}
+    assert set(store.results("r1", ["b", "nope"])) == {"b"}
+    assert store.results("r1", []) == {}
