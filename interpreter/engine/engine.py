@@ -168,10 +168,12 @@ class Engine(Claiming):
 
     def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
         plan = self.plan(run.plan_digest)
-        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
-            results = self.parents.child_view(run, plan, results)
         base, gate = split_step_id(attempt.step_id)
         step = self._steps_of(run.plan_digest)[base]
+        if isinstance(results, LazyResults):  # not read yet: read only the results the step can name
+            results.narrow(named_results(plan, step))
+        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
+            results = self.parents.child_view(run, plan, results)
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
                          results=results, outputs=self.outputs)
 
@@ -211,11 +213,6 @@ class Engine(Claiming):
                         began: float) -> tuple[Message, ...]:
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
-        if isinstance(claimed.results, LazyResults):  # read only the results its step can name
-            base = split_step_id(claimed.attempt.step_id)[0]
-            step = self._steps_of(claimed.run.plan_digest).get(base)
-            if step is not None:
-                claimed.results.narrow(named_results(self.plan(claimed.run.plan_digest), step))
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         x.fencing_token = coordination.fencing_token(claimed.grants)
         refused = fanout.trusted(self.trust_gate, self.store, self.plan, x) or self.over_budget(x) \

@@ -77,6 +77,11 @@ _MAX_PARAMS = 65_535
 _VALUES = re.compile(r"^INSERT INTO \w+ \([^)]*\) VALUES (\(\?(?:, ?\?)*\))$")
 
 
+@functools.lru_cache(maxsize=64)
+def _one_row(sql: str) -> re.Match | None:
+    return _VALUES.search(sql)
+
+
 class _PipedCursor:
     """A cursor of a statement sent in pipeline mode. Its rows or row count are waited for when asked, with a
     sync: everything sent before it is then done too (its errors raised here), in one round trip."""
@@ -120,10 +125,7 @@ class PipedConn(PgConn):
         self.pipe.sync()
 
     def execute(self, sql: str, args=()):
-        cur = self.raw.cursor()
-        cur.execute(translate(sql), tuple(args))
-        self.sent = True
-        return _PipedCursor(cur, self)
+        return self.native(translate(sql), tuple(args))
 
     def native(self, sql: str, args=()):
         cur = self.raw.cursor()
@@ -137,7 +139,7 @@ class PipedConn(PgConn):
         seq = [tuple(a) for a in seq]
         if not seq:
             return None
-        one_row = _VALUES.search(sql)
+        one_row = _one_row(sql)
         if one_row is not None and len(seq) > 1:
             cur = None
             per = max(1, _MAX_PARAMS // len(seq[0]))  # PostgreSQL takes at most 65,535 parameters a statement

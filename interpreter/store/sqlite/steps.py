@@ -54,6 +54,14 @@ _ACTIVE, _CURSOR, _A_COLS, _R_COLS, _N_ATTEMPT = rows.ACTIVE, rows.CURSOR, rows.
 new_token = rows.new_token
 
 
+@functools.lru_cache(maxsize=8)
+def _next_attempt(columns: str, returning: str) -> str:
+    """Insert a step's next attempt (``run_id``, ``step_id``, then ``columns``), numbered one past its last."""
+    marks = ", ".join("?" * len(columns.split(",")))
+    return (f"INSERT INTO attempts (run_id, step_id, attempt, {columns}) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, "
+            f"{marks} FROM attempts WHERE run_id = ? AND step_id = ? RETURNING {returning}")
+
+
 class _Carried:
     """The attempt :meth:`StepPathMixin._insert_claimed` inserted, its row read on first use."""
 
@@ -86,10 +94,8 @@ class StepPathMixin:
             c.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
                       "due_at, data, seq) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         else:
-            number = c.execute(
-                "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, scheduled_at, "
-                "due_at, data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts "
-                "WHERE run_id = ? AND step_id = ? RETURNING attempt", (*values, run_id, nxt.step_id)).fetchone()[0]
+            number = c.execute(_next_attempt("try_no, state, token, lease_ms, scheduled_at, due_at, data, seq",
+                                             "attempt"), (*values, run_id, nxt.step_id)).fetchone()[0]
         self._step_to(c, now, run_id, nxt.step_id, "pending", nxt.state, actor,
                       None if nxt.try_no == 1 else {"attempt": number, "try": nxt.try_no, "due_at": nxt.due_at})
         if nxt.state == "scheduled":
@@ -111,16 +117,14 @@ class StepPathMixin:
         """Insert the run's next attempt (scheduled now) already claimed by ``owner``, the worker that goes on
         with the run: as :meth:`claim` would leave it (``running`` under its lease, the next token), with the
         same audit rows, and no outbox row (a lease that expires makes the sweep send it again). Its row is
-        read back only when the commit is otherwise written (:meth:`_Carried.claimed`): on PostgreSQL the
+        read back only when the commit is otherwise written (:meth:`_Carried.row`): on PostgreSQL the
         statements before it then cost one round trip, not one each."""
         token = new_token()
         got = c.execute(
-            "INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, "
-            "lease_ms, scheduled_at, started_at, due_at, data, seq) SELECT ?, ?, COALESCE(MAX(attempt), 0) + 1, "
-            "?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts WHERE run_id = ? AND step_id = ? "
-            f"RETURNING {rows.ATTEMPT_COLS}",
-            (run_id, nxt.step_id, nxt.try_no, token + 1, owner, now + nxt.lease_ms / 1000.0, nxt.lease_ms, now, now,
-             nxt.due_at, None if nxt.data is None else dumps(nxt.data), seq, run_id, nxt.step_id))
+            _next_attempt("try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, started_at, "
+                          "due_at, data, seq", rows.ATTEMPT_COLS),
+            (run_id, nxt.step_id, nxt.try_no, "running", token + 1, owner, now + nxt.lease_ms / 1000.0, nxt.lease_ms,
+             now, now, nxt.due_at, None if nxt.data is None else dumps(nxt.data), seq, run_id, nxt.step_id))
         carried = _Carried(got, token)
         self._step_to(c, now, run_id, nxt.step_id, "pending", "scheduled", actor,
                       None if nxt.try_no == 1 else {"attempt": carried.row()[2], "try": nxt.try_no,
