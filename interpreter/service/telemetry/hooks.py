@@ -23,10 +23,25 @@ class Telemetry:
         self.store = store
         self.now: Callable[[], float] = clock.now if clock is not None else time.time
         self.tracer = tracing.tracer(tracer_provider)
+        self._provider = tracer_provider
+        #: whether spans can be recorded, and until when that answer holds: once they can, they always can (a
+        #: global provider is set once); while they cannot, it is asked again every second, so an SDK
+        #: installed later (tracing.configure) is taken up within a second
+        self._records, self._records_until = False, 0.0
 
     def attempt(self, x: Any, refused: Any, run: Callable[[], tuple[Any, Any]], began: float) -> Any:
         """Run one claimed attempt (``run`` executes and commits it) inside its span and log context; count
-        it. Returns the messages the commit made due."""
+        it. Returns the messages the commit made due. Where no span can be recorded (no SDK installed), no
+        span is started: the log context and the next message's parent are those the no-op span would give."""
+        if not self._recording():
+            ids = tracing.untraced_ids(x.run.id)
+            if ids is not None:
+                with jsonlog.attempt_context(run_id=x.run.id, step_id=x.step_id, attempt=x.attempt.attempt,
+                                             trace_id=ids[0], span_id=ids[1]):
+                    outcome, messages = run()
+                    self.metrics.attempt_done(x, outcome, refused, time.monotonic() - began)
+                    log.debug("step attempt %s", outcome_label(outcome))
+                return messages
         with tracing.attempt_span(x, self.tracer) as span:
             sc = span.get_span_context()
             ids = {"run_id": x.run.id, "step_id": x.step_id, "attempt": x.attempt.attempt}
@@ -43,6 +58,12 @@ class Telemetry:
                     log.debug("tracing: attempt not recorded", exc_info=True)
                 log.debug("step attempt %s", outcome_label(outcome))
         return messages
+
+    def _recording(self) -> bool:
+        if not self._records and time.monotonic() >= self._records_until:
+            self._records = tracing.records(self.tracer, self._provider)
+            self._records_until = time.monotonic() + 1.0
+        return self._records
 
     def refused(self, reason: str) -> None:
         self.metrics.refused(reason)

@@ -98,6 +98,18 @@ class Metrics:
         if store is not None:
             r.register(StoreCollector(store, broker, queues))
 
+        #: (metric, label values) -> its child: ``labels()`` takes a lock and checks the values at every call
+        self._children: dict[tuple, Any] = {}
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= 4096:  # (label values come from plans and error classes: bounded anyway)
+                self._children.clear()
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     # -- hooks -------------------------------------------------------------------------------------
     def attempt_done(self, x: Any, outcome: Any, refused: Any, seconds: float) -> None:
         """One executed (or refused) step attempt; never raises into the engine."""
@@ -107,8 +119,8 @@ class Metrics:
             error_class = getattr(outcome, "error_class", "") or ""
             if refused is not None and error_class in DENIAL_CLASSES:
                 self.policy_denials.labels(error_class).inc()
-            self.step_attempts.labels(kind, label, error_class).inc()
-            self.step_duration.labels(kind, label).observe(seconds)
+            self._child(self.step_attempts, kind, label, error_class).inc()
+            self._child(self.step_duration, kind, label).observe(seconds)
             if x.attempt.attempt > 1 and not x.resumed:
                 self.step_retries.labels(kind).inc()
             if label == "timed_out" or error_class == "timeout":

@@ -38,10 +38,26 @@ def trace_id_of(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:16], "big") or 1
 
 
+#: run id -> its root span context and that context's traceparent (bounded: cleared when full)
+_ROOTS: dict[str, tuple[SpanContext, str]] = {}
+_ROOTS_MAX = 4096
+
+
+def _root(run_id: str) -> tuple[SpanContext, str]:
+    """The run's (virtual) root span context and its W3C traceparent, derived from the run id (cached)."""
+    got = _ROOTS.get(run_id)
+    if got is None:
+        span_id = int.from_bytes(hashlib.sha256(b"root:" + run_id.encode()).digest()[:8], "big") or 1
+        sc = SpanContext(trace_id=trace_id_of(run_id), span_id=span_id, is_remote=True,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        if len(_ROOTS) >= _ROOTS_MAX:
+            _ROOTS.clear()
+        got = _ROOTS[run_id] = (sc, f"00-{sc.trace_id:032x}-{span_id:016x}-01")
+    return got
+
+
 def _run_root(run_id: str) -> SpanContext:
-    span_id = int.from_bytes(hashlib.sha256(b"root:" + run_id.encode()).digest()[:8], "big") or 1
-    return SpanContext(trace_id=trace_id_of(run_id), span_id=span_id, is_remote=True,
-                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return _root(run_id)[0]
 
 
 def parent_context(run_id: str, traceparent: str | None = None) -> Any:
@@ -53,6 +69,32 @@ def parent_context(run_id: str, traceparent: str | None = None) -> Any:
         if sc.is_valid and sc.trace_id == trace_id_of(run_id):
             return ctx
     return trace.set_span_in_context(NonRecordingSpan(_run_root(run_id)))
+
+
+def records(tracer: Any, provider: Any = None) -> bool:
+    """Whether spans started on ``tracer`` (made by :func:`tracer` from ``provider``) can be recorded: False for
+    the API's no-op tracer, and for the global proxy while no SDK provider is installed (it may be later:
+    :func:`configure`, so this is asked at each attempt)."""
+    if isinstance(tracer, trace.NoOpTracer):
+        return False
+    return not (provider is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))
+
+
+def untraced_ids(run_id: str) -> tuple[str, str] | None:
+    """Where no span is recorded (:func:`records` is False): the ``(trace_id, span_id)`` (hex) the attempt's
+    no-op span would have, and it becomes the parent of the messages its commit makes due, exactly as the
+    no-op tracer's span would (it carries its parent's context: the run's root, or the sender's span).
+    None when the message carried a span other than the run's root (a sender that records): the caller then
+    takes the general path, which parses it."""
+    import threading
+
+    tid = threading.get_ident()
+    sc, tp = _root(run_id)
+    incoming = _incoming.get(tid)
+    if incoming and incoming != tp:
+        return None
+    _last[tid] = (run_id, tp)
+    return format(sc.trace_id, "032x"), format(sc.span_id, "016x")
 
 
 def current_traceparent() -> str | None:

@@ -78,8 +78,8 @@ def test_a_traceparent_carried_in_the_message_is_the_attempts_parent():
     assert other.get_span_context().span_id != 0xabc
 
 
-def test_json_log_lines_carry_run_step_attempt_and_trace_ids(runtime, spans, plan):
-    # Given JSON logs on a stream
+def run_logging_json(runtime, plan):
+    """Run ``plan`` to its end with the actions' logger writing JSON lines; the run's status and the lines."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
@@ -87,12 +87,16 @@ def test_json_log_lines_carry_run_step_attempt_and_trace_ids(runtime, spans, pla
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        # When a run logs from inside its steps
         status = runtime.run(plan, {}, initiator="user:ana", until="final")
     finally:
         logger.removeHandler(handler)
+    return status, [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_log_lines_carry_run_step_attempt_and_trace_ids(runtime, spans, plan):
+    # Given JSON logs on a stream, when a run logs from inside its steps
+    status, lines = run_logging_json(runtime, plan)
     # Then each line is JSON with the attempt's ids and the run's trace id
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(ln["run_id"], ln["step_id"], ln["attempt"]) for ln in lines] == [
         (status.run.id, "call", 1), (status.run.id, "call", 2)]
     assert {ln["trace_id"] for ln in lines} == {f"{tracing.trace_id_of(status.run.id):032x}"}
@@ -121,3 +125,38 @@ def test_the_next_steps_message_carries_the_previous_attempts_span(one_step_per_
     # Then step b's span is a child of step a's, in the same trace
     assert b.parent is not None and b.parent.span_id == a.context.span_id
     assert a.context.trace_id == b.context.trace_id == tracing.trace_id_of(rt_plan_status.run.id)
+
+
+def test_without_a_tracer_sdk_no_span_is_started_and_logs_carry_the_runs_trace(runtime, plan, monkeypatch):
+    # Given the runtime's telemetry on the global tracer, with no SDK provider installed (the default)
+    runtime.telemetry = telemetry.install(runtime)
+    assert not tracing.records(runtime.engine.telemetry.tracer)
+    started = []
+    monkeypatch.setattr(tracing, "attempt_span", lambda *a: started.append(a))  # must not be reached
+    # When a run logs from inside its steps (as JSON lines)
+    status, lines = run_logging_json(runtime, plan)
+    # Then no span was started, and each line carries the ids the no-op span would have had: the run's trace
+    # and its root span (what the general path gives without an SDK)
+    assert status.state == "completed" and started == []
+    root = tracing._run_root(status.run.id)
+    assert [(ln["trace_id"], ln["span_id"]) for ln in lines] == [
+        (f"{root.trace_id:032x}", f"{root.span_id:016x}")] * 2
+    # And the attempts were counted
+    assert runtime.engine.telemetry.metrics.registry.get_sample_value(
+        "sealflow_step_attempts_total", {"kind": "action", "outcome": "succeeded", "error_class": ""}) == 2
+
+
+def test_without_a_tracer_sdk_a_message_from_a_recording_sender_takes_the_general_path(runtime, monkeypatch):
+    # Given a message that carried a span of the run's trace other than its root (its sender records spans)
+    import threading
+
+    run_id = "run_y"
+    sender = f"00-{tracing.trace_id_of(run_id):032x}-{0xdef:016x}-01"
+    monkeypatch.setitem(tracing._incoming, threading.get_ident(), sender)
+    # When the receiver, which records nothing, asks for its ids
+    # Then it is sent to the general path (which makes that span the parent), and the root's ids are given
+    # when the message carried the root or nothing
+    assert tracing.untraced_ids(run_id) is None
+    monkeypatch.setitem(tracing._incoming, threading.get_ident(), None)
+    root = tracing._run_root(run_id)
+    assert tracing.untraced_ids(run_id) == (f"{root.trace_id:032x}", f"{root.span_id:016x}")
