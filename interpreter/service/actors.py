@@ -102,8 +102,9 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
             if len(due) == 1 and due[0].run_id == message.run_id:
                 message = due[0]
                 CARRYING[threading.get_ident()] = (message.run_id, message.step_id, message.attempt)
-                log.info("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
-                         message.attempt)
+                # (DEBUG: a line per step would cost more than the step; the message's own lines are INFO)
+                log.debug("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
+                          message.attempt)
                 continue
             for m in due:
                 if m.run_id == run_id or route is None:

@@ -77,3 +77,22 @@ def test_given_a_broker_url_of_no_broker_or_unreadable_when_a_worker_starts_then
     assert len(errors) == 1 and says in errors[0], done.stderr
     assert "amqp://" in errors[0] and "s3cret" not in done.stderr and "Traceback" not in done.stderr
     assert "worker ready" not in done.stdout
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning", "error"])
+def test_given_a_log_level_when_the_worker_sets_up_logging_then_the_root_logger_logs_from_that_level(level):
+    # Given the worker's logging set up at --log-level LEVEL
+    import logging
+
+    from sealflow.cli.commands.worker import _setup_logging
+
+    root = logging.getLogger()
+    before_level, before_handlers = root.level, list(root.handlers)
+    try:
+        _setup_logging("text", level)
+        # Then the root logger takes lines from that level on (a carried-on step is logged at debug only)
+        assert root.level == getattr(logging, level.upper())
+    finally:
+        for handler in root.handlers[len(before_handlers):]:
+            root.removeHandler(handler)
+        root.setLevel(before_level)

@@ -52,8 +52,8 @@ def deployment(tmp_path):
 
 
 def test_given_a_rabbitmq_worker_when_another_process_submits_runs_then_they_complete_with_effects_once(deployment):
-    # Given a worker on RabbitMQ
-    deployment.start_worker("a", "--allow-open", "--threads", "3")
+    # Given a worker on RabbitMQ, logging each carried-on step too (--log-level debug)
+    deployment.start_worker("a", "--allow-open", "--threads", "3", "--log-level", "debug")
     ready = deployment.wait_ready("a")
     assert ready == (f"worker ready: broker amqp://guest:***@127.0.0.1:5672/%2F, store {deployment.store}, "
                      f"queue {deployment.queue}, 3 threads")

@@ -185,7 +185,7 @@ def log_time(line: str) -> float:
 
 
 def test_given_a_worker_when_another_process_submits_a_run_then_it_completes_with_effects_once(deployment):
-    deployment.start_worker("a")
+    deployment.start_worker("a", "--allow-open", "--log-level", "debug")  # (debug: each carried-on step too)
     ready = deployment.wait_ready("a")
     assert ready == f"worker ready: broker {REDIS}, store {deployment.store}, queue {deployment.queue}, 4 threads"
 
@@ -207,6 +207,7 @@ def test_given_a_worker_when_another_process_submits_a_run_then_it_completes_wit
                    in line)
     assert log_time(started) - submitted < 5.0
     # the later steps carried on in the same thread (each claimed by the commit of the one before), logged too
+    # at debug level
     assert f"run {run_id}: step done attempt 1: carried on in this thread" in deployment.log("a")
 
     assert deployment.stop("a") == 0
@@ -219,7 +220,7 @@ def test_given_two_workers_under_a_policy_when_ten_runs_are_submitted_then_all_c
     policy.write_text(json.dumps({"tenants": {"default": {"roles": {"crash": ["crash:write"]},
                                                           "members": {"user:ana": ["crash"]}}}}))
     for name in ("a", "b"):
-        deployment.start_worker(name, "--access", str(policy), "--threads", "3")
+        deployment.start_worker(name, "--access", str(policy), "--threads", "3", "--log-level", "debug")
     for name in ("a", "b"):
         deployment.wait_ready(name)
 

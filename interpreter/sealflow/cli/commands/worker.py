@@ -112,10 +112,10 @@ def step_log():
     return StepLog()
 
 
-def _setup_logging(log_format: str = "text") -> None:
+def _setup_logging(log_format: str = "text", level: str = "info") -> None:
     from sealflow.interpreter.service.telemetry import logging as telemetry_logging
 
-    telemetry_logging.setup(log_format, sys.stderr)
+    telemetry_logging.setup(log_format, sys.stderr, getattr(logging, level.upper()))
     # pika (RabbitMQ) logs every stage of every connection, and each failed one as errors with tracebacks:
     # the worker says itself what it cannot reach and that it retries (Dramatiq's consumers too)
     logging.getLogger("pika").setLevel(logging.CRITICAL)
@@ -188,8 +188,12 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               envvar="SEALFLOW_LOG_FORMAT",
               help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True, envvar="SEALFLOW_LOG_LEVEL",
+              help="The least severe lines logged: info names each step message (started, handled); debug "
+                   "also each step a message's thread carries its run on to.")
 def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow_unsigned, threads, queue_name,
-           priorities, grace, redeliver_after, metrics_port, metrics_addr, log_format):
+           priorities, grace, redeliver_after, metrics_port, metrics_addr, log_format, log_level):
     """Run steps from a Redis or RabbitMQ broker until SIGTERM/SIGINT (the distributed deployment).
 
     Every worker of one deployment loads the same --actions (only those: the demo world's actions too
@@ -225,7 +229,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
         fail_usage(f"--broker {shown}: {exc}")
     stop = threading.Event()
     _install_signals(stop)
-    _setup_logging(log_format)
+    _setup_logging(log_format, log_level)
     try:
         up = _wait_for_broker(broker, shown, stop)
     except ValueError as exc:  # a URL redis-py parses only when it connects (a port that is not a number)
