@@ -248,6 +248,8 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     # -- due work: FOR UPDATE SKIP LOCKED ----------------------------------------------------------------
     def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
         now, _ = self._on_db_clock(now)
+        if not self._read(self._OUTBOX_DUE, (now,)):  # nothing due: one round trip, not a transaction's three
+            return []
         with self._tx("READ COMMITTED") as c:  # touches only outbox rows it holds locked
             got = c.native("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
                            "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= %s "

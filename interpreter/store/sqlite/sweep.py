@@ -28,7 +28,12 @@ class SweepMixin:
     _LOCK_EXPIRED = ""
     _LOCK_TIMERS = ""
 
+    #: is an outbox row due (a read, before a write transaction is begun for nothing)
+    _OUTBOX_DUE = "SELECT 1 FROM outbox WHERE sent_at IS NULL AND due_at <= ? LIMIT 1"
+
     def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
+        if not self._read(self._OUTBOX_DUE, (now,)):  # nothing due: no write transaction (nor the write lock)
+            return []
         with self._tx() as c:
             got = c.execute("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
                             "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= ? "
@@ -71,8 +76,22 @@ class SweepMixin:
             (run_id, redeliver_after))
         return got[0][0]
 
+    def sweep_due(self, now: float, *, redeliver_after: float = 60.0) -> bool:
+        """Whether :meth:`sweep` would find anything now: an expired lease, a due timer, or an outbox row sent
+        long ago and never claimed. A read: most sweeps find nothing, and need no write transaction (on
+        PostgreSQL, no turn under the writers' lock). Something that becomes due just after is the next
+        sweep's."""
+        got = self._read(
+            f"SELECT EXISTS (SELECT 1 FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} AND "
+            "a.state = 'running' AND a.lease_expires <= ?) OR EXISTS (SELECT 1 FROM timers WHERE fire_at <= ?) "
+            "OR EXISTS (SELECT 1 FROM outbox WHERE sent_at IS NOT NULL AND sent_at <= ?)",
+            (now, now, now - redeliver_after))
+        return bool(got[0][0])
+
     def sweep(self, now: float, *, redeliver_after: float = 60.0, limit: int = 500) -> SweepReport:
         report = SweepReport()
+        if not self.sweep_due(now, redeliver_after=redeliver_after):
+            return report
         with self._tx() as c:
             expired = c.execute(f"SELECT a.run_id, a.step_id, a.attempt, a.token, a.lease_owner, r.state "
                                 f"FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} AND "

@@ -432,3 +432,35 @@ def test_a_store_url_a_parser_chokes_on_is_a_store_error(url):
     with pytest.raises(StoreError) as err:
         open_store(url)
     assert "not a PostgreSQL URL" in str(err.value) and "S3CRETPW" not in str(err.value)
+
+
+def test_given_nothing_due_when_a_worker_sweeps_then_it_does_not_queue_for_the_writers_lock(opened, pg_schema):
+    # Given a store with a claimed attempt (its lease runs 30 s), and another session holding the writers' lock
+    # (a long write of another process)
+    from test_store_suite import submit_and_claim
+
+    from sealflow.interpreter.store.postgres.batching import WRITERS_LOCK, WRITERS_UNLOCK
+
+    s = opened()
+    submit_and_claim(s, now=T0)
+    early: list = []
+    swept: list = []
+    with pg_schema.connect() as other:
+        other.execute(WRITERS_LOCK)
+        try:
+            # When it sweeps while nothing is due, then it answers at once (a read told it), and dispatching too
+            now = threading.Thread(target=lambda: early.append((s.sweep(T0 + 1), s.take_outbox(T0 + 1))),
+                                   daemon=True)
+            now.start()
+            now.join(5)
+            assert [(r.leases_expired, sent) for r, sent in early] == [(0, [])], "it waited for the writers' lock"
+            # And once the lease has expired, the sweep queues for the lock and does its work when it is free
+            late = threading.Thread(target=lambda: swept.append(s.sweep(T0 + 31)), daemon=True)
+            late.start()
+            late.join(0.5)
+            assert late.is_alive() and swept == []
+        finally:
+            other.execute(WRITERS_UNLOCK)
+    now.join(10)
+    late.join(10)
+    assert [r.leases_expired for r in swept] == [1]

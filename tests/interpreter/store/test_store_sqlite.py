@@ -81,3 +81,33 @@ def test_the_database_uses_wal(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
+
+
+def test_given_nothing_due_when_sweeping_and_dispatching_then_no_write_transaction_is_begun(tmp_path):
+    # Given a store with a claimed attempt (its lease runs 30 s), and another connection holding the file's
+    # write lock (a writer of another process) past this store's busy timeout
+    from test_store_suite import T0, submit_and_claim
+
+    from sealflow.interpreter.store import StoreUnavailable
+    from sealflow.interpreter.store.sqlite.store import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "state.db"), busy_timeout_ms=100)
+    other = sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None)
+    try:
+        submit_and_claim(store)
+        other.execute("BEGIN IMMEDIATE")
+        # When it sweeps and dispatches while nothing is due
+        # Then both find nothing without asking for the write lock (a read tells them)
+        assert not store.sweep_due(T0 + 1)
+        report = store.sweep(T0 + 1)
+        assert (report.leases_expired, report.timers_fired, report.redelivered) == (0, 0, 0)
+        assert store.take_outbox(T0 + 1) == []
+        # And once the lease has expired, the sweep does ask for it (and says the file is locked)
+        assert store.sweep_due(T0 + 31)
+        with pytest.raises(StoreUnavailable, match="locked"):
+            store.sweep(T0 + 31)
+        other.execute("ROLLBACK")
+        assert store.sweep(T0 + 31).leases_expired == 1
+    finally:
+        other.close()
+        store.close()
