@@ -272,6 +272,8 @@ class Engine(Claiming):
             commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
             commit = redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
             amend: dict = {} if coordination.needs_slots(x.plan, x.step) else {"holds_slots": False}
+            if x.step.kind not in budgets.RESERVING_KINDS:
+                amend["holds_reservation"] = False
             if self._may_carry(x, commit):
                 amend["claim_as"] = self.owner
             a, step = x.attempt, commit.step

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from sealflow.dsl.durations import format_ms
 from sealflow.interpreter.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
+from sealflow.interpreter.core.kinds import StepKind
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 
 if TYPE_CHECKING:
@@ -164,6 +165,11 @@ def after(x: Execution, outcome: Outcome) -> Outcome:
     else:
         failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.ledger_output
     return failed
+
+
+#: the step kinds whose attempts may hold a usage reservation (:func:`reserve`, before each model call); an
+#: attempt of another kind holds none for its commit to drop (``Commit.holds_reservation``)
+RESERVING_KINDS = frozenset({StepKind.AI, StepKind.AGENT})
 
 
 def reservation_key(x: Execution) -> str:

@@ -185,3 +185,6 @@ class Commit:
     #: False when the attempt's step can hold no lock or pool slot (it declares none, nor does its workflow):
     #: its end then has no slots to give back, and the store does not look for any
     holds_slots: bool = True
+    #: False when the attempt's step can hold no usage reservation (only model and agent steps reserve their
+    #: worst case against the tenant's quota): the store then has none to drop
+    holds_reservation: bool = True
