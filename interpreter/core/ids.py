@@ -9,6 +9,7 @@ stored in the attempts table and printed by ``sealflow status``: their spelling 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from enum import StrEnum
 
 
@@ -34,10 +35,7 @@ class StepRef:
     @classmethod
     def parse(cls, step_id: str) -> StepRef:
         """``"record@gate"`` -> ``StepRef("record", GATE)``; an unknown suffix stays part of the step id."""
-        base, at, suffix = step_id.rpartition("@")
-        if at and suffix in (StepRole.GATE, StepRole.COMPENSATE):
-            return cls(base, StepRole(suffix))
-        return cls(step_id)
+        return _parse(step_id) if cls is StepRef else _parse_uncached(cls, step_id)
 
     @classmethod
     def gate(cls, step: str) -> StepRef:
@@ -57,6 +55,18 @@ class StepRef:
 
     def __str__(self) -> str:
         return f"{self.step}@{self.role}" if self.role else self.step
+
+
+def _parse_uncached(cls: type[StepRef], step_id: str) -> StepRef:
+    base, at, suffix = step_id.rpartition("@")
+    if at and suffix in (StepRole.GATE, StepRole.COMPENSATE):
+        return cls(base, StepRole(suffix))
+    return cls(step_id)
+
+
+@functools.lru_cache(maxsize=4096)  # (a frozen value: shared safely; bounded: a message may name any step id)
+def _parse(step_id: str) -> StepRef:
+    return _parse_uncached(StepRef, step_id)
 
 
 def split_step_id(step_id: str) -> tuple[str, bool]:

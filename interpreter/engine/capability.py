@@ -120,9 +120,27 @@ def step_lacks(engine: Any, run: Any, step_id: str) -> list[Lack]:
     return missing + [trust] if trust is not None else missing
 
 
+#: plan digest -> what :func:`plan_needs` found (a plan is immutable: its digest names its content)
+_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+_NEEDS_MAX = 1024
+
+
 def plan_needs(plan: Any) -> tuple[list[str], list[str]]:
     """Every action name and model name ``plan`` may call (steps, compensations, agent tools, fallbacks), in
     order, once each."""
+    digest = getattr(plan, "digest", None)
+    got = _NEEDS.get(digest) if digest else None
+    if got is None:
+        found = _plan_needs(plan)
+        if digest:
+            if len(_NEEDS) >= _NEEDS_MAX:
+                _NEEDS.clear()
+            _NEEDS[digest] = (tuple(found[0]), tuple(found[1]))
+        return found
+    return list(got[0]), list(got[1])
+
+
+def _plan_needs(plan: Any) -> tuple[list[str], list[str]]:
     actions: list[str] = []
     models: list[str] = []
     for _, step in plan.all_steps():  # fan-out sub-flows included

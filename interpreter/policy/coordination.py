@@ -67,15 +67,26 @@ def pool_limit(pools: Mapping[str, int], name: str) -> int:
     return pools.get(name) or pools.get(ANY_POOL) or DEFAULT_POOL_LIMIT
 
 
+#: plan digest -> the (step id, pool name) pairs of its steps that run in a pool (a plan is immutable)
+_POOLS_OF: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
 def check_plan(plan: Plan, pools: Mapping[str, int]) -> None:
     """At submit: warn (once per pool) about a pool the runtime configuration does not list; it runs at
     the default limit (``pools."*"``, else 1), never unlimited."""
-    for _, step in plan.all_steps():  # the steps of fan-out sub-flows too
-        name = step.concurrency
-        if name and name not in pools and ANY_POOL not in pools and name not in _WARNED:
+    used = _POOLS_OF.get(plan.digest) if plan.digest else None
+    if used is None:
+        used = tuple((step.id, step.concurrency) for _, step in plan.all_steps()  # fan-out sub-flows too
+                     if step.concurrency)
+        if plan.digest:
+            if len(_POOLS_OF) >= 1024:
+                _POOLS_OF.clear()
+            _POOLS_OF[plan.digest] = used
+    for step_id, name in used:
+        if name not in pools and ANY_POOL not in pools and name not in _WARNED:
             _WARNED.add(name)
             log.warning("step %r of %s runs in pool %r, which the runtime configuration does not list: at most "
-                        "%d attempt(s) at once; set pools.%s (or pools.\"*\") to choose", step.id, plan.name, name,
+                        "%d attempt(s) at once; set pools.%s (or pools.\"*\") to choose", step_id, plan.name, name,
                         DEFAULT_POOL_LIMIT, name)
 
 

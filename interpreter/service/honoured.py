@@ -23,6 +23,8 @@ NOT_YET: dict[str, str] = {
 def uses(plan: Plan) -> list[tuple[str, str | None]]:
     """The ``(field, step id or None)`` pairs of :data:`NOT_YET` fields the plan uses."""
     found: list[tuple[str, str | None]] = []
+    if not NOT_YET:  # (every control is enforced: nothing to look for)
+        return found
     if "workflow.concurrency" in NOT_YET and plan.concurrency:
         found.append(("workflow.concurrency", None))
     for _, step in plan.all_steps():
