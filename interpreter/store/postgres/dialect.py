@@ -72,6 +72,31 @@ class PgConn:
         return cur
 
 
+#: one-row inserts of the shared code -> the same rows inserted from one array per column (``unnest``): a
+#: batch's rows in one statement whose text and parameter count do not depend on how many rows it has, so
+#: psycopg converts it once (not at every call, as it does a statement of over 50 parameters) and the
+#: server prepares it once (not one statement per row count). ``ORDER BY n`` keeps the rows' order (their
+#: ids, and so the audit log's append order, follow it).
+UNNEST: dict[str, str] = {}
+
+
+def _unnest_form(table: str, columns: tuple[tuple[str, str], ...]) -> str:
+    names = ", ".join(name for name, _ in columns)
+    arrays = ", ".join(f"%s::{kind}[]" for _, kind in columns)
+    return (f"INSERT INTO {table} ({names}) SELECT {names} FROM unnest({arrays}) WITH ORDINALITY AS "
+            f"rows_({names}, n) ORDER BY n")
+
+
+def _register_audit() -> None:
+    from sealflow.interpreter.store.auditchain import INSERT
+
+    kinds = {"ts": "float8", "workflow_version": "int8", "seq": "int8"}
+    names = INSERT[INSERT.index("(") + 1:INSERT.index(")")].split(", ")
+    UNNEST[INSERT] = _unnest_form("audit", tuple((n, kinds.get(n, "text")) for n in names))
+
+
+_register_audit()
+
 #: an ``INSERT INTO t (cols) VALUES (?, ...)`` of one row (group 1: the row)
 _MAX_PARAMS = 65_535
 _VALUES = re.compile(r"^INSERT INTO \w+ \([^)]*\) VALUES (\(\?(?:, ?\?)*\))$")
@@ -139,6 +164,9 @@ class PipedConn(PgConn):
         seq = [tuple(a) for a in seq]
         if not seq:
             return None
+        bulk = UNNEST.get(sql) if len(seq) > 1 else None
+        if bulk is not None:  # one array per column (its parameters: one per column, whatever the rows)
+            return self.native(bulk, [list(column) for column in zip(*seq, strict=True)])
         one_row = _one_row(sql)
         if one_row is not None and len(seq) > 1:
             cur = None
