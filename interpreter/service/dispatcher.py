@@ -17,7 +17,8 @@ from sealflow.interpreter.store.base import Message, Store
 
 
 class Dispatcher:
-    def __init__(self, store: Store, send: Callable[[Message], None], clock: Clock, *, batch: int = 256):
+    def __init__(self, store: Store, send: Callable[[Message, str | None], None], clock: Clock, *,
+                 batch: int = 256):
         self.store = store
         self.send = send
         self.clock = clock
@@ -27,9 +28,9 @@ class Dispatcher:
         """Send every due outbox row; return how many were sent."""
         sent = 0
         while True:
-            messages = self.store.take_outbox(self.clock.now(), self.batch)
-            for message in messages:
-                self.send(message)
-            sent += len(messages)
-            if len(messages) < self.batch:
+            due = self.store.take_due(self.clock.now(), self.batch)
+            for message, priority in due:  # (the run's priority came with it: no read of the run to route it)
+                self.send(message, priority)
+            sent += len(due)
+            if len(due) < self.batch:
                 return sent

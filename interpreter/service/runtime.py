@@ -151,9 +151,14 @@ class Runtime(Repair, Driving, Serving):
     def _past_deadline(self, run_id: str) -> bool:
         return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
 
-    def send(self, message: Message) -> None:
-        """Enqueue ``message`` on the queue of its run's priority; :class:`BrokerUnavailable` if that fails."""
-        actor = self.actors[self.priority_of(message.run_id)]
+    def send(self, message: Message, priority: str | None = None) -> None:
+        """Enqueue ``message`` on the queue of its run's priority (``priority`` when the caller has it, else
+        looked up once per run); :class:`BrokerUnavailable` if that fails."""
+        if priority is None or priority not in self.actors:
+            priority = self.priority_of(message.run_id)
+        else:
+            self.priority_of.note(message.run_id, priority)
+        actor = self.actors[priority]
         try:
             actor.send(*message)
         except Exception as exc:  # noqa: BLE001 - each broker's client raises its own kinds: all mean "not sent"

@@ -55,6 +55,7 @@ from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: th
     Committed,
     DeadLetterRecord,
     DeadLetterSpec,
+    Due,
     LedgerEntry,
     LedgerRecord,
     Message,
@@ -167,8 +168,13 @@ class Store(abc.ABC):
         ``commit.seen`` is given, refused as a conflict unless the run and attempt are as it says)."""
 
     @abc.abstractmethod
+    def take_due(self, now: float, limit: int = 256) -> list[Due]:
+        """Mark up to ``limit`` due, unsent outbox rows sent and return their messages, each with its run's
+        priority (the dispatcher routes it without reading the run again), highest priority first."""
+
     def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
-        """Mark up to ``limit`` due, unsent outbox rows sent and return their messages."""
+        """Mark up to ``limit`` due, unsent outbox rows sent and return their messages (:meth:`take_due`)."""
+        return [due.message for due in self.take_due(now, limit)]
 
     @abc.abstractmethod
     def sweep(self, now: float, *, redeliver_after: float = 60.0, limit: int = 500) -> SweepReport:

@@ -35,6 +35,13 @@ class Message(NamedTuple):
     tenant: str | None = None
 
 
+class Due(NamedTuple):
+    """An outbox row taken to be sent: its message and the priority of its run (which queue it goes to)."""
+
+    message: Message
+    priority: str
+
+
 @dataclasses.dataclass(slots=True)
 class RunRecord:
     id: str

@@ -66,7 +66,7 @@ from sealflow.interpreter.store.postgres.connection import (
 from sealflow.interpreter.store.postgres.dialect import PgConn
 from sealflow.interpreter.store.postgres.sessions import PgSessionsMixin
 from sealflow.interpreter.store.postgres.workers import WorkersMixin
-from sealflow.interpreter.store.records import Message, SweepReport
+from sealflow.interpreter.store.records import Due, Message, SweepReport
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite.store import SqliteStore
 
@@ -246,19 +246,19 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         return db, db - now
 
     # -- due work: FOR UPDATE SKIP LOCKED ----------------------------------------------------------------
-    def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
+    def take_due(self, now: float, limit: int = 256) -> list[Due]:
         now, _ = self._on_db_clock(now)
         if not self._read(self._OUTBOX_DUE, (now,)):  # nothing due: one round trip, not a transaction's three
             return []
         with self._tx("READ COMMITTED") as c:  # touches only outbox rows it holds locked
-            got = c.native("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
+            got = c.native("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant, r.priority FROM outbox o "
                            "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= %s "
                            f"ORDER BY {rows.PRIORITY_RANK}, o.due_at LIMIT %s FOR UPDATE OF o SKIP LOCKED",
                            (now, limit)).fetchall()
             if got:
                 c.executemany("UPDATE outbox SET sent_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
                               "token = ?", [(now, *r[:4]) for r in got])
-        return [Message(*r) for r in got]
+        return [Due(Message(*r[:5]), r[5]) for r in got]
 
     _LOCK_DELIVERIES = " FOR UPDATE SKIP LOCKED"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.store.records import DeadLetterSpec, Message, SweepReport
+from sealflow.interpreter.store.records import DeadLetterSpec, Due, Message, SweepReport
 from sealflow.interpreter.store.sqlite import rows
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
@@ -31,17 +31,17 @@ class SweepMixin:
     #: is an outbox row due (a read, before a write transaction is begun for nothing)
     _OUTBOX_DUE = "SELECT 1 FROM outbox WHERE sent_at IS NULL AND due_at <= ? LIMIT 1"
 
-    def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
+    def take_due(self, now: float, limit: int = 256) -> list[Due]:
         if not self._read(self._OUTBOX_DUE, (now,)):  # nothing due: no write transaction (nor the write lock)
             return []
         with self._tx() as c:
-            got = c.execute("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant FROM outbox o "
+            got = c.execute("SELECT o.run_id, o.step_id, o.attempt, o.token, r.tenant, r.priority FROM outbox o "
                             "JOIN runs r ON r.id = o.run_id WHERE o.sent_at IS NULL AND o.due_at <= ? "
                             "ORDER BY " + rows.PRIORITY_RANK + ", o.due_at LIMIT ?", (now, limit)).fetchall()
             if got:
                 c.executemany("UPDATE outbox SET sent_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ? AND "
                               "token = ?", [(now, *r[:4]) for r in got])
-        return [Message(*r) for r in got]
+        return [Due(Message(*r[:5]), r[5]) for r in got]
 
     def reset_dispatch(self) -> int:
         with self._tx() as c:

@@ -67,6 +67,30 @@ def test_given_a_busy_worker_when_a_critical_run_comes_after_low_ones_then_it_st
         rt.store.close()
 
 
+def test_given_a_run_submitted_elsewhere_when_it_is_dispatched_then_its_queue_is_its_priority_unread(tmp_path,
+                                                                                                    registry, marked):
+    # Given a critical run submitted by another process (this runtime has not seen it), on one store file
+    store = f"sqlite:///{tmp_path}/p.db"
+    other = Runtime(open_store(store), registry, {})
+    rt = Runtime(open_store(store), registry, {})
+    try:
+        other.submit(plan_of("critical"), {"label": "c"}, initiator="user:t")
+
+        def no_read(run_id):
+            raise AssertionError(f"the dispatcher read run {run_id} to route its message")
+
+        rt.priority_of._lookup = no_read
+        # When this runtime dispatches it
+        assert rt.dispatcher.flush() == 1
+        # Then the message went to the critical queue, its priority taken with it from the outbox
+        queued = {name: q.qsize() for name, q in rt.broker.queues.items() if q.qsize()}
+        assert queued == {queue_for(rt.queue_name, "critical"): 1}
+    finally:
+        for r in (other, rt):
+            r.close()
+            r.store.close()
+
+
 def test_given_priorities_then_each_has_its_own_queue_and_names_are_checked():
     # Given the base queue "sealflow", then normal keeps it and the others get a suffix
     assert [queue_for("sealflow", p) for p in ("critical", "high", "normal", "low")] == [

@@ -48,7 +48,7 @@ def test_duplicate_messages_after_the_fact_cause_no_second_effect(runtime, count
 def test_messages_duplicated_in_flight_cause_no_second_effect(runtime, counted):
     # Given a broker that delivers every message twice
     send = runtime.send
-    runtime.dispatcher.send = lambda m: (send(m), send(m))
+    runtime.dispatcher.send = lambda m, priority=None: (send(m, priority), send(m, priority))
     real = runtime.actor.send
     runtime.actor.send = lambda *m: (real(*m), real(*m))
     # (and every next-step message a commit makes due is duplicated too, so none is carried on in-thread)

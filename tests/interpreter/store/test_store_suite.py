@@ -219,6 +219,19 @@ def test_take_outbox_marks_rows_sent_and_unclaimed_ones_are_redelivered(store):
     assert store.take_outbox(T0 + 61) == [msg]
 
 
+def test_due_messages_come_with_their_runs_priority_highest_first(store):
+    # Given a normal and a critical run, both due
+    import dataclasses
+
+    store.submit(new_run("r1"), T0)
+    store.submit(dataclasses.replace(new_run("r2"), priority="critical"), T0)
+    # When the dispatcher takes what is due
+    due = store.take_due(T0)
+    # Then each message carries its run's priority (its queue: no read of the run to route it), critical first
+    assert [(d.message.run_id, d.priority) for d in due] == [("r2", "critical"), ("r1", "normal")]
+    assert store.take_due(T0) == []
+
+
 def test_reset_dispatch_resends_everything_the_lost_broker_held(store):
     store.submit(new_run("r1"), T0)
     store.submit(new_run("r2"), T0)
