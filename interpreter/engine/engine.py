@@ -275,7 +275,7 @@ class Engine(Claiming):
             if x.step.kind not in budgets.RESERVING_KINDS:
                 amend["holds_reservation"] = False
             if self._may_carry(x, commit):
-                amend["claim_as"] = self.owner
+                amend["claim_as"], amend["carry_from"] = self.owner, x.run
             a, step = x.attempt, commit.step
             if tries == 1 and step is not None and (step.step_id, step.attempt, step.token) == (
                     a.step_id, a.attempt, a.token) and commit.expected_rev == x.run.rev:

@@ -10,6 +10,7 @@ these names too.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sealflow.interpreter.store.deliveries import NewDelivery
 
@@ -188,3 +189,7 @@ class Commit:
     #: False when the attempt's step can hold no usage reservation (only model and agent steps reserve their
     #: worst case against the tenant's quota): the store then has none to drop
     holds_reservation: bool = True
+    #: the run as the engine holds it (its record at ``expected_rev``): the next attempt claimed for ``claim_as``
+    #: comes with this record's unchanging fields (id, tenant, input decoded once, ...) and only the changing
+    #: ones read back, instead of the whole row read and decoded again at every step (None: read it whole)
+    carry_from: Any = None  # a records.RunRecord (records imports this module)

@@ -27,6 +27,10 @@ RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, 
             "tokens, cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, priority, acting_as, access_mode, "
             "signer, parent_run_id, parent_step_id, parent_attempt, item_index, item")
 
+#: the columns of a run that change over its life (every other one is set once, at submit)
+RUN_CHANGING = ("state, rev, updated_at, deadline, output, error_class, error_message, steps_executed, tokens, "
+                "cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, signer")
+
 ATTEMPT_COLS = ("run_id, step_id, attempt, try_no, state, token, lease_owner, lease_expires, lease_ms, scheduled_at, "
                 "started_at, ended_at, due_at, output, error_class, error_message, data, leases_lost")
 
@@ -59,6 +63,18 @@ def run(row) -> RunRecord:
     r[14] = None if r[14] is None else loads(r[14])
     r[32] = None if r[32] is None else loads(r[32])
     return RunRecord(*r)
+
+
+def run_over(base: RunRecord, row) -> RunRecord:
+    """``base`` (a record of the same run) with its changing columns as ``row`` (:data:`RUN_CHANGING`) has them."""
+    (state, rev, updated_at, deadline, output, error_class, error_message, steps_executed, tokens, cost_usd,
+     tool_calls, redrives, cursor_step, cursor_attempt, signer) = row
+    return RunRecord(base.id, base.tenant, base.workflow, base.workflow_version, base.plan_digest, base.input, state,
+                     rev, base.initiator, base.idempotency_key, base.input_hash, base.created_at, updated_at, deadline,
+                     None if output is None else loads(output), error_class, error_message, steps_executed, tokens,
+                     cost_usd, tool_calls, redrives, cursor_step, cursor_attempt, base.priority, base.acting_as,
+                     base.access_mode, signer, base.parent_run_id, base.parent_step_id, base.parent_attempt,
+                     base.item_index, base.item)
 
 
 def attempt(row) -> AttemptRecord:

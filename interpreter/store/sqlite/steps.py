@@ -358,8 +358,10 @@ class StepPathMixin:
                       (*set_run, cursor[1], run_id))
             run_after = None
         else:  # the cursor: the attempt just inserted (its number is read back with the rest, below)
+            base = commit.carry_from if commit.carry_from is not None and commit.carry_from.id == run_id else None
             run_after = c.execute(_UPDATE_RUN[moves] + "cursor_attempt = (SELECT MAX(attempt) FROM attempts WHERE "
-                                  f"run_id = ? AND step_id = ?) WHERE id = ? RETURNING {rows.RUN_COLS}",
+                                  "run_id = ? AND step_id = ?) WHERE id = ? RETURNING "
+                                  + (rows.RUN_CHANGING if base is not None else rows.RUN_COLS),
                                   (*set_run, run_id, cursor[0], run_id))
         if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
             # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
@@ -379,7 +381,9 @@ class StepPathMixin:
         claimed = None
         if carried is not None:  # inserted claimed (above): both rows read back now, in one round trip
             att = rows.attempt(carried.row())
-            claimed = Claimed(rows.run(run_after.fetchone()), att, LazyResults(functools.partial(self.results, run_id)))
+            row = run_after.fetchone()
+            run = rows.run(row) if base is None else rows.run_over(base, row)  # (unchanging fields: the engine's)
+            claimed = Claimed(run, att, LazyResults(functools.partial(self.results, run_id)))
             messages = (Message(run_id, att.step_id, att.attempt, carried.token, tenant),)
         elif commit.claim_as is not None and len(messages) == 1 and not spawned \
                 and final_state in states.RUN_CLAIMABLE:

@@ -58,6 +58,25 @@ def test_a_commit_that_carries_on_claims_the_next_attempt_in_the_same_transactio
     assert "scheduled_by" in (next(e for e in events if e.step_id == "b").detail or {})
 
 
+def test_a_carried_claim_takes_the_runs_unchanging_fields_from_the_engines_record(store):
+    # Given step a of a run, claimed by w1, and the run's record as the engine holds it (its input decoded)
+    claimed, _ = submit_and_claim(store)
+    held = dataclasses.replace(claimed.run, input={"decoded": "by the engine"})
+    # When w1 commits a and goes on with the run, handing that record over (carry_from)
+    done = store.commit(dataclasses.replace(succeed_and_go(claimed), claim_as="w1", carry_from=held), T0 + 1)
+    # Then the claimed run's unchanging fields are the handed record's (not read back and decoded again), and
+    # the fields the commit changed are the store's
+    run, stored = done.claimed.run, store.get_run("r1")
+    assert run.input == {"decoded": "by the engine"} and stored.input == {"n": 1}
+    assert (run.state, run.rev, run.steps_executed, run.cursor_step, run.cursor_attempt, run.updated_at) == (
+        stored.state, stored.rev, stored.steps_executed, stored.cursor_step, stored.cursor_attempt, stored.updated_at)
+    assert dataclasses.replace(run, input=stored.input) == stored
+    # and a record of another run is not used
+    other, _ = submit_and_claim(store, "r2")
+    done = store.commit(dataclasses.replace(succeed_and_go(other), claim_as="w1", carry_from=held), T0 + 1)
+    assert done.claimed.run == store.get_run("r2")
+
+
 def test_a_commit_without_claim_as_leaves_the_next_attempt_to_its_message(store):
     # Given step a claimed
     claimed, _ = submit_and_claim(store)
