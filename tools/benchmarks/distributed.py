@@ -19,8 +19,9 @@ In one run, on this machine's PostgreSQL (127.0.0.1:5432, user postgres) and Red
   run next to a 10-step run's.
 
 Prints steps/s, the p50 latencies and the ratios (aims of issue 11: distributed >= 0.6x, p50 latency <= 1.5x,
-embedded >= 0.5x, long-run per-step cost within 1.2x). The workers' logs are kept in a temporary directory
-shown on a failure.
+embedded >= 0.5x, long-run per-step cost within 1.2x); the embedded comparison takes ``--rounds`` alternating
+turns of each side and gives the median ratio (either side's speed moves from minute to minute here). The
+workers' logs are kept in a temporary directory shown on a failure.
 """
 
 from __future__ import annotations
@@ -206,19 +207,20 @@ def bench_chain(args, logs: Path) -> tuple[float, list[float]]:
     return args.runs * args.steps / elapsed, latencies
 
 
-def bench_embedded(runs: int, long_steps: int) -> tuple[float, float, float, float, float, float]:
-    """(bare in-process chain steps/s, embedded 10-step steps/s, 10-step again, the long run's steps/s, and
-    the last two again with each step taking the previous one's output)."""
+def bench_embedded(runs: int, long_steps: int, rounds: int = 3) -> tuple[list[tuple[float, float]], float, float,
+                                                                         float, float]:
+    """([(bare in-process chain steps/s, embedded 10-step steps/s)] for each of ``rounds`` alternating turns,
+    10-step again, the long run's steps/s, and the last two again with each step taking the previous one's
+    output)."""
     from tools.benchmarks.runtime import bench_dramatiq
     from tools.benchmarks.runtime import bench_sealflow as embedded
 
-    peer = bench_dramatiq(runs, 10)
-    ours, _ = embedded(runs, 10)
+    turns = [(bench_dramatiq(runs, 10), embedded(runs, 10)[0]) for _ in range(rounds)]
     long_run, _ = embedded(1, long_steps)
     short_again, _ = embedded(max(runs // 10, 10), 10)  # the 10-step figure next to the long run's, in turn
     long_chained, _ = embedded(1, long_steps, chained=True)
     short_chained, _ = embedded(max(runs // 10, 10), 10, chained=True)
-    return peer, ours, short_again, long_run, short_chained, long_chained
+    return turns, short_again, long_run, short_chained, long_chained
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--only", choices=("distributed", "embedded"), default=None)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating turns of the embedded comparison")
     args = parser.parse_args(argv)
-    for name in ("runs", "steps", "latency_runs", "long_steps", "workers", "threads", "submitters"):
+    for name in ("runs", "steps", "latency_runs", "long_steps", "workers", "threads", "submitters", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     logging.disable(logging.WARNING)
@@ -252,10 +255,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ratio: throughput {ours / peer:.2f}x (aim >= 0.6x), p50 latency {p50_ours / p50_peer:.2f}x "
                   "(aim <= 1.5x)")
     if args.only != "distributed":
-        peer, ours, short_again, long_run, short_chained, long_chained = bench_embedded(args.runs, args.long_steps)
-        print("embedded (SQLite + StubBroker, one process):")
-        print(f"  bare Dramatiq chain (StubBroker): {peer:8.0f} steps/s")
-        print(f"  sealflow embedded:                {ours:8.0f} steps/s   ratio {ours / peer:.2f}x (aim >= 0.5x)")
+        turns, short_again, long_run, short_chained, long_chained = bench_embedded(args.runs, args.long_steps,
+                                                                                   args.rounds)
+        print(f"embedded (SQLite + StubBroker, one process; {args.rounds} alternating turns):")
+        for peer, ours in turns:
+            print(f"  bare Dramatiq chain (StubBroker): {peer:8.0f} steps/s; sealflow embedded: {ours:8.0f} steps/s; "
+                  f"ratio {ours / peer:.2f}x")
+        ratio = statistics.median(ours / peer for peer, ours in turns)
+        print(f"  ratio, median of the turns: {ratio:.2f}x (aim >= 0.5x)")
         print(f"  per step: 10-step runs {1000 / short_again:.3f} ms, one {args.long_steps}-step run "
               f"{1000 / long_run:.3f} ms: {short_again / long_run:.2f}x (aim <= 1.2x)")
         print(f"  the same, each step taking the previous one's output: {1000 / short_chained:.3f} ms, "

@@ -1,6 +1,6 @@
 """Benchmark: durable steps per second on the embedded default, next to a bare Dramatiq chain.
 
-    python -m tools.benchmarks.runtime [--runs 1000] [--steps 10]
+    python -m tools.benchmarks.runtime [--runs 1000] [--steps 10] [--rounds 3]
 
 Sealflow: ``--runs`` runs of a ``--steps``-step workflow of no-op actions, each
 step claimed, executed and committed durably (SQLite WAL, fenced commit, audit,
@@ -9,9 +9,14 @@ Peer, in the same process and run: a bare Dramatiq chain of ``--steps`` no-op
 actors on a ``StubBroker`` (each actor sends the next), ``--runs`` times: the
 cost of the broker alone, with no durability at all.
 
-Prints steps per second for both and the ratio, and the process's resident
-memory after each quarter of the runs, to show whether memory stays flat as
-finished runs accumulate in the store.
+The two sides take turns, ``--rounds`` times (peer, Sealflow, peer, ...): on a
+shared machine either one's speed moves from minute to minute, and a ratio of
+figures taken in the same minute moves less. Prints, per round, steps per second
+and the CPU time per step of the whole process (every thread: steadier than the
+wall clock where other work shares the cores) for both, their ratios, and the
+median ratio; then the process's resident memory after each quarter of the last
+round's runs, to show whether memory stays flat as finished runs accumulate in
+the store.
 """
 
 from __future__ import annotations
@@ -48,6 +53,14 @@ def noop_plan(steps: int, *, chained: bool = False):
 
 
 def bench_sealflow(runs: int, steps: int, *, chained: bool = False) -> tuple[float, list[tuple[int, float]]]:
+    """Steps per second of ``runs`` runs (and resident memory after each quarter)."""
+    sps, _cpu, memory = bench_sealflow_cpu(runs, steps, chained=chained)
+    return sps, memory
+
+
+def bench_sealflow_cpu(runs: int, steps: int, *, chained: bool = False
+                       ) -> tuple[float, float, list[tuple[int, float]]]:
+    """Steps per second, the process's CPU seconds per step, and resident memory after each quarter."""
     from sealflow.interpreter.execution.actions import Registry, action
     from sealflow.interpreter.service.runtime import Runtime
 
@@ -64,16 +77,16 @@ def bench_sealflow(runs: int, steps: int, *, chained: bool = False) -> tuple[flo
         try:
             rt.run(plan, {}, initiator="user:bench")  # warm up: actor, plan cache, statements
             gc.collect()
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for i in range(1, runs + 1):
                 status = rt.run(plan, {}, initiator="user:bench")
                 assert status.state == "completed", status.state
                 if i % max(runs // 4, 1) == 0:
                     memory.append((i, rss_mib()))
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         finally:
             rt.close()
-    return runs * steps / elapsed, memory
+    return runs * steps / elapsed, cpu / (runs * steps), memory
 
 
 def noop_chain(broker, steps: int, threads: int, queue: str | None = None):
@@ -106,6 +119,11 @@ def noop_chain(broker, steps: int, threads: int, queue: str | None = None):
 
 
 def bench_dramatiq(runs: int, steps: int) -> float:
+    return bench_dramatiq_cpu(runs, steps)[0]
+
+
+def bench_dramatiq_cpu(runs: int, steps: int) -> tuple[float, float]:
+    """Steps per second of the bare chain, and the process's CPU seconds per step."""
     from dramatiq.brokers.stub import StubBroker
 
     broker = StubBroker()
@@ -113,30 +131,41 @@ def bench_dramatiq(runs: int, steps: int) -> float:
     try:
         first.send()
         done.acquire()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for _ in range(runs):
             first.send()
             done.acquire()
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     finally:
         worker.stop()
         broker.close()
-    return runs * steps / elapsed
+    return runs * steps / elapsed, cpu / (runs * steps)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="turns of each side, alternating")
     args = parser.parse_args(argv)
+    for name in ("runs", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1 (got {getattr(args, name)})")
     import logging
+    import statistics
 
     logging.disable(logging.WARNING)
-    peer = bench_dramatiq(args.runs, args.steps)
-    ours, memory = bench_sealflow(args.runs, args.steps)
-    print(f"bare Dramatiq chain (StubBroker, no durability): {peer:10.0f} steps/s")
-    print(f"sealflow embedded default (durable):             {ours:10.0f} steps/s")
-    print(f"ratio sealflow / bare Dramatiq: {ours / peer:.2f}x")
+    ratios, cpu_ratios = [], []
+    for n in range(1, args.rounds + 1):
+        peer, peer_cpu = bench_dramatiq_cpu(args.runs, args.steps)
+        ours, our_cpu, memory = bench_sealflow_cpu(args.runs, args.steps)
+        ratios.append(ours / peer)
+        cpu_ratios.append(peer_cpu / our_cpu)
+        print(f"round {n}: bare Dramatiq chain (StubBroker, no durability) {peer:7.0f} steps/s, "
+              f"{peer_cpu * 1e6:5.0f} us CPU/step; sealflow embedded (durable) {ours:7.0f} steps/s, "
+              f"{our_cpu * 1e6:5.0f} us CPU/step; ratio {ours / peer:.2f}x (CPU {peer_cpu / our_cpu:.2f}x)")
+    print(f"ratio sealflow / bare Dramatiq: {statistics.median(ratios):.2f}x (median of {args.rounds}; "
+          f"{min(ratios):.2f}x to {max(ratios):.2f}x); CPU per step: {statistics.median(cpu_ratios):.2f}x")
     print("resident memory as finished runs accumulate: "
           + ", ".join(f"{n} runs {mib:.1f} MiB" for n, mib in memory))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
