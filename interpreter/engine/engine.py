@@ -292,7 +292,8 @@ class Engine(Claiming):
             self.store, self.clock, build, conflict=conflict,
             fenced=lambda exc: self._fenced(exc, x, actor, {"outcome": type(outcome).__name__}),
             illegal=lambda exc: log.error("%s", exc),
-            gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"))
+            gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"),
+            created_at=x.run.created_at)
 
     def _notified(self, x: Execution, commit: Commit) -> Commit:
         """``commit`` with the notifications of the gate it opens; a failure to build them never fails the step."""
@@ -305,14 +306,14 @@ class Engine(Claiming):
                           x.run.id)
             return commit
 
-    def _done(self, run_id: str, done: Committed | None) -> tuple[Message, ...]:
+    def _done(self, run_id: str, done: Committed | None, *, created_at: float | None = None) -> tuple[Message, ...]:
         if done is None:
             return ()
         if done.claimed is not None:
             self._carry.claimed = done.claimed
         if done.run_state in RUN_FINAL:
             self.outputs.forget(run_id)
-            self.telemetry and self.telemetry.run_done(run_id, done.run_state)
+            self.telemetry and self.telemetry.run_done(run_id, done.run_state, created_at)
         return done.messages
 
     def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict | None = None) -> None:

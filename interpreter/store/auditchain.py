@@ -185,9 +185,11 @@ class SqliteChain:
             meta = runs.get(run_id) if run_id is not None else None
             tools = all_tools.get(meta[3]) if meta is not None else None
             decision = decisions.get(event, "?")
-            if (detail is None and tools is not None and decision != "?" and not redact
+            if (tools is not None and decision != "?" and not redact
+                    and (detail is None or ('"error_class"' not in detail and '"decision"' not in detail))
                     and (extra is None or len(extra) == 1 and "summary" in extra)):
-                # the common case (a step or run event of a known run): nothing to parse or look up
+                # the common case (a step or run event of a known run, its detail if any naming no error or
+                # decision, as a step scheduled and claimed in one commit): nothing to parse or look up
                 tenant, workflow, version, digest = meta
                 tool = tools.get(step_id) if step_id is not None else None
                 summary = extra["summary"] if extra is not None else None

@@ -71,9 +71,11 @@ class Telemetry:
     def deferred(self, exc: Any) -> None:
         self.metrics.deferred(exc)
 
-    def run_done(self, run_id: str, state: str) -> None:
+    def run_done(self, run_id: str, state: str, created_at: float | None = None) -> None:
+        """A run reached a final state (``created_at``: when it was submitted, if the caller has it at hand)."""
         try:
-            run = self.store.get_run(run_id)
-            self.metrics.run_done(state, run.created_at, self.now())
+            if created_at is None:
+                created_at = self.store.get_run(run_id).created_at
+            self.metrics.run_done(state, created_at, self.now())
         except Exception:  # noqa: BLE001
             log.debug("metrics: run %s not recorded", run_id, exc_info=True)

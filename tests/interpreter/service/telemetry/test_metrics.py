@@ -129,3 +129,23 @@ def test_an_attempt_refused_by_policy_is_counted_as_a_denial(runtime, registry):
     assert status.state == "failed"
     families = scrape(runtime.telemetry.metrics.exposition().decode())
     assert value(families, "sealflow_policy_denials_total", error_class="unauthorized") == 1
+
+
+def test_a_finished_runs_duration_is_counted_from_the_engines_record_without_reading_the_run(runtime, registry):
+    # Given a run that will finish, and a store that must not be asked for the run's record once it has started
+    plan = flaky_plan(registry)
+    run_id = runtime.submit(plan, {}, initiator="user:ana")
+    read = runtime.store.get_run
+    asked: list[str] = []
+
+    def counting(rid):
+        asked.append(rid)
+        return read(rid)
+
+    runtime.engine.telemetry.store = type("NoRuns", (), {"get_run": staticmethod(counting)})()
+    # When it runs to completion
+    assert runtime.drive(run_id, until="final").state == "completed"
+    # Then its duration was observed, from the submit time the engine held, with no read of the run for it
+    families = scrape(runtime.engine.telemetry.metrics.exposition().decode())
+    assert value(families, "sealflow_run_duration_seconds_count", state="completed") == 1
+    assert asked == []
