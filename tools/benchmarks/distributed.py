@@ -116,7 +116,23 @@ def _wait(what: str, done, timeout: float, every: float = 0.02) -> None:
         time.sleep(every)
 
 
-def bench_sealflow(args, logs: Path) -> tuple[float, list[float]]:
+def tree_cpu(procs: list[subprocess.Popen]) -> float:
+    """CPU seconds (user + system) used so far by ``procs`` and every process below them (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    todo, total = [p.pid for p in procs], 0.0
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):  # ended meanwhile
+            continue
+    return total
+
+
+def bench_sealflow(args, logs: Path) -> tuple[float, list[float], float]:
     """Steps/s of ``args.runs`` runs and the latencies of ``args.latency_runs`` single runs (seconds)."""
     import psycopg
     import redis
@@ -137,7 +153,7 @@ def bench_sealflow(args, logs: Path) -> tuple[float, list[float]]:
         broker = redis_broker(args.redis)
         rt = Runtime(url, REGISTRY, broker=broker, queue_name=queue)
         try:
-            with processes([cmd] * args.workers, _env(), logs, "sealflow-worker", ready="worker ready"), \
+            with processes([cmd] * args.workers, _env(), logs, "sealflow-worker", ready="worker ready") as procs, \
                     psycopg.connect(url, autocommit=True) as db:
                 def counts() -> tuple[int, int]:
                     got = db.execute("SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE "
@@ -156,21 +172,23 @@ def bench_sealflow(args, logs: Path) -> tuple[float, list[float]]:
 
                 one()  # warm up: both workers' plan caches, connections
                 before = counts()[0]
+                cpu = tree_cpu(procs)
                 started = time.perf_counter()
                 with ThreadPoolExecutor(args.submitters) as pool:  # as several clients would
                     list(pool.map(lambda _: rt.submit(plan, {}, initiator="user:bench"), range(args.runs)))
                 submitted = time.perf_counter() - started
                 _wait(f"{args.runs} runs", lambda: counts()[0] - before >= args.runs, args.timeout)
                 elapsed = time.perf_counter() - started
+                cpu = tree_cpu(procs) - cpu  # the workers', over the timed runs
                 latencies = [one() for _ in range(args.latency_runs)]
         finally:
             rt.close(grace=0)
             _drop_keys(redis.Redis.from_url(args.redis), f"dramatiq:*{queue}*")
     print(f"  (sealflow: {args.runs} submits took {submitted:.2f} s of the {elapsed:.2f} s)")
-    return args.runs * args.steps / elapsed, latencies
+    return args.runs * args.steps / elapsed, latencies, cpu / (args.runs * args.steps)
 
 
-def bench_chain(args, logs: Path) -> tuple[float, list[float]]:
+def bench_chain(args, logs: Path) -> tuple[float, list[float], float]:
     """The same for the bare Dramatiq chain."""
     import redis
 
@@ -185,7 +203,7 @@ def bench_chain(args, logs: Path) -> tuple[float, list[float]]:
     cmd = [sys.executable, "-m", "dramatiq", PEER, "--processes", str(args.workers), "--threads", str(args.threads)]
     env = _env(BENCH_PEER_NAMESPACE=ns, BENCH_PEER_REDIS=args.redis, BENCH_PEER_STEPS=str(args.steps))
     try:
-        with processes([cmd], env, logs, "dramatiq"):
+        with processes([cmd], env, logs, "dramatiq") as procs:
             def one() -> float:
                 actors[0].send(-1, time.time())
                 got = client.blpop([done_key], timeout=60)
@@ -194,17 +212,19 @@ def bench_chain(args, logs: Path) -> tuple[float, list[float]]:
                 return json.loads(got[1])[1]
 
             one()  # warm up (and wait until the workers are up)
+            cpu = tree_cpu(procs)
             started = time.perf_counter()
             for i in range(args.runs):
                 actors[0].send(i, time.time())
             _wait(f"{args.runs} chains", lambda: client.llen(done_key) >= args.runs, args.timeout)
             elapsed = time.perf_counter() - started
+            cpu = tree_cpu(procs) - cpu  # the worker processes' (and Dramatiq's main process), over the timed runs
             client.delete(done_key)
             latencies = [one() for _ in range(args.latency_runs)]
     finally:
         broker.close()
         _drop_keys(client, f"{ns}:*")
-    return args.runs * args.steps / elapsed, latencies
+    return args.runs * args.steps / elapsed, latencies, cpu / (args.runs * args.steps)
 
 
 def bench_embedded(runs: int, long_steps: int, rounds: int = 3) -> tuple[list[tuple[float, float]], float, float,
@@ -245,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sealflow-bench-") as tmp:
         logs = Path(tmp)
         if args.only != "embedded":
-            peer, peer_lat = bench_chain(args, logs)
-            ours, our_lat = bench_sealflow(args, logs)
+            peer, peer_lat, peer_cpu = bench_chain(args, logs)
+            ours, our_lat, our_cpu = bench_sealflow(args, logs)
             p50_peer, p50_ours = statistics.median(peer_lat), statistics.median(our_lat)
             print(f"distributed, {args.runs} runs x {args.steps} no-op steps, {args.workers} processes x "
                   f"{args.threads} threads each side:")
@@ -254,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  sealflow (PostgreSQL + Redis):       {ours:8.0f} steps/s   p50 latency {p50_ours * 1000:7.1f} ms")
             print(f"  ratio: throughput {ours / peer:.2f}x (aim >= 0.6x), p50 latency {p50_ours / p50_peer:.2f}x "
                   "(aim <= 1.5x)")
+            print(f"  workers' CPU per step (the worker processes only, not PostgreSQL or Redis): bare chain "
+                  f"{peer_cpu * 1000:.3f} ms, sealflow {our_cpu * 1000:.3f} ms")
     if args.only != "distributed":
         turns, short_again, long_run, short_chained, long_chained = bench_embedded(args.runs, args.long_steps,
                                                                                    args.rounds)
