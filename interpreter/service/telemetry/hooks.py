@@ -39,8 +39,7 @@ class Telemetry:
                 with jsonlog.attempt_context(run_id=x.run.id, step_id=x.step_id, attempt=x.attempt.attempt,
                                              trace_id=ids[0], span_id=ids[1]):
                     outcome, messages = run()
-                    self.metrics.attempt_done(x, outcome, refused, time.monotonic() - began)
-                    log.debug("step attempt %s", outcome_label(outcome))
+                    self._counted(x, outcome, refused, began)
                 return messages
         with tracing.attempt_span(x, self.tracer) as span:
             sc = span.get_span_context()
@@ -49,15 +48,20 @@ class Telemetry:
                 ids.update(trace_id=format(sc.trace_id, "032x"), span_id=format(sc.span_id, "016x"))
             with jsonlog.attempt_context(**ids):
                 outcome, messages = run()
-                seconds = time.monotonic() - began
-                self.metrics.attempt_done(x, outcome, refused, seconds)
+                seconds = self._counted(x, outcome, refused, began)
                 try:
                     tracing.finish(span, self.tracer, outcome, outcome_label(outcome),
                                    model_of(x.step) if refused is None else None, seconds)
                 except Exception:  # noqa: BLE001 - telemetry must never fail a step
                     log.debug("tracing: attempt not recorded", exc_info=True)
-                log.debug("step attempt %s", outcome_label(outcome))
         return messages
+
+    def _counted(self, x: Any, outcome: Any, refused: Any, began: float) -> float:
+        """Count the attempt that ended (metrics, a debug line); return how long it took (seconds)."""
+        seconds = time.monotonic() - began
+        self.metrics.attempt_done(x, outcome, refused, seconds)
+        log.debug("step attempt %s", outcome_label(outcome))
+        return seconds
 
     def _recording(self) -> bool:
         if not self._records and time.monotonic() >= self._records_until:

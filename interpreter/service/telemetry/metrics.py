@@ -97,7 +97,6 @@ class Metrics:
                                                    ["kind"], registry=r)
         if store is not None:
             r.register(StoreCollector(store, broker, queues))
-
         #: (metric, label values) -> its child: ``labels()`` takes a lock and checks the values at every call
         self._children: dict[tuple, Any] = {}
 
