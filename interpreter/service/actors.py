@@ -45,21 +45,28 @@ def embedded_broker() -> StubBroker:
     return StubBroker(middleware=[Retries(max_retries=0)])
 
 
-def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dramatiq") -> dramatiq.Broker:
-    """A Dramatiq ``RedisBroker`` on ``url`` for ``sealflow worker`` processes, with the same middleware
+def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dramatiq",
+                 waking: bool = True) -> dramatiq.Broker:
+    """A Dramatiq Redis broker on ``url`` for ``sealflow worker`` processes, with the same middleware
     as :func:`embedded_broker`: ``Retries`` pinned to zero and nothing else (no ``TimeLimit``: the
     engine times attempts out itself; no ``AgeLimit``, ``Callbacks`` or ``Pipelines``: the store decides
-    what is due). Raises ``ValueError`` for a URL that is not ``redis://``, ``rediss://`` or ``unix://``;
-    connecting is lazy (``broker.client.ping()`` checks it)."""
+    what is due). ``waking`` (the default): a
+    :class:`~sealflow.interpreter.service.redispoll.WakingRedisBroker`, whose idle consumers poll Redis
+    slowly and wake when this process sends or finishes work; else Dramatiq's own ``RedisBroker`` (the
+    benchmarks' bare chain). Raises ``ValueError`` for a URL that is not ``redis://``, ``rediss://`` or
+    ``unix://``; connecting is lazy (``broker.client.ping()`` checks it)."""
     from urllib.parse import urlsplit
 
     from dramatiq.brokers.redis import RedisBroker
+
+    from sealflow.interpreter.service.redispoll import WakingRedisBroker
 
     scheme = urlsplit(url).scheme
     if scheme not in ("redis", "rediss", "unix"):
         raise ValueError(f"{url!r} is not a Redis URL; use redis://HOST:PORT/DB (rediss:// for TLS, "
                          "unix:///path/to/redis.sock)")
-    broker = RedisBroker(url=url, namespace=namespace, middleware=[Retries(max_retries=0)])
+    kind = WakingRedisBroker if waking else RedisBroker
+    broker = kind(url=url, namespace=namespace, middleware=[Retries(max_retries=0)])
     # fail in seconds, not minutes, when the host does not answer; keep idle connections alive
     broker.client.connection_pool.connection_kwargs.setdefault("socket_connect_timeout", 5.0)
     broker.client.connection_pool.connection_kwargs.setdefault("socket_keepalive", True)

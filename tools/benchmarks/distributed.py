@@ -197,7 +197,7 @@ def bench_chain(args, logs: Path) -> tuple[float, list[float], float]:
 
     ns = "bench_" + uuid.uuid4().hex[:12]
     client = redis.Redis.from_url(args.redis)
-    broker = redis_broker(args.redis, namespace=ns)
+    broker = redis_broker(args.redis, namespace=ns, waking=False)
     actors = chain(broker, args.steps, ns)
     done_key = f"{ns}:done"
     cmd = [sys.executable, "-m", "dramatiq", PEER, "--processes", str(args.workers), "--threads", str(args.threads)]

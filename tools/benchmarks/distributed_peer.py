@@ -48,6 +48,7 @@ if os.environ.get("BENCH_PEER_NAMESPACE"):  # imported by `python -m dramatiq`: 
     from sealflow.interpreter.service.actors import redis_broker
 
     _ns = os.environ["BENCH_PEER_NAMESPACE"]
-    _broker = redis_broker(os.environ.get("BENCH_PEER_REDIS", "redis://127.0.0.1:6379/0"), namespace=_ns)
+    _broker = redis_broker(os.environ.get("BENCH_PEER_REDIS", "redis://127.0.0.1:6379/0"), namespace=_ns,
+                           waking=False)  # Dramatiq's own RedisBroker: the peer is bare Dramatiq
     dramatiq.set_broker(_broker)
     ACTORS = chain(_broker, int(os.environ.get("BENCH_PEER_STEPS", "10")), _ns)

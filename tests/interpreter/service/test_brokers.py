@@ -31,15 +31,16 @@ def _noop_actor(broker, queue: str):
 
 @pytest.mark.parametrize("url, kind", [("amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitmqBroker"),
                                        ("amqps://app:pw@rabbit.example/prod", "RabbitmqBroker"),
-                                       ("redis://127.0.0.1:6379/0", "RedisBroker")])
+                                       ("redis://127.0.0.1:6379/0", "WakingRedisBroker")])
 def test_given_a_broker_url_when_it_is_built_then_its_kind_has_only_retries_pinned_to_zero(url, kind):
     # Given a Redis or RabbitMQ URL, when the broker is built (connecting is lazy)
     broker = brokers.broker_from_url(url)
     try:
-        # Then it is that broker, with the one middleware of every Sealflow broker: Retries at zero
+        # Then it is that broker, with the one middleware of every Sealflow broker: Retries at zero (and on
+        # Redis the consumers' wake-up, service/redispoll.py, which acts on no message)
         assert type(broker).__name__ == kind
-        assert [type(m) for m in broker.middleware] == [Retries]
-        assert broker.middleware[0].max_retries == 0
+        assert [type(m).__name__ for m in broker.middleware] == ["Retries"] + (["_Wake"] if "Redis" in kind else [])
+        assert isinstance(broker.middleware[0], Retries) and broker.middleware[0].max_retries == 0
     finally:
         broker.close()
 
