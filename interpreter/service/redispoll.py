@@ -13,8 +13,8 @@ sleep early when this process has a reason to look again:
 
 * it sent a message to the queue itself (the dispatcher sending due work from the store's outbox, or a
   step actor sending a run's next step): the message is fetched at once, by this process if it has room;
-* a message of the queue was acknowledged or rejected here (a worker thread is free, and a consumer whose
-  prefetch was full may fetch again);
+* a message of the queue was acknowledged or rejected here while the consumer could not fetch because its
+  prefetch was full (it has room again);
 * the worker is shutting down: sleeps go back to the worker timeout, so the stop is not held up.
 
 Work another process sends to an idle queue here is fetched within :data:`IDLE_POLL_MS`; a queue that is
@@ -42,15 +42,19 @@ class _WakingConsumer(_RedisConsumer):
         super().__init__(broker, queue_name, prefetch, timeout)
         self._waking = broker
         self._woken = threading.Event()
+        #: the last look did not fetch: as many messages as the prefetch allows were outstanding
+        self.full = False
 
     def wake(self) -> None:
         self.misses = 0  # the next sleep, if this look finds nothing, is the shortest again
         self._woken.set()
 
     def __next__(self):
-        if not self.message_cache and self.outstanding_message_count < self.prefetch:
-            self.message_cache = self.broker.do_fetch(self.queue_name,
-                                                      self.prefetch - self.outstanding_message_count)
+        if not self.message_cache:
+            room = self.prefetch - self.outstanding_message_count
+            self.full = room <= 0
+            if room > 0:
+                self.message_cache = self.broker.do_fetch(self.queue_name, room)
         if self.message_cache:
             return super().__next__()  # Dramatiq's own: takes the first cached message
         cap = self.timeout if self._waking.stopping else max(self.timeout, self._waking.idle_poll_ms)
@@ -61,14 +65,15 @@ class _WakingConsumer(_RedisConsumer):
 
 
 class _Wake(Middleware):
-    """Wakes this process's consumer of a queue when one of its messages is acknowledged or rejected here,
-    and every consumer when the worker begins to stop (whose sleeps are short again until a worker boots)."""
+    """Wakes this process's consumer of a queue whose prefetch was full when one of its messages is
+    acknowledged or rejected here, and every consumer when the worker begins to stop (whose sleeps are
+    short again until a worker boots)."""
 
     def after_ack(self, broker: Any, message: Any) -> None:
-        broker.wake(message.queue_name)
+        broker.wake(message.queue_name, full_only=True)
 
     def after_nack(self, broker: Any, message: Any) -> None:
-        broker.wake(message.queue_name)
+        broker.wake(message.queue_name, full_only=True)
 
     def before_worker_boot(self, broker: Any, worker: Any) -> None:
         broker.stopping = False
@@ -99,12 +104,14 @@ class WakingRedisBroker(RedisBroker):
             self.wake(message.queue_name)
         return sent
 
-    def wake(self, queue_name: str | None = None) -> None:
-        """End the idle sleep of this process's consumer of ``queue_name`` (None: of every queue)."""
+    def wake(self, queue_name: str | None = None, *, full_only: bool = False) -> None:
+        """End the idle sleep of this process's consumer of ``queue_name`` (None: of every queue);
+        ``full_only``: only if its last look could not fetch because its prefetch was full (a message it
+        finished frees room; a consumer that found its queue empty has no reason to look again sooner)."""
         if queue_name is None:
             for consumer in list(self._consumers.values()):
                 consumer.wake()
             return
         consumer = self._consumers.get(queue_name)
-        if consumer is not None:
+        if consumer is not None and (consumer.full or not full_only):
             consumer.wake()

@@ -150,6 +150,23 @@ def test_given_a_message_acknowledged_here_then_its_queues_consumer_wakes_to_fet
     _woken_then_takes(consumer, sleeps, 2)
 
 
+def test_given_a_consumer_with_room_when_a_message_is_acknowledged_then_it_sleeps_on(broker):
+    """Only a full consumer has a reason to look again when a message ends: one with room found its queue empty."""
+    broker.declare_queue("q")
+    broker.enqueue(_message(broker, "q", 1))
+    consumer = broker.consume("q", prefetch=4, timeout=100)
+    _recorded(consumer)
+    first = next(consumer)
+    for _ in range(10):
+        assert next(consumer) is None  # room for three more, but the queue is empty
+    consumer._woken.clear()
+    # When the message is acknowledged here
+    consumer.ack(first)
+    broker.emit_after("ack", first)
+    # Then the consumer is not woken: its backoff goes on
+    assert not consumer._woken.is_set() and consumer.misses > 5
+
+
 def test_given_a_worker_stopping_then_idle_sleeps_are_the_worker_timeout_again_until_a_worker_boots(broker):
     broker.declare_queue("q")
     consumer = broker.consume("q", prefetch=4, timeout=100)
