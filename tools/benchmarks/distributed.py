@@ -10,7 +10,8 @@ In one run, on this machine's PostgreSQL (127.0.0.1:5432, user postgres) and Red
   run and its outbox row; the workers dispatch them, woken by LISTEN/NOTIFY), and timed from the first submit
   to the last run completed.
 * **Bare Dramatiq chain** (the peer): ``--steps`` no-op actors, each sending the next, on a unique Redis
-  namespace with the same middleware as Sealflow's broker, in ``python -m dramatiq`` with ``--workers``
+  namespace, Dramatiq's own ``RedisBroker`` with the same middleware as Sealflow's broker (``Retries`` at zero;
+  not Sealflow's waking consumers), in ``python -m dramatiq`` with ``--workers``
   processes of ``--threads`` threads; ``--runs`` chains sent from this process, timed the same way.
 * **Latency**: ``--latency-runs`` single runs one after the other on each side: the median time from submit
   (send) to completed (the store's ``created_at`` to ``updated_at``; the chain's last actor's clock).

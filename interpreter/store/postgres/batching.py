@@ -12,9 +12,11 @@ serialization failure and is run again whole (:func:`~sealflow.interpreter.store
 A durable commit costs a WAL flush (about 4 ms on the development machine); serial writers that each flush
 would cap a process at a few hundred writes a second. Instead, the threads that want to write while a batch
 is being opened join it: the first (the *leader*) takes a pooled connection, the lock and ``BEGIN``; each
-member then runs its whole operation, one at a time, inside its own ``SAVEPOINT``; the leader chains the
-audit events of the members that succeeded (in their order: one insert and one move of each tenant's head)
-and commits once all members are done, and every member returns only after that commit:
+member then runs its whole operation, one at a time, inside its own ``SAVEPOINT``; once the leader is done
+nobody joins any more, and whoever is done last (the leader or a member after it: a thread that is running
+anyway, so no other thread has to be woken while the writers' lock is held) chains the audit events of the
+members that succeeded (in their order: one insert and one move of each tenant's head) and commits; every
+member returns only after that commit:
 
 * a member whose operation raises (a fencing refusal, an illegal transition, a bug) is rolled back to its
   savepoint alone and gets its own exception after the batch commits (an illegal transition's audit event
@@ -65,7 +67,7 @@ def unlock_writers(raw: psycopg.Connection) -> bool:
 
 
 class _Batch:
-    __slots__ = ("conn", "pipe", "piping", "ready", "done", "error", "members", "joined", "mutex", "events")
+    __slots__ = ("conn", "pipe", "piping", "ready", "done", "error", "members", "joined", "mutex", "events", "closed")
 
     def __init__(self) -> None:
         self.conn: psycopg.Connection | None = None
@@ -77,6 +79,8 @@ class _Batch:
         self.members = 1  # in it now
         self.joined = 1  # ever
         self.mutex = threading.Lock()
+        #: the leader is done: nobody joins any more, and the last one done commits
+        self.closed = False
         #: the audit events of the members that succeeded, chained together before the commit
         self.events: list = []
 
@@ -88,7 +92,6 @@ class GroupCommit:
                  pending: Callable[[], list], illegal: Callable[[PgConn, IllegalTransition], None]):
         self._pool, self._append, self._pending, self._illegal = pool, chain_append, pending, illegal
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._open: _Batch | None = None
 
     @contextlib.contextmanager
@@ -122,17 +125,17 @@ class GroupCommit:
             raise own
 
     def _leave(self, pool, batch: _Batch, leader: bool) -> None:
-        """A member is done: the leader waits for the others, then commits; the others wait for that."""
+        """A member is done. The leader closes the batch to newcomers when it is done; whoever is done last
+        once it is closed (the leader, or the member done after it) commits it, on its own thread, while it
+        runs anyway (no other thread to wake first, under the writers' lock); the others wait for that."""
         with self._lock:
             batch.members -= 1
             if leader:
+                batch.closed = True
                 if self._open is batch:
                     self._open = None  # who comes now opens the next batch (it waits for this one's commit)
-                while batch.members:
-                    self._idle.wait()
-            elif not batch.members:
-                self._idle.notify_all()
-        if leader:
+            last = batch.closed and not batch.members
+        if last:
             self._commit(pool, batch)
         else:
             batch.done.wait()

@@ -4,6 +4,7 @@ going on (``Commit.claim_as``), results read only when used, and concurrent writ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 
@@ -14,6 +15,7 @@ from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
 from sealflow.interpreter.store import (
     Commit,
     FencingError,
+    IllegalTransition,
     MessageRefused,
     RunChange,
     StepChange,
@@ -139,6 +141,17 @@ def test_concurrent_writers_each_get_their_own_outcome(store):
     assert auditchain.verify(store).ok
 
 
+@contextlib.contextmanager
+def pg_store_with_r1(pg_schema):
+    """A PostgreSQL store (on the caller's clock) holding run r1, closed at the end."""
+    store = open_store(pg_schema.url(clock="caller", migrate="1"))
+    try:
+        store.submit(new_run("r1"), T0)
+        yield store
+    finally:
+        store.close()
+
+
 def in_one_batch(group, leader, member) -> None:
     """Run ``leader`` (which opens a batch and waits in it) and then ``member`` (which joins it), both to the end."""
     first = threading.Thread(target=leader)
@@ -154,9 +167,7 @@ def in_one_batch(group, leader, member) -> None:
 def test_a_failing_member_of_a_batch_is_undone_alone(pg_schema):
     # Given a PostgreSQL store and two writers in one batch: the leader waits inside its transaction until
     # the second has joined
-    store = open_store(pg_schema.url(clock="caller", migrate="1"))
-    try:
-        store.submit(new_run("r1"), T0)
+    with pg_store_with_r1(pg_schema) as store:
         group = store._group
         joined = threading.Event()
         outcome: dict[str, object] = {}
@@ -183,27 +194,22 @@ def test_a_failing_member_of_a_batch_is_undone_alone(pg_schema):
         assert joined.is_set() and outcome == {"leader": "the leader's own failure", "member": "committed"}
         run = store.get_run("r1")
         assert (run.initiator, run.workflow) == ("user:ana", "wf-member")
-    finally:
-        store.close()
 
 
 def test_a_member_whose_statement_the_database_refuses_is_undone_alone(pg_schema):
     # Given a PostgreSQL store and two writers in one batch, on a connection in pipeline mode (a write is
-    # sent without waiting for the server, so a refusal arrives later): the leader writes, then waits until
-    # the second has joined and written a row the database refuses (a duplicate key)
-    store = open_store(pg_schema.url(clock="caller", migrate="1"))
-    try:
-        store.submit(new_run("r1"), T0)
+    # sent without waiting for the server, so a refusal arrives later): the leader writes and waits until
+    # the second has joined; the second (its turn comes after the leader's: members take turns) writes a row
+    # the database refuses (a duplicate key)
+    with pg_store_with_r1(pg_schema) as store:
         group = store._group
         outcome: dict[str, object] = {}
-        member_wrote = threading.Event()
 
         def leader():
             with store._tx() as c:
                 c.execute("UPDATE runs SET initiator = 'user:leader' WHERE id = 'r1'")
                 while not (group._open is not None and group._open.members == 2):
                     threading.Event().wait(0.005)
-                member_wrote.wait(30)
             outcome["leader"] = "committed"
 
         def member():
@@ -212,11 +218,8 @@ def test_a_member_whose_statement_the_database_refuses_is_undone_alone(pg_schema
                     c.execute("UPDATE runs SET workflow = 'wf-member' WHERE id = 'r1'")
                     c.execute("INSERT INTO plans (digest, workflow, version, body, created_at) "
                               "SELECT digest, workflow, version, body, created_at FROM plans LIMIT 1")
-                    member_wrote.set()
             except psycopg.errors.UniqueViolation:
                 outcome["member"] = "refused"
-            finally:
-                member_wrote.set()
 
         in_one_batch(group, leader, member)
         # When the batch commits
@@ -225,5 +228,75 @@ def test_a_member_whose_statement_the_database_refuses_is_undone_alone(pg_schema
         assert outcome == {"leader": "committed", "member": "refused"}
         run = store.get_run("r1")
         assert (run.initiator, run.workflow) == ("user:leader", "wf")
+
+
+def test_a_batch_whose_member_audits_an_illegal_transition_chains_the_others_on_the_moved_head(pg_schema):
+    """A member whose operation is refused as an illegal transition writes its audit event at once, inside the
+    batch, moving its tenant's head: the other members' events, chained at the commit, must be chained on
+    the moved head."""
+    store = open_store(pg_schema.url(clock="caller", migrate="1"))
+    try:
+        # Given two runs of one tenant, r2's step a already succeeded
+        claimed, _ = submit_and_claim(store, "r2")
+        store.commit(succeed_and_go(claimed, next_step=None, state="completed"), T0)
+        store.submit(new_run("r1"), T0)
+        att = store.attempts("r2")[0]
+        group = store._group
+        outcome: dict[str, object] = {}
+
+        def leader():  # an audited write of r1, then waits for the member to join
+            with store._tx() as c:
+                c.execute("UPDATE runs SET initiator = 'user:leader' WHERE id = 'r1'")
+                store._audit(c, T0, "r1", None, "run.noted", "user:leader")
+                while not (group._open is not None and group._open.members == 2):
+                    threading.Event().wait(0.005)
+            outcome["leader"] = "committed"
+
+        def member():  # moves r2's succeeded step back to running: refused, and audited at once
+            bad = Commit(run_id="r2", expected_rev=store.get_run("r2").rev,
+                         step=StepChange("a", 1, att.token, "running"))
+            try:
+                store.commit(bad, T0)
+            except IllegalTransition:
+                outcome["member"] = "refused"
+
+        # When both run in one batch
+        in_one_batch(group, leader, member)
+        # Then the leader's write and event are committed, the refusal is audited, and the chain verifies
+        assert outcome == {"leader": "committed", "member": "refused"}
+        assert store.get_run("r1").initiator == "user:leader"
+        assert [e.event for e in store.audit("r1")][-1] == "run.noted"
+        assert store.audit("r2")[-1].event == "illegal_transition"
+        assert auditchain.verify(store).ok
     finally:
         store.close()
+
+
+def test_a_member_done_after_the_leader_commits_the_batch_and_the_leader_returns_only_after(pg_schema):
+    """Whoever is done last commits (the leader here is done first): nobody returns before the commit."""
+    with pg_store_with_r1(pg_schema) as store:
+        group = store._group
+        member_in, leader_out = threading.Event(), threading.Event()
+        seen: dict[str, object] = {}
+
+        def leader():
+            with store._tx() as c:
+                c.execute("UPDATE runs SET initiator = 'user:leader' WHERE id = 'r1'")
+                while not (group._open is not None and group._open.members == 2):
+                    threading.Event().wait(0.005)
+            # (returns only after the batch committed: what it wrote is there for everyone)
+            seen["leader"] = store.get_run("r1").initiator
+            leader_out.set()
+
+        def member():
+            with store._tx() as c:
+                member_in.set()
+                c.execute("UPDATE runs SET workflow = 'wf-member' WHERE id = 'r1'")
+                # the leader is done and waits for the commit, which is this member's to make
+                seen["leader_waited"] = not leader_out.wait(0.5)
+            seen["member"] = store.get_run("r1").workflow
+
+        # When the leader is done while the member is still inside its operation
+        in_one_batch(group, leader, member)
+        # Then the leader did not return before the member was done; both writes were committed together
+        assert member_in.is_set() and seen == {"leader_waited": True, "leader": "user:leader", "member": "wf-member"}
