@@ -27,8 +27,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import redis
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import compute_backoff
+from dramatiq.errors import ConnectionClosed
 from dramatiq.middleware import Middleware
 
 #: the longest an idle consumer sleeps between two fetches, in milliseconds
@@ -54,7 +56,10 @@ class _WakingConsumer(_RedisConsumer):
             room = self.prefetch - self.outstanding_message_count
             self.full = room <= 0
             if room > 0:
-                self.message_cache = self.broker.do_fetch(self.queue_name, room)
+                try:
+                    self.message_cache = self.broker.do_fetch(self.queue_name, room)
+                except redis.ConnectionError as exc:  # as Dramatiq's own: the consumer thread reconnects
+                    raise ConnectionClosed(exc) from None
         if self.message_cache:
             return super().__next__()  # Dramatiq's own: takes the first cached message
         cap = self.timeout if self._waking.stopping else max(self.timeout, self._waking.idle_poll_ms)

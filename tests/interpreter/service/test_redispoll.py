@@ -203,3 +203,17 @@ def test_given_a_message_sent_by_another_process_when_the_queue_is_idle_here_the
         got = next(consumer)
     assert got.args == (7,)
     consumer.ack(got)
+
+
+def test_given_redis_unreachable_when_a_consumer_looks_then_it_raises_dramatiqs_connection_error():
+    """As Dramatiq's own consumer: its consumer thread then logs a connection error and reconnects (not an
+    'unexpected error' with a traceback)."""
+    from dramatiq.errors import ConnectionClosed
+
+    # Given a waking broker on a port where nothing listens
+    dead = redis_broker("redis://127.0.0.1:1/0", namespace="wake_dead")
+    dead.declare_queue("q")
+    consumer = dead.consume("q", prefetch=4, timeout=100)
+    # When its consumer looks for messages, then it raises Dramatiq's ConnectionClosed
+    with pytest.raises(ConnectionClosed):
+        next(consumer)
