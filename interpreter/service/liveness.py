@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from sealflow.interpreter.core.errors import SealflowError
+from sealflow.interpreter.store.errors import StoreError
 
 log = logging.getLogger("sealflow.liveness")
 
@@ -109,7 +110,10 @@ def wait_for_work(store: Any, stop: threading.Event, interval: float) -> None:
         return
     try:
         waiter(interval)
-    except Exception:  # noqa: BLE001 - the listener failed: fall back to polling this round
+    except StoreError as exc:  # the database went away: say so (it names the store and the cause), poll
+        log.warning("waiting for the store's wake-ups failed (%s); polling", exc)
+        stop.wait(interval)
+    except Exception:  # noqa: BLE001 - the listener failed otherwise: fall back to polling this round
         log.warning("waiting for the store's wake-ups failed; polling", exc_info=True)
         stop.wait(interval)
 
@@ -156,7 +160,9 @@ class Heartbeats(threading.Thread):
     def _beat(self) -> None:
         try:
             self.beats.send()
-        except Exception:  # noqa: BLE001 - the store is away: say so, beat again at the next tick
+        except StoreError as exc:  # the store is away: say so (it names the store and the cause), beat again
+            log.warning("could not record this worker's heartbeat in the store (%s); trying again", exc)
+        except Exception:  # noqa: BLE001 - something else: the same, with where it came from
             log.warning("could not record this worker's heartbeat in the store; trying again", exc_info=True)
 
     def run(self) -> None:

@@ -136,7 +136,8 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
                                   self._illegal_in_batch)
         size = int(pool_max or own.get("pool_max") or 8)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
-                                    check=_check_if_idle, reset=_stamp_idle, name="sealflow-store")
+                                    check=_check_if_idle, reset=_stamp_idle, name="sealflow-store",
+                                    timeout=POOL_WAIT_S)
         try:
             self._pool.open(wait=True, timeout=10)
         except PoolTimeout as exc:
@@ -383,6 +384,11 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
             return woke
 
 
+#: how long an operation waits for a pooled connection (psycopg_pool's default is 30 s) before it fails as
+#: StoreUnavailable: with the database unreachable, a worker's loop notices a stop only between operations,
+#: and a supervisor's grace before SIGKILL is often 30 s (Kubernetes's default)
+POOL_WAIT_S = 10.0
+
 #: a pooled connection unused for longer than this is checked (an empty query) before it is handed out: one
 #: that died with a database restart is replaced instead of failing the operation. A connection in steady use
 #: is not checked: that check was a round trip per store operation (and if such a connection died this very
@@ -418,6 +424,9 @@ for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempt
               "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
               "due_deadlines", "heartbeat", "dead_workers", "silent_brokers", "forget_broker", "slots", "prune_runs",
               "rate_take", "rate_settle", "rate_usage", "take_deliveries", "settle_delivery", "deliveries", "children",
-              "fanout", "child_counts", "run_usage"):
+              "fanout", "child_counts", "run_usage", "take_due", "retry_delivery", "query_runs", "plan_digests",
+              "stored_plans", "breaker_admit", "breaker_record", "breaker_reset", "breakers", "api_token", "api_tokens",
+              "create_api_token", "revoke_api_token", "session_get", "session_put", "session_end", "oidc_login_put",
+              "oidc_login_spend", "server_sweep"):
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

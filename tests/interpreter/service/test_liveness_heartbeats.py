@@ -4,14 +4,17 @@ for dead by the workers: they leave its running steps alone, and take them over 
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from interp_helpers import S, make_plan
 
 from sealflow.interpreter.engine.recovery import expire_dead_owners
 from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service import liveness
+from sealflow.interpreter.service.liveness import Heartbeats
 from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.interpreter.store import StoreUnavailable, open_store
 
 
 def test_a_runtime_driving_a_run_without_serve_is_alive_to_the_other_workers(pg_schema):
@@ -57,3 +60,33 @@ def test_a_closed_runtime_stops_beating(pg_schema):
     rt.store.close()
     # Then its heartbeat thread is gone (a process that stopped working goes silent)
     assert not beats.is_alive()
+
+
+class _AwayStore:
+    """A store whose database is unreachable: each operation fails as PostgresStore's wrapper says so."""
+
+    url = "postgresql://app@db/x"
+
+    def heartbeat(self, owner, broker_id=None):
+        raise StoreUnavailable(f"PostgreSQL store {self.url}: heartbeat failed, nothing was changed: "
+                               "connection refused")
+
+    def wait_for_work(self, timeout):
+        raise StoreUnavailable(f"PostgreSQL store {self.url}: listening for new work failed: connection refused")
+
+
+def test_given_the_store_away_then_heartbeats_and_wake_ups_say_so_in_one_line_without_a_traceback(caplog):
+    # Given a store whose database is away
+    store = _AwayStore()
+    caplog.set_level(logging.WARNING, logger="sealflow.liveness")
+    # When a heartbeat is due and the worker's loop waits for the store's wake-ups
+    Heartbeats(store, "w1")._beat()
+    liveness.wait_for_work(store, threading.Event(), 0.0)
+    # Then each says what failed, naming the store and the cause, with no traceback (an outage is no bug)
+    lines = [(r.getMessage(), r.exc_info) for r in caplog.records]
+    assert [m for m, _ in lines] == [
+        "could not record this worker's heartbeat in the store (PostgreSQL store postgresql://app@db/x: heartbeat "
+        "failed, nothing was changed: connection refused); trying again",
+        "waiting for the store's wake-ups failed (PostgreSQL store postgresql://app@db/x: listening for new work "
+        "failed: connection refused); polling"]
+    assert all(exc is None for _, exc in lines)

@@ -464,3 +464,28 @@ def test_given_nothing_due_when_a_worker_sweeps_then_it_does_not_queue_for_the_w
     now.join(10)
     late.join(10)
     assert [r.leases_expired for r in swept] == [1]
+
+
+def test_every_operation_of_the_store_api_turns_database_errors_into_clear_ones():
+    """Each public operation of the Store interface is wrapped (``_io``): a lost connection is a
+    StoreUnavailable naming the store and the cause, never psycopg's own exception (which a worker's loop
+    logged as a traceback: take_due, added later, was missing from the list)."""
+    import inspect
+
+    from sealflow.interpreter.store.base import Store
+    from sealflow.interpreter.store.postgres.store import PostgresStore
+
+    # Given the Store interface's public operations (those that need no database are left out)
+    public = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
+    public -= {"close", "schema_version"}
+    # Then each of PostgresStore's is the wrapped one
+    unwrapped = sorted(n for n in public if getattr(getattr(PostgresStore, n), "__wrapped__", None) is None)
+    assert unwrapped == []
+
+
+def test_an_operation_waits_a_bounded_time_for_a_connection(opened):
+    """With the database unreachable, a worker's loop notices a stop only between operations: each waits at
+    most POOL_WAIT_S for a connection (psycopg_pool's default would be 30 s, a supervisor's whole grace)."""
+    from sealflow.interpreter.store.postgres.store import POOL_WAIT_S
+
+    assert opened()._pool.timeout == POOL_WAIT_S <= 10
