@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Any
 
 from sealflow.interpreter.core.errors import SealflowError
@@ -102,8 +103,13 @@ class BrokerWatch:
         return True
 
 
+#: stores whose wake-ups failed at the last wait: said once per outage, not at every round
+_LISTEN_FAILING: weakref.WeakSet = weakref.WeakSet()
+
+
 def wait_for_work(store: Any, stop: threading.Event, interval: float) -> None:
-    """Until new work is written (on a store with wake-ups) or ``interval`` s pass, or ``stop`` is set."""
+    """Until new work is written (on a store with wake-ups) or ``interval`` s pass, or ``stop`` is set. A store
+    whose wake-ups fail (its database away) is polled instead, and said so once until they work again."""
     waiter = getattr(store, "wait_for_work", None)
     if waiter is None:
         stop.wait(interval)
@@ -111,11 +117,17 @@ def wait_for_work(store: Any, stop: threading.Event, interval: float) -> None:
     try:
         waiter(interval)
     except StoreError as exc:  # the database went away: say so (it names the store and the cause), poll
-        log.warning("waiting for the store's wake-ups failed (%s); polling", exc)
+        if store not in _LISTEN_FAILING:
+            _LISTEN_FAILING.add(store)
+            log.warning("waiting for the store's wake-ups failed (%s); polling until they work again", exc)
         stop.wait(interval)
     except Exception:  # noqa: BLE001 - the listener failed otherwise: fall back to polling this round
         log.warning("waiting for the store's wake-ups failed; polling", exc_info=True)
         stop.wait(interval)
+    else:
+        if store in _LISTEN_FAILING:
+            _LISTEN_FAILING.discard(store)
+            log.info("the store's wake-ups work again")
 
 
 class Heartbeat:
@@ -150,6 +162,7 @@ class Heartbeats(threading.Thread):
         super().__init__(name="sealflow-heartbeat", daemon=True)
         self.beats = Heartbeat(store, owner, every=every, broker_id=broker_id)
         self._halt = threading.Event()
+        self._failing = False  # said once per outage, not at every beat
 
     def begin(self) -> None:
         if not self.beats.enabled:
@@ -160,10 +173,17 @@ class Heartbeats(threading.Thread):
     def _beat(self) -> None:
         try:
             self.beats.send()
-        except StoreError as exc:  # the store is away: say so (it names the store and the cause), beat again
-            log.warning("could not record this worker's heartbeat in the store (%s); trying again", exc)
+        except StoreError as exc:  # the store is away: say so once (it names the store and the cause), beat again
+            if not self._failing:
+                log.warning("could not record this worker's heartbeat in the store (%s); trying at every beat",
+                            exc)
+            self._failing = True
         except Exception:  # noqa: BLE001 - something else: the same, with where it came from
             log.warning("could not record this worker's heartbeat in the store; trying again", exc_info=True)
+        else:
+            if self._failing:
+                log.info("this worker's heartbeat is recorded in the store again")
+            self._failing = False
 
     def run(self) -> None:
         while not self._halt.wait(self.beats.every):
