@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from typing import Any
 
 from sealflow.interpreter.core.errors import SealflowError
@@ -103,31 +102,41 @@ class BrokerWatch:
         return True
 
 
-#: stores whose wake-ups failed at the last wait: said once per outage, not at every round
-_LISTEN_FAILING: weakref.WeakSet = weakref.WeakSet()
+class Outage:
+    """A failure a loop meets at every round, said once when it begins and once when it is over."""
+
+    def __init__(self, over: str):
+        self._over, self.on = over, False
+
+    def failed(self, message: str, *args: Any) -> None:
+        if not self.on:
+            log.warning(message, *args)
+        self.on = True
+
+    def ok(self) -> None:
+        if self.on:
+            log.info(self._over)
+        self.on = False
 
 
-def wait_for_work(store: Any, stop: threading.Event, interval: float) -> None:
+def wait_for_work(store: Any, stop: threading.Event, interval: float, outage: Outage | None = None) -> None:
     """Until new work is written (on a store with wake-ups) or ``interval`` s pass, or ``stop`` is set. A store
-    whose wake-ups fail (its database away) is polled instead, and said so once until they work again."""
+    whose wake-ups fail (its database away) is polled instead, said once per ``outage`` (the caller's loop)."""
     waiter = getattr(store, "wait_for_work", None)
     if waiter is None:
         stop.wait(interval)
         return
+    outage = outage or Outage("the store's wake-ups work again")
     try:
         waiter(interval)
     except StoreError as exc:  # the database went away: say so (it names the store and the cause), poll
-        if store not in _LISTEN_FAILING:
-            _LISTEN_FAILING.add(store)
-            log.warning("waiting for the store's wake-ups failed (%s); polling until they work again", exc)
+        outage.failed("waiting for the store's wake-ups failed (%s); polling until they work again", exc)
         stop.wait(interval)
     except Exception:  # noqa: BLE001 - the listener failed otherwise: fall back to polling this round
         log.warning("waiting for the store's wake-ups failed; polling", exc_info=True)
         stop.wait(interval)
     else:
-        if store in _LISTEN_FAILING:
-            _LISTEN_FAILING.discard(store)
-            log.info("the store's wake-ups work again")
+        outage.ok()
 
 
 class Heartbeat:
@@ -162,7 +171,7 @@ class Heartbeats(threading.Thread):
         super().__init__(name="sealflow-heartbeat", daemon=True)
         self.beats = Heartbeat(store, owner, every=every, broker_id=broker_id)
         self._halt = threading.Event()
-        self._failing = False  # said once per outage, not at every beat
+        self._outage = Outage("this worker's heartbeat is recorded in the store again")
 
     def begin(self) -> None:
         if not self.beats.enabled:
@@ -174,16 +183,12 @@ class Heartbeats(threading.Thread):
         try:
             self.beats.send()
         except StoreError as exc:  # the store is away: say so once (it names the store and the cause), beat again
-            if not self._failing:
-                log.warning("could not record this worker's heartbeat in the store (%s); trying at every beat",
-                            exc)
-            self._failing = True
+            self._outage.failed("could not record this worker's heartbeat in the store (%s); trying at every beat",
+                                exc)
         except Exception:  # noqa: BLE001 - something else: the same, with where it came from
             log.warning("could not record this worker's heartbeat in the store; trying again", exc_info=True)
         else:
-            if self._failing:
-                log.info("this worker's heartbeat is recorded in the store again")
-            self._failing = False
+            self._outage.ok()
 
     def run(self) -> None:
         while not self._halt.wait(self.beats.every):

@@ -57,6 +57,7 @@ class Serving:
         check_at = time.monotonic() + dead_owner_check
         sweep_at = 0.0
         failing = False
+        listening = liveness.Outage("the store's wake-ups work again")
         while not stop.is_set():
             try:
                 if watch.check():
@@ -84,4 +85,4 @@ class Serving:
                 failing = True
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
                 logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
-            liveness.wait_for_work(self.store, stop, interval)
+            liveness.wait_for_work(self.store, stop, interval, listening)

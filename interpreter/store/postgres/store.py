@@ -48,6 +48,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.interpreter.store.base import Store
 from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.interpreter.store.postgres import schema
 from sealflow.interpreter.store.postgres.batching import GroupCommit, InBatch
@@ -415,18 +416,13 @@ def _shifted_commit(commit, shift: float):
     return dataclasses.replace(commit, **changes) if changes else commit
 
 
-# every public operation: retried whole on a serialization failure, I/O errors made clear
-for _name in ("put_plan", "get_plan", "submit", "get_run", "list_runs", "attempts", "active_attempt", "results",
-              "claim", "commit", "take_outbox", "sweep", "next_due", "reset_dispatch", "expire_leases",
-              "lease_owners", "active_runs", "stalled_runs", "cancel", "redrive", "ledger_get", "dead_letters",
-              "dead_letter", "timers", "outbox", "audit", "append_audit", "audit_chain", "audit_heads",
-              "audit_tenants", "tenant_usage", "register_definition", "definitions", "record_signer", "run_signer",
-              "definition_sources", "mark_definition", "reserve_usage", "release_usage", "reserved_usage",
-              "due_deadlines", "heartbeat", "dead_workers", "silent_brokers", "forget_broker", "slots", "prune_runs",
-              "rate_take", "rate_settle", "rate_usage", "take_deliveries", "settle_delivery", "deliveries", "children",
-              "fanout", "child_counts", "run_usage", "take_due", "retry_delivery", "query_runs", "plan_digests",
-              "stored_plans", "breaker_admit", "breaker_record", "breaker_reset", "breakers", "api_token", "api_tokens",
-              "create_api_token", "revoke_api_token", "session_get", "session_put", "session_end", "oidc_login_put",
-              "oidc_login_spend", "server_sweep"):
+# every public operation: retried whole on a serialization failure, I/O errors made clear. The operations are
+# the Store interface's (all of them: one added there is wrapped here without a list to forget it in) and the
+# ones only this backend and the SQLite one have (heartbeats, usage reservations, rate limits, pruning)
+_OPERATIONS = sorted({n for n, f in vars(Store).items() if callable(f) and not n.startswith("_")}
+                     - {"close", "schema_version"}
+                     | {"heartbeat", "dead_workers", "silent_brokers", "forget_broker", "prune_runs", "rate_settle",
+                        "rate_usage", "reserve_usage", "release_usage", "reserved_usage"})
+for _name in _OPERATIONS:
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

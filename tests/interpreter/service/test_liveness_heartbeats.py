@@ -84,11 +84,12 @@ def test_given_the_store_away_then_heartbeats_and_wake_ups_say_so_once_in_a_line
     # Given a store whose database is away
     store = _AwayStore()
     beats = Heartbeats(store, "w1")
+    listening = liveness.Outage("the store's wake-ups work again")  # the worker loop's, kept across rounds
     caplog.set_level(logging.INFO, logger="sealflow.liveness")
     # When heartbeats are due and the worker's loop waits for the store's wake-ups, three rounds running
     for _ in range(3):
         beats._beat()
-        liveness.wait_for_work(store, threading.Event(), 0.0)
+        liveness.wait_for_work(store, threading.Event(), 0.0, listening)
     # Then each says once what failed, naming the store and the cause, with no traceback (an outage is no bug)
     lines = [(r.getMessage(), r.exc_info) for r in caplog.records]
     assert [m for m, _ in lines] == [
@@ -102,6 +103,6 @@ def test_given_the_store_away_then_heartbeats_and_wake_ups_say_so_once_in_a_line
     store.away = False
     for _ in range(2):
         beats._beat()
-        liveness.wait_for_work(store, threading.Event(), 0.0)
+        liveness.wait_for_work(store, threading.Event(), 0.0, listening)
     assert [r.getMessage() for r in caplog.records] == ["this worker's heartbeat is recorded in the store again",
                                                         "the store's wake-ups work again"]
