@@ -20,10 +20,14 @@ overrides the methods that use it.
 from __future__ import annotations
 
 import functools
+import json
 import re
 
 _OUTBOX_UPSERT = (" ON CONFLICT (run_id, step_id, attempt, token) DO UPDATE SET due_at = excluded.due_at, "
                   "sent_at = excluded.sent_at")
+
+
+_json_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 @functools.lru_cache(maxsize=1024)
@@ -72,19 +76,22 @@ class PgConn:
         return cur
 
 
-#: one-row inserts of the shared code -> the same rows inserted from one array per column (``unnest``): a
-#: batch's rows in one statement whose text and parameter count do not depend on how many rows it has, so
-#: psycopg converts it once (not at every call, as it does a statement of over 50 parameters) and the
-#: server prepares it once (not one statement per row count). ``ORDER BY n`` keeps the rows' order (their
-#: ids, and so the audit log's append order, follow it).
-UNNEST: dict[str, str] = {}
+#: multi-row inserts of the shared code -> the same rows sent as one JSON array of arrays, unpacked by the
+#: server (``jsonb_array_elements``): one text parameter, whatever the rows, so psycopg adapts one string
+#: (where one array per column cost it a Python walk of every element to find its type) and the server
+#: prepares one statement, not one per row count; ``jsonb`` (parsed once) rather than ``json`` (parsed again
+#: at each ``->>``). ``ORDER BY n`` keeps the rows' order (their ids, and so the audit log's append order,
+#: follow it). Numbers round-trip exactly: a float is written as its shortest repr, kept as those digits by
+#: ``jsonb`` and read back by float8's correctly rounded input. See docs/benchmarks.md, sixth round.
+BULK: dict[str, str] = {}
 
 
-def _unnest_form(table: str, columns: tuple[tuple[str, str], ...]) -> str:
+def _json_rows_form(table: str, columns: tuple[tuple[str, str], ...]) -> str:
     names = ", ".join(name for name, _ in columns)
-    arrays = ", ".join(f"%s::{kind}[]" for _, kind in columns)
-    return (f"INSERT INTO {table} ({names}) SELECT {names} FROM unnest({arrays}) WITH ORDINALITY AS "
-            f"rows_({names}, n) ORDER BY n")
+    values = ", ".join(f"(r_.v->>{i})::{kind}" if kind != "text" else f"r_.v->>{i}"
+                       for i, (_, kind) in enumerate(columns))
+    return (f"INSERT INTO {table} ({names}) SELECT {values} FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY "
+            f"AS r_(v, n) ORDER BY r_.n")
 
 
 def _register_audit() -> None:
@@ -92,7 +99,7 @@ def _register_audit() -> None:
 
     kinds = {"ts": "float8", "workflow_version": "int8", "seq": "int8"}
     names = INSERT[INSERT.index("(") + 1:INSERT.index(")")].split(", ")
-    UNNEST[INSERT] = _unnest_form("audit", tuple((n, kinds.get(n, "text")) for n in names))
+    BULK[INSERT] = _json_rows_form("audit", tuple((n, kinds.get(n, "text")) for n in names))
 
 
 _register_audit()
@@ -164,9 +171,9 @@ class PipedConn(PgConn):
         seq = [tuple(a) for a in seq]
         if not seq:
             return None
-        bulk = UNNEST.get(sql) if len(seq) > 1 else None
-        if bulk is not None:  # one array per column (its parameters: one per column, whatever the rows)
-            return self.native(bulk, [list(column) for column in zip(*seq, strict=True)])
+        bulk = BULK.get(sql)
+        if bulk is not None:  # every row in one JSON text (one parameter, whatever the rows)
+            return self.native(bulk, (_json_dumps(seq),))
         one_row = _one_row(sql)
         if one_row is not None and len(seq) > 1:
             cur = None

@@ -319,6 +319,49 @@ def test_many_rows_written_at_once_in_a_batch_pass_the_databases_limit_of_parame
     assert store._read("SELECT COUNT(*) FROM plans WHERE workflow = 'wf'")[0][0] == 14_000
 
 
+AWKWARD = ['quote " and \\ backslash', "unicode: é 漢字 🙂", "{\"json\": [1, 2]}", "", "'; DROP TABLE audit; --",
+           "line\nbreak\ttab", "null", "[]"]
+
+
+def test_audit_events_written_together_read_back_exactly_as_they_were_hashed(opened):
+    from sealflow.interpreter.store import AuditEvent, auditchain
+
+    # Given events whose text is awkward (quotes, backslashes, non-ASCII, JSON-looking, SQL-looking, empty)
+    # and whose timestamps need every digit of a double, appended by concurrent writers so that batches hold
+    # several of them (their rows go to the database as one JSON text)
+    store = opened()
+    stamps = [T0 + 0.1, T0 + 1 / 3, 1e-7, 123456789.98765433, T0]
+    events = [(AuditEvent(f"probe.{i}", step_id=text, actor=f"user:{text}", detail={"text": text, "i": i},
+                          tenant="acme", summary=text or None, error=text[::-1] or None),
+               stamps[i % len(stamps)])
+              for i, text in enumerate(AWKWARD * 4)]
+    errors: list = []
+
+    def write(part):
+        try:
+            for event, ts in part:
+                store.append_audit(event, ts)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(events[n::4],)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    # When they are read back
+    got = {(r.event, r.ts): r for r in store.audit() if r.event.startswith("probe.")}
+    # Then each is exactly as appended (text and timestamp to the last bit), and the chain over them verifies
+    assert len(got) == len(events)
+    for event, ts in events:
+        row = got[(event.event, ts)]
+        assert (row.step_id, row.actor, row.detail, row.summary, row.error) == (
+            event.step_id, event.actor, event.detail, event.summary, event.error)
+    report = auditchain.verify(store)
+    assert report.ok, report.breaks
+
+
 def test_a_constraint_the_database_enforces_is_a_clear_store_error(opened):
     from sealflow.interpreter.store import StoreError
 
