@@ -1,14 +1,35 @@
-"""Compact JSON as the store records it (outputs, results, ledger entries)."""
+"""Compact JSON as the store records it (outputs, results, ledger entries), and text a store can hold.
+
+A Python string may hold what no store can write: an unpaired surrogate (``"\\ud800"``, which ``json.loads``
+gives for such an escape, as a model's or a web service's answer may hold) is not Unicode and has no UTF-8
+form; a NUL character has no place in a PostgreSQL text column. :func:`dumps` refuses the first with a
+clear error naming where it is (an output or an input is refused at the boundary, not written half); a
+record of what happened (an audit event's detail, an error message) is kept instead: :func:`dumps_record`
+escapes it, :func:`clean_text` replaces what cannot be stored.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+#: what replaces a character a store cannot hold in plain text (U+FFFD REPLACEMENT CHARACTER)
+REPLACEMENT = "\ufffd"
+
 
 def dumps(value: Any) -> str:
-    """Compact JSON text of ``value``; ``TypeError``/``ValueError`` when it is not JSON (NaN included)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Compact JSON text of ``value``; ``TypeError``/``ValueError`` when it is not JSON (NaN included) or
+    holds text that is not Unicode (an unpaired surrogate: the error says where)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            where = unpaired_surrogate(value) or "(somewhere)"
+            raise ValueError(f"text at {where} is not valid Unicode (it holds an unpaired surrogate, as an "
+                             "escape like \\ud800 that is half of a pair decodes to); no store can hold "
+                             "it") from None
+    return text
 
 
 def dumps_or_none(value: Any) -> str | None:
@@ -17,3 +38,54 @@ def dumps_or_none(value: Any) -> str | None:
         return dumps(value)
     except (TypeError, ValueError):
         return None
+
+
+def dumps_record(value: Any) -> str:
+    """Compact JSON text of a record the store keeps whatever it holds (an audit event's detail, an attempt's
+    data): text that is not Unicode is written as its ``\\u`` escapes (the same value when read back)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return json.dumps(value, separators=(",", ":"))
+    return text
+
+
+def clean_text(text: str) -> str:
+    """``text`` with what no store can hold in plain text (NUL, unpaired surrogates) replaced by U+FFFD."""
+    if text.isascii():
+        return text.replace("\x00", REPLACEMENT) if "\x00" in text else text
+    text = text.replace("\x00", REPLACEMENT)
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:  # pair what pairs (utf-16 with surrogatepass), replace what does not
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def unpaired_surrogate(value: Any, path: str = "$") -> str | None:
+    """The path (``$.a[2]``) of the first string (a key or a value) in ``value`` that is not Unicode."""
+    if isinstance(value, str):
+        return None if _unicode(value) else path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and not _unicode(k):
+                return f"{path} (a key)"
+            got = unpaired_surrogate(v, f"{path}.{k}")
+            if got:
+                return got
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            got = unpaired_surrogate(v, f"{path}[{i}]")
+            if got:
+                return got
+    return None
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode()
+        return True
+    except UnicodeEncodeError:
+        return False

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from sealflow.interpreter.core.jsonc import clean_text
+
 
 @dataclasses.dataclass(slots=True)
 class Succeeded:
@@ -54,6 +56,11 @@ class Failed:
     #: end the run in this state at once (``failed``, ``timed_out``): no retry, no ``on_error``
     #: route; run budgets and tenant quotas (:mod:`sealflow.interpreter.policy.budgets`)
     ends_run: str | None = None
+
+    def __post_init__(self) -> None:
+        # an exception's text is the action's (or a model's, a web service's): what no store can hold in plain
+        # text (NUL, an unpaired surrogate) is replaced, so that the failure is recorded, never lost with it
+        self.message = clean_text(self.message) if isinstance(self.message, str) else clean_text(str(self.message))
 
 
 @dataclasses.dataclass(slots=True)

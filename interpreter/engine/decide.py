@@ -26,7 +26,7 @@ from sealflow.dsl.plan import END, PlanStep
 from sealflow.interpreter.core import leases, retry
 from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.ids import gate_id
-from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.core.jsonc import dumps, unpaired_surrogate
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy.approvals import opening
@@ -72,12 +72,18 @@ def schedule_retry(policy, step_id: str, try_no: int, failed: Failed, *, rng, no
 
 
 def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
-    """The outcome's output as JSON text; a value that is not JSON turns the outcome into ``internal``."""
+    """The outcome's output as JSON text; a value that is not JSON turns the outcome into ``internal`` (a bug
+    in the action), text that is not Unicode (an unpaired surrogate: a model's or a service's answer may
+    hold one) into ``invalid_output``: the step fails, and says where, rather than its commit."""
     if not isinstance(outcome, (Succeeded, EndRun)):
         return outcome, None
     try:
         return outcome, dumps(outcome.output)
     except (TypeError, ValueError) as exc:
+        where = unpaired_surrogate(outcome.output, "output")
+        if where is not None:
+            return Failed("invalid_output", f"step {x.step.id!r} produced text that is not valid Unicode at "
+                                            f"{where} (an unpaired surrogate); nothing of it was stored"), None
         return Failed("internal", f"step {x.step.id!r} produced a value that is not JSON ({exc}); return dicts, "
                                   "lists, strings, numbers, booleans or null"), None
 

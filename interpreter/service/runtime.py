@@ -32,7 +32,7 @@ from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import dumps
+from sealflow.interpreter.core.jsonc import dumps, unpaired_surrogate
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
@@ -225,6 +225,14 @@ class Runtime(Repair, Driving, Serving):
         self._check_models(plan)
         honoured.check(plan)  # a declared control this build cannot enforce is refused, never ignored
         self._check_input(plan, input)
+        try:
+            input_json = dumps(input)
+        except (TypeError, ValueError) as exc:
+            where = unpaired_surrogate(input, "input")
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} "
+                            + (f"holds text that is not valid Unicode at {where} (an unpaired surrogate, as the "
+                               "escape \\ud800 alone decodes to); send whole characters"
+                               if where else f"is not JSON ({exc})")) from None
         signed = signer is not None and signer != "unsigned"
         if pin and not signed:
             raise StepError("invalid_request", "pinning a version needs a signed definition (--trust): only "
@@ -242,7 +250,7 @@ class Runtime(Repair, Driving, Serving):
             plan_json = self._plan_json[plan.digest] = plan.to_json(indent=None)
         new = NewRun(id="run_" + uuid.uuid4().hex[:20], tenant=tenant, workflow=plan.name,
                      workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan_json,
-                     input_json=dumps(input), input_hash=input_hash(input), initiator=initiator,
+                     input_json=input_json, input_hash=input_hash(input), initiator=initiator,
                      idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
                      first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority,
                      acting_as=acting, access_mode=mode_of(self.access), signer=signer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+from sealflow.interpreter.core.jsonc import dumps_record
 from sealflow.interpreter.store.base import (
     AttemptRecord,
     AuditRecord,
@@ -17,9 +18,8 @@ from sealflow.interpreter.store.base import (
 
 loads = json.loads
 
-
-def dumps(value) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+#: the store's own records (audit details, attempt data): text no store could hold is kept as its escapes
+dumps = dumps_record
 
 
 RUN_COLS = ("id, tenant, workflow, workflow_version, plan_digest, input, state, rev, initiator, idempotency_key, "
