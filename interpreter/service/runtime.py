@@ -32,7 +32,7 @@ from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import dumps, unpaired_surrogate
+from sealflow.interpreter.core.jsonc import clean_text, dumps, unpaired_surrogate
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
@@ -343,6 +343,7 @@ class Runtime(Repair, Driving, Serving):
         when given, narrows the roles ``actor`` acts under). A process that would execute the run's next steps
         but lacks what they need is refused first (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
         self._ready(run_id, tenant, actor, Operation.DECIDE, "approve")
+        comment = None if comment is None else clean_text(comment)  # a person's text: what no store holds goes
         approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
         return self.status(run_id)
 
@@ -350,6 +351,7 @@ class Runtime(Repair, Driving, Serving):
                roles: tuple[str, ...] | list[str] | None = None, reason: str = "") -> RunStatus:
         """Reject the run's waiting approval (a reason is required): the step fails with ``policy_denied``."""
         self._ready(run_id, tenant, actor, Operation.DECIDE, "reject")
+        reason = clean_text(reason)
         approvals.reject(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
         return self.status(run_id)
 
@@ -378,6 +380,7 @@ class Runtime(Repair, Driving, Serving):
         already cancelling or compensating is left as it is."""
         self._scoped(run_id, tenant, actor, Operation.CANCEL)
         who = actor or "system"
+        reason = clean_text(reason)  # a person's text: NUL and unpaired surrogates, which no store holds, go
         run = self.store.get_run(run_id)
         if run.state not in states.RUN_FINAL:  # compensating runs actions: refuse first if they are missing
             readiness.require_ready(self, run_id, "cancel")

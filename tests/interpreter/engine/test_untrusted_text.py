@@ -107,3 +107,32 @@ def test_an_input_holding_text_that_is_not_unicode_is_refused_at_submit(on_store
         rt.submit(plan, {"lead": {"name": f"x{LONE}"}}, initiator="user:ana")
     assert got.value.error_class == "invalid_request"
     assert rt.store.list_runs(limit=10) == []
+
+
+@pytest.mark.parametrize("text", ["NUL \x00 here", f"lone {LONE} surrogate"])
+@pytest.mark.parametrize("verb", ["approve", "reject", "cancel"])
+def test_a_persons_comment_or_reason_no_store_holds_is_kept_with_that_text_replaced(on_store, verb, text):
+    from interp_helpers import approval
+
+    # Given a run waiting at an approval gate
+    rt = on_store(Registry())
+    plan = make_plan(S("g", "approval", approval=approval(approvers=("user:bob",))), S("b", "set", assign={"x": "1"}))
+    run_id = rt.run(plan, {}, initiator="user:ana").run.id
+    # When a person approves, rejects or cancels it with text a store cannot hold as it is
+    if verb == "approve":
+        rt.approve(run_id, actor="user:bob", comment=text)
+    elif verb == "reject":
+        rt.reject(run_id, actor="user:bob", reason=text)
+    else:
+        rt.cancel(run_id, actor="user:ana", reason=text)
+    status = rt.run_until_settled(run_id) if hasattr(rt, "run_until_settled") else rt.status(run_id)
+    # Then the decision takes effect (never refused by the store, never failing the run for its text), with
+    # the text recorded, what no store holds replaced
+    expected = {"approve": ("running", "completed"), "reject": ("failed",), "cancel": ("cancelled",)}[verb]
+    assert status.run.state in expected
+    if verb == "approve":
+        (decided,) = status.attempts[0].output["approvals"]
+        assert "\ufffd" in decided["comment"]
+    else:
+        assert "\ufffd" in status.run.error_message and "\x00" not in status.run.error_message
+    assert auditchain.verify(rt.store).ok
