@@ -60,8 +60,8 @@ def take(store, now: float, tenant: str | None = None, *, only: list[str | None]
             set(heads) | {t for t in store.audit_tenants() if t is not None})
     tenants: dict[str, dict[str, Any]] = {}
     for name in names:
-        rows = store.audit_chain(name)
-        count, last, broken = verify_tenant(name, rows, heads.get(name))
+        head, rows = store.audit_snapshot(name)  # read together: a live store appends meanwhile
+        count, last, broken = verify_tenant(name, rows, head)
         if broken is not None:
             raise AnchorError(f"tenant {name or '(system)'}: {broken.message}; an anchor of a broken chain vouches "
                               "for nothing (run `sealflow audit verify`)")

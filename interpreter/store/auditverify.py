@@ -139,7 +139,8 @@ def verify(store, tenant: str | None = None) -> ChainReport:
     tenants = [tenant] if tenant is not None else \
         sorted(set(heads) | set(store.audit_tenants()), key=lambda t: (t is None, t or ""))
     for name in tenants:
-        count, last, broken = verify_tenant(name, store.audit_chain(name), heads.get(name))
+        head, rows = store.audit_snapshot(name)  # read together: a live store appends meanwhile
+        count, last, broken = verify_tenant(name, rows, head)
         label = UNCHAINED if name is None else name
         report.events[label] = count
         report.heads[label] = last

@@ -248,6 +248,12 @@ class Store(abc.ABC):
         """Tenant -> (seq, hash) of its chain's last event, as recorded when it was appended."""
 
     @abc.abstractmethod
+    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
+        """A tenant's head (None: none) and its chain (as :meth:`audit_chain`), read at one moment: on a live
+        store, what workers append meanwhile is in neither (read apart, a chain read after its head holds
+        events the head does not, and looks cut)."""
+
+    @abc.abstractmethod
     def audit_tenants(self) -> list[str | None]:
         """Every tenant with audit events (None for events that name no tenant)."""
 

@@ -63,6 +63,13 @@ class Reads:
     def audit_heads(self) -> dict[str, tuple[int, str]]:
         return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
 
+    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
+        # one read transaction: its WAL snapshot holds both reads (another process may append meanwhile)
+        with self._reading() as c:
+            head = c.execute("SELECT seq, hash FROM audit_heads WHERE tenant IS ?", (tenant,)).fetchone()
+            chain = c.execute(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,)).fetchall()
+        return (None if head is None else (head[0], head[1])), chain
+
     def audit_tenants(self) -> list[str | None]:
         """Every tenant with audit events (None: events that name no tenant, i.e. were not chained)."""
         return [r[0] for r in self._read("SELECT DISTINCT tenant FROM audit")]

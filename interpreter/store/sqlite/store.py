@@ -186,6 +186,25 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
             with contextlib.suppress(sqlite3.Error):
                 c.execute("ROLLBACK")
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """Reads in one transaction (one snapshot of the file), under this process's lock."""
+        with self._lock:
+            if self._conn is None:
+                raise InvalidOperation("the store is closed; open it again with open_store(url)")
+            c = self._conn
+            try:
+                c.execute("BEGIN")
+                try:
+                    yield c
+                finally:
+                    if c.in_transaction:
+                        c.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if io_failure(exc):
+                    raise self._unavailable(exc, "a read") from None
+                raise
+
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             if self._conn is None:

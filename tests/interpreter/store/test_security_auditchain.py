@@ -227,3 +227,48 @@ def test_cli_audit_run_still_prints_a_runs_trail(chained, capsys):
     assert events[0]["event"] == "run.created" and events[-1]["hash"]
     assert main(["audit", "show", runs[1], "--store", url, "--tenant", "globex"]) == 0
     assert "run.completed" in capsys.readouterr().out
+
+
+def test_a_chain_verified_while_workers_append_to_it_is_whole_on_every_store(store):
+    import threading
+
+    from sealflow.interpreter.store import AuditEvent, auditanchor
+
+    # Given a store whose tenant chain other writers keep appending to (as live workers do), from their
+    # own store objects (another process's view of the same store)
+    writers = [open_store(store.url) for _ in range(2)]
+    stop, errors = threading.Event(), []
+
+    def append(s, n):
+        try:
+            i = 0
+            while not stop.is_set():
+                s.append_audit(AuditEvent(f"probe.{n}.{i}", actor="system", tenant="acme"), 1_700_000_000.0 + i)
+                i += 1
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=append, args=(s, n)) for n, s in enumerate(writers)]
+    for t in threads:
+        t.start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while len(store.audit_chain("acme")) < 20 and time.monotonic() < deadline and not errors:
+            time.sleep(0.01)
+        # When the chain is verified and anchored again and again meanwhile
+        reports = []
+        for _ in range(25):
+            reports.append(auditchain.verify(store, "acme"))
+            auditanchor.take(store, 1_700_000_000.0, "acme")  # raises on a break
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        for s in writers:
+            s.close()
+    # Then every verification finds it whole (its head and events read at one moment), none "cut"
+    assert errors == []
+    assert [r.breaks for r in reports if not r.ok] == []
+    assert reports[-1].events["acme"] > reports[0].events["acme"] >= 20  # (they did append meanwhile)
