@@ -15,20 +15,32 @@ from typing import Any
 
 #: what replaces a character a store cannot hold in plain text (U+FFFD REPLACEMENT CHARACTER)
 REPLACEMENT = "\ufffd"
+#: the key of what a record holds instead of a value it could not be written with
+UNRECORDED = "unrecorded"
+
+
+class NotUnicode(ValueError):
+    """A value holds text that is not Unicode (an unpaired surrogate); ``where`` is its path (``$.a[2]``)."""
+
+    def __init__(self, where: str):
+        super().__init__(f"text at {where} is not valid Unicode (it holds an unpaired surrogate, as an escape "
+                         "like \\ud800 that is half of a pair decodes to); no store can hold it")
+        self.where = where
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text of ``value``; ``TypeError``/``ValueError`` when it is not JSON (NaN included) or
-    holds text that is not Unicode (an unpaired surrogate: the error says where)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Compact JSON text of ``value``; ``TypeError``/``ValueError`` when it is not JSON (NaN included, and a
+    value nested past the interpreter's recursion limit), :class:`NotUnicode` when it holds text that is not
+    Unicode."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise ValueError("it nests too deeply: lists or maps inside each other about a thousand times") from None
     if not text.isascii():
         try:
             text.encode()
         except UnicodeEncodeError:
-            where = unpaired_surrogate(value) or "(somewhere)"
-            raise ValueError(f"text at {where} is not valid Unicode (it holds an unpaired surrogate, as an "
-                             "escape like \\ud800 that is half of a pair decodes to); no store can hold "
-                             "it") from None
+            raise NotUnicode(unpaired_surrogate(value) or "$") from None
     return text
 
 
@@ -42,8 +54,12 @@ def dumps_or_none(value: Any) -> str | None:
 
 def dumps_record(value: Any) -> str:
     """Compact JSON text of a record the store keeps whatever it holds (an audit event's detail, an attempt's
-    data): text that is not Unicode is written as its ``\\u`` escapes (the same value when read back)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    data): text that is not Unicode is written as its ``\\u`` escapes (the same value when read back); a
+    value nested past the recursion limit as ``{"unrecorded": why}``."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:  # the record is kept, saying what could not be (never a commit lost with it)
+        return json.dumps({UNRECORDED: "nested too deeply to record (about a thousand levels)"})
     if not text.isascii():
         try:
             text.encode()
@@ -65,21 +81,26 @@ def clean_text(text: str) -> str:
 
 
 def unpaired_surrogate(value: Any, path: str = "$") -> str | None:
-    """The path (``$.a[2]``) of the first string (a key or a value) in ``value`` that is not Unicode."""
-    if isinstance(value, str):
-        return None if _unicode(value) else path
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(k, str) and not _unicode(k):
-                return f"{path} (a key)"
-            got = unpaired_surrogate(v, f"{path}.{k}")
-            if got:
-                return got
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            got = unpaired_surrogate(v, f"{path}[{i}]")
-            if got:
-                return got
+    """The path (``$.a[2]``) of a string (a key or a value) in ``value`` that is not Unicode, None if none
+    (walked without recursion, each list or map once)."""
+    todo: list[tuple[Any, str]] = [(value, path)]
+    seen: set[int] = set()
+    while todo:
+        v, at = todo.pop()
+        if isinstance(v, str):
+            if not _unicode(v):
+                return at
+        elif isinstance(v, (dict, list, tuple)):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, dict):
+                for k in v:
+                    if isinstance(k, str) and not _unicode(k):
+                        return f"{at} (a key)"
+                todo.extend((x, f"{at}.{k}") for k, x in reversed(list(v.items())))
+            else:
+                todo.extend((x, f"{at}[{i}]") for i, x in reversed(list(enumerate(v))))
     return None
 
 

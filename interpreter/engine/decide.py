@@ -26,7 +26,7 @@ from sealflow.dsl.plan import END, PlanStep
 from sealflow.interpreter.core import leases, retry
 from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.ids import gate_id
-from sealflow.interpreter.core.jsonc import dumps, unpaired_surrogate
+from sealflow.interpreter.core.jsonc import NotUnicode, dumps
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy.approvals import opening
@@ -79,11 +79,11 @@ def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
         return outcome, None
     try:
         return outcome, dumps(outcome.output)
+    except NotUnicode as exc:
+        return Failed("invalid_output", f"step {x.step.id!r} produced text that is not valid Unicode at "
+                                        f"output{exc.where[1:]} (an unpaired surrogate); nothing of it was "
+                                        "stored"), None
     except (TypeError, ValueError) as exc:
-        where = unpaired_surrogate(outcome.output, "output")
-        if where is not None:
-            return Failed("invalid_output", f"step {x.step.id!r} produced text that is not valid Unicode at "
-                                            f"{where} (an unpaired surrogate); nothing of it was stored"), None
         return Failed("internal", f"step {x.step.id!r} produced a value that is not JSON ({exc}); return dicts, "
                                   "lists, strings, numbers, booleans or null"), None
 

@@ -32,7 +32,7 @@ from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import clean_text, dumps, unpaired_surrogate
+from sealflow.interpreter.core.jsonc import NotUnicode, clean_text, dumps
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
@@ -227,12 +227,13 @@ class Runtime(Repair, Driving, Serving):
         self._check_input(plan, input)
         try:
             input_json = dumps(input)
+        except NotUnicode as exc:
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} holds text that is not "
+                                               f"valid Unicode at input{exc.where[1:]} (an unpaired surrogate, as "
+                                               "the escape \\ud800 alone decodes to); send whole characters"
+                            ) from None
         except (TypeError, ValueError) as exc:
-            where = unpaired_surrogate(input, "input")
-            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} "
-                            + (f"holds text that is not valid Unicode at {where} (an unpaired surrogate, as the "
-                               "escape \\ud800 alone decodes to); send whole characters"
-                               if where else f"is not JSON ({exc})")) from None
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is not JSON: {exc}") from None
         signed = signer is not None and signer != "unsigned"
         if pin and not signed:
             raise StepError("invalid_request", "pinning a version needs a signed definition (--trust): only "

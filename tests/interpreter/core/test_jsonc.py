@@ -67,3 +67,30 @@ def test_plain_text_has_what_no_store_holds_replaced(raw, clean):
     assert clean_text(raw) == clean
     clean_text(raw).encode()
     assert "\x00" not in clean_text(raw)
+
+
+def test_a_value_nested_past_the_recursion_limit_or_holding_itself_is_refused_not_crashing():
+    # Given a list nested 100,000 deep, and a list that holds itself
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    loop: list = []
+    loop.append(loop)
+    # When each is written / Then a ValueError says why (never a RecursionError), and the surrogate walk
+    # (no recursion, each container once) finishes on both
+    with pytest.raises(ValueError, match="nests too deeply"):
+        dumps({"v": deep})
+    with pytest.raises(ValueError, match="[Cc]ircular"):
+        dumps({"v": loop})
+    assert unpaired_surrogate(deep) is None and unpaired_surrogate(loop) is None
+    assert unpaired_surrogate([loop, f"x{LONE}"]) == "$[1]"
+
+
+def test_a_record_nested_past_the_recursion_limit_is_kept_saying_so():
+    # Given an audit detail holding a list nested 100,000 deep
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    # When it is written as a record / Then the record is kept, saying what could not be written
+    assert json.loads(dumps_record({"tool_result": deep})) == {
+        "unrecorded": "nested too deeply to record (about a thousand levels)"}

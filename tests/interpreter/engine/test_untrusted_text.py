@@ -136,3 +136,21 @@ def test_a_persons_comment_or_reason_no_store_holds_is_kept_with_that_text_repla
     else:
         assert "\ufffd" in status.run.error_message and "\x00" not in status.run.error_message
     assert auditchain.verify(rt.store).ok
+
+
+def test_an_output_nested_past_the_recursion_limit_fails_its_step_and_never_hangs_the_run(on_store):
+    # Given an action whose output nests lists 5,000 deep (no JSON writer goes that deep)
+    registry = Registry()
+
+    @action("t.deep", registry=registry)
+    def deep(ctx):
+        v: list = []
+        for _ in range(5_000):
+            v = [v]
+        return {"v": v}
+
+    rt = on_store(registry)
+    # When a run calls it / Then the step fails as internal saying why, and the run ends failed
+    status = rt.run(make_plan(S("a", "action", action="t.deep")), {}, initiator="user:ana")
+    assert status.state == "failed"
+    assert status.attempts[0].error_class == "internal" and "nests too deeply" in status.attempts[0].error_message
