@@ -22,6 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Retries
 
 from sealflow.interpreter.service.priority import ACTOR_PRIORITY, PRIORITIES, actor_name_for, queue_for
+from sealflow.interpreter.store.errors import StoreError
 from sealflow.interpreter.store.records import Message
 
 if TYPE_CHECKING:
@@ -98,6 +99,10 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
         for i in range(limit):
             try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
                 due = engine.handle(*message, carry=i + 1 < limit)
+            except StoreError as exc:  # the store's own clear error (away, disk full): one line, no traceback
+                log.error("step message (%s, %s, %s) failed: %s; its lease will expire and it will be retried",
+                          message.run_id, message.step_id, message.attempt, exc)
+                return
             except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
                 log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
                               message.run_id, message.step_id, message.attempt)
