@@ -224,11 +224,11 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     def audit_chain(self, tenant: str | None) -> list[tuple]:
         return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
 
-    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
-        with self._tx("REPEATABLE READ READ ONLY") as c:  # one snapshot for both reads
-            head = c.execute("SELECT seq, hash FROM audit_heads WHERE tenant IS ?", (tenant,)).fetchone()
-            chain = c.execute(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,)).fetchall()
-        return (None if head is None else (head[0], head[1])), chain
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[PgConn]:
+        """Reads in one transaction (one snapshot of the database)."""
+        with self._tx("REPEATABLE READ READ ONLY") as c:
+            yield c
 
     # -- the database clock ---------------------------------------------------------------------------
     def _offset(self) -> float:

@@ -64,7 +64,7 @@ class Reads:
         return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
 
     def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
-        # one read transaction: its WAL snapshot holds both reads (another process may append meanwhile)
+        # one read transaction (SQLite: one WAL snapshot; PostgreSQL: REPEATABLE READ): both reads see one moment
         with self._reading() as c:
             head = c.execute("SELECT seq, hash FROM audit_heads WHERE tenant IS ?", (tenant,)).fetchone()
             chain = c.execute(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,)).fetchall()
