@@ -36,11 +36,8 @@ def dumps(value: Any) -> str:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except RecursionError:
         raise ValueError("it nests too deeply: lists or maps inside each other about a thousand times") from None
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            raise NotUnicode(unpaired_surrogate(value) or "$") from None
+    if not text.isascii() and not _unicode(text):
+        raise NotUnicode(unpaired_surrogate(value) or "$")
     return text
 
 
@@ -60,24 +57,18 @@ def dumps_record(value: Any) -> str:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except RecursionError:  # the record is kept, saying what could not be (never a commit lost with it)
         return json.dumps({UNRECORDED: "nested too deeply to record (about a thousand levels)"})
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            return json.dumps(value, separators=(",", ":"))
+    if not text.isascii() and not _unicode(text):
+        return json.dumps(value, separators=(",", ":"))
     return text
 
 
 def clean_text(text: str) -> str:
     """``text`` with what no store can hold in plain text (NUL, unpaired surrogates) replaced by U+FFFD."""
-    if text.isascii():
-        return text.replace("\x00", REPLACEMENT) if "\x00" in text else text
-    text = text.replace("\x00", REPLACEMENT)
-    try:
-        text.encode()
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    if text.isascii() or _unicode(text):
         return text
-    except UnicodeEncodeError:  # pair what pairs (utf-16 with surrogatepass), replace what does not
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # pair what pairs, replace the rest
 
 
 def unpaired_surrogate(value: Any, path: str = "$") -> str | None:

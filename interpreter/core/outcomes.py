@@ -60,7 +60,7 @@ class Failed:
     def __post_init__(self) -> None:
         # an exception's text is the action's (or a model's, a web service's): what no store can hold in plain
         # text (NUL, an unpaired surrogate) is replaced, so that the failure is recorded, never lost with it
-        self.message = clean_text(self.message) if isinstance(self.message, str) else clean_text(str(self.message))
+        self.message = clean_text(str(self.message))
 
 
 @dataclasses.dataclass(slots=True)
