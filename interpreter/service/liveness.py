@@ -103,19 +103,22 @@ class BrokerWatch:
 
 
 class Outage:
-    """A failure a loop meets at every round, said once when it begins and once when it is over."""
+    """A failure a loop meets at every round, said once when it begins (at ``level``) and once when it is
+    over (at ``over_level``), on ``logger``."""
 
-    def __init__(self, over: str):
+    def __init__(self, over: str, *, logger: logging.Logger = log, level: int = logging.WARNING,
+                 over_level: int = logging.INFO):
         self._over, self.on = over, False
+        self._log, self._level, self._over_level = logger, level, over_level
 
     def failed(self, message: str, *args: Any) -> None:
         if not self.on:
-            log.warning(message, *args)
+            self._log.log(self._level, message, *args)
         self.on = True
 
     def ok(self) -> None:
         if self.on:
-            log.info(self._over)
+            self._log.log(self._over_level, self._over)
         self.on = False
 
 

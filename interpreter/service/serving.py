@@ -56,7 +56,8 @@ class Serving:
             notifications.Deliverer.of(self).start(stop)
         check_at = time.monotonic() + dead_owner_check
         sweep_at = 0.0
-        failing = False
+        rounds = liveness.Outage("dispatch/sweep rounds work again", logger=logging.getLogger("sealflow.runtime"),
+                                 level=logging.ERROR, over_level=logging.WARNING)
         listening = liveness.Outage("the store's wake-ups work again")
         while not stop.is_set():
             try:
@@ -74,15 +75,11 @@ class Serving:
                     sweep_at = time.monotonic() + interval
                 if retention is not None:
                     retention.maybe_prune(self.store, self.clock.now(), self.engine.actor)
-                if failing:
-                    logging.getLogger("sealflow.runtime").warning("dispatch/sweep rounds work again")
-                    failing = False
+                rounds.ok()
             except BrokerUnavailable as exc:  # a send failed: resend what was taken once the broker answers
                 watch.lost(exc)
             except StoreError as exc:  # the store's disk or database: say what, once, and keep trying
-                if not failing:
-                    logging.getLogger("sealflow.runtime").error("dispatch/sweep round failed: %s; retrying", exc)
-                failing = True
+                rounds.failed("dispatch/sweep round failed: %s; retrying", exc)
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
                 logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
             liveness.wait_for_work(self.store, stop, interval, listening)

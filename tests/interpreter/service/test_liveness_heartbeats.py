@@ -106,3 +106,19 @@ def test_given_the_store_away_then_heartbeats_and_wake_ups_say_so_once_in_a_line
         liveness.wait_for_work(store, threading.Event(), 0.0, listening)
     assert [r.getMessage() for r in caplog.records] == ["this worker's heartbeat is recorded in the store again",
                                                         "the store's wake-ups work again"]
+
+
+def test_an_outage_is_said_once_at_its_levels_on_its_logger_and_once_when_over(caplog):
+    # Given the worker loop's outage of its dispatch/sweep rounds (errors on sealflow.runtime)
+    rounds = liveness.Outage("dispatch/sweep rounds work again", logger=logging.getLogger("sealflow.runtime"),
+                             level=logging.ERROR, over_level=logging.WARNING)
+    caplog.set_level(logging.INFO)
+    # When three rounds fail, then two work
+    for n in range(3):
+        rounds.failed("dispatch/sweep round failed: %s; retrying", f"disk full ({n})")
+    rounds.ok()
+    rounds.ok()
+    # Then the failure is said once (the first), at ERROR, and its end once, at WARNING, on that logger
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("sealflow.runtime", "ERROR", "dispatch/sweep round failed: disk full (0); retrying"),
+        ("sealflow.runtime", "WARNING", "dispatch/sweep rounds work again")]
