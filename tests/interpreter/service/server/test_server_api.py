@@ -189,3 +189,34 @@ def test_readiness_fails_naming_a_secret_an_action_needs_never_its_value(rt, kno
         monkeypatch.setenv("SEALFLOW_SECRET_CRM_TOKEN", "tok-9f8e7d6c5b4a")
         answer = client.get("/readyz")
         assert answer.json() == {"status": "ready"} and "tok-9f8e7d6c5b4a" not in answer.text
+
+
+def test_text_no_store_holds_in_a_request_is_refused_or_kept_replaced_never_a_500(client, mint, rt):
+    # Given JSON bodies whose strings hold a lone surrogate escape (valid JSON, not valid Unicode) or a NUL
+    alice, bob = mint(), mint("user:bob")
+    as_json = {"content-type": "application/json"}
+    # When a run is submitted with a lone surrogate in its input / Then it is refused as invalid input, naming
+    # where
+    refused = client.post("/v1/runs", content=b'{"workflow": "approve-flow", "input": {"amount": 5, "note": '
+                                              b'"x\\ud800"}}', headers={**alice, **as_json})
+    assert "not valid Unicode at input.note" in problem_of(refused, "invalid-input", 422)["detail"]
+    assert rt.store.list_runs(limit=10) == []
+    # When a waiting run is rejected or cancelled with a lone surrogate in the reason / Then each is refused,
+    # saying where, and the run still waits
+    run_id = submit(client, alice).json()["run_id"]
+    rt.drive(run_id)
+    shown = rt.status(run_id).waiting
+    url = f"/v1/approvals/{run_id}/{shown['step']}"
+
+    def reject(reason: bytes):
+        return client.post(url, content=b'{"decision": "reject", "reason": "' + reason + b'", "payload_hash": "'
+                           + shown["show_hash"].encode() + b'"}', headers={**bob, **as_json})
+
+    assert "body/reason" in problem_of(reject(b"no \\ud800"), "invalid-request", 422)["detail"]
+    problem_of(client.post(f"/v1/runs/{run_id}/cancel", content=b'{"reason": "stop \\ud800"}',
+                           headers={**alice, **as_json}), "invalid-request", 422)
+    assert rt.status(run_id).run.state == "waiting"
+    # When it is rejected with a NUL in the reason / Then the decision counts, the NUL kept replaced
+    assert reject(b"no \\u0000 way").status_code == 200
+    status = rt.drive(run_id)
+    assert status.state == "failed" and "no \ufffd way" in status.run.error_message
