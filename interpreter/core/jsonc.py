@@ -17,6 +17,11 @@ from typing import Any
 REPLACEMENT = "\ufffd"
 #: the key of what a record holds instead of a value it could not be written with
 UNRECORDED = "unrecorded"
+#: the most a run's input, a step's output or a run's output may weigh as stored JSON (UTF-8), unless the
+#: runtime configuration's ``payloads.max_bytes`` says otherwise
+DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+#: an error message is kept to this many characters (an exception's text may be a whole response body)
+MAX_MESSAGE_CHARS = 4096
 
 
 class NotUnicode(ValueError):
@@ -60,6 +65,26 @@ def dumps_record(value: Any) -> str:
     if not text.isascii() and not _unicode(text):
         return json.dumps(value, separators=(",", ":"))
     return text
+
+
+def utf8_size(text: str) -> int:
+    """The bytes of ``text`` in UTF-8 (what a store writes)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def too_large(text: str, limit: int) -> int | None:
+    """The UTF-8 size of ``text`` when it is over ``limit`` bytes, else None (cheap when clearly under)."""
+    if len(text) * 4 <= limit:
+        return None
+    size = utf8_size(text)
+    return size if size > limit else None
+
+
+def short_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to about ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters not kept)"
 
 
 def clean_text(text: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sealflow.interpreter.core.jsonc import clean_text
+from sealflow.interpreter.core.jsonc import clean_text, short_message
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,8 +59,9 @@ class Failed:
 
     def __post_init__(self) -> None:
         # an exception's text is the action's (or a model's, a web service's): what no store can hold in plain
-        # text (NUL, an unpaired surrogate) is replaced, so that the failure is recorded, never lost with it
-        self.message = clean_text(str(self.message))
+        # text (NUL, an unpaired surrogate) is replaced, so that the failure is recorded, never lost with it; and
+        # it may be a whole response body: only its first few thousand characters are kept
+        self.message = clean_text(short_message(str(self.message)))
 
 
 @dataclasses.dataclass(slots=True)

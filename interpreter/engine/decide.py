@@ -26,9 +26,9 @@ from sealflow.dsl.plan import END, PlanStep
 from sealflow.interpreter.core import leases, retry
 from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.ids import gate_id
-from sealflow.interpreter.core.jsonc import NotUnicode, dumps
+from sealflow.interpreter.core.jsonc import NotUnicode, dumps, too_large
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
-from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.execution.context import Execution, payload_limit
 from sealflow.interpreter.policy.approvals import opening
 from sealflow.interpreter.store.base import (
     AuditEvent,
@@ -74,11 +74,12 @@ def schedule_retry(policy, step_id: str, try_no: int, failed: Failed, *, rng, no
 def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
     """The outcome's output as JSON text; a value that is not JSON turns the outcome into ``internal`` (a bug
     in the action), text that is not Unicode (an unpaired surrogate: a model's or a service's answer may
-    hold one) into ``invalid_output``: the step fails, and says where, rather than its commit."""
+    hold one) or an output over ``payloads.max_bytes`` into ``invalid_output``: the step fails, and says
+    where, rather than its commit."""
     if not isinstance(outcome, (Succeeded, EndRun)):
         return outcome, None
     try:
-        return outcome, dumps(outcome.output)
+        text = dumps(outcome.output)
     except NotUnicode as exc:
         return Failed("invalid_output", f"step {x.step.id!r} produced text that is not valid Unicode at "
                                         f"output{exc.where[1:]} (an unpaired surrogate); nothing of it was "
@@ -86,6 +87,23 @@ def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
     except (TypeError, ValueError) as exc:
         return Failed("internal", f"step {x.step.id!r} produced a value that is not JSON ({exc}); return dicts, "
                                   "lists, strings, numbers, booleans or null"), None
+    over = _over_limit(x, text)
+    if over is not None:
+        return Failed("invalid_output", f"step {x.step.id!r} produced an output of {over}; nothing of it was "
+                                        f"stored ({_CLAIM_CHECK})"), None
+    return outcome, text
+
+
+def _over_limit(x: Execution, text: str) -> str | None:
+    """What is wrong with ``text`` (stored JSON) when it weighs more than ``payloads.max_bytes``, else None."""
+    limit = payload_limit(x.services.config)
+    size = too_large(text, limit)
+    if size is None:
+        return None
+    return f"{size} bytes of JSON, over the limit of {limit} bytes (payloads.max_bytes in the runtime configuration)"
+
+
+_CLAIM_CHECK = "keep large documents outside the run, e.g. in an object store, and pass their key"
 
 
 class _Decision:
@@ -125,9 +143,15 @@ class _Decision:
                     rendered = context()["steps"].get(x.step.id, {}).get("output")
                 else:
                     rendered = None if out is None else _render(x, out, context())
-                self.run_state, self.output_json = "completed", dumps(rendered)
+                text = dumps(rendered)
             except (DslError, TypeError, ValueError) as exc:
                 self.fail_run("invalid_request", f"the workflow's output could not be rendered: {exc}")
+                return
+            over = _over_limit(x, text)
+            if over is not None:
+                self.fail_run("invalid_output", f"the workflow's output is {over} ({_CLAIM_CHECK})")
+                return
+            self.run_state, self.output_json = "completed", text
             return
         nxt = x.plan.step(target)
         self.next = NextAttempt(target, 1, "scheduled", x.now, lease_ms(nxt))

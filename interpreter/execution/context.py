@@ -24,6 +24,7 @@ from sealflow.dsl import expressions
 from sealflow.dsl.expressions import templates
 from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.interpreter.core.clock import Clock
+from sealflow.interpreter.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES
 from sealflow.interpreter.execution.actions import Registry
 from sealflow.interpreter.execution.secrets import SecretChain
 from sealflow.interpreter.execution.timeouts import AttemptRunner
@@ -92,6 +93,7 @@ class ExecutionConfig(Protocol):
 
     tempdir_max_bytes: int
     tempdir_root: str | None
+    payload_max_bytes: int
     secrets_dir: str | None
 
     def limits(self, tenant: str) -> Any:
@@ -116,6 +118,11 @@ class Services:
     #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`;
     #: None: env, then files)
     secret_chain: SecretChain | None = None
+
+
+def payload_limit(config: ExecutionConfig | None) -> int:
+    """The most a run's input or a step's output may weigh as stored JSON (``payloads.max_bytes``)."""
+    return DEFAULT_MAX_PAYLOAD_BYTES if config is None else config.payload_max_bytes
 
 
 class Execution:

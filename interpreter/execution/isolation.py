@@ -14,7 +14,9 @@ pipe, then ends with ``os._exit`` (no inherited cleanup runs twice). The worker 
 * the child dies without a result (SIGKILL, the out-of-memory killer, a segfault, ``os._exit``):
   only the attempt ends, with ``worker_lost`` (retried within ``max_attempts``); the worker lives on;
 * the run is cancelled or the attempt's lease is lost: the worker writes to a second pipe, and the
-  child's ``ctx.cancelled()`` turns true (it reads that pipe; the child never touches the store).
+  child's ``ctx.cancelled()`` turns true (it reads that pipe; the child never touches the store);
+* the child sends back more than twice ``payloads.max_bytes`` (the output could not be stored anyway):
+  it is killed, and the attempt fails with ``invalid_output``; the worker never holds more of it.
 
 The cost is a fork and two pipes per attempt (``tools/benchmarks/isolation.py``, docs/benchmarks.md).
 The child's result must be picklable (it is JSON in any case). Forking is POSIX only.
@@ -36,6 +38,8 @@ MODES = ("thread", "process")
 ENV = "SEALFLOW_ISOLATION"
 #: how often the waiting worker passes a cancellation (or a lost lease) on to the child
 _POLL_S = 0.25
+#: what a pickled result may weigh beyond twice the payload limit (pickle's framing, an error's text)
+_RESULT_SLACK = 64 * 1024
 
 
 def check_mode(value: Any, where: str) -> str:
@@ -109,13 +113,18 @@ def _child(body: Callable[[Callable[[], bool]], tuple], out_fd: int, cancel_fd: 
         os._exit(code)
 
 
+class ChildTooLarge(Exception):
+    """The child sent back more than the parent reads; it was killed."""
+
+
 def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
-               should_cancel: Callable[[], bool] = lambda: False) -> tuple:
+               should_cancel: Callable[[], bool] = lambda: False, max_bytes: int | None = None) -> tuple:
     """Run ``body(cancelled)`` in a forked child; return what it returned (a picklable tuple).
 
     :class:`ChildTimedOut` after ``timeout`` seconds (the child is killed), :class:`ChildDied` when
-    it ends without a result. ``should_cancel()`` is polled while waiting; once true, the child's
-    ``cancelled()`` is true."""
+    it ends without a result, :class:`ChildTooLarge` when its result passes ``max_bytes`` (the child is
+    killed: the worker never holds more of it). ``should_cancel()`` is polled while waiting; once true, the
+    child's ``cancelled()`` is true."""
     out_r, out_w = os.pipe()
     cancel_r, cancel_w = os.pipe()
     pid = os.fork()
@@ -126,6 +135,7 @@ def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
     os.close(out_w)
     os.close(cancel_r)
     chunks: list[bytes] = []
+    got = 0
     told = False
     try:
         end = time.monotonic() + timeout
@@ -139,6 +149,10 @@ def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
                 chunk = os.read(out_r, 1 << 16)
                 if not chunk:
                     break
+                got += len(chunk)
+                if max_bytes is not None and got > max_bytes:
+                    os.kill(pid, signal.SIGKILL)
+                    raise ChildTooLarge(f"sent back more than {max_bytes} bytes and was killed")
                 chunks.append(chunk)
             elif not told and should_cancel():
                 told = True
@@ -163,6 +177,7 @@ def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout:
     """:func:`sealflow.interpreter.execution.calls.call` under ``isolation: process``: ``fn(ctx)`` in a
     forked child inside its sandbox; the outcome, classified like a threaded attempt's."""
     from sealflow.interpreter.core.outcomes import Failed, Succeeded
+    from sealflow.interpreter.execution.context import payload_limit
 
     def body(child_cancelled: Callable[[], bool]) -> tuple:
         ctx._cancelled = child_cancelled
@@ -172,8 +187,13 @@ def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout:
             return ("error", classify(exc), box.failure())
         return ("ok", out, box.failure())
 
+    limit = payload_limit(x.services.config)
     try:
-        kind, value, over = run_forked(body, timeout, cancelled)
+        kind, value, over = run_forked(body, timeout, cancelled, max_bytes=2 * limit + _RESULT_SLACK)
+    except ChildTooLarge as exc:
+        return Failed("invalid_output", f"the isolated process running step {x.step.id!r} {exc}: its output "
+                                        f"would be over the limit of {limit} bytes (payloads.max_bytes in the "
+                                        "runtime configuration)")
     except ChildTimedOut:
         return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
                                  f"{x.step.timeout_ms}ms; its isolated process was killed", timed_out=True)

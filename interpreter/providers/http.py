@@ -6,7 +6,10 @@ of the step's deadline. Connections are kept alive per thread and host.
 
 Transport failures become :class:`~sealflow.interpreter.core.errors.StepError`: a timeout
 ``timeout``, a refused/reset/unresolvable connection ``network``. Messages name the
-host and never the request headers (which hold the API key).
+host and never the request headers (which hold the API key). An answer is read up to
+:data:`MAX_ANSWER_BYTES` (a model's answer is a few KiB; a server sending more, whatever it is,
+fails the attempt with ``invalid_output`` and its connection is closed: the worker's memory is
+bounded by what it reads, not by what a server sends).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class HttpAnswer:
 
 
 _local = threading.local()
+#: the most of an answer's body that is read (a larger one fails the call)
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class _NoDelay:
@@ -97,7 +102,11 @@ def post_json(url: str, body: Any, headers: Mapping[str, str], timeout: float) -
         try:
             conn.request("POST", path, body=data, headers=sent)
             response = conn.getresponse()
-            payload = response.read()
+            payload = response.read(MAX_ANSWER_BYTES + 1)
+            if len(payload) > MAX_ANSWER_BYTES:
+                _drop(parts.scheme, parts.netloc)
+                raise StepError("invalid_output", f"the model server at {parts.netloc} sent an answer of more than "
+                                                  f"{MAX_ANSWER_BYTES} bytes; it was not read further")
             answer = HttpAnswer(response.status, {k.lower(): v for k, v in response.getheaders()}, payload)
             if response.will_close:
                 _drop(parts.scheme, parts.netloc)

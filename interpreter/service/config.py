@@ -14,6 +14,8 @@ Loaded from a YAML file named by ``--config FILE`` or ``SEALFLOW_CONFIG``
     tempdir:
       max_bytes: 100MiB            # per attempt; integer bytes or a size with KiB/MiB/GiB
       root: /var/tmp/sealflow      # default: the system temporary directory
+    payloads:
+      max_bytes: 2MiB              # a run's input, each step's output, a run's output, as stored JSON
     secrets:
       dir: /run/secrets            # default: $SEALFLOW_SECRETS_DIR
     pools:                         # step `concurrency: NAME` pools: at most N attempts at once, every
@@ -36,6 +38,7 @@ from typing import Any
 
 from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
+from sealflow.interpreter.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES
 from sealflow.interpreter.execution.tempfiles import DEFAULT_TEMPDIR_BYTES
 
 ANY_TENANT = "*"
@@ -72,6 +75,8 @@ class RuntimeConfig:
     tenant_limits: Mapping[str, TenantLimits] = dataclasses.field(default_factory=dict)
     tempdir_max_bytes: int = DEFAULT_TEMPDIR_BYTES
     tempdir_root: str | None = None
+    #: the most a run's input, a step's output or a run's output may weigh as stored JSON (UTF-8 bytes)
+    payload_max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     secrets_dir: str | None = None
     source: str | None = None
     #: pool name -> its limit (step ``concurrency: NAME``)
@@ -108,8 +113,14 @@ class RuntimeConfig:
         secrets = _section(data.pop("secrets", None), ("dir",), f"{where}: secrets")
         max_bytes = parse_size(temp.get("max_bytes", DEFAULT_TEMPDIR_BYTES), f"{where}: tempdir.max_bytes")
         pools = _pools(data.pop("pools", None), f"{where}: pools")
+        payloads = _section(data.pop("payloads", None), ("max_bytes",), f"{where}: payloads")
+        payload_max = parse_size(payloads.get("max_bytes", DEFAULT_MAX_PAYLOAD_BYTES), f"{where}: payloads.max_bytes")
+        if payload_max < 1024:
+            raise ConfigError(f"{where}: payloads.max_bytes: {payload_max} bytes is too small to hold a run's "
+                              "input or a step's output; give at least 1KiB")
         return cls(tenant_limits=limits, tempdir_max_bytes=max_bytes, tempdir_root=temp.get("root"),
-                   secrets_dir=secrets.get("dir"), source=source, extra=data, pools=pools)
+                   payload_max_bytes=payload_max, secrets_dir=secrets.get("dir"), source=source, extra=data,
+                   pools=pools)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> RuntimeConfig:

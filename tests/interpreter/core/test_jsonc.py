@@ -13,7 +13,10 @@ from sealflow.interpreter.core.jsonc import (
     dumps,
     dumps_or_none,
     dumps_record,
+    short_message,
+    too_large,
     unpaired_surrogate,
+    utf8_size,
 )
 
 #: what json.loads gives for an escape that is half of a surrogate pair
@@ -94,3 +97,18 @@ def test_a_record_nested_past_the_recursion_limit_is_kept_saying_so():
     # When it is written as a record / Then the record is kept, saying what could not be written
     assert json.loads(dumps_record({"tool_result": deep})) == {
         "unrecorded": "nested too deeply to record (about a thousand levels)"}
+
+
+def test_too_large_counts_utf8_bytes_and_answers_none_under_the_limit():
+    # Given texts of ASCII, of 2-byte and of 4-byte characters
+    # When they are measured / Then the size is in UTF-8 bytes, and None under (or at) the limit
+    assert utf8_size("abc") == 3 and utf8_size("é") == 2 and utf8_size("\U0001F600") == 4
+    assert too_large("a" * 100, 100) is None and too_large("a" * 101, 100) == 101
+    assert too_large("é" * 30, 100) is None and too_large("é" * 51, 100) == 102
+    assert too_large("\U0001F600" * 26, 100) == 104
+
+
+def test_short_message_keeps_the_head_and_says_how_much_was_cut():
+    # Given a short and a long text / When shortened to 10 characters / Then the short one is unchanged
+    assert short_message("hello", 10) == "hello"
+    assert short_message("x" * 25, 10) == "xxxxxxxxxx... (15 more characters not kept)"

@@ -39,7 +39,7 @@ def attempt(step_id="a", try_no=1, state="running", data=None) -> AttemptRecord:
 
 def execution(plan, step_id="a", *, run=None, att=None, gate_=False) -> Execution:
     services = types.SimpleNamespace(clock=types.SimpleNamespace(now=lambda: NOW), rng=random.Random(1),
-                                     registry=None, store=None)
+                                     registry=None, store=None, config=None)
     base = StepRef.parse(step_id).step
     return Execution(services, plan, plan.step(base), run or run_record(plan), att or attempt(step_id), None, NOW,
                      gate=gate_, results={})

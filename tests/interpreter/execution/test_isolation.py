@@ -126,3 +126,34 @@ def test_the_worker_default_comes_from_the_configuration_or_the_environment(tmp_
 def test_a_wrong_isolation_on_a_registration_is_refused(registry):
     with pytest.raises(ActionRegistrationError, match="isolation 'fork' must be 'thread' or 'process'"):
         action("t.bad", registry=registry, isolation="fork")(lambda ctx: None)
+
+
+def test_a_child_sending_back_more_than_the_payload_limit_is_killed_and_its_step_fails(tmp_path, registry):
+    # Given an isolated action whose result is 4 MB, on a worker whose payloads.max_bytes is 64 KiB
+    @action("t.flood", registry=registry, isolation="process")
+    def flood(ctx):
+        return "f" * 4_000_000
+
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/a.db"), registry, {},
+                 config=RuntimeConfig.from_dict({"payloads": {"max_bytes": "64KiB"}}), worker_timeout_ms=20)
+    try:
+        # When it runs
+        status = rt.run(one_step("t.flood"), {}, initiator="u")
+    finally:
+        rt.close()
+        rt.store.close()
+    # Then the worker stopped reading after twice the limit (and the slack), killed the child, and the step
+    # failed as invalid_output naming the limit
+    assert status.state == "failed" and status.error[0] == "invalid_output"
+    assert "sent back more than 196608 bytes and was killed" in status.error[1]
+    assert "over the limit of 65536 bytes (payloads.max_bytes" in status.error[1]
+
+
+def test_run_forked_stops_reading_at_its_bound():
+    # Given a child that would send 50 MB back
+    def body(cancelled):
+        return ("ok", b"b" * 50_000_000, None)
+
+    # When it runs with a 1 MB bound / Then the parent refuses it without reading the rest
+    with pytest.raises(isolation.ChildTooLarge, match="more than 1000000 bytes"):
+        isolation.run_forked(body, 30, max_bytes=1_000_000)
