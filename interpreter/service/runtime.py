@@ -32,7 +32,7 @@ from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import NotUnicode, clean_text, dumps, too_large
+from sealflow.interpreter.core.jsonc import NotUnicode, clean_text, dumps, short_message, too_large
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
@@ -77,6 +77,12 @@ def input_hash(value: Any) -> str:
 
 class ModelNotConfigured(ConfigError):
     """A definition names a model that no configured provider serves."""
+
+
+def _said(message: str) -> str:
+    """A schema error's message, which quotes the offending value whole (a long text, a large object), cut to a
+    readable length."""
+    return short_message(message, 300)
 
 
 def model_providers(config: RuntimeConfig) -> Any:
@@ -224,7 +230,6 @@ class Runtime(Repair, Driving, Serving):
                                         tenant=tenant, run_as=run_as)
         self._check_models(plan)
         honoured.check(plan)  # a declared control this build cannot enforce is refused, never ignored
-        self._check_input(plan, input)
         try:
             input_json = dumps(input)
         except NotUnicode as exc:
@@ -240,6 +245,7 @@ class Runtime(Repair, Driving, Serving):
                                                f"the limit of {self.config.payload_max_bytes} bytes (payloads."
                                                "max_bytes in the runtime configuration); pass large documents by "
                                                "reference, e.g. an object store key")
+        self._check_input(plan, input)  # after the size: a schema is never walked over an input too large to keep
         signed = signer is not None and signer != "unsigned"
         if pin and not signed:
             raise StepError("invalid_request", "pinning a version needs a signed definition (--trust): only "
@@ -316,10 +322,10 @@ class Runtime(Repair, Driving, Serving):
 
             # every problem at once (bounded), the most relevant first: a newcomer fixes the input in one go
             rest = sorted((e for e in errors if e is not best), key=lambda e: (at(e), e.message))
-            also = "".join(f"; also at {at(e)}: {e.message}" for e in rest[:9])
+            also = "".join(f"; also at {at(e)}: {_said(e.message)}" for e in rest[:9])
             more = f"; and {len(rest) - 9} more" if len(rest) > 9 else ""
             raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is invalid at {at(best)}: "
-                                               f"{best.message}{also}{more}; fix the input to match its "
+                                               f"{_said(best.message)}{also}{more}; fix the input to match its "
                                                "input.schema")
 
     def run(self, plan: Plan, input: Any, *, initiator: str, until: str = "settled", **kw: Any) -> RunStatus:

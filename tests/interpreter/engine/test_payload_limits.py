@@ -154,3 +154,15 @@ def test_the_setting_reads_sizes_and_refuses_what_cannot_hold_a_payload():
         RuntimeConfig.from_dict({"payloads": {"max_bytes": "lots"}})
     with pytest.raises(ConfigError, match=r"max_byte"):
         RuntimeConfig.from_dict({"payloads": {"max_byte": 1024}})
+
+
+def test_an_input_failing_its_schema_is_named_without_quoting_a_long_value_whole(on_store):
+    # Given a workflow whose input schema bounds a field to 10 characters, and an input of 50,000 there
+    rt = on_store(Registry())
+    plan = make_plan(S("a", "set", assign={"x": "1"}),
+                     input_schema={"type": "object", "properties": {"note": {"type": "string", "maxLength": 10}}})
+    # When it is submitted / Then it is refused naming where and why, quoting only the value's head
+    with pytest.raises(StepError, match=r"is invalid at note: 'nnn") as got:
+        rt.submit(plan, {"note": "n" * 50_000}, initiator="user:ana")
+    assert len(got.value.message) < 600 and "more characters not kept" in got.value.message
+    assert rt.store.list_runs(limit=10) == []
