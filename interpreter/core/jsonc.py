@@ -22,6 +22,8 @@ UNRECORDED = "unrecorded"
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 #: an error message is kept to this many characters (an exception's text may be a whole response body)
 MAX_MESSAGE_CHARS = 4096
+#: a person's comment or reason (an approval's, a rejection's, a cancel's) is at most this many characters
+MAX_REASON_CHARS = 2000
 
 
 class NotUnicode(ValueError):

@@ -32,7 +32,7 @@ from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import NotUnicode, clean_text, dumps, short_message, too_large
+from sealflow.interpreter.core.jsonc import MAX_REASON_CHARS, NotUnicode, clean_text, dumps, short_message, too_large
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
@@ -83,6 +83,16 @@ def _said(message: str) -> str:
     """A schema error's message, which quotes the offending value whole (a long text, a large object), cut to a
     readable length."""
     return short_message(message, 300)
+
+
+def _persons_text(text: str, what: str) -> str:
+    """A person's comment or reason as the store keeps it: at most :data:`MAX_REASON_CHARS` characters (more is
+    refused, nothing changed: never cut without saying), with what no store holds (NUL, unpaired surrogates)
+    replaced."""
+    if len(text) > MAX_REASON_CHARS:
+        raise StepError("invalid_request", f"{what} is {len(text)} characters long; at most {MAX_REASON_CHARS} are "
+                                           "kept: shorten it (link to a longer text)")
+    return clean_text(text)
 
 
 def model_providers(config: RuntimeConfig) -> Any:
@@ -356,7 +366,7 @@ class Runtime(Repair, Driving, Serving):
         when given, narrows the roles ``actor`` acts under). A process that would execute the run's next steps
         but lacks what they need is refused first (:class:`~sealflow.interpreter.service.readiness.NotReady`)."""
         self._ready(run_id, tenant, actor, Operation.DECIDE, "approve")
-        comment = None if comment is None else clean_text(comment)  # a person's text: what no store holds goes
+        comment = None if comment is None else _persons_text(comment, "the approval's comment")
         approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
         return self.status(run_id)
 
@@ -364,7 +374,7 @@ class Runtime(Repair, Driving, Serving):
                roles: tuple[str, ...] | list[str] | None = None, reason: str = "") -> RunStatus:
         """Reject the run's waiting approval (a reason is required): the step fails with ``policy_denied``."""
         self._ready(run_id, tenant, actor, Operation.DECIDE, "reject")
-        reason = clean_text(reason)
+        reason = _persons_text(reason, "the rejection's reason")
         approvals.reject(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
         return self.status(run_id)
 
@@ -393,7 +403,7 @@ class Runtime(Repair, Driving, Serving):
         already cancelling or compensating is left as it is."""
         self._scoped(run_id, tenant, actor, Operation.CANCEL)
         who = actor or "system"
-        reason = clean_text(reason)  # a person's text: NUL and unpaired surrogates, which no store holds, go
+        reason = _persons_text(reason, "the cancel's reason")
         run = self.store.get_run(run_id)
         if run.state not in states.RUN_FINAL:  # compensating runs actions: refuse first if they are missing
             readiness.require_ready(self, run_id, "cancel")

@@ -99,3 +99,24 @@ def test_given_an_input_missing_several_fields_when_run_then_every_problem_is_na
     for field in ("document_id", "revision", "visibility"):
         assert f"'{field}' is a required property" in err, err
     assert err.count("is a required property") == 3 and "fix the input to match its input.schema" in err
+
+
+def test_given_a_reason_over_2000_characters_when_approve_reject_or_cancel_then_a_usage_error_and_nothing_changes(
+        capsys, monkeypatch):
+    monkeypatch.setenv("SEALFLOW_USER", "alice")
+    # Given a run of the example waiting for a sales manager
+    code, out, _ = run(capsys, "run", EXAMPLE, "--input", '{"lead_id": "lead_acme"}')
+    assert code == 3
+    run_id = out.split()[1].rstrip(":")
+    long = "r" * 2001
+    # When a person approves, rejects or cancels it with 2,001 characters of text
+    for argv, what in ((("approve", "--comment"), "the approval's comment"),
+                       (("reject", "--reason"), "the rejection's reason"),
+                       (("cancel", "--reason"), "the cancel's reason")):
+        code, _, err = run(capsys, argv[0], run_id, "--as", "user:ben", argv[1], long)
+        # Then each is a usage error that says what is too long and the limit, never an internal error
+        assert code == 2, err
+        assert f"{what} is 2001 characters long; at most 2000 are kept" in err and "internal error" not in err
+    # And the run still waits
+    code, shown, _ = run(capsys, "status", run_id)
+    assert code == 3 and "waiting for approval" in shown

@@ -291,7 +291,9 @@ def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = Non
 
 def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
     """Do ``act(rt)`` on a run as ``principal`` -- the runtime authorises it: a run the principal may not act
-    on is "no run" (exit 2), a refusal exits 1 -- then drive the run on and show it."""
+    on is "no run" (exit 2), a refusal exits 1, a request the runtime refuses as it is written (a reason too
+    long) exits 2 -- then drive the run on and show it."""
+    from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import InvalidOperation, NotFound
 
@@ -303,6 +305,8 @@ def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, 
         refuse(f"unauthorized: {exc.message}")
     except InvalidOperation as exc:
         refuse(exc)
+    except StepError as exc:
+        fail_usage(exc.message)
     from sealflow.cli import render
 
     render.finish(rt.drive(run_id), as_json)

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sealflow.interpreter.core.jsonc import MAX_REASON_CHARS
+
 NAME = r"^[a-z][a-z0-9_-]{0,127}$"
 #: run ids as the runtime makes them (``run_`` + hex), and other ids a store may hold
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -67,7 +69,7 @@ class RunPage(BaseModel):
 
 
 class CancelRequest(Strict):
-    reason: str = Field("", max_length=2000)
+    reason: str = Field("", max_length=MAX_REASON_CHARS)
 
 
 class Decision(Strict):
@@ -75,7 +77,7 @@ class Decision(Strict):
     gate's ``show_hash`` from ``GET /v1/approvals``)."""
 
     decision: Literal["approve", "reject"]
-    reason: str = Field("", max_length=2000, description="Required to reject; a comment when approving.")
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="Required to reject; a comment when approving.")
     payload_hash: str = Field(pattern=HASH, description="The show_hash of the payload you reviewed.")
 
 

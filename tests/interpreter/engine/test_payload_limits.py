@@ -166,3 +166,31 @@ def test_an_input_failing_its_schema_is_named_without_quoting_a_long_value_whole
         rt.submit(plan, {"note": "n" * 50_000}, initiator="user:ana")
     assert len(got.value.message) < 600 and "more characters not kept" in got.value.message
     assert rt.store.list_runs(limit=10) == []
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject", "cancel"])
+def test_a_persons_comment_or_reason_over_2000_characters_is_refused_and_nothing_changes(on_store, verb):
+    from interp_helpers import approval
+
+    # Given a run waiting at an approval gate
+    rt = on_store(Registry())
+    plan = make_plan(S("g", "approval", approval=approval(approvers=("user:bob",))), S("b", "set", assign={"x": "1"}))
+    run_id = rt.run(plan, {}, initiator="user:ana").run.id
+    before = rt.status(run_id)
+
+    def act(text):
+        if verb == "approve":
+            return rt.approve(run_id, actor="user:bob", comment=text)
+        if verb == "reject":
+            return rt.reject(run_id, actor="user:bob", reason=text)
+        return rt.cancel(run_id, actor="user:ana", reason=text)
+
+    # When a person acts with 2,001 characters / Then it is refused saying how long it may be; nothing changed
+    with pytest.raises(StepError, match=r"is 2001 characters long; at most 2000 are kept") as got:
+        act("r" * 2001)
+    assert got.value.error_class == "invalid_request"
+    after = rt.status(run_id)
+    assert after.run.state == before.run.state == "waiting" and after.run.rev == before.run.rev
+    # And 2,000 characters are taken, whole
+    act("r" * 2000)
+    assert rt.status(run_id).run.state != "waiting"

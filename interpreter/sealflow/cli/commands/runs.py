@@ -207,6 +207,7 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
 def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
     """Cancel a run: no new step starts; a running action sees ctx.cancelled(). Exit 0 when the cancel is
     accepted, 1 when it is refused (the run has ended; it says so), 2 for a run you may not see."""
+    from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.store import InvalidOperation, NotFound
 
     with open_runtime(store_url, actions, access=access_path) as rt:
@@ -216,6 +217,8 @@ def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, a
             no_run(run_id)
         except InvalidOperation as exc:
             refuse(exc)
+        except StepError as exc:
+            fail_usage(exc.message)
         status = rt.drive(run_id)
         if as_json:
             click.echo(json.dumps(render.status_dict(status), indent=2, ensure_ascii=False, default=str))
