@@ -62,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: say so plainly, keep the traceback for who asks
         if os.environ.get("SEALFLOW_DEBUG"):
             raise
+        from sealflow.interpreter.core.errors import StepError
         from sealflow.interpreter.store.errors import StoreUnavailable
 
         if isinstance(exc, StoreUnavailable):  # the store's disk or database, not a bug: it names both
             click.echo(f"sealflow: {exc}", err=True)
             return 1
+        if isinstance(exc, StepError) and exc.error_class != "internal":  # a classified refusal, not a bug
+            click.echo(f"sealflow: error: {exc.message} ({exc.error_class})", err=True)
+            return 2 if exc.error_class == "invalid_request" else 1
         click.echo(f"sealflow: internal error: {type(exc).__name__}: {exc}\n"
                    "  hint: this is a bug in sealflow; rerun with SEALFLOW_DEBUG=1 to see the traceback, and report it",
                    err=True)
