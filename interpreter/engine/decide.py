@@ -245,9 +245,11 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
         d.audit.append(AuditEvent("step.detail", x.step_id, d.actor, detail=f.detail))
     if f.ledger_key is not None:
         try:
-            d.record(f.ledger_key, dumps(f.ledger_output))
+            text = dumps(f.ledger_output)
         except (TypeError, ValueError):
-            pass  # not JSON: nothing to replay; the retry reports the same problem
+            text = None  # not JSON: nothing to replay; the retry reports the same problem
+        if text is not None and _over_limit(x, text) is None:  # too large to keep: the retry calls again, same key
+            d.record(f.ledger_key, text)
     if f.ends_run is not None:  # a run budget or quota: the run ends here, whatever routes exist
         d.fail_run(f.error_class, f.message, f.ends_run)
         return

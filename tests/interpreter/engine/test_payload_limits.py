@@ -194,3 +194,27 @@ def test_a_persons_comment_or_reason_over_2000_characters_is_refused_and_nothing
     # And 2,000 characters are taken, whole
     act("r" * 2000)
     assert rt.status(run_id).run.state != "waiting"
+
+
+def test_an_output_that_fails_validation_and_is_over_the_limit_is_not_kept_for_replay(on_store):
+    # Given an action with an idempotency key whose output fails its step's validate rule, first at 100 KB
+    # (over the limit: not kept for a replay) then small (kept)
+    registry, calls = Registry(), []
+
+    @action("t.effect", registry=registry)
+    def effect(ctx):
+        calls.append(1)
+        return {"ok": False, "pad": "p" * (100_000 if len(calls) == 1 else 10)}
+
+    rt = on_store(registry)
+    plan = make_plan(S("a", "action", action="t.effect", idempotency_key="${{ run.id }}:a",
+                       retry=retry("invalid_output", max_attempts=3, initial_ms=0),
+                       validations=({"check": "output.ok", "message": "not ok"},)))
+    # When a run calls it
+    status = rt.run(plan, {}, initiator="user:ana")
+    # Then every attempt failed as invalid_output; the large output was never stored, so the second attempt
+    # called the action again (same key), and the small one was kept and replayed to the third
+    assert status.state == "failed" and status.error == ("invalid_output", "not ok")
+    assert len(calls) == 2
+    kept = rt.store.ledger_get(status.run.tenant, f"{status.run.id}:a")
+    assert kept is not None and kept.result == {"ok": False, "pad": "p" * 10}
