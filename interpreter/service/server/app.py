@@ -25,7 +25,16 @@ from sealflow.interpreter.service.server.auth import Authenticator
 from sealflow.interpreter.service.server.middleware import BodyLimit, OpenBanner
 from sealflow.interpreter.service.server.oidc import OidcVerifier
 from sealflow.interpreter.service.server.ratelimit import RateLimiter
-from sealflow.interpreter.service.server.routes import approvals, definitions, dlq, events, health, metrics, runs
+from sealflow.interpreter.service.server.routes import (
+    approvals,
+    definitions,
+    dlq,
+    events,
+    health,
+    metrics,
+    notifications,
+    runs,
+)
 from sealflow.interpreter.service.server.schemas import Problem
 from sealflow.interpreter.service.server.settings import ServerSettings
 
@@ -124,7 +133,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
     if runtime is not None:  # a test client may skip the lifespan: be usable at once
         _bind(app, settings, runtime, oidc, login)
     problems.install(app)
-    for module in (runs, approvals, dlq, definitions, health, metrics, events):
+    for module in (runs, approvals, dlq, definitions, notifications, health, metrics, events):
         app.include_router(module.router)
     if settings.ui:  # the server-rendered pages for people (docs/operations.md "The approvals page")
         from sealflow.interpreter.service.server.ui import login as login_routes

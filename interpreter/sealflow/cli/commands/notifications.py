@@ -44,22 +44,16 @@ def notifications():
 def list_(failed, run_id, tenant, limit, store_url, principal, access_path, as_json):
     """Deliveries, newest first: id, state, channel, run, gate, attempts, next try, last error (only those
     of runs you may read: runs:read, or your own runs; an operator sees every tenant's)."""
-    from sealflow.interpreter.policy.operations import visible_runs
+    from sealflow.interpreter.service.notifications import admin
 
     access = load_access(access_path)
     store = open_store(store_url)
-    try:
-        records = store.deliveries(state="failed" if failed else None, run_id=run_id, limit=limit)
-        # the principal is authorised, not the --tenant it names: a run it may not read is not listed
-        readable = set(visible_runs(store, access, list(dict.fromkeys(r.run_id for r in records)), tenant=tenant,
-                                    actor=principal))
+    try:  # the principal is authorised, not the --tenant it names: a run it may not read is not listed
+        records = admin.listing(store, access, principal, tenant=tenant, failed=failed, run_id=run_id, limit=limit)
     finally:
         store.close()
-    records = [r for r in records if r.run_id in readable]
     if as_json:
-        click.echo(json.dumps([{k: v for k, v in dataclasses.asdict(r).items() if k != "payload"}
-                               | {"summary": (r.payload.get("data") or {}).get("summary")} for r in records],
-                              indent=2))
+        click.echo(json.dumps([admin.as_dict(r) for r in records], indent=2))
         return
     if not records:
         click.echo("no failed notification deliveries" if failed else "no notification deliveries")
@@ -128,25 +122,24 @@ def deliver(once, interval, store_url, principal, access_path, as_json):
 def retry(delivery_id, store_url, principal, access_path, as_json):
     """Re-queue the failed delivery ID (see `list --failed`): due at once, with its attempts counted afresh
     (operators only under an access policy; audited notification_retried)."""
-    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
+    from sealflow.interpreter.policy.operations import OperatorOnly
+    from sealflow.interpreter.service.notifications import admin
+    from sealflow.interpreter.store.errors import InvalidOperation, NotFound
 
-    try:
-        require_operator(load_access(access_path), principal, "retry an approval notification")
-    except OperatorOnly as exc:
-        refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) to do it")
+    access = load_access(access_path)
     store = open_store(store_url)
     try:
-        before = store.retry_delivery(delivery_id, time.time(), actor=principal)
+        before = admin.retry(store, access, principal, delivery_id, time.time())
+    except OperatorOnly as exc:
+        refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) to do it")
+    except NotFound as exc:
+        fail_usage(f"{exc} (see `sealflow notifications list`)")
+    except InvalidOperation as exc:
+        refuse(exc, hint="`sealflow notifications list --failed` lists those")
     finally:
         store.close()
-    if before is None:
-        fail_usage(f"no notification delivery {delivery_id!r} in this store (see `sealflow notifications list`)")
-    if before.state != "failed":
-        refuse(f"delivery {delivery_id} is {before.state}, not failed: only a delivery that failed for good is "
-               "retried", hint="`sealflow notifications list --failed` lists those")
     if as_json:
-        click.echo(json.dumps({"id": before.id, "state": "pending", "channel": before.channel, "run_id": before.run_id,
-                               "step_id": before.step_id, "previous_attempts": before.attempts}))
+        click.echo(json.dumps(admin.retried(before)))
     else:
         click.echo(f"{before.id} re-queued on channel {before.channel} (run {before.run_id}, gate {before.step_id}; "
                    f"{before.attempts} attempt(s) before): the next delivery round posts it")
