@@ -89,6 +89,25 @@ def test_serve_refuses_to_start_without_an_access_policy(tmp_path, capsys, monke
     assert code == 2 and "OIDC needs all of" in err
 
 
+def test_serve_says_why_it_cannot_listen_before_it_starts(tmp_path, capsys):
+    import socket
+
+    store = f"sqlite:///{tmp_path}/s.db"
+    # Given a port another process listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # When serve is asked for it / Then it fails at once saying so (exit 1, not uvicorn's 3), naming the address
+        code, _, err = cli(capsys, "serve", "--store", store, "--allow-open", "--port", str(port))
+        assert code == 1 and f"cannot listen on 127.0.0.1:{port}: the address is already in use" in err
+    # And an address that is not this machine's, and a host name that does not resolve, are named as such
+    code, _, err = cli(capsys, "serve", "--store", store, "--allow-open", "--host", "192.0.2.1")
+    assert code == 1 and "the address is not one of this machine's" in err
+    code, _, err = cli(capsys, "serve", "--store", store, "--allow-open", "--host", "no-such-host.invalid")
+    assert code == 1 and "the host name does not resolve" in err
+
+
 @pytest.mark.slow
 def test_a_live_server_submits_runs_and_takes_an_approval_over_http(world, tmp_path):
     # Given `sealflow serve` on a free loopback port, working the runs itself

@@ -14,6 +14,7 @@ embedded default does; ``--no-work`` leaves that to ``sealflow worker`` processe
 
 from __future__ import annotations
 
+import errno
 import os
 
 import click
@@ -142,6 +143,7 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
     if allow_open:
         click.echo("sealflow: warning: OPEN MODE (--allow-open): requests without a credential are served as "
                    "user:anonymous; development only, never on a shared network", err=True)
+    _check_listen(host, port)
     auth = "API tokens" + (f", OIDC JWTs from {oidc_issuer}" if oidc else "") + (", OIDC sign-in" if login else "")
     click.echo(f"sealflow serve: http://{host}:{port} ({workers} process{'es' if workers > 1 else ''}; {auth}; "
                f"{'trust policy ' + trust if trust else 'development mode: unsigned definitions'})", err=True)
@@ -160,6 +162,31 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
         os.environ[ENV] = settings.to_json()
         uvicorn.run("sealflow.interpreter.service.server.app:from_env", factory=True, host=host, port=port,
                     workers=workers, log_level="warning")
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Fail (exit 1) before anything starts when ``host:port`` cannot be listened on: the port is taken, the
+    address is not this machine's, the host name does not resolve, a port below 1024 without the right."""
+    import socket
+
+    from sealflow.cli.exits import fail
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        fail(f"cannot listen on {host}:{port}: the host name does not resolve ({exc.strerror}); give --host an "
+             "address of this machine, e.g. 127.0.0.1 or 0.0.0.0")
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            why = {errno.EADDRINUSE: "the address is already in use (another process listens there); stop it, or "
+                                     "choose another --port",
+                   errno.EADDRNOTAVAIL: "the address is not one of this machine's; choose another --host",
+                   errno.EACCES: "permission denied (a port below 1024 needs privileges); choose another --port"}
+            fail(f"cannot listen on {host}:{port}: {why.get(exc.errno, exc.strerror)}")
 
 
 def _login_settings(oidc, client_id, client_secret, redirect_uri, authorization_endpoint, token_endpoint, scopes):
