@@ -186,7 +186,7 @@ def _check_listen(host: str, port: int) -> None:
                                      "choose another --port",
                    errno.EADDRNOTAVAIL: "the address is not one of this machine's; choose another --host",
                    errno.EACCES: "permission denied (a port below 1024 needs privileges); choose another --port"}
-            fail(f"cannot listen on {host}:{port}: {why.get(exc.errno, exc.strerror)}")
+            fail(f"cannot listen on {host}:{port}: {why.get(exc.errno or 0) or exc.strerror or exc}")
 
 
 def _login_settings(oidc, client_id, client_secret, redirect_uri, authorization_endpoint, token_endpoint, scopes):
