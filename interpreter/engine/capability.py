@@ -27,6 +27,9 @@ from sealflow.interpreter.providers.loader import Misconfigured
 
 #: (kind, name): ("action", "crm.update"), ("model", "gpt-x"), ("secret", "crm_api_key"), ("trust", why)
 Lack = tuple[str, str]
+#: the audit event a process appends when it leaves an attempt (detail: attempt, owner, lacks), once per
+#: process and attempt: what any other process reads to say why the step waits (:func:`left_elsewhere`)
+LEFT_EVENT = "step.left"
 
 #: how to provide each kind of missing thing
 HOW = {
@@ -166,3 +169,15 @@ def describe_lack(kind: str, name: str) -> str:
         return f"{name}: {HOW[kind]}"
     how = HOW[kind].format(env=env_name(name), name=name) if kind == "secret" else HOW[kind]
     return f"missing {kind} {name!r}: {how}"
+
+
+def left_elsewhere(store: Any, run_id: str, step_id: str, attempt: int, owner: str) -> list[tuple[str, list[Lack]]]:
+    """The processes other than ``owner`` that left attempt ``attempt`` of ``step_id`` (audited
+    :data:`LEFT_EVENT`), each with what it lacked, oldest first."""
+    out = []
+    for e in store.audit(run_id):
+        d = e.detail or {}
+        if e.event == LEFT_EVENT and e.step_id == step_id and d.get("attempt") == attempt \
+                and d.get("owner") != owner:
+            out.append((e.actor, [tuple(lack) for lack in d.get("lacks") or ()]))
+    return out

@@ -24,8 +24,8 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.engine import capability
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy import coordination
-from sealflow.interpreter.store.base import Claimed, Commit, RunRecord
-from sealflow.interpreter.store.errors import NotFound
+from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, RunRecord
+from sealflow.interpreter.store.errors import NotFound, StoreError
 
 log = logging.getLogger("sealflow.engine")
 
@@ -94,10 +94,24 @@ class Claiming:
             log.warning("left step %r (attempt %s) of run %s (%s v%s) for a process that can run it, nothing "
                         "changed: %s", step_id, attempt, run_id, run.workflow, run.workflow_version,
                         "; ".join(capability.describe_lack(*lack) for lack in missing))
+            self._record_left(run, step_id, attempt, missing)
         if len(self.left) >= 4096:
             self.left.clear()
         self.left[run_id] = missing
         return True
+
+    def _record_left(self, run: RunRecord, step_id: str, attempt: int, missing: list) -> None:
+        """Say in the store that this process left the attempt and what it lacks (audited ``step.left``, once
+        per process and attempt): ``sealflow status`` and the HTTP API in any process show why the step waits,
+        and a ``sealflow run`` waiting for its own run takes the step over when it has what is needed
+        (:mod:`sealflow.interpreter.service.driving`). Nothing of the run changes; a store that cannot take the
+        event only costs the hint."""
+        event = AuditEvent(capability.LEFT_EVENT, step_id, self.actor, run_id=run.id, tenant=run.tenant,
+                           detail={"attempt": attempt, "owner": self.owner, "lacks": [list(lack) for lack in missing]})
+        try:
+            self.store.append_audit(event, self.clock.now())
+        except StoreError as exc:
+            log.warning("could not record that step %r of run %s was left here: %s", step_id, run.id, exc)
 
     def _claimable(self, run: RunRecord, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
         """Whether the claim would take this message (read only when a step is to be left: the rare path)."""

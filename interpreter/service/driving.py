@@ -7,13 +7,18 @@ import time
 from dramatiq.brokers.stub import StubBroker
 
 from sealflow.interpreter.core import states
+from sealflow.interpreter.engine import capability
 from sealflow.interpreter.service import readiness
 from sealflow.interpreter.service.status import RunStatus
+from sealflow.interpreter.store.records import Message
 
 #: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
 _SLOT_POLL_S = 0.1
 #: how often `drive` looks again at a run whose step another process executes
 _ELSEWHERE_POLL_S = 0.05
+#: how often `drive` asks the store whether the message another process took was left there (it lacked what
+#: the step needs): then this process takes the step over, or says why it waits
+_LEFT_POLL_S = 1.0
 
 
 class Driving:
@@ -32,6 +37,7 @@ class Driving:
         threshold = self.sleep_threshold if sleep_threshold is None else sleep_threshold
         stop_at = None if timeout is None else time.monotonic() + timeout
         idle_rounds = 0
+        left_looked, taken_over = 0.0, set()
         while True:
             sent = self.dispatcher.flush()
             self._join()
@@ -51,6 +57,14 @@ class Driving:
             if stop_at is not None and time.monotonic() >= stop_at:
                 break
             elsewhere = self._worked_elsewhere(run_id)
+            if elsewhere and time.monotonic() - left_looked >= _LEFT_POLL_S:
+                left_looked = time.monotonic()
+                verdict = self._take_over_left(run, taken_over)
+                if verdict == "taken":
+                    idle_rounds = 0
+                    continue
+                if verdict == "lacking":  # left elsewhere, and this process lacks it too: say why it waits
+                    break
             if due is None and not elsewhere:
                 break
             delay = _ELSEWHERE_POLL_S if due is None else due - self.clock.now()
@@ -87,6 +101,25 @@ class Driving:
         if active is not None and active.state == "running" and active.lease_owner != self.owner:
             return True
         return any(row.sent_at is not None for row in self.store.outbox(run_id))
+
+    def _take_over_left(self, run, taken_over: set) -> str | None:
+        """When the run's next attempt is due and was left by another process (it took the message but lacks
+        what the step needs: audited ``step.left``): ``"taken"`` once this process, which executes its own
+        messages and has what the step needs, sent the attempt to itself (the claim is fenced: whoever claims
+        first runs it, once); ``"lacking"`` when this process lacks it too; else None (nothing left)."""
+        active = self.store.active_attempt(run.id)
+        if active is None or active.state != "scheduled" or (active.due_at or 0.0) > self.clock.now():
+            return None
+        if not capability.left_elsewhere(self.store, run.id, active.step_id, active.attempt, self.owner):
+            return None
+        if capability.step_lacks(self.engine, run, active.step_id):
+            return "lacking"
+        key = (active.step_id, active.attempt, active.token)
+        if key in taken_over or not readiness.executes_here(self):
+            return None
+        taken_over.add(key)
+        self.send(Message(run.id, active.step_id, active.attempt, active.token, run.tenant))
+        return "taken"
 
     def _waits_in_line(self, run_id: str) -> bool:
         """The run's next attempt is scheduled but put off: it waits for a lock, pool or bulkhead slot."""

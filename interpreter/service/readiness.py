@@ -20,6 +20,7 @@ from sealflow.interpreter.engine.capability import (
     chain_of,
     describe_lack,
     lacks_of,
+    left_elsewhere,
     plan_lacks,
     plan_needs,
     secrets_missing,
@@ -65,28 +66,38 @@ def describe(run: Any, verb: str, missing: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def note_left(runtime: Any, status: Any) -> Any:
+def note_left(runtime: Any, status: Any, *, here: bool = True) -> Any:
     """``status`` with what it waits for when its next step waits for a process that can run it
     (:mod:`sealflow.interpreter.engine.capability`): ``{"kind": "process", "step", "lacks", "how",
-    "left_here"}``. ``left_here``: this process left the step itself (while driving it); otherwise the run's
-    current attempt is scheduled and due, nobody has claimed it, and this process lacks what it needs too (the
-    same check as the claim's, computed from the run's plan), so ``sealflow status`` in any process says why."""
+    "left_here", "left_by", "lacks_here"}``. ``left_here``: this process left the step itself (while
+    driving it); otherwise the run's current attempt is scheduled and due, nobody has claimed it, and this
+    process lacks what it needs too (the same check as the claim's, computed from the run's plan), or other
+    processes left it (``left_by``: who, from the store's ``step.left`` events, with what they lacked), so
+    ``sealflow status`` in any process says why; ``lacks_here``: whether this process lacks it too.
+    ``here=False`` (a process that does not execute steps: the HTTP API): only what the store says
+    (``lacks_here`` None)."""
     if status.waiting is not None or status.run.state in RUN_FINAL:
         return status
-    missing = runtime.engine.left.get(status.run.id)
-    step = next((a.step_id for a in reversed(status.attempts) if a.state == "scheduled"), None)
+    missing = runtime.engine.left.get(status.run.id) if here else None
     left_here = bool(missing)
-    if not missing:
+    if left_here:
+        due = next((a for a in reversed(status.attempts) if a.state == "scheduled"), None)
+    else:
         due = next((a for a in status.attempts if a.state == "scheduled"
                     and (a.due_at is None or a.due_at <= runtime.clock.now())), None)
         if due is None:
             return status
-        step = due.step_id
-        missing = step_lacks(runtime.engine, status.run, step)
+        missing = step_lacks(runtime.engine, status.run, due.step_id) if here else []
+    lacks_here = bool(missing)
+    by = [] if due is None else left_elsewhere(runtime.store, status.run.id, due.step_id, due.attempt, runtime.owner)
+    if not missing:
+        missing = list(dict.fromkeys(lack for _, lacks_ in by for lack in lacks_))
         if not missing:
             return status
-    status.waiting = {"kind": "process", "step": step, "lacks": [list(lack) for lack in missing],
-                      "how": [describe_lack(kind, name) for kind, name in missing], "left_here": left_here}
+    status.waiting = {"kind": "process", "step": None if due is None else due.step_id,
+                      "lacks": [list(lack) for lack in missing],
+                      "how": [describe_lack(kind, name) for kind, name in missing], "left_here": left_here,
+                      "left_by": [actor for actor, _ in by], "lacks_here": lacks_here if here else None}
     return status
 
 

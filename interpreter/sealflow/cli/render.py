@@ -139,9 +139,16 @@ def print_outcome(status) -> None:
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
         elif w.get("kind") == "rate_limit":
             click.echo(f"{w.get('reason')} (step {w['step']}); `sealflow recover{flags}` drives it on when due")
+        elif w.get("kind") == "process" and w.get("lacks_here") is False:  # others left it; this one has it
+            needs = lacks_names([tuple(lack) for lack in w.get("lacks") or ()])
+            click.echo(f"waiting at {w['step']} for a process that has {needs}: {', '.join(w.get('left_by') or ())} "
+                       f"took it and left it, lacking it; this process has it: `sealflow recover{flags}` runs the "
+                       "step here")
         elif w.get("kind") == "process" and not w.get("left_here", True):
             needs = lacks_names([tuple(lack) for lack in w.get("lacks") or ()])
-            click.echo(f"waiting at {w['step']} for a process that has {needs} (this one lacks it too):")
+            by = w.get("left_by") or ()
+            click.echo(f"waiting at {w['step']} for a process that has {needs} (this one lacks it too"
+                       + (f"; so does {', '.join(by)}" if by else "") + "):")
             for line in w.get("how") or ():
                 click.echo(f"  {line}")
             click.echo(f"provide it, then `sealflow recover{flags}` runs the step (or a worker that has it does)")

@@ -56,3 +56,66 @@ def test_given_another_process_runs_the_step_when_driving_then_drive_returns_onc
         for rt in (mine, other):
             rt.close()
             rt.store.close()
+
+
+def test_given_another_process_took_the_step_and_left_it_when_driving_then_this_process_runs_it(store, registry):
+    from sealflow.interpreter.engine.capability import LEFT_EVENT
+    from sealflow.interpreter.execution.actions import Registry
+    from sealflow.interpreter.service.readiness import note_left
+
+    @action("t.only_here", registry=registry)
+    def only_here(ctx):
+        return {"ran": True}
+
+    plan = make_plan(S("first", "action", action="t.only_here", args={}))
+    mine = Runtime(store, registry, {}, clock=SYSTEM, worker_timeout_ms=20)
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)  # lacks t.only_here
+    other.owner = other.engine.owner = "otherhost:4242:1"
+    other.engine.actor = "worker:otherhost:4242:1"
+    try:
+        # Given this process started (what it finds sent at start it sends again), then a run whose first step
+        # another process took (its message) and left, lacking the action
+        mine.start()
+        run_id = mine.submit(plan, {}, initiator="user:ana")
+        theirs = other.drive(run_id)
+        assert theirs.state in ("queued", "running") and theirs.waiting["left_here"] is True
+        (left,) = [e for e in store.audit(run_id) if e.event == LEFT_EVENT]
+        assert left.actor == "worker:otherhost:4242:1" and left.detail["lacks"] == [["action", "t.only_here"]]
+        # Then this process, which has the action, is told who left it and why
+        seen = note_left(mine, mine.status(run_id))
+        assert seen.waiting["left_by"] == ["worker:otherhost:4242:1"] and seen.waiting["lacks_here"] is False
+        # When this process drives it (its redelivery is a minute away)
+        done = mine.drive(run_id, timeout=15)
+        # Then it takes the step over and the run completes, the step run once
+        assert done.state == "completed", done.state
+        assert [(a.step_id, a.state) for a in done.attempts] == [("first", "succeeded")]
+        # And leaving it again is not audited again by the same process
+        assert len([e for e in store.audit(run_id) if e.event == LEFT_EVENT]) == 1
+    finally:
+        for rt in (mine, other):
+            rt.close()
+
+
+def test_given_every_process_lacks_the_step_when_driving_then_drive_returns_saying_who_left_it(store):
+    from sealflow.interpreter.execution.actions import Registry
+
+    plan = make_plan(S("first", "action", action="t.nowhere", args={}))
+    mine = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
+    other.owner = other.engine.owner = "otherhost:4242:1"
+    other.engine.actor = "worker:otherhost:4242:1"
+    try:
+        # Given this process started, then a run another process took and left (neither has its action)
+        mine.start()
+        run_id = mine.submit(plan, {}, initiator="user:ana")
+        other.drive(run_id)
+        # When this process drives it
+        got = mine.drive(run_id, timeout=15)
+        # Then drive returns (it does not wait for the run deadline), saying this process lacks it too and who
+        # else left it
+        assert got.state in ("queued", "running") and got.waiting["kind"] == "process"
+        assert got.waiting["lacks_here"] is True and got.waiting["left_by"] == ["worker:otherhost:4242:1"]
+        assert got.waiting["lacks"] == [["action", "t.nowhere"]]
+    finally:
+        for rt in (mine, other):
+            rt.close()

@@ -42,6 +42,9 @@ def wait_until(check, timeout: float, what, poll: float = 0.1):
 
 
 class Workers:
+    #: the action modules every worker loads
+    actions = str(E2E / "crash_actions.py")
+
     def __init__(self, tmp: Path, store_url: str, redis):
         self.tmp, self.store_url, self.redis = tmp, store_url, redis
         self.queue = "q_" + uuid.uuid4().hex
@@ -56,7 +59,7 @@ class Workers:
 
     def start(self, name: str, *extra: str, env: dict | None = None) -> None:
         args = [sys.executable, "-m", "sealflow", "worker", "--broker", REDIS, "--store", self.store_url,
-                "--actions", str(E2E / "crash_actions.py"), "--queue", self.queue, "--allow-unsigned",
+                "--actions", self.actions, "--queue", self.queue, "--allow-unsigned",
                 "--access", str(self.policy), "--redeliver-after", "600", *extra]
         with open(self.tmp / f"{name}.out", "w") as out, open(self.tmp / f"{name}.err", "w") as err:
             self.procs[name] = subprocess.Popen(args, cwd=ROOT, env={**self.env, **(env or {})}, stdout=out,

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Response
 
 from sealflow.interpreter.policy.authz import member_permissions
+from sealflow.interpreter.service import readiness
 from sealflow.interpreter.service.server import submitting
 from sealflow.interpreter.service.server.deps import Caller, Runtime, Trust
 from sealflow.interpreter.service.server.problems import Problem
@@ -122,8 +123,9 @@ def show(run_id: RunId, caller: Caller, rt: Runtime,
          children_offset: Annotated[int, Query(ge=0, description="A fan-out's child runs from this one on "
                                                                   "(100 per page; `children.next_offset`)")] = 0
          ) -> dict[str, Any]:
-    return status_json(rt.status(run_id, tenant=caller.tenant, actor=caller.principal,
-                                 children_offset=children_offset))
+    found = rt.status(run_id, tenant=caller.tenant, actor=caller.principal, children_offset=children_offset)
+    # a step that workers took and left (they lack what it needs) says so, from the store (readiness.note_left)
+    return status_json(readiness.note_left(rt, found, here=False))
 
 
 @router.post("/{run_id}/cancel", response_model=dict[str, Any], summary="Cancel a run")

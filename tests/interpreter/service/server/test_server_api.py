@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi.testclient import TestClient
+import random
 
-from sealflow.interpreter.execution.actions import action
+from fastapi.testclient import TestClient
+from interp_helpers import S, make_plan
+
+from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.service.server.app import create_app
 from sealflow.interpreter.service.server.problems import TYPE_PREFIX
 
@@ -220,3 +224,28 @@ def test_text_no_store_holds_in_a_request_is_refused_or_kept_replaced_never_a_50
     assert reject(b"no \\u0000 way").status_code == 200
     status = rt.drive(run_id)
     assert status.state == "failed" and "no \ufffd way" in status.run.error_message
+
+
+def test_a_step_a_worker_took_and_left_is_shown_with_who_left_it_and_what_it_lacks(client, mint, rt, notes, clock):
+    # Given a workflow whose first step calls t.note, and a worker process on the same store that lacks it
+    plan = make_plan(S("act", "action", action="t.note", args={"text": "hi"}), name="act-flow")
+    rt.store.put_plan(plan.digest, plan.name, plan.version, plan.to_json(indent=None), clock.now())
+    worker = Runtime(rt.store, Registry(), {}, clock=clock, rng=random.Random(3), worker_timeout_ms=20,
+                     access=rt.access)
+    worker.owner = worker.engine.owner = "otherhost:77:1"
+    worker.engine.actor = "worker:otherhost:77:1"
+    try:
+        alice = mint()
+        run_id = client.post("/v1/runs", json={"workflow": "act-flow", "version": 1, "input": {}},
+                             headers=alice).json()["run_id"]
+        # When the worker takes its message and leaves it
+        worker.drive(run_id)
+        # Then GET /v1/runs/{id} says the run waits for a process that has the action, and who left it
+        shown = client.get(f"/v1/runs/{run_id}", headers=alice)
+        assert shown.status_code == 200, shown.text
+        waiting = shown.json()["waiting"]
+        assert waiting["kind"] == "process" and waiting["step"] == "act"
+        assert waiting["left_by"] == ["worker:otherhost:77:1"] and waiting["lacks"] == [["action", "t.note"]]
+        assert waiting["lacks_here"] is None  # the API process does not execute steps: only what the store says
+    finally:
+        worker.close()
