@@ -120,3 +120,14 @@ def test_given_a_reason_over_2000_characters_when_approve_reject_or_cancel_then_
     # And the run still waits
     code, shown, _ = run(capsys, "status", run_id)
     assert code == 3 and "waiting for approval" in shown
+
+
+def test_given_a_definition_that_is_not_there_when_run_or_submitted_then_that_alone_is_said(capsys, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for command in ("run", "submit"):
+        # When a path that names no file is run or submitted
+        code, _, err = run(capsys, command, "definitions/nothere.v1.yaml")
+        # Then it is a usage error naming the path, with no warning about verifying what is not there
+        assert code == 2 and err.endswith("sealflow: error: definitions/nothere.v1.yaml: no such file\n"), err
+        assert "not verified" not in err

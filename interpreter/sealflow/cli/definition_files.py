@@ -81,6 +81,8 @@ def compile_or_exit(path: str, actions, fmt: str = "text"):
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
     """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
+    if not Path(path).is_file():  # before any word about its signature: there is nothing to verify
+        fail_usage(f"{path}: no such file")
     if trust is None:
         if not allow_unsigned:
             refuse(f"{path} is not verified: this process runs only signed definitions",
@@ -88,11 +90,9 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
         click.echo(f"sealflow: warning: development mode: {path} is not verified (no --trust); the run records "
                    "'unsigned'", err=True)
         return Loaded(compile_or_exit(path, action_specs), UNSIGNED, UNSIGNED)
+    from sealflow.dsl.refs import recording
     from sealflow.dsl.trust import Refused, verify_file
 
-    if not Path(path).is_file():
-        fail_usage(f"{path}: no such file")
-    from sealflow.dsl.refs import recording
 
     policy = load_trust_policy(trust)
     try:
