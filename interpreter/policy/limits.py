@@ -6,7 +6,8 @@ Before each call an ``ai`` step or an ``agent`` turn makes to a model configured
 worst case in tokens (the same estimate the quota reservation uses: an upper bound of the prompt plus
 ``max_tokens``), counted over the last 60 seconds by every worker sharing the store
 (:mod:`sealflow.interpreter.store.sqlite.ratelimits`; PostgreSQL on the database clock). When the call
-ends, :func:`settle` lowers the grant to the tokens really used, so the unused part frees at once.
+ends, :func:`settle` lowers the grant to the tokens really used, so the unused part frees at once; a call the
+model's circuit breaker refused was not made, and :func:`release` gives its grant back whole.
 
 A call that does not fit is not made and nothing sleeps: the step's attempt ends **waiting** on a
 timer in the store (kind ``wait``), due when the limiter says capacity frees (:func:`waiting`). That is
@@ -111,6 +112,17 @@ def settle(x: Execution, grant: Grant | None, used_tokens: Any) -> None:
         x.services.store.rate_settle(grant.key, int(used_tokens or 0))
     except Exception:  # noqa: BLE001 - the grant keeps its worst case: the limit errs on the safe side
         log.exception("rate limit of model %r: could not settle call %s", grant.model, grant.key)
+
+
+def release(x: Execution, grant: Grant | None) -> None:
+    """Give ``grant`` back whole: its call was not made (the model's circuit breaker refused it), so it counts
+    as no request."""
+    if grant is None:
+        return
+    try:
+        x.services.store.rate_release(grant.key)
+    except Exception:  # noqa: BLE001 - the grant then counts until its window passes: the safe side
+        log.exception("rate limit of model %r: could not give back call %s", grant.model, grant.key)
 
 
 def _at(epoch: float) -> str:

@@ -128,12 +128,14 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
         return _with_usage(grant, usage) if isinstance(grant, Failed) else grant
 
     def complete(ctx):
+        box["called"] = True
         try:
             return provider.complete(request)
         except StepError as exc:
             box["error"] = exc
             raise
 
+    box.pop("called", None)
     outcome = through_model(x, model, provider, lambda: call(x, complete, None))
     if isinstance(outcome, Succeeded):
         result = outcome.output
@@ -144,7 +146,10 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
         exc = box.get("error")
         usage.call(x, model, request, answered=None, tokens=getattr(exc, "tokens", 0),
                    cost=getattr(exc, "cost_usd", 0.0), error=outcome.error_class)
-        limits.settle(x, grant, getattr(exc, "tokens", 0))
+        if box.get("called"):
+            limits.settle(x, grant, getattr(exc, "tokens", 0))
+        else:  # the model's circuit breaker refused it: no request was made, so none is counted
+            limits.release(x, grant)
     return outcome
 
 

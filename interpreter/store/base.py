@@ -374,6 +374,10 @@ class Store(abc.ABC):
     def rate_take(self, model: str, key: str, now: float, limit: Any, tokens: int) -> float | None:
         """Grant call ``key`` against ``model``'s rate ``limit`` at ``now`` (None), else when it would fit."""
 
+    @abc.abstractmethod
+    def rate_release(self, key: str) -> bool:
+        """Give grant ``key`` back whole (its call was not made); False if it is gone."""
+
     # -- notification deliveries (see :mod:`sealflow.interpreter.store.sqlite.deliveries`) ------------
     @abc.abstractmethod
     def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:

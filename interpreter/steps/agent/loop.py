@@ -152,10 +152,19 @@ class AgentLoop:
             taken = pacing.before_turn(self, provider, request)  # the tenant's reservation, the rate limit
             if isinstance(taken, (Failed, Waiting)):
                 return taken
+            made: list[bool] = []
+
+            def ask(ctx, p=provider, r=request, made=made):
+                made.append(True)
+                return p.complete(r)
+
             answered = through_model(x, agent.model, provider,  # the model's circuit breaker, if configured
-                                     lambda p=provider, r=request: call(x, lambda ctx: p.complete(r), None))
+                                     lambda: call(x, ask, None))
             if isinstance(answered, Failed):
-                rate_limits.settle(x, taken, 0)
+                if made:
+                    rate_limits.settle(x, taken, 0)
+                else:  # the breaker refused the turn: no request was made
+                    rate_limits.release(x, taken)
                 return self.fail(answered.error_class, answered.message, answered.retry_after,
                                  timed_out=answered.timed_out)
             result = answered.output

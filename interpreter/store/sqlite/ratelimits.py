@@ -56,6 +56,12 @@ class RateLimitsMixin:
             return c.execute("UPDATE rate_grants SET tokens = CASE WHEN ? < tokens THEN ? ELSE tokens END "
                              "WHERE key = ?", (int(tokens), int(tokens), key)).rowcount > 0
 
+    def rate_release(self, key: str) -> bool:
+        """Give grant ``key`` back whole, request and tokens: its call was not made (an open circuit breaker
+        refused it); False if it is gone."""
+        with self._tx() as c:
+            return c.execute("DELETE FROM rate_grants WHERE key = ?", (key,)).rowcount > 0
+
     def rate_usage(self, model: str, now: float, window: float = rules.WINDOW_S) -> tuple[int, int]:
         """The requests and tokens granted to ``model`` in the window ending at ``now``."""
         got = self._read("SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM rate_grants WHERE model = ? AND at > ?",

@@ -230,6 +230,33 @@ def test_given_a_model_breaker_open_then_an_agent_step_fails_with_circuit_open_w
         close(rt)
 
 
+@pytest.mark.parametrize("kind", ["ai", "agent"])
+def test_given_a_model_breaker_open_then_the_refused_call_takes_nothing_from_the_model_rate_limit(tmp_path, registry,
+                                                                                                 kind):
+    from sealflow.interpreter.providers.config import RateLimit
+
+    clock = FakeClock()
+    model = FakeProvider(StepError("unavailable", "503"), name="m")
+    model.config = types.SimpleNamespace(circuit_breaker=CircuitBreaker(failures=1, window=60, cool_down=60),
+                                         rate_limit=RateLimit(requests_per_minute=5))
+    [rt] = runtimes(tmp_path, registry, clock, n=1, providers={"m": model})
+    step = S("ask", "ai", ai=AiPlan(model="m", prompt_template="hi")) if kind == "ai" else \
+        S("ask", "agent", agent=AgentPlan(model="m", goal="help", max_steps=2))
+    plan = make_plan(step)
+    try:
+        # Given a rate-limited model that failed once (one request counted; its breaker opens at one failure)
+        assert rt.run(plan, {}, initiator="user:t").error[0] == "unavailable"
+        assert rt.store.rate_usage("m", clock.now())[0] == 1
+        # When two more runs are refused by the open breaker
+        for _ in range(2):
+            assert rt.run(plan, {}, initiator="user:t").error[0] == "circuit_open"
+        # Then the model was called once, and the limiter still counts only that request
+        assert len(model.requests) == 1
+        assert rt.store.rate_usage("m", clock.now())[0] == 1
+    finally:
+        close(rt)
+
+
 def test_given_a_bad_breaker_setting_when_the_runtime_starts_then_it_names_it(tmp_path):
     from sealflow.interpreter.core.errors import ConfigError
 

@@ -46,6 +46,19 @@ def test_a_token_limit_counts_the_worst_case_and_settling_gives_the_unused_part_
     assert store.rate_usage("fast", T0 + 2) == (2, 650)
 
 
+def test_a_released_grant_counts_as_no_request_and_frees_its_place_at_once(store):
+    # Given a model limited to 1 request per minute, its one request granted
+    limit = Limit(requests=1)
+    assert store.rate_take("fast", "a", T0, limit, 10) is None
+    assert store.rate_take("fast", "b", T0 + 1, limit, 10) == pytest.approx(T0 + 60)
+    # When the granted call is given back whole (it was never made)
+    assert store.rate_release("a") is True
+    # Then nothing is counted, the next call is granted at once, and releasing again finds nothing
+    assert store.rate_usage("fast", T0 + 1) == (0, 0)
+    assert store.rate_take("fast", "b", T0 + 1, limit, 10) is None
+    assert store.rate_release("a") is False
+
+
 def test_both_limits_apply_and_models_are_limited_separately(store):
     # Given a model limited to 2 requests and 100 tokens per minute
     limit = Limit(requests=2, tokens=100)
