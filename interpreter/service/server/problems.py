@@ -121,6 +121,10 @@ def _http_kind(status: int) -> str:
             415: "unsupported-media-type"}.get(status, "http-error")
 
 
+#: what FastAPI says of a body its JSON decoder refused (not UTF-8, not JSON, nested too deeply, a number too long)
+_UNPARSED = "There was an error parsing the body"
+
+
 def install(app: FastAPI) -> None:
     """Answer every error of ``app`` as problem details."""
 
@@ -134,6 +138,9 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else TYPES[kind][1]
         if kind == "not-found" and detail == "Not Found":
             detail = f"no such resource: {request.method} {request.url.path}"
+        elif exc.status_code == 400 and detail == _UNPARSED:  # FastAPI's words for any body json cannot read
+            detail = ("the request body is not JSON this API can read: send UTF-8 JSON text, nested less than "
+                      "about a thousand levels deep, with numbers of at most 4,300 digits")
         return Problem(kind, detail, status=exc.status_code if kind == "http-error" else None,
                        headers=dict(exc.headers or {})).response(request)
 

@@ -249,3 +249,20 @@ def test_a_step_a_worker_took_and_left_is_shown_with_who_left_it_and_what_it_lac
         assert waiting["lacks_here"] is None  # the API process does not execute steps: only what the store says
     finally:
         worker.close()
+
+
+def test_a_body_json_cannot_read_is_a_400_saying_what_the_api_reads_never_a_500(client, mint):
+    alice = {**mint(), "content-type": "application/json"}
+    # Given bodies a fuzzer sends: nested past any parser, not UTF-8, a number of 5,000 digits, not JSON at all
+    bodies = [b'{"workflow": "approve-flow", "version": 1, "input": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+              b'{"workflow": "approve-flow", "version": 1, "input": {"a": "\xff\xfe"}}',
+              b'{"workflow": "approve-flow", "version": 1, "input": {"a": ' + b"9" * 5000 + b"}}"]
+    for body in bodies:
+        # When each is posted / Then a 400 problem says what the API reads
+        got = client.post("/v1/runs", content=body, headers=alice)
+        problem = problem_of(got, "http-error", 400)
+        assert problem["detail"].startswith("the request body is not JSON this API can read"), problem
+    # And text that is not JSON at all is a 422 saying so, where
+    problem = problem_of(client.post("/v1/runs", content=b"{workflow: approve-flow", headers=alice),
+                         "invalid-request", 422)
+    assert problem["detail"] == "body/1: JSON decode error"
