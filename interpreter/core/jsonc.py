@@ -82,6 +82,15 @@ def too_large(text: str, limit: int) -> int | None:
     return size if size > limit else None
 
 
+def over_payload_limit(text: str, limit: int) -> str | None:
+    """What is wrong with stored JSON ``text`` when it weighs more than ``limit`` bytes (``payloads.max_bytes``),
+    said the same way wherever a payload is refused; None when it does not."""
+    size = too_large(text, limit)
+    if size is None:
+        return None
+    return f"{size} bytes of JSON, over the limit of {limit} bytes (payloads.max_bytes in the runtime configuration)"
+
+
 def short_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """``text`` cut to about ``limit`` characters, saying how much was cut."""
     if len(text) <= limit:

@@ -176,9 +176,8 @@ def left_elsewhere(store: Any, run_id: str, step_id: str, attempt: int, owner: s
     """The processes other than ``owner`` that left attempt ``attempt`` of ``step_id`` (audited
     :data:`LEFT_EVENT`), each with what it lacked, oldest first."""
     out = []
-    for e in store.audit(run_id):
+    for e in store.audit(run_id, event=LEFT_EVENT):  # only those rows: it is read by every status of a due step
         d = e.detail or {}
-        if e.event == LEFT_EVENT and e.step_id == step_id and d.get("attempt") == attempt \
-                and d.get("owner") != owner:
+        if e.step_id == step_id and d.get("attempt") == attempt and d.get("owner") != owner:
             out.append((e.actor, [tuple(lack) for lack in d.get("lacks") or ()]))
     return out

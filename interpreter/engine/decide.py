@@ -26,7 +26,7 @@ from sealflow.dsl.plan import END, PlanStep
 from sealflow.interpreter.core import leases, retry
 from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.ids import gate_id
-from sealflow.interpreter.core.jsonc import NotUnicode, dumps, too_large
+from sealflow.interpreter.core.jsonc import NotUnicode, dumps, over_payload_limit
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.interpreter.execution.context import Execution, payload_limit
 from sealflow.interpreter.policy.approvals import opening
@@ -96,11 +96,7 @@ def as_json(x: Execution, outcome: Outcome) -> tuple[Outcome, str | None]:
 
 def _over_limit(x: Execution, text: str) -> str | None:
     """What is wrong with ``text`` (stored JSON) when it weighs more than ``payloads.max_bytes``, else None."""
-    limit = payload_limit(x.services.config)
-    size = too_large(text, limit)
-    if size is None:
-        return None
-    return f"{size} bytes of JSON, over the limit of {limit} bytes (payloads.max_bytes in the runtime configuration)"
+    return over_payload_limit(text, payload_limit(x.services.config))
 
 
 _CLAIM_CHECK = "keep large documents outside the run, e.g. in an object store, and pass their key"

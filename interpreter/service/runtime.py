@@ -32,7 +32,14 @@ from sealflow.interpreter.core import breakers as breaker_rules
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.clock import SYSTEM, Clock
 from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import MAX_REASON_CHARS, NotUnicode, clean_text, dumps, short_message, too_large
+from sealflow.interpreter.core.jsonc import (
+    MAX_REASON_CHARS,
+    NotUnicode,
+    clean_text,
+    dumps,
+    over_payload_limit,
+    short_message,
+)
 from sealflow.interpreter.engine import compensation, recovery
 from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
@@ -250,12 +257,10 @@ class Runtime(Repair, Driving, Serving):
                             ) from None
         except (TypeError, ValueError) as exc:
             raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is not JSON: {exc}") from None
-        size = too_large(input_json, self.config.payload_max_bytes)
-        if size is not None:
-            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is {size} bytes of JSON, over "
-                                               f"the limit of {self.config.payload_max_bytes} bytes (payloads."
-                                               "max_bytes in the runtime configuration); pass large documents by "
-                                               "reference, e.g. an object store key")
+        over = over_payload_limit(input_json, self.config.payload_max_bytes)
+        if over is not None:
+            raise StepError("invalid_request", f"input for {plan.name} v{plan.version} is {over}; pass large "
+                                               "documents by reference, e.g. an object store key")
         self._check_input(plan, input)  # after the size: a schema is never walked over an input too large to keep
         signed = signer is not None and signer != "unsigned"
         if pin and not signed:

@@ -237,7 +237,9 @@ class Store(abc.ABC):
     def outbox(self, run_id: str | None = None) -> list[OutboxRecord]: ...
 
     @abc.abstractmethod
-    def audit(self, run_id: str | None = None, *, limit: int | None = None) -> list[AuditRecord]: ...
+    def audit(self, run_id: str | None = None, *, limit: int | None = None,
+              event: str | None = None) -> list[AuditRecord]:
+        """Audit events, oldest first: of run ``run_id`` (None: every run's), only those called ``event``."""
 
     @abc.abstractmethod
     def append_audit(self, event: AuditEvent, now: float) -> None:

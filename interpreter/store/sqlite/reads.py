@@ -48,12 +48,18 @@ class Reads:
             self._read(sql + " ORDER BY due_at")
         return [rows.outbox(r) for r in got]
 
-    def audit(self, run_id: str | None = None, *, limit: int | None = None) -> list[AuditRecord]:
+    def audit(self, run_id: str | None = None, *, limit: int | None = None,
+              event: str | None = None) -> list[AuditRecord]:
         lim = f" LIMIT {int(limit)}" if limit else ""
-        if run_id is None:
-            got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit ORDER BY id{lim}")
-        else:
-            got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit WHERE run_id = ? ORDER BY id{lim}", (run_id,))
+        where, args = [], []
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        if event is not None:
+            where.append("event = ?")
+            args.append(event)
+        cond = f" WHERE {' AND '.join(where)}" if where else ""
+        got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit{cond} ORDER BY id{lim}", tuple(args))
         return [rows.audit(r) for r in got]
 
     # -- the audit chain and tenant usage ------------------------------------------------------------
