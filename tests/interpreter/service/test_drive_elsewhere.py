@@ -119,3 +119,27 @@ def test_given_every_process_lacks_the_step_when_driving_then_drive_returns_sayi
     finally:
         for rt in (mine, other):
             rt.close()
+
+
+def test_given_a_forged_message_for_a_step_this_process_lacks_then_nothing_is_handed_back_or_audited(store):
+    from sealflow.interpreter.engine.capability import LEFT_EVENT
+    from sealflow.interpreter.execution.actions import Registry
+
+    plan = make_plan(S("first", "action", action="t.nowhere", args={}))
+    rt = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
+    try:
+        # Given a run whose message was taken (sent), on a process that lacks its action
+        run_id = rt.submit(plan, {}, initiator="user:ana")
+        (msg,) = store.take_outbox(SYSTEM.now())
+        # When messages arrive naming the attempt with a wrong token, or another tenant
+        rt.engine.handle(msg.run_id, msg.step_id, msg.attempt, msg.token + 99, msg.tenant)
+        rt.engine.handle(msg.run_id, msg.step_id, msg.attempt, msg.token, "globex")
+        # Then none of them gave the row back (it stays sent) nor said in the audit that the step was left
+        assert [row.sent_at is not None for row in store.outbox(run_id)] == [True]
+        assert store.audit(run_id, event=LEFT_EVENT) == []
+        # And the real message is left, said once, and handed back (due again shortly)
+        rt.engine.handle(msg.run_id, msg.step_id, msg.attempt, msg.token, msg.tenant)
+        assert [row.sent_at for row in store.outbox(run_id)] == [None]
+        assert len(store.audit(run_id, event=LEFT_EVENT)) == 1
+    finally:
+        rt.close()
