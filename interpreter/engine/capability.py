@@ -8,10 +8,9 @@ the attempt failed with ``configuration`` and the run was dead-lettered, althoug
 have run it.
 
 The engine asks :func:`step_lacks` *before* claiming (:meth:`~sealflow.interpreter.engine.engine.Engine.handle`)
-and leaves such a step alone: nothing changes (no attempt consumed, no lease, no dead letter). It gives the
-message back (its outbox row unsent again, due after a backoff that doubles each time this process leaves it,
-up to ``redeliver_after``), says so once in the audit (:data:`LEFT_EVENT`), and a process that has what the
-step needs claims it then. :func:`plan_lacks` is the same
+and leaves such a step alone: nothing changes (no attempt consumed, no lease, no dead letter). Its outbox row
+stays sent, so the sweeper of any process sends it again after ``redeliver_after`` and a fresh embedded process
+sends it at start: a process that has what the step needs claims it then. :func:`plan_lacks` is the same
 question for every step of a run (an operator's act that would continue it: service/readiness.py).
 
 A verdict is not a lack: a trust policy that refuses the run, an unsigned run on a worker that executes only

@@ -26,7 +26,6 @@ from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy import coordination
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, RunRecord
 from sealflow.interpreter.store.errors import NotFound, StoreError
-from sealflow.interpreter.store.records import Message
 
 log = logging.getLogger("sealflow.engine")
 
@@ -99,26 +98,7 @@ class Claiming:
         if len(self.left) >= 4096:
             self.left.clear()
         self.left[run_id] = missing
-        self._hand_back(Message(run_id, step_id, attempt, token, tenant))
         return True
-
-    #: the first hand-back of an attempt is due again this many seconds later; each next one waits twice as long
-    HAND_BACK_FIRST_S = 0.5
-
-    def _hand_back(self, message: Message) -> None:
-        """Give the left message's outbox row back, due again after a backoff (0.5 s, 1 s, 2 s, ... up to the
-        redelivery time), so that another process -- one that has what the step needs -- may take it before a
-        redelivery a minute later; this process, if it takes it again, leaves it again and waits longer."""
-        key = (message.run_id, message.step_id, message.attempt)
-        tries = self.handed_back.get(key, 0)
-        if len(self.handed_back) >= 4096:
-            self.handed_back.clear()
-        self.handed_back[key] = tries + 1
-        delay = min(self.hand_back_cap, self.HAND_BACK_FIRST_S * 2 ** min(tries, 16))
-        try:
-            self.store.hand_back(message, self.clock.now(), delay)
-        except StoreError as exc:  # the row stays sent: the redelivery sends it again, as before
-            log.warning("could not give back step %r of run %s: %s", message.step_id, message.run_id, exc)
 
     def _record_left(self, run: RunRecord, step_id: str, attempt: int, missing: list) -> None:
         """Say in the store that this process left the attempt and what it lacks (audited ``step.left``, once

@@ -121,10 +121,6 @@ class Engine(Claiming):
                                  rng or random.Random(), self.is_cancelled)
         #: run id -> what this process lacks for the step it left unclaimed (engine.capability); drive reads it
         self.left: dict[str, list[capability.Lack]] = {}
-        #: (run, step, attempt) -> how often this process gave it back (the next hand-back waits twice as long)
-        self.handed_back: dict[tuple[str, str, int], int] = {}
-        #: the longest a left message waits before it is dispatched again (the runtime's redeliver_after)
-        self.hand_back_cap: float = 60.0
         self._runs: dict[str, RunRecord] = {}  # run id -> its record as first read (digest, signer: immutable)
 
     # -- caches ------------------------------------------------------------------------------------

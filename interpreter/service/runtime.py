@@ -158,7 +158,6 @@ class Runtime(Repair, Driving, Serving):
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
                                past_deadline=self._past_deadline)
         self.redeliver_after = redeliver_after
-        self.engine.hand_back_cap = redeliver_after
         self.sleep_threshold = sleep_threshold
         self.worker_threads = worker_threads
         self.worker_timeout_ms = worker_timeout_ms  # idle wake-up of worker threads; bounds close() time

@@ -187,12 +187,6 @@ class Store(abc.ABC):
         expiry, redelivery); None when only a human can move it."""
 
     @abc.abstractmethod
-    def hand_back(self, message: Message, now: float, delay: float) -> bool:
-        """Mark ``message``'s sent outbox row unsent again, due ``delay`` seconds after ``now``: a process that
-        took it but lacks what its step needs gives it back for another sooner than a redelivery would.
-        False when the row is gone or not sent (claimed meanwhile, or handed back already)."""
-
-    @abc.abstractmethod
     def reset_dispatch(self) -> int:
         """Mark every sent outbox row unsent (the in-memory broker that held them is gone)."""
 

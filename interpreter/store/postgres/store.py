@@ -289,9 +289,6 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     _LOCK_EXPIRED = " FOR UPDATE OF a, r SKIP LOCKED"
     _LOCK_TIMERS = " FOR UPDATE SKIP LOCKED"
 
-    def hand_back(self, message, now, delay):
-        return super().hand_back(message, self._on_db_clock(now)[0], delay)
-
     def sweep(self, now: float, *, redeliver_after: float = 60.0, limit: int = 500) -> SweepReport:
         now, _ = self._on_db_clock(now)
         return super().sweep(now, redeliver_after=redeliver_after, limit=limit)

@@ -43,13 +43,6 @@ class SweepMixin:
                               "token = ?", [(now, *r[:4]) for r in got])
         return [Due(Message(*r[:5]), r[5]) for r in got]
 
-    def hand_back(self, message: Message, now: float, delay: float) -> bool:
-        with self._tx() as c:
-            return c.execute("UPDATE outbox SET sent_at = NULL, due_at = ? WHERE run_id = ? AND step_id = ? AND "
-                             "attempt = ? AND token = ? AND sent_at IS NOT NULL",
-                             (now + delay, message.run_id, message.step_id, message.attempt, message.token)
-                             ).rowcount > 0
-
     def reset_dispatch(self) -> int:
         with self._tx() as c:
             return c.execute("UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL").rowcount

@@ -1,8 +1,7 @@
-"""A step a worker took and left (the worker lacks its action module) on PostgreSQL + Redis: `sealflow run`
-takes it over (it used to wait for the message's redelivery, a minute, while every redelivery went to the same
-worker, whose dispatcher LISTEN/NOTIFY wakes first, until the run's deadline passed), and the worker gives
-the message back at once (due again after a short backoff) for a worker that has the module, instead of
-leaving it sent until a redelivery. Needs PostgreSQL and Redis at 127.0.0.1 (CI turns skips into failures)."""
+"""`sealflow run` on a shared store takes over the step a worker took and left (the worker lacks its action
+module): it used to wait for the message's redelivery, a minute, while every redelivery went to the same
+worker (on PostgreSQL, LISTEN/NOTIFY wakes the worker's dispatcher first), until the run's deadline passed.
+Needs PostgreSQL and Redis at 127.0.0.1 (CI turns skips into failures)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from private_services import stop_process
-from test_liveness_requeue import E2E, ROOT, Workers, run_states, wait_until
+from test_liveness_requeue import E2E, ROOT, Workers
 from worker_helpers import redis_or_skip
 
 from sealflow.interpreter.store import open_store
@@ -54,18 +52,3 @@ def test_run_takes_over_the_step_a_worker_left_and_the_trail_says_who_left_it(ba
     assert left[0].actor.startswith("worker:") and "missing action 'crash.effect'" in bare.log("bare")
     ran = [e for e in trail if e.event == "step.running" and e.step_id == left[0].step_id]
     assert ran and ran[0].actor != left[0].detail["owner"]
-
-
-def test_a_left_message_is_given_back_at_once_for_a_worker_that_has_the_module(bare, pg_schema):
-    # Given a worker without the module that took a run's first step and left it, then stopped (an upgrade:
-    # the old worker goes, a new one comes); every worker redelivers only after 600 s
-    bare.start("old")
-    run_id = bare.submit()
-    wait_until(lambda: "left step" in bare.log("old"), 30, lambda: f"the old worker leaves the step: {bare.log('old')}")
-    stop_process(bare.procs["old"])
-    # When a worker with the module starts
-    bare.actions = str(E2E / "crash_actions.py")
-    bare.start("new")
-    # Then it runs the run to its end without waiting for a redelivery: the message was given back, due again
-    wait_until(lambda: run_states(pg_schema, [run_id]) == {run_id: "completed"}, 60,
-               lambda: f"the run completes (state {run_states(pg_schema, [run_id])}; {bare.log('new')[-2000:]})")

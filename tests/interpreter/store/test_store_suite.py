@@ -219,21 +219,6 @@ def test_take_outbox_marks_rows_sent_and_unclaimed_ones_are_redelivered(store):
     assert store.take_outbox(T0 + 61) == [msg]
 
 
-def test_a_handed_back_message_is_due_again_after_its_delay_and_only_a_sent_one_is_handed_back(store):
-    # Given a run's first message, taken (sent)
-    store.submit(new_run(), T0)
-    (msg,) = store.take_outbox(T0)
-    # When the process that took it hands it back with a 2 s delay
-    assert store.hand_back(msg, T0 + 1, 2.0) is True
-    # Then it is not due before T0 + 3, and is taken again from then on; one not sent is not handed back
-    assert store.hand_back(msg, T0 + 1, 2.0) is False
-    assert store.take_outbox(T0 + 2.9) == []
-    assert store.take_outbox(T0 + 3) == [msg]
-    # And once claimed (its row gone), there is nothing to hand back
-    store.claim(msg.run_id, msg.step_id, msg.attempt, msg.token, "default", owner="w1", now=T0 + 3)
-    assert store.hand_back(msg, T0 + 4, 2.0) is False
-
-
 def test_due_messages_come_with_their_runs_priority_highest_first(store):
     # Given a normal and a critical run, both due
     import dataclasses
