@@ -85,6 +85,7 @@ def test_serve_refuses_to_start_without_an_access_policy(tmp_path, capsys, monke
     monkeypatch.delenv("SEALFLOW_ACCESS", raising=False)
     code, _, err = cli(capsys, "serve", "--store", f"sqlite:///{tmp_path}/s.db")
     assert code == 1 and "without an access policy" in err
+    assert "OPEN DEVELOPMENT MODE" not in err  # it refuses: no warning that it would serve in open mode
     code, _, err = cli(capsys, "serve", "--store", f"sqlite:///{tmp_path}/s.db", "--allow-open", "--oidc-issuer", "x")
     assert code == 2 and "OIDC needs all of" in err
 

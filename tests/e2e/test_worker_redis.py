@@ -315,6 +315,7 @@ def test_given_no_access_policy_when_a_worker_starts_then_it_refuses(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "sealflow worker refuses to start without an access policy" in done.stderr
     assert "--access FILE" in done.stderr and "worker ready" not in done.stdout
+    assert "OPEN DEVELOPMENT MODE" not in done.stderr  # refused: no warning that it would run in open mode
 
 
 @pytest.mark.parametrize("url, says", [("http://127.0.0.1:6379/0", "the scheme 'http://' is not a broker's"),

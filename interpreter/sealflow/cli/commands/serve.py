@@ -105,7 +105,7 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
     trust = trust_path(trust)  # flags, then SEALFLOW_*, then sealflow.yaml
     access_path = resolve_access(access_path)
     actions = project_actions(actions)
-    provider = load_access(access_path)
+    provider = load_access(access_path, quiet=not allow_open)  # warned only when it serves in open mode
     if not allow_open:
         require_policy(provider, "sealflow serve")
     config = load_config()

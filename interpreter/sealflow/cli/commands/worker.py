@@ -214,7 +214,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
         served = parse_priorities(priorities)
     except ValueError as exc:
         fail_usage(f"--priorities: {exc}")
-    provider = load_access(access_path, quiet=allow_open)
+    provider = load_access(access_path, quiet=True)  # refused below, or warned by the runtime (--allow-open)
     if not allow_open:
         require_policy(provider, "sealflow worker")
     import_actions(actions, demo=False)  # only what it is given: `--actions sealflow.demo` for the demo world
