@@ -15,6 +15,7 @@ from sealflow.interpreter.store.postgres.connection import (
     conn_kwargs,
     connect,
     mask,
+    own_params,
     split_url,
 )
 from sealflow.interpreter.store.postgres.schema import LATEST, MIGRATIONS, SchemaTooOld
@@ -24,6 +25,7 @@ from sealflow.interpreter.store.postgres.store import CHANNEL, PostgresStore
 def migrate(url: str, *, target: int = LATEST) -> list[int]:
     """Bring the database at ``url`` to schema ``target``; the versions applied (none when up to date)."""
     conninfo, own = split_url(url)
+    own_params(own, mask(url))
     with connect(conninfo, conn_kwargs(own), mask(url)) as conn:
         try:
             return schema.migrate(conn, mask(url), target=target, schema=own.get("schema"))

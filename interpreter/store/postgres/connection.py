@@ -7,6 +7,7 @@ masked.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -48,6 +49,37 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     own = {k: v for k, v in query if k in _OWN_PARAMS}
     rest = [(k, v) for k, v in query if k not in _OWN_PARAMS]
     return urlunsplit(parts._replace(query=urlencode(rest))), own
+
+
+#: ``migrate=`` values, and what each means
+_MIGRATE = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True}
+#: ``schema=``: a PostgreSQL identifier that reads the same quoted (as migrate creates it) and unquoted (as the
+#: connection's search path names it): lower case, at most 63 characters
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: ``pool_max=``: connections a store's pool may open at most
+POOL_MAX_RANGE = (1, 1000)
+
+
+def own_params(own: dict[str, str], where: str) -> tuple[bool, int | None]:
+    """Check sealflow's own URL parameters (``clock`` is checked by the store); ``(migrate, pool_max)``.
+    A value that is not one of them is a :class:`StoreError` that names the parameter and what it takes."""
+    migrate = own.get("migrate", "").lower()
+    if migrate not in _MIGRATE:
+        raise StoreError(f"PostgreSQL store {where}: migrate={own['migrate']!r}; use migrate=1 (apply missing "
+                         "migrations on open) or leave it out")
+    schema = own.get("schema")
+    if schema is not None and not _SCHEMA.fullmatch(schema):
+        raise StoreError(f"PostgreSQL store {where}: schema={schema!r} is not a schema name sealflow takes; "
+                         "use lower-case letters, digits and underscores, starting with a letter or underscore "
+                         "(at most 63)")
+    pool_max = own.get("pool_max")
+    if pool_max is None:
+        return _MIGRATE[migrate], None
+    low, high = POOL_MAX_RANGE
+    if not pool_max.isdigit() or not low <= int(pool_max) <= high:
+        raise StoreError(f"PostgreSQL store {where}: pool_max={pool_max!r}; use a whole number from {low} to "
+                         f"{high} (connections per process; default 8)")
+    return _MIGRATE[migrate], int(pool_max)
 
 
 def conn_kwargs(own: dict[str, str]) -> dict:

@@ -64,6 +64,9 @@ from sealflow.interpreter.store.postgres.connection import (
 from sealflow.interpreter.store.postgres.connection import (
     conn_kwargs as _conn_kwargs,
 )
+from sealflow.interpreter.store.postgres.connection import (
+    own_params as _own_params,
+)
 from sealflow.interpreter.store.postgres.dialect import PgConn
 from sealflow.interpreter.store.postgres.sessions import PgSessionsMixin
 from sealflow.interpreter.store.postgres.workers import WorkersMixin
@@ -111,8 +114,9 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         self.clock = clock or own.get("clock", "db")
         if self.clock not in ("db", "caller"):
             raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock!r}; use clock=db or clock=caller")
+        asked, own_pool = _own_params(own, self.url)
         if migrate is None:
-            migrate = own.get("migrate", "") in ("1", "true", "yes")
+            migrate = asked
         kwargs = _conn_kwargs(own)
         self._conninfo, self._kwargs = conninfo, kwargs
         self._local = threading.local()
@@ -135,7 +139,7 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
                 "?migrate=1 to the store URL")
         self._group = GroupCommit(self._live_pool, self._chain.append, lambda: self._pending,
                                   self._illegal_in_batch)
-        size = int(pool_max or own.get("pool_max") or 8)
+        size = int(pool_max or own_pool or 8)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
                                     check=_check_if_idle, reset=_stamp_idle, name="sealflow-store",
                                     timeout=POOL_WAIT_S)

@@ -86,7 +86,16 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         self.path = path
         self.url = f"sqlite:///{path}"
         if path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            folder = os.path.dirname(os.path.abspath(path))
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:  # a read-only or special file system, no permission, a file in the way
+                raise StoreUnavailable(f"cannot open SQLite store {path}: its folder {folder} cannot be made: "
+                                       f"{exc.strerror or exc}; point --store (or $SEALFLOW_STORE, store: in "
+                                       "sealflow.yaml) at a folder this process may write") from None
+            if os.path.isdir(path):
+                raise StoreUnavailable(f"cannot open SQLite store {path}: it is a folder, not a file; name the "
+                                       f"store's file, e.g. sqlite:///{os.path.join(path, 'state.db')}")
         self._lock = threading.RLock()
         self._pending: list[tuple] = []  # audit rows of the transaction in progress
         self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.interpreter.store.auditchain)

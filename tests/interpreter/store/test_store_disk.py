@@ -139,6 +139,21 @@ def test_given_a_file_that_is_not_a_database_when_the_cli_opens_it_as_the_store_
     assert path.read_text().startswith("models:")
 
 
+def test_given_a_store_path_whose_folder_cannot_be_made_or_that_is_a_folder_then_the_cli_says_so(tmp_path, capsys):
+    # Given a --store under a regular file (its folder cannot be made, even as root), and one naming a folder
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cases = ((f"sqlite:///{blocker}/state.db", f"its folder {blocker} cannot be made"),
+             (f"sqlite:///{tmp_path}", "it is a folder, not a file"))
+    for url, says in cases:
+        # When a command opens it
+        code = main(["runs", "list", "--store", url])
+        err = capsys.readouterr().err
+        # Then an error names the store and why, not "internal error", and nothing is created
+        assert code in (1, 2) and "internal error" not in err and says in err, (url, err)
+    assert blocker.read_text() == "not a folder" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_given_no_wal_limit_when_runs_are_written_then_the_background_checkpoints_keep_the_wal_small(tmp_path):
     # Given a store with the after-commit truncation off (wal_limit=0) and background checkpoints every 20 ms:
     # only the checkpointer thread can keep the WAL from growing (wal_autocheckpoint is off)

@@ -271,6 +271,27 @@ def test_an_unreachable_store_is_a_clear_error_naming_it_without_its_password():
     assert "bug" not in text and "Traceback" not in text
 
 
+@pytest.mark.parametrize("param, says", [
+    ("pool_max=abc", "pool_max='abc'; use a whole number from 1 to 1000"),
+    ("pool_max=0", "pool_max='0'; use a whole number from 1 to 1000"),
+    ("pool_max=1001", "pool_max='1001'"),
+    ("migrate=bogus", "migrate='bogus'; use migrate=1"),
+    ("schema=x;drop", "schema='x;drop' is not a schema name"),
+    ("schema=Mixed", "schema='Mixed' is not a schema name"),
+])
+def test_a_bad_value_of_sealflows_own_url_parameters_is_a_clear_error_before_connecting(param, says):
+    # Given a store URL whose own parameter has a value sealflow does not take (the server does not exist:
+    # the value is refused before anything connects)
+    url = f"postgresql://ana:s3cret@127.0.0.1:1/nowhere?{param}"
+    # When the store is opened, or migrated
+    for call in (lambda: open_store(url), lambda: migrate(url)):
+        with pytest.raises(StoreError) as got:
+            call()
+        # Then the error names the parameter and what it takes, never the password
+        assert says in str(got.value) and "s3cret" not in str(got.value)
+        assert not isinstance(got.value, StoreUnavailable)
+
+
 def test_a_lost_connection_is_a_clear_error_and_nothing_half_done_is_kept(opened, pg_schema):
     # Given a run whose claim will find its connection killed by the server
     store = opened(pool_max="1")
