@@ -56,7 +56,7 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
     slowly and wake when this process sends or finishes work; else Dramatiq's own ``RedisBroker`` (the
     benchmarks' bare chain). Raises ``ValueError`` for a URL that is not ``redis://``, ``rediss://`` or
     ``unix://``; connecting is lazy (``broker.client.ping()`` checks it)."""
-    from urllib.parse import urlsplit
+    from urllib.parse import parse_qsl, urlsplit
 
     from dramatiq.brokers.redis import RedisBroker
 
@@ -66,6 +66,14 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
     if scheme not in ("redis", "rediss", "unix"):
         raise ValueError(f"{url!r} is not a Redis URL; use redis://HOST:PORT/DB (rediss:// for TLS, "
                          "unix:///path/to/redis.sock)")
+    parts = urlsplit(url)
+    if scheme != "unix":  # redis-py reads a path that is not a number as database 0, in silence
+        db = parts.path.strip("/")
+        query_db = [v for k, v in parse_qsl(parts.query) if k == "db"]
+        if (db and not db.isdigit()) or any(not v.isdigit() for v in query_db):
+            said = db if db and not db.isdigit() else query_db[0]
+            raise ValueError(f"the Redis database {said!r} is not a number; use redis://HOST:PORT/DB with DB a "
+                             "database number (0 to 15 on a default Redis)")
     kind = WakingRedisBroker if waking else RedisBroker
     broker = kind(url=url, namespace=namespace, middleware=[Retries(max_retries=0)])
     # fail in seconds, not minutes, when the host does not answer; keep idle connections alive

@@ -319,7 +319,9 @@ def test_given_no_access_policy_when_a_worker_starts_then_it_refuses(tmp_path):
 
 
 @pytest.mark.parametrize("url, says", [("http://127.0.0.1:6379/0", "the scheme 'http://' is not a broker's"),
-                                       ("redis://127.0.0.1:notaport/0", "error: --broker redis://127.0.0.1:notaport/0")])
+                                       ("redis://127.0.0.1:notaport/0", "error: --broker redis://127.0.0.1:notaport/0"),
+                                       ("redis://127.0.0.1:6379/x", "the Redis database 'x' is not a number"),
+                                       ("redis://127.0.0.1:6379/?db=1x", "the Redis database '1x' is not a number")])
 def test_given_a_bad_broker_url_when_a_worker_starts_then_it_is_a_usage_error(tmp_path, url, says):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "sealflow", "worker", "--broker", url, "--allow-open", "--store",
