@@ -55,6 +55,27 @@ def world(tmp_path, capsys):
     return {"store": store, "access": str(access), "tokens": tokens, "common": common}
 
 
+def test_under_an_access_policy_only_an_operator_creates_lists_or_revokes_tokens(world, tmp_path, capsys):
+    # Given the access policy with an operator added; ana is a member of acme, not an operator
+    policy = tmp_path / "with-operator.yaml"
+    policy.write_text("operators: [user:root]\n" + ACCESS)
+    store = ("--store", world["store"], "--access", str(policy))
+    ana_id = world["tokens"]["ana"]["id"]
+    # When ana creates a token for ben, lists the tokens or revokes one
+    for argv in (("create", "--principal", "user:ben", "--tenant", "acme"), ("list",), ("revoke", ana_id)):
+        code, out, err = cli(capsys, "tokens", *argv, *store, "--as", "user:ana")
+        # Then each is refused, saying who may, and nothing is printed or changed
+        assert code == 1 and "only an operator of the access policy" in err and "sf_" not in out, argv
+    code, out, _ = cli(capsys, "tokens", "list", *store, "--as", "user:root", "--json")
+    assert code == 0 and len(json.loads(out)) == 2 and all(t["revoked_at"] is None for t in json.loads(out))
+    # And the operator may do each
+    code, out, _ = cli(capsys, "tokens", "create", "--principal", "user:ben", "--tenant", "acme", *store,
+                       "--as", "user:root", "--json")
+    assert code == 0 and json.loads(out)["token"].startswith("sf_")
+    code, out, _ = cli(capsys, "tokens", "revoke", ana_id, *store, "--as", "user:root")
+    assert code == 0 and "revoked" in out
+
+
 def test_tokens_are_listed_without_their_secret_and_revoked(world, capsys):
     code, out, _ = cli(capsys, "tokens", "list", "--store", world["store"], "--json")
     listed = json.loads(out)

@@ -3,6 +3,9 @@
 A token acts as one principal in one tenant; its secret is printed once, at creation, and the store keeps
 only its hash. Listing shows ids, principals, tenants and expiry, never secrets. Revoking takes effect at
 the token's next request. Creating and revoking are audited.
+
+Under an access policy only its operators (top-level ``operators``) may create, list or revoke tokens: a
+token acts as any principal of any tenant of the store, so minting one is not a tenant member's act.
 """
 
 from __future__ import annotations
@@ -13,9 +16,16 @@ import time
 
 import click
 
-from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import check_principal, default_principal, json_flag, store_option, tenant_option
-from sealflow.cli.session import open_store
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import (
+    access_option,
+    check_principal,
+    default_principal,
+    json_flag,
+    store_option,
+    tenant_option,
+)
+from sealflow.cli.session import load_access, open_store
 
 
 def _when(ts: float | None) -> str:
@@ -38,6 +48,17 @@ actor_option = click.option("--as", "actor", metavar="PRINCIPAL", default=defaul
                             help="Who you are (audited; default: user:$SEALFLOW_USER, else the local user).")
 
 
+def _operator_only(access_path: str | None, actor: str, what: str) -> None:
+    """Refuse (exit 1) unless ``actor`` is an operator of the access policy (or there is none: open mode)."""
+    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
+
+    try:
+        require_operator(load_access(access_path, quiet=True), actor, what)
+    except OperatorOnly as exc:
+        refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) for the token, or run "
+                         "this --as an operator")
+
+
 @click.group()
 def tokens():
     """API tokens for `sealflow serve`: create (the secret is shown once), list, revoke."""
@@ -52,11 +73,14 @@ def tokens():
 @click.option("--label", metavar="TEXT", help="What the token is for (shown by `tokens list`).")
 @store_option
 @actor_option
+@access_option
 @json_flag()
-def create(principal, tenant, expires, label, store_url, actor, as_json):
-    """Create a token acting as PRINCIPAL in TENANT; print it once (it cannot be shown again)."""
+def create(principal, tenant, expires, label, store_url, actor, access_path, as_json):
+    """Create a token acting as PRINCIPAL in TENANT; print it once (it cannot be shown again). Operators only
+    under an access policy."""
     from sealflow.interpreter.service.server.tokens import create as mint
 
+    _operator_only(access_path, actor, "create API tokens")
     store = open_store(store_url)
     try:
         text, record = mint(store, principal, tenant, time.time(), actor=actor, expires_in=expires,
@@ -75,9 +99,13 @@ def create(principal, tenant, expires, label, store_url, actor, as_json):
 @tokens.command("list")
 @click.option("--tenant", metavar="NAME", default=None, help="Only this tenant's tokens (default: all).")
 @store_option
+@actor_option
+@access_option
 @json_flag("Print a JSON list.")
-def list_(tenant, store_url, as_json):
-    """Every token: id, principal, tenant, created, expires, revoked (never the secret)."""
+def list_(tenant, store_url, actor, access_path, as_json):
+    """Every token: id, principal, tenant, created, expires, revoked (never the secret). Operators only under
+    an access policy."""
+    _operator_only(access_path, actor, "list the API tokens")
     store = open_store(store_url)
     try:
         records = store.api_tokens(tenant)
@@ -100,10 +128,12 @@ def list_(tenant, store_url, as_json):
 @click.argument("token_id", metavar="ID")
 @store_option
 @actor_option
-def revoke(token_id, store_url, actor):
-    """Revoke token ID: its next request is refused."""
+@access_option
+def revoke(token_id, store_url, actor, access_path):
+    """Revoke token ID: its next request is refused. Operators only under an access policy."""
     from sealflow.interpreter.store import InvalidOperation
 
+    _operator_only(access_path, actor, "revoke API tokens")
     store = open_store(store_url)
     try:
         record = store.revoke_api_token(token_id, time.time(), actor=actor)
