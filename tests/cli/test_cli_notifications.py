@@ -175,3 +175,58 @@ def test_retry_requeues_a_failed_delivery_for_an_operator_only(tmp_path, capsys)
     finally:
         opened.close()
     assert [(e.actor, e.detail["notification"]) for e in events] == [("user:root", failed["id"])]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_running_deliverer_serves_its_counts_as_metrics(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with Receiver() as receiver:
+        # Given a run waiting at its gate, with one delivery due to a receiver that answers 200
+        config = write_config(tmp_path, {"ok": {"kind": "webhook", "url": receiver.script("/ok", [200]),
+                                                "secret": {"secret": "HOOK_SECRET"}}})
+        store = f"sqlite:///{tmp_path}/state.db"
+        code, _, err = cli(capsys, "--config", config, "run", EXAMPLE, "--input", HIGH, "--store", store)
+        assert code == 3, err
+        # When `notifications deliver` keeps running with --metrics-port (as a cron-less deployment runs it)
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "sealflow", "--config", config, "notifications", "deliver",
+                                 "--store", store, "--interval", "0.1", "--metrics-port", str(port)],
+                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            # Then its /metrics counts the delivery by channel kind, and the store's state is there too
+            deadline, text = time.monotonic() + 30, ""
+            while 'sealflow_notifications_delivered_total{kind="webhook"} 1.0' not in text:
+                assert proc.poll() is None and time.monotonic() < deadline, (text, proc.stderr and proc.stderr.read())
+                time.sleep(0.1)
+                try:
+                    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+                except OSError:
+                    continue
+            assert 'sealflow_runs{state="waiting"} 1.0' in text
+            assert len(receiver.hits("/ok")) == 1
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_metrics_port_with_once_is_a_usage_error(tmp_path, capsys):
+    # Given a configuration with a channel / When `deliver --once` is given --metrics-port
+    config = write_config(tmp_path, {"ok": {"kind": "webhook", "url": "http://127.0.0.1:9/x",
+                                            "secret": {"secret": "HOOK_SECRET"}}})
+    code, _, err = cli(capsys, "--config", config, "notifications", "deliver", "--once", "--metrics-port", "9999",
+                       "--store", f"sqlite:///{tmp_path}/state.db")
+    # Then it says a round that ends cannot be scraped, and delivers nothing
+    assert code == 2 and "--metrics-port is for a deliverer that keeps running" in err

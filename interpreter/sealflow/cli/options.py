@@ -84,6 +84,16 @@ def json_flag(help: str | None = "Print one JSON object.") -> Decorator:
 
 json_option = json_flag()
 
+#: ``--metrics-port`` and ``--metrics-addr`` of a long-running process (a worker, a notification deliverer)
+metrics_options = stack(
+    click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+                 envvar="SEALFLOW_METRICS_PORT",
+                 help="Serve Prometheus metrics on http://--metrics-addr:PORT/metrics ($SEALFLOW_METRICS_PORT; "
+                      "docs/operations.md)."),
+    click.option("--metrics-addr", default="127.0.0.1", show_default=True, metavar="ADDR",
+                 help="The address --metrics-port listens on (0.0.0.0 for a scraper on another host)."),
+)
+
 
 def check_principal(ctx, param, value):
     """Validate ``--as`` (user:NAME or service:NAME, a full match: no control character, no trailing newline);

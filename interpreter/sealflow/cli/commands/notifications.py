@@ -19,7 +19,7 @@ import time
 import click
 
 from sealflow.cli.exits import fail_usage, refuse
-from sealflow.cli.options import access_option, as_option, json_flag, store_option
+from sealflow.cli.options import access_option, as_option, json_flag, metrics_options, store_option
 from sealflow.cli.session import load_access, load_config, open_store
 
 
@@ -71,7 +71,8 @@ def list_(failed, run_id, tenant, limit, store_url, principal, access_path, as_j
 @as_option
 @access_option
 @json_flag("Print the counts as one JSON object (with --once).")
-def deliver(once, interval, store_url, principal, access_path, as_json):
+@metrics_options
+def deliver(once, interval, store_url, principal, access_path, as_json, metrics_port, metrics_addr):
     """Post the due approval notifications of the store per the configuration's notifications: section
     (every tenant's: operators only under an access policy)."""
     from sealflow.interpreter.core.errors import ConfigError
@@ -89,12 +90,15 @@ def deliver(once, interval, store_url, principal, access_path, as_json):
         notify = load(config)
     except ConfigError as exc:
         fail_usage(str(exc))
+    if once and metrics_port is not None:
+        fail_usage("--metrics-port is for a deliverer that keeps running: a --once round ends before a scraper "
+                   "could read it (its counts are printed; add --json for a machine)")
     if not notify.channels:
         fail_usage(f"{config.source or 'the runtime configuration'} has no notifications.channels: nothing to "
                    "deliver to (see docs/operations.md, Approval notifications)")
     store = open_store(store_url)
     try:
-        deliverer = Deliverer(store, notify, chain_for(config))
+        deliverer = Deliverer(store, notify, chain_for(config), metrics=_metrics(store, metrics_port, metrics_addr))
         if not once:
             click.echo(f"delivering approval notifications to {len(notify.channels)} channel(s); Ctrl-C stops",
                        err=True)
@@ -111,6 +115,22 @@ def deliver(once, interval, store_url, principal, access_path, as_json):
         click.echo(json.dumps(dataclasses.asdict(report)))
     else:
         click.echo(f"{report.delivered} delivered, {report.retried} to retry later, {report.failed} failed for good")
+
+
+def _metrics(store, port: int | None, addr: str):
+    """The deliverer's metrics served on ``addr:port`` (None without ``--metrics-port``): its attempts counted
+    as a worker's deliverer counts them, and the store's state read at each scrape."""
+    if port is None:
+        return None
+    from sealflow.interpreter.service.telemetry.metrics import Metrics, serve_metrics
+
+    metrics = Metrics(store)
+    try:
+        serve_metrics(metrics, port, addr)
+    except OSError as exc:
+        store.close()
+        fail_usage(f"--metrics-port {port}: cannot listen on {addr}:{port}: {exc}")
+    return metrics
 
 
 @notifications.command("retry")

@@ -54,7 +54,7 @@ import time
 import click
 
 from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import access_option, actions_option
+from sealflow.cli.options import access_option, actions_option, metrics_options
 from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location, trust_path
 
 log = logging.getLogger("sealflow.worker")
@@ -179,12 +179,7 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
               help="At SIGTERM/SIGINT, how long running attempts may take to finish before they are abandoned.")
 @click.option("--redeliver-after", type=click.FloatRange(1), default=60.0, show_default=True, metavar="SECONDS",
               help="Send a message again when it was sent this long ago and never claimed (lost with a dead worker).")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
-              envvar="SEALFLOW_METRICS_PORT",
-              help="Serve Prometheus metrics on http://--metrics-addr:PORT/metrics ($SEALFLOW_METRICS_PORT; "
-                   "docs/operations.md).")
-@click.option("--metrics-addr", default="127.0.0.1", show_default=True, metavar="ADDR",
-              help="The address --metrics-port listens on (0.0.0.0 for a scraper on another host).")
+@metrics_options
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               envvar="SEALFLOW_LOG_FORMAT",
               help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
