@@ -3,7 +3,8 @@
     python -m tools.benchmarks.ratelimits [--calls 2000] [--store URL]
 
 A call to a model with ``rate_limit:`` takes the limiter (one store transaction: lock the model's row,
-count the last minute's grants, record one) and settles it after the call (a second one); a call of a
+drop the grants that left the window from its running totals, compare, record one) and settles it after
+the call (a second one); a call of a
 tenant with a daily quota reserves its worst case and drops the reservation (two write transactions too:
 the peer). Both are timed, interleaved,
 on one store (default: a fresh SQLite file in a temporary directory), with the limit high enough that

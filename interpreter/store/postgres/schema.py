@@ -19,6 +19,7 @@ from sealflow.interpreter.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
 from sealflow.interpreter.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
 from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
 from sealflow.interpreter.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
+from sealflow.interpreter.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_PG
 from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
 from sealflow.interpreter.store.sqlite.sessions import PG_SCHEMA as PG_SESSIONS
 
@@ -127,6 +128,8 @@ CREATE TABLE workers (
 
 # a worker's Dramatiq broker id (Redis) with its heartbeat: once the heartbeat lapses, another worker puts the
 # messages that worker fetched but never acknowledged back on their queues (service/liveness.py)
+PG_RATE_TOTALS = TOTALS_PG + TOTALS_BACKFILL
+
 _V17_BROKER_IDS = """
 ALTER TABLE workers ADD COLUMN IF NOT EXISTS broker_id TEXT;
 """
@@ -225,6 +228,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
      PG_SESSIONS),
     (17, "workers record their Dramatiq broker id: a silent worker's fetched messages are requeued",
      _V17_BROKER_IDS),
+    (18, "rate limits keep the running totals of their grants (a take no longer counts the window)",
+     PG_RATE_TOTALS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -1,13 +1,20 @@
 """Per-model rate limits in the store (a mixin of :class:`SqliteStore`, and so of the PostgreSQL store).
 
 Table ``rate_limits`` holds one row per limited model (the lock every taker of that model goes
-through); ``rate_grants`` holds the calls granted in the last window, each with its tokens (the worst
-case when granted, the real figure once settled). :meth:`rate_take` reads the model's live grants,
-decides with :func:`sealflow.interpreter.core.ratelimits.free_at` and records the grant in one
-transaction: on SQLite ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL a writer's
-transaction (serial, under the writers' lock) that first locks the model's row ``FOR UPDATE`` and
-stamps ``now`` on the database clock.
-So the processes sharing a store, on any number of hosts, together never pass a limit.
+through) with the running totals of its grants (``requests``, ``tokens``); ``rate_grants`` holds the
+calls granted, each with its tokens (the worst case when granted, the real figure once settled). The
+totals are always the count and the token sum of the model's rows in ``rate_grants``: every statement
+here that adds, lowers or removes a grant moves them in the same transaction, so a take costs the same
+whatever ``requests_per_minute`` is (it used to count the window's grants at every call: a few thousand
+rows under the writers' lock at a high limit).
+
+:meth:`rate_take` removes the model's grants that left the window (moving the totals), compares the
+totals with the limit and records the grant in one transaction: on SQLite ``BEGIN IMMEDIATE`` (one
+writer at a time), on PostgreSQL a writer's transaction (serial, under the writers' lock) that first
+locks the model's row ``FOR UPDATE`` and stamps ``now`` on the database clock. Only a call that does
+not fit reads grants, to say when it would (:func:`sealflow.interpreter.core.ratelimits.free_at`; for a
+limit of requests alone, the one grant whose leaving makes room). So the processes sharing a store, on
+any number of hosts, together never pass a limit.
 """
 
 from __future__ import annotations
@@ -24,6 +31,24 @@ CREATE INDEX rate_grants_model ON rate_grants (model, at);
 PG_SCHEMA = SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("INTEGER", "BIGINT")
 
 
+#: the running totals (schema migration 19 on SQLite, 18 on PostgreSQL): ``requests`` and ``tokens`` of a
+#: model's ``rate_limits`` row are the count and the token sum of its ``rate_grants`` rows
+TOTALS_SQLITE = """
+ALTER TABLE rate_limits ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rate_limits ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+"""
+TOTALS_PG = """
+ALTER TABLE rate_limits ADD COLUMN IF NOT EXISTS requests BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE rate_limits ADD COLUMN IF NOT EXISTS tokens BIGINT NOT NULL DEFAULT 0;
+"""
+#: the totals of the grants already there (both backends), and a row for a model with grants but none
+TOTALS_BACKFILL = """
+UPDATE rate_limits SET requests = (SELECT COUNT(*) FROM rate_grants g WHERE g.model = rate_limits.model),
+  tokens = (SELECT COALESCE(SUM(g.tokens), 0) FROM rate_grants g WHERE g.model = rate_limits.model);
+INSERT INTO rate_limits (model, updated_at, requests, tokens) SELECT model, MAX(at), COUNT(*), SUM(tokens)
+  FROM rate_grants WHERE model NOT IN (SELECT model FROM rate_limits) GROUP BY model;
+"""
+
 class RateLimitsMixin:
     #: how the model's row is locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer at a time)
     _LOCK_LIMIT = ""
@@ -31,36 +56,71 @@ class RateLimitsMixin:
     def rate_take(self, model: str, key: str, now: float, limit: rules.Limit, tokens: int) -> float | None:
         """Grant call ``key`` of ``tokens`` (its worst case) to ``model`` at ``now`` unless it would pass
         ``limit``: None when granted (recorded), else when it would fit (nothing is written then)."""
+        edge = now - limit.window
+        tokens = int(tokens)
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO rate_limits (model, updated_at) VALUES (?, ?)", (model, now))
-            c.execute("SELECT model FROM rate_limits WHERE model = ?" + self._LOCK_LIMIT, (model,)).fetchone()
-            c.execute("DELETE FROM rate_grants WHERE model = ? AND at <= ?", (model, now - limit.window))
-            count, used = c.execute("SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM rate_grants WHERE model = ?",
-                                    (model,)).fetchone()
-            if ((limit.requests is not None and int(count) + 1 > limit.requests)
-                    or (limit.tokens is not None and int(used) + tokens > limit.tokens)):
-                live = [(float(at), int(t)) for at, t in
-                        c.execute("SELECT at, tokens FROM rate_grants WHERE model = ?", (model,)).fetchall()]
-                wait = rules.free_at(live, now, limit, tokens)
+            # the model's row, locked, with its totals and the part of them that left the window (few grants:
+            # each leaves once)
+            count, used, gone, gone_tokens = c.execute(
+                "SELECT requests, tokens, (SELECT COUNT(*) FROM rate_grants WHERE model = ? AND at <= ?), "
+                "(SELECT COALESCE(SUM(tokens), 0) FROM rate_grants WHERE model = ? AND at <= ?) FROM rate_limits "
+                "WHERE model = ?" + self._LOCK_LIMIT, (model, edge, model, edge, model)).fetchone()
+            count, used = int(count) - int(gone), int(used) - int(gone_tokens)
+            if ((limit.requests is not None and count + 1 > limit.requests)
+                    or (limit.tokens is not None and used + tokens > limit.tokens)):
+                wait = self._rate_free_at(c, model, now, limit, tokens, count)
                 if wait is not None:
                     return wait
-            c.execute("DELETE FROM rate_grants WHERE key = ?", (key,))
-            c.execute("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)",
-                      (key, model, now, int(tokens)))
-            c.execute("UPDATE rate_limits SET updated_at = ? WHERE model = ?", (now, model))
+            if gone:
+                c.execute("DELETE FROM rate_grants WHERE model = ? AND at <= ?", (model, edge))
+            again = c.execute("DELETE FROM rate_grants WHERE key = ? RETURNING model, tokens", (key,)).fetchone()
+            if again is not None and again[0] != model:  # the same call taken again, of another model
+                c.execute("UPDATE rate_limits SET requests = requests - 1, tokens = tokens - ? WHERE model = ?",
+                          (int(again[1]), again[0]))
+                again = None
+            c.execute("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)", (key, model, now, tokens))
+            c.execute("UPDATE rate_limits SET updated_at = ?, requests = ?, tokens = ? WHERE model = ?",
+                      (now, count + 1 - (again is not None), used + tokens - (int(again[1]) if again else 0), model))
         return None
+
+    @staticmethod
+    def _rate_free_at(c, model: str, now: float, limit: rules.Limit, tokens: int, count: int) -> float | None:
+        """When a call that does not fit by the live totals (``count`` grants in the window) would."""
+        edge = now - limit.window
+        if limit.tokens is None and limit.requests is not None:  # requests alone: the grant whose leaving frees
+            leave = count + 1 - limit.requests
+            got = c.execute("SELECT at FROM rate_grants WHERE model = ? AND at > ? ORDER BY at LIMIT 1 OFFSET ?",
+                            (model, edge, leave - 1)).fetchone()
+            return None if got is None else float(got[0]) + limit.window
+        live = [(float(at), int(t)) for at, t in
+                c.execute("SELECT at, tokens FROM rate_grants WHERE model = ? AND at > ?", (model, edge)).fetchall()]
+        return rules.free_at(live, now, limit, tokens)
+
+    @staticmethod
+    def _rate_drop(c, key: str) -> bool:
+        """Remove grant ``key`` and take it out of its model's totals; False if it is gone. (Two writes and no
+        read: on PostgreSQL they go in one round trip.)"""
+        c.execute("UPDATE rate_limits SET requests = requests - 1, tokens = tokens - (SELECT g.tokens FROM "
+                  "rate_grants g WHERE g.key = ?) WHERE model = (SELECT g.model FROM rate_grants g WHERE g.key = ?)",
+                  (key, key))
+        return c.execute("DELETE FROM rate_grants WHERE key = ?", (key,)).rowcount > 0
 
     def rate_settle(self, key: str, tokens: int) -> bool:
         """Lower grant ``key``'s tokens to what the call really used (never raise them); False if gone."""
+        used = int(tokens)
         with self._tx() as c:
+            c.execute("UPDATE rate_limits SET tokens = tokens - COALESCE((SELECT g.tokens - ? FROM rate_grants g "
+                      "WHERE g.key = ? AND g.tokens > ?), 0) WHERE model = (SELECT g.model FROM rate_grants g "
+                      "WHERE g.key = ?)", (used, key, used, key))
             return c.execute("UPDATE rate_grants SET tokens = CASE WHEN ? < tokens THEN ? ELSE tokens END "
-                             "WHERE key = ?", (int(tokens), int(tokens), key)).rowcount > 0
+                             "WHERE key = ?", (used, used, key)).rowcount > 0
 
     def rate_release(self, key: str) -> bool:
         """Give grant ``key`` back whole, request and tokens: its call was not made (an open circuit breaker
         refused it); False if it is gone."""
         with self._tx() as c:
-            return c.execute("DELETE FROM rate_grants WHERE key = ?", (key,)).rowcount > 0
+            return self._rate_drop(c, key)
 
     def rate_usage(self, model: str, now: float, window: float = rules.WINDOW_S) -> tuple[int, int]:
         """The requests and tokens granted to ``model`` in the window ending at ``now``."""

@@ -188,6 +188,12 @@ def _ratelimits(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _rate_totals(conn: sqlite3.Connection) -> None:
+    from sealflow.interpreter.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_SQLITE
+
+    _statements(TOTALS_SQLITE + TOTALS_BACKFILL)(conn)
+
+
 def _deliveries(conn: sqlite3.Connection) -> None:
     from sealflow.interpreter.store.sqlite.deliveries import SCHEMA
 
@@ -232,6 +238,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (17, "fan-out: child runs (parent run, step, attempt, item index, item) and their counters", _children),
     (18, "server sign-in state shared by every server process: /ui sessions (id hashed), pending OIDC logins",
      _sessions),
+    (19, "rate limits keep the running totals of their grants (a take no longer counts the window)", _rate_totals),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -94,6 +94,21 @@ def test_an_older_schema_refuses_to_open_until_migrated(pg_schema):
     store.close()
 
 
+def test_rate_limit_grants_of_an_older_schema_get_their_running_totals(pg_schema):
+    # Given a schema at version 17 with grants of two models, one of them without its limit row
+    migrate(pg_schema.url(), target=17)
+    with pg_schema.connect() as conn:
+        conn.execute("INSERT INTO rate_limits (model, updated_at) VALUES ('m', 5)")
+        conn.cursor().executemany("INSERT INTO rate_grants (key, model, at, tokens) VALUES (%s, %s, %s, %s)",
+                                  [("a", "m", 1, 100), ("b", "m", 5, 30), ("c", "orphan", 7, 9)])
+    # When it is migrated (18)
+    assert migrate(pg_schema.url()) == [18]
+    # Then each model's totals are its grants' count and token sum
+    with pg_schema.connect() as conn:
+        got = conn.execute("SELECT model, requests, tokens, updated_at FROM rate_limits ORDER BY model").fetchall()
+    assert [tuple(r) for r in got] == [("m", 2, 130, 5.0), ("orphan", 1, 9, 7.0)]
+
+
 def test_a_newer_schema_refuses_to_open(pg_schema):
     # Given a database written by a newer sealflow
     migrate(pg_schema.url())

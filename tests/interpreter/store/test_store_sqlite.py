@@ -111,3 +111,22 @@ def test_given_nothing_due_when_sweeping_and_dispatching_then_no_write_transacti
     finally:
         other.close()
         store.close()
+
+
+def test_rate_limit_grants_of_an_older_database_get_their_running_totals(tmp_path):
+    # Given a database at schema version 18 with grants of two models, one of them without its limit row
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate(conn, target=18) == 18
+    conn.execute("INSERT INTO rate_limits (model, updated_at) VALUES ('m', 5)")
+    conn.executemany("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)",
+                     [("a", "m", 1, 100), ("b", "m", 5, 30), ("c", "orphan", 7, 9)])
+    conn.close()
+    # When the store opens it (migration 19)
+    s = open_store(f"sqlite:///{path}")
+    try:
+        # Then each model's totals are its grants' count and token sum
+        got = s._read("SELECT model, requests, tokens, updated_at FROM rate_limits ORDER BY model")
+        assert [tuple(r) for r in got] == [("m", 2, 130, 5.0), ("orphan", 1, 9, 7.0)]
+    finally:
+        s.close()

@@ -106,3 +106,66 @@ def test_the_rule_says_when_enough_old_grants_leave():
     assert free_at(grants, T0 + 30, limit, 800) == T0 + 70
     # ... and a call over the whole limit can never fit
     assert never_fits(limit, 1001) and not never_fits(limit, 1000)
+
+
+def _totals(store, model: str) -> tuple[int, int]:
+    """The model row's running totals, and the count and token sum of its grants (they must agree)."""
+    (row,) = store._read("SELECT requests, tokens FROM rate_limits WHERE model = ?", (model,))
+    (grants,) = store._read("SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM rate_grants WHERE model = ?", (model,))
+    assert (int(row[0]), int(row[1])) == (int(grants[0]), int(grants[1])), (row, grants)
+    return int(row[0]), int(row[1])
+
+
+def test_the_running_totals_follow_every_take_settle_release_and_expiry(store):
+    # Given a model limited by requests and tokens
+    limit = Limit(requests=5, tokens=1000)
+    # When calls are granted, one taken again under the same key, one settled lower, one released
+    assert store.rate_take("m", "a", T0, limit, 300) is None
+    assert store.rate_take("m", "b", T0 + 1, limit, 200) is None
+    assert store.rate_take("m", "b", T0 + 2, limit, 250) is None  # the same call again: its old grant goes
+    assert _totals(store, "m") == (2, 550)
+    assert store.rate_settle("b", 50) is True and _totals(store, "m") == (2, 350)
+    assert store.rate_settle("b", 400) is True and _totals(store, "m") == (2, 350)  # never raised
+    assert store.rate_release("a") is True and _totals(store, "m") == (1, 50)
+    assert store.rate_release("a") is False and store.rate_settle("a", 1) is False
+    # Then a take after the window drops the old grant from the totals and counts only the new one
+    assert store.rate_take("m", "c", T0 + 62, limit, 100) is None
+    assert _totals(store, "m") == (1, 100) and store.rate_usage("m", T0 + 62) == (1, 100)
+    # And a refused take changes nothing
+    assert store.rate_take("m", "d", T0 + 63, limit, 950) == pytest.approx(T0 + 122)
+    assert _totals(store, "m") == (1, 100)
+    # And a call taken again for another model leaves the first model's totals
+    assert store.rate_take("other", "e", T0 + 63, limit, 70) is None and _totals(store, "other") == (1, 70)
+    assert store.rate_take("m", "e", T0 + 64, limit, 80) is None
+    assert _totals(store, "other") == (0, 0) and _totals(store, "m") == (2, 180)
+
+
+def test_a_request_limit_over_many_grants_says_when_the_oldest_needed_leaves(store):
+    # Given 50 grants of a limit of 50 requests, one a second
+    limit = Limit(requests=50)
+    for i in range(50):
+        assert store.rate_take("busy", f"g{i}", T0 + i, limit, 0) is None
+    # When one more asks at T0+55 / Then it waits for the first grant to leave, as the sliding window says
+    live = [(T0 + i, 0) for i in range(50)]
+    assert store.rate_take("busy", "late", T0 + 55, limit, 0) == pytest.approx(free_at(live, T0 + 55, limit, 0))
+    assert store.rate_take("busy", "late", T0 + 55, limit, 0) == pytest.approx(T0 + 60)
+    # When six grants have left (T0 to T0+5, at T0+65) / Then six more fit, and the next waits for the T0+6 one
+    for i in range(6):
+        assert store.rate_take("busy", f"n{i}", T0 + 65, limit, 0) is None
+    assert store.rate_take("busy", "n6", T0 + 65, limit, 0) == pytest.approx(T0 + 66)
+    assert _totals(store, "busy") == (50, 0)
+
+
+def test_the_server_sweep_removes_idle_keys_with_their_grants_and_keeps_the_totals_of_live_ones(store):
+    # Given two server rate-limit keys: one idle for longer than the window, one used just now
+    limit = Limit(requests=10)
+    for i in range(3):
+        assert store.rate_take("@http:idle", f"i{i}", T0 + i, limit, 0) is None
+    assert store.rate_take("@http:live", "l0", T0, limit, 0) is None
+    assert store.rate_take("@http:live", "l1", T0 + 100, limit, 0) is None
+    # When the server sweeps at T0+100 with a 60 s window
+    store.server_sweep(T0 + 100, 60.0)
+    # Then the idle key and its grants are gone; the live key keeps its row and totals, which agree with its grants
+    assert store._read("SELECT model FROM rate_limits WHERE model = ?", ("@http:idle",)) == []
+    assert store._read("SELECT key FROM rate_grants WHERE model = ?", ("@http:idle",)) == []
+    assert _totals(store, "@http:live") == (1, 0)  # (its old grant left at its own take)
