@@ -125,6 +125,15 @@ def release(x: Execution, grant: Grant | None) -> None:
         log.exception("rate limit of model %r: could not give back call %s", grant.model, grant.key)
 
 
+def ended(x: Execution, grant: Grant | None, *, made: bool, used_tokens: Any = 0) -> None:
+    """A call through the model's circuit breaker ended: :func:`settle` its grant when the request was
+    ``made``, else (the breaker refused it) :func:`release` it."""
+    if made:
+        settle(x, grant, used_tokens)
+    else:
+        release(x, grant)
+
+
 def _at(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -146,10 +146,8 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
         exc = box.get("error")
         usage.call(x, model, request, answered=None, tokens=getattr(exc, "tokens", 0),
                    cost=getattr(exc, "cost_usd", 0.0), error=outcome.error_class)
-        if box.get("called"):
-            limits.settle(x, grant, getattr(exc, "tokens", 0))
-        else:  # the model's circuit breaker refused it: no request was made, so none is counted
-            limits.release(x, grant)
+        # (the model's circuit breaker refused it when it was not called: no request made, none counted)
+        limits.ended(x, grant, made=bool(box.get("called")), used_tokens=getattr(exc, "tokens", 0))
     return outcome
 
 

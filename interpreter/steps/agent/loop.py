@@ -161,10 +161,7 @@ class AgentLoop:
             answered = through_model(x, agent.model, provider,  # the model's circuit breaker, if configured
                                      lambda: call(x, ask, None))
             if isinstance(answered, Failed):
-                if made:
-                    rate_limits.settle(x, taken, 0)
-                else:  # the breaker refused the turn: no request was made
-                    rate_limits.release(x, taken)
+                rate_limits.ended(x, taken, made=bool(made))  # not made: the breaker refused the turn
                 return self.fail(answered.error_class, answered.message, answered.retry_after,
                                  timed_out=answered.timed_out)
             result = answered.output
