@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from dramatiq.brokers.stub import StubBroker
@@ -10,7 +11,10 @@ from sealflow.interpreter.core import states
 from sealflow.interpreter.engine import capability
 from sealflow.interpreter.service import readiness
 from sealflow.interpreter.service.status import RunStatus
+from sealflow.interpreter.store.errors import StoreUnavailable
 from sealflow.interpreter.store.records import Message
+
+log = logging.getLogger("sealflow.run")
 
 #: how often ``drive`` looks again at a run waiting in line for a lock or pool slot (seconds)
 _SLOT_POLL_S = 0.1
@@ -19,6 +23,11 @@ _ELSEWHERE_POLL_S = 0.05
 #: how often `drive` asks the store whether the message another process took was left there (it lacked what
 #: the step needs): then this process takes the step over, or says why it waits
 _LEFT_POLL_S = 1.0
+#: how long ``drive`` rides out a store that does not answer (a PostgreSQL restart, a failover) before it gives
+#: up with the store's error; the run is safe in the store meanwhile, and its steps go on once it answers
+STORE_OUTAGE_S = 300.0
+#: the first and the longest pause between two looks at a store that does not answer (seconds)
+_OUTAGE_FIRST_S, _OUTAGE_MAX_S = 0.5, 10.0
 
 
 class Driving:
@@ -38,6 +47,48 @@ class Driving:
         stop_at = None if timeout is None else time.monotonic() + timeout
         idle_rounds = 0
         left_looked, taken_over = 0.0, set()
+        outage: list[float] = []  # when the store stopped answering, and the next pause
+        while True:
+            try:
+                verdict = self._drive_round(run_id, until, threshold, stop_at, idle_rounds, left_looked, taken_over)
+            except StoreUnavailable as exc:
+                self._ride_out(exc, outage, stop_at)
+                continue
+            if outage:
+                log.warning("the store answers again after %.0f s; going on with run %s",
+                            time.monotonic() - outage[0], run_id)
+                outage.clear()
+            if verdict is None:
+                break
+            idle_rounds, left_looked = verdict
+        while True:
+            try:
+                return readiness.note_left(self, self.status(run_id))
+            except StoreUnavailable as exc:
+                self._ride_out(exc, outage, stop_at)
+
+    def _ride_out(self, exc: StoreUnavailable, outage: list[float], stop_at: float | None) -> None:
+        """A store server that did not answer (``rides_out_outages``: PostgreSQL): wait and look again, saying
+        so, until :data:`STORE_OUTAGE_S` (or the caller's timeout) has passed; then the store's error goes up.
+        A SQLite file's error (disk full, read-only) goes up at once: waiting would not fix it."""
+        if not getattr(self.store, "rides_out_outages", False):  # a local file (disk full, read-only): say it now
+            raise exc
+        now = time.monotonic()
+        if not outage:
+            outage[:] = [now, _OUTAGE_FIRST_S]
+        waited, pause = now - outage[0], outage[1]
+        limit = getattr(self, "store_outage_s", STORE_OUTAGE_S)
+        if waited + pause > limit or (stop_at is not None and now + pause > stop_at):
+            raise exc
+        log.warning("%s; retrying in %.1f s (%.0f s so far; the run is safe in the store and goes on once it "
+                    "answers)", exc, pause, waited)
+        time.sleep(pause)
+        outage[1] = min(pause * 2, _OUTAGE_MAX_S)
+
+    def _drive_round(self, run_id: str, until: str, threshold: float, stop_at: float | None, idle_rounds: int,
+                     left_looked: float, taken_over: set) -> tuple[int, float] | None:
+        """One look at the run (see :meth:`drive`): None when it has settled (or the time is up), else the
+        idle rounds and when the left step was looked at, for the next round."""
         while True:
             sent = self.dispatcher.flush()
             self._join()
@@ -47,16 +98,20 @@ class Driving:
                 continue
             run = self.store.get_run(run_id)
             if run.state in states.RUN_FINAL or (run.state == "waiting" and self._awaits_human(run_id)):
-                break
+                return None
             if run_id in self.engine.left and not report.redelivered:  # its step needs what this process lacks
-                break
+                return None
             due = self.store.next_due(run_id, redeliver_after=self.redeliver_after)
             fanned = self._children_due(run_id)  # a fan-out step waits for child runs: their next due time
             if fanned is not None:
                 due = fanned if due is None else min(due, fanned)
             if stop_at is not None and time.monotonic() >= stop_at:
-                break
-            elsewhere = self._worked_elsewhere(run_id)
+                return None
+            active = self.store.active_attempt(run_id)
+            elsewhere = self._worked_elsewhere(run_id, active)
+            # running under this process's lease with nothing here running it (_join waited for that): its
+            # result was lost (the store went away as it committed); the lease's end sends it again, soon
+            orphaned = active is not None and active.state == "running" and active.lease_owner == self.owner
             if elsewhere and time.monotonic() - left_looked >= _LEFT_POLL_S:
                 left_looked = time.monotonic()
                 verdict = self._take_over_left(run, taken_over)
@@ -64,19 +119,19 @@ class Driving:
                     idle_rounds = 0
                     continue
                 if verdict == "lacking":  # left elsewhere, and this process lacks it too: say why it waits
-                    break
+                    return None
             if due is None and not elsewhere:
-                break
+                return None
             delay = _ELSEWHERE_POLL_S if due is None else due - self.clock.now()
             if delay > _SLOT_POLL_S and self._waits_in_line(run_id):  # a holder elsewhere may let go any time
                 delay = _SLOT_POLL_S
             if elsewhere:  # another process runs its step (or took its message): wait for that, not its lease
                 delay = min(delay, _ELSEWHERE_POLL_S)
-            elif until == "settled" and delay > threshold:
-                break
+            elif until == "settled" and delay > threshold and not orphaned:
+                return None
             idle_rounds += 1
             self.clock.sleep(max(delay, 0.001 * min(idle_rounds, 50)))
-        return readiness.note_left(self, self.status(run_id))
+            return idle_rounds, left_looked
 
     def _children_due(self, run_id: str) -> float | None:
         """When the first child run of the fan-out step the run waits on has something due (None: the run
@@ -88,16 +143,15 @@ class Driving:
         for child in self.store.children(run_id, active.step_id, active.attempt):
             if child.state in states.RUN_FINAL or child.state == "created":
                 continue
-            got = self.clock.now() if self._worked_elsewhere(child.id) else \
+            got = self.clock.now() if self._worked_elsewhere(child.id, self.store.active_attempt(child.id)) else \
                 self.store.next_due(child.id, redeliver_after=self.redeliver_after)
             if got is not None:
                 due = got if due is None else min(due, got)
         return due
 
-    def _worked_elsewhere(self, run_id: str) -> bool:
-        """Another process executes the run's step now (its attempt runs under another lease owner), or took
-        its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
-        active = self.store.active_attempt(run_id)
+    def _worked_elsewhere(self, run_id: str, active) -> bool:
+        """Another process executes the run's step now (its ``active`` attempt runs under another lease owner),
+        or took its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
         if active is not None and active.state == "running" and active.lease_owner != self.owner:
             return True
         return any(row.sent_at is not None for row in self.store.outbox(run_id))

@@ -250,13 +250,18 @@ def drive_live(rt, run_id: str, *, until: str = "settled"):
         except BaseException as exc:  # re-raised on the calling thread
             done["error"] = exc
 
+    from sealflow.interpreter.store.errors import StoreUnavailable
+
     timeline = LiveTimeline()
     thread = threading.Thread(target=work, name="sealflow-drive", daemon=True)
     thread.start()
     while thread.is_alive():
         thread.join(0.1)
         if thread.is_alive():
-            timeline.update(rt.status(run_id))
+            try:
+                timeline.update(rt.status(run_id))
+            except StoreUnavailable:  # the driving thread says so and rides it out, or gives up with it
+                thread.join(1.0)
     if "error" in done:
         raise done["error"]
     timeline.update(done["status"])

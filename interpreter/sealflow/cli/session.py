@@ -240,6 +240,9 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     url = store_location(store_url)
     # the command line has said so itself (load_access): no second copy from the runtime's logger
     logging.getLogger("sealflow.access").setLevel(logging.ERROR)
+    # a store server that does not answer is said once per look by `drive` (sealflow.run), not by every
+    # connection attempt of the pool
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     from sealflow.interpreter.core.errors import ConfigError
 
     try:

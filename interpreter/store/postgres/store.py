@@ -105,6 +105,9 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
+    #: a server that restarts or fails over comes back: a caller waiting for a run rides out its outage
+    #: (service/driving.py) instead of failing at once, as it does on a SQLite file's error
+    rides_out_outages = True
     _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sqlite/steps.py)
 
     def __init__(self, url: str, *, migrate: bool | None = None, clock: str | None = None,
