@@ -3,10 +3,10 @@
 Table ``rate_limits`` holds one row per limited model (the lock every taker of that model goes
 through) with the running totals of its grants (``requests``, ``tokens``); ``rate_grants`` holds the
 calls granted, each with its tokens (the worst case when granted, the real figure once settled). The
-totals are always the count and the token sum of the model's rows in ``rate_grants``: every statement
-here that adds, lowers or removes a grant moves them in the same transaction, so a take costs the same
-whatever ``requests_per_minute`` is (it used to count the window's grants at every call: a few thousand
-rows under the writers' lock at a high limit).
+totals are always the count and the token sum of the model's rows in ``rate_grants``: triggers move them
+in the same transaction as any statement that adds, changes or removes a grant (see :data:`TOTALS_SQLITE`),
+so a take costs the same whatever ``requests_per_minute`` is (it used to count the window's grants at
+every call: a few thousand rows under the writers' lock at a high limit).
 
 :meth:`rate_take` removes the model's grants that left the window (moving the totals), compares the
 totals with the limit and records the grant in one transaction: on SQLite ``BEGIN IMMEDIATE`` (one
@@ -32,22 +32,62 @@ PG_SCHEMA = SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("INTEGER", "BIGIN
 
 
 #: the running totals (schema migration 19 on SQLite, 18 on PostgreSQL): ``requests`` and ``tokens`` of a
-#: model's ``rate_limits`` row are the count and the token sum of its ``rate_grants`` rows
+#: model's ``rate_limits`` row are the count and the token sum of its ``rate_grants`` rows, kept so by triggers
+#: on every insert, delete and change of a grant (whoever writes it: a worker of an older sealflow still running
+#: during an upgrade, which knows nothing of the totals, keeps them right too); removing a model's row removes
+#: its grants, so no grant outlives its row and its totals
 TOTALS_SQLITE = """
 ALTER TABLE rate_limits ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE rate_limits ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+CREATE TRIGGER rate_grants_added AFTER INSERT ON rate_grants BEGIN
+  INSERT OR IGNORE INTO rate_limits (model, updated_at) VALUES (NEW.model, NEW.at);
+  UPDATE rate_limits SET requests = requests + 1, tokens = tokens + NEW.tokens WHERE model = NEW.model;
+END;
+CREATE TRIGGER rate_grants_removed AFTER DELETE ON rate_grants BEGIN
+  UPDATE rate_limits SET requests = requests - 1, tokens = tokens - OLD.tokens WHERE model = OLD.model;
+END;
+CREATE TRIGGER rate_grants_changed AFTER UPDATE OF model, tokens ON rate_grants BEGIN
+  UPDATE rate_limits SET requests = requests - 1, tokens = tokens - OLD.tokens WHERE model = OLD.model;
+  INSERT OR IGNORE INTO rate_limits (model, updated_at) VALUES (NEW.model, NEW.at);
+  UPDATE rate_limits SET requests = requests + 1, tokens = tokens + NEW.tokens WHERE model = NEW.model;
+END;
+CREATE TRIGGER rate_limits_removed AFTER DELETE ON rate_limits BEGIN
+  DELETE FROM rate_grants WHERE model = OLD.model;
+END;
 """
 TOTALS_PG = """
 ALTER TABLE rate_limits ADD COLUMN IF NOT EXISTS requests BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE rate_limits ADD COLUMN IF NOT EXISTS tokens BIGINT NOT NULL DEFAULT 0;
+CREATE OR REPLACE FUNCTION sealflow_rate_totals() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP IN ('DELETE', 'UPDATE') THEN
+    UPDATE rate_limits SET requests = requests - 1, tokens = tokens - OLD.tokens WHERE model = OLD.model;
+  END IF;
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    INSERT INTO rate_limits (model, updated_at) VALUES (NEW.model, NEW.at) ON CONFLICT DO NOTHING;
+    UPDATE rate_limits SET requests = requests + 1, tokens = tokens + NEW.tokens WHERE model = NEW.model;
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER rate_grants_totals AFTER INSERT OR DELETE OR UPDATE OF model, tokens ON rate_grants
+  FOR EACH ROW EXECUTE FUNCTION sealflow_rate_totals();
+CREATE OR REPLACE FUNCTION sealflow_rate_limit_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM rate_grants WHERE model = OLD.model;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER rate_limits_removed AFTER DELETE ON rate_limits FOR EACH ROW
+  EXECUTE FUNCTION sealflow_rate_limit_removed();
 """
-#: the totals of the grants already there (both backends), and a row for a model with grants but none
+#: the totals of the grants already there (both backends, after the triggers exist), and a row for a model with
+#: grants but none
 TOTALS_BACKFILL = """
+INSERT INTO rate_limits (model, updated_at) SELECT model, MAX(at) FROM rate_grants
+  WHERE model NOT IN (SELECT model FROM rate_limits) GROUP BY model;
 UPDATE rate_limits SET requests = (SELECT COUNT(*) FROM rate_grants g WHERE g.model = rate_limits.model),
   tokens = (SELECT COALESCE(SUM(g.tokens), 0) FROM rate_grants g WHERE g.model = rate_limits.model);
-INSERT INTO rate_limits (model, updated_at, requests, tokens) SELECT model, MAX(at), COUNT(*), SUM(tokens)
-  FROM rate_grants WHERE model NOT IN (SELECT model FROM rate_limits) GROUP BY model;
 """
+
 
 class RateLimitsMixin:
     #: how the model's row is locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer at a time)
@@ -72,16 +112,11 @@ class RateLimitsMixin:
                 wait = self._rate_free_at(c, model, now, limit, tokens, count)
                 if wait is not None:
                     return wait
-            if gone:
+            if gone:  # (the triggers take them out of the totals, as they add the new grant below)
                 c.execute("DELETE FROM rate_grants WHERE model = ? AND at <= ?", (model, edge))
-            again = c.execute("DELETE FROM rate_grants WHERE key = ? RETURNING model, tokens", (key,)).fetchone()
-            if again is not None and again[0] != model:  # the same call taken again, of another model
-                c.execute("UPDATE rate_limits SET requests = requests - 1, tokens = tokens - ? WHERE model = ?",
-                          (int(again[1]), again[0]))
-                again = None
+            c.execute("DELETE FROM rate_grants WHERE key = ?", (key,))  # the same call taken again: its old grant
             c.execute("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)", (key, model, now, tokens))
-            c.execute("UPDATE rate_limits SET updated_at = ?, requests = ?, tokens = ? WHERE model = ?",
-                      (now, count + 1 - (again is not None), used + tokens - (int(again[1]) if again else 0), model))
+            c.execute("UPDATE rate_limits SET updated_at = ? WHERE model = ?", (now, model))
         return None
 
     @staticmethod
@@ -97,30 +132,17 @@ class RateLimitsMixin:
                 c.execute("SELECT at, tokens FROM rate_grants WHERE model = ? AND at > ?", (model, edge)).fetchall()]
         return rules.free_at(live, now, limit, tokens)
 
-    @staticmethod
-    def _rate_drop(c, key: str) -> bool:
-        """Remove grant ``key`` and take it out of its model's totals; False if it is gone. (Two writes and no
-        read: on PostgreSQL they go in one round trip.)"""
-        c.execute("UPDATE rate_limits SET requests = requests - 1, tokens = tokens - (SELECT g.tokens FROM "
-                  "rate_grants g WHERE g.key = ?) WHERE model = (SELECT g.model FROM rate_grants g WHERE g.key = ?)",
-                  (key, key))
-        return c.execute("DELETE FROM rate_grants WHERE key = ?", (key,)).rowcount > 0
-
     def rate_settle(self, key: str, tokens: int) -> bool:
         """Lower grant ``key``'s tokens to what the call really used (never raise them); False if gone."""
-        used = int(tokens)
         with self._tx() as c:
-            c.execute("UPDATE rate_limits SET tokens = tokens - COALESCE((SELECT g.tokens - ? FROM rate_grants g "
-                      "WHERE g.key = ? AND g.tokens > ?), 0) WHERE model = (SELECT g.model FROM rate_grants g "
-                      "WHERE g.key = ?)", (used, key, used, key))
             return c.execute("UPDATE rate_grants SET tokens = CASE WHEN ? < tokens THEN ? ELSE tokens END "
-                             "WHERE key = ?", (used, used, key)).rowcount > 0
+                             "WHERE key = ?", (int(tokens), int(tokens), key)).rowcount > 0
 
     def rate_release(self, key: str) -> bool:
         """Give grant ``key`` back whole, request and tokens: its call was not made (an open circuit breaker
         refused it); False if it is gone."""
         with self._tx() as c:
-            return self._rate_drop(c, key)
+            return c.execute("DELETE FROM rate_grants WHERE key = ?", (key,)).rowcount > 0
 
     def rate_usage(self, model: str, now: float, window: float = rules.WINDOW_S) -> tuple[int, int]:
         """The requests and tokens granted to ``model`` in the window ending at ``now``."""

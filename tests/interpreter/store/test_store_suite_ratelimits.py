@@ -169,3 +169,27 @@ def test_the_server_sweep_removes_idle_keys_with_their_grants_and_keeps_the_tota
     assert store._read("SELECT model FROM rate_limits WHERE model = ?", ("@http:idle",)) == []
     assert store._read("SELECT key FROM rate_grants WHERE model = ?", ("@http:idle",)) == []
     assert _totals(store, "@http:live") == (1, 0)  # (its old grant left at its own take)
+
+
+def test_grants_written_by_an_older_sealflow_that_knows_no_totals_keep_them_right(store):
+    # Given a model with a grant taken by this sealflow
+    limit = Limit(requests=3)
+    assert store.rate_take("m", "new", T0, limit, 10) is None
+    # When a worker of an older sealflow (mid-upgrade) writes grants as it did: no totals moved by its statements
+    with store._tx() as c:
+        c.execute("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)", ("old1", "m", T0 + 1, 20))
+        c.execute("INSERT INTO rate_grants (key, model, at, tokens) VALUES (?, ?, ?, ?)", ("old2", "m", T0 + 2, 30))
+        c.execute("UPDATE rate_grants SET tokens = CASE WHEN ? < tokens THEN ? ELSE tokens END WHERE key = ?",
+                  (5, 5, "old2"))
+    # Then the totals count its grants too, and the limit holds across both versions' grants
+    assert _totals(store, "m") == (3, 35)
+    assert store.rate_take("m", "over", T0 + 3, limit, 10) == pytest.approx(T0 + 60)
+    # When the older worker removes the window's old grants and then the model's row (its sweep did so)
+    with store._tx() as c:
+        c.execute("DELETE FROM rate_grants WHERE model = ? AND at <= ?", ("m", T0 + 0.5))
+    assert _totals(store, "m") == (2, 25)
+    with store._tx() as c:
+        c.execute("DELETE FROM rate_limits WHERE model = ?", ("m",))
+    # Then no grant outlives its row: a new take starts from nothing and its totals agree with its grants
+    assert store._read("SELECT key FROM rate_grants WHERE model = ?", ("m",)) == []
+    assert store.rate_take("m", "again", T0 + 4, limit, 7) is None and _totals(store, "m") == (1, 7)
