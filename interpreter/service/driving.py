@@ -23,8 +23,9 @@ _ELSEWHERE_POLL_S = 0.05
 #: how often `drive` asks the store whether the message another process took was left there (it lacked what
 #: the step needs): then this process takes the step over, or says why it waits
 _LEFT_POLL_S = 1.0
-#: how long ``drive`` rides out a store that does not answer (a PostgreSQL restart, a failover) before it gives
-#: up with the store's error; the run is safe in the store meanwhile, and its steps go on once it answers
+#: how long the command line's ``drive`` rides out a store server that does not answer (a PostgreSQL restart,
+#: a failover) before it gives up with the store's error (``Runtime.store_outage_s``; 0, the library's default:
+#: the error goes up at once); the run is safe in the store meanwhile, and its steps go on once it answers
 STORE_OUTAGE_S = 300.0
 #: the first and the longest pause between two looks at a store that does not answer (seconds)
 _OUTAGE_FIRST_S, _OUTAGE_MAX_S = 0.5, 10.0
@@ -33,6 +34,10 @@ _OUTAGE_FIRST_S, _OUTAGE_MAX_S = 0.5, 10.0
 class Driving:
     """Methods of :class:`~sealflow.interpreter.service.runtime.Runtime` (see its module); they use its store,
     engine, broker and clock."""
+
+    #: seconds ``drive`` rides out a store server that does not answer (0: not at all; the command line sets
+    #: :data:`STORE_OUTAGE_S`); a step whose commit the store lost is then also waited for until its lease ends
+    store_outage_s: float = 0.0
 
     def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
               sleep_threshold: float | None = None) -> RunStatus:
@@ -69,15 +74,15 @@ class Driving:
 
     def _ride_out(self, exc: StoreUnavailable, outage: list[float], stop_at: float | None) -> None:
         """A store server that did not answer (``rides_out_outages``: PostgreSQL): wait and look again, saying
-        so, until :data:`STORE_OUTAGE_S` (or the caller's timeout) has passed; then the store's error goes up.
-        A SQLite file's error (disk full, read-only) goes up at once: waiting would not fix it."""
-        if not getattr(self.store, "rides_out_outages", False):  # a local file (disk full, read-only): say it now
+        so, until ``store_outage_s`` (or the caller's timeout) has passed; then the store's error goes up. With
+        ``store_outage_s`` 0, and on a SQLite file's error (disk full, read-only), it goes up at once."""
+        limit = self.store_outage_s
+        if not limit or not getattr(self.store, "rides_out_outages", False):  # (a SQLite file: say it now)
             raise exc
         now = time.monotonic()
         if not outage:
             outage[:] = [now, _OUTAGE_FIRST_S]
         waited, pause = now - outage[0], outage[1]
-        limit = getattr(self, "store_outage_s", STORE_OUTAGE_S)
         if waited + pause > limit or (stop_at is not None and now + pause > stop_at):
             raise exc
         log.warning("%s; retrying in %.1f s (%.0f s so far; the run is safe in the store and goes on once it "
@@ -111,7 +116,8 @@ class Driving:
             elsewhere = self._worked_elsewhere(run_id, active)
             # running under this process's lease with nothing here running it (_join waited for that): its
             # result was lost (the store went away as it committed); the lease's end sends it again, soon
-            orphaned = active is not None and active.state == "running" and active.lease_owner == self.owner
+            orphaned = self.store_outage_s > 0 and active is not None and active.state == "running" \
+                and active.lease_owner == self.owner
             if elsewhere and time.monotonic() - left_looked >= _LEFT_POLL_S:
                 left_looked = time.monotonic()
                 verdict = self._take_over_left(run, taken_over)

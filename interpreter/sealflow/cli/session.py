@@ -251,6 +251,9 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     except (StoreError, ConfigError) as exc:
         fail_usage(str(exc))
     rt.engine.trust_gate = executor_gate(trust, rt.engine.actor)
+    from sealflow.interpreter.service.driving import STORE_OUTAGE_S
+
+    rt.store_outage_s = STORE_OUTAGE_S  # a command waiting for its run rides out a store server's restart
     try:
         yield rt
     finally:
