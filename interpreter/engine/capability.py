@@ -10,7 +10,9 @@ have run it.
 The engine asks :func:`step_lacks` *before* claiming (:meth:`~sealflow.interpreter.engine.engine.Engine.handle`)
 and leaves such a step alone: nothing changes (no attempt consumed, no lease, no dead letter). Its outbox row
 stays sent, so the sweeper of any process sends it again after ``redeliver_after`` and a fresh embedded process
-sends it at start: a process that has what the step needs claims it then. :func:`plan_lacks` is the same
+sends it at start: a process that has what the step needs claims it then. Sooner, a long-lived worker that
+has it takes the step over as soon as it reads the ``step.left`` event (:mod:`sealflow.interpreter.service.takeover`),
+and so does a ``sealflow run`` waiting for its own run. :func:`plan_lacks` is the same
 question for every step of a run (an operator's act that would continue it: service/readiness.py).
 
 A verdict is not a lack: a trust policy that refuses the run, an unsigned run on a worker that executes only

@@ -14,7 +14,7 @@ import time
 
 from sealflow.interpreter.engine import recovery
 from sealflow.interpreter.policy import authz
-from sealflow.interpreter.service import liveness, notifications
+from sealflow.interpreter.service import liveness, notifications, takeover
 from sealflow.interpreter.service.liveness import BrokerUnavailable
 from sealflow.interpreter.store.errors import StoreError
 
@@ -54,11 +54,20 @@ class Serving:
         silent_for = dead_after if hasattr(self.store, "heartbeat") else None
         if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
             notifications.Deliverer.of(self).start(stop)
-        check_at = time.monotonic() + dead_owner_check
-        sweep_at = 0.0
         rounds = liveness.Outage("dispatch/sweep rounds work again", logger=logging.getLogger("sealflow.runtime"),
                                  level=logging.ERROR, over_level=logging.WARNING)
         listening = liveness.Outage("the store's wake-ups work again")
+        left = takeover.LeftSteps(self)  # steps other processes left for want of what they need
+        try:
+            self._serve_rounds(stop, watch, retention, left, rounds, listening, interval, dead_owner_check,
+                               silent_for)
+        finally:
+            left.close()
+
+    def _serve_rounds(self, stop: threading.Event, watch, retention, left, rounds, listening, interval: float,
+                      dead_owner_check: float, silent_for: float | None) -> None:
+        check_at = time.monotonic() + dead_owner_check
+        sweep_at = 0.0
         while not stop.is_set():
             try:
                 if watch.check():
@@ -75,6 +84,7 @@ class Serving:
                     sweep_at = time.monotonic() + interval
                 if retention is not None:
                     retention.maybe_prune(self.store, self.clock.now(), self.engine.actor)
+                left.maybe_check()
                 rounds.ok()
             except BrokerUnavailable as exc:  # a send failed: resend what was taken once the broker answers
                 watch.lost(exc)

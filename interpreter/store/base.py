@@ -232,8 +232,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def audit(self, run_id: str | None = None, *, limit: int | None = None,
-              event: str | None = None) -> list[AuditRecord]:
-        """Audit events, oldest first: of run ``run_id`` (None: every run's), only those called ``event``."""
+              event: str | None = None, after: int | None = None) -> list[AuditRecord]:
+        """Audit events, oldest first: of run ``run_id`` (None: every run's), only those called ``event``, only
+        those appended after the event of id ``after``."""
+
+    @abc.abstractmethod
+    def audit_last_id(self) -> int:
+        """The id of the newest audit event (0: none): where a reader of events from now on starts."""
 
     @abc.abstractmethod
     def append_audit(self, event: AuditEvent, now: float) -> None:

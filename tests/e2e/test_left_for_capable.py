@@ -143,6 +143,37 @@ def test_a_worker_without_the_module_leaves_the_message_to_a_worker_with_it(depl
     assert effects(deployment.tmp) == [("one",), ("three",), ("two",)]
 
 
+class Patient(Bare):
+    """Workers that send a message again only after Sealflow's default minute."""
+
+    def worker_args(self, *extra: str) -> list[str]:
+        return [a for a in super().worker_args(*extra) if a not in ("--redeliver-after", "1")]
+
+
+def test_a_worker_with_the_module_takes_over_a_step_another_worker_left_without_waiting_for_its_redelivery(
+        tmp_path):
+    d = Patient(tmp_path, redis_or_skip())
+    try:
+        # Given a worker without the custom module that has taken run B's message and left the step
+        d.start_worker("bare", "--actions", "sealflow.demo", "--allow-open")
+        d.wait_ready("bare")
+        run_b = d.submit()
+        deadline = time.monotonic() + 30
+        while "left step 'one'" not in d.log("bare") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert attempts(d.tmp, run_b) == [("one", 1, "scheduled", None)], d.log("bare")
+        # When a worker with the module joins (each sends an unclaimed message again only after 60 s)
+        joined = time.monotonic()
+        d.start_worker("capable", "--actions", str(ACTIONS), "--allow-open")
+        d.wait_completed([run_b], timeout=25)
+        # Then it took the step over from the store's record of who left it, well before any redelivery,
+        # and B completed with each effect once
+        assert time.monotonic() - joined < 25 and "taking over step 'one' (attempt 1)" in d.log("capable")
+        assert effects(d.tmp) == [("one",), ("three",), ("two",)]
+    finally:
+        d.close()
+
+
 SECRET_ACTIONS = '''
 from sealflow import action
 

@@ -49,9 +49,12 @@ class Reads:
         return [rows.outbox(r) for r in got]
 
     def audit(self, run_id: str | None = None, *, limit: int | None = None,
-              event: str | None = None) -> list[AuditRecord]:
+              event: str | None = None, after: int | None = None) -> list[AuditRecord]:
         lim = f" LIMIT {int(limit)}" if limit else ""
         where, args = [], []
+        if after is not None:
+            where.append("id > ?")
+            args.append(int(after))
         if run_id is not None:
             where.append("run_id = ?")
             args.append(run_id)
@@ -61,6 +64,10 @@ class Reads:
         cond = f" WHERE {' AND '.join(where)}" if where else ""
         got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit{cond} ORDER BY id{lim}", tuple(args))
         return [rows.audit(r) for r in got]
+
+    def audit_last_id(self) -> int:
+        got = self._read("SELECT MAX(id) FROM audit")
+        return int(got[0][0] or 0)
 
     # -- the audit chain and tenant usage ------------------------------------------------------------
     def audit_chain(self, tenant: str) -> list[tuple]:
