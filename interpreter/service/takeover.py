@@ -33,8 +33,9 @@ log = logging.getLogger("sealflow.worker")
 EVERY_S = 1.0
 #: takeovers running at once in one process (each runs one step on a thread of its own)
 AT_ONCE = 2
-#: ``step.left`` events read a look at most
-_BATCH = 500
+#: ``step.left`` events read a look at most; steps queued for a takeover thread at most (past it, a left step
+#: waits for its redelivery, as before)
+_BATCH, _QUEUED = 500, 100
 #: how far back (audit events) the first look starts: steps left just before this worker started
 _LOOKBACK = 5000
 
@@ -97,7 +98,7 @@ class LeftSteps:
 
     def _take(self, key: tuple[str, str, int], message: Message, left_by: str) -> bool:
         with self._lock:
-            if key in self._running:
+            if key in self._running or len(self._running) >= _QUEUED:
                 return False
             self._running.add(key)
         log.info("taking over step %r (attempt %d) of run %s, left by %s", message.step_id, message.attempt,
