@@ -55,24 +55,35 @@ def world(tmp_path, capsys):
     return {"store": store, "access": str(access), "tokens": tokens, "common": common}
 
 
-def test_under_an_access_policy_only_an_operator_creates_lists_or_revokes_tokens(world, tmp_path, capsys):
-    # Given the access policy with an operator added; ana is a member of acme, not an operator
+def test_under_an_access_policy_a_member_manages_its_own_tokens_and_an_operator_anyones(world, tmp_path, capsys):
+    # Given the access policy with an operator added; ana and ben are members of acme, not operators
     policy = tmp_path / "with-operator.yaml"
     policy.write_text("operators: [user:root]\n" + ACCESS)
     store = ("--store", world["store"], "--access", str(policy))
-    ana_id = world["tokens"]["ana"]["id"]
-    # When ana creates a token for ben, lists the tokens or revokes one
-    for argv in (("create", "--principal", "user:ben", "--tenant", "acme"), ("list",), ("revoke", ana_id)):
-        code, out, err = cli(capsys, "tokens", *argv, *store, "--as", "user:ana")
-        # Then each is refused, saying who may, and nothing is printed or changed
-        assert code == 1 and "only an operator of the access policy" in err and "sf_" not in out, argv
-    code, out, _ = cli(capsys, "tokens", "list", *store, "--as", "user:root", "--json")
-    assert code == 0 and len(json.loads(out)) == 2 and all(t["revoked_at"] is None for t in json.loads(out))
-    # And the operator may do each
-    code, out, _ = cli(capsys, "tokens", "create", "--principal", "user:ben", "--tenant", "acme", *store,
-                       "--as", "user:root", "--json")
-    assert code == 0 and json.loads(out)["token"].startswith("sf_")
-    code, out, _ = cli(capsys, "tokens", "revoke", ana_id, *store, "--as", "user:root")
+    ana_id, ben_id = world["tokens"]["ana"]["id"], world["tokens"]["ben"]["id"]
+
+    def tokens(*argv, who):
+        return cli(capsys, "tokens", *argv, *store, "--as", who)
+
+    # When ana creates a token for ben, or for herself in a tenant where she holds no role, or revokes ben's
+    for argv, says in ((("create", "--principal", "user:ben", "--tenant", "acme"), "only an operator of the access"),
+                       (("create", "--principal", "user:ana", "--tenant", "globex"), "holds no role in tenant"),
+                       (("revoke", ben_id), "it is not one of its own")):
+        code, out, err = tokens(*argv, who="user:ana")
+        # Then each is refused, saying why, and nothing is printed or changed
+        assert code == 1 and says in err and "sf_" not in out, (argv, err)
+    # When she creates one for herself in acme, lists the tokens and revokes her own / Then each is allowed, and
+    # the list shows only hers
+    code, out, err = tokens("create", "--principal", "user:ana", "--tenant", "acme", "--json", who="user:ana")
+    assert code == 0 and json.loads(out)["token"].startswith("sf_"), err
+    code, out, _ = tokens("list", "--json", who="user:ana")
+    assert code == 0 and {t["principal"] for t in json.loads(out)} == {"user:ana"} and len(json.loads(out)) == 2
+    code, out, _ = tokens("revoke", ana_id, who="user:ana")
+    assert code == 0 and "revoked" in out
+    # And the operator lists everyone's and revokes ben's
+    code, out, _ = tokens("list", "--json", who="user:root")
+    assert code == 0 and {t["principal"] for t in json.loads(out)} == {"user:ana", "user:ben"}
+    code, out, _ = tokens("revoke", ben_id, who="user:root")
     assert code == 0 and "revoked" in out
 
 

@@ -4,8 +4,10 @@ A token acts as one principal in one tenant; its secret is printed once, at crea
 only its hash. Listing shows ids, principals, tenants and expiry, never secrets. Revoking takes effect at
 the token's next request. Creating and revoking are audited.
 
-Under an access policy only its operators (top-level ``operators``) may create, list or revoke tokens: a
-token acts as any principal of any tenant of the store, so minting one is not a tenant member's act.
+Under an access policy (``--access``, ``$SEALFLOW_ACCESS``, ``access:`` in ``sealflow.yaml``) its operators
+(top-level ``operators``) may create, list and revoke anyone's tokens; any other principal only its own: a token
+for itself (``--principal`` the same as ``--as``) in a tenant where it holds a role, the list of its own tokens,
+and revoking one of them. Without a policy (open development mode) anyone may do anything.
 """
 
 from __future__ import annotations
@@ -48,15 +50,21 @@ actor_option = click.option("--as", "actor", metavar="PRINCIPAL", default=defaul
                             help="Who you are (audited; default: user:$SEALFLOW_USER, else the local user).")
 
 
-def _operator_only(access_path: str | None, actor: str, what: str) -> None:
-    """Refuse (exit 1) unless ``actor`` is an operator of the access policy (or there is none: open mode)."""
-    from sealflow.interpreter.policy.operations import OperatorOnly, require_operator
+def _may(access_path: str | None, actor: str, what: str, *, own: bool, tenant: str | None = None) -> bool:
+    """Refuse (exit 1) unless ``actor`` may ``what``: an operator (or open mode: True, anyone's tokens), or
+    ``own`` (the tokens are ``actor``'s; for a new one, ``actor`` holds a role in ``tenant``): False, its own."""
+    from sealflow.interpreter.policy.access import is_open
+    from sealflow.interpreter.policy.operations import is_operator
 
-    try:
-        require_operator(load_access(access_path, quiet=True), actor, what)
-    except OperatorOnly as exc:
-        refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) for the token, or run "
-                         "this --as an operator")
+    access = load_access(access_path, quiet=True)
+    if is_open(access) or is_operator(access, actor):
+        return True
+    if own and (tenant is None or access.roles(tenant, actor) or access.permissions(tenant, actor)):
+        return False
+    why = f"it holds no role in tenant {tenant!r}" if own else \
+        "only an operator of the access policy (its top-level `operators`) may, for another principal"
+    refuse(f"{actor} may not {what}: {why}", hint="create a token for yourself (--principal the same as --as) in a "
+                                                  "tenant where you hold a role, or ask an operator")
 
 
 @click.group()
@@ -80,7 +88,8 @@ def create(principal, tenant, expires, label, store_url, actor, access_path, as_
     under an access policy."""
     from sealflow.interpreter.service.server.tokens import create as mint
 
-    _operator_only(access_path, actor, "create API tokens")
+    _may(access_path, actor, f"create an API token for {principal} in tenant {tenant!r}", own=principal == actor,
+         tenant=tenant)
     store = open_store(store_url)
     try:
         text, record = mint(store, principal, tenant, time.time(), actor=actor, expires_in=expires,
@@ -105,12 +114,14 @@ def create(principal, tenant, expires, label, store_url, actor, access_path, as_
 def list_(tenant, store_url, actor, access_path, as_json):
     """Every token: id, principal, tenant, created, expires, revoked (never the secret). Operators only under
     an access policy."""
-    _operator_only(access_path, actor, "list the API tokens")
+    everyone = _may(access_path, actor, "list the API tokens", own=True)
     store = open_store(store_url)
     try:
         records = store.api_tokens(tenant)
     finally:
         store.close()
+    if not everyone:  # a principal that is no operator sees its own tokens
+        records = [r for r in records if r.principal == actor]
     rows = [{k: v for k, v in dataclasses.asdict(r).items() if k != "secret_hash"} for r in records]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -133,9 +144,12 @@ def revoke(token_id, store_url, actor, access_path):
     """Revoke token ID: its next request is refused. Operators only under an access policy."""
     from sealflow.interpreter.store import InvalidOperation
 
-    _operator_only(access_path, actor, "revoke API tokens")
+    everyone = _may(access_path, actor, "revoke API tokens", own=True)
     store = open_store(store_url)
     try:
+        if not everyone and not any(r.id == token_id and r.principal == actor for r in store.api_tokens(None)):
+            refuse(f"{actor} may not revoke API token {token_id!r}: it is not one of its own (an operator of the "
+                   "access policy may revoke anyone's)", hint="`sealflow tokens list` shows your tokens")
         record = store.revoke_api_token(token_id, time.time(), actor=actor)
     except InvalidOperation as exc:
         fail_usage(str(exc))
