@@ -88,6 +88,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class _DistPortTaken(Exception):
+    """The node's distribution port was taken by another process before the node could bind it."""
+
+
 class PrivateRabbit:
     """A ``rabbitmq-server`` of its own on a free port, with its data under ``base`` (kept across a
     :meth:`kill` and :meth:`start`, as a real node's disk is), and no plugins."""
@@ -102,6 +106,17 @@ class PrivateRabbit:
         (base / "enabled_plugins").write_text("[].\n")
 
     def start(self, timeout: float = 60) -> None:
+        """Start the node; a distribution port another process took between being picked and being bound
+        (``dist_port_already_used``: the port was free when asked, a race with the rest of the machine) is
+        picked again, up to three times."""
+        for tries in range(3):
+            try:
+                return self._start(timeout)
+            except _DistPortTaken:
+                if tries == 2:
+                    raise
+
+    def _start(self, timeout: float) -> None:
         if RABBITMQ_SERVER is None:
             pytest.skip("no rabbitmq-server binary")
         # a restart after a kill: the node's distribution port is its own business, so it gets a fresh one
@@ -109,6 +124,7 @@ class PrivateRabbit:
         # must stay (clients reconnect to the same URL): wait, bounded, until it can be bound again
         self.dist = free_port()
         _wait_bindable(self.port, timeout)
+        said = len((self.base / "server.out").read_text()) if (self.base / "server.out").exists() else 0
         env = {**os.environ, "HOME": str(self.base), "RABBITMQ_NODENAME": self.name,
                "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(self.dist),
                "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"), "RABBITMQ_LOG_BASE": str(self.base / "log"),
@@ -121,7 +137,10 @@ class PrivateRabbit:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"rabbitmq-server exited: {(self.base / 'server.out').read_text()[-2000:]}")
+                out = (self.base / "server.out").read_text()
+                if "dist_port_already_used" in out[said:]:
+                    raise _DistPortTaken(self.dist)
+                raise AssertionError(f"rabbitmq-server exited: {out[-2000:]}")
             try:
                 rabbitmq_or_skip(self.url).close()
                 return
