@@ -174,6 +174,34 @@ def test_a_worker_with_the_module_takes_over_a_step_another_worker_left_without_
         d.close()
 
 
+def test_a_worker_killed_in_the_step_it_took_over_is_replaced_and_the_effect_applies_once(tmp_path):
+    d = Patient(tmp_path, redis_or_skip())
+    try:
+        # Given a worker without the module that left run B's first step, and a worker with it that takes the
+        # step over and hangs in it after its effect
+        d.start_worker("bare", "--actions", "sealflow.demo", "--allow-open")
+        d.wait_ready("bare")
+        run_b = d.submit()
+        deadline = time.monotonic() + 30
+        while "left step 'one'" not in d.log("bare") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        d.start_worker("capable", "--actions", str(ACTIONS), "--allow-open", env={"CRASH_AT": "one:after"})
+        marker = d.wait_marker("capable")
+        assert "taking over step 'one' (attempt 1)" in d.log("capable")
+        assert int(marker.read_text()) == d.workers["capable"].pid
+        # When that worker is SIGKILLed in the step, and another worker with the module starts
+        assert d.stop("capable", signal.SIGKILL) == -signal.SIGKILL
+        d.start_worker("again", "--actions", str(ACTIONS), "--allow-open")
+        # Then the dead worker's lease ends, the step runs again (its retry) wherever it lands, and B completes
+        # with each effect once (the killed attempt's effect is the one the retry finds done)
+        d.wait_completed([run_b], timeout=60)
+        assert effects(d.tmp) == [("one",), ("three",), ("two",)]
+        assert [a[:3] for a in attempts(d.tmp, run_b) if a[0] == "one"] == [("one", 1, "failed"),
+                                                                           ("one", 2, "succeeded")]
+    finally:
+        d.close()
+
+
 SECRET_ACTIONS = '''
 from sealflow import action
 
