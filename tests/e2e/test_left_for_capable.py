@@ -149,18 +149,23 @@ class Patient(Bare):
     def worker_args(self, *extra: str) -> list[str]:
         return [a for a in super().worker_args(*extra) if a not in ("--redeliver-after", "1")]
 
+    def left_by_bare(self) -> str:
+        """A worker without the custom module ("bare") takes run B's first message and leaves it; B's id."""
+        self.start_worker("bare", "--actions", "sealflow.demo", "--allow-open")
+        self.wait_ready("bare")
+        run_b = self.submit()
+        deadline = time.monotonic() + 30
+        while "left step 'one'" not in self.log("bare") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return run_b
+
 
 def test_a_worker_with_the_module_takes_over_a_step_another_worker_left_without_waiting_for_its_redelivery(
         tmp_path):
     d = Patient(tmp_path, redis_or_skip())
     try:
         # Given a worker without the custom module that has taken run B's message and left the step
-        d.start_worker("bare", "--actions", "sealflow.demo", "--allow-open")
-        d.wait_ready("bare")
-        run_b = d.submit()
-        deadline = time.monotonic() + 30
-        while "left step 'one'" not in d.log("bare") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        run_b = d.left_by_bare()
         assert attempts(d.tmp, run_b) == [("one", 1, "scheduled", None)], d.log("bare")
         # When a worker with the module joins (each sends an unclaimed message again only after 60 s)
         joined = time.monotonic()
@@ -179,12 +184,7 @@ def test_a_worker_killed_in_the_step_it_took_over_is_replaced_and_the_effect_app
     try:
         # Given a worker without the module that left run B's first step, and a worker with it that takes the
         # step over and hangs in it after its effect
-        d.start_worker("bare", "--actions", "sealflow.demo", "--allow-open")
-        d.wait_ready("bare")
-        run_b = d.submit()
-        deadline = time.monotonic() + 30
-        while "left step 'one'" not in d.log("bare") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        run_b = d.left_by_bare()
         d.start_worker("capable", "--actions", str(ACTIONS), "--allow-open", env={"CRASH_AT": "one:after"})
         marker = d.wait_marker("capable")
         assert "taking over step 'one' (attempt 1)" in d.log("capable")
