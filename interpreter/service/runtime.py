@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import threading
+import time
 import uuid
 from typing import Any, NoReturn
 
@@ -211,9 +212,17 @@ class Runtime(Repair, Driving, Serving):
     def close(self, *, grace: float = 5.0) -> None:
         """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not
         started go back to the broker), then release the broker and the store."""
+        left = getattr(self, "_left_steps", None)  # takeovers (service/takeover.py) share the grace
+        started = time.monotonic()
         if self._worker is not None:
             self._worker.stop(timeout=int(grace * 1000))
             self._worker = None
+        if left is not None:
+            self._left_steps = None
+            for run_id, step_id, attempt in left.close(timeout=max(0.0, grace - (time.monotonic() - started))):
+                logging.getLogger("sealflow.worker").warning(
+                    "run %s: step %s attempt %s (taken over): abandoned; its lease ends and another worker runs it "
+                    "again", run_id, step_id, attempt)
         if self._heartbeats is not None:
             self._heartbeats.stop()
             self._heartbeats = None

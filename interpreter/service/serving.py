@@ -57,12 +57,8 @@ class Serving:
         rounds = liveness.Outage("dispatch/sweep rounds work again", logger=logging.getLogger("sealflow.runtime"),
                                  level=logging.ERROR, over_level=logging.WARNING)
         listening = liveness.Outage("the store's wake-ups work again")
-        left = takeover.LeftSteps(self)  # steps other processes left for want of what they need
-        try:
-            self._serve_rounds(stop, watch, retention, left, rounds, listening, interval, dead_owner_check,
-                               silent_for)
-        finally:
-            left.close()
+        left = self._left_steps = takeover.LeftSteps(self)  # steps others left for want of what they need
+        self._serve_rounds(stop, watch, retention, left, rounds, listening, interval, dead_owner_check, silent_for)
 
     def _serve_rounds(self, stop: threading.Event, watch, retention, left, rounds, listening, interval: float,
                       dead_owner_check: float, silent_for: float | None) -> None:

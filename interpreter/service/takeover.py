@@ -10,7 +10,8 @@ consumer, awake, takes it first (tried, and reverted: ``git log``).
 So the capable worker pulls: every :data:`EVERY_S` seconds :class:`LeftSteps` reads the ``step.left`` events
 appended since its last look (a range of the audit log's ids), and for each attempt another process left that
 is still sent and unclaimed and whose step this process can run, handles the message itself on a thread of its
-own (at most :data:`AT_ONCE` at a time). The claim is fenced by the attempt's token: if the redelivery reaches
+own (at most :data:`AT_ONCE` at a time, and at most ``_QUEUED`` waiting; a worker that stops gives them its
+``--grace``, as its other attempts). The claim is fenced by the attempt's token: if the redelivery reaches
 some worker meanwhile, only one of them runs the step, once. A step this process lacks too keeps waiting for
 its redelivery, as before.
 """
@@ -18,9 +19,9 @@ its redelivery, as before.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sealflow.interpreter.engine import capability
@@ -46,13 +47,33 @@ class LeftSteps:
     def __init__(self, runtime: Any, *, every: float = EVERY_S, at_once: int = AT_ONCE):
         self.rt, self.every = runtime, every
         self._after: int | None = None  # the last audit id read
-        self._running: set[tuple[str, str, int]] = set()
+        self._running: set[tuple[str, str, int]] = set()  # queued or running
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="sealflow-takeover")
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUED)
+        # daemon threads: a takeover still running when the process exits is abandoned like any attempt past
+        # the worker's grace (its lease ends and the step runs again elsewhere)
+        self._threads = [threading.Thread(target=self._serve, name=f"sealflow-takeover-{i}", daemon=True)
+                         for i in range(at_once)]
+        for thread in self._threads:
+            thread.start()
         self._next = 0.0
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, timeout: float | None = None) -> list[tuple[str, str, int]]:
+        """Take nothing more; wait up to ``timeout`` seconds (None: for ever) for the takeovers queued or running
+        to end; the ones still running then (abandoned when the process exits)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in self._threads:
+            while True:
+                try:
+                    self._queue.put(None, timeout=0.1)  # one stop per thread, after what is queued
+                    break
+                except queue.Full:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            return sorted(self._running)
 
     def maybe_check(self) -> int:
         """:meth:`check` when :attr:`every` seconds have passed since the last one; the steps taken over."""
@@ -98,22 +119,30 @@ class LeftSteps:
 
     def _take(self, key: tuple[str, str, int], message: Message, left_by: str) -> bool:
         with self._lock:
-            if key in self._running or len(self._running) >= _QUEUED:
+            if key in self._running:
+                return False
+            try:
+                self._queue.put_nowait((key, message))
+            except queue.Full:  # (past it a left step waits for its redelivery)
                 return False
             self._running.add(key)
         log.info("taking over step %r (attempt %d) of run %s, left by %s", message.step_id, message.attempt,
                  message.run_id, left_by)
-        self._pool.submit(self._run, key, message)
         return True
 
-    def _run(self, key: tuple[str, str, int], message: Message) -> None:
-        try:
-            for due in self.rt.engine.handle(*message):  # fenced: a redelivered copy elsewhere finds it claimed
-                self.rt.send(due)
-        except StoreError as exc:  # its lease ends, or the redelivery brings it again: nothing is lost
-            log.warning("taking over step %r of run %s failed: %s", message.step_id, message.run_id, exc)
-        except Exception:  # noqa: BLE001 - one step's trouble must not stop the worker
-            log.exception("taking over step %r of run %s failed", message.step_id, message.run_id)
-        finally:
-            with self._lock:
-                self._running.discard(key)
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            key, message = item
+            try:
+                for due in self.rt.engine.handle(*message):  # fenced: a redelivered copy elsewhere finds it claimed
+                    self.rt.send(due)
+            except StoreError as exc:  # its lease ends, or the redelivery brings it again: nothing is lost
+                log.warning("taking over step %r of run %s failed: %s", message.step_id, message.run_id, exc)
+            except Exception:  # noqa: BLE001 - one step's trouble must not stop the worker
+                log.exception("taking over step %r of run %s failed", message.step_id, message.run_id)
+            finally:
+                with self._lock:
+                    self._running.discard(key)

@@ -31,7 +31,8 @@ with heartbeats (PostgreSQL) it beats every 2 s and takes over the leases of wor
 any machine; it waits for new work on the store's wake-ups (LISTEN/NOTIFY) instead of polling.
 
 Stopping (SIGTERM or SIGINT): the worker *finishes* what it is running. It stops dispatching and
-taking messages, gives the attempts already running up to ``--grace`` seconds to finish and commit,
+taking messages, gives the attempts already running (those it took over from other workers included:
+service/takeover.py) up to ``--grace`` seconds to finish and commit,
 puts the messages it fetched but had not started back on the queue (any left in Dramatiq's prefetch
 buffer are requeued once its heartbeat is old, or resent by a sweeper), and exits 0. An attempt
 still running after the grace period (or at a second signal, which exits at once with 1) is
