@@ -75,3 +75,38 @@ def test_given_a_step_this_process_left_itself_or_lacks_too_when_it_looks_then_i
             x.close()
         for rt in (mine, other, third):
             rt.close()
+
+
+def test_given_a_takeover_still_running_when_the_worker_closes_then_it_waits_only_the_grace(store, registry):
+    import threading
+
+    release = threading.Event()
+
+    @action("t.slow_here", registry=registry)
+    def slow_here(ctx):
+        release.wait(30)
+        return {"ran": True}
+
+    plan = make_plan(S("first", "action", action="t.slow_here", args={}))
+    mine = Runtime(store, registry, {}, clock=SYSTEM, worker_timeout_ms=20)
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
+    other.owner = other.engine.owner = "otherhost:4242:1"
+    other.engine.actor = "worker:otherhost:4242:1"
+    run_id = mine.submit(plan, {}, initiator="user:ana")
+    other.drive(run_id)  # left there
+    left = LeftSteps(mine)
+    try:
+        # Given a step taken over and still running
+        assert left.check() == 1
+        deadline = time.monotonic() + 10
+        while [a.state for a in store.attempts(run_id)] != ["running"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # When the worker closes with a grace of 0.3 s
+        started = time.monotonic()
+        abandoned = left.close(timeout=0.3)
+        # Then it waits about the grace, not the step, and names the step it abandons
+        assert time.monotonic() - started < 5 and abandoned == [(run_id, "first", 1)]
+    finally:
+        release.set()
+        for rt in (mine, other):
+            rt.close()
