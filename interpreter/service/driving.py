@@ -77,7 +77,7 @@ class Driving:
         so, until ``store_outage_s`` (or the caller's timeout) has passed; then the store's error goes up. With
         ``store_outage_s`` 0, and on a SQLite file's error (disk full, read-only), it goes up at once."""
         limit = self.store_outage_s
-        if not limit or not getattr(self.store, "rides_out_outages", False):  # (a SQLite file: say it now)
+        if not limit or not self.store.rides_out_outages:  # (a SQLite file: say it now)
             raise exc
         now = time.monotonic()
         if not outage:

@@ -167,6 +167,7 @@ class Runtime(Repair, Driving, Serving):
         self._heartbeats: liveness.Heartbeats | None = None
         self._start_lock = threading.Lock()
         self._dispatch_reset = self._recovered = False
+        self._left_steps: Any = None  # a serving worker's takeovers (service/takeover.py), closed with it
         self._input_validators: dict[str, Any] = {}
         self._plan_json: dict[str, str] = {}
         self.telemetry = telemetry.install(self)  # metrics, traces, log context (service/telemetry)
@@ -212,7 +213,7 @@ class Runtime(Repair, Driving, Serving):
     def close(self, *, grace: float = 5.0) -> None:
         """Stop the worker (running attempts get ``grace`` seconds to finish and commit; messages not
         started go back to the broker), then release the broker and the store."""
-        left = getattr(self, "_left_steps", None)  # takeovers (service/takeover.py) share the grace
+        left = self._left_steps  # takeovers (service/takeover.py) share the grace
         started = time.monotonic()
         if self._worker is not None:
             self._worker.stop(timeout=int(grace * 1000))

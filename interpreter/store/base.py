@@ -76,6 +76,9 @@ class Store(abc.ABC):
     """Abstract state store. Every mutating method is one atomic operation."""
 
     url: str = ""
+    #: whether a caller waiting for a run should ride out this store's outages (a server that restarts or fails
+    #: over comes back: PostgreSQL) rather than fail at once (a local file's disk full or read-only: SQLite)
+    rides_out_outages: bool = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     @abc.abstractmethod

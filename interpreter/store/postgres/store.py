@@ -105,9 +105,7 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
-    #: a server that restarts or fails over comes back: a caller waiting for a run rides out its outage
-    #: (service/driving.py) instead of failing at once, as it does on a SQLite file's error
-    rides_out_outages = True
+    rides_out_outages = True  # a server that restarts or fails over comes back (Store.rides_out_outages)
     _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sqlite/steps.py)
 
     def __init__(self, url: str, *, migrate: bool | None = None, clock: str | None = None,

@@ -86,14 +86,9 @@ class ChildrenMixin:
     def children(self, run_id: str, step_id: str | None = None, attempt: int | None = None, *,
                  offset: int = 0, limit: int = 100_000) -> list[ChildRecord]:
         """The child runs of ``run_id`` (of one fan-out step and attempt when given), in index order."""
-        where, args = ["parent_run_id = ?"], [run_id]
-        if step_id is not None:
-            where.append("parent_step_id = ?")
-            args.append(step_id)
-        if attempt is not None:
-            where.append("parent_attempt = ?")
-            args.append(attempt)
-        got = self._read(f"SELECT {_CHILD_COLS} FROM runs WHERE {' AND '.join(where)} "
+        cond, args = rows.where(("parent_run_id = ?", run_id), ("parent_step_id = ?", step_id),
+                                ("parent_attempt = ?", attempt))
+        got = self._read(f"SELECT {_CHILD_COLS} FROM runs{cond} "
                          "ORDER BY parent_step_id, parent_attempt, item_index LIMIT ? OFFSET ?",
                          (*args, limit, offset))
         return [ChildRecord(r[0], r[1], r[2], None if r[3] is None else rows.loads(r[3]), r[4], r[5], r[6])

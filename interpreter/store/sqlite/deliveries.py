@@ -11,6 +11,7 @@ import dataclasses
 import json
 
 from sealflow.interpreter.store.deliveries import DELIVERY_STATES, DeliveryRecord, NewDelivery
+from sealflow.interpreter.store.sqlite.rows import where
 
 _COLS = "id, channel, kind, run_id, step_id, tenant, payload, state, attempts, next_at, created_at, updated_at, " \
         "last_error"
@@ -105,15 +106,8 @@ class DeliveriesMixin:
     def deliveries(self, *, state: str | None = None, run_id: str | None = None,
                    limit: int = 100) -> list[DeliveryRecord]:
         """Deliveries, newest first (of ``state``, of run ``run_id``)."""
-        where, args = [], []
-        if state is not None:
-            where.append("state = ?")
-            args.append(state)
-        if run_id is not None:
-            where.append("run_id = ?")
-            args.append(run_id)
-        clause = f"WHERE {' AND '.join(where)} " if where else ""
-        return [_record(r) for r in self._read(f"SELECT {_COLS} FROM notifications {clause}"
+        clause, args = where(("state = ?", state), ("run_id = ?", run_id))
+        return [_record(r) for r in self._read(f"SELECT {_COLS} FROM notifications{clause} "
                                                "ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit))]
 
 

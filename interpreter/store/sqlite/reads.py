@@ -51,18 +51,9 @@ class Reads:
     def audit(self, run_id: str | None = None, *, limit: int | None = None,
               event: str | None = None, after: int | None = None) -> list[AuditRecord]:
         lim = f" LIMIT {int(limit)}" if limit else ""
-        where, args = [], []
-        if after is not None:
-            where.append("id > ?")
-            args.append(int(after))
-        if run_id is not None:
-            where.append("run_id = ?")
-            args.append(run_id)
-        if event is not None:
-            where.append("event = ?")
-            args.append(event)
-        cond = f" WHERE {' AND '.join(where)}" if where else ""
-        got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit{cond} ORDER BY id{lim}", tuple(args))
+        cond, args = rows.where(("id > ?", None if after is None else int(after)), ("run_id = ?", run_id),
+                                ("event = ?", event))
+        got = self._read(f"SELECT {rows.AUDIT_COLS} FROM audit{cond} ORDER BY id{lim}", args)
         return [rows.audit(r) for r in got]
 
     def audit_last_id(self) -> int:

@@ -108,3 +108,15 @@ def ledger(row) -> LedgerRecord:
     r = list(row)
     r[4] = None if r[4] is None else loads(r[4])
     return LedgerRecord(*r)
+
+
+def where(*terms: tuple[str, object]) -> tuple[str, tuple]:
+    """``(" WHERE a = ? AND b > ?", args)`` of the ``(condition, value)`` terms whose value is not None (a tuple
+    value fills a condition of several ``?``); ``("", ())`` when none is. The filters of the list reads."""
+    sql, args = [], []
+    for condition, value in terms:
+        if value is None:
+            continue
+        sql.append(condition)
+        args.extend(value if isinstance(value, tuple) else (value,))
+    return (f" WHERE {' AND '.join(sql)}" if sql else ""), tuple(args)

@@ -112,17 +112,14 @@ class SessionsMixin:
     def server_sweep(self, now: float, rate_window: float, limit: int = 500, *,
                      rate_prefix: str = RATE_PREFIX) -> int:
         """Remove up to ``limit`` ended sessions and expired logins, and up to ``limit`` keys of the server rate
-        limits under ``rate_prefix`` idle for ``rate_window`` s, each with its grants (all older than the window:
-        a key's last take is its newest grant); the rows removed. A key still in use drops its own old grants
-        at each take (:mod:`.ratelimits`), so its totals never count a grant this removes."""
-        like = rate_prefix + "%"
+        limits under ``rate_prefix`` idle for ``rate_window`` s (their grants go with them: a trigger, see
+        :mod:`.ratelimits`; all older than the window, a key's last take being its newest grant); the sessions,
+        logins and keys removed. A key still in use drops its own old grants at each take."""
         with self._tx() as c:
             gone = _sweep(c, now, limit)
-            idle = [(r[0],) for r in c.execute("SELECT model FROM rate_limits WHERE model LIKE ? AND updated_at <= ? "
-                                               "LIMIT ?", (like, now - rate_window, limit)).fetchall()]
-            for model in idle:
-                gone += c.execute("DELETE FROM rate_grants WHERE model = ?", model).rowcount
-                gone += c.execute("DELETE FROM rate_limits WHERE model = ?", model).rowcount
+            gone += c.execute("DELETE FROM rate_limits WHERE model IN (SELECT model FROM rate_limits WHERE model "
+                              "LIKE ? AND updated_at <= ? LIMIT ?)",
+                              (rate_prefix + "%", now - rate_window, limit)).rowcount
         return gone
 
 

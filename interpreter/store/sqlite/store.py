@@ -309,15 +309,9 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
 
     def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100,
                   tenant: str | None = None) -> list[RunRecord]:
-        where, args = [], []
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args.extend(states)
-        if tenant is not None:
-            where.append("tenant = ?")
-            args.append(tenant)
-        sql = f"SELECT {rows.RUN_COLS} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
-        got = self._read(sql + " ORDER BY created_at LIMIT ?", (*args, limit))
+        cond, args = rows.where((f"state IN ({','.join('?' * len(states or ()))})", tuple(states) if states else None),
+                                ("tenant = ?", tenant))
+        got = self._read(f"SELECT {rows.RUN_COLS} FROM runs{cond} ORDER BY created_at LIMIT ?", (*args, limit))
         return [rows.run(r) for r in got]
 
     def attempts(self, run_id: str) -> list[AttemptRecord]:
