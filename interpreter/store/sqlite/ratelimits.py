@@ -97,7 +97,7 @@ class RateLimitsMixin:
         """Grant call ``key`` of ``tokens`` (its worst case) to ``model`` at ``now`` unless it would pass
         ``limit``: None when granted (recorded), else when it would fit (nothing is written then)."""
         edge = now - limit.window
-        tokens = int(tokens)
+        tokens = max(0, int(tokens))  # (a negative count, from a provider of one's own, would free capacity)
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO rate_limits (model, updated_at) VALUES (?, ?)", (model, now))
             # the model's row, locked, with its totals and the part of them that left the window (few grants:
@@ -134,9 +134,10 @@ class RateLimitsMixin:
 
     def rate_settle(self, key: str, tokens: int) -> bool:
         """Lower grant ``key``'s tokens to what the call really used (never raise them); False if gone."""
+        used = max(0, int(tokens))  # never below nothing: the totals would count capacity that is not there
         with self._tx() as c:
             return c.execute("UPDATE rate_grants SET tokens = CASE WHEN ? < tokens THEN ? ELSE tokens END "
-                             "WHERE key = ?", (int(tokens), int(tokens), key)).rowcount > 0
+                             "WHERE key = ?", (used, used, key)).rowcount > 0
 
     def rate_release(self, key: str) -> bool:
         """Give grant ``key`` back whole, request and tokens: its call was not made (an open circuit breaker

@@ -193,3 +193,16 @@ def test_grants_written_by_an_older_sealflow_that_knows_no_totals_keep_them_righ
     # Then no grant outlives its row: a new take starts from nothing and its totals agree with its grants
     assert store._read("SELECT key FROM rate_grants WHERE model = ?", ("m",)) == []
     assert store.rate_take("m", "again", T0 + 4, limit, 7) is None and _totals(store, "m") == (1, 7)
+
+
+def test_a_negative_token_count_frees_no_capacity_that_is_not_there(store):
+    # Given a token limit with one call granted its worst case
+    limit = Limit(tokens=1000)
+    assert store.rate_take("m", "a", T0, limit, 600) is None
+    # When a provider of one's own reports a negative use, and a call asks with a negative worst case
+    assert store.rate_settle("a", -5000) is True
+    assert store.rate_take("m", "b", T0 + 1, limit, -5000) is None
+    # Then each counts as nothing used, never as capacity given back: the totals stay at zero
+    assert _totals(store, "m") == (2, 0)
+    assert store.rate_take("m", "d", T0 + 2, limit, 1000) is None
+    assert store.rate_take("m", "e", T0 + 3, limit, 1) == pytest.approx(T0 + 62)
