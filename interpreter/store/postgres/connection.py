@@ -11,6 +11,7 @@ import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from sealflow.interpreter.store.errors import StoreError, StoreUnavailable  # noqa: F401 - re-exported
 
@@ -95,7 +96,22 @@ def connect(conninfo: str, kwargs: dict, where: str) -> psycopg.Connection:
     try:
         return psycopg.connect(conninfo, connect_timeout=10, **kwargs)
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot open PostgreSQL store {where}: {cause(exc)}") from None
+        raise StoreUnavailable(f"cannot open PostgreSQL store {where}: {cause(exc)}{_hint(exc, conninfo)}") from None
+
+
+def _hint(exc: BaseException, conninfo: str) -> str:
+    """What to do about a connection refusal a newcomer meets first: the database was never created."""
+    if "does not exist" not in str(exc) or 'database "' not in str(exc):
+        return ""
+    try:
+        info = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return ""
+    name = info.get("dbname")
+    if not name:
+        return ""
+    args = [f"{flag} {info[key]}" for flag, key in (("-h", "host"), ("-p", "port"), ("-U", "user")) if info.get(key)]
+    return f"; create it first (createdb {' '.join([*args, name])}), then the schema (sealflow store migrate)"
 
 
 def cause(exc: BaseException) -> str:

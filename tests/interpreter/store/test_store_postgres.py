@@ -286,6 +286,20 @@ def test_an_unreachable_store_is_a_clear_error_naming_it_without_its_password():
     assert "bug" not in text and "Traceback" not in text
 
 
+def test_a_database_that_does_not_exist_is_a_clear_error_saying_how_to_create_it(pg_schema):
+    # Given a URL naming a database the server does not have, with a password
+    url = "postgresql://postgres:s3cret@127.0.0.1:5432/sealflow_never_created"
+    # When the store is opened
+    with pytest.raises(StoreUnavailable) as got:
+        open_store(url)
+    # Then the error says so and how to create it (and the schema), never the password
+    text = str(got.value)
+    assert 'database "sealflow_never_created" does not exist' in text, text
+    assert "create it first (createdb -h 127.0.0.1 -p 5432 -U postgres sealflow_never_created), then the schema " \
+           "(sealflow store migrate)" in text
+    assert "s3cret" not in text and "Traceback" not in text
+
+
 @pytest.mark.parametrize("param, says", [
     ("pool_max=abc", "pool_max='abc'; use a whole number from 1 to 1000"),
     ("pool_max=0", "pool_max='0'; use a whole number from 1 to 1000"),
