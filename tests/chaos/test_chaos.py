@@ -1,13 +1,15 @@
 """The chaos suite: runs of a six-step workflow with two external effects each, on a private PostgreSQL
-store and a private Redis broker, served by three ``sealflow worker`` processes of which one is SIGKILLed
-every 2-5 s (random, seeded; the seed is printed) and restarted at once, as a supervisor would; PostgreSQL
-crashes and restarts once (``pg_ctl stop -m immediate``), Redis is killed and restarts empty once.
+store and a private Redis broker, served by three ``sealflow worker`` processes and a fourth that lags a
+release behind (its actions module lacks the effects' action, as mid-upgrade: it leaves those steps, and the
+others take them over), of which one is SIGKILLed every 2-5 s (random, seeded; the seed is printed) and
+restarted at once, as a supervisor would; PostgreSQL crashes and restarts once (``pg_ctl stop -m
+immediate``), Redis is killed and restarts empty once.
 
 Given that, when the runs go on, then no run is lost, every run ends ``completed``, every effect is applied
 exactly once at a receiver that honours idempotency keys (deliveries may exceed effects: an effect whose
 worker died before its commit is delivered again under the same key and suppressed), and the audit chain
-verifies. It prints the counts (runs, completed, kills, restarts, deliveries, effects applied, duplicates
-suppressed, wall time), also under ``-q``.
+verifies. It prints the counts (runs, completed, kills, restarts, steps left by the lagging worker,
+deliveries, effects applied, duplicates suppressed, wall time), also under ``-q``.
 
 Size: 30 runs in the default suite, 300 with ``-m chaos``, any with ``SEALFLOW_CHAOS_RUNS=N``
 (tests/chaos/conftest.py); ``SEALFLOW_CHAOS_SEED`` replays a seed's schedule of kills.
@@ -33,7 +35,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORKFLOW = HERE / "chaos.v1.yaml"
 ACTIONS = HERE / "chaos_actions.py"
-WORKERS = 3
+#: what the lagging worker loads: the work action only (an older release of the module)
+OLD_ACTIONS = HERE / "chaos_actions_old.py"
+WORKERS = 3  # with every action
+LAGGING = 1  # more, in the slots after those: without chaos.deliver
 THREADS = 2  # per worker: few, so that runs queue up and every kill finds attempts running
 KILL_EVERY = (2.0, 5.0)  # seconds between two kills, uniform
 EFFECTS = ("reserve", "charge")
@@ -47,7 +52,8 @@ SUBMIT_WINDOW_S = 20.0
 
 
 class Workers:
-    """``sealflow worker`` processes in numbered slots; a slot killed is restarted at once, logging to a new file."""
+    """``sealflow worker`` processes in numbered slots; a slot killed is restarted at once, logging to a new file.
+    Slots from :data:`WORKERS` on load :data:`OLD_ACTIONS` (they lag a release behind)."""
 
     def __init__(self, tmp: Path, store: str, broker: str, receiver: str):
         self.tmp = tmp
@@ -67,8 +73,10 @@ class Workers:
     def start(self, slot: int) -> None:
         self.started[slot] += 1
         name = self.tmp / f"worker{slot}.{self.started[slot]}"
+        argv = self.argv if slot < WORKERS else \
+            [str(OLD_ACTIONS) if arg == str(ACTIONS) else arg for arg in self.argv]
         with open(f"{name}.out", "w") as out, open(f"{name}.err", "w") as err:
-            self.procs[slot] = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=err)
+            self.procs[slot] = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=err)
 
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -194,9 +202,10 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
     try:
         from sealflow.interpreter.store import migrate_store
 
-        # Given a migrated private store, a private Redis and three workers serving them
+        # Given a migrated private store, a private Redis and four workers serving them, one of which lacks the
+        # effects' action
         migrate_store(pg.url)
-        for slot in range(WORKERS):
+        for slot in range(WORKERS + LAGGING):
             workers.start(slot)
         workers.wait_ready()
         # When N runs are queued over 20 s or more and one worker is SIGKILLed (and restarted) every 2-5 s,
@@ -231,7 +240,7 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
             assert time.monotonic() - moved < STALL_S, \
                 f"seed {seed}: no run ended for {STALL_S:.0f} s ({done}/{n} ended)\n" + _diagnosis(db, workers)
             if time.monotonic() >= next_kill:
-                slot = rng.randrange(WORKERS)
+                slot = rng.randrange(WORKERS + LAGGING)
                 workers.kill(slot)
                 workers.start(slot)
                 kills += 1
@@ -250,11 +259,13 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
 
         attempts, lost = one("SELECT count(*) FROM attempts"), \
             one("SELECT count(*) FROM attempts WHERE error_class = 'worker_lost'")
+        left = one("SELECT count(*) FROM audit WHERE event = 'step.left'")
         slowest = one("SELECT max(updated_at - created_at) FROM runs") or 0.0
         waited = one("SELECT max(started_at - scheduled_at) FROM attempts") or 0.0
         summary = (f"chaos: seed {seed}: {n} runs, {Counter(states.values())['completed']} completed, {kills} "
-                   f"worker kills ({sum(workers.started.values()) - WORKERS} worker restarts), {pg_restarts} "
+                   f"worker kills ({sum(workers.started.values()) - WORKERS - LAGGING} worker restarts), {pg_restarts} "
                    f"PostgreSQL restart, {redis_restarts} Redis restart ({submitter.retries} submits retried); "
+                   f"{left} steps left by the lagging worker (all run by the others); "
                    f"{receiver.deliveries} deliveries, {len(receiver.applied)} effects applied, {receiver.suppressed} "
                    f"duplicates suppressed; {attempts} attempts ({lost} worker_lost); wall time {wall:.1f} s, "
                    f"slowest run {slowest:.1f} s, longest wait of a scheduled attempt {waited:.1f} s; workers "
@@ -274,6 +285,7 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
         assert receiver.deliveries == len(receiver.applied) + receiver.suppressed
         # and the chaos happened as announced, every worker stopped cleanly, and the audit chain verifies
         assert kills >= 1 and pg_restarts == 1 and redis_restarts == 1, (kills, pg_restarts, redis_restarts)
+        assert left >= 1, "the lagging worker left no step: it was never sent one"
         assert set(codes.values()) == {0}, f"a worker did not stop cleanly: {codes}"
         from sealflow.interpreter.store import open_store
         from sealflow.interpreter.store.auditchain import verify
