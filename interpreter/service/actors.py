@@ -38,6 +38,48 @@ QUEUE = "sealflow"
 #: worker thread id -> (run id, step id, attempt) of the step it carried its message's run on to (a step log
 #: names the step a thread is in, not its message's first one)
 CARRYING: dict[int, tuple[str, str, int]] = {}
+#: the longest run or step id a step message may carry (ids are far shorter; a fan-out child's grows with each
+#: level of nesting): a longer one is refused unread, as is anything else that is not a step message's shape
+MAX_ID_CHARS = 4096
+
+
+class MalformedMessage(ValueError):
+    """A message on a step queue whose arguments are not ``(run_id, step_id, attempt, token[, tenant])`` of
+    the right types: forged, corrupt, or sent by something else. It is refused before anything reads it."""
+
+
+def step_message(args: tuple, kwargs: dict) -> Message:
+    """A step message's arguments as a :class:`Message`; :class:`MalformedMessage` saying what is wrong."""
+    if kwargs.keys() - {"tenant"} or len(args) not in (4, 5) or len(args) == 5 and kwargs:
+        raise MalformedMessage(f"{len(args)} arguments and keywords {sorted(kwargs)}, not (run_id, step_id, "
+                               "attempt, token[, tenant])")
+    run_id, step_id, attempt, token, *rest = args
+    tenant = rest[0] if rest else kwargs.get("tenant")
+    for name, value in (("run_id", run_id), ("step_id", step_id)):
+        if type(value) is not str or not 0 < len(value) <= MAX_ID_CHARS:
+            raise MalformedMessage(f"{name} is {_kind(value)}, not an id (text of 1 to {MAX_ID_CHARS} characters)")
+    for name, value in (("attempt", attempt), ("token", token)):
+        if type(value) is not int:
+            raise MalformedMessage(f"{name} is {_kind(value)}, not a whole number")
+    if attempt < 1:
+        raise MalformedMessage(f"attempt is {attempt}; attempts count from 1")
+    if tenant is not None and (type(tenant) is not str or len(tenant) > MAX_ID_CHARS):
+        raise MalformedMessage(f"tenant is {_kind(tenant)}, not a tenant's name")
+    return Message(run_id, step_id, attempt, token, tenant)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, str):
+        return "empty text" if not value else f"text of {len(value)} characters" if len(value) > 40 else repr(value)
+    return f"{type(value).__name__} {_brief(value)}" if value is not None else "null"
+
+
+def _brief(value: object) -> str:
+    import reprlib
+
+    brief = reprlib.Repr()
+    brief.maxstring, brief.maxother, brief.maxlist, brief.maxdict, brief.maxlevel = 40, 40, 6, 6, 2
+    return brief.repr(value)
 
 
 def embedded_broker() -> StubBroker:
@@ -96,9 +138,16 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     """
     limit = CONTINUE_LIMIT
 
-    def sealflow_step(run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None) -> None:
+    def sealflow_step(*args, **kwargs) -> None:  # (run_id, step_id, attempt, token, tenant): checked first
         try:
-            carry_on(Message(run_id, step_id, attempt, token, tenant))
+            message = step_message(args, kwargs)
+        except MalformedMessage as exc:  # acknowledged and dropped: no step is named, nothing to run or retry
+            log.warning("refused a malformed step message %s: %s; nothing was read or run", _brief(args), exc)
+            if engine.telemetry is not None:
+                engine.telemetry.refused("malformed")
+            return
+        try:
+            carry_on(message)
         finally:
             CARRYING.pop(threading.get_ident(), None)
 

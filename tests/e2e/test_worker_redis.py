@@ -340,3 +340,41 @@ def test_given_a_broker_url_with_a_password_when_shown_then_the_password_is_hidd
     from sealflow.cli.commands.worker import redact
 
     assert redact(url) == shown
+
+
+def test_given_forged_and_garbage_messages_on_its_queue_when_a_worker_meets_them_then_it_refuses_each_in_a_line(
+        deployment):
+    # Given a worker, and messages on its queue that are no step messages of a run: wrong types, a huge id, too
+    # few arguments, keyword arguments, an actor it does not have, bytes that are no message at all
+    from dramatiq import Message
+    from dramatiq.brokers.redis import RedisBroker
+
+    deployment.start_worker("a", "--allow-open")
+    deployment.wait_ready("a")
+    sender = RedisBroker(url=deployment.url)
+    forged = [((123, None, "x", "y", None), {}), (("r" * 100_000, "one", 1, 5, "default"), {}), (("run_x",), {}),
+              ((), {"evil": 1})]
+    try:
+        for args, kwargs in forged:
+            sender.enqueue(Message(queue_name=deployment.queue, actor_name="sealflow_step", args=args, kwargs=kwargs,
+                                   options={}))
+        sender.enqueue(Message(queue_name=deployment.queue, actor_name="os_system", args=("id",), kwargs={},
+                               options={}))
+        deployment.redis.hset(f"dramatiq:{deployment.queue}.msgs", "garbage", "{not json")
+        deployment.redis.rpush(f"dramatiq:{deployment.queue}", "garbage")
+        # When it meets them, and then a genuine run is submitted
+        deployment.wait_log("a", "failed to decode message '{not json'")
+        run_id = deployment.submit()
+        deployment.wait_completed([run_id])
+    finally:
+        sender.close()
+    # Then each forged step message is refused in one bounded line saying what is wrong, nothing ran for them,
+    # Dramatiq's own refusals say why without a traceback, the worker stayed up and ran the genuine run
+    log = deployment.log("a")
+    refusals = [line for line in log.splitlines() if "refused a malformed step message" in line]
+    assert len(refusals) == len(forged) and all(len(line) < 500 for line in refusals), refusals
+    assert any("run_id is int 123, not an id" in line for line in refusals)
+    assert any("run_id is text of 100000 characters" in line for line in refusals)
+    assert "undefined actor 'os_system'" in log and "Traceback" not in log, log[-3000:]
+    assert deployment.per_step("effects") == ALL_ONCE
+    assert deployment.stop("a") == 0

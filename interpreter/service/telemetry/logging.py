@@ -48,6 +48,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, separators=(",", ":"))
 
 
+def _without_outsiders_tracebacks(record: logging.LogRecord) -> bool:
+    """Dramatiq's consumer logs a message naming an actor this worker does not have (forged, or another
+    application's on the same queue) and one it cannot decode with a traceback of its own code; its line says
+    what happened, so the line is kept with the error's own words (bounded) and the traceback dropped."""
+    if record.exc_info and record.name.startswith("dramatiq."):
+        from dramatiq.errors import ActorNotFound, DecodeError
+
+        exc = record.exc_info[1]
+        if isinstance(exc, (ActorNotFound, DecodeError)):
+            why = str(exc.__cause__ or exc)
+            record.msg, record.args = f"{record.getMessage()} ({why[:200]}{'...' if len(why) > 200 else ''})", None
+            record.exc_info, record.exc_text = None, None
+    return True
+
+
 def setup(log_format: str = "text", stream: Any = None, level: int = logging.INFO) -> logging.Handler:
     """Log to ``stream`` (stderr) in ``text`` or ``json``; returns the handler installed on the root logger."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -55,6 +70,7 @@ def setup(log_format: str = "text", stream: Any = None, level: int = logging.INF
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_without_outsiders_tracebacks)
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)

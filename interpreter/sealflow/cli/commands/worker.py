@@ -91,16 +91,20 @@ def step_log():
             self._lock = threading.Lock()
 
         def before_process_message(self, broker, message) -> None:
-            run_id, step_id, attempt = message.args[:3]
+            ids = _ids(message)
+            if ids is None:  # not a step message's shape: the actor refuses it, and says so
+                return
             with self._lock:
-                self.running[message.message_id] = (tuple(message.args[:3]), time.monotonic(),
-                                                     threading.get_ident())
-            log.info("run %s: step %s attempt %s: started", run_id, step_id, attempt)
+                self.running[message.message_id] = (ids, time.monotonic(), threading.get_ident())
+            log.info("run %s: step %s attempt %s: started", *ids)
 
         def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
             with self._lock:
                 _, started, _ = self.running.pop(message.message_id, (None, time.monotonic(), None))
-            run_id, step_id, attempt = message.args[:3]
+            ids = _ids(message)
+            if ids is None:
+                return
+            run_id, step_id, attempt = ids
             try:
                 state = self.store.get_run(run_id).state if self.store is not None else "?"
             except Exception:  # noqa: BLE001 - a log line must not fail the message (the store may be closing)
@@ -109,6 +113,14 @@ def step_log():
                      (time.monotonic() - started) * 1000, state)
 
         after_skip_message = after_process_message
+
+    def _ids(message) -> tuple[str, str, int] | None:
+        from sealflow.interpreter.service.actors import MalformedMessage, step_message
+
+        try:
+            return step_message(tuple(message.args), dict(message.kwargs))[:3]
+        except MalformedMessage:
+            return None
 
     return StepLog()
 

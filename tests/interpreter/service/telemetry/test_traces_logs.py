@@ -160,3 +160,46 @@ def test_without_a_tracer_sdk_a_message_from_a_recording_sender_takes_the_genera
     monkeypatch.setitem(tracing._incoming, threading.get_ident(), None)
     root = tracing._run_root(run_id)
     assert tracing.untraced_ids(run_id) == (f"{root.trace_id:032x}", f"{root.span_id:016x}")
+
+
+def test_dramatiqs_lines_about_an_unknown_actor_or_an_undecodable_message_keep_their_reason_without_a_traceback():
+    # Given the worker's log set-up on a stream, and Dramatiq's consumer meeting a message naming an actor this
+    # worker lacks and one it cannot decode (forged, or another application's on the queue)
+    from dramatiq.errors import ActorNotFound, DecodeError
+
+    from sealflow.interpreter.service.telemetry.logging import setup
+
+    stream = io.StringIO()
+    touched = [logging.getLogger(name) for name in ("", "dramatiq", "psycopg.pool")]
+    levels = [logger.level for logger in touched]
+    handler = setup("text", stream)
+    root = logging.getLogger()
+    consumer = logging.getLogger("dramatiq.worker.ConsumerThread(q_test)")
+    try:
+        try:
+            raise ActorNotFound("os_system")
+        except ActorNotFound:
+            consumer.error("Received message for undefined actor %r. Moving it to the DLQ.", "os_system",
+                           exc_info=True)
+        try:
+            try:
+                raise DecodeError("failed to decode message '{not json'", "{not json", ValueError("x"))
+            except DecodeError as inner:
+                raise DecodeError("Failed to decode message.", b"{not json", inner) from inner
+        except DecodeError:
+            consumer.critical("Consumer encountered an unexpected error.", exc_info=True)
+        # and a bug of its own, anywhere else, as it comes
+        try:
+            raise KeyError("a bug")
+        except KeyError:
+            logging.getLogger("dramatiq.worker.WorkerThread").error("Failed to process message", exc_info=True)
+    finally:
+        root.removeHandler(handler)
+        for logger, level in zip(touched, levels, strict=True):
+            logger.setLevel(level)
+    # When the lines are written / Then the first two say what happened, with the reason, in one line each
+    lines = stream.getvalue().splitlines()
+    assert "Received message for undefined actor 'os_system'. Moving it to the DLQ. (os_system)" in lines[0]
+    assert "Consumer encountered an unexpected error. (failed to decode message '{not json')" in lines[1]
+    assert lines[2].endswith("Failed to process message") and lines[3] == "Traceback (most recent call last):"
+    assert stream.getvalue().count("Traceback") == 1
