@@ -36,7 +36,7 @@ name: slow
 version: 1
 owner: team:test
 permissions: []
-defaults: {timeout: 30s, retry: lost}
+defaults: {timeout: 12s, retry: lost}  # a lease of 17 s: it outlasts the 12 s outage, so `run` waits for it
 retry:
   lost: {on: [unavailable], max_attempts: 3, backoff: {initial: 100ms, factor: 2, max: 1s}}
 steps:
