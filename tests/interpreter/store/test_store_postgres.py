@@ -344,12 +344,13 @@ def test_a_pooled_connection_the_server_dropped_while_it_sat_idle_is_replaced_no
     # that the server has since dropped (a restart, an idle timeout, a proxy)
     from sealflow.interpreter.store.postgres.store import CHECK_IDLE_AFTER_S
 
-    store = opened(pool_max="1", application_name="sf-idle-check")
+    name = f"sf-idle-{pg_schema.name}"  # this test's own: another session's on the same server is not touched
+    store = opened(pool_max="1", application_name=name)
     store.submit(new_run(), T0)
     time.sleep(CHECK_IDLE_AFTER_S + 0.2)
     with pg_schema.connect() as admin:
         killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                               "application_name = 'sf-idle-check'").fetchone()[0]
+                               "datname = current_database() AND application_name = %s", (name,)).fetchone()[0]
     assert killed >= 1
     # When the next operation takes it from the pool
     (msg,) = store.take_outbox(T0)
