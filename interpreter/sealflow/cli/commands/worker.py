@@ -100,8 +100,8 @@ def step_log():
 
         def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
             with self._lock:
-                _, started, _ = self.running.pop(message.message_id, (None, time.monotonic(), None))
-            ids = _ids(message)
+                ids, started, _ = self.running.pop(message.message_id, (None, time.monotonic(), None))
+            ids = ids or _ids(message)  # (checked when it started; a message skipped before that, here)
             if ids is None:
                 return
             run_id, step_id, attempt = ids
