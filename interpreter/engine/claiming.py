@@ -134,7 +134,18 @@ class Claiming:
                     slot_errors: list[StepError]) -> Claimed:
         return self.store.claim(run_id, step_id, attempt, token, tenant or "", owner=self.owner,
                                 now=self.clock.now(), running_limit=self.running_limit,
-                                slots=lambda run, att, results: self._slots(run, att, results, slot_errors))
+                                slots=lambda run, att, results: self._slots(run, att, results, slot_errors),
+                                slotless=self._slotless(run_id, step_id))
+
+    def _slotless(self, run_id: str, step_id: str) -> bool:
+        """Whether the step a message names surely needs no lock or pool slot (the run and its plan are known
+        here: the run as first read, its plan cached), so the store need not ask :meth:`_slots`."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return False
+        plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)
+        step = None if plan is None or steps is None else steps.get(split_step_id(step_id)[0])
+        return step is not None and not coordination.needs_slots(plan, step)
 
     def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
         """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,

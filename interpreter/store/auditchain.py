@@ -10,18 +10,21 @@ state_before, state_after, ts, decision`` (the authorisation decision:
 ``allow`` / ``deny`` / None), ``tool`` (the action or model a step calls),
 ``summary`` (size and hash of a step's output: never the output), ``error``
 (class and message), ``detail`` (JSON; secret values redacted) and
-``prev_hash``, the ``hash`` of the tenant's previous event. Its own ``hash`` is::
+``prev_hash``, the ``hash`` of the tenant's previous event. Its own ``hash`` (format 2, ``chain_v``; events
+appended before SQLite migration 20 / PostgreSQL 19 are format 1: :mod:`~.auditverify`) is::
 
-    sha256(canonical JSON [tenant, seq, prev_hash, ts, workflow, workflow_version, plan_digest, run_id,
-                           step_id, event, actor, state_before, state_after, decision, tool, summary,
-                           error, detail])
+    body = sha256(canonical JSON [tenant, ts, workflow, workflow_version, plan_digest, run_id, step_id,
+                                  event, actor, state_before, state_after, decision, tool, summary,
+                                  error, detail])
+    hash = sha256(prev_hash "\\n" seq "\\n" body)
 
-computed inside the transaction that appends the event, chained to the
-tenant's head (``audit_heads``: last seq and hash) as it stands in that same
-``BEGIN IMMEDIATE`` transaction, and the head moves in the same commit. (A
-process remembers the heads it wrote and moves a head with a compare-and-set
-on that value instead of reading it first; if another process appended
-meanwhile, the set fails and the batch is chained again on the stored heads.)
+The content's hash is computed where the event is made (:meth:`SqliteChain.bodies`); its link, inside the
+transaction that appends the event, to the tenant's head (``audit_heads``: last seq and hash) as it stands
+in that same transaction, and the head moves in the same commit. On SQLite the link is computed here
+(:meth:`SqliteChain.link`: a process remembers the heads it wrote and moves a head with a compare-and-set
+on that value instead of reading it first; if another process appended meanwhile, the set fails and the
+batch is linked again on the stored heads); on PostgreSQL the database computes it in the commit
+(``store/postgres/chainlink.py``), so a writer never waits for a head to be read.
 Inputs and outputs never enter the audit log: a step's output appears as its
 byte size and a truncated sha256.
 
@@ -49,12 +52,16 @@ from collections.abc import Iterable
 from sealflow.interpreter.core.ids import compensation_id
 from sealflow.interpreter.core.redaction import REDACTOR
 from sealflow.interpreter.store.auditverify import (  # noqa: F401 - re-exported: verifying is part of the chain's API
+    CHAIN_V,
     GENESIS,
     UNCHAINED,
     VERIFY_COLS,
     Break,
     ChainReport,
+    body_hash,
     event_hash,
+    link_hash,
+    row_hash,
     verify,
     verify_tenant,
 )
@@ -66,8 +73,8 @@ CHAIN_COLUMNS = (("tenant", "TEXT"), ("workflow", "TEXT"), ("workflow_version", 
                  ("decision", "TEXT"), ("tool", "TEXT"), ("summary", "TEXT"), ("error", "TEXT"),
                  ("seq", "INTEGER"), ("prev_hash", "TEXT"), ("hash", "TEXT"))
 INSERT = ("INSERT INTO audit (run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, "
-          "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash) "
-          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+          "workflow_version, plan_digest, decision, tool, summary, error, seq, prev_hash, hash, chain_v) "
+          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 _HEAD_UPSERT = ("INSERT INTO audit_heads (tenant, seq, hash) VALUES (?,?,?) ON CONFLICT (tenant) DO UPDATE SET "
                 "seq = excluded.seq, hash = excluded.hash")
 #: move a head only if it is still what this process last wrote (compare-and-set)
@@ -167,13 +174,11 @@ class SqliteChain:
             self._tools[digest] = tools
         return tools.get(step_id)
 
-    def rows(self, c, pending: Iterable[tuple], known: dict | None = None
-             ) -> tuple[list[tuple], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
-        """The chained rows for ``pending`` events ``(run_id, step_id, event, actor, before, after,
-        detail_json, ts[, extra])``, the tenants' new heads, and the heads they were chained to
-        (taken from ``known`` when there, else read)."""
-        heads: dict[str, tuple[int, str]] = {}
-        based: dict[str, tuple[int, str]] = {}
+    def bodies(self, c, pending: Iterable[tuple]) -> list[list]:
+        """The chain's view of ``pending`` events ``(run_id, step_id, event, actor, before, after, detail_json,
+        ts[, extra])``: each as ``[run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow,
+        version, digest, decision, tool, summary, error, body]`` (``body``: its content's hash, format 2), all
+        but its place in its tenant's chain, which :meth:`link` (or the database) gives it."""
         out = []
         redact = REDACTOR.active
         runs, all_tools, decisions = self._runs, self._tools, _EVENT_DECISION
@@ -215,6 +220,22 @@ class SqliteChain:
                 error = extra.get("error") or (_error(pmap) if pmap is not None else None)
                 if redact and error:
                     error = REDACTOR.text(error)
+            body = sha256(canonical([tenant, ts, workflow, version, digest, run_id, step_id, event, actor, before,
+                                     after, decision, tool, summary, error, detail]).encode()).hexdigest()
+            out.append([run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow, version, digest,
+                        decision, tool, summary, error, body])  # (= auditverify.body_hash, inlined)
+        return out
+
+    def link(self, c, bodies: list[list], known: dict | None = None
+             ) -> tuple[list[tuple], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+        """The rows to insert for :meth:`bodies`, each placed in its tenant's chain (format 2), the tenants' new
+        heads, and the heads they were chained to (taken from ``known`` when there, else read)."""
+        heads: dict[str, tuple[int, str]] = {}
+        based: dict[str, tuple[int, str]] = {}
+        out = []
+        sha256 = _sha256
+        for b in bodies:
+            tenant = b[8]
             head = heads.get(tenant)
             if head is None:
                 head = known.get(tenant) if known else None
@@ -224,13 +245,15 @@ class SqliteChain:
                 based[tenant] = head
             seq = head[0] + 1
             prev = head[1]
-            digest_ = sha256(canonical([tenant, seq, prev, ts, workflow, version, digest, run_id, step_id, event,
-                                        actor, before, after, decision, tool, summary, error, detail]
-                                       ).encode()).hexdigest()  # = event_hash(...), inlined
-            heads[tenant] = (seq, digest_)
-            out.append((run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow, version, digest,
-                        decision, tool, summary, error, seq, prev, digest_))
+            digest = sha256(f"{prev}\n{seq}\n{b[16]}".encode()).hexdigest()  # = auditverify.link_hash, inlined
+            heads[tenant] = (seq, digest)
+            out.append((*b[:16], seq, prev, digest, CHAIN_V))
         return out, heads, based
+
+    def rows(self, c, pending: Iterable[tuple], known: dict | None = None
+             ) -> tuple[list[tuple], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+        """:meth:`link` of :meth:`bodies`: the chained rows, the new heads, the heads they were chained to."""
+        return self.link(c, self.bodies(c, pending), known)
 
     def append(self, c, pending: list[tuple]) -> None:
         """Write ``pending`` events chained, and move the heads (inside the caller's transaction).
@@ -239,7 +262,8 @@ class SqliteChain:
         compare-and-set on it, and if another process moved it meanwhile, every head is read and
         the events chained again."""
         known = self._heads if self._cache_heads else {}
-        rows, heads, based = self.rows(c, pending, known)
+        bodies = self.bodies(c, pending)
+        rows, heads, based = self.link(c, bodies, known)
         moved: list[str] = []
         stale = False
         for tenant, (seq, digest) in heads.items():
@@ -255,7 +279,7 @@ class SqliteChain:
             # (a head already moved here stays: it was moved from the stored head, and chaining again from
             # that same head gives the same rows; heads never move backwards, see the triggers)
             known.clear()
-            rows, heads, based = self.rows(c, pending, {t: based[t] for t in moved})
+            rows, heads, based = self.link(c, bodies, {t: based[t] for t in moved})
             for tenant, (seq, digest) in heads.items():
                 c.execute(_HEAD_UPSERT, (tenant, seq, digest))
         c.executemany(INSERT, rows)
@@ -264,6 +288,22 @@ class SqliteChain:
         if len(known) > self._max:
             known.clear()
         known.update(heads)
+
+    def remember_run(self, run_id: str, tenant: str, workflow: str, version: int, digest: str) -> None:
+        """Cache a run's chain fields the caller holds (its record), so chaining its events reads nothing."""
+        if run_id not in self._runs:
+            if len(self._runs) >= self._max:
+                self._runs.clear()
+            self._runs[run_id] = (tenant, workflow, version, digest)
+
+    def knows_tools(self, digest: str) -> bool:
+        return digest in self._tools
+
+    def remember_plan(self, digest: str, body: str) -> None:
+        """Cache what a plan's steps call from its JSON (a plan not stored yet: its run's first events)."""
+        if len(self._tools) >= 512:
+            self._tools.clear()
+        self._tools[digest] = tools_of_plan(body)
 
 
 # -- the migration ---------------------------------------------------------------------------------
@@ -287,11 +327,19 @@ def migrate(conn) -> None:
                         "WHERE hash IS NULL ORDER BY id").fetchall()
     if not rows:
         return
-    chain = SqliteChain()
-    chained, heads, _ = chain.rows(conn, [r[1:] for r in rows])
+    # chained in format 1, the format of the time (the column naming a format comes with migration 20)
+    heads: dict[str, tuple[int, str]] = {}
+    updates = []
+    for b, row in zip(SqliteChain().bodies(conn, [r[1:] for r in rows]), rows, strict=True):
+        tenant = b[8]
+        seq, prev = heads.get(tenant, (0, GENESIS))
+        digest = event_hash(tenant, seq + 1, prev, b[7], b[9], b[10], b[11], b[0], b[1], b[2], b[3], b[4], b[5], b[12],
+                            b[13], b[14], b[15], b[6])
+        heads[tenant] = (seq + 1, digest)
+        updates.append((b[6], *b[8:16], seq + 1, prev, digest, row[0]))
     conn.execute("DROP TRIGGER IF EXISTS audit_no_update")
     conn.executemany("UPDATE audit SET detail = ?, tenant = ?, workflow = ?, workflow_version = ?, plan_digest = ?, "
                      "decision = ?, tool = ?, summary = ?, error = ?, seq = ?, prev_hash = ?, hash = ? WHERE id = ?",
-                     [(r[6], *r[8:], row[0]) for r, row in zip(chained, rows, strict=True)])
+                     updates)
     conn.execute(_TRIGGER)
     conn.executemany(_HEAD_UPSERT, [(t, s, h) for t, (s, h) in heads.items()])

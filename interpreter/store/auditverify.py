@@ -1,9 +1,20 @@
 """The audit chain's hash of an event, and verifying chains against it.
 
-What an event's ``hash`` is taken of (canonical JSON of its fields, see
-:mod:`sealflow.interpreter.store.auditchain`, which appends events chained) and :func:`verify`, which walks
-each tenant's chain in append order and names the first event that does not hold (edited, deleted,
-inserted, reordered, a tail cut against the head, an event added outside sealflow).
+What an event's ``hash`` is taken of (see :mod:`sealflow.interpreter.store.auditchain`, which appends events
+chained) and :func:`verify`, which walks each tenant's chain in append order and names the first event that
+does not hold (edited, deleted, inserted, reordered, a tail cut against the head, an event added outside
+sealflow). Two formats, named by each event's ``chain_v``:
+
+* **2** (every event appended since store migration SQLite 20 / PostgreSQL 19): ``hash = sha256(prev_hash
+  "\\n" seq "\\n" body)`` where ``body`` is the hex sha256 of the canonical JSON of the event's content
+  (:func:`body_hash`). The content is hashed where the event is made; the link to the chain, which needs the
+  tenant's head, is a hash of three short texts, which the PostgreSQL store computes in the database
+  inside the commit (no round trip to read the head first, see ``store/postgres/chainlink.py``);
+* **1** (``chain_v`` NULL: events appended before): ``hash = sha256(canonical JSON of [tenant, seq,
+  prev_hash, ts, ...content])`` (:func:`event_hash`).
+
+Both commit to the same fields; a chain may hold both (the older first), and verification checks each event
+by its own format.
 """
 
 from __future__ import annotations
@@ -19,7 +30,9 @@ GENESIS = ""
 UNCHAINED = "(no tenant)"
 #: what verify reads, in this order
 VERIFY_COLS = ("id, tenant, seq, prev_hash, hash, ts, workflow, workflow_version, plan_digest, run_id, step_id, "
-               "event, actor, state_before, state_after, decision, tool, summary, error, detail")
+               "event, actor, state_before, state_after, decision, tool, summary, error, detail, chain_v")
+#: the format of the events appended now (module docstring)
+CHAIN_V = 2
 
 #: canonical JSON: compact, UTF-8, no NaN; built once (json.dumps with options builds an encoder per call)
 canonical_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -44,10 +57,35 @@ def canonical(fields: list) -> str:
 
 def event_hash(tenant: str, seq: int, prev_hash: str, ts: float, workflow, version, digest, run_id, step_id,
                event, actor, before, after, decision, tool, summary, error, detail) -> str:
-    """The hash of one event (its fields: :mod:`sealflow.interpreter.store.auditchain`)."""
+    """The hash of one event of format 1 (its fields: :mod:`sealflow.interpreter.store.auditchain`)."""
     body = canonical([tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor, before,
                       after, decision, tool, summary, error, detail])
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def body_hash(tenant: str, ts: float, workflow, version, digest, run_id, step_id, event, actor, before, after,
+              decision, tool, summary, error, detail) -> str:
+    """The hash of one event's content (format 2): everything but its place in the chain."""
+    body = canonical([tenant, ts, workflow, version, digest, run_id, step_id, event, actor, before, after, decision,
+                      tool, summary, error, detail])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def link_hash(prev_hash: str, seq: int, body: str) -> str:
+    """The hash of an event of format 2: its content's hash ``body`` at ``seq``, after ``prev_hash``. The
+    PostgreSQL store computes the same in SQL (``store/postgres/chainlink.py``; a test holds the two equal)."""
+    return hashlib.sha256(f"{prev_hash}\n{seq}\n{body}".encode()).hexdigest()
+
+
+def row_hash(row: tuple) -> str:
+    """The hash a :data:`VERIFY_COLS` row should carry, by its format."""
+    (_id, tenant, seq, prev_hash, _stored, ts, workflow, version, digest, run_id, step_id, event, actor, before, after,
+     decision, tool, summary, error, detail, chain_v) = row
+    if chain_v == 2:
+        return link_hash(prev_hash, seq, body_hash(tenant, ts, workflow, version, digest, run_id, step_id, event,
+                                                   actor, before, after, decision, tool, summary, error, detail))
+    return event_hash(tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor, before,
+                      after, decision, tool, summary, error, detail)
 
 
 # -- verification ----------------------------------------------------------------------------------
@@ -93,15 +131,15 @@ def verify_tenant(tenant: str | None, rows: Iterable[tuple], head: tuple[int, st
     seqs = {r[2] for r in rows}
     prev, expected = GENESIS, 1
     for i, row in enumerate(rows):
-        (event_id, _tenant, seq, prev_hash, stored, ts, workflow, version, digest, run_id, step_id, event, actor,
-         before, after, decision, tool, summary, error, detail) = row
+        event_id, seq, prev_hash, stored, chain_v = row[0], row[2], row[3], row[4], row[20]
         where = _where(row)
         if seq is None or stored is None:
             return i + 1, prev, Break(tenant, event_id, seq, "unchained",
                                       f"{where} carries no chain hash: it was added outside sealflow")
-        actual = event_hash(tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor,
-                            before, after, decision, tool, summary, error, detail)
-        if actual != stored:
+        if chain_v not in (None, 2):
+            return i + 1, prev, Break(tenant, event_id, seq, "edited",
+                                      f"{where} names chain format {chain_v!r}, which no sealflow writes")
+        if row_hash((event_id, tenant, *row[2:])) != stored:
             return i + 1, prev, Break(tenant, event_id, seq, "edited",
                                       f"{where} was edited: its content no longer matches its hash")
         if seq > expected:

@@ -131,7 +131,7 @@ class Store(abc.ABC):
     # -- the step path -------------------------------------------------------------------------
     @abc.abstractmethod
     def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
-              now: float, running_limit=None, slots=None) -> Claimed:
+              now: float, running_limit=None, slots=None, slotless: bool = False) -> Claimed:
         """Compare-and-set: take the attempt's lease with a new fencing token, or raise
         :class:`MessageRefused` (after auditing ``message_refused``). A ``tenant`` that is not the
         run's is refused (``tenant_mismatch``); None skips that check (direct callers, not messages).
@@ -141,7 +141,9 @@ class Store(abc.ABC):
         (:class:`~sealflow.interpreter.store.coordination.SlotRequest`) a scheduled attempt needs, called
         inside the claim (``results`` is a function reading the run's results); the claim takes all of them
         (``Claimed.grants``) or none: the attempt waits in line, its outbox row due again later, and
-        :class:`~sealflow.interpreter.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised."""
+        :class:`~sealflow.interpreter.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised.
+        ``slotless``: the caller knows the attempt's step needs no slot (``slots`` would give none), which lets
+        a store claim it without asking (PostgreSQL: in one statement, store/postgres/hotpath.py)."""
 
     def children(self, run_id: str, step_id: str | None = None, attempt: int | None = None, *,
                  offset: int = 0, limit: int = 100_000) -> list[ChildRecord]:

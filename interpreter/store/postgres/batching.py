@@ -183,7 +183,7 @@ class GroupCommit:
             yield c
             if c.sent:  # every statement of this member is done: a failure here is this member's own
                 c.sync()
-            batch.events.extend(pending)  # chained with the others' at the commit (one insert, one head move)
+            batch.events.extend(pending)  # chained with the others' at the commit (one statement: chainlink.py)
         except IllegalTransition as exc:
             pending.clear()
             self._undo(batch)
@@ -262,3 +262,6 @@ class InBatch:
 
     def executemany(self, sql: str, seq):
         return self._c.executemany(sql, seq)
+
+    def native(self, sql: str, args=()):
+        return self._c.native(sql, args)

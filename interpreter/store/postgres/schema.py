@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 
 from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
+from sealflow.interpreter.store.postgres.chainlink import FUNCTION as CHAIN_LINK
+from sealflow.interpreter.store.postgres.hotsql import FUNCTIONS as HOT_FUNCTIONS
 from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
 from sealflow.interpreter.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
 from sealflow.interpreter.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
@@ -230,6 +232,9 @@ MIGRATIONS: list[tuple[int, str, str]] = [
      _V17_BROKER_IDS),
     (18, "rate limits keep the running totals of their grants (a take no longer counts the window)",
      PG_RATE_TOTALS),
+    (19, "audit events in chain format 2, linked in the database (sealflow_chain_link); the hot path in one "
+         "statement a batch: submits, claims, carried steps, runs' ends (sealflow_hot_batch)",
+     CHAIN_LINK + HOT_FUNCTIONS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

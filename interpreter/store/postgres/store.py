@@ -52,6 +52,7 @@ from sealflow.interpreter.store.base import Store
 from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.interpreter.store.postgres import schema
 from sealflow.interpreter.store.postgres.batching import GroupCommit, InBatch
+from sealflow.interpreter.store.postgres.chainlink import PgChain
 from sealflow.interpreter.store.postgres.connection import (
     StoreUnavailable,
     connect,
@@ -68,6 +69,8 @@ from sealflow.interpreter.store.postgres.connection import (
     own_params as _own_params,
 )
 from sealflow.interpreter.store.postgres.dialect import PgConn
+from sealflow.interpreter.store.postgres.hotpath import HotPathMixin
+from sealflow.interpreter.store.postgres.pooling import StorePool
 from sealflow.interpreter.store.postgres.sessions import PgSessionsMixin
 from sealflow.interpreter.store.postgres.workers import WorkersMixin
 from sealflow.interpreter.store.records import Due, Message, SweepReport
@@ -101,7 +104,7 @@ def _io(method):
     return run
 
 
-class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
+class PostgresStore(HotPathMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
@@ -121,7 +124,8 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         kwargs = _conn_kwargs(own)
         self._conninfo, self._kwargs = conninfo, kwargs
         self._local = threading.local()
-        self._chain = SqliteChain(cache_heads=False)  # the writers of several processes take turns
+        # events' content hashed here, linked to their tenants' chains by the database (chainlink.py)
+        self._chain = PgChain(SqliteChain(cache_heads=False))
         self._offset_at, self._offset_s = 0.0, 0.0
         self._listener: psycopg.Connection | None = None
         self._listen_lock = threading.Lock()
@@ -140,10 +144,9 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
                 "?migrate=1 to the store URL")
         self._group = GroupCommit(self._live_pool, self._chain.append, lambda: self._pending,
                                   self._illegal_in_batch)
+        self._hot_init(self._live_pool)
         size = int(pool_max or own_pool or 8)
-        self._pool = ConnectionPool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
-                                    check=_check_if_idle, reset=_stamp_idle, name="sealflow-store",
-                                    timeout=POOL_WAIT_S)
+        self._pool = StorePool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False, name="sealflow-store")
         try:
             self._pool.open(wait=True, timeout=10)
         except PoolTimeout as exc:
@@ -314,10 +317,19 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         now, shift = self._on_db_clock(now)
         if shift and new.deadline is not None:
             new = dataclasses.replace(new, deadline=new.deadline + shift)
+        if limits is None and definition is None:  # nothing to admit or register: one statement (hotpath.py)
+            done = self._hot_submit(new, now)
+            if done is not None:
+                return done
         return super().submit(new, now, limits, definition)
 
-    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None, slots=None):
+    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None, slots=None,
+              slotless=False):
         now, _ = self._on_db_clock(now)
+        if slotless and running_limit is None:  # no bulkhead, lock or pool: one statement (hotpath.py)
+            done = self._hot_claim(run_id, step_id, attempt, token, tenant, owner, now)
+            if done is not None:
+                return done
         return super().claim(run_id, step_id, attempt, token, tenant, owner=owner, now=now,
                              running_limit=running_limit, slots=slots)
 
@@ -328,7 +340,8 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
         now, shift = self._on_db_clock(now)
         if shift:
             commit = _shifted_commit(commit, shift)
-        return super().commit(commit, now)
+        done = self._hot_commit(commit, now)  # a carry or a run's end: one statement, batched (hotpath.py)
+        return done if done is not None else super().commit(commit, now)
 
     def cancel(self, run_id, now, *, actor, reason=""):
         return super().cancel(run_id, self._on_db_clock(now)[0], actor=actor, reason=reason)
@@ -394,27 +407,6 @@ class PostgresStore(PgSessionsMixin, WorkersMixin, SqliteStore):
                 raise StoreUnavailable(f"PostgreSQL store {self.url}: listening for new work failed: "
                                        f"{_cause(exc)}") from None
             return woke
-
-
-#: how long an operation waits for a pooled connection (psycopg_pool's default is 30 s) before it fails as
-#: StoreUnavailable: with the database unreachable, a worker's loop notices a stop only between operations,
-#: and a supervisor's grace before SIGKILL is often 30 s (Kubernetes's default)
-POOL_WAIT_S = 10.0
-
-#: a pooled connection unused for longer than this is checked (an empty query) before it is handed out: one
-#: that died with a database restart is replaced instead of failing the operation. A connection in steady use
-#: is not checked: that check was a round trip per store operation (and if such a connection died this very
-#: moment, the operation fails clearly, nothing half-done, and is retried as after any outage).
-CHECK_IDLE_AFTER_S = 1.0
-
-
-def _stamp_idle(conn) -> None:
-    conn._sealflow_idle_since = time.monotonic()
-
-
-def _check_if_idle(conn) -> None:
-    if time.monotonic() - getattr(conn, "_sealflow_idle_since", 0.0) > CHECK_IDLE_AFTER_S:
-        ConnectionPool.check_connection(conn)
 
 
 def _shifted_commit(commit, shift: float):

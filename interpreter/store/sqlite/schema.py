@@ -121,6 +121,12 @@ ALTER TABLE attempts ADD COLUMN leases_lost INTEGER NOT NULL DEFAULT 0;
 """
 
 
+# the audit chain's format of each event (NULL: format 1, the events appended before), see store/auditverify.py
+_V20_CHAIN_V = """
+ALTER TABLE audit ADD COLUMN chain_v INTEGER;
+"""
+
+
 def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
     # one statement at a time (a trigger body holds ';' until its END;)
     def apply(conn: sqlite3.Connection) -> None:
@@ -239,6 +245,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (18, "server sign-in state shared by every server process: /ui sessions (id hashed), pending OIDC logins",
      _sessions),
     (19, "rate limits keep the running totals of their grants (a take no longer counts the window)", _rate_totals),
+    (20, "audit.chain_v: events are chained in format 2 (their content's hash linked to the chain)",
+     _statements(_V20_CHAIN_V)),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -138,7 +138,7 @@ class StepPathMixin:
 
     # -- the step path -----------------------------------------------------------------------------
     def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
-              now: float, running_limit=None, slots=None) -> Claimed:
+              now: float, running_limit=None, slots=None, slotless: bool = False) -> Claimed:
         refused: tuple[str, str] | None = None
         deferred: float | None = None
         busy: ClaimDeferred | None = None
@@ -200,7 +200,7 @@ class StepPathMixin:
         if run.state in ("queued", "waiting"):  # cancelling / compensating runs keep their state
             self._run_to(c, now, run_id, run.state, "running", owner)
             c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?", (now, run_id))
-            run.state, run.rev = "running", run.rev + 1
+            run.state, run.rev, run.updated_at = "running", run.rev + 1, now
 
     def _claim_carried(self, c, now: float, msg: Message, owner: str) -> Claimed | None:
         """Claim the attempt a commit just scheduled, for the worker that goes on with the run (same checks as

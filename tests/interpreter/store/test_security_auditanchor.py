@@ -149,7 +149,7 @@ def test_a_recomputed_chain_fails_against_the_anchor(chained, capsys, tmp_path):
         if i == 2:
             row[12] = "user:mallory"
         row[3] = prev
-        row[4] = prev = auditchain.event_hash(row[1], row[2], row[3], *row[5:])
+        row[4] = prev = auditchain.row_hash(tuple(row))
         conn.execute("UPDATE audit SET actor = ?, prev_hash = ?, hash = ? WHERE id = ?", (row[12], row[3], row[4],
                                                                                            row[0]))
         last = row

@@ -101,8 +101,8 @@ def test_rate_limit_grants_of_an_older_schema_get_their_running_totals(pg_schema
         conn.execute("INSERT INTO rate_limits (model, updated_at) VALUES ('m', 5)")
         conn.cursor().executemany("INSERT INTO rate_grants (key, model, at, tokens) VALUES (%s, %s, %s, %s)",
                                   [("a", "m", 1, 100), ("b", "m", 5, 30), ("c", "orphan", 7, 9)])
-    # When it is migrated (18)
-    assert migrate(pg_schema.url()) == [18]
+    # When it is migrated to 18
+    assert migrate(pg_schema.url(), target=18) == [18]
     # Then each model's totals are its grants' count and token sum
     with pg_schema.connect() as conn:
         got = conn.execute("SELECT model, requests, tokens, updated_at FROM rate_limits ORDER BY model").fetchall()
@@ -342,7 +342,7 @@ def test_a_lost_connection_is_a_clear_error_and_nothing_half_done_is_kept(opened
 def test_a_pooled_connection_the_server_dropped_while_it_sat_idle_is_replaced_not_failed(opened, pg_schema):
     # Given a store whose one pooled connection sat unused for longer than the idle check's threshold, and
     # that the server has since dropped (a restart, an idle timeout, a proxy)
-    from sealflow.interpreter.store.postgres.store import CHECK_IDLE_AFTER_S
+    from sealflow.interpreter.store.postgres.pooling import CHECK_IDLE_AFTER_S
 
     name = f"sf-idle-{pg_schema.name}"  # this test's own: another session's on the same server is not touched
     store = opened(pool_max="1", application_name=name)
@@ -580,6 +580,6 @@ def test_every_operation_of_the_store_api_turns_database_errors_into_clear_ones(
 def test_an_operation_waits_a_bounded_time_for_a_connection(opened):
     """With the database unreachable, a worker's loop notices a stop only between operations: each waits at
     most POOL_WAIT_S for a connection (psycopg_pool's default would be 30 s, a supervisor's whole grace)."""
-    from sealflow.interpreter.store.postgres.store import POOL_WAIT_S
+    from sealflow.interpreter.store.postgres.pooling import POOL_WAIT_S
 
     assert opened()._pool.timeout == POOL_WAIT_S <= 10

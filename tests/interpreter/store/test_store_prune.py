@@ -40,7 +40,7 @@ def test_given_old_and_new_runs_when_pruned_then_only_old_finished_ones_go_and_t
     chain = verify(store)
     assert chain.ok, chain.breaks
     (pruned,) = [e for e in store.audit_chain("default") if e[11] == "store.pruned"]
-    detail = json.loads(pruned[-1])
+    detail = json.loads(pruned[19])
     assert detail["runs"] == 2 and detail["sha256"] == report.hashes["default"][0]
     # And pruning again removes nothing more
     assert store.prune_runs(now - 30 * DAY, now).total == 0
