@@ -306,9 +306,15 @@ class Engine(Claiming):
                           x.run.id)
             return commit
 
+    def last_state(self, run_id: str) -> str | None:
+        """The state this thread's last commit left ``run_id`` in (None: its last commit was another run's)."""
+        last = getattr(self._carry, "last", None)
+        return last[1] if last is not None and last[0] == run_id else None
+
     def _done(self, run_id: str, done: Committed | None, *, created_at: float | None = None) -> tuple[Message, ...]:
         if done is None:
             return ()
+        self._carry.last = (run_id, done.run_state)
         if done.claimed is not None:
             self._carry.claimed = done.claimed
         if done.run_state in RUN_FINAL:

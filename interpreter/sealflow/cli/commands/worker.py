@@ -80,13 +80,15 @@ def redact(url: str) -> str:
 
 def step_log():
     """A Dramatiq middleware that logs each step message this worker runs at INFO and remembers the
-    ones in progress (so a shutdown can name what it abandons). Set its ``store`` to add the run's
-    state to the log line. (Built on call: the command line imports Dramatiq only when it runs.)"""
+    ones in progress (so a shutdown can name what it abandons). Set its ``engine`` (the state its last
+    commit left the run in) or ``store`` (read) to add the run's state to the log line. (Built on call:
+    the command line imports Dramatiq only when it runs.)"""
     import dramatiq
 
     class StepLog(dramatiq.Middleware):
         def __init__(self) -> None:
             self.store = None
+            self.engine = None
             self.running: dict[str, tuple[tuple, float, int]] = {}
             self._lock = threading.Lock()
 
@@ -105,8 +107,10 @@ def step_log():
             if ids is None:
                 return
             run_id, step_id, attempt = ids
+            state = self.engine.last_state(run_id) if self.engine is not None else None
             try:
-                state = self.store.get_run(run_id).state if self.store is not None else "?"
+                if state is None:  # this thread committed nothing of the run (a refused or left message): read it
+                    state = self.store.get_run(run_id).state if self.store is not None else "?"
             except Exception:  # noqa: BLE001 - a log line must not fail the message (the store may be closing)
                 state = "?"
             log.info("run %s: step %s attempt %s: handled in %.0f ms; the run is %s", run_id, step_id, attempt,
@@ -259,7 +263,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     if rt is None:
         log.info("worker stopped before the store came up")
         return
-    steps.store = rt.store
+    steps.store, steps.engine = rt.store, rt.engine
     if metrics_port is not None:
         from sealflow.interpreter.service.telemetry.metrics import serve_metrics
 
