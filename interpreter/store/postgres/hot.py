@@ -61,7 +61,10 @@ class _Entry:
 
     def __init__(self, item: dict, resolve: Callable):
         self.item, self.resolve = item, resolve
-        self.ready = threading.Event()
+        #: released once the entry is answered, or is to send the next statement (a lock held from the start: a
+        #: hand-off in C, where an Event is a Condition's Python)
+        self.ready = threading.Lock()
+        self.ready.acquire()
         self.lead = False  # woken to send the next statement, not with its answer
         self.result = None
         self.error: BaseException | None = None
@@ -85,7 +88,7 @@ class HotQueue:
             lead = not self._busy
             self._busy = True
         if not lead:
-            entry.ready.wait()
+            entry.ready.acquire()
         if lead or entry.lead:
             self._send()
         if entry.error is not None:
@@ -103,10 +106,11 @@ class HotQueue:
                 if nxt is None:
                     self._busy = False
             for entry in batch:
-                entry.ready.set()
+                if entry.ready.locked():  # (the one that sent it never waited)
+                    entry.ready.release()
             if nxt is not None:  # the next statement is sent by the first of those who waited for this one
                 nxt.lead = True
-                nxt.ready.set()
+                nxt.ready.release()
 
     def _call(self, batch: list[_Entry]) -> None:
         try:
