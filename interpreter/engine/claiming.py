@@ -24,7 +24,7 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.engine import capability
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy import coordination
-from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, RunRecord
+from sealflow.interpreter.store.base import AuditEvent, Claimed, RunRecord
 from sealflow.interpreter.store.errors import NotFound, StoreError
 
 log = logging.getLogger("sealflow.engine")
@@ -53,11 +53,11 @@ class Claiming:
             return None
         return got
 
-    def _may_carry(self, x: Execution, commit: Commit) -> bool:
-        """Whether the commit may claim the run's next attempt for this thread (``carry``): it is scheduled now,
-        and neither a bulkhead nor a lock or pool stands in the way (those claims wait in line: not here)."""
-        nxt = commit.next
-        if not getattr(self._carry, "want", False) or nxt is None or not commit.dispatch_inline:
+    def _may_carry(self, x: Execution, nxt, inline: bool) -> bool:
+        """Whether a commit making ``nxt`` due (``inline``: dispatched with it) may claim it for this thread
+        (``carry``): it is scheduled now, and neither a bulkhead nor a lock or pool stands in the way (those
+        claims wait in line: not here)."""
+        if not getattr(self._carry, "want", False) or nxt is None or not inline:
             return False
         if nxt.state != "scheduled" or self.running_limit is not None or nxt.due_at is not None \
                 and nxt.due_at > self.clock.now():

@@ -162,7 +162,7 @@ class _Decision:
         self.dead = DeadLetterSpec(x.step_id, f"step {x.step_id!r} failed with {error_class}: {message}",
                                    error_class, fingerprint(x.step_id, error_class, message))
 
-    def commit(self, inline: bool) -> Commit:
+    def commit(self, inline: bool, amend: Callable[..., dict] | None = None) -> Commit:
         x = self.x
         if x.run.state == "cancelling":
             # the run was cancelled while this attempt ran: keep the result, stop the run
@@ -172,10 +172,11 @@ class _Decision:
             self.error = (None, None)
         change = RunChange(state=self.run_state, output_json=self.output_json, error_class=self.error[0],
                            error_message=self.error[1], **self.counters)
+        extra = {} if amend is None else amend(self.step, self.next, inline, x.run.rev)
         return Commit(run_id=x.run.id, expected_rev=x.run.rev, step=self.step, run=change, next=self.next,
                       ledger=self.ledger, dead_letter=self.dead, audit=tuple(self.audit), actor=self.actor,
                       dispatch_inline=inline, spawn=None if x.run.state == "cancelling" else self.spawn,
-                      close_fanout=x.step.kind in _FANOUT_KINDS and not x.gate)
+                      close_fanout=x.step.kind in _FANOUT_KINDS and not x.gate, **extra)
 
 
 def _render(x: Execution, value: Any, context: dict) -> Any:
@@ -184,8 +185,10 @@ def _render(x: Execution, value: Any, context: dict) -> Any:
     return templates.render_value(value, context, clock=x.services.clock.now)
 
 
-def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = True, inline: bool = True) -> Commit:
-    """The commit that applies ``outcome`` of attempt ``x``."""
+def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = True, inline: bool = True,
+           amend: Callable[..., dict] | None = None) -> Commit:
+    """The commit that applies ``outcome`` of attempt ``x``; ``amend(step, next, inline, expected_rev)`` gives
+    more of its fields (the engine's: which slots it holds, whether it carries on, its view of the run)."""
     outcome, out_json = as_json(x, outcome)
     d = _Decision(x, actor, counts_step)
     step = x.step
@@ -230,7 +233,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
             d.fail_run(outcome.error_class or "internal", outcome.message or "")
     else:
         _failed(d, x, outcome)
-    return d.commit(inline)
+    return d.commit(inline, amend)
 
 
 def _failed(d: _Decision, x: Execution, f: Failed) -> None:

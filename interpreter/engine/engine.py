@@ -266,22 +266,27 @@ class Engine(Claiming):
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
         tries = 0
 
+        def amendments(step, nxt, inline: bool, expected_rev: int) -> dict:
+            """What the engine adds to the store's part of the commit (every key, so that it replaces)."""
+            a = x.attempt
+            carry = self._may_carry(x, nxt, inline)
+            return {"holds_slots": coordination.needs_slots(x.plan, x.step),
+                    "holds_reservation": x.step.kind in budgets.RESERVING_KINDS,
+                    "claim_as": self.owner if carry else None, "carry_from": x.run if carry else None,
+                    # written on this view, checked by the store (Commit.seen); after a conflict, read first
+                    "seen": (x.run.state, x.run.tenant, x.run.parent_run_id, a.state)
+                    if tries == 1 and step is not None and (step.step_id, step.attempt, step.token) == (
+                        a.step_id, a.attempt, a.token) and expected_rev == x.run.rev else None}
+
         def build() -> Commit:
             nonlocal tries
             tries += 1
-            commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step)
-            commit = redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
-            amend: dict = {} if coordination.needs_slots(x.plan, x.step) else {"holds_slots": False}
-            if x.step.kind not in budgets.RESERVING_KINDS:
-                amend["holds_reservation"] = False
-            if self._may_carry(x, commit):
-                amend["claim_as"], amend["carry_from"] = self.owner, x.run
-            a, step = x.attempt, commit.step
-            if tries == 1 and step is not None and (step.step_id, step.attempt, step.token) == (
-                    a.step_id, a.attempt, a.token) and commit.expected_rev == x.run.rev:
-                # written on this view, checked by the store (Commit.seen); after a conflict, read first
-                amend["seen"] = (x.run.state, x.run.tenant, x.run.parent_run_id, a.state)
-            return self._notified(x, dataclasses.replace(commit, **amend) if amend else commit)
+            commit = flow.decide(x, outcome, actor=actor, counts_step=counts_step, amend=amendments)
+            final = redact_commit(fanout.undo_completed(x, compensation.amend(x, commit)))
+            if final is not commit:  # undoing, compensating or redacting changed it: amended again, on what it is
+                final = dataclasses.replace(final, **amendments(final.step, final.next, final.dispatch_inline,
+                                                                final.expected_rev))
+            return self._notified(x, final)
 
         def conflict() -> None:
             x.run = self.store.get_run(x.run.id)

@@ -46,6 +46,7 @@ from sealflow.interpreter.engine.decide import lease_ms
 from sealflow.interpreter.engine.engine import Engine
 from sealflow.interpreter.execution import isolation, secrets
 from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.interpreter.execution.timeouts import AttemptRunner
 from sealflow.interpreter.policy import authz, coordination
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run
@@ -137,8 +138,10 @@ class Runtime(Repair, Driving, Serving):
         self.access: AccessProvider = access if access is not None else OpenAccess()
         if is_open(self.access):
             logging.getLogger("sealflow.access").warning("%s", self.access.describe())
+        # runner threads kept idle: one per worker thread (each runs at most one attempt at a time), so a busy
+        # worker does not start and end a thread per attempt once more than 16 run at once
         self.engine = Engine(self.store, self.registry, self.providers, clock=self.clock, owner=self.owner, rng=rng,
-                             access=self.access)
+                             access=self.access, runner=AttemptRunner(max_idle=max(16, worker_threads + 1)))
         self.engine.services.config = self.config
         isolation.worker_default(self.config)  # a wrong worker-wide isolation fails here, not at the first step
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
