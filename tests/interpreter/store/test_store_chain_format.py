@@ -116,3 +116,35 @@ def test_format_2_is_a_link_of_the_content_hash_and_the_content_covers_every_fie
         assert body_hash(*changed) != base, i
     # and the link binds the content to its place (seq) and its predecessor
     assert len({link_hash("", 1, base), link_hash("", 2, base), link_hash("a" * 64, 1, base)}) == 3
+
+
+def test_the_audit_table_rebuilt_without_autoincrement_keeps_its_rows_ids_chain_and_guards(tmp_path):
+    # Given a store at SQLite schema 20 holding events (ids with a gap, as from a rolled-back append)
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    sqlite_migrate(conn, target=20)
+    events, head = v1_events("acme", 3)
+    conn.executemany(f"INSERT INTO audit ({_V1_COLS}) VALUES ({','.join('?' * 19)})", events)
+    conn.execute("INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, ?, ?)", ("acme", *head))
+    conn.execute("UPDATE sqlite_sequence SET seq = 10 WHERE name = 'audit'")  # (the next id would be 11)
+    before = conn.execute("SELECT * FROM audit ORDER BY id").fetchall()
+    conn.close()
+    # When it is opened (migration 21) and an event is appended
+    store = open_store(f"sqlite:///{path}")
+    store.append_audit(AuditEvent("new.event", actor="user:ben", tenant="acme"), T0 + 10)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        # Then the rows and ids are as they were, the new one comes after them, and the chain verifies
+        rows = conn.execute("SELECT * FROM audit ORDER BY id").fetchall()
+        assert rows[:3] == before and rows[3][0] > before[-1][0]
+        assert auditchain.verify(store).ok
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'audit'").fetchone()[0]
+        assert "AUTOINCREMENT" not in sql
+        # and the append-only guards and the run index are back
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'audit'")}
+        assert {"audit_run", "audit_no_update", "audit_no_delete"} <= names
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute("DELETE FROM audit WHERE id = ?", (rows[0][0],))
+    finally:
+        conn.close()
+        store.close()
