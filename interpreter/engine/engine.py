@@ -311,6 +311,11 @@ class Engine(Claiming):
                           x.run.id)
             return commit
 
+    def hand_over(self, claimed: Claimed) -> None:
+        """Give this thread an attempt claimed for it elsewhere (a run's first, in its submit: service/inline.py),
+        to be handled next as the claim a carrying commit makes (:meth:`handle` of its message)."""
+        self._carry.claimed = claimed
+
     def last_state(self, run_id: str) -> str | None:
         """The state this thread's last commit left ``run_id`` in (None: its last commit was another run's)."""
         last = getattr(self._carry, "last", None)

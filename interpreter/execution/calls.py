@@ -14,7 +14,7 @@ from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution import isolation, sandbox
 from sealflow.interpreter.execution.context import Execution, StepContext
 from sealflow.interpreter.execution.leasewatch import LeaseWatch
-from sealflow.interpreter.execution.timeouts import AttemptTimedOut
+from sealflow.interpreter.execution.timeouts import AttemptTimedOut, WaitInterrupted
 
 
 def own_args(args: dict) -> dict:
@@ -59,6 +59,8 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     except AttemptTimedOut:
         return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
                                  f"{x.step.timeout_ms}ms; the late result, if any, will be ignored", timed_out=True)
+    except WaitInterrupted as stop:  # the waiting thread was interrupted (Ctrl-C): not the step's failure
+        raise stop.interrupt from None
     except BaseException as exc:  # noqa: BLE001 - every failure is classified, even SystemExit
         error_class, message, retry_after = classify(exc)
         over = box.failure()

@@ -32,6 +32,16 @@ class AttemptTimedOut(Exception):
     """The attempt did not finish within its timeout; its thread was abandoned."""
 
 
+class WaitInterrupted(Exception):
+    """The thread waiting for an attempt was interrupted (``interrupt``: a ``KeyboardInterrupt`` or
+    ``SystemExit`` raised in that thread, as in the caller of ``Runtime.run``): not the attempt's failure. The
+    attempt was abandoned; its caller raises ``interrupt`` on."""
+
+    def __init__(self, interrupt: BaseException):
+        super().__init__(f"the wait for an attempt was interrupted: {type(interrupt).__name__}")
+        self.interrupt = interrupt
+
+
 class Job:
     __slots__ = ("fn", "done", "guard", "result", "error", "finished", "abandoned")
 
@@ -105,8 +115,15 @@ class AttemptRunner:
         return job
 
     def wait(self, job: Job, timeout: float | None) -> Any:
-        """The job's result (or its exception re-raised); :class:`AttemptTimedOut` after ``timeout`` s."""
-        if not job.done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        """The job's result (or its exception re-raised); :class:`AttemptTimedOut` after ``timeout`` s;
+        :class:`WaitInterrupted` when this thread is interrupted while it waits (the job is abandoned)."""
+        try:
+            done = job.done.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
+        except BaseException as exc:  # raised in this thread (Ctrl-C), not by the job
+            with job.guard:
+                job.abandoned = not job.finished
+            raise WaitInterrupted(exc) from None
+        if not done:
             with job.guard:
                 if not job.finished:
                     job.abandoned = True

@@ -124,6 +124,45 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
     return broker
 
 
+def carry(engine: Engine, message: Message, send: Callable[[Message], None], route: Callable[[Message], None] | None,
+          limit: int = CONTINUE_LIMIT) -> None:
+    """Handle ``message`` and carry its run on, in this thread, for up to ``limit`` consecutive steps: each step
+    the run makes due next, alone, is claimed by the commit that made it due (the engine's ``carry``) and
+    handled here; what else becomes due is sent (``send``: its run's own next step; ``route``: another run's,
+    to its priority's queue; None: ``send``), as is the step after the last. Never raises: a failure is
+    logged, the store keeps the run, and the step's lease ends and it is retried."""
+    run_id = message.run_id
+    for i in range(limit):
+        try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
+            due = engine.handle(*message, carry=i + 1 < limit)
+        except StoreError as exc:  # the store's own clear error (away, disk full): one line, no traceback
+            log.error("step message (%s, %s, %s) failed: %s; its lease will expire and it will be retried",
+                      message.run_id, message.step_id, message.attempt, exc)
+            return
+        except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
+            log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
+                          message.run_id, message.step_id, message.attempt)
+            return
+        # the run's one next step, due now: take it in this thread instead of a round trip through the
+        # broker. Nothing is skipped: it is claimed (by the commit that made it due, when the engine could),
+        # fenced and committed like any message; should this process die first, its outbox row is resent
+        # (not claimed yet) or its lease ends (claimed) and it is retried.
+        if len(due) == 1 and due[0].run_id == message.run_id:
+            message = due[0]
+            CARRYING[threading.get_ident()] = (message.run_id, message.step_id, message.attempt)
+            # (DEBUG: a line per step would cost more than the step; the message's own lines are INFO)
+            log.debug("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
+                      message.attempt)
+            continue
+        for m in due:
+            if m.run_id == run_id or route is None:
+                send(m)
+            else:
+                route(m)
+        return
+    send(message)
+
+
 def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
                        priority: str = "normal", route: Callable[[Message], None] | None = None) -> dramatiq.Actor:
     """Declare the step actor of ``priority`` on ``broker`` (one per broker and priority) bound to ``engine``,
@@ -152,36 +191,7 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
             CARRYING.pop(threading.get_ident(), None)
 
     def carry_on(message: Message) -> None:
-        run_id = message.run_id
-        for i in range(limit):
-            try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
-                due = engine.handle(*message, carry=i + 1 < limit)
-            except StoreError as exc:  # the store's own clear error (away, disk full): one line, no traceback
-                log.error("step message (%s, %s, %s) failed: %s; its lease will expire and it will be retried",
-                          message.run_id, message.step_id, message.attempt, exc)
-                return
-            except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
-                log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
-                              message.run_id, message.step_id, message.attempt)
-                return
-            # the run's one next step, due now: take it in this thread instead of a round trip through the
-            # broker. Nothing is skipped: it is claimed (by the commit that made it due, when the engine could),
-            # fenced and committed like any message; should this process die first, its outbox row is resent
-            # (not claimed yet) or its lease ends (claimed) and it is retried.
-            if len(due) == 1 and due[0].run_id == message.run_id:
-                message = due[0]
-                CARRYING[threading.get_ident()] = (message.run_id, message.step_id, message.attempt)
-                # (DEBUG: a line per step would cost more than the step; the message's own lines are INFO)
-                log.debug("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
-                          message.attempt)
-                continue
-            for m in due:
-                if m.run_id == run_id or route is None:
-                    step_actor.send(*m)
-                else:
-                    route(m)
-            return
-        step_actor.send(*message)
+        carry(engine, message, lambda m: step_actor.send(*m), route, limit)
 
     step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=actor_name_for(ACTOR_NAME, priority),
                                 queue_name=queue_for(queue_name, priority), max_retries=0,

@@ -11,6 +11,7 @@ outbox row sent long ago and never claimed is sent again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from sealflow.interpreter.core.clock import Clock
@@ -25,8 +26,11 @@ class Sweeper:
         self.redeliver_after = redeliver_after
         #: given a run past its deadline, start its compensation (True) or leave it to be timed out (False)
         self.past_deadline = past_deadline
+        #: when the last sweep began (``time.monotonic()``; 0: never)
+        self.last_swept = 0.0
 
     def sweep(self) -> SweepReport:
+        self.last_swept = time.monotonic()
         total = SweepReport()
         if self.past_deadline is not None:
             for run_id in self.store.due_deadlines(self.clock.now()):

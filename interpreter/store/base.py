@@ -108,6 +108,15 @@ class Store(abc.ABC):
         (:class:`~sealflow.interpreter.store.definitions.DefinitionRefused`) writes nothing but its audit
         event."""
 
+    def submit_claimed(self, new: NewRun, now: float, limits=None, definition=None, *, owner: str
+                       ) -> tuple[RunRecord, bool, Claimed | None]:
+        """:meth:`submit`, with the new run's first attempt claimed for ``owner`` in the same transaction (as a
+        commit that carries a run on claims its next attempt: ``Commit.claim_as``), for a caller that runs it
+        at once; the claim is None when the run was not created (an idempotent return). A store that cannot
+        does not claim it (the attempt is scheduled as by :meth:`submit`)."""
+        run, created = self.submit(new, now, limits, definition)
+        return run, created, None
+
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord: ...
 

@@ -77,7 +77,7 @@ def from_exception(exc: BaseException) -> Problem | None:
     from sealflow.interpreter.policy.access import AccessPolicyError
     from sealflow.interpreter.policy.approvals import ApprovalVoid
     from sealflow.interpreter.policy.authz import Unauthorized
-    from sealflow.interpreter.service.runtime import ModelNotConfigured
+    from sealflow.interpreter.service.submitting import ModelNotConfigured
     from sealflow.interpreter.store.definitions import DefinitionRefused
     from sealflow.interpreter.store.errors import (
         AdmissionRefused,

@@ -16,10 +16,10 @@ implementation of every rule; what differs is here:
   :mod:`.batching`, on a connection in pipeline mode), so that a WAL flush is paid per batch, not per write.
 * **Due work.** :meth:`take_outbox` and :meth:`sweep` pick their rows with ``FOR UPDATE SKIP LOCKED``:
   two dispatchers or sweepers never take the same row, and neither waits for the other.
-* **Clock.** ``clock=db`` (the default) stamps leases, timers and every ``now`` on the database's clock:
-  the store measures the offset of the database's ``clock_timestamp()`` from this host every few seconds
-  and shifts ``now`` and the due times the engine computed (``due_at``, deadlines) by it, so clock skew
-  between hosts cannot break a lease. ``clock=caller`` takes ``now`` as given (tests on a fake clock).
+* **Clock** (:mod:`.dbclock`). ``clock=db`` (the default) stamps leases, timers and every ``now`` on the
+  database's clock: the store measures the offset of the database's ``clock_timestamp()`` from this host
+  every few seconds and shifts ``now`` and the due times the engine computed (``due_at``, deadlines) by it,
+  so clock skew between hosts cannot break a lease. ``clock=caller`` takes ``now`` as given (tests on a fake clock).
 * **Wake-ups.** An outbox row written unsent notifies channel ``sealflow_work`` at commit;
   :meth:`wait_for_work` blocks on it (``LISTEN``) instead of polling.
 * **Liveness.** Workers heartbeat in the store (:meth:`heartbeat`); :meth:`dead_workers` names owners
@@ -37,7 +37,6 @@ URL parameters besides libpq's: ``schema=NAME`` (search_path), ``clock=db|caller
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import threading
 import time
@@ -68,6 +67,7 @@ from sealflow.interpreter.store.postgres.connection import (
 from sealflow.interpreter.store.postgres.connection import (
     own_params as _own_params,
 )
+from sealflow.interpreter.store.postgres.dbclock import DbClockMixin
 from sealflow.interpreter.store.postgres.dialect import PgConn
 from sealflow.interpreter.store.postgres.hotpath import HotPathMixin
 from sealflow.interpreter.store.postgres.pooling import StorePool
@@ -104,7 +104,7 @@ def _io(method):
     return run
 
 
-class PostgresStore(HotPathMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
+class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
     """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
@@ -238,29 +238,6 @@ class PostgresStore(HotPathMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
         with self._tx("REPEATABLE READ READ ONLY") as c:
             yield c
 
-    # -- the database clock ---------------------------------------------------------------------------
-    def _offset(self) -> float:
-        """Seconds to add to this host's ``time.time()`` to be on the database's clock (re-measured every 5 s)."""
-        mono = time.monotonic()
-        if mono - self._offset_at > 5.0:
-            with self._conn() as raw:
-                before = time.time()
-                db = raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-                after = time.time()
-            self._offset_s, self._offset_at = db - (before + after) / 2, mono
-        return self._offset_s
-
-    def db_now(self) -> float:
-        """The database's clock, in seconds since the epoch."""
-        return time.time() + self._offset()
-
-    def _on_db_clock(self, now: float) -> tuple[float, float]:
-        """(the database's now, the shift from the caller's clock to it)."""
-        if self.clock != "db":
-            return now, 0.0
-        db = time.time() + self._offset()
-        return db, db - now
-
     # -- due work: FOR UPDATE SKIP LOCKED ----------------------------------------------------------------
     def take_due(self, now: float, limit: int = 256) -> list[Due]:
         now, _ = self._on_db_clock(now)
@@ -312,82 +289,6 @@ class PostgresStore(HotPathMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
                 "AND a.state = 'running') t", {"r": run_id, "d": float(redeliver_after)}).fetchone()
         return got[0]
 
-    # -- the clock on the other state changes ---------------------------------------------------------
-    def submit(self, new, now: float, limits=None, definition=None):
-        now, shift = self._on_db_clock(now)
-        if shift and new.deadline is not None:
-            new = dataclasses.replace(new, deadline=new.deadline + shift)
-        if limits is None and definition is None:  # nothing to admit or register: one statement (hotpath.py)
-            done = self._hot_submit(new, now)
-            if done is not None:
-                return done
-        return super().submit(new, now, limits, definition)
-
-    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None, slots=None,
-              slotless=False):
-        now, _ = self._on_db_clock(now)
-        if slotless and running_limit is None:  # no bulkhead, lock or pool: one statement (hotpath.py)
-            done = self._hot_claim(run_id, step_id, attempt, token, tenant, owner, now)
-            if done is not None:
-                return done
-        return super().claim(run_id, step_id, attempt, token, tenant, owner=owner, now=now,
-                             running_limit=running_limit, slots=slots)
-
-    def slots(self, now, name=None):
-        return super().slots(self._on_db_clock(now)[0], name)
-
-    def commit(self, commit, now: float):
-        now, shift = self._on_db_clock(now)
-        if shift:
-            commit = _shifted_commit(commit, shift)
-        done = self._hot_commit(commit, now)  # a carry or a run's end: one statement, batched (hotpath.py)
-        return done if done is not None else super().commit(commit, now)
-
-    def cancel(self, run_id, now, *, actor, reason=""):
-        return super().cancel(run_id, self._on_db_clock(now)[0], actor=actor, reason=reason)
-
-    def redrive(self, run_id, next_attempt, now, *, actor, deadline):
-        now, shift = self._on_db_clock(now)
-        if shift:
-            next_attempt = dataclasses.replace(next_attempt, due_at=next_attempt.due_at + shift)
-            deadline = None if deadline is None else deadline + shift
-        return super().redrive(run_id, next_attempt, now, actor=actor, deadline=deadline)
-
-    # per-model rate limits (sqlite/ratelimits.py): the model's row locked, the window on the database clock
-    _LOCK_LIMIT = " FOR UPDATE"
-
-    def rate_take(self, model, key, now, limit, tokens):
-        now, shift = self._on_db_clock(now)
-        wait = super().rate_take(model, key, now, limit, tokens)
-        return None if wait is None else wait - shift  # back on the caller's clock
-
-    def rate_usage(self, model, now, window=60.0):
-        return super().rate_usage(model, self._on_db_clock(now)[0], window)
-
-    def expire_leases(self, owner, now):
-        return super().expire_leases(owner, self._on_db_clock(now)[0])
-
-    def due_deadlines(self, now):
-        return super().due_deadlines(self._on_db_clock(now)[0])
-
-    def append_audit(self, event, now):
-        return super().append_audit(event, self._on_db_clock(now)[0])
-
-    def prune_runs(self, before, now, **kw):
-        now, shift = self._on_db_clock(now)
-        return super().prune_runs(before + shift, now, **kw)
-
-    def put_plan(self, digest, workflow, version, body_json, now):
-        return super().put_plan(digest, workflow, version, body_json, self._on_db_clock(now)[0])
-
-    def register_definition(self, name, version, digest, signer, now, *, pin=False, actor="system"):
-        return super().register_definition(name, version, digest, signer, self._on_db_clock(now)[0], pin=pin,
-                                           actor=actor)
-
-    def mark_definition(self, name, version, digest, now, *, refused, actor, signer=None):
-        return super().mark_definition(name, version, digest, self._on_db_clock(now)[0], refused=refused,
-                                       actor=actor, signer=signer)
-
     # -- wake-ups and heartbeats ------------------------------------------------------------------------
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an outbox row is written unsent (any process) or ``timeout`` s pass; True if woken.
@@ -407,16 +308,6 @@ class PostgresStore(HotPathMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
                 raise StoreUnavailable(f"PostgreSQL store {self.url}: listening for new work failed: "
                                        f"{_cause(exc)}") from None
             return woke
-
-
-def _shifted_commit(commit, shift: float):
-    """``commit`` with the due times the caller computed moved onto the database's clock."""
-    changes = {}
-    if commit.next is not None and commit.next.due_at is not None:
-        changes["next"] = dataclasses.replace(commit.next, due_at=commit.next.due_at + shift)
-    if commit.step is not None and commit.step.due_at is not None:
-        changes["step"] = dataclasses.replace(commit.step, due_at=commit.step.due_at + shift)
-    return dataclasses.replace(commit, **changes) if changes else commit
 
 
 # every public operation: retried whole on a serialization failure, I/O errors made clear. The operations are

@@ -13,6 +13,7 @@ are fixed strings so the sqlite3 statement cache keeps them prepared.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
@@ -23,6 +24,7 @@ from sealflow.interpreter.store.auditchain import SqliteChain
 from sealflow.interpreter.store.base import (
     AttemptRecord,
     AuditEvent,
+    Claimed,
     NewRun,
     NextAttempt,
     RunRecord,
@@ -38,6 +40,7 @@ from sealflow.interpreter.store.errors import (
     StoreUnavailable,
 )
 from sealflow.interpreter.store.prune import PruneMixin
+from sealflow.interpreter.store.records import LazyResults
 from sealflow.interpreter.store.sqlite import admission as sqlite_admission
 from sealflow.interpreter.store.sqlite import rows
 from sealflow.interpreter.store.sqlite import slots as sqlite_slots
@@ -336,13 +339,22 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         return {r[0]: (r[1], r[2]) for r in got}
 
     def submit(self, new: NewRun, now: float, limits=None, definition=None) -> tuple[RunRecord, bool]:
+        return self._submit_recorded(new, now, limits, definition, None)[:2]
+
+    def submit_claimed(self, new: NewRun, now: float, limits=None, definition=None, *, owner: str
+                       ) -> tuple[RunRecord, bool, Claimed | None]:
+        return self._submit_recorded(new, now, limits, definition, owner)
+
+    def _submit_recorded(self, new: NewRun, now: float, limits, definition, owner: str | None
+                         ) -> tuple[RunRecord, bool, Claimed | None]:
         try:
-            return self._submit(new, now, limits, definition)
+            return self._submit(new, now, limits, definition, owner)
         except DefinitionRefused as exc:  # the transaction was rolled back: only the refusal is recorded
             self.audit_definition_refused(definition, exc, now, tenant=new.tenant)
             raise
 
-    def _submit(self, new: NewRun, now: float, limits, definition) -> tuple[RunRecord, bool]:
+    def _submit(self, new: NewRun, now: float, limits, definition, owner: str | None
+                ) -> tuple[RunRecord, bool, Claimed | None]:
         with self._tx() as c:
             if new.idempotency_key is not None:
                 got = c.execute("SELECT id, input_hash FROM runs WHERE tenant = ? AND workflow = ? AND "
@@ -352,20 +364,22 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                         raise IdempotencyConflict(
                             f"idempotency key {new.idempotency_key!r} was used by run {got[0]} with a different "
                             f"input; send the same input to get that run back, or use a new key")
-                    return self._get_run(c, got[0]), False
+                    return self._get_run(c, got[0]), False, None
             if definition is not None:  # DefinitionRefused (second digest, rollback): nothing is written
                 self._register(c, definition, now)
             if limits is not None:
                 sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
             c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
                       (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
+            # claimed for ``owner``: the run is running at its second revision, as its first claim leaves it
+            state, rev = ("queued", 1) if owner is None else ("running", 2)
             created = c.execute(
                 "INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
                 "initiator, idempotency_key, input_hash, created_at, updated_at, deadline, cursor_step, "
                 "cursor_attempt, priority, acting_as, access_mode, signer) "
-                f"VALUES (?,?,?,?,?,?,'queued',1,?,?,?,?,?,?,?,1,?,?,?,?) RETURNING {rows.RUN_COLS}",
-                (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json,
-                 new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
+                f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?,?,?,?) RETURNING {rows.RUN_COLS}",
+                (new.id, new.tenant, new.workflow, new.workflow_version, new.plan_digest, new.input_json, state,
+                 rev, new.initiator, new.idempotency_key, new.input_hash, now, now, new.deadline, new.first_step,
                  new.priority, new.acting_as, new.access_mode, new.signer))
             self._audit(c, now, new.id, None, "run.created", new.initiator, None, "created",
                         {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
@@ -377,8 +391,16 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
             if new.deadline is not None:
                 c.execute("INSERT INTO timers (run_id, kind, fire_at) VALUES (?, 'run_deadline', ?)",
                           (new.id, new.deadline))
-            self._insert_attempt(c, now, new.id, NextAttempt(new.first_step, 1, "scheduled", now, new.first_lease_ms),
-                                 False, 1, first=True)
-            return rows.run(created.fetchone()), True  # nothing after the insert changes the run's row
+            first = NextAttempt(new.first_step, 1, "scheduled", now, new.first_lease_ms)
+            if owner is None:
+                self._insert_attempt(c, now, new.id, first, False, 1, first=True)
+                return rows.run(created.fetchone()), True, None  # nothing after the insert changes the run's row
+            # the first attempt claimed for ``owner`` (as a carry-on commit claims the next: no outbox row, the
+            # scheduling and the claim one audit row), then the run's own move to running, as the claim makes it
+            carried = self._insert_claimed(c, now, new.id, first, 1, "system", owner)
+            self._run_to(c, now, new.id, "queued", "running", owner)
+            run = rows.run(created.fetchone())
+            return run, True, Claimed(run, rows.attempt(carried.row()), LazyResults(
+                functools.partial(self.results, new.id)))
 
     # -- reads -------------------------------------------------------------------------------------

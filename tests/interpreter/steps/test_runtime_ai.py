@@ -7,7 +7,7 @@ from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.dsl.plan import AgentPlan, AiPlan
 from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.service.runtime import ModelNotConfigured
+from sealflow.interpreter.service.submitting import ModelNotConfigured
 
 SCHEMA = {"type": "object", "required": ["classification"],
           "properties": {"classification": {"enum": ["high", "low"]}, "reason": {"type": "string"}}}

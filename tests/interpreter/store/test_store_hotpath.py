@@ -114,13 +114,14 @@ def test_a_run_on_the_hot_path_writes_what_the_shared_code_writes(pg, sent, monk
     rt = runtime_on(pg)
     plan = three_steps()
     try:
-        # When one run goes the hot path (submit, first claim, two carried steps, the end)
-        hot_run = rt.run(plan, {"x": "ünïcode"}, initiator="user:ana")
+        # When one run, submitted and dispatched, goes the hot path (submit, first claim, two carried steps,
+        # the end)
+        hot_run = rt.drive(rt.submit(plan, {"x": "ünïcode"}, initiator="user:ana"))
         # Then it went that way entirely
         assert sent == {("submit", "ok"): 1, ("claim", "ok"): 1, ("carry", "ok"): 2, ("end", "ok"): 1}
         # And when another run of the same goes the shared way
         shared_only(monkeypatch)
-        shared_run = rt.run(plan, {"x": "ünïcode"}, initiator="user:ana")
+        shared_run = rt.drive(rt.submit(plan, {"x": "ünïcode"}, initiator="user:ana"))
     finally:
         rt.close()
     # Then both completed and wrote the same rows and the same audit events, row for row

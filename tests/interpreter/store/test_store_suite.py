@@ -99,6 +99,35 @@ def test_idempotency_keys_are_scoped_by_tenant(store):
     assert created
 
 
+def test_submit_claimed_creates_the_run_with_its_first_attempt_claimed(store):
+    # Given a new run / When it is submitted with its first attempt claimed for the caller
+    run, created, claimed = store.submit_claimed(new_run(), T0, owner="w1")
+    # Then the run is running, its first attempt claimed under a lease for w1, and no message is due
+    assert created and claimed is not None
+    assert claimed.run.id == run.id == "r1" and claimed.run.state == "running"
+    (att,) = store.attempts("r1")
+    assert (att.step_id, att.attempt, att.state, att.lease_owner, att.lease_expires) == ("a", 1, "running", "w1",
+                                                                                        T0 + 30)
+    assert claimed.attempt.token == att.token and store.outbox("r1") == []
+    # And the audit says the step was claimed (scheduled by the system) without a separate scheduling event
+    events = [(e.event, e.actor, e.state_before, e.state_after) for e in store.audit("r1")]
+    assert events[:2] == [("run.created", "user:ana", None, "created"), ("run.queued", "user:ana", "created",
+                                                                         "queued")]
+    assert [e[0] for e in events[2:]] == ["step.running", "run.running"]
+    assert events[2][1:] == ("w1", "pending", "running")
+
+
+def test_submit_claimed_again_returns_the_existing_run_unclaimed(store):
+    # Given a run submitted and claimed with an idempotency key
+    store.submit_claimed(new_run("r1", key="k"), T0, owner="w1")
+    # When the same key and input are submitted again for another caller
+    again, created, claimed = store.submit_claimed(new_run("r2", key="k"), T0 + 1, owner="w2")
+    # Then the existing run comes back, nothing is claimed for the second caller
+    assert not created and again.id == "r1" and claimed is None
+    (att,) = store.attempts("r1")
+    assert att.lease_owner == "w1"
+
+
 # -- claim and fencing -------------------------------------------------------------------------------
 
 def test_claim_takes_a_lease_with_a_new_token(store):

@@ -69,7 +69,7 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
     """Submit a run of the loaded definition (recording it, atomically); refusals exit 1, invalid input exits 2."""
     from sealflow.interpreter.core.errors import StepError
     from sealflow.interpreter.policy.authz import Unauthorized
-    from sealflow.interpreter.service.runtime import ModelNotConfigured
+    from sealflow.interpreter.service.submitting import ModelNotConfigured
     from sealflow.interpreter.store import AdmissionRefused, IdempotencyConflict
 
     try:

@@ -1,0 +1,144 @@
+"""The PostgreSQL store's clock (``clock=db``, the default): leases, timers and every ``now`` on the database's
+clock, so that clock skew between hosts cannot break a lease.
+
+The store measures the offset of the database's ``clock_timestamp()`` from this host every few seconds and
+shifts ``now`` and the due times the engine computed (``due_at``, deadlines) by it before the shared
+statement code (:class:`~sealflow.interpreter.store.sqlite.store.SqliteStore`) runs. ``clock=caller`` takes
+``now`` as given (tests on a fake clock). A mixin of
+:class:`~sealflow.interpreter.store.postgres.store.PostgresStore`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+
+class DbClockMixin:
+    """The database clock, and the state changes that take a ``now`` put on it (see this module)."""
+
+    clock: str
+    _offset_at: float
+    _offset_s: float
+    _conn: Any
+    _hot_submit: Any
+    _hot_claim: Any
+    _hot_commit: Any
+
+    # -- the database clock ---------------------------------------------------------------------------
+    def _offset(self) -> float:
+        """Seconds to add to this host's ``time.time()`` to be on the database's clock (re-measured every 5 s)."""
+        mono = time.monotonic()
+        if mono - self._offset_at > 5.0:
+            with self._conn() as raw:
+                before = time.time()
+                db = raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+                after = time.time()
+            self._offset_s, self._offset_at = db - (before + after) / 2, mono
+        return self._offset_s
+
+    def db_now(self) -> float:
+        """The database's clock, in seconds since the epoch."""
+        return time.time() + self._offset()
+
+    def _on_db_clock(self, now: float) -> tuple[float, float]:
+        """(the database's now, the shift from the caller's clock to it)."""
+        if self.clock != "db":
+            return now, 0.0
+        db = time.time() + self._offset()
+        return db, db - now
+
+    # -- the clock on the other state changes ---------------------------------------------------------
+    def _shifted_run(self, new, now: float):
+        now, shift = self._on_db_clock(now)
+        if shift and new.deadline is not None:
+            new = dataclasses.replace(new, deadline=new.deadline + shift)
+        return new, now
+
+    def submit_claimed(self, new, now: float, limits=None, definition=None, *, owner):
+        new, now = self._shifted_run(new, now)
+        return super().submit_claimed(new, now, limits, definition, owner=owner)
+
+    def submit(self, new, now: float, limits=None, definition=None):
+        new, now = self._shifted_run(new, now)
+        if limits is None and definition is None:  # nothing to admit or register: one statement (hotpath.py)
+            done = self._hot_submit(new, now)
+            if done is not None:
+                return done
+        return super().submit(new, now, limits, definition)
+
+    def claim(self, run_id, step_id, attempt, token, tenant=None, *, owner, now, running_limit=None, slots=None,
+              slotless=False):
+        now, _ = self._on_db_clock(now)
+        if slotless and running_limit is None:  # no bulkhead, lock or pool: one statement (hotpath.py)
+            done = self._hot_claim(run_id, step_id, attempt, token, tenant, owner, now)
+            if done is not None:
+                return done
+        return super().claim(run_id, step_id, attempt, token, tenant, owner=owner, now=now,
+                             running_limit=running_limit, slots=slots)
+
+    def slots(self, now, name=None):
+        return super().slots(self._on_db_clock(now)[0], name)
+
+    def commit(self, commit, now: float):
+        now, shift = self._on_db_clock(now)
+        if shift:
+            commit = _shifted_commit(commit, shift)
+        done = self._hot_commit(commit, now)  # a carry or a run's end: one statement, batched (hotpath.py)
+        return done if done is not None else super().commit(commit, now)
+
+    def cancel(self, run_id, now, *, actor, reason=""):
+        return super().cancel(run_id, self._on_db_clock(now)[0], actor=actor, reason=reason)
+
+    def redrive(self, run_id, next_attempt, now, *, actor, deadline):
+        now, shift = self._on_db_clock(now)
+        if shift:
+            next_attempt = dataclasses.replace(next_attempt, due_at=next_attempt.due_at + shift)
+            deadline = None if deadline is None else deadline + shift
+        return super().redrive(run_id, next_attempt, now, actor=actor, deadline=deadline)
+
+    # per-model rate limits (sqlite/ratelimits.py): the model's row locked, the window on the database clock
+    _LOCK_LIMIT = " FOR UPDATE"
+
+    def rate_take(self, model, key, now, limit, tokens):
+        now, shift = self._on_db_clock(now)
+        wait = super().rate_take(model, key, now, limit, tokens)
+        return None if wait is None else wait - shift  # back on the caller's clock
+
+    def rate_usage(self, model, now, window=60.0):
+        return super().rate_usage(model, self._on_db_clock(now)[0], window)
+
+    def expire_leases(self, owner, now):
+        return super().expire_leases(owner, self._on_db_clock(now)[0])
+
+    def due_deadlines(self, now):
+        return super().due_deadlines(self._on_db_clock(now)[0])
+
+    def append_audit(self, event, now):
+        return super().append_audit(event, self._on_db_clock(now)[0])
+
+    def prune_runs(self, before, now, **kw):
+        now, shift = self._on_db_clock(now)
+        return super().prune_runs(before + shift, now, **kw)
+
+    def put_plan(self, digest, workflow, version, body_json, now):
+        return super().put_plan(digest, workflow, version, body_json, self._on_db_clock(now)[0])
+
+    def register_definition(self, name, version, digest, signer, now, *, pin=False, actor="system"):
+        return super().register_definition(name, version, digest, signer, self._on_db_clock(now)[0], pin=pin,
+                                           actor=actor)
+
+    def mark_definition(self, name, version, digest, now, *, refused, actor, signer=None):
+        return super().mark_definition(name, version, digest, self._on_db_clock(now)[0], refused=refused,
+                                       actor=actor, signer=signer)
+
+
+def _shifted_commit(commit, shift: float):
+    """``commit`` with the due times the caller computed moved onto the database's clock."""
+    changes = {}
+    if commit.next is not None and commit.next.due_at is not None:
+        changes["next"] = dataclasses.replace(commit.next, due_at=commit.next.due_at + shift)
+    if commit.step is not None and commit.step.due_at is not None:
+        changes["step"] = dataclasses.replace(commit.step, due_at=commit.step.due_at + shift)
+    return dataclasses.replace(commit, **changes) if changes else commit
