@@ -187,7 +187,7 @@ def log_time(line: str) -> float:
 def test_given_a_worker_when_another_process_submits_a_run_then_it_completes_with_effects_once(deployment):
     deployment.start_worker("a", "--allow-open", "--log-level", "debug")  # (debug: each carried-on step too)
     ready = deployment.wait_ready("a")
-    assert ready == f"worker ready: broker {REDIS}, store {deployment.store}, queue {deployment.queue}, 4 threads"
+    assert ready == f"worker ready: broker {REDIS}, store {deployment.store}, queue {deployment.queue}, 32 threads"
 
     run_id = deployment.submit()
     submitted = time.time()

@@ -5,10 +5,11 @@
 In one run, on this machine's PostgreSQL (127.0.0.1:5432, user postgres) and Redis (127.0.0.1:6379):
 
 * **Sealflow distributed**: a fresh database (created here, dropped at the end), a unique queue, ``--workers``
-  ``sealflow worker`` processes of ``--threads`` threads. ``--runs`` runs of a ``--steps``-step workflow of
-  no-op actions are submitted from ``--submitters`` threads of this process (as ``sealflow submit`` does: the
-  run and its outbox row; the workers dispatch them, woken by LISTEN/NOTIFY), and timed from the first submit
-  to the last run completed.
+  ``sealflow worker`` processes of ``--sealflow-threads`` threads (32, the worker's default: a worker thread
+  waits for the store between steps, so more of them keep a process busy; 8 is the bare chain's count).
+  ``--runs`` runs of a ``--steps``-step workflow of no-op actions are submitted from ``--submitters`` threads
+  of this process (as ``sealflow submit`` does: the run and its outbox row; the workers dispatch them, woken
+  by LISTEN/NOTIFY), and timed from the first submit to the last run completed.
 * **Bare Dramatiq chain** (the peer): ``--steps`` no-op actors, each sending the next, on a unique Redis
   namespace, Dramatiq's own ``RedisBroker`` with the same middleware as Sealflow's broker (``Retries`` at zero;
   not Sealflow's waking consumers), in ``python -m dramatiq`` with ``--workers``
@@ -151,7 +152,7 @@ def bench_sealflow(args, logs: Path) -> tuple[float, list[float], float]:
     with fresh_database() as url:
         open_store(url, migrate=True).close()
         cmd = [sys.executable, "-m", "sealflow", "worker", "--broker", args.redis, "--store", url, "--actions", PEER,
-               "--allow-open", "--allow-unsigned", "--threads", str(args.threads), "--queue", queue]
+               "--allow-open", "--allow-unsigned", "--threads", str(args.sealflow_threads), "--queue", queue]
         broker = redis_broker(args.redis)
         rt = Runtime(url, REGISTRY, broker=broker, queue_name=queue)
         try:
@@ -260,14 +261,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-runs", type=int, default=50)
     parser.add_argument("--long-steps", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2, help="worker processes on each side")
-    parser.add_argument("--threads", type=int, default=8, help="threads per worker process on each side")
+    parser.add_argument("--threads", type=int, default=8, help="threads per bare Dramatiq worker process")
+    parser.add_argument("--sealflow-threads", type=int, default=32,
+                        help="threads per `sealflow worker` process (its --threads; 32 is its default: a thread "
+                             "waits for the store between steps, so a worker keeps more of them busy than a bare "
+                             "chain needs)")
     parser.add_argument("--submitters", type=int, default=4, help="threads submitting Sealflow's runs")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--only", choices=("distributed", "embedded"), default=None)
     parser.add_argument("--rounds", type=int, default=3, help="alternating turns of the embedded comparison")
     args = parser.parse_args(argv)
-    for name in ("runs", "steps", "latency_runs", "long_steps", "workers", "threads", "submitters", "rounds"):
+    for name in ("runs", "steps", "latency_runs", "long_steps", "workers", "threads", "sealflow_threads",
+                 "submitters", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     logging.disable(logging.WARNING)
@@ -278,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             peer, peer_lat, peer_cpu = bench_chain(args, logs)
             ours, our_lat, our_cpu = bench_sealflow(args, logs)
             p50_peer, p50_ours = statistics.median(peer_lat), statistics.median(our_lat)
-            print(f"distributed, {args.runs} runs x {args.steps} no-op steps, {args.workers} processes x "
-                  f"{args.threads} threads each side:")
+            print(f"distributed, {args.runs} runs x {args.steps} no-op steps, {args.workers} processes each side "
+                  f"(bare chain: {args.threads} threads each; sealflow worker --threads {args.sealflow_threads}):")
             print(f"  bare Dramatiq chain (Redis):         {peer:8.0f} steps/s   p50 latency {p50_peer * 1000:7.1f} ms")
             print(f"  sealflow (PostgreSQL + Redis):       {ours:8.0f} steps/s   p50 latency {p50_ours * 1000:7.1f} ms")
             print(f"  ratio: throughput {ours / peer:.2f}x (aim >= 0.6x), p50 latency {p50_ours / p50_peer:.2f}x "

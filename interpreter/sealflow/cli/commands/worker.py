@@ -1,7 +1,7 @@
 """``sealflow worker``: a long-lived worker process of the distributed deployment.
 
     sealflow worker --broker redis://127.0.0.1:6379/0 --store sqlite:////srv/sealflow/state.db \\
-        --actions myco.actions --access access.yaml --threads 4 --queue sealflow
+        --actions myco.actions --access access.yaml --threads 32 --queue sealflow
     sealflow worker --broker amqp://USER:PASSWORD@rabbit:5672/%2F ...   # RabbitMQ, publisher confirms on
 
 It registers the actions of the ``--actions`` modules and no others (unlike the embedded quick start,
@@ -184,8 +184,9 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
                    "(the worker's own; a submitter's policy is never trusted).")
 @click.option("--allow-unsigned", is_flag=True,
               help="Development: also execute runs of unsigned definitions (refused by default).")
-@click.option("--threads", type=click.IntRange(1, 256), default=4, show_default=True,
-              help="Worker threads: step messages run at the same time in this process.")
+@click.option("--threads", type=click.IntRange(1, 256), default=32, show_default=True,
+              help="Worker threads: step messages run at the same time in this process (a thread waits for the "
+                   "store and for its action's I/O, so a process keeps many busy).")
 @click.option("--queue", "queue_name", metavar="NAME", default="sealflow", show_default=True, callback=_check_queue,
               help="The Dramatiq queue to consume and send to; every worker of one store uses the same one.")
 @click.option("--priorities", metavar="LIST", default=None,
