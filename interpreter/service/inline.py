@@ -18,6 +18,7 @@ failure: it goes up, and the attempt, claimed, is retried when its lease ends, a
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -72,4 +73,7 @@ class Inline:
         # as a carrying commit hands it over
         message = Message(att.run_id, att.step_id, att.attempt, att.token - 1, claimed.run.tenant)
         self.engine.hand_over(claimed)
-        actors.carry(self.engine, message, self.send, self.send, actors.CONTINUE_LIMIT)
+        try:
+            actors.carry(self.engine, message, self.send, self.send, actors.CONTINUE_LIMIT)
+        finally:  # (the step a thread carried its run on to, for a worker's log lines: none left behind here)
+            actors.CARRYING.pop(threading.get_ident(), None)

@@ -11,6 +11,7 @@ import pytest
 from interp_helpers import S, make_plan, retry
 
 from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.service import actors
 from sealflow.interpreter.service.config import RuntimeConfig, TenantLimits
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
@@ -71,6 +72,7 @@ def test_a_run_goes_through_in_the_callers_thread_with_no_message(runtime, regis
     assert claimed_in_submit == [status.run.id]
     assert handled_by == [threading.get_ident()] * 3
     assert sent == []
+    assert threading.get_ident() not in actors.CARRYING  # (a worker's log context: nothing left behind)
     first = runtime.store.attempts(status.run.id)[0]
     assert first.step_id == "s0" and first.state == "succeeded"
 
