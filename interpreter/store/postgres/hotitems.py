@@ -112,13 +112,20 @@ def commit_events(commit: Commit, now: float) -> list[tuple]:
     return out
 
 
-def carry_item(commit: Commit, now: float, token: int, lease_expires: float, events: list) -> dict:
-    """A carry (``token``: the next attempt's before its claim, which makes it ``token + 1``)."""
+def _due(due_at: float | None, shift: float) -> float | None:
+    return None if due_at is None else due_at + shift
+
+
+def carry_item(commit: Commit, now: float, token: int, lease_expires: float, events: list,
+               shift: float = 0.0) -> dict:
+    """A carry (``token``: the next attempt's before its claim, which makes it ``token + 1``; ``shift``: from
+    the caller's clock to the database's, added to the due time the caller computed, as
+    ``dbclock._shifted_commit`` does on the shared way)."""
     nxt = commit.next
     assert nxt is not None
     item = _step_end(commit, now)
     item.update(k="carry", n_step=nxt.step_id, n_try=nxt.try_no, n_tok=token + 1, owner=commit.claim_as,
-                n_lexp=lease_expires, n_lms=nxt.lease_ms, n_due=nxt.due_at,
+                n_lexp=lease_expires, n_lms=nxt.lease_ms, n_due=_due(nxt.due_at, shift),
                 n_data=None if nxt.data is None else dumps(nxt.data), ev=events)
     return item
 
@@ -136,14 +143,15 @@ def fence_found(answer: dict) -> tuple | None:
 
 
 def carry_result(commit: Commit, answer: dict, now: float, token: int, lease_expires: float,
-                 results) -> Committed:
+                 results, shift: float = 0.0) -> Committed:
     """What the shared code returns for a carry: the next attempt claimed, the run read back."""
     nxt, base = commit.next, commit.carry_from
     assert nxt is not None and base is not None
     number, changing = answer["n"], _floats(answer["r"], _CHANGING_FLOATS)
     data = {} if nxt.data is None else json.loads(dumps(nxt.data))
     att = AttemptRecord(commit.run_id, nxt.step_id, number, nxt.try_no, "running", token + 1, commit.claim_as,
-                        lease_expires, nxt.lease_ms, now, now, None, nxt.due_at, None, None, None, data, 0)
+                        lease_expires, nxt.lease_ms, now, now, None, _due(nxt.due_at, shift), None, None, None, data,
+                        0)
     run = rows.run_over(base, changing)
     claimed = Claimed(run, att, LazyResults(results))
     return Committed(changing[1], run.state, (Message(commit.run_id, nxt.step_id, number, token, base.tenant),),

@@ -47,7 +47,9 @@ class HotPathMixin:
             return None  # another item's statement failed with it: the shared way, alone
 
     # -- commits ------------------------------------------------------------------------------------
-    def _hot_commit(self, commit, now: float):
+    def _hot_commit(self, commit, now: float, shift: float = 0.0):
+        """``commit`` written the hot way, or None (the shared way); ``shift``: from the caller's clock to the
+        database's (the hot items add it to the due times the caller computed)."""
         kind = hotitems.commit_kind(commit)
         if kind is None:
             return None
@@ -73,9 +75,9 @@ class HotPathMixin:
             if answer["s"] == "fence":
                 self._check_fence(hotitems.fence_found(answer), commit, expected)  # type: ignore[attr-defined]
                 raise StoreError(f"the commit of run {commit.run_id} was not written")  # (unreachable)
-            return hotitems.carry_result(commit, answer, now, token, lease_expires, results)
+            return hotitems.carry_result(commit, answer, now, token, lease_expires, results, shift)
 
-        return self._hot_send(hotitems.carry_item(commit, now, token, lease_expires, events), carried)
+        return self._hot_send(hotitems.carry_item(commit, now, token, lease_expires, events, shift), carried)
 
     # -- claims -------------------------------------------------------------------------------------
     def _hot_claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None, owner: str,

@@ -329,3 +329,32 @@ def test_hot_writes_from_many_threads_share_batches(pg):
     # Then every run was written, in fewer statements than runs, and the chain holds
     assert not errors and calls["items"] == 16 and calls["statements"] < 16
     assert len(pg.list_runs(limit=100)) == 16 and auditchain.verify(pg).ok
+
+
+@pytest.mark.parametrize("way", ["hot", "shared"])
+def test_a_carried_steps_due_time_is_put_on_the_database_clock_either_way(pg_schema, sent, monkeypatch, way):
+    # Given a store on the database's clock, which runs an hour ahead of this host's
+    store = open_store(pg_schema.url(clock="db", migrate="1", pool_max="4"))
+    monkeypatch.setattr(type(store), "_offset", lambda self: 3600.0)
+    if way == "shared":
+        shared_only(monkeypatch)
+    try:
+        # When a step is committed on the host's clock, carrying its run on to the next step due now
+        now = time.time()
+        store.submit(new_run("r1"), now)
+        (msg,) = store.take_outbox(now + 3600)
+        claimed = store.claim(*msg, owner="w1", now=now, slotless=True)
+        att = claimed.attempt
+        done = store.commit(Commit(
+            run_id="r1", expected_rev=claimed.run.rev,
+            step=StepChange(att.step_id, att.attempt, att.token, "succeeded", output_json='{"ok":true}'),
+            run=RunChange(add_steps=1), next=NextAttempt("b", 1, "scheduled", now, 30_000), dispatch_inline=True,
+            claim_as="w1", carry_from=claimed.run, holds_slots=False,
+            seen=(claimed.run.state, claimed.run.tenant, None, att.state)), now)
+        # Then the next attempt is due at that moment on the database's clock, as stored and as returned
+        (_, nxt) = store.attempts("r1")
+        assert nxt.step_id == "b" and abs(nxt.due_at - (now + 3600)) < 5
+        assert done.claimed.attempt.due_at == nxt.due_at
+        assert (sent[("carry", "ok")] == 1) == (way == "hot")
+    finally:
+        store.close()
