@@ -59,15 +59,20 @@ class Claiming:
         claims wait in line: not here)."""
         if not getattr(self._carry, "want", False) or nxt is None or not inline:
             return False
-        if nxt.state != "scheduled" or self.running_limit is not None or nxt.due_at is not None \
-                and nxt.due_at > self.clock.now():
+        if nxt.state != "scheduled" or nxt.due_at is not None and nxt.due_at > self.clock.now():
             return False
         ref = StepRef.parse(nxt.step_id)
         if ref.is_compensation:
             return False
         step = self._steps.get(x.run.plan_digest, {}).get(split_step_id(nxt.step_id)[0])
-        return step is not None and not coordination.needs_slots(x.plan, step) \
-            and not capability.step_lacks(self, x.run, nxt.step_id)
+        return step is not None and self.may_claim_at_once(x.plan, step, x.run, nxt.step_id)
+
+    def may_claim_at_once(self, plan, step, run, step_id: str) -> bool:
+        """Whether this process may claim attempt ``step_id`` (of ``step``) of ``run`` for the thread at hand
+        without a message: no bulkhead, lock or pool to wait in line for, and nothing it needs missing here.
+        A commit that carries its run on asks it of the next step; ``Runtime.run`` of a new run's first."""
+        return self.running_limit is None and not coordination.needs_slots(plan, step) \
+            and not capability.step_lacks(self, run, step_id)
 
     def _leaves(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None) -> bool:
         """Whether this process lacks what the step needs (:mod:`.capability`): then the message is left

@@ -27,8 +27,6 @@ from dramatiq.brokers.stub import StubBroker
 
 from sealflow.dsl.plan import Plan
 from sealflow.interpreter.core import states
-from sealflow.interpreter.engine import capability
-from sealflow.interpreter.policy import coordination
 from sealflow.interpreter.service import actors, readiness
 from sealflow.interpreter.service.status import RunStatus
 from sealflow.interpreter.store.records import Claimed, Message
@@ -55,16 +53,11 @@ class Inline:
 
     def _inline_owner(self, plan: Plan, signer: str | None) -> str | None:
         """This process's owner name when the run's first attempt may be claimed and run here, else None."""
-        engine = self.engine
-        if not isinstance(self.broker, StubBroker) or engine.running_limit is not None:
+        if not isinstance(self.broker, StubBroker):
             return None
-        first = plan.step(plan.start)
-        if coordination.needs_slots(plan, first):
-            return None
-        engine.remember(plan)
-        if capability.step_lacks(engine, SimpleNamespace(plan_digest=plan.digest, signer=signer), plan.start):
-            return None
-        return self.owner
+        self.engine.remember(plan)
+        run = SimpleNamespace(plan_digest=plan.digest, signer=signer)  # (the run is not written yet)
+        return self.owner if self.engine.may_claim_at_once(plan, plan.step(plan.start), run, plan.start) else None
 
     def _carry_inline(self, claimed: Claimed) -> None:
         """Handle the claimed first attempt in this thread and carry the run on (as a worker thread would)."""
