@@ -110,14 +110,14 @@ class Submitting:
                      first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority,
                      acting_as=acting, access_mode=mode_of(self.access), signer=signer)
         limits = self.config.limits(tenant)
+        admit = None if limits.admits_all else limits
         owner = None if claim_for is None else claim_for(plan, signer)
         try:
             if owner is None:
-                run, _created = self.store.submit(new, now, None if limits.admits_all else limits, registration)
+                run, _created = self.store.submit(new, now, admit, registration)
                 claimed = None
             else:
-                run, _created, claimed = self.store.submit_claimed(new, now, None if limits.admits_all else limits,
-                                                                   registration, owner=owner)
+                run, _created, claimed = self.store.submit_claimed(new, now, admit, registration, owner=owner)
         except AdmissionRefused as exc:  # nothing was created; the refusal is audited
             self.store.append_audit(AuditEvent("submit_refused", None, initiator, tenant=tenant, detail={
                 "limit": exc.limit, "retry_after": round(exc.retry_after, 3), "workflow": plan.name,

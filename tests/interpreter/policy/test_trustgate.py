@@ -185,3 +185,16 @@ def test_given_the_default_gate_when_a_run_is_unsigned_then_it_is_refused_as_una
 
 def test_given_allow_unsigned_when_a_run_is_unsigned_then_it_runs():
     assert TrustGate(allow_unsigned=True).refusal(run("unsigned")) is None
+
+
+def test_given_an_attacker_key_when_run_in_the_callers_thread_then_refused_before_it_runs(world):
+    # Given a definition signed by an attacker's key named "ops" in their own policy
+    data = SOURCE.format(version=1, to="mallory").encode()
+    envelope = world.mallory.sign(data)
+    v = verify_bytes(data, "payout.v1.yaml", envelope, world.mallory.policy)
+    # When it is run with Runtime.run (its first step claimed in the submit, run in the caller's thread)
+    status = world.rt.run(v.plan, {}, initiator="user:ana", signer=v.principal(),
+                          source=DefinitionSource(data, envelope, "dsse"))
+    # Then the process's own policy refuses it before the step runs: nothing is paid
+    assert status.state == "failed" and status.run.error_class == "unauthorized" and world.paid == []
+    assert [e for e in world.rt.store.audit(status.run.id) if e.event == "trust_refused"]

@@ -167,3 +167,33 @@ def test_permissions_wildcards_and_principals():
     assert OpenAccess().permissions("any", "user:x") == {"*"}
     static = PolicyAccess({"tenants": {"t": {"roles": {"r": ["a:b"]}, "members": {"user:u": ["r"]}}}})
     assert static.roles("t", "user:u") == {"role:r"} and static.permissions("other", "user:u") == frozenset()
+
+
+def test_run_in_the_callers_thread_refuses_an_outsider_before_anything_is_created_or_claimed(rt, charges):
+    # Given a principal of another tenant (eve buys in globex), on the embedded default where `run` claims the
+    # first step in its submit and runs it in the caller's thread
+    # When she runs acme's charging workflow
+    with pytest.raises(Unauthorized, match="not a member of tenant 'acme'"):
+        rt.run(charge_plan(), {"amount": 5}, initiator="user:eve", tenant="acme")
+    # Then nothing was created, claimed or charged
+    assert rt.store.list_runs() == [] and charges == []
+
+
+def test_run_in_the_callers_thread_reauthorises_the_step_it_claimed_in_the_submit(rt, charges, policy, monkeypatch):
+    # Given alice, who may charge, and her permission revoked between her run's submit (which claims its first
+    # step) and that step's execution in her thread
+    from sealflow.interpreter.service import inline
+
+    carry = inline.actors.carry
+
+    def revoke_then_carry(*a, **kw):
+        policy.revoke("user:alice", "buyer")
+        return carry(*a, **kw)
+
+    monkeypatch.setattr(inline.actors, "carry", revoke_then_carry)
+    # When she runs the workflow
+    status = rt.run(charge_plan(), {"amount": 5}, initiator="user:alice", tenant="acme")
+    # Then the claimed step is refused before it charges, as a worker thread would refuse it
+    assert status.state == "failed" and status.run.error_class == "unauthorized" and charges == []
+    # (claimed in the submit: no separate scheduling of the step before its claim)
+    assert "step.scheduled" not in [e.event for e in rt.store.audit(status.run.id)]
