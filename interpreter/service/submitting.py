@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import secrets
+import time
 from typing import Any
 
 from sealflow.dsl.plan import Plan
@@ -32,6 +33,18 @@ def input_hash(value: Any) -> str:
     """The hash idempotent submit compares: sha256 of the input's canonical JSON."""
     return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
                                                  ensure_ascii=False).encode()).hexdigest()
+
+
+def new_run_id() -> str:
+    """A new run's id: ``run_`` and 28 hex digits, the first 12 the time it was made in milliseconds since
+    the epoch, the other 16 random (64 bits of the operating system's CSPRNG), as UUIDv7 lays them out.
+
+    Ids made later sort later, so a new run's rows go in at the right edge of every index keyed by its id
+    (runs, attempts, results, the audit log's run index, and a fan-out's children, whose ids begin with
+    their parent's) instead of at a random page of each: fewer pages written per commit, and recent pages
+    stay the working set as the store grows (docs/benchmarks.md, eleventh round). A clock that goes back
+    costs only that locality; the random part keeps ids unique and unguessable either way."""
+    return f"run_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
 
 
 class ModelNotConfigured(ConfigError):
@@ -103,7 +116,7 @@ class Submitting:
         plan_json = self._plan_json.get(plan.digest)
         if plan_json is None:
             plan_json = self._plan_json[plan.digest] = plan.to_json(indent=None)
-        new = NewRun(id="run_" + uuid.uuid4().hex[:20], tenant=tenant, workflow=plan.name,
+        new = NewRun(id=new_run_id(), tenant=tenant, workflow=plan.name,
                      workflow_version=plan.version, plan_digest=plan.digest, plan_json=plan_json,
                      input_json=input_json, input_hash=input_hash(input), initiator=initiator,
                      idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,

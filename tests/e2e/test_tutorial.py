@@ -70,7 +70,7 @@ def parse(lines: list[str]) -> list[Step]:
 
 def normalise(text: str, home: str) -> list[str]:
     text = text.replace(home, SHOWN_HOME)
-    text = re.sub(r"run_[0-9a-f]{20}", "run_ID", text)
+    text = re.sub(r"run_[0-9a-f]{28}", "run_ID", text)
     text = re.sub(r"sha256:[0-9a-f]{12,64}", "sha256:DIGEST", text)
     text = re.sub(r"\b[0-9a-f]{16,64}\b", "HEX", text)
     text = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\+00:00|Z)?", "TIME", text)
@@ -99,14 +99,14 @@ def follow(workdir: Path):
             continue
         command = step.text
         if last_run is not None:
-            command = re.sub(r"run_[0-9a-f]{20}", last_run, command)
+            command = re.sub(r"run_[0-9a-f]{28}", last_run, command)
         if command.startswith("cd "):
             cwd = (cwd / command[3:].strip()).resolve()
             yield step, "", str(home), command
             continue
         done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=120)
-        runs = re.findall(r"run_[0-9a-f]{20}", done.stdout)
+        runs = re.findall(r"run_[0-9a-f]{28}", done.stdout)
         if runs:
             last_run = runs[0]
         yield step, done.stdout, str(home), command
