@@ -2,7 +2,8 @@
 locked) and what to do about them, and keeping the write-ahead log bounded under sustained load.
 
 :class:`WalMixin` is a mixin of :class:`~sealflow.interpreter.store.sqlite.store.SqliteStore`: after a commit
-past ``WAL_LIMIT`` it checkpoints and truncates the WAL between the store's own transactions.
+past ``WAL_LIMIT`` it checkpoints and restarts the WAL between the store's own transactions, and the file is
+cut back to the limit.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import sqlite3
 import threading
 import time
 
-#: the WAL size a store keeps to under sustained load (bytes): past it a checkpoint resets and truncates it
+#: the WAL size a store keeps to under sustained load (bytes): past it a checkpoint restarts it and the file is
+#: cut back to it
 WAL_LIMIT = 16 * 1024 * 1024
-#: how long a truncating checkpoint waits for readers and writers before it gives way (ms)
-_TRUNCATE_WAIT_MS = 50
-#: after a truncation readers kept from finishing, how long commits go on before the next try (s)
-_TRUNCATE_PAUSE_S = 0.2
+#: how long the restarting checkpoint waits for readers and writers before it gives way (ms)
+_RESTART_WAIT_MS = 50
+#: after a restart readers kept from finishing, how long commits go on before the next try (s)
+_RESTART_PAUSE_S = 0.2
 #: SQLite messages that mean the file cannot be written or read, not a bug in the statement
 _IO_WORDS = ("disk is full", "readonly", "read-only", "disk i/o error", "unable to open", "database is locked",
              "malformed", "no such file", "out of memory")
@@ -52,23 +54,23 @@ def wal_size(path: str) -> int:
 class Checkpointer(threading.Thread):
     """Checkpoints the WAL every ``interval`` seconds (PASSIVE: never blocks writers, so their commits do
     not wait on its fsync). Under sustained load PASSIVE may never reach the WAL's end; the store then
-    truncates it between its own transactions once it is past the limit (``SqliteStore._bound_wal``)."""
+    restarts it between its own transactions once it is past the limit (``SqliteStore._bound_wal``)."""
 
     def __init__(self, path: str, interval: float, busy_timeout_ms: int, lock: threading.Lock):
         super().__init__(name="sealflow-checkpoint", daemon=True)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                      timeout=busy_timeout_ms / 1000)
         self._interval = interval
-        #: held by whichever of this process's checkpoints runs (this thread's, or the store's truncation):
+        #: held by whichever of this process's checkpoints runs (this thread's, or the store's restart):
         #: SQLite answers a second concurrent checkpoint with SQLITE_BUSY at once, which would make the store's
-        #: truncation give way to its own background checkpoint while the WAL grows
+        #: restart give way to its own background checkpoint while the WAL grows
         self._lock = lock
         self._stopped = threading.Event()
         self.start()
 
     def run(self) -> None:
         while not self._stopped.wait(self._interval):
-            if not self._lock.acquire(blocking=False):  # the store is truncating: that does it
+            if not self._lock.acquire(blocking=False):  # the store is restarting the WAL: that does it
                 continue
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -89,29 +91,34 @@ class Checkpointer(threading.Thread):
 
 class WalMixin:
     """The WAL bound of :class:`~sealflow.interpreter.store.sqlite.store.SqliteStore` (its ``path``,
-    ``_wal_limit``, ``_busy_ms`` and ``_truncate_after``)."""
+    ``_wal_limit``, ``_busy_ms`` and ``_restart_after``)."""
 
     path: str
     _wal_limit: int
     _busy_ms: int
-    _truncate_after: float
+    _restart_after: float
     _checkpointing: threading.Lock
 
     def _bound_wal(self, c: sqlite3.Connection) -> None:
         """After a commit, past the limit (writes outran the background checkpoints, or readers kept them
-        from reaching the WAL's end): checkpoint and truncate the WAL here, between this process's
+        from reaching the WAL's end): checkpoint the whole WAL here and restart it, between this process's
         transactions, waiting at most a moment for other processes' readers. If they are still in the way,
-        commits go on undisturbed for a moment and the next one past it tries again."""
-        if wal_size(self.path) <= self._wal_limit or time.monotonic() < self._truncate_after:
+        commits go on undisturbed for a moment and the next one past it tries again.
+
+        RESTART, not TRUNCATE: the next commit writes the WAL over from its beginning, and SQLite cuts the
+        file back to ``journal_size_limit`` (the same limit) as it does. Writing over the file's own blocks
+        costs less than growing a file cut to zero every time (a step on the embedded default, measured:
+        about 40 us less; docs/benchmarks.md, eleventh round); the store's close still truncates it to zero."""
+        if wal_size(self.path) <= self._wal_limit or time.monotonic() < self._restart_after:
             return
         busy = 1
         try:
             with self._checkpointing:  # after this process's background checkpoint, if one runs (a moment)
-                c.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
-                busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                c.execute(f"PRAGMA busy_timeout = {_RESTART_WAIT_MS}")
+                busy = c.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
         except sqlite3.Error:
             pass
         finally:
             c.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         if busy:
-            self._truncate_after = time.monotonic() + _TRUNCATE_PAUSE_S
+            self._restart_after = time.monotonic() + _RESTART_PAUSE_S

@@ -127,7 +127,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         self._checkpointer: Checkpointer | None = None
         self._busy_ms = int(busy_timeout_ms)
         self._wal_limit = wal_limit if path != ":memory:" else 0
-        self._truncate_after = 0.0
+        self._restart_after = 0.0
         self._checkpointing = threading.Lock()  # one checkpoint of this process at a time (sqlite/disk.py)
         if path != ":memory:" and checkpoint_interval:
             c.execute("PRAGMA wal_autocheckpoint = 0")

@@ -41,7 +41,43 @@ def test_given_a_small_wal_limit_when_hundreds_of_runs_are_written_then_the_wal_
     assert wal_size(str(tmp_path / "state.db")) == 0
 
 
-def test_given_a_reader_holding_a_snapshot_when_it_lets_go_then_the_wal_is_truncated_again(tmp_path):
+def _checkpoint_sequence(path: str) -> int:
+    """The WAL header's checkpoint sequence number: SQLite adds one each time the WAL starts over."""
+    with open(path + "-wal", "rb") as fh:
+        return int.from_bytes(fh.read(16)[12:16], "big")
+
+
+def test_given_a_wal_past_its_limit_when_the_store_bounds_it_then_it_starts_over_in_the_same_file(tmp_path):
+    # Given a store with a small WAL limit and no background checkpoints: only the store's bound resets it
+    store = SqliteStore(str(tmp_path / "state.db"), wal_limit=LIMIT, checkpoint_interval=0)
+    fired: list[tuple[int, int]] = []
+    real = store._bound_wal
+
+    def bound(c):
+        before = wal_size(store.path)
+        real(c)
+        if before > LIMIT:
+            fired.append((before, wal_size(store.path)))
+
+    store._bound_wal = bound
+    try:
+        _one_run(store, 0, T0)
+        first = _checkpoint_sequence(store.path)
+        # When enough runs are written to pass the limit again and again
+        for i in range(1, 100):
+            _one_run(store, i, T0 + i)
+        # Then each time the WAL was checkpointed and restarted in its own file, not cut to zero (writing over
+        # the file's blocks costs less than growing it again), and the next commit cut it back to the limit
+        assert len(fired) >= 3, fired
+        assert all(after > 0 for _, after in fired), fired
+        assert _checkpoint_sequence(store.path) >= first + len(fired) - 1
+        assert wal_size(store.path) <= LIMIT
+        assert len(store.list_runs(limit=1000)) == 100
+    finally:
+        store.close()
+
+
+def test_given_a_reader_holding_a_snapshot_when_it_lets_go_then_the_wal_is_cut_back_again(tmp_path):
     # Given a store with a small WAL limit, and another process's reader holding one snapshot open while
     # 50 runs are written (no checkpoint can reset the WAL past a reader's snapshot, so it grows)
     store = SqliteStore(str(tmp_path / "state.db"), wal_limit=LIMIT)
@@ -62,7 +98,7 @@ def test_given_a_reader_holding_a_snapshot_when_it_lets_go_then_the_wal_is_trunc
                 settled = True
                 break
             threading.Event().wait(0.01)
-        # Then the WAL is truncated back under the limit, and nothing written meanwhile is lost
+        # Then the WAL is cut back under the limit, and nothing written meanwhile is lost
         assert settled, f"the WAL stayed at {wal_size(store.path)} bytes after the reader let go"
         assert len(store.list_runs(limit=1000)) == i + 1
     finally:
