@@ -52,10 +52,10 @@ class Inline:
         return self.drive(run_id, until=until)
 
     def _inline_owner(self, plan: Plan, signer: str | None) -> str | None:
-        """This process's owner name when the run's first attempt may be claimed and run here, else None."""
+        """This process's owner name when the run's first attempt may be claimed and run here, else None (the
+        engine knows ``plan`` already: :meth:`_submit` remembers it first)."""
         if not isinstance(self.broker, StubBroker):
             return None
-        self.engine.remember(plan)
         run = SimpleNamespace(plan_digest=plan.digest, signer=signer)  # (the run is not written yet)
         return self.owner if self.engine.may_claim_at_once(plan, plan.step(plan.start), run, plan.start) else None
 

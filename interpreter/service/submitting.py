@@ -124,6 +124,7 @@ class Submitting:
                      acting_as=acting, access_mode=mode_of(self.access), signer=signer)
         limits = self.config.limits(tenant)
         admit = None if limits.admits_all else limits
+        self.engine.remember(plan)  # (before the claim is decided: it reads the plan's steps)
         owner = None if claim_for is None else claim_for(plan, signer)
         try:
             if owner is None:
@@ -136,7 +137,6 @@ class Submitting:
                 "limit": exc.limit, "retry_after": round(exc.retry_after, 3), "workflow": plan.name,
                 "version": plan.version}), now)
             raise
-        self.engine.remember(plan)
         self.priority_of.note(run.id, run.priority)
         return run.id, claimed
 
