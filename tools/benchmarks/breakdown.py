@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -57,27 +58,15 @@ class Recorder:
         return getattr(self._conn, name)
 
 
-def _runtime(tmp: str):
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.runtime import Runtime
-
-    registry = Registry()
-
-    @action("bench.noop", registry=registry)
-    def noop(ctx):
-        return {"n": 1}
-
-    return Runtime(f"sqlite:///{tmp}/state.db", registry)
-
-
 def sealflow_pass(runs: int) -> tuple[float, list[tuple[str, str, Any]], str]:
     """(seconds per step of ``runs`` runs; the statements of a second, recorded pass of ``runs`` runs; the
-    path of a copy of the store as it was just before that pass). Leaves the copy in a temporary folder."""
-    from tools.benchmarks.runtime import noop_plan
+    path of a copy of the store as it was just before that pass, in a temporary folder of its own that
+    the caller removes)."""
+    from tools.benchmarks.runtime import noop_plan, noop_runtime
 
     plan = noop_plan(STEPS)
     tmp, copy_dir = tempfile.mkdtemp(), tempfile.mkdtemp()
-    rt = _runtime(tmp)
+    rt = noop_runtime(tmp)
     try:
         rt.run(plan, {}, initiator="user:bench")  # warm up: actor, plan cache, statements
         gc.collect()
@@ -101,6 +90,7 @@ def sealflow_pass(runs: int) -> tuple[float, list[tuple[str, str, Any]], str]:
                 store._conn = recorder._conn
     finally:
         rt.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return per_step, recorder.calls, copy
 
 
@@ -161,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = 1 / bench_dramatiq(args.runs, STEPS)
         ours, calls, copy = sealflow_pass(args.runs)
         sql = replay(calls, copy) / (args.runs * STEPS)
+        shutil.rmtree(os.path.dirname(copy), ignore_errors=True)
         handed = hand_off(args.runs * STEPS)
         rows.append((peer, ours, sql, handed))
         print(f"round {n}: per step: bare chain {peer * us:4.0f} us; sealflow {ours * us:4.0f} us "

@@ -58,9 +58,8 @@ def bench_sealflow(runs: int, steps: int, *, chained: bool = False) -> tuple[flo
     return sps, memory
 
 
-def bench_sealflow_cpu(runs: int, steps: int, *, chained: bool = False
-                       ) -> tuple[float, float, list[tuple[int, float]]]:
-    """Steps per second, the process's CPU seconds per step, and resident memory after each quarter."""
+def noop_runtime(folder: str):
+    """A ``Runtime`` on the embedded default with its store in ``folder``, knowing the action ``bench.noop``."""
     from sealflow.interpreter.execution.actions import Registry, action
     from sealflow.interpreter.service.runtime import Runtime
 
@@ -70,10 +69,16 @@ def bench_sealflow_cpu(runs: int, steps: int, *, chained: bool = False
     def noop(ctx, prev=None):
         return {"n": 1}
 
+    return Runtime(f"sqlite:///{folder}/state.db", registry)
+
+
+def bench_sealflow_cpu(runs: int, steps: int, *, chained: bool = False
+                       ) -> tuple[float, float, list[tuple[int, float]]]:
+    """Steps per second, the process's CPU seconds per step, and resident memory after each quarter."""
     plan = noop_plan(steps, chained=chained)
     memory = []
     with tempfile.TemporaryDirectory() as tmp:
-        rt = Runtime(f"sqlite:///{tmp}/state.db", registry)
+        rt = noop_runtime(tmp)
         try:
             rt.run(plan, {}, initiator="user:bench")  # warm up: actor, plan cache, statements
             gc.collect()
