@@ -57,7 +57,7 @@ class StepKinds:
                 if perm not in s.permissions:
                     self.error("C413", f"action {action!r} needs permission {perm!r}; step {s.id!r} does not list it",
                                p + ("action",), f"add {perm!r} to the step's permissions")
-            if info.effect == "irreversible" and not s.idempotency_key:
+            if info.effect == "irreversible" and not s.idempotency_key and info.honours_idempotency_key:
                 self.error("C410", f"action {action!r} is irreversible; step {s.id!r} needs an idempotency_key",
                            p + ("action",), 'add idempotency_key: "${{ run.id }}:' + s.id + '"')
         return {"action": action}

@@ -343,7 +343,8 @@ class Compiler(StepKinds, FanOutKinds):
         every = [s for _, s in all_model_steps(self.d.steps)]
         used = {s.action for s in every if s.action} | {s.compensate.action for s in every if s.compensate}
         used |= {t for s in every if s.agent for t in s.agent.tools}
-        return {n: ActionMeta(permissions=self.actions[n].permissions, effect=self.actions[n].effect)
+        return {n: ActionMeta(permissions=self.actions[n].permissions, effect=self.actions[n].effect,
+                              honours_idempotency_key=self.actions[n].honours_idempotency_key)
                 for n in sorted(used) if n in self.actions}
 
     # -- control flow ------------------------------------------------------------------------------

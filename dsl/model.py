@@ -27,6 +27,8 @@ class ActionInfo(_Model):
     name: str
     permissions: tuple[str, ...] = ()
     effect: Literal["read", "write", "irreversible"] = "read"
+    #: False: the target cannot deduplicate by key (then an irreversible step needs none: C410)
+    honours_idempotency_key: bool = True
 
 
 class Backoff(_Model):

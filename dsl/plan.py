@@ -161,6 +161,7 @@ class ParallelPlan(_Frozen):
 class ActionMeta(_Frozen):
     permissions: tuple[str, ...] = ()
     effect: Literal["read", "write", "irreversible"] = "read"
+    honours_idempotency_key: bool = True
 
 
 class PlanStep(_Frozen):

@@ -38,16 +38,13 @@ ERROR_CLASSES: dict[str, bool] = {
     "configuration": False,
     "cancelled": False,
     "internal": False,
-    # the attempt's worker (or its isolated process) died or stalled past its lease
+    # what a lost attempt ends with when it is not run again (engine/poison.py): a poison step, a person
+    # judging a lost attempt failed, an outcome-unknown gate nobody decided. A loss itself is not a failure:
+    # the attempt runs again without consuming max_attempts
     "worker_lost": True,
     # a circuit breaker is open: the target was not called; retry after the cool-down, or fall back
     "circuit_open": True,
 }
-
-#: classes retried within ``max_attempts`` even when a retry class does not list them: a lost worker
-#: says nothing about the step, so it gets its remaining attempts (and never more)
-RETRIED_UNLISTED = frozenset({"worker_lost"})
-
 
 assert set(ERROR_CLASSES) == {e.value for e in ErrorClass}, "every error class needs a retryable flag"
 

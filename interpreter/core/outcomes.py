@@ -53,9 +53,17 @@ class Failed:
     data: dict | None = None
     #: audited with the failure (``step.detail``); minimised, no raw tool results
     detail: dict | None = None
-    #: end the run in this state at once (``failed``, ``timed_out``): no retry, no ``on_error``
-    #: route; run budgets and tenant quotas (:mod:`sealflow.interpreter.policy.budgets`)
+    #: end the run in this state at once (``failed``, ``timed_out``, ``quarantined``): no retry, no ``on_error``
+    #: route; run budgets and tenant quotas (:mod:`sealflow.interpreter.policy.budgets`), a poison step
     ends_run: str | None = None
+    #: the process running the attempt died (an isolated child): the engine decides what the loss means
+    #: (:func:`sealflow.interpreter.engine.poison.after_crash`); never committed as such
+    lost: bool = False
+    #: run the same try again (a lost attempt): not a retry, ``max_attempts`` is not consumed; the next
+    #: attempt's data is ``data``
+    rerun: bool = False
+    #: not retried whatever the retry class says (``on_error`` may still route it): a person judged it failed
+    no_retry: bool = False
 
     def __post_init__(self) -> None:
         # an exception's text is the action's (or a model's, a web service's): what no store can hold in plain

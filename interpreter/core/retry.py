@@ -4,8 +4,8 @@ A failed attempt is retried only when its error class is listed in the
 step's :class:`~sealflow.dsl.plan.RetryPolicy` ``on``, the class is retryable at all
 (:data:`sealflow.interpreter.core.errors.ERROR_CLASSES`; never-retryable classes are never
 retried, whatever a policy says) and attempts remain (``max_attempts`` counts
-the first one); ``worker_lost`` (:data:`~sealflow.interpreter.core.errors.RETRIED_UNLISTED`) is
-retried whenever attempts remain, listed or not. The delay before attempt ``n+1`` is exponential,
+the first one). A lost attempt is not a failure at all: it runs again without consuming ``max_attempts``
+(:mod:`sealflow.interpreter.engine.poison`). The delay before attempt ``n+1`` is exponential,
 ``initial_ms * factor**(n-1)`` capped at ``max_ms``, with ``full`` jitter
 (uniform in [0, d]), ``equal`` (d/2 + uniform in [0, d/2]) or ``none``; a
 ``retry_after`` the failure carried (HTTP 429) is a minimum.
@@ -16,15 +16,12 @@ from __future__ import annotations
 import random
 
 from sealflow.dsl.plan import RetryPolicy
-from sealflow.interpreter.core.errors import ERROR_CLASSES, RETRIED_UNLISTED
+from sealflow.interpreter.core.errors import ERROR_CLASSES
 
 
 def should_retry(policy: RetryPolicy, error_class: str, try_no: int) -> bool:
-    """True when attempt number ``try_no`` (1-based) failing with ``error_class`` gets another try
-    (``worker_lost`` is retried whenever attempts remain, listed or not)."""
-    return (ERROR_CLASSES.get(error_class, False)
-            and (error_class in policy.on or error_class in RETRIED_UNLISTED)
-            and try_no < policy.max_attempts)
+    """True when attempt number ``try_no`` (1-based) failing with ``error_class`` gets another try."""
+    return ERROR_CLASSES.get(error_class, False) and error_class in policy.on and try_no < policy.max_attempts
 
 
 def backoff_ms(policy: RetryPolicy, try_no: int, rng: random.Random | None = None) -> float:

@@ -68,7 +68,9 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     #   (a redriven run that fails again the same way goes running -> failed -> quarantined
     #   in one commit, both edges audited)
     #   -> compensating: it would fail or be cancelled and completed steps have `compensate`
-    "running": frozenset({"waiting", "completed", "failed", "cancelling", "cancelled", "timed_out", "compensating"}),
+    #   -> quarantined: a poison step (its attempt lost `lost_attempts` times in a row: engine/poison.py)
+    "running": frozenset({"waiting", "completed", "failed", "cancelling", "cancelled", "timed_out", "compensating",
+                          "quarantined"}),
     # waiting: a timer or a human holds the run; no worker is held.
     #   -> running: the timer fired or an approval arrived and the run goes on
     #   -> failed: approval rejected / timed out and no on_error route

@@ -255,6 +255,11 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
     failed = outcome if isinstance(outcome, Failed) else Failed("internal", f"unexpected outcome {outcome!r}")
     step = StepChange(att.step_id, att.attempt, att.token, "timed_out" if failed.timed_out else "failed",
                       error_class=failed.error_class, error_message=failed.message)
+    if failed.rerun:  # its process died (engine/poison): the same try again, not a retry
+        nxt = NextAttempt(att.step_id, att.try_no, "scheduled", x.now, lease_for(x.step), None, failed.data or data)
+        return Commit(run_id=run.id, expected_rev=run.rev, step=step, next=nxt, actor=actor, dispatch_inline=True,
+                      audit=(AuditEvent("attempt_lost", att.step_id, actor,
+                                        detail={**info, "message": failed.message}),))
     again = schedule_retry(comp.retry, att.step_id, att.try_no, failed, rng=x.services.rng, now=x.now,
                            lease=lease_for(x.step), actor=actor, data=data)
     if again is not None:

@@ -60,7 +60,7 @@ def schedule_retry(policy, step_id: str, try_no: int, failed: Failed, *, rng, no
                    data: dict | None = None) -> tuple[NextAttempt, AuditEvent] | None:
     """The next try of a failed attempt and its ``retry_scheduled`` event, when ``policy`` (a step's or a
     compensation's ``retry``) allows one; None when it does not. The one retry scheduler."""
-    if not retry.should_retry(policy, failed.error_class, try_no):
+    if failed.no_retry or failed.ends_run or not retry.should_retry(policy, failed.error_class, try_no):
         return None
     delay = retry.delay_seconds(policy, try_no, failed.retry_after, rng)
     nxt = NextAttempt(step_id, try_no + 1, "retry_wait" if delay > 0 else "scheduled", now + delay, lease,
@@ -159,8 +159,9 @@ class _Decision:
         self.error = (error_class, message)
         if x.run.parent_run_id is not None:  # a fan-out child's failure is its parent step's to handle
             return
-        self.dead = DeadLetterSpec(x.step_id, f"step {x.step_id!r} failed with {error_class}: {message}",
-                                   error_class, fingerprint(x.step_id, error_class, message))
+        # a quarantined run's letter says why in its own words (a poison step: "poison: ...")
+        reason = message if state == "quarantined" else f"step {x.step_id!r} failed with {error_class}: {message}"
+        self.dead = DeadLetterSpec(x.step_id, reason, error_class, fingerprint(x.step_id, error_class, message))
 
     def commit(self, inline: bool, amend: Callable[..., dict] | None = None) -> Commit:
         x = self.x
@@ -249,8 +250,15 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
             text = None  # not JSON: nothing to replay; the retry reports the same problem
         if text is not None and _over_limit(x, text) is None:  # too large to keep: the retry calls again, same key
             d.record(f.ledger_key, text)
-    if f.ends_run is not None:  # a run budget or quota: the run ends here, whatever routes exist
+    if f.ends_run is not None:  # a run budget or quota, a poison step: the run ends here, whatever routes exist
         d.fail_run(f.error_class, f.message, f.ends_run)
+        return
+    if f.rerun:  # a lost attempt (engine/poison): the same try again, max_attempts not consumed
+        d.next = NextAttempt(x.step_id, x.attempt.try_no, "scheduled", x.now, lease_ms(x.step), None, f.data)
+        d.run_state = "running"
+        d.audit.append(AuditEvent("attempt_lost", x.step_id, d.actor,
+                                  detail={"attempt": x.attempt.attempt, "try": x.attempt.try_no,
+                                          "lost": (f.data or {}).get("lost_before"), "message": f.message}))
         return
     def context() -> dict:
         return _with_result(x, "timed_out" if f.timed_out else "failed", None)

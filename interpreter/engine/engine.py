@@ -45,7 +45,7 @@ from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.engine import capability, compensation, fanout, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.claiming import Claiming
-from sealflow.interpreter.engine.committing import commit_retrying
+from sealflow.interpreter.engine.committing import commit_retrying, outlast
 from sealflow.interpreter.engine.reads import named_results
 from sealflow.interpreter.execution import breakers
 from sealflow.interpreter.execution.context import Execution, OutputCache, Services
@@ -56,7 +56,13 @@ from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
 from sealflow.interpreter.steps import EXECUTORS
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
-from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.interpreter.store.errors import (
+    ClaimDeferred,
+    FencingError,
+    InvalidOperation,
+    MessageRefused,
+    NotFound,
+)
 from sealflow.interpreter.store.records import Committed, LazyResults
 
 log = logging.getLogger("sealflow.engine")
@@ -219,14 +225,15 @@ class Engine(Claiming):
             or authz.reauthorize(self.access, x)
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
-        # an attempt whose lease expired is not run again: it failed with worker_lost (engine.poison)
+        # an attempt lost before runs again, unless it is poison or its outcome a person's call (engine.poison);
         # the step's circuit breaker, if it names one: an open breaker fails the attempt without running it
         if self.telemetry is not None:  # a span per attempt, metrics and log context (service/telemetry)
             return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
         return self._run_attempt(x, refused, claimed.resumed)[1]
 
     def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
-        outcome = refused or poison.lost(x) or budgets.after(x, breakers.guarded(x, self.execute))
+        outcome = refused or poison.lost(x) or budgets.after(x, poison.after_crash(
+            x, breakers.guarded(x, self.execute)))
         counts = not resumed and refused is None and not isinstance(outcome, Skipped)
         return outcome, self.commit(x, outcome, actor=self.actor, counts_step=counts)
 
@@ -297,6 +304,7 @@ class Engine(Claiming):
             self.store, self.clock, build, conflict=conflict,
             fenced=lambda exc: self._fenced(exc, x, actor, {"outcome": type(outcome).__name__}),
             illegal=lambda exc: log.error("%s", exc),
+            unavailable=outlast(self.clock, x.attempt.lease_expires, f"step {x.step_id!r} of run {x.run.id}"),
             gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"),
             created_at=x.run.created_at)
 
@@ -350,7 +358,7 @@ class Engine(Claiming):
             results = {**self.parents.adopt(run), **results}
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results,
                       outputs=self.outputs)
-        outcome = poison.lost(x) or compensation.execute(x)
+        outcome = poison.lost(x) or poison.after_crash(x, compensation.execute(x))
 
         def conflict() -> None:
             x.run = self.store.get_run(run.id)
@@ -381,19 +389,28 @@ class Engine(Claiming):
 
     # -- human decisions on a waiting attempt ------------------------------------------------------
     def resolve(self, run_id: str, step_id: str | None, decide: Callable[[Execution], Outcome], *,
-                actor: str) -> tuple[Message, ...]:
-        """Apply an approval or rejection to the run's waiting approval (fenced, re-read on conflict)."""
+                actor: str, lost: bool = False) -> tuple[Message, ...]:
+        """Apply an approval or rejection to the run's waiting approval (fenced, re-read on conflict); with
+        ``lost``, a person's decision on a lost attempt whose outcome is unknown (engine.poison)."""
+        what = "decision on a lost attempt" if lost else "approval"
+
         def build() -> Commit:
             run = self.store.get_run(run_id)
             att = self.store.active_attempt(run_id)
             if att is None or att.state != "waiting":
-                raise InvalidOperation(f"run {run_id} has no approval waiting (it is {run.state}); see "
+                raise InvalidOperation(f"run {run_id} has no {what} waiting (it is {run.state}); see "
                                        f"`sealflow status {run_id}`")
             base, gate = split_step_id(att.step_id)
             if step_id is not None and step_id not in (att.step_id, base):
                 raise InvalidOperation(f"run {run_id} is waiting at step {att.step_id!r}, not {step_id!r}")
             x = self.execution(run, att, self.store.results(run_id), resumed=False)
-            if not gate and x.step.kind != "approval" and "opened_at" not in att.data:
+            unknown = poison.OUTCOME_UNKNOWN in att.data
+            if unknown != lost:
+                raise InvalidOperation(
+                    f"run {run_id} waits for a person to decide the outcome of step {base!r}'s lost attempt, not "
+                    f"for an approval: use `sealflow resolve {run_id}`" if unknown else
+                    f"run {run_id} is waiting at step {base!r}, which is not a lost attempt's decision")
+            if not lost and not gate and x.step.kind != "approval" and "opened_at" not in att.data:
                 raise InvalidOperation(f"run {run_id} is waiting at {x.step.kind} step {base!r}, which is not an "
                                        "approval")
             decided = decide(x)  # an outcome, or (outcome, audit events of the decision)
@@ -404,7 +421,7 @@ class Engine(Claiming):
             return self._notified(x, redact_commit(compensation.amend(x, commit)))
 
         def fenced(exc: FencingError) -> None:
-            raise InvalidOperation(f"the approval of run {run_id} moved on meanwhile (timed out or decided); "
+            raise InvalidOperation(f"the {what} of run {run_id} moved on meanwhile (timed out or decided); "
                                    f"see `sealflow status {run_id}`") from None
 
         return self._done(run_id, commit_retrying(self.store, self.clock, build, fenced=fenced,

@@ -8,7 +8,7 @@ in :mod:`sealflow.interpreter.store.base`). What recovery does, in order:
    ended now instead of at their expiry (other hosts' leases simply expire);
 2. a fresh embedded runtime marks every sent-but-unclaimed outbox row unsent:
    the in-memory broker that held those messages died with its process;
-3. a sweep requeues expired leases (each counted as a failed attempt, ``worker_lost``:
+3. a sweep requeues expired leases (each counted as a loss, run again up to ``lost_attempts`` in a row:
    :mod:`.poison`) and turns due timers into outbox rows;
 4. a run that is active but has no active attempt (which atomic commits rule
    out; this is a safety net) is repaired by deciding again from its latest
@@ -68,11 +68,11 @@ def expire_dead_owners(store: Store, now: float, owner: str, *, silent_for: floa
     if silent_for is not None and hasattr(store, "dead_workers"):
         for other in store.dead_workers(silent_for):
             if other != owner:
-                count += store.expire_leases(other, now)
+                count += store.expire_leases(other, now, f"sent no heartbeat for {silent_for:g} s")
         return count
     for other in store.lease_owners():
         if other != owner and owner_is_dead(other):
-            count += store.expire_leases(other, now)
+            count += store.expire_leases(other, now, "its process no longer exists")
     return count
 
 

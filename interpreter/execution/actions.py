@@ -30,6 +30,9 @@ class Action:
     description: str = ""
     #: ``thread`` / ``process`` (None: the step's choice, else the worker's default; see execution.isolation)
     isolation: str | None = None
+    #: the action's target applies an effect once per ``ctx.idempotency_key`` (False: an SMS gateway, a legacy
+    #: API: a lost attempt may or may not have acted, and waits for a person: engine/poison.py)
+    honours_idempotency_key: bool = True
 
     def __call__(self, ctx: Any, **kwargs: Any) -> Any:
         return self.fn(ctx, **kwargs)
@@ -86,12 +89,16 @@ def action(
     secrets: list[str] | tuple[str, ...] = (),
     registry: Registry | None = None,
     isolation: str | None = None,
+    honours_idempotency_key: bool = True,
 ) -> Callable[[Callable[..., Any]], Action]:
     """Register a function as the action ``name``.
 
     ``effect`` is ``read``, ``write`` or ``irreversible``; ``permissions`` are what the
     step must hold; ``secrets`` are resolved at execution time into ``ctx.secrets``;
-    ``isolation="process"`` runs every attempt in a child process unless the step says otherwise.
+    ``isolation="process"`` runs every attempt in a child process unless the step says otherwise;
+    ``honours_idempotency_key=False`` says the target cannot deduplicate (a ``write`` or ``irreversible``
+    effect only): its steps need no ``idempotency_key``, and an attempt of it that was lost (its worker died
+    mid-call) is not run again but waits for a person's decision (retry, succeeded, failed).
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ActionRegistrationError(
@@ -101,11 +108,19 @@ def action(
         raise ActionRegistrationError(f"action {name!r}: effect {effect!r} must be one of {', '.join(EFFECTS)}")
     if isolation not in (None, "thread", "process"):
         raise ActionRegistrationError(f"action {name!r}: isolation {isolation!r} must be 'thread' or 'process'")
+    if not isinstance(honours_idempotency_key, bool):
+        raise ActionRegistrationError(f"action {name!r}: honours_idempotency_key must be True or False, not "
+                                      f"{honours_idempotency_key!r}")
+    if not honours_idempotency_key and effect == "read":
+        raise ActionRegistrationError(f"action {name!r}: honours_idempotency_key=False says a repeated call may "
+                                      "repeat an effect, but the action's effect is 'read'; declare "
+                                      "effect='write' or 'irreversible', or drop honours_idempotency_key")
 
     def decorate(fn: Callable[..., Any]) -> Action:
         if not callable(fn):
             raise ActionRegistrationError(f"@action({name!r}) must decorate a function")
-        act = Action(name, fn, tuple(permissions), effect, tuple(secrets), (fn.__doc__ or "").strip(), isolation)
+        act = Action(name, fn, tuple(permissions), effect, tuple(secrets), (fn.__doc__ or "").strip(), isolation,
+                     honours_idempotency_key)
         return (registry or REGISTRY).register(act)
 
     return decorate

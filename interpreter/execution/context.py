@@ -95,6 +95,10 @@ class ExecutionConfig(Protocol):
     tempdir_root: str | None
     payload_max_bytes: int
     secrets_dir: str | None
+    #: consecutive losses of a step's attempt before it is poison (engine/poison.py)
+    lost_attempts: int
+    #: how long an outcome-unknown gate waits for a person
+    outcome_unknown_timeout_ms: int
 
     def limits(self, tenant: str) -> Any:
         """The tenant's limits (quotas, bulkheads): :class:`sealflow.interpreter.service.config.TenantLimits`."""
@@ -175,11 +179,20 @@ class Execution:
         return end
 
 
+#: a fence is the attempt's number, then how often the attempt was lost, in the low bits
+_FENCE_SHIFT = 20
+
+
+def fence_of(attempt: AttemptRecord) -> int:
+    """The fence of an execution of ``attempt``: ``attempt << 20 | leases_lost`` (see :attr:`StepContext.fence`)."""
+    return (attempt.attempt << _FENCE_SHIFT) | min(attempt.leases_lost, (1 << _FENCE_SHIFT) - 1)
+
+
 class StepContext:
     """The ``ctx`` argument of an action (DSL.md "Actions")."""
 
     __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "_temp",
-                 "_log", "_cancelled", "fencing_token")
+                 "_log", "_cancelled", "fencing_token", "fence")
 
     def __init__(self, x: Execution, idempotency_key: str | None, cancelled: Callable[[], bool]):
         self.run_id = x.run.id
@@ -191,6 +204,10 @@ class StepContext:
         #: the step's ``lock:`` fencing token: larger for every later holder of the lock; pass it to the
         #: resource so it can refuse a writer whose lease has passed (None: the step has no lock)
         self.fencing_token: int | None = x.fencing_token
+        #: this execution's fence: larger for every later execution of this step in this run (a new attempt, or
+        #: the same attempt run again after its lease was lost); pass it with writes keyed by the step's
+        #: idempotency key so the target can refuse a zombie's (docs/runtime.md, "Zombies")
+        self.fence: int = fence_of(x.attempt)
         self.secrets: Mapping[str, str] = _EMPTY
         # execution.tempfiles.TempArea, attached by execution.sandbox
         self._temp = None

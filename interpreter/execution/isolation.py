@@ -198,7 +198,7 @@ def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout:
         return Failed("timeout", f"attempt {x.attempt.try_no} of step {x.step.id!r} exceeded its timeout of "
                                  f"{x.step.timeout_ms}ms; its isolated process was killed", timed_out=True)
     except ChildDied as exc:
-        return Failed("worker_lost", f"the isolated process running step {x.step.id!r} {exc.how}")
+        return Failed("worker_lost", f"the isolated process running step {x.step.id!r} {exc.how}", lost=True)
     if over:
         return Failed("policy_denied", over)
     if kind == "error":

@@ -4,8 +4,8 @@ A principal acts on a run only through :func:`authorize_run` (or asks :func:`may
 is about the *principal*, never about a tenant the caller names:
 
 * the principal must be a **member of the run's tenant** (hold a role there) and hold the operation's
-  permission there (:class:`Operation`: ``runs:read``, ``runs:cancel``, ``dlq:read``, ``dlq:redrive``,
-  ``audit:read``; roles grant them like any permission, wildcards included: ``runs:*``);
+  permission there (:class:`Operation`: ``runs:read``, ``runs:cancel``, ``runs:resolve``, ``dlq:read``,
+  ``dlq:redrive``, ``audit:read``; roles grant them like any permission, wildcards included: ``runs:*``);
 * the run's **initiator**, while still a member, may read (``runs:read``) and cancel (``runs:cancel``) its
   own runs without the permission;
 * deciding an approval (``runs:decide``) needs membership only: the gate's approvers decide the rest
@@ -43,6 +43,7 @@ class Operation(StrEnum):
     READ = "runs:read"  # status, drive-and-show after an action
     CANCEL = "runs:cancel"
     DECIDE = "runs:decide"  # approve / reject: membership only; the gate decides who may
+    RESOLVE = "runs:resolve"  # decide a lost attempt's unknown outcome (retry, succeeded, failed)
     DLQ_READ = "dlq:read"  # dlq list / show
     REDRIVE = "dlq:redrive"
     AUDIT_READ = "audit:read"  # audit RUN, audit verify of a tenant's chain

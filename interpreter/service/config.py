@@ -22,6 +22,10 @@ Loaded from a YAML file named by ``--config FILE`` or ``SEALFLOW_CONFIG``
       email: 2                     # process and tenant together
       llm: {limit: 8}
       "*": 4                       # a pool not listed (default: 1, with a warning at submit)
+    lost_attempts: 3               # a step's attempt lost this many times in a row (its worker died, stalled
+                                   # or could not commit) is poison: the run is quarantined (1 to 20)
+    outcome_unknown_timeout: 72h   # how long a lost attempt of an action that cannot deduplicate waits for a
+                                   # person's decision before its step fails (worker_lost)
 
 Other top-level keys are kept in :attr:`RuntimeConfig.extra` for the modules
 that own them (e.g. ``access``); a misspelt key of the sections above is an
@@ -39,6 +43,11 @@ from typing import Any
 from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
 from sealflow.interpreter.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES
+from sealflow.interpreter.engine.poison import (
+    DEFAULT_LOST_ATTEMPTS,
+    DEFAULT_OUTCOME_UNKNOWN_TIMEOUT_MS,
+    MAX_LOST_ATTEMPTS,
+)
 from sealflow.interpreter.execution.tempfiles import DEFAULT_TEMPDIR_BYTES
 
 ANY_TENANT = "*"
@@ -81,6 +90,10 @@ class RuntimeConfig:
     source: str | None = None
     #: pool name -> its limit (step ``concurrency: NAME``)
     pools: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: consecutive losses of a step's attempt before it is poison (engine/poison.py)
+    lost_attempts: int = DEFAULT_LOST_ATTEMPTS
+    #: how long an outcome-unknown gate waits for a person (engine/poison.py)
+    outcome_unknown_timeout_ms: int = DEFAULT_OUTCOME_UNKNOWN_TIMEOUT_MS
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def limits(self, tenant: str) -> TenantLimits:
@@ -118,9 +131,15 @@ class RuntimeConfig:
         if payload_max < 1024:
             raise ConfigError(f"{where}: payloads.max_bytes: {payload_max} bytes is too small to hold a run's "
                               "input or a step's output; give at least 1KiB")
+        lost = data.pop("lost_attempts", DEFAULT_LOST_ATTEMPTS)
+        if isinstance(lost, bool) or not isinstance(lost, int) or not 1 <= lost <= MAX_LOST_ATTEMPTS:
+            raise ConfigError(f"{where}: lost_attempts must be a whole number from 1 to {MAX_LOST_ATTEMPTS} (how many "
+                              f"times in a row a step's attempt may be lost before it is poison), not {lost!r}")
+        unknown = _duration_ms(data.pop("outcome_unknown_timeout", None), DEFAULT_OUTCOME_UNKNOWN_TIMEOUT_MS,
+                               f"{where}: outcome_unknown_timeout")
         return cls(tenant_limits=limits, tempdir_max_bytes=max_bytes, tempdir_root=temp.get("root"),
                    payload_max_bytes=payload_max, secrets_dir=secrets.get("dir"), source=source, extra=data,
-                   pools=pools)
+                   pools=pools, lost_attempts=lost, outcome_unknown_timeout_ms=unknown)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> RuntimeConfig:
@@ -159,6 +178,21 @@ def parse_size(value: Any, where: str = "size") -> int:
     if size < 0:
         raise ConfigError(f"{where}: a size cannot be negative")
     return size
+
+
+def _duration_ms(raw: Any, default: int, where: str) -> int:
+    """Milliseconds from a duration such as ``72h`` (None: ``default``), between one second and 30 days."""
+    from sealflow.dsl.durations import DurationError, parse_ms
+
+    if raw is None:
+        return default
+    try:
+        ms: int | None = parse_ms(raw)
+    except DurationError:
+        ms = None
+    if ms is None or not 1000 <= ms <= 30 * 86_400_000:
+        raise ConfigError(f"{where}: {raw!r} is not a duration from 1s to 30d; write e.g. 72h or 2d")
+    return ms
 
 
 def _section(raw: Any, keys: tuple[str, ...], where: str) -> dict:

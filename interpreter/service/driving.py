@@ -9,6 +9,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from sealflow.interpreter.core import states
 from sealflow.interpreter.engine import capability
+from sealflow.interpreter.engine.poison import OUTCOME_UNKNOWN
 from sealflow.interpreter.service import readiness
 from sealflow.interpreter.service.status import RunStatus
 from sealflow.interpreter.store.errors import StoreUnavailable
@@ -188,7 +189,8 @@ class Driving:
 
     def _awaits_human(self, run_id: str) -> bool:
         active = self.store.active_attempt(run_id)
-        return active is not None and active.state == "waiting" and "opened_at" in active.data
+        return active is not None and active.state == "waiting" and (
+            "opened_at" in active.data or OUTCOME_UNKNOWN in active.data)
 
     def _join(self) -> None:
         if isinstance(self.broker, StubBroker):

@@ -37,7 +37,7 @@ from sealflow.interpreter.execution.actions import REGISTRY
 from sealflow.interpreter.execution.timeouts import AttemptRunner
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess, is_open
 from sealflow.interpreter.policy.operations import Operation, authorize_run
-from sealflow.interpreter.service import approvals, liveness, notifications, priority, readiness, telemetry
+from sealflow.interpreter.service import approvals, liveness, notifications, outcomes, priority, readiness, telemetry
 from sealflow.interpreter.service.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.dispatcher import Dispatcher
@@ -235,6 +235,16 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         self._ready(run_id, tenant, actor, Operation.DECIDE, "reject")
         reason = _persons_text(reason, "the rejection's reason")
         approvals.reject(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, reason=reason)
+        return self.status(run_id)
+
+    def resolve(self, run_id: str, decision: str, *, actor: str, reason: str, output: Any = None,
+                tenant: str | None = None) -> RunStatus:
+        """Decide the outcome of the run's lost attempt that waits for a person (``runs:resolve``): ``retry``,
+        ``succeeded`` (with ``output``) or ``failed`` (:mod:`sealflow.interpreter.service.outcomes`)."""
+        decide = outcomes.decision(decision, actor=actor, reason=_persons_text(reason, "the reason"), output=output)
+        self._ready(run_id, tenant, actor, Operation.RESOLVE, "resolve")
+        for message in self.engine.resolve(run_id, None, decide, actor=actor, lost=True):
+            self.send(message)
         return self.status(run_id)
 
     def _ready(self, run_id: str, tenant: str | None, actor: str | None, operation: Operation, verb: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from sealflow.interpreter.core import states
 from sealflow.interpreter.core.ids import split_step_id
 from sealflow.interpreter.core.redaction import REDACTOR
+from sealflow.interpreter.engine.poison import OUTCOME_UNKNOWN
 from sealflow.interpreter.store.base import AttemptRecord, ChildRecord, RunRecord, Store
 
 #: child runs per page of ``status --json`` (``children.next_offset`` gives the next page)
@@ -72,6 +73,10 @@ def run_status(store: Store, run_id: str, *, children_offset: int = 0,
         if kind == "approval":
             waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
                                                              "plan_digest")})
+        unknown = active.data.get(OUTCOME_UNKNOWN) if active.state == "waiting" else None
+        if isinstance(unknown, dict):  # a lost attempt whose outcome a person decides (engine/poison.py)
+            waiting.update(kind="outcome_unknown", action=unknown.get("action"), lost=unknown.get("lost"),
+                           observed=unknown.get("observed"))
     status = RunStatus(run, attempts, waiting)
     if any("fanout" in (a.data or {}) for a in attempts):
         _fanout(store, status, children_offset, children_limit)

@@ -205,8 +205,9 @@ class Store(abc.ABC):
         """Mark every sent outbox row unsent (the in-memory broker that held them is gone)."""
 
     @abc.abstractmethod
-    def expire_leases(self, owner: str, now: float) -> int:
-        """End the leases held by ``owner`` now (it is known to be dead)."""
+    def expire_leases(self, owner: str, now: float, why: str | None = None) -> int:
+        """End the leases held by ``owner`` now (it is known to be dead: ``why`` says how it is known); each
+        attempt goes back to ``scheduled`` as the sweep puts an expired one; how many."""
 
     @abc.abstractmethod
     def lease_owners(self) -> list[str]: ...

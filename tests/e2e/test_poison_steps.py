@@ -1,10 +1,10 @@
-"""Poison steps are bounded: a step whose action kills its process runs at most max_attempts times.
+"""Poison steps are bounded: a step whose action kills its process runs at most ``lost_attempts`` times.
 
-A crash pill (it SIGKILLs its own process) is run by a real ``sealflow run``. In a thread (the
-default) each execution kills the command, and every ``sealflow recover`` counts the lost attempt
-(``worker_lost``) and runs the next one; under process isolation only the attempt's child dies and
-the one ``run`` command sees it through. Either way the run ends ``failed`` in the dead-letter list
-after exactly ``max_attempts`` (3) executions; a redrive that dies the same way is quarantined.
+A crash pill (it SIGKILLs its own process) is run by a real ``sealflow run``, with no retry class. In a
+thread (the default) each execution kills the command, and every ``sealflow recover`` counts the lost
+attempt (not a failure: it runs again) and runs it again; under process isolation only the attempt's
+child dies and the one ``run`` command sees it through. Either way the run is quarantined as poison after
+exactly ``lost_attempts`` (3 by default, or the runtime configuration's) executions, and a redrive is refused.
 """
 
 from __future__ import annotations
@@ -73,43 +73,55 @@ def only_run_id(env) -> str:
     return run_id
 
 
-def test_given_a_crash_pill_in_a_thread_when_recovered_again_and_again_then_dead_lettered_after_max_attempts(env):
+def test_given_a_crash_pill_in_a_thread_when_recovered_again_and_again_then_quarantined_after_lost_attempts(env):
     # Given a run whose action kills the `run` command itself
     run = sealflow(["run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"], env)
     assert run.returncode == -9 and executions(env) == 1
     run_id = only_run_id(env)
-    # When `sealflow recover` is run until it survives (each one dies running the next attempt)
+    # When `sealflow recover` is run until it survives (each one dies running the lost attempt again)
     for _ in range(6):
         rec = sealflow(["recover", "--actions", str(ACTIONS), "--json"], env)
         if rec.returncode == 0:
             break
         assert rec.returncode == -9, rec.stdout + rec.stderr
-    # Then the pill ran exactly max_attempts times and the run failed into the dead-letter list
+    # Then the pill ran exactly lost_attempts times, and the run is quarantined as poison, saying what was seen
     assert rec.returncode == 0, rec.stdout + rec.stderr
     assert executions(env) == 3
     detail = status(env, run_id)
-    assert detail["state"] == "failed"
-    assert pill(detail)["attempts"] == 3 and pill(detail)["error"]["class"] == "worker_lost"
-    assert run_id in json.dumps(the_run(env))
+    assert detail["state"] == "quarantined"
+    assert pill(detail)["attempts"] == 1 and pill(detail)["error"]["class"] == "worker_lost"
+    assert pill(detail)["error"]["message"].startswith("poison: step 'pill' was lost 3 times in a row")
+    assert "its process no longer exists" in pill(detail)["error"]["message"]
+    (letter,) = the_run(env)
+    assert letter["run_id"] == run_id and letter["status"] == "quarantined"
 
 
-def test_given_a_crash_pill_under_process_isolation_then_one_run_command_dead_letters_it_and_a_redrive_quarantines(env):
+def test_given_a_crash_pill_under_process_isolation_then_one_run_command_quarantines_it_and_a_redrive_is_refused(env):
     # Given process isolation as the worker-wide default
     env = {**env, "SEALFLOW_ISOLATION": "process"}
     # When the crash pill runs: only the attempt's child dies, the `run` command goes on
     run = sealflow(["run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"], env)
-    # Then it failed after exactly max_attempts executions, each with worker_lost, into the dead-letter list
-    assert run.returncode not in (0, -9), run.stdout + run.stderr
+    # Then it was run again after each death, and quarantined after exactly lost_attempts executions
+    assert run.returncode == 1, run.stdout + run.stderr
     assert executions(env) == 3
     run_id = only_run_id(env)
     detail = status(env, run_id)
-    assert detail["state"] == "failed"
+    assert detail["state"] == "quarantined"
     assert pill(detail)["attempts"] == 3 and pill(detail)["error"]["class"] == "worker_lost"
     assert "killed by signal SIGKILL" in pill(detail)["error"]["message"]
-    assert run_id in json.dumps(the_run(env))
-    # When it is redriven and dies the same way again
+    # When it is redriven, Then it is refused: a poison step is an operator's, never a loop
     redrive = sealflow(["dlq", "redrive", run_id, "--actions", str(ACTIONS), "--json"], env)
-    assert redrive.returncode in (0, 1), redrive.stdout + redrive.stderr  # it drives the run: 1, it failed
-    # Then the run is quarantined after max_attempts more executions, never more
-    assert executions(env) == 6
-    assert status(env, run_id)["state"] == "quarantined"
+    assert redrive.returncode == 1 and "quarantined" in redrive.stderr, redrive.stdout + redrive.stderr
+    assert executions(env) == 3
+
+
+def test_given_lost_attempts_in_the_runtime_configuration_then_the_pill_runs_that_many_times(env, tmp_path):
+    # Given a runtime configuration allowing two losses in a row, and process isolation
+    config = tmp_path / "runtime.yaml"
+    config.write_text("lost_attempts: 2\n")
+    env = {**env, "SEALFLOW_ISOLATION": "process", "SEALFLOW_CONFIG": str(config)}
+    # When the crash pill runs
+    run = sealflow(["run", str(WORKFLOW), "--actions", str(ACTIONS), "--json"], env)
+    # Then it ran twice and is quarantined
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert executions(env) == 2 and status(env, only_run_id(env))["state"] == "quarantined"

@@ -21,7 +21,7 @@ from sealflow.cli.options import config_option, project_option
 #: worker's imports. Each command group has its module in commands/, named after it.
 COMMANDS: dict[str, str] = {
     **dict.fromkeys(("validate", "lint", "plan", "graph"), "commands.lang"),
-    **dict.fromkeys(("run", "submit", "status", "approve", "reject", "cancel", "recover"), "commands.runs"),
+    **dict.fromkeys(("run", "submit", "status", "approve", "reject", "resolve", "cancel", "recover"), "commands.runs"),
     **dict.fromkeys(("keygen", "sign", "verify", "diff"), "commands.trust"),
     **{group: f"commands.{group}" for group in (
         "approvals", "dlq", "audit", "worker", "definitions", "scheduler", "models", "store", "serve", "tokens",

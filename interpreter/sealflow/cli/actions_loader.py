@@ -55,4 +55,5 @@ def load_actions(specs: list[str] | tuple[str, ...]):
     from sealflow.interpreter.execution.actions import REGISTRY
 
     import_actions(specs)
-    return {name: ActionInfo(name=name, permissions=a.permissions, effect=a.effect) for name, a in REGISTRY.items()}
+    return {name: ActionInfo(name=name, permissions=a.permissions, effect=a.effect,
+                             honours_idempotency_key=a.honours_idempotency_key) for name, a in REGISTRY.items()}

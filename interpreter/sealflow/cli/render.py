@@ -137,6 +137,11 @@ def print_outcome(status) -> None:
             click.echo(f"waiting for approval at {w['step']} by {', '.join(approvers)} "
                        f"(quorum {w.get('quorum')}); answer with: sealflow approve {run.id} --as {who}{flags}  or  "
                        f"sealflow reject {run.id} --as {who} --reason TEXT{flags}")
+        elif w.get("kind") == "outcome_unknown":
+            click.echo(f"waiting for a person at {w['step']}: its attempt was lost ({w.get('observed')}) and its "
+                       f"action {w.get('action')} cannot deduplicate, so it may or may not have acted; check its "
+                       f"target, then answer with: sealflow resolve {run.id} --retry|--succeeded --output JSON|"
+                       f"--failed --reason TEXT --as PRINCIPAL{flags}")
         elif w.get("kind") == "rate_limit":
             click.echo(f"{w.get('reason')} (step {w['step']}); `sealflow recover{flags}` drives it on when due")
         elif w.get("kind") == "process" and w.get("lacks_here") is False:  # others left it; this one has it

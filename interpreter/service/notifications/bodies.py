@@ -32,9 +32,13 @@ def _plain(text: Any) -> str:
 def slack(payload: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
     d = payload.get("data") or {}
     facts = [("Workflow", f"{d.get('workflow')} v{d.get('version')}"), ("Run", d.get("run_id")),
-             ("Step", d.get("step")), ("Tenant", d.get("tenant")), ("Started by", d.get("initiator")),
-             ("Approvers", f"{', '.join(d.get('approvers') or ())} (quorum {d.get('quorum')})"),
-             ("Expires", d.get("expires_at") or "never"), ("Payload hash", d.get("show_hash"))]
+             ("Step", d.get("step")), ("Tenant", d.get("tenant")), ("Started by", d.get("initiator"))]
+    if payload.get("type") == "outcome_unknown.requested":  # a lost attempt's outcome (engine/poison.py)
+        facts += [("Action", d.get("action")), ("Observed", d.get("observed")),
+                  ("Decide with", f"sealflow resolve {d.get('run_id')}"), ("Expires", d.get("expires_at") or "never")]
+    else:
+        facts += [("Approvers", f"{', '.join(d.get('approvers') or ())} (quorum {d.get('quorum')})"),
+                  ("Expires", d.get("expires_at") or "never"), ("Payload hash", d.get("show_hash"))]
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_plain(d.get('summary', 'Approval needed'))}*"}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{name}*\n{_plain(value)}"}

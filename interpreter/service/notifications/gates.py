@@ -16,12 +16,15 @@ import time
 import uuid
 from typing import Any
 
+from sealflow.interpreter.engine.poison import OUTCOME_UNKNOWN
 from sealflow.interpreter.store.deliveries import NewDelivery
 from sealflow.interpreter.store.records import Commit, RunRecord
 
 from .config import NotifyConfig
 
 EVENT_TYPE = "approval.requested"
+#: a lost attempt of an action that cannot deduplicate waits for a person (engine/poison.py)
+UNKNOWN_EVENT_TYPE = "outcome_unknown.requested"
 
 
 def iso(ts: float | None) -> str | None:
@@ -38,12 +41,18 @@ def opened_gate(commit: Commit, before: dict | None) -> tuple[str, dict, float |
     if step is not None and step.state == "waiting" and step.data and "opened_at" in step.data \
             and step.data["opened_at"] != (before or {}).get("opened_at"):
         return step.step_id, step.data, step.due_at
+    if step is not None and step.state == "waiting" and isinstance((step.data or {}).get(OUTCOME_UNKNOWN), dict) \
+            and OUTCOME_UNKNOWN not in (before or {}):  # a lost attempt's outcome, for a person (engine/poison)
+        return step.step_id, step.data or {}, step.due_at
     return None
 
 
 def payload(config: NotifyConfig, run: RunRecord, step_id: str, data: dict, due_at: float | None,
             now: float) -> dict[str, Any]:
     """The body every channel renders: ``{"type", "timestamp", "data"}`` (the Standard Webhooks shape)."""
+    unknown = data.get(OUTCOME_UNKNOWN)
+    if isinstance(unknown, dict):
+        return _outcome_unknown(config, run, step_id, unknown, due_at, now)
     approvers = [str(a) for a in data.get("approvers") or ()]
     quorum = data.get("quorum") or 1
     reopened = bool(data.get("reopened"))
@@ -57,6 +66,19 @@ def payload(config: NotifyConfig, run: RunRecord, step_id: str, data: dict, due_
         "show_hash": data.get("show_hash"), "plan_digest": data.get("plan_digest"), "reopened": reopened,
         "opened_at": iso(data.get("opened_at")), "expires_at": iso(due_at), "summary": summary,
         "url": config.link(f"/ui/approvals#gate-{run.id}-{step_id}"), "run_url": config.link(f"/ui/runs/{run.id}")}}
+
+
+def _outcome_unknown(config: NotifyConfig, run: RunRecord, step_id: str, gate: dict, due_at: float | None,
+                     now: float) -> dict[str, Any]:
+    summary = (f"Decision needed: step {step_id!r} of {run.workflow} v{run.workflow_version} (run {run.id}, tenant "
+               f"{run.tenant}) lost its attempt and its action {gate.get('action')} cannot deduplicate, so it may or "
+               "may not have acted; a holder of runs:resolve decides retry, succeeded or failed"
+               + (f", until {iso(due_at)}" if due_at else ""))
+    return {"type": UNKNOWN_EVENT_TYPE, "timestamp": iso(now), "data": {
+        "run_id": run.id, "workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant,
+        "step": step_id, "initiator": run.initiator, "action": gate.get("action"), "lost": gate.get("lost"),
+        "observed": gate.get("observed"), "opened_at": iso(gate.get("opened_at")), "expires_at": iso(due_at),
+        "summary": summary, "run_url": config.link(f"/ui/runs/{run.id}")}}
 
 
 @dataclasses.dataclass(frozen=True)

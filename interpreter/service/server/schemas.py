@@ -72,6 +72,14 @@ class CancelRequest(Strict):
     reason: str = Field("", max_length=MAX_REASON_CHARS)
 
 
+class ResolveRequest(Strict):
+    """A person's call on a lost attempt whose outcome is unknown (``runs:resolve``)."""
+
+    decision: Literal["retry", "succeeded", "failed"]
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, description="What you checked (audited).")
+    output: Any = Field(None, description="With succeeded: the step's output, checked as the step's output is.")
+
+
 class Decision(Strict):
     """Approve or reject a waiting gate, bound to the payload the approver saw (``payload_hash``: the
     gate's ``show_hash`` from ``GET /v1/approvals``)."""

@@ -111,8 +111,8 @@ class DbClockMixin:
     def rate_usage(self, model, now, window=60.0):
         return super().rate_usage(model, self._on_db_clock(now)[0], window)
 
-    def expire_leases(self, owner, now):
-        return super().expire_leases(owner, self._on_db_clock(now)[0])
+    def expire_leases(self, owner, now, why=None):
+        return super().expire_leases(owner, self._on_db_clock(now)[0], why)
 
     def due_deadlines(self, now):
         return super().due_deadlines(self._on_db_clock(now)[0])

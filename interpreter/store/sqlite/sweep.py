@@ -2,8 +2,9 @@
 
 The sweeper keeps invariant 2 of :mod:`sealflow.interpreter.store.base` moving:
 expired leases become ``scheduled`` again with a new token (so the zombie's
-commit fails its fence) and ``leases_lost`` counted (the claiming worker
-records the attempt as failed with ``worker_lost``: engine.poison); due
+commit fails its fence), ``leases_lost`` counted and what was observed kept as
+the attempt's message (the claiming worker runs it again, or finds it poison:
+engine.poison); due
 timers become outbox rows (``backoff``:
 ``retry_wait -> scheduled``; ``wait`` / ``approval_timeout``: a wake-up
 message for the ``waiting`` attempt) or time the run out (``run_deadline``);
@@ -47,10 +48,16 @@ class SweepMixin:
         with self._tx() as c:
             return c.execute("UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL").rowcount
 
-    def expire_leases(self, owner: str, now: float) -> int:
+    def expire_leases(self, owner: str, now: float, why: str | None = None) -> int:
+        """End now every lease ``owner`` holds (a worker known dead): each attempt goes back to ``scheduled``
+        as the sweep would put it, with ``why`` (what was observed) as the attempt's message; how many."""
         with self._tx() as c:
-            return c.execute("UPDATE attempts SET lease_expires = ? WHERE state = 'running' AND lease_owner = ?",
-                             (now, owner)).rowcount
+            held = c.execute(f"SELECT a.run_id, a.step_id, a.attempt, a.token, a.lease_owner, r.state "
+                             f"FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.state IN {_LIVE} AND "
+                             "a.state = 'running' AND a.lease_owner = ?" + self._LOCK_EXPIRED, (owner,)).fetchall()
+            for run_id, step_id, attempt, token, holder, run_state in held:
+                self._expire(c, now, run_id, step_id, attempt, token, holder, run_state, why)
+            return len(held)
 
     def lease_owners(self) -> list[str]:
         return [r[0] for r in self._read(f"SELECT DISTINCT a.lease_owner FROM runs r JOIN attempts a ON {_CURSOR} "
@@ -115,17 +122,22 @@ class SweepMixin:
                 (now - redeliver_after,)).rowcount
         return report
 
-    def _expire(self, c, now, run_id, step_id, attempt, token, owner, run_state) -> None:
-        detail = {"owner": owner, "attempt": attempt}
+    def _expire(self, c, now, run_id, step_id, attempt, token, owner, run_state, why: str | None = None) -> None:
+        # what was observed, no more: a lease that ran out is not a process known dead (it may have stalled, or
+        # failed to reach the store to commit); recovery, which can tell, says so (``why``)
+        observed = f"worker {owner}: {why}" if why else (
+            f"the lease of worker {owner} ran out before it committed a result (it died, stalled, or could not "
+            "reach the store)")
+        detail = {"owner": owner, "attempt": attempt, "observed": observed}
         self._audit(c, now, run_id, step_id, "lease_expired", "sweeper", None, None, detail)
         # claimable: a cancelling run's attempt goes back to a worker, which does not start it but
         # cancels the run (and starts its compensation); a compensating run's compensation runs again
         if run_state in states.RUN_CLAIMABLE:
             self._step_to(c, now, run_id, step_id, "running", "scheduled", "sweeper")
-            # counted: the worker that claims it records worker_lost instead of running it (poison steps)
+            # counted: the worker that claims it runs it again while it is under lost_attempts (engine.poison)
             c.execute("UPDATE attempts SET state = 'scheduled', token = ?, lease_owner = NULL, lease_expires = NULL, "
-                      "leases_lost = leases_lost + 1 WHERE run_id = ? AND step_id = ? AND attempt = ?",
-                      (token + 1, run_id, step_id, attempt))
+                      "leases_lost = leases_lost + 1, error_message = ? WHERE run_id = ? AND step_id = ? AND "
+                      "attempt = ?", (token + 1, observed, run_id, step_id, attempt))
             c.execute("DELETE FROM outbox WHERE run_id = ? AND step_id = ? AND attempt = ?", (run_id, step_id, attempt))
             c.execute("INSERT INTO outbox (run_id, step_id, attempt, token, due_at) VALUES (?,?,?,?,?)",
                       (run_id, step_id, attempt, token + 1, now))

@@ -16,7 +16,6 @@ import time
 
 from interp_helpers import S, make_plan, serve_until
 
-from sealflow.dsl.plan import RetryPolicy
 from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.runtime import Runtime
@@ -36,10 +35,10 @@ def record(db: str, label: str, fence, start: float, end: float) -> None:
 
 def plan_for(kind: str):
     slot = {"lock": "resource-1"} if kind == "lock" else {"concurrency": "email"}
-    # two attempts: the holder SIGKILLed mid-action loses its lease, which counts as a failed attempt
-    # (worker_lost); the second attempt is the takeover the test waits for
+    # no retry class: the holder SIGKILLed mid-action loses its lease, and its attempt runs again (a loss, not a
+    # failed try): that rerun is the takeover the test waits for
     return make_plan(S("work", "action", action="t.record", args={"label": "${{ input.label }}"},
-                       timeout_ms=20_000, retry=RetryPolicy(max_attempts=2), **slot), name=f"slots-{kind}")
+                       timeout_ms=20_000, **slot), name=f"slots-{kind}")
 
 
 def main(url: str, db: str, kind: str, count: int, prefix: str, total: int) -> None:

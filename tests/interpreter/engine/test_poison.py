@@ -1,87 +1,344 @@
-"""Poison steps are bounded: an attempt whose lease expired counts as a failed attempt (``worker_lost``)."""
+"""Lost attempts: the system's failure, not the step's. A lost attempt runs again without consuming
+``max_attempts``, up to ``lost_attempts`` losses in a row; past it the step is poison (quarantined); an action
+that cannot deduplicate waits for a person's call instead of running again (engine/poison.py)."""
 
 from __future__ import annotations
 
+import pytest
 from interp_helpers import S, make_plan, retry
 
 from sealflow.dsl.plan import ErrorRoutePlan, RetryPolicy
 from sealflow.interpreter.core.retry import should_retry
 from sealflow.interpreter.execution.actions import action
+from sealflow.interpreter.service.config import RuntimeConfig
 from sealflow.interpreter.service.runtime import Runtime
+from sealflow.interpreter.store.errors import InvalidOperation
 
 
-def lose(rt: Runtime, clock, message) -> tuple:
+def lose(rt: Runtime, clock, message, owner: str = "doomed") -> tuple:
     """A worker claims ``message`` and dies holding it; the sweeper expires the lease; the next worker
     handles what the sweep requeued. Returns the messages that worker's commit made due."""
-    rt.store.claim(*message, owner="doomed", now=clock.now())
+    rt.store.claim(*message, owner=owner, now=clock.now())
     clock.advance(60)
     assert rt.sweeper.sweep().leases_expired == 1
     (requeued,) = rt.store.take_outbox(clock.now())
     return rt.engine.handle(*requeued)
 
 
-def test_worker_lost_is_retried_listed_or_not_and_never_past_max_attempts():
-    # Given a retry class that lists only timeouts, with three attempts
+def runtime_with(store, registry, clock, **config) -> Runtime:
+    return Runtime(store, registry, {}, clock=clock, worker_timeout_ms=20, config=RuntimeConfig.from_dict(config))
+
+
+def test_worker_lost_is_retried_only_where_a_retry_class_lists_it():
+    # Given a retry class that lists only timeouts
     policy = RetryPolicy(on=("timeout",), max_attempts=3)
-    # Then a lost worker is retried while attempts remain, and not after the last one
-    assert should_retry(policy, "worker_lost", 1) and should_retry(policy, "worker_lost", 2)
-    assert not should_retry(policy, "worker_lost", 3)
-    assert not should_retry(RetryPolicy(), "worker_lost", 1)  # the default: one attempt
+    # Then worker_lost (what a person's "failed" or a poison step records) is not retried unlisted
+    assert not should_retry(policy, "worker_lost", 1)
+    assert should_retry(RetryPolicy(on=("worker_lost",), max_attempts=2), "worker_lost", 1)
 
 
-def test_a_step_that_keeps_killing_its_worker_is_dead_lettered_after_max_attempts(store, registry, clock):
-    # Given a step with three attempts whose every worker dies holding it
+def test_a_lost_attempt_runs_again_without_a_retry_class_and_the_run_completes(store, registry, clock):
+    # Given a one-step workflow with no retry class (max_attempts 1)
     calls = []
 
     @action("t.work", registry=registry)
     def work(ctx):
-        calls.append(ctx.attempt)
+        calls.append((ctx.attempt, ctx.fence))
         return "done"
 
-    rt = Runtime(store, registry, {}, clock=clock, worker_timeout_ms=20)
+    rt = runtime_with(store, registry, clock)
     try:
-        plan = make_plan(S("one", "action", action="t.work", timeout_ms=1000,
-                           retry=retry(max_attempts=3, initial_ms=0)))
-        run_id = rt.submit(plan, {}, initiator="u")
+        run_id = rt.submit(make_plan(S("one", "action", action="t.work"), output="${{ steps.one.output }}"), {},
+                           initiator="u")
         (message,) = rt.store.take_outbox(clock.now())
-        # When each lost lease is swept and the requeued attempt handled by a live worker
-        for _ in range(3):
-            due = lose(rt, clock, message)
-            if due:
-                (message,) = due
-        # Then each loss counted as a failed try, no try ran a fourth time, the run is dead-lettered
-        assert calls == [] and due == ()
-        attempts = rt.store.attempts(run_id)
-        assert [(a.try_no, a.state, a.error_class, a.leases_lost) for a in attempts] == \
-            [(n, "failed", "worker_lost", 1) for n in (1, 2, 3)]
+        # When its worker dies holding the attempt and the sweeper hands it on
+        lose(rt, clock, message)
+        # Then the next worker ran it (once), the try was not consumed, and the run completed
         run = rt.store.get_run(run_id)
-        assert run.state == "failed" and run.error_class == "worker_lost"
-        (letter,) = rt.store.dead_letters()
-        assert letter.run_id == run_id and letter.error_class == "worker_lost"
-        events = [e.event for e in rt.audit(run_id)]
-        assert events.count("lease_expired") == 3 and events.count("retry_scheduled") == 2
+        assert run.state == "completed" and run.output == "done"
+        assert len(calls) == 1 and calls[0][0] == 1
+        (attempt,) = rt.store.attempts(run_id)
+        assert (attempt.try_no, attempt.state, attempt.leases_lost, attempt.error_message) == (1, "succeeded", 1, None)
+        assert rt.store.dead_letters() == []
+        expired = [e for e in rt.audit(run_id) if e.event == "lease_expired"]
+        assert len(expired) == 1 and "ran out before it committed" in expired[0].detail["observed"]
+        assert "died" not in expired[0].detail["observed"].split("(")[0]  # observed, not guessed
     finally:
         rt.close()
 
 
-def test_a_lost_worker_takes_an_on_error_route_once_attempts_are_spent(runtime, registry, clock):
-    # Given a step of one attempt routing worker_lost to a fallback step
-    @action("t.work", registry=registry)
-    def work(ctx):
-        return "primary"
+def test_a_lost_attempt_does_not_consume_max_attempts(store, registry, clock):
+    # Given a step of two attempts that times out once, and whose first attempt's worker dies first
+    calls = []
+
+    @action("t.flaky", registry=registry)
+    def flaky(ctx):
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            raise TimeoutError("slow")
+        return "ok"
+
+    rt = runtime_with(store, registry, clock)
+    try:
+        plan = make_plan(S("one", "action", action="t.flaky", retry=retry("timeout", max_attempts=2, initial_ms=0)))
+        run_id = rt.submit(plan, {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        # When the first attempt is lost, then runs and times out, then the retry runs
+        due = lose(rt, clock, message)
+        for m in due:
+            rt.engine.handle(*m)
+        # Then both of the step's tries ran: the loss did not use one up
+        assert calls == [1, 2] and rt.store.get_run(run_id).state == "completed"
+        assert [(a.try_no, a.state, a.leases_lost) for a in rt.store.attempts(run_id)] == \
+            [(1, "failed", 1), (2, "succeeded", 0)]
+    finally:
+        rt.close()
+
+
+def test_a_step_lost_lost_attempts_times_in_a_row_is_poison_and_the_run_is_quarantined(store, registry, clock):
+    # Given a step whose every worker dies holding it, with an on_error route for worker_lost
+    calls = []
+
+    @action("t.pill", registry=registry)
+    def pill(ctx):
+        calls.append(ctx.attempt)
+        return "never committed"
 
     @action("t.fallback", registry=registry)
     def fallback(ctx):
+        calls.append("fallback")
         return "fallback"
 
-    plan = make_plan(S("one", "action", action="t.work", timeout_ms=1000, next="end",
-                       on_error=(ErrorRoutePlan(errors=("worker_lost",), next="two"),)),
-                     S("two", "action", action="t.fallback"), output="${{ steps.two.output }}")
-    run_id = runtime.submit(plan, {}, initiator="u")
-    (message,) = runtime.store.take_outbox(clock.now())
-    # When its worker dies holding it
-    for due in lose(runtime, clock, message):
-        runtime.send(due)
-    # Then the route is taken and the run completes through the fallback
-    status = runtime.drive(run_id)
-    assert status.state == "completed" and status.output == "fallback"
+    rt = runtime_with(store, registry, clock)
+    try:
+        plan = make_plan(S("one", "action", action="t.pill", next="end",
+                           on_error=(ErrorRoutePlan(errors=("worker_lost",), next="two"),)),
+                         S("two", "action", action="t.fallback"))
+        run_id = rt.submit(plan, {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        # When the attempt is lost three times (the default lost_attempts): the first two reruns are claimed by
+        # workers that die too, the third claim finds it poison
+        for n in range(3):
+            rt.store.claim(*message, owner=f"doomed{n}", now=clock.now())
+            clock.advance(60)
+            assert rt.sweeper.sweep().leases_expired == 1
+            (message,) = rt.store.take_outbox(clock.now())
+        due = rt.engine.handle(*message)
+        # Then it did not run a fourth time, no route was taken, and the run is quarantined as poison
+        assert due == () and calls == []
+        run = rt.store.get_run(run_id)
+        assert run.state == "quarantined" and run.error_class == "worker_lost"
+        assert run.error_message.startswith("poison: step 'one' was lost 3 times in a row")
+        assert "ran out before it committed" in run.error_message
+        (letter,) = rt.store.dead_letters()
+        assert letter.run_id == run_id and letter.status == "quarantined" and letter.reason.startswith("poison:")
+        (attempt,) = rt.store.attempts(run_id)
+        assert (attempt.try_no, attempt.state, attempt.leases_lost) == (1, "failed", 3)
+        with pytest.raises(InvalidOperation, match="quarantined"):
+            rt.dlq_redrive(run_id)
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("bound", [1, 5])
+def test_lost_attempts_is_the_runtime_configurations_bound(store, registry, clock, bound):
+    # Given a runtime configured with lost_attempts
+    @action("t.work", registry=registry)
+    def work(ctx):
+        return "done"
+
+    rt = runtime_with(store, registry, clock, lost_attempts=bound)
+    try:
+        run_id = rt.submit(make_plan(S("one", "action", action="t.work")), {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        # When the attempt is lost `bound` times in a row
+        for n in range(bound):
+            rt.store.claim(*message, owner=f"doomed{n}", now=clock.now())
+            clock.advance(60)
+            rt.sweeper.sweep()
+            (message,) = rt.store.take_outbox(clock.now())
+        rt.engine.handle(*message)
+        # Then it is poison at exactly that bound
+        assert rt.store.get_run(run_id).state == "quarantined"
+    finally:
+        rt.close()
+
+
+def test_a_worker_known_dead_is_named_as_such(store, registry, clock):
+    # Given an attempt held by a worker whose death recovery can tell (its process is gone from this host)
+    @action("t.work", registry=registry)
+    def work(ctx):
+        return "done"
+
+    rt = runtime_with(store, registry, clock, lost_attempts=1)
+    try:
+        run_id = rt.submit(make_plan(S("one", "action", action="t.work")), {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        rt.store.claim(*message, owner="gone:1:x", now=clock.now())
+        # When recovery ends its lease with what it observed, and the step becomes poison at once
+        assert rt.store.expire_leases("gone:1:x", clock.now(), "its process no longer exists") == 1
+        (requeued,) = rt.store.take_outbox(clock.now())
+        rt.engine.handle(*requeued)
+        # Then the message says what was observed, naming the worker
+        run = rt.store.get_run(run_id)
+        assert run.state == "quarantined" and "worker gone:1:x: its process no longer exists" in run.error_message
+    finally:
+        rt.close()
+
+
+def test_an_unknown_outcome_waits_for_a_person_and_retry_runs_it_again(store, registry, clock):
+    # Given an irreversible action whose target cannot deduplicate
+    sent = []
+
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx):
+        sent.append(ctx.attempt)
+        return {"sent": True}
+
+    rt = runtime_with(store, registry, clock)
+    try:
+        run_id = rt.submit(make_plan(S("one", "action", action="t.sms"), output="${{ steps.one.output }}"), {},
+                           initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        # When its attempt is lost
+        assert lose(rt, clock, message) == ()
+        # Then it was not run again: the run waits at an outcome-unknown gate
+        status = rt.status(run_id)
+        assert sent == [] and status.run.state == "waiting"
+        assert status.waiting["kind"] == "outcome_unknown" and status.waiting["lost"] == 1
+        # And an approval cannot decide it
+        with pytest.raises(InvalidOperation, match="sealflow resolve"):
+            rt.approve(run_id, actor="user:boss")
+        # When a person decides to run it again
+        rt.resolve(run_id, "retry", actor="user:ops", reason="the gateway shows no message sent")
+        rt.drive(run_id)
+        # Then it ran once and the run completed; the decision is audited
+        assert sent == [1] and rt.store.get_run(run_id).state == "completed"
+        decided = [e for e in rt.audit(run_id) if e.event == "outcome_decided"]
+        assert decided[0].detail["decision"] == "retry" and decided[0].actor == "user:ops"
+    finally:
+        rt.close()
+
+
+def test_an_unknown_outcome_marked_succeeded_takes_the_given_output_checked_by_the_steps_rules(store, registry, clock):
+    # Given a non-deduplicating action with a validate rule, lost once
+    from sealflow.dsl.plan import ValidateRulePlan
+
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx):
+        raise AssertionError("must not run again")
+
+    rt = runtime_with(store, registry, clock)
+    try:
+        plan = make_plan(S("one", "action", action="t.sms", idempotency_key="${{ run.id }}:one",
+                           validations=(ValidateRulePlan(check="output.sent == true"),)),
+                         output="${{ steps.one.output }}")
+        run_id = rt.submit(plan, {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        lose(rt, clock, message)
+        # When a person marks it succeeded with an output the step's rules refuse, nothing changes
+        with pytest.raises(InvalidOperation, match="fails step 'one'"):
+            rt.resolve(run_id, "succeeded", actor="user:ops", reason="checked", output={"sent": False})
+        assert rt.store.get_run(run_id).state == "waiting"
+        # When with an output they accept
+        rt.resolve(run_id, "succeeded", actor="user:ops", reason="the gateway log shows it sent",
+                   output={"sent": True})
+        rt.drive(run_id)
+        # Then the run completes with it, and it is recorded under the step's key (a redrive would replay it)
+        run = rt.store.get_run(run_id)
+        assert run.state == "completed" and run.output == {"sent": True}
+        assert rt.store.ledger_get(run.tenant, f"{run_id}:one") is not None
+    finally:
+        rt.close()
+
+
+def test_an_unknown_outcome_judged_failed_takes_its_on_error_route_and_is_not_retried(store, registry, clock):
+    # Given a non-deduplicating action with retries for worker_lost and an on_error route
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx):
+        raise AssertionError("must not run again")
+
+    @action("t.apologise", registry=registry)
+    def apologise(ctx):
+        return "sorry"
+
+    rt = runtime_with(store, registry, clock)
+    try:
+        plan = make_plan(S("one", "action", action="t.sms", next="end", retry=retry("worker_lost", max_attempts=3),
+                           on_error=(ErrorRoutePlan(errors=("worker_lost",), next="two"),)),
+                         S("two", "action", action="t.apologise"), output="${{ steps.two.output }}")
+        run_id = rt.submit(plan, {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        lose(rt, clock, message)
+        # When a person judges it failed (a reason is required)
+        with pytest.raises(InvalidOperation, match="needs a reason"):
+            rt.resolve(run_id, "failed", actor="user:ops", reason=" ")
+        rt.resolve(run_id, "failed", actor="user:ops", reason="the gateway rejected it")
+        rt.drive(run_id)
+        # Then no retry ran; the route did
+        run = rt.store.get_run(run_id)
+        assert run.state == "completed" and run.output == "sorry"
+        assert [a.try_no for a in rt.store.attempts(run_id) if a.step_id == "one"] == [1]
+    finally:
+        rt.close()
+
+
+def test_an_unknown_outcome_nobody_decides_fails_closed_at_its_timeout(store, registry, clock):
+    # Given a non-deduplicating action lost once, under a one-hour decision window
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx):
+        raise AssertionError("must not run again")
+
+    rt = runtime_with(store, registry, clock, outcome_unknown_timeout="1h")
+    try:
+        run_id = rt.submit(make_plan(S("one", "action", action="t.sms")), {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        lose(rt, clock, message)
+        # When an hour passes with no decision
+        clock.advance(3601)
+        rt.sweeper.sweep()
+        for m in rt.store.take_outbox(clock.now()):
+            rt.engine.handle(*m)
+        # Then the step failed (not run again) and the run is dead-lettered
+        run = rt.store.get_run(run_id)
+        assert run.state == "failed" and run.error_class == "worker_lost"
+        assert "nobody decided" in run.error_message
+    finally:
+        rt.close()
+
+
+def test_only_a_principal_holding_runs_resolve_may_decide(store, registry, clock):
+    # Given a run of tenant acme waiting at an outcome-unknown gate, under an access policy
+    from sealflow.interpreter.policy.access import PolicyAccess
+
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx):
+        return {"sent": True}
+
+    access = PolicyAccess({"tenants": {"acme": {
+        "roles": {"ops": ["runs:resolve", "runs:read"], "viewer": ["runs:read"]},
+        "members": {"user:ops": ["ops"], "user:viewer": ["viewer"], "user:u": ["viewer"]}}}})
+    rt = Runtime(store, registry, {}, clock=clock, worker_timeout_ms=20, access=access)
+    try:
+        run_id = rt.submit(make_plan(S("one", "action", action="t.sms")), {}, initiator="user:u", tenant="acme")
+        (message,) = rt.store.take_outbox(clock.now())
+        lose(rt, clock, message)
+        # When a member without runs:resolve decides, and an outsider
+        from sealflow.interpreter.store.errors import NotFound
+
+        for who in ("user:viewer", "user:stranger"):
+            with pytest.raises(NotFound):
+                rt.resolve(run_id, "retry", actor=who, reason="x")
+        # Then nothing changed; the holder of runs:resolve may
+        assert rt.store.get_run(run_id).state == "waiting"
+        rt.resolve(run_id, "retry", actor="user:ops", reason="checked the gateway")
+        assert rt.store.get_run(run_id).state in ("running", "completed")
+    finally:
+        rt.close()
+
+
+def test_honours_idempotency_key_false_is_refused_on_a_read_action(registry):
+    from sealflow.interpreter.core.errors import ActionRegistrationError
+
+    with pytest.raises(ActionRegistrationError, match="effect is 'read'"):
+        action("t.read", honours_idempotency_key=False, registry=registry)(lambda ctx: None)

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from interp_helpers import S, make_plan, retry
+from interp_helpers import S, make_plan
 
 from sealflow.interpreter.core.clock import FakeClock
 from sealflow.interpreter.core.outcomes import Succeeded
@@ -35,8 +35,7 @@ def effect_registry(effects: Path, mark: Path | None = None) -> Registry:
 
 def three_steps():
     return make_plan(S("one", "action", action="t.effect", args={"name": "one"}, idempotency_key="${{ run.id }}:one"),
-                     S("two", "action", action="t.effect", args={"name": "two"}, timeout_ms=60_000,
-                       retry=retry(max_attempts=2, initial_ms=0)),
+                     S("two", "action", action="t.effect", args={"name": "two"}, timeout_ms=60_000),
                      S("three", "action", action="t.effect", args={"name": "three"}),
                      output="${{ [steps.one.output, steps.two.output, steps.three.output] }}")
 
@@ -89,8 +88,8 @@ def test_sigkill_mid_step_loses_nothing_and_repeats_no_completed_step(tmp_path):
     with Runtime(open_store(url), effect_registry(effects), {}) as rt:
         report = rt.recover()
         status = rt.drive(run_id)
-        # Then the dead worker's lease was ended at once and counted as a failed try (worker_lost), the
-        # retry completed the run, step one never ran again
+        # Then the dead worker's lease was ended at once (no retry class: a loss is not a failed try), step two
+        # ran again and completed the run, step one never ran again
         assert report["leases_of_dead_workers"] == 1
         assert status.state == "completed" and status.output == ["one", "two", "three"]
         assert effects.read_text().split() == ["one", "two", "two", "three"]
@@ -125,8 +124,7 @@ def test_a_zombies_late_commit_is_fenced_off(runtime, registry, clock):
         calls.append(ctx.step_id)
         return "fresh"
 
-    plan = make_plan(S("one", "action", action="t.work", timeout_ms=1000, retry=retry(max_attempts=2, initial_ms=0)),
-                     output="${{ steps.one.output }}")
+    plan = make_plan(S("one", "action", action="t.work", timeout_ms=1000), output="${{ steps.one.output }}")
     run_id = runtime.submit(plan, {}, initiator="u")
     (msg,) = runtime.store.take_outbox(clock.now())
     zombie = runtime.store.claim(*msg, owner="zombie", now=clock.now())

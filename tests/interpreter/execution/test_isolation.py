@@ -51,21 +51,41 @@ def test_the_step_chooses_over_the_registration(runtime, registry):
     assert runtime.run(one_step("t.pid"), {}, initiator="u").output != os.getpid()
 
 
-def test_a_crash_in_the_child_ends_only_the_attempt_with_worker_lost(runtime, registry):
-    # Given an isolated action that SIGKILLs its own process on its first try only
+def test_a_crash_in_the_child_ends_only_the_attempt_and_the_same_try_runs_again(runtime, registry):
+    # Given an isolated action that SIGKILLs its own process on its first execution only, and no retry class
     @action("t.pill", registry=registry)
     def pill(ctx):
-        if ctx.attempt == 1:
+        if ctx.fence == 1 << 20:  # attempt 1, never lost: the first execution
             os.kill(os.getpid(), signal.SIGKILL)
         return "survived"
 
-    plan = one_step("t.pill", isolation="process", retry=retry(max_attempts=2, initial_ms=0))
+    plan = one_step("t.pill", isolation="process")
     # When it runs
     status = runtime.run(plan, {}, initiator="u")
-    # Then the worker lived on, the first try failed with worker_lost, and the retry completed the run
+    # Then the worker lived on, the crashed attempt is recorded with what was seen, and the same try ran again
     assert status.state == "completed" and status.output == "survived"
-    first = status.attempts[0]
+    first, second = status.attempts
     assert first.error_class == "worker_lost" and "killed by signal SIGKILL" in first.error_message
+    assert (first.try_no, second.try_no, second.state) == (1, 1, "succeeded")
+    assert [e.event for e in runtime.audit(status.run.id)].count("attempt_lost") == 1
+
+
+def test_a_child_that_always_crashes_is_poison_after_lost_attempts(runtime, registry):
+    # Given an isolated action that always SIGKILLs its own process, with retries for everything
+    calls = []
+
+    @action("t.pill", registry=registry)
+    def pill(ctx):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    plan = one_step("t.pill", isolation="process", retry=retry("worker_lost", max_attempts=5, initial_ms=0))
+    # When it runs
+    status = runtime.run(plan, {}, initiator="u")
+    # Then it ran lost_attempts (3) times, not max_attempts, and the run is quarantined: never a loop
+    assert status.state == "quarantined" and status.error[1].startswith("poison: step 'one' was lost 3 times")
+    assert len(status.attempts) == 3 and calls == []
+    (letter,) = runtime.store.dead_letters()
+    assert letter.status == "quarantined"
 
 
 def test_a_gil_holding_c_call_is_timed_out_on_time_under_isolation(runtime, registry):

@@ -21,9 +21,12 @@ def test_given_a_silent_and_a_beating_worker_when_liveness_is_checked_then_only_
         store.heartbeat("far:2:alive")
         # When this worker checks liveness with a 5 s limit
         ended = expire_dead_owners(store, T0 + 1, "here:3:me", silent_for=5.0)
-        # Then the silent worker's lease ended (a sweep requeues it) and the beating one's did not
+        # Then the silent worker's lease ended (its attempt is scheduled again, saying why) and the beating one's
+        # did not
         assert ended == 1
-        assert store.active_attempt("r-ghost").lease_expires == T0 + 1
+        ghost = store.active_attempt("r-ghost")
+        assert (ghost.state, ghost.leases_lost) == ("scheduled", 1)
+        assert ghost.error_message == "worker far:1:ghost: sent no heartbeat for 5 s"
         assert store.active_attempt("r-alive").lease_expires > T0 + 1
     finally:
         store.close()

@@ -427,9 +427,13 @@ def test_the_audit_log_only_grows(store):
 def test_stalled_runs_active_runs_and_lease_owners(store):
     claimed, _ = submit_and_claim(store)
     assert store.stalled_runs() == [] and store.lease_owners() == ["w1"] and store.active_runs() == ["r1"]
-    assert store.expire_leases("w1", T0 + 1) == 1
-    assert store.sweep(T0 + 1).leases_expired == 1
-    assert store.lease_owners() == []
+    # a worker known dead: its leases end at once, each attempt back to scheduled with what was observed
+    assert store.expire_leases("w1", T0 + 1, "its process no longer exists") == 1
+    assert store.lease_owners() == [] and store.sweep(T0 + 1).leases_expired == 0
+    again = store.active_attempt("r1")
+    assert (again.state, again.leases_lost, again.lease_owner) == ("scheduled", 1, None)
+    assert again.error_message == "worker w1: its process no longer exists"
+    assert [m[:3] for m in store.take_outbox(T0 + 1)] == [("r1", again.step_id, again.attempt)]
 
 
 # -- the audit chain, the definition registry, admission and the bulkhead ----------------------------------

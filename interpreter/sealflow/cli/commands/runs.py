@@ -35,23 +35,26 @@ from sealflow.cli.session import (
 
 def parse_input(raw: str | None) -> Any:
     """``--input``: JSON, or ``@FILE`` holding JSON; None is ``{}``."""
-    if raw is None:
-        return {}
+    return {} if raw is None else parse_json(raw, "--input")
+
+
+def parse_json(raw: str, option: str) -> Any:
+    """``option``'s JSON, or ``@FILE`` holding JSON; a usage error saying what is wrong."""
     text = raw
     if raw.startswith("@"):
         try:
             with open(raw[1:], encoding="utf-8") as fh:
                 text = fh.read()
         except OSError as exc:
-            fail_usage(f"--input {raw}: cannot read: {exc.strerror or exc}")
+            fail_usage(f"{option} {raw}: cannot read: {exc.strerror or exc}")
     try:
         return json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except json.JSONDecodeError as exc:
-        fail_usage(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        fail_usage(f"{option} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except RecursionError:
-        fail_usage("--input nests too deeply to be read (lists or maps inside each other thousands of times)")
+        fail_usage(f"{option} nests too deeply to be read (lists or maps inside each other thousands of times)")
     except ValueError as exc:
-        fail_usage(f"--input: {exc}")
+        fail_usage(f"{option}: {exc}")
 
 
 def _not_json(name: str) -> Any:
@@ -202,6 +205,34 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
 
 @click.command()
 @click.argument("run_id", metavar="RUN", shell_complete=run_ids)
+@click.option("--retry", "decision", flag_value="retry", help="Run the lost attempt again (you checked that it did "
+              "not act, or a second effect is acceptable).")
+@click.option("--succeeded", "decision", flag_value="succeeded", help="It acted: the step succeeds with --output.")
+@click.option("--failed", "decision", flag_value="failed", help="It failed: the step fails with worker_lost (not "
+              "retried; an on_error route may take it).")
+@click.option("--output", "output_text", metavar="JSON|@FILE", help="With --succeeded: the step's output (JSON, or "
+              "@file), checked as the step's output is.")
+@click.option("--reason", required=True, help="What you checked (required; recorded in the audit trail).")
+@on_a_store(actions=True)
+def resolve(run_id, decision, output_text, reason, actions, store_url, principal, tenant, access_path, as_json):
+    """Decide the outcome of a lost attempt that waits for a person: an action that cannot deduplicate
+    (honours_idempotency_key=False) whose worker was lost mid-call may or may not have acted. Needs
+    runs:resolve in the run's tenant. Then drive the run on."""
+    if decision is None:
+        fail_usage("choose one of --retry, --succeeded or --failed")
+    output = None
+    if output_text is not None:
+        if decision != "succeeded":
+            fail_usage("--output goes with --succeeded only")
+        output = parse_json(output_text, "--output")
+    with open_runtime(store_url, actions, access=access_path) as rt:
+        act_then_drive(rt, run_id, principal, tenant, as_json,
+                       lambda rt: rt.resolve(run_id, decision, actor=principal, tenant=tenant, reason=reason,
+                                             output=output))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--reason", default="")
 @on_a_store(actions=True)
 def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
@@ -249,5 +280,5 @@ def recover(actions, store_url, principal, tenant, access_path, as_json):
 
 
 def register(group: click.Group) -> None:
-    for command in (run, submit, status, approve, reject, cancel, recover):
+    for command in (run, submit, status, approve, reject, resolve, cancel, recover):
         group.add_command(command)

@@ -21,6 +21,7 @@ from sealflow.interpreter.service.server.schemas import (
     NAME,
     RUN_ID,
     CancelRequest,
+    ResolveRequest,
     RunPage,
     RunSummary,
     SubmitRequest,
@@ -132,6 +133,15 @@ def show(run_id: RunId, caller: Caller, rt: Runtime,
 def cancel(run_id: RunId, caller: Caller, rt: Runtime, body: CancelRequest | None = None) -> dict[str, Any]:
     reason = body.reason if body is not None else ""
     return status_json(rt.cancel(run_id, actor=caller.principal, tenant=caller.tenant, reason=reason))
+
+
+@router.post("/{run_id}/resolve", response_model=dict[str, Any], summary="Decide a lost attempt's unknown outcome")
+def resolve(run_id: RunId, body: ResolveRequest, caller: Caller, rt: Runtime) -> dict[str, Any]:
+    """A run waiting because an action that cannot deduplicate lost its attempt mid-call (it may or may not
+    have acted): run it again, mark it succeeded with an output, or fail it; needs ``runs:resolve``."""
+    output = _json_input(body.output) if body.decision == "succeeded" else body.output
+    return status_json(rt.resolve(run_id, body.decision, actor=caller.principal, tenant=caller.tenant,
+                                  reason=body.reason, output=output))
 
 
 @router.get("/{run_id}/audit", response_model=list[dict[str, Any]], summary="A run's audit trail")

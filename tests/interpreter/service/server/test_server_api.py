@@ -266,3 +266,38 @@ def test_a_body_json_cannot_read_is_a_400_saying_what_the_api_reads_never_a_500(
     problem = problem_of(client.post("/v1/runs", content=b"{workflow: approve-flow", headers=alice),
                          "invalid-request", 422)
     assert problem["detail"] == "body/1: JSON decode error"
+
+
+def test_a_lost_attempts_unknown_outcome_is_decided_through_the_api_by_a_holder_of_runs_resolve(client, mint, rt,
+                                                                                                registry):
+    # Given an acme run whose SMS action (its gateway cannot deduplicate) lost its attempt mid-call
+    sent = []
+
+    @action("t.sms", registry=registry, effect="irreversible", honours_idempotency_key=False)
+    def sms(ctx):
+        sent.append(ctx.fence)
+        return {"sent": True}
+
+    plan = make_plan(S("text", "action", action="t.sms"), output="${{ steps.text.output }}")
+    run_id = rt.submit(plan, {}, initiator="user:alice", tenant="acme")
+    (message,) = rt.store.take_outbox(rt.clock.now())
+    rt.store.claim(*message, owner="gone", now=rt.clock.now())
+    rt.clock.advance(3600)
+    rt.sweeper.sweep()
+    for m in rt.store.take_outbox(rt.clock.now()):
+        rt.engine.handle(*m)
+    shown = client.get(f"/v1/runs/{run_id}", headers=mint("user:ops")).json()
+    assert shown["state"] == "waiting" and shown["waiting"]["kind"] == "outcome_unknown" and sent == []
+    # When its initiator (no runs:resolve) decides, an outsider does, and a body lacks its reason
+    problem_of(client.post(f"/v1/runs/{run_id}/resolve", json={"decision": "retry", "reason": "x"},
+                           headers=mint("user:alice")), "not-found", 404)
+    problem_of(client.post(f"/v1/runs/{run_id}/resolve", json={"decision": "retry", "reason": "x"},
+                           headers=mint("user:eve", "globex")), "not-found", 404)
+    assert client.post(f"/v1/runs/{run_id}/resolve", json={"decision": "succeeded"},
+                       headers=mint("user:ops")).status_code == 422
+    # Then nothing changed; an operator of acme marks it succeeded with the output the gateway's log shows
+    decided = client.post(f"/v1/runs/{run_id}/resolve", headers=mint("user:ops"),
+                          json={"decision": "succeeded", "reason": "gateway log: delivered", "output": {"sent": True}})
+    assert decided.status_code == 200, decided.text
+    assert rt.drive(run_id).state == "completed" and rt.store.get_run(run_id).output == {"sent": True}
+    assert sent == []
