@@ -65,6 +65,7 @@ CODES: dict[str, tuple[str, str]] = {
     "C417": ("error", "unknown error class"),
     "C418": ("error", "invalid step id or field value"),
     "C419": ("error", "a map or parallel inside a map or parallel sub-flow (fan-out does not nest)"),
+    "C420": ("error", "a keyed action with validate rules retries invalid_output: a retry replays the recorded result"),
     # lint
     "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
     "L501": ("warning", "model output flows into an irreversible action unchecked"),

@@ -20,6 +20,7 @@ from sealflow.dsl.plan import (
     AiPlan,
     ApprovalPlan,
     Edge,
+    RetryPolicy,
     SwitchCasePlan,
     WaitPlan,
 )
@@ -61,6 +62,31 @@ class StepKinds:
                 self.error("C410", f"action {action!r} is irreversible; step {s.id!r} needs an idempotency_key",
                            p + ("action",), 'add idempotency_key: "${{ run.id }}:' + s.id + '"')
         return {"action": action}
+
+    def _replay_check(self, s: Step, kind: str, retry: RetryPolicy, p: tuple) -> None:
+        """C420: a retry of ``invalid_output`` on a keyed action with ``validate`` rules replays the recorded result.
+
+        The action ran (its effect happened), so the engine records its output under the key even when a rule
+        fails it; the retry finds that entry and replays the same output, which fails the same rule, until the
+        attempts run out. A fresh key would apply the effect again (a second email), so it is refused here.
+        Only what replays: an ``ai`` step records no ledger entry (a retry asks the model again), an ``agent``
+        checks its answer before recording it, and one attempt retries nothing."""
+        if kind != "action" or not s.idempotency_key or not s.validate_ or "invalid_output" not in retry.on \
+                or retry.max_attempts <= 1:
+            return
+        own = s.retry is not None
+        at: tuple
+        if own and retry.name is None:  # an inline class: at its invalid_output
+            where, at = "its inline retry class", ("retry", "on", retry.on.index("invalid_output"))
+        elif own:
+            where, at = f"retry class {retry.name!r}", ("retry",)
+        else:
+            named = f"retry class {retry.name!r}, " if retry.name else ""
+            where, at = f"{named}from defaults.retry", ("idempotency_key",)
+        self.error("C420", f"step {s.id!r} retries invalid_output ({where}), but a retry of a keyed step replays "
+                   "the recorded result: its validate rules would fail the same output again", p + at,
+                   "remove invalid_output from this step's retry class (e.g. retry: {on: [timeout, network], "
+                   "max_attempts: 3}), or check the output in a later step; a fresh key would repeat the effect")
 
     def _ai(self, ai: Ai, p: tuple) -> AiPlan:
         pp = p + ("ai",)

@@ -225,6 +225,7 @@ class Compiler(StepKinds, FanOutKinds):
                            p + ("permissions", j), f"add {perm!r} to the top-level permissions, for review")
         timeout = self.duration(s.timeout, p + ("timeout",), *STEP_TIMEOUT_MS, "timeout") if s.timeout else None
         retry = self.retry_policy(s.retry, p + ("retry",)) if s.retry is not None else self.default_retry
+        self._replay_check(s, kind, retry, p)
         fields: dict[str, Any] = {}
         edges: list[Edge] = []
         # Exactly one kind's field is set (kinds() above), so each test below picks out `kind`.

@@ -11,13 +11,13 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import zoneinfo
 from collections.abc import Iterator
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
 from sealflow import schemas
+from sealflow.dsl.crons import cron_problem, timezone_problem
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.loader import Document, Pointer
 from sealflow.dsl.schema_errors import SchemaErrorMapper, rank, suggest
@@ -25,28 +25,30 @@ from sealflow.dsl.schema_errors import SchemaErrorMapper, rank, suggest
 # ---------------------------------------------------------------- validator
 
 def _is_cron(value: object) -> bool:
+    """True for a cron the language accepts; else ValueError with why (the mapper words it, S209)."""
     if not isinstance(value, str):
         return True
-    from croniter import croniter
-
-    return bool(croniter.is_valid(value))
+    problem = cron_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return True
 
 
 def _is_timezone(value: object) -> bool:
+    """True for a zone of the tz database; else ValueError with why (S209)."""
     if not isinstance(value, str):
         return True
-    try:
-        zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return not zoneinfo.available_timezones()  # no tz database on this machine: cannot tell
+    problem = timezone_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return True
 
 
 def format_checker() -> FormatChecker:
-    """The format checker of the workflow schema: ``cron`` and ``timezone``."""
+    """The format checker of the workflow schema: ``cron`` and ``timezone`` (:mod:`sealflow.dsl.crons`)."""
     checker = FormatChecker(formats=())
-    checker.checks("cron")(_is_cron)
-    checker.checks("timezone")(_is_timezone)
+    checker.checks("cron", raises=ValueError)(_is_cron)
+    checker.checks("timezone", raises=ValueError)(_is_timezone)
     return checker
 
 

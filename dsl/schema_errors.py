@@ -166,12 +166,16 @@ class SchemaErrorMapper:
         yield self.diag(pointer, f"{_show(error.instance)} {words}", "S204")
 
     def _format(self, error: ValidationError, pointer: Pointer) -> Iterator[Diagnostic]:
+        why = str(error.cause) if error.cause is not None else None  # (sealflow.dsl.crons: the checker's words)
         if error.validator_value == "cron":
-            yield self.diag(pointer, f"{_show(error.instance)} is not a valid cron expression", "S209",
+            never = why is not None and why.startswith("never fires")
+            yield self.diag(pointer, f"{_show(error.instance)} {why or 'is not a valid cron expression'}", "S209",
+                            "February has at most 29 days; April, June, September and November 30"
+                            if never else
                             "five fields: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5'")
         elif error.validator_value == "timezone":
-            yield self.diag(pointer, f"{_show(error.instance)} is not an IANA time zone", "S209",
-                            "use a name from the tz database, e.g. UTC or Europe/Paris")
+            yield self.diag(pointer, f"{_show(error.instance)} {why or 'is not an IANA time zone'}", "S209",
+                            "use a zone of the tz database, e.g. UTC, Europe/Paris or America/New_York")
         else:
             yield self.diag(pointer, f"{_show(error.instance)} is not a valid {error.validator_value}", "S204")
 

@@ -42,7 +42,7 @@ from sealflow.interpreter.core.ids import StepRef, split_step_id
 from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.engine import capability, compensation, fanout, poison, recovery
+from sealflow.interpreter.engine import capability, compensation, fanout, integrity, poison, recovery
 from sealflow.interpreter.engine import decide as flow
 from sealflow.interpreter.engine.claiming import Claiming
 from sealflow.interpreter.engine.committing import commit_retrying, outlast
@@ -133,7 +133,7 @@ class Engine(Claiming):
     def plan(self, digest: str) -> Plan:
         plan = self._plans.get(digest)
         if plan is None:
-            plan = Plan.from_json(self.store.get_plan(digest))
+            plan = integrity.load_plan(self.store, digest)  # PlanTampered: not what its digest says
             self.remember(plan)
         return plan
 
@@ -196,11 +196,15 @@ class Engine(Claiming):
         slot_errors: list[StepError] = []
         began = time.monotonic()
         claimed = self._carried(run_id, step_id, attempt, token)
-        if claimed is None and self._leaves(run_id, step_id, attempt, token, tenant):
-            return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
         try:
+            if claimed is None and self._leaves(run_id, step_id, attempt, token, tenant):
+                return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
             if claimed is None:  # (the first message of a plan here loads it outside the claim: .claiming)
                 claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
+        except integrity.PlanTampered as exc:  # refused once: the run fails into the dead letters (.integrity)
+            done, run = integrity.refuse(self.store, self.clock, exc, run_id, step_id, attempt, token, tenant,
+                                         owner=self.owner, actor=self.actor, running_limit=self.running_limit)
+            return self._done(run_id, done, created_at=run.created_at if run is not None else None)
         except MessageRefused as exc:
             log.info("%s", exc)
             self.telemetry and self.telemetry.refused(exc.reason)

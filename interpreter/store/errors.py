@@ -71,3 +71,12 @@ class AdmissionRefused(StoreError):
         self.retry_after = retry_after
         #: ``budget_exceeded`` for a spent daily quota, ``rate_limited`` for a full queue
         self.error_class = error_class
+
+
+class PlanTampered(StoreError):
+    """A stored plan is not what its digest says (its row was altered or corrupted): it is never executed."""
+
+    def __init__(self, digest: str, why: str):
+        super().__init__(f"the stored plan {digest} does not match its digest ({why}): its row in the store's plans "
+                         "table was altered or corrupted, so it is not executed")
+        self.digest, self.why = digest, why

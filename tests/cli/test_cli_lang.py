@@ -158,3 +158,27 @@ def test_given_no_actions_when_validating_then_a_note_says_once_that_action_name
     # Then the first says once how to check action names, the second says nothing of it
     assert bare == 0 and bare_err.count("were not checked against your actions") == 1 and "--actions" in bare_err
     assert checked == 0 and "were not checked" not in checked_err
+
+
+@pytest.mark.parametrize("cron, timezone, words", [
+    ("0 0 31 2 *", "UTC", "never fires"),
+    ("0 0 6 * * 1-5", "UTC", "has 6 fields; a cron has five"),
+    ("0 6 * * 1-5", "America", "is not an IANA time zone"),
+    ("0 6 * * 1-5", "Europe/" + "A" * 293, "is not an IANA time zone"),
+    ("0 6 * * 1-5", "../../etc/passwd", "is not an IANA time zone"),
+])
+def test_given_a_schedule_that_cannot_be_scheduled_when_validated_then_a_located_s209_with_a_hint(
+        capsys, tmp_path, cron, timezone, words):
+    # Given a definition whose trigger.schedule never fires, has a seconds field, or names no time zone
+    path = tmp_path / "sched.yaml"
+    path.write_text("sealflow: 1\nname: sched\nversion: 1\nowner: team:x\ntrigger:\n"
+                    f"  schedule: {{cron: \"{cron}\", timezone: \"{timezone}\", run_as: service:x}}\n"
+                    "steps:\n  - id: done\n    succeed: {}\n")
+    # When it is validated
+    code, out, err = run(capsys, "validate", str(path))
+    # Then one located S209 at the value, with a hint, and never an internal error
+    [first, hint] = out.splitlines()[:2]
+    column = 20 if words != "is not an IANA time zone" else 20 + len(cron) + 14
+    assert first.startswith(f"{path}:6:{column}: error[S209]: trigger.schedule.") and words in first, out
+    assert hint.startswith("  hint: ")
+    assert code == 1 and "E000" not in out + err and "Traceback" not in out + err

@@ -91,3 +91,122 @@ def test_given_an_unsigned_draft_beside_a_signed_schedule_when_fired_under_trust
     out, err = capsys.readouterr()
     # Then the unscheduled draft is neither verified nor refused: it says nothing was due
     assert code == 0 and "nothing was due" in out and "unsigned" not in err, out + err
+
+
+# ---------------------------------------------------------------- one bad schedule never stops the scheduler
+
+HEARTBEAT = """\
+sealflow: 1
+name: heartbeat
+version: 1
+owner: team:ops
+trigger:
+  schedule: {cron: "* * * * *", timezone: UTC, run_as: service:heartbeat}
+steps:
+  - id: beat
+    set: {ok: true}
+"""
+
+
+def _with_weekly_report(tmp_path: Path, name: str, text: str) -> Path:
+    import shutil
+
+    folder = tmp_path / "defs"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(DEFINITIONS / "weekly-report.v1.yaml", folder)
+    (folder / name).write_text(text)
+    return folder
+
+
+def _lines_naming(err: str, what: str) -> list[str]:
+    """The scheduler's own lines about ``what`` (not the development-mode warning every unsigned file gets)."""
+    return [line for line in err.splitlines() if what in line and line.startswith("sealflow: scheduler:")]
+
+
+@_REFUSED
+def test_given_a_cron_that_no_longer_validates_when_the_scheduler_fires_then_it_is_skipped_and_the_other_runs(
+        capsys, tmp_path):
+    # Given weekly-report and, beside it, a definition whose six-field cron (a seconds field) the scheduler's
+    # validation refuses: written for a release that took croniter's six fields, or edited on disk since
+    weekly = (DEFINITIONS / "weekly-report.v1.yaml").read_text()
+    digest = weekly.replace("name: weekly-report", "name: weekly-digest").replace('cron: "0 7 * * 1"',
+                                                                                     'cron: "0 0 7 * * 1"')
+    folder = _with_weekly_report(tmp_path, "weekly-digest.v1.yaml", digest)
+    # When the scheduler fires at weekly-report's slot
+    code = main(["scheduler", str(folder), "--once", "--at", SLOT_TIME, "--json"])
+    out, err = capsys.readouterr()
+    done = json.loads(out.strip().splitlines()[-1])
+    # Then weekly-report's run is submitted as usual
+    assert [(d["workflow"], "run_id" in d) for d in done] == [("weekly-report", True)], (out, err)
+    # And the bad one is skipped with one line naming its file, where (line:column) and why, with a hint
+    [line] = _lines_naming(err, "weekly-digest.v1.yaml")
+    assert line.startswith("sealflow: scheduler: skipped ") and "(invalid_schedule)" in line
+    assert "weekly-digest.v1.yaml:30:" in line and "error[S209]" in line and "has 6 fields" in line
+    assert "hint: five fields" in line
+    assert "internal error" not in err and "Traceback" not in err
+    # And the round says something was skipped (exit 1), as it does for a refused submission
+    assert code == 1
+
+
+def test_given_a_cron_that_validates_when_its_next_slot_cannot_be_computed_then_it_is_skipped_and_the_other_is_named(
+        capsys, tmp_path):
+    # Given weekly-report (valid) and an every-minute heartbeat, on the last day the calendar holds
+    folder = _with_weekly_report(tmp_path, "heartbeat.v1.yaml", HEARTBEAT)
+    # When the scheduler fires once when nothing is due (the heartbeat's last slot is older than the catch-up)
+    # and looks for the next slots: weekly-report's would fall in the year 10000
+    code = main(["scheduler", str(folder), "--once", "--at", "9999-12-31T12:00:30+00:00", "--catch-up", "10"])
+    out, err = capsys.readouterr()
+    # Then weekly-report is skipped with one line naming its file and the reason, never an internal error
+    [line] = _lines_naming(err, "weekly-report.v1.yaml")
+    assert "skipped" in line and "(slot_failed)" in line and "its next slot cannot be computed" in line
+    assert "out of range" in line and "the others are still scheduled" in line
+    assert "internal error" not in err and "Traceback" not in err
+    # And the heartbeat's next slot is still named
+    assert "the next slot is heartbeat v1 at 9999-12-31T12:01:00+00:00" in out
+    assert code == 1
+
+
+def test_given_a_running_scheduler_when_one_definitions_slot_fails_then_it_is_skipped_once_counted_and_the_others_go_on(
+        capsys, tmp_path):
+    import datetime as dt
+
+    from sealflow.cli.commands import scheduler
+    from sealflow.interpreter.service.runtime import Runtime
+
+    # Given a scheduler's loop over the heartbeat and weekly-report, on a runtime with its metrics
+    folder = _with_weekly_report(tmp_path, "heartbeat.v1.yaml", HEARTBEAT)
+    schedules = scheduler._load((str(folder),), (), None)
+    rt = Runtime(f"sqlite:///{tmp_path / 'sched.db'}")
+    schedules.count_on(rt.telemetry.metrics)
+    capsys.readouterr()
+    ticks = iter([dt.datetime(9999, 12, 31, 12, 0, tzinfo=dt.UTC), dt.datetime(9999, 12, 31, 12, 1, tzinfo=dt.UTC)])
+
+    class TwoTicks:
+        """Stops the loop after its second sleep; records how long each would have been."""
+
+        def __init__(self):
+            self.waits: list[float] = []
+
+        def is_set(self) -> bool:
+            return len(self.waits) >= 2
+
+        def wait(self, seconds: float) -> None:
+            self.waits.append(seconds)
+
+    stop = TwoTicks()
+    # When it runs two ticks, a minute apart, on the calendar's last day (weekly-report's next slot cannot be had)
+    try:
+        code = scheduler.serve(rt, schedules, stop, tenant="default", catch_up=dt.timedelta(minutes=5), drive=True,
+                               as_json=True, now=lambda: next(ticks))
+        exposition = rt.telemetry.metrics.exposition().decode()
+    finally:
+        rt.close()
+    out, err = capsys.readouterr()
+    # Then the heartbeat was submitted and ran at both ticks, and the loop slept until its next slot each time
+    rounds = [json.loads(line) for line in out.strip().splitlines()]
+    assert [[(d["workflow"], d["state"]) for d in r] for r in rounds] == [[("heartbeat", "completed")]] * 2
+    assert stop.waits == [60.0, 60.0] and code == 0
+    # And weekly-report was skipped once: one line, counted once with its reason
+    assert len(_lines_naming(err, "weekly-report.v1.yaml")) == 1
+    assert 'sealflow_schedule_errors_total{reason="slot_failed"} 1.0' in exposition
+    assert [e.path for e in schedules.entries] == [str(folder / "heartbeat.v1.yaml")]

@@ -63,10 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("SEALFLOW_DEBUG"):
             raise
         from sealflow.interpreter.core.errors import StepError
-        from sealflow.interpreter.store.errors import StoreUnavailable
+        from sealflow.interpreter.store.errors import PlanTampered, StoreUnavailable
 
         if isinstance(exc, StoreUnavailable):  # the store's disk or database, not a bug: it names both
             click.echo(f"sealflow: {exc}", err=True)
+            return 1
+        if isinstance(exc, PlanTampered):  # a run's stored plan is not what its digest says: refused, not a bug
+            click.echo(f"sealflow: refused: {exc}\n  hint: restore that row of the store's plans table from a "
+                       "backup (or delete it and submit the definition again)", err=True)
             return 1
         if isinstance(exc, StepError) and exc.error_class != "internal":  # a classified refusal, not a bug
             click.echo(f"sealflow: error: {exc.message} ({exc.error_class})", err=True)

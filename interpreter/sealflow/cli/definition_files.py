@@ -21,7 +21,7 @@ import dataclasses
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -78,18 +78,57 @@ def compile_or_exit(path: str, actions, fmt: str = "text"):
     return result.plan
 
 
+class NotLoaded(Exception):
+    """A definition file that cannot be loaded: its definition errors (``results``), or a refusal (``hint``),
+    or a usage error (``usage``: no such file). :func:`load` prints it and exits; a caller that goes on without
+    the file (``sealflow scheduler``) reads it instead."""
+
+    def __init__(self, message: str, *, reason: str, hint: str | None = None, results: list | None = None,
+                 usage: bool = False):
+        super().__init__(message)
+        self.message, self.reason, self.hint, self.results, self.usage = message, reason, hint, results, usage
+
+    def exit(self, fmt: str = "text") -> NoReturn:
+        if self.results:
+            emit_diagnostics(self.results, fmt)
+            sys.exit(1)
+        if self.usage:
+            fail_usage(self.message)
+        refuse(self.message, self.hint)
+
+
 def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
          allow_unsigned: bool = True) -> Loaded:
-    """The plan to run from ``path``, and who signed it (``unsigned`` in development mode)."""
+    """The plan to run from ``path``, and who signed it (``unsigned`` in development mode); a file that cannot be
+    loaded prints why and exits (:class:`NotLoaded`)."""
+    try:
+        return try_load(path, action_specs, trust=trust, bundle=bundle, allow_unsigned=allow_unsigned)
+    except NotLoaded as exc:
+        exc.exit()
+
+
+def try_load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle: str | None = None,
+             allow_unsigned: bool = True) -> Loaded:
+    """:func:`load`, raising :class:`NotLoaded` (``reason``: ``invalid_definition``, ``invalid_schedule`` for a
+    definition whose only fault is S209, ``untrusted``, ``no_file``) where it would print and exit."""
     if not Path(path).is_file():  # before any word about its signature: there is nothing to verify
-        fail_usage(f"{path}: no such file")
+        raise NotLoaded(f"{path}: no such file", reason="no_file", usage=True)
     if trust is None:
         if not allow_unsigned:
-            refuse(f"{path} is not verified: this process runs only signed definitions",
-                   "pass --trust POLICY (docs/trust.md), or --allow-unsigned for development")
+            raise NotLoaded(f"{path} is not verified: this process runs only signed definitions", reason="untrusted",
+                            hint="pass --trust POLICY (docs/trust.md), or --allow-unsigned for development")
         click.echo(f"sealflow: warning: development mode: {path} is not verified (no --trust); the run records "
                    "'unsigned'", err=True)
-        return Loaded(compile_or_exit(path, action_specs), UNSIGNED, UNSIGNED)
+        from sealflow.dsl.api import check_file
+
+        result = check_file(path, actions=load_action_metadata(action_specs))
+        if result.plan is None or result.errors:
+            codes = {d.code for d in result.errors}
+            first = result.errors[0] if result.errors else None
+            raise NotLoaded(first.format().splitlines()[0] if first else f"{path}: does not compile",
+                            reason="invalid_schedule" if codes == {"S209"} else "invalid_definition",
+                            hint=first.hint if first else None, results=[result])
+        return Loaded(result.plan, UNSIGNED, UNSIGNED)
     from sealflow.dsl.refs import recording
     from sealflow.dsl.trust import Refused, verify_file
 
@@ -99,16 +138,26 @@ def load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bundle:
         with recording() as refs:  # the files the compile reads beside it: stored with the signed bytes
             verified = verify_file(path, policy, bundle=bundle, actions=load_action_metadata(action_specs))
     except Refused as exc:
-        refuse(f"{path}: [{exc.reason}] {exc}", getattr(exc, "hint", None))
+        raise NotLoaded(f"{path}: [{exc.reason}] {exc}", reason=_refusal_reason(exc),
+                        hint=getattr(exc, "hint", None)) from None
     m = _FILE_NAME.match(Path(path).name)
     if m is None or (m.group("name"), int(m.group("version"))) != (verified.name, verified.version):
         expected = f"{verified.name}.v{verified.version}.yaml"
-        refuse(f"{path} holds {verified.name} v{verified.version}, which is not what its file name says",
-               f"a signed definition is loaded by its name: call the file {expected}")
+        raise NotLoaded(f"{path} holds {verified.name} v{verified.version}, which is not what its file name says",
+                        reason="untrusted",
+                        hint=f"a signed definition is loaded by its name: call the file {expected}")
     from sealflow.interpreter.store.definitions import DefinitionSource
 
     source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind, dict(refs) or None)
     return Loaded(verified.plan, verified.principal(), verified.who(), source)
+
+
+def _refusal_reason(exc) -> str:
+    """A verification's refusal as a :class:`NotLoaded` reason: signed bytes that do not validate (their schedule,
+    S209, or else), else untrusted."""
+    if exc.reason != "invalid-definition":
+        return "untrusted"
+    return "invalid_schedule" if "error[S209]" in exc.message else "invalid_definition"
 
 
 def submit(rt, loaded: Loaded, value, *, initiator: str, tenant: str, idempotency_key: str | None = None,

@@ -1,12 +1,13 @@
 """Prometheus metrics of one runtime (``prometheus_client``), exposed at ``/metrics`` by ``sealflow serve`` and by
-each ``sealflow worker --metrics-port PORT``.
+each ``sealflow worker --metrics-port PORT`` (and ``sealflow scheduler --metrics-port PORT``).
 
 Every name starts with ``sealflow_``; counters end in ``_total``, durations are histograms in seconds. Two kinds:
 
 - *events* counted where they happen: the engine calls :meth:`Metrics.attempt_done` once per executed step
   attempt, :meth:`Metrics.refused` for a refused message and :meth:`Metrics.deferred` for a claim put off by a
   bulkhead, lock or pool; the events route counts signed deliveries; the notification deliverer calls
-  :meth:`Metrics.notification` once per delivery attempt;
+  :meth:`Metrics.notification` once per delivery attempt; ``sealflow scheduler`` calls
+  :meth:`Metrics.schedule_error` once per definition it skips;
 - *state* read from the store and the broker at scrape time (:class:`StoreCollector`): runs by state, dead
   letters, breaker states, the outbox and the broker's queue depths.
 
@@ -32,6 +33,9 @@ log = logging.getLogger("sealflow.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: an attempt refused before it ran for one of these error classes is a policy denial
 DENIAL_CLASSES = frozenset({"unauthorized", "policy_denied", "budget_exceeded"})
+#: why ``sealflow scheduler`` skipped a definition: its schedule does not validate (S209), another definition
+#: error, a trust policy refused it, or a slot could not be computed at run time
+SCHEDULE_ERRORS = frozenset({"invalid_schedule", "invalid_definition", "untrusted", "slot_failed"})
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -95,6 +99,9 @@ class Metrics:
         self.notifications_dead_lettered = Counter("sealflow_notifications_dead_lettered", "Approval notifications "
                                                    "given up after their attempts (failed for good), by channel kind",
                                                    ["kind"], registry=r)
+        self.schedule_errors = Counter("sealflow_schedule_errors", "Scheduled definitions the scheduler skipped, by "
+                                       "reason (invalid_schedule, invalid_definition, untrusted, slot_failed)",
+                                       ["reason"], registry=r)
         if store is not None:
             r.register(StoreCollector(store, broker, queues))
         #: (metric, label values) -> its child: ``labels()`` takes a lock and checks the values at every call
@@ -155,6 +162,10 @@ class Metrics:
         self.notification_attempts_failed.labels(kind).inc()
         if result == "failed":
             self.notifications_dead_lettered.labels(kind).inc()
+
+    def schedule_error(self, reason: str) -> None:
+        """A scheduled definition ``sealflow scheduler`` skipped: one of :data:`SCHEDULE_ERRORS` (a bounded label)."""
+        self.schedule_errors.labels(reason if reason in SCHEDULE_ERRORS else "other").inc()
 
     def deferred(self, exc: Any) -> None:
         self.claims_deferred.labels("slot" if hasattr(exc, "position") else "bulkhead").inc()

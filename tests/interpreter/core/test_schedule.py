@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sealflow.interpreter.core.schedule import due_slot, latest_slot, next_slot, slot_key
+import pytest
+
+from sealflow.interpreter.core.schedule import ScheduleError, due_slot, latest_slot, next_slot, slot_key
 
 BERLIN_MONDAY_7 = "0 7 * * 1"
 
@@ -38,3 +40,22 @@ def test_a_slot_key_is_the_same_for_the_same_instant_in_any_zone():
     b = slot_key("weekly-report", 1, t("2026-11-30T06:00:00+00:00"))
     assert a == b == "schedule:weekly-report:v1:2026-11-30T06:00:00Z"
     assert slot_key("weekly-report", 2, t("2026-11-30T06:00:00+00:00")) != a
+
+
+def test_given_a_slot_past_the_end_of_the_calendar_when_the_next_one_is_computed_then_a_schedule_error_says_why():
+    # Given a weekly cron that validates, asked on the last day the calendar holds
+    # When the next slot is computed (it would fall in the year 10000)
+    with pytest.raises(ScheduleError) as raised:
+        next_slot(BERLIN_MONDAY_7, "Europe/Berlin", t("9999-12-31T12:00:00+00:00"))
+    # Then the error names the cron and the zone and says why, in place of croniter's or datetime's own error
+    assert "'0 7 * * 1'" in str(raised.value) and "'Europe/Berlin'" in str(raised.value)
+    assert "out of range" in raised.value.reason
+
+
+@pytest.mark.parametrize("zone", ["America", "Europe/" + "A" * 293])
+def test_given_a_zone_the_tz_database_cannot_serve_when_a_slot_is_computed_then_a_schedule_error(zone):
+    # Given a time zone that is not a zone (a folder of the tz database, a name the file system refuses)
+    # When the latest slot is computed (a plan that bypassed validation, or a tz database changed under it)
+    # Then it is a ScheduleError, not IsADirectoryError or OSError
+    with pytest.raises(ScheduleError):
+        due_slot("0 7 * * *", zone, t("2026-06-01T12:00:00+00:00"), dt.timedelta(hours=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import signal
@@ -12,8 +13,15 @@ import click
 
 from sealflow.cli import definition_files
 from sealflow.cli.definition_files import expand_paths
-from sealflow.cli.exits import fail_usage
-from sealflow.cli.options import access_option, actions_option, json_flag, store_option, tenant_option
+from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.options import (
+    access_option,
+    actions_option,
+    json_flag,
+    metrics_options,
+    store_option,
+    tenant_option,
+)
 from sealflow.cli.session import open_runtime, project_actions, trust_path, with_demo
 
 SCHEDULER = "service:sealflow-scheduler"
@@ -46,49 +54,139 @@ def _may_be_scheduled(path) -> bool:
     return trigger is not None and (not isinstance(trigger, dict) or "schedule" in trigger)
 
 
-def _load(paths, actions, trust):
-    plans = []
+@dataclasses.dataclass(eq=False)
+class Entry:
+    """A scheduled definition: the file it was loaded from, the loaded plan and its ``trigger.schedule``."""
+
+    path: str
+    loaded: definition_files.Loaded
+    schedule: dict
+
+
+class Schedules:
+    """The definitions a scheduler keeps scheduling. One that cannot be scheduled (it does not load, or a slot
+    of it cannot be computed) is skipped, never a reason to stop: one line on stderr names the file and why, and
+    ``sealflow_schedule_errors_total{reason}`` counts it (once the runtime's metrics are known: :meth:`count_on`)."""
+
+    def __init__(self, entries: list[Entry]):
+        self.entries = entries
+        #: definitions skipped so far (at load and since)
+        self.skipped = 0
+        self._metrics = None
+        self._uncounted: list[str] = []
+
+    def skip(self, path: str, reason: str, why: str, hint: str | None = None, *, later: bool = False) -> None:
+        rest = "; the others are still scheduled" if later else ""
+        click.echo(f"sealflow: scheduler: skipped {path} ({reason}): {why}{rest}"
+                   + (f" (hint: {hint})" if hint else ""), err=True)
+        self.skipped += 1
+        if self._metrics is None:
+            self._uncounted.append(reason)
+        else:
+            self._metrics.schedule_error(reason)
+
+    def drop(self, entry: Entry, exc) -> None:
+        """Stop scheduling ``entry``: a slot of it could not be computed (:class:`ScheduleError`)."""
+        if entry in self.entries:
+            self.entries.remove(entry)
+            self.skip(entry.path, "slot_failed", f"its next slot cannot be computed: {exc}", later=True)
+
+    def count_on(self, metrics) -> None:
+        self._metrics = metrics
+        for reason in self._uncounted:
+            metrics.schedule_error(reason)
+        self._uncounted.clear()
+
+    def soonest(self, now: dt.datetime) -> tuple[dt.datetime, Entry] | None:
+        """The next slot of any definition, and whose (None: none is left)."""
+        from sealflow.interpreter.core.schedule import ScheduleError, next_slot
+
+        found = None
+        for entry in list(self.entries):
+            try:
+                slot = next_slot(entry.schedule["cron"], entry.schedule.get("timezone"), now)
+            except ScheduleError as exc:
+                self.drop(entry, exc)
+                continue
+            if found is None or slot < found[0]:
+                found = (slot, entry)
+        return found
+
+
+def _load(paths, actions, trust) -> Schedules:
+    entries: list[Entry] = []
+    schedules = Schedules(entries)
     for path in expand_paths(paths):
         if not _may_be_scheduled(path):
             continue
-        loaded = definition_files.load(str(path), with_demo(actions), trust=trust)
+        try:
+            loaded = definition_files.try_load(str(path), with_demo(actions), trust=trust)
+        except definition_files.NotLoaded as exc:
+            schedules.skip(str(path), exc.reason, exc.message, exc.hint)
+            continue
         schedule = loaded.plan.trigger.schedule if loaded.plan.trigger else None
         if schedule:
-            plans.append((loaded, schedule))
-    if not plans:
+            entries.append(Entry(str(path), loaded, schedule))
+    if not entries:
+        if schedules.skipped:
+            refuse(f"none of the given definitions can be scheduled: {schedules.skipped} skipped (above)",
+                   "fix them (sealflow validate names each problem) and start the scheduler again")
         fail_usage("none of the given definitions has a trigger.schedule")
-    return plans
+    return schedules
 
 
-def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, drive: bool) -> list[dict]:
-    """Submit every definition whose latest slot is due (idempotently, per slot); return what was done."""
+def fire(rt, schedules: Schedules, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta,
+         drive: bool) -> list[dict]:
+    """Submit every definition whose latest slot is due (idempotently, per slot); return what was done. A
+    definition whose slot cannot be computed is skipped from now on (:meth:`Schedules.drop`)."""
     from sealflow.interpreter.core.errors import StepError
-    from sealflow.interpreter.core.schedule import due_slot, slot_key
+    from sealflow.interpreter.core.schedule import ScheduleError, due_slot, slot_key
     from sealflow.interpreter.policy.authz import Unauthorized
     from sealflow.interpreter.store import AdmissionRefused
     from sealflow.interpreter.store.definitions import DefinitionRefused
 
     done = []
-    for loaded, schedule in plans:
+    for entry in list(schedules.entries):
+        loaded, schedule = entry.loaded, entry.schedule
         plan = loaded.plan
-        slot = due_slot(schedule["cron"], schedule.get("timezone"), now, catch_up)
+        try:
+            slot = due_slot(schedule["cron"], schedule.get("timezone"), now, catch_up)
+        except ScheduleError as exc:
+            schedules.drop(entry, exc)
+            continue
         if slot is None:
             continue
         key = slot_key(plan.name, plan.version, slot)
-        entry = {"workflow": plan.name, "version": plan.version, "slot": slot.isoformat(), "run_as":
-                 schedule.get("run_as")}
+        entry_done = {"workflow": plan.name, "version": plan.version, "slot": slot.isoformat(), "run_as":
+                      schedule.get("run_as")}
         try:
             # the definition, its signed bytes and the run are recorded in one transaction, after authorisation
             run_id = rt.submit(plan, {}, initiator=SCHEDULER, tenant=tenant, idempotency_key=key,
                                run_as=schedule.get("run_as"), signer=loaded.signer, source=loaded.source)
         except (Unauthorized, StepError, AdmissionRefused, DefinitionRefused) as exc:
-            entry["refused"] = getattr(exc, "message", str(exc))
-            done.append(entry)
+            entry_done["refused"] = getattr(exc, "message", str(exc))
+            done.append(entry_done)
             continue
-        entry["run_id"] = run_id
-        entry["state"] = (rt.drive(run_id) if drive else rt.status(run_id)).state
-        done.append(entry)
+        entry_done["run_id"] = run_id
+        entry_done["state"] = (rt.drive(run_id) if drive else rt.status(run_id)).state
+        done.append(entry_done)
     return done
+
+
+def serve(rt, schedules: Schedules, stop, *, tenant: str, catch_up: dt.timedelta, drive: bool, as_json: bool,
+          now=lambda: dt.datetime.now(dt.UTC)) -> int:
+    """Fire what is due, then sleep until the next slot (at most a minute), until ``stop`` is set; the exit code
+    (1 when every definition was skipped: nothing is left to schedule)."""
+    while not stop.is_set():
+        at = now()
+        _report(fire(rt, schedules, at, tenant=tenant, catch_up=catch_up, drive=drive), as_json)
+        soonest = schedules.soonest(at)
+        if soonest is None:
+            click.echo("sealflow: scheduler: no scheduled definition is left (each was skipped, above); stopping",
+                       err=True)
+            return 1
+        stop.wait(max(1.0, min((soonest[0] - at).total_seconds(), 60.0)))
+    return 0
 
 
 @click.command()
@@ -103,42 +201,53 @@ def fire(rt, plans, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta, dr
 @click.option("--once", is_flag=True, help="Submit what is due now (or at --at), then exit.")
 @click.option("--at", "at", metavar="ISO-8601", help="With --once: act as if it were this time.")
 @click.option("--no-drive", is_flag=True, help="Only submit: workers drive the runs.")
+@metrics_options
 @json_flag(None)
-def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s, once, at, no_drive, as_json):
+def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s, once, at, no_drive, metrics_port,
+              metrics_addr, as_json):
     """Submit scheduled definitions at their cron slots, each run acting as the schedule's run_as.
 
     Each slot is submitted once (its idempotency key names the definition, version and slot), so
     restarts and several schedulers on one store never submit a slot twice; a missed slot older than
-    --catch-up is skipped, not replayed. On the embedded default the runs are driven here.
+    --catch-up is skipped, not replayed. On the embedded default the runs are driven here. A definition
+    that cannot be scheduled (it does not validate or verify, or its next slot cannot be computed) is
+    skipped with one line saying why, and the others are scheduled.
     """
-    from sealflow.interpreter.core.schedule import next_slot
-
     at_time = _parse_at(at)
     if at_time is not None and not once:
         fail_usage("--at goes with --once")
+    if once and metrics_port is not None:
+        fail_usage("--metrics-port is for a scheduler that keeps running: a --once round ends before a scraper "
+                   "reads it")
     trust = trust_path(trust)
-    plans = _load(paths, project_actions(actions), trust)
+    schedules = _load(paths, project_actions(actions), trust)
     catch_up = dt.timedelta(seconds=catch_up_s)
     with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:
+        schedules.count_on(rt.telemetry.metrics)
         if once:
             now = at_time or dt.datetime.now(dt.UTC)
-            done = fire(rt, plans, now, tenant=tenant, catch_up=catch_up, drive=not no_drive)
+            done = fire(rt, schedules, now, tenant=tenant, catch_up=catch_up, drive=not no_drive)
             _report(done, as_json)
             if not done and not as_json:
-                nxt = min((next_slot(s["cron"], s.get("timezone"), now), lp.plan.name, lp.plan.version)
-                          for lp, s in plans)
-                click.echo(f"nothing was due at {now.isoformat(timespec='seconds')}; the next slot is "
-                           f"{nxt[1]} v{nxt[2]} at {nxt[0].isoformat(timespec='seconds')}")
-            sys.exit(1 if any("refused" in d for d in done) else 0)
+                nxt = schedules.soonest(now)
+                if nxt is not None:
+                    click.echo(f"nothing was due at {now.isoformat(timespec='seconds')}; the next slot is "
+                               f"{nxt[1].loaded.plan.name} v{nxt[1].loaded.plan.version} at "
+                               f"{nxt[0].isoformat(timespec='seconds')}")
+            sys.exit(1 if any("refused" in d for d in done) or schedules.skipped else 0)
+        if metrics_port is not None:
+            from sealflow.interpreter.service.telemetry.metrics import serve_metrics
+
+            try:
+                serve_metrics(rt.telemetry.metrics, metrics_port, metrics_addr)
+            except OSError as exc:
+                fail_usage(f"--metrics-port {metrics_port}: cannot listen on {metrics_addr}:{metrics_port}: {exc}")
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        click.echo(f"scheduler ready: {len(plans)} scheduled definition(s)")
-        while not stop.is_set():
-            now = dt.datetime.now(dt.UTC)
-            _report(fire(rt, plans, now, tenant=tenant, catch_up=catch_up, drive=not no_drive), as_json)
-            soonest = min(next_slot(s["cron"], s.get("timezone"), now) for _, s in plans)
-            stop.wait(max(1.0, min((soonest - now).total_seconds(), 60.0)))
+        click.echo(f"scheduler ready: {len(schedules.entries)} scheduled definition(s)")
+        code = serve(rt, schedules, stop, tenant=tenant, catch_up=catch_up, drive=not no_drive, as_json=as_json)
+    sys.exit(code)
 
 
 def _report(done: list[dict], as_json: bool) -> None:
