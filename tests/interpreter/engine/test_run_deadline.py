@@ -13,7 +13,7 @@ import pytest
 from interp_helpers import BACKENDS, S, make_plan, retry
 
 from sealflow.dsl.plan import CompensationPlan, RetryPolicy
-from sealflow.interpreter.core.clock import SYSTEM, FakeClock
+from sealflow.interpreter.core.clock import FakeClock
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.service.runtime import Runtime
 from sealflow.interpreter.store import open_store
@@ -64,9 +64,10 @@ def _events(rt: Runtime, run_id: str) -> list[str]:
 @pytest.mark.parametrize("policy", list(RETRY_CLASSES))
 def test_given_an_action_running_when_the_worker_cuts_it_at_the_run_deadline_then_the_run_is_timed_out(
         make_runtime, blocking, policy):
-    # Given a run whose max_runtime (0.4 s, the real clock) ends long before its step's own timeout (60 s),
-    # and an action that blocks past it
-    rt = make_runtime(SYSTEM)
+    # Given a run whose max_runtime (0.4 s) ends long before its step's own timeout (60 s), and an action that
+    # blocks past it (a fake clock that stands still: the worker's wait is real, so the attempt surely starts
+    # before the deadline and is cut there, however slow the machine)
+    rt = make_runtime(FakeClock())
     plan = make_plan(S("work", "action", action="t.block", timeout_ms=60_000, retry=RETRY_CLASSES[policy]),
                      budget={"max_runtime_ms": 400})
     # When the worker's wait for the attempt ends at the run's deadline
@@ -145,7 +146,7 @@ def test_given_a_completed_step_with_a_compensation_when_the_worker_cuts_the_nex
         undone.append(1)
         return {}
 
-    rt = make_runtime(SYSTEM)
+    rt = make_runtime(FakeClock())
     plan = make_plan(S("reserve", "action", action="t.make",
                        compensate=CompensationPlan(action="t.unmake", args={}, timeout_ms=5_000, retry=RetryPolicy())),
                      S("work", "action", action="t.block", timeout_ms=60_000), budget={"max_runtime_ms": 500})
