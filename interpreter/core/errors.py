@@ -46,6 +46,18 @@ ERROR_CLASSES: dict[str, bool] = {
     "circuit_open": True,
 }
 
+#: error class -> why an ``ai`` step hands its call to the next of its ``fallback:`` models after it (the one
+#: table; docs/models.md's error table says the same, a test compares them). Other classes end the call.
+FALLS_BACK: dict[str, str] = {
+    "network": "the model's server cannot be reached: refused, reset or closed connection, name not resolved",
+    "timeout": "the model did not answer within its own timeout (not the attempt's: then no time is left)",
+    "rate_limited": "the provider answered 429 (our own limiter's wait falls back too, and is no failure)",
+    "unavailable": "the model's server is down or overloaded (5xx)",
+    "configuration": "the model is unknown there (404) or its key secret does not resolve here",
+    "circuit_open": "the model's circuit breaker is open: it was not called",
+}
+
+
 assert set(ERROR_CLASSES) == {e.value for e in ErrorClass}, "every error class needs a retryable flag"
 
 

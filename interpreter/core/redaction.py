@@ -11,6 +11,10 @@ text is itself a string of JSON), ``repr``-escaped (a message built with ``{valu
 (standard and URL-safe alphabets, padded or not). Structured values are redacted leaf by leaf
 (:meth:`Redactor.value`) before they become JSON; :meth:`Redactor.text` over the JSON text is the final
 pass.
+
+Log records are redacted as they are made (:func:`install_log_filter` installs a record factory once the
+first secret is known), whichever logger made them: the runtime's, an action's own ``logging.getLogger(...)``,
+a library's. What a process prints is the business of :mod:`sealflow.interpreter.core.redacted_output`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sealflow.interpreter.core.jsonc import dumps
@@ -53,6 +57,8 @@ class Redactor:
         self._forms: dict[str, str] = {}
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
+        #: called (outside the lock) after each value is remembered: what guards output (redacted_output)
+        self.listeners: list[Callable[[], None]] = []
 
     @property
     def active(self) -> bool:
@@ -69,6 +75,13 @@ class Redactor:
             ordered = sorted(self._forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
         install_log_filter()
+        for listener in list(self.listeners):
+            listener()
+
+    def forms(self) -> list[str]:
+        """Every form of every remembered value (:func:`forms`), longest first."""
+        with self._lock:
+            return sorted(self._forms, key=len, reverse=True)
 
     def forget_all(self) -> None:
         with self._lock:
@@ -144,6 +157,8 @@ class RedactingFilter(logging.Filter):
         if record.exc_info and record.exc_info[1] is not None and red.contains(str(record.exc_info[1])):
             # handlers that format the exception again see only the redacted text
             record.exc_info = None
+        if record.stack_info and red.contains(record.stack_info):
+            record.stack_info = red.text(record.stack_info)
         return True
 
 
@@ -153,12 +168,28 @@ KNOWN_LOGGERS = ("sealflow", "sealflow.action", "sealflow.engine", "sealflow.act
                  "sealflow.recovery", "sealflow.runtime", "sealflow.compensation")
 
 
-def install_log_filter() -> None:
-    """Attach :class:`RedactingFilter` to the ``sealflow`` logger and every ``sealflow.*`` logger known now.
+_FACTORY: dict[str, Any] = {}
+_FACTORY_LOCK = threading.Lock()
 
-    (A logger's filters do not apply to records of its children, so each gets it.) Called when a
-    secret is first remembered and when a runtime starts.
+
+def _redacting_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    record: logging.LogRecord = _FACTORY["previous"](*args, **kwargs)
+    if REDACTOR.active:  # (one attribute read per record until a secret is known)
+        _FILTER.filter(record)
+    return record
+
+
+def install_log_filter() -> None:
+    """Redact every log record of this process as it is made: a record factory (``logging.setLogRecordFactory``,
+    chained to the one in place, installed once) covers every logger, its handlers and the handlers added later
+    (an action's own ``logging.getLogger(...)`` included); and, as before, :class:`RedactingFilter` on the
+    ``sealflow`` logger and every ``sealflow.*`` logger known now (a logger's filters do not apply to records
+    of its children, so each gets it). Called when a secret is first remembered and when a runtime starts.
     """
+    with _FACTORY_LOCK:
+        if "previous" not in _FACTORY:
+            _FACTORY["previous"] = logging.getLogRecordFactory()
+            logging.setLogRecordFactory(_redacting_record)
     manager = logging.Logger.manager
     names = list(KNOWN_LOGGERS) + [n for n in list(manager.loggerDict) if n.startswith("sealflow.")]
     for name in names:

@@ -29,8 +29,9 @@ compensation attempt scheduled:
 
 Entering compensation clears the run's timers and outbox (its deadline, an
 approval's timeout): a run being undone does not time out half way. A run that
-times out (``max_runtime``) is not compensated (the sweeper ends it without a
-worker); see ``docs/security.md``.
+times out (``max_runtime``) is compensated too, except when its deadline passes
+while one of its attempts runs (the sweeper or the worker ends it ``timed_out``
+without compensation); see ``docs/security.md``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from sealflow.interpreter.engine.decide import schedule_retry
 from sealflow.interpreter.execution.calls import call, own_args
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
+from sealflow.interpreter.policy import budgets
 from sealflow.interpreter.store.base import (
     AuditEvent,
     Commit,
@@ -113,12 +115,15 @@ def _started(actor: str, order: list[str], end: str) -> AuditEvent:
 
 def amend(x: Execution, commit: Commit) -> Commit:
     """``commit``, turned into the start of compensation when it ends the run ``failed``, ``timed_out``
-    (a step that timed out for good, or the run deadline seen by a worker) or ``cancelled`` and completed
-    steps have something to undo. Cheap when it does not apply."""
+    (the run deadline seen by a worker before a step, or a step failing after it) or ``cancelled`` and completed
+    steps have something to undo. Not when the deadline stopped the attempt as it ran (its thread may still run;
+    the sweeper does not compensate such a run either). Cheap when it does not apply."""
     change = commit.run
     if change.state not in _ENDINGS or is_compensation(x.step_id):
         return commit
     step = commit.step
+    if budgets.stopped_at_deadline(x, None if step is None else step.state, change.state):
+        return commit  # stopped by the run's deadline as it ran: not compensated, as when the sweeper finds it
     if step is not None and x.run.state == "cancelling" and step.state == "failed" \
             and step.error_class == "cancelled":
         step = dataclasses.replace(step, state="cancelled")  # it never started

@@ -7,7 +7,8 @@ configuration's top-level ``isolation:`` key, else ``$SEALFLOW_ISOLATION``, else
 Under ``process`` the worker forks (:func:`run_forked`): the child inherits the registry, the
 rendered arguments and ``ctx`` (no pickling of code, so any registered action can be isolated),
 runs the action inside its sandbox and sends back its result, or its classified failure, through a
-pipe, then ends with ``os._exit`` (no inherited cleanup runs twice). The worker waits on the pipe:
+pipe, writes out what it printed (through the worker's redaction: :mod:`sealflow.interpreter.core.redacted_output`),
+then ends with ``os._exit`` (no inherited cleanup runs twice). The worker waits on the pipe:
 
 * the deadline passes: the child is killed with SIGKILL, which ends it even inside C code holding
   the GIL (a thread cannot be interrupted there), and the attempt fails with ``timeout``;
@@ -28,10 +29,12 @@ import os
 import pickle
 import select
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from sealflow.interpreter.core import redacted_output
 from sealflow.interpreter.core.errors import ConfigError, classify
 
 MODES = ("thread", "process")
@@ -88,10 +91,24 @@ def _describe(status: int) -> str:
     return "ended without a result"
 
 
+def _flush_output() -> None:
+    """Flush ``sys.stdout`` and ``sys.stderr`` (what a redacting wrapper holds back too, in a child about to exit:
+    :mod:`sealflow.interpreter.core.redacted_output`)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe: nothing more can be written to it
+            pass
+
+
 def _child(body: Callable[[Callable[[], bool]], tuple], out_fd: int, cancel_fd: int) -> None:
-    """In the child: run, send ``pickle((kind, value))`` and exit at once (never returns)."""
+    """In the child: run, send ``pickle((kind, value))``, write out what the action printed (redacted, as in the
+    worker) and exit at once (never returns)."""
     code = 0
     try:
+        redacted_output.forked_child()
+
         def cancelled() -> bool:
             return bool(select.select([cancel_fd], [], [], 0)[0])
 
@@ -104,6 +121,8 @@ def _child(body: Callable[[Callable[[], bool]], tuple], out_fd: int, cancel_fd: 
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is the action's bug
             data = pickle.dumps(("error", ("internal", f"the isolated attempt's result could not be sent back: "
                                                        f"{type(exc).__name__}: {exc}", None), None))
+        redacted_output.release_all()  # what the action printed goes out before its result
+        _flush_output()
         view = memoryview(data)
         while view:
             view = view[os.write(out_fd, view):]
@@ -127,6 +146,7 @@ def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
     child's ``cancelled()`` is true."""
     out_r, out_w = os.pipe()
     cancel_r, cancel_w = os.pipe()
+    _flush_output()  # else the child would write again what this process had buffered
     pid = os.fork()
     if pid == 0:  # the child
         os.close(out_r)

@@ -26,8 +26,9 @@ Values never reach definitions (they name actions, not secrets), messages
 (ids only), the store or the audit trail: every value resolved in this process
 is remembered by :data:`REDACTOR`, and the engine replaces it with
 ``[redacted:<name>]`` in what it records (step and run outputs, error messages,
-dead-letter reasons, ledger entries, attempt data, audit details) and in every
-log record of the ``sealflow`` loggers (:class:`RedactingFilter`), in every
+dead-letter reasons, ledger entries, attempt data, audit details), in every
+log record of the process, whichever logger made it (:func:`install_log_filter`), and in what a process that
+runs actions prints (:mod:`sealflow.interpreter.core.redacted_output`), in every
 form it takes once written (JSON- and repr-escaped, base64: see
 :mod:`sealflow.interpreter.core.redaction`). Values shorter than
 :data:`MIN_REDACT_LENGTH` characters are not redacted (they would mangle

@@ -17,7 +17,9 @@ Two scopes, one rule each way:
 * **after** an attempt (:func:`after`): the usage it reports (tokens, cost,
   tool calls) is charged to the run in the step's commit (even when the
   attempt failed), and a result that went over a budget becomes
-  ``budget_exceeded``.
+  ``budget_exceeded``; a failure once the run's deadline has passed (the attempt
+  stopped at it, or failing by itself after it) ends the run ``timed_out``
+  (:func:`past_deadline`), never retried.
 
 ``budget_exceeded`` is never retried. A *run* budget (and the tenant quota)
 ends the run at once: no ``on_error`` route is taken, so a loop cannot spin on
@@ -62,10 +64,8 @@ def before(x: Execution) -> Failed | None:
     """Why attempt ``x`` must not run because of a budget (None: it may run)."""
     run = x.run
     if run.deadline is not None and x.now >= run.deadline:
-        limit = x.plan.budget.max_runtime_ms
-        spent = f"its budget.max_runtime of {format_ms(limit)}" if limit else "its deadline"
-        return Failed("timeout", f"the run passed {spent}; step {x.step.id!r} did not start", timed_out=True,
-                      ends_run="timed_out")
+        return Failed("timeout", f"the run passed {_max_runtime(x)}; step {x.step.id!r} did not start",
+                      timed_out=True, ends_run="timed_out")
     if x.resumed or x.gate:
         return None
     budget = x.plan.budget
@@ -127,7 +127,48 @@ def _run_spent(run, budget, tokens: int, cost: float, calls: int) -> bool:
 
 
 def after(x: Execution, outcome: Outcome) -> Outcome:
-    """``outcome``, or ``budget_exceeded`` (keeping its usage) when what it used went over a budget."""
+    """``outcome``, or ``budget_exceeded`` (keeping its usage) when what it used went over a budget, or a
+    failure that ends the run ``timed_out`` when the run's deadline passed while the attempt ran
+    (:func:`past_deadline`)."""
+    return past_deadline(x, _charged(x, outcome))
+
+
+def _max_runtime(x: Execution) -> str:
+    limit = x.plan.budget.max_runtime_ms
+    return f"its budget.max_runtime of {format_ms(limit)}" if limit else "its deadline"
+
+
+def past_deadline(x: Execution, outcome: Outcome) -> Outcome:
+    """A failure of an attempt the run's deadline overtook ends the run ``timed_out`` (dead-lettered), with or
+    without a retry class and whatever ``on_error`` routes exist: nothing may start past the deadline anyway
+    (:func:`before`), so a retry or a route would only be refused. Two ways: the attempt was *stopped* at the
+    deadline (its timeout was cut there: :meth:`Execution.deadline`; the step is ``timed_out`` and the run is
+    not compensated, as when the sweeper finds it running: :func:`stopped_at_deadline`), or it failed by itself
+    once the deadline had passed (the step's own error is kept in the message). A success stands."""
+    run = x.run
+    if not isinstance(outcome, Failed) or outcome.ends_run is not None or run.deadline is None:
+        return outcome
+    stopped = outcome.timed_out and x.deadline() == run.deadline
+    if not stopped and x.services.clock.now() < run.deadline:
+        return outcome
+    if stopped:
+        message = f"the run passed {_max_runtime(x)} while step {x.step.id!r} ran; the attempt was stopped there"
+    else:
+        message = (f"the run passed {_max_runtime(x)} while step {x.step.id!r} ran; it then failed with "
+                   f"{outcome.error_class}: {outcome.message}")
+    return Failed("timeout", message, timed_out=stopped, ends_run="timed_out", tokens=outcome.tokens,
+                  cost_usd=outcome.cost_usd, tool_calls=outcome.tool_calls, ledger_key=outcome.ledger_key,
+                  ledger_output=outcome.ledger_output, data=outcome.data, detail=outcome.detail)
+
+
+def stopped_at_deadline(x: Execution, step_state: str | None, run_state: str | None) -> bool:
+    """The commit of attempt ``x`` ends the run ``timed_out`` because the run's deadline stopped the attempt while
+    it ran (:func:`past_deadline`; a refusal by :func:`before` is made at or after the deadline, not before)."""
+    return (run_state == "timed_out" and step_state == "timed_out" and x.run.deadline is not None
+            and x.now < x.run.deadline)
+
+
+def _charged(x: Execution, outcome: Outcome) -> Outcome:
     if not isinstance(outcome, (Succeeded, Failed)):
         return outcome
     tokens, cost, calls = outcome.tokens, outcome.cost_usd, outcome.tool_calls

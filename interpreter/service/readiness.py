@@ -1,13 +1,15 @@
 """Whether this process can continue a run: the check before an operator's act changes anything.
 
-Approving, rejecting, cancelling, recovering or redriving a run in a process that then executes its next
+Approving, rejecting, recovering or redriving a run in a process that then executes its next
 steps (the embedded default: an in-process broker) used to change the run first and find out afterwards that
 the process lacked an action module, a model or a trust policy: the approval was consumed, the next step
 failed with ``configuration: unknown action`` and the run was dead-lettered. :func:`require_ready` asks first
 and raises :class:`NotReady` -- nothing changed -- saying what is missing and how to provide it.
 
 A process that does not execute steps itself (a runtime on a shared broker, whose workers do) is not checked:
-the decision is recorded and the run waits for a worker that can continue it.
+the decision is recorded and the run waits for a worker that can continue it. Cancelling is not checked either:
+it runs no action, and the compensations it starts are left, like any step this process lacks, for a process
+that has their actions (:mod:`sealflow.interpreter.engine.capability`).
 """
 
 from __future__ import annotations

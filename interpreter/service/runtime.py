@@ -269,13 +269,15 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         """Cancel the run (``runs:cancel``, or its initiator); a running attempt finishes (its
         ``ctx.cancelled()`` turns true) then it stops. A run already ended is refused with
         :class:`~sealflow.interpreter.store.errors.InvalidOperation` (audited ``cancel_refused``); a run
-        already cancelling or compensating is left as it is."""
+        already cancelling or compensating is left as it is.
+
+        Any process may cancel, whatever action modules it lacks: cancelling runs no action. Compensations do;
+        they are attempts like any step, so a process lacking an undo action leaves its compensation for one that
+        has it (:mod:`sealflow.interpreter.engine.capability`), and that process runs it."""
         self._scoped(run_id, tenant, actor, Operation.CANCEL)
         who = actor or "system"
         reason = _persons_text(reason, "the cancel's reason")
         run = self.store.get_run(run_id)
-        if run.state not in states.RUN_FINAL:  # compensating runs actions: refuse first if they are missing
-            readiness.require_ready(self, run_id, "cancel")
         if run.state in states.RUN_FINAL:  # cancelling / compensating: nothing changes (undoing must finish)
             self._refuse_cancel(run, who)
         # completed steps to undo and nothing running: cancel and start compensating in one commit

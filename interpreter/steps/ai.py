@@ -1,8 +1,9 @@
 """``ai``: one model call through a provider, its output checked before anyone uses it.
 
 The prompt template is rendered; the provider serving ``model`` is asked
-(then each ``fallback`` model in turn when a provider is ``unavailable``, not
-``configuration``-ready, or behind an open circuit breaker: ``circuit_open``; a model configured with
+(then each ``fallback`` model in turn when the call fails with a class of
+:data:`~sealflow.interpreter.core.errors.FALLS_BACK`: ``network``, ``timeout`` (the model's own, not the
+attempt's), ``rate_limited``, ``unavailable``, ``configuration`` or ``circuit_open``; a model configured with
 ``circuit_breaker:`` in the ``models:`` section is called through breaker ``model:<name>``, shared in
 the store); the answer must satisfy ``output_schema`` and the step's ``validate`` rules.
 
@@ -41,7 +42,7 @@ import json
 from typing import Any
 
 from sealflow.dsl import expressions
-from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.errors import FALLS_BACK, StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.execution.breakers import through_model
 from sealflow.interpreter.execution.calls import call
@@ -49,7 +50,6 @@ from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.policy import budgets, limits
 from sealflow.interpreter.steps.checks import schema_failure, validation_failure
 
-FALLBACK_ON = ("unavailable", "configuration", "circuit_open")
 #: the validation layers a refused answer is recorded under
 LAYERS = ("schema", "types", "business_rule", "permission", "risk")
 #: a model call without ``max_tokens`` is capped here (and budgets reserve this worst case)
@@ -166,7 +166,7 @@ def execute(x: Execution) -> Outcome:
             provider = x.services.provider_for(model)
         except StepError as exc:
             failure = Failed(exc.error_class, exc.message, exc.retry_after)
-            if exc.error_class in FALLBACK_ON:
+            if exc.error_class in FALLS_BACK:
                 continue
             return failure
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
@@ -179,7 +179,7 @@ def execute(x: Execution) -> Outcome:
             continue
         if isinstance(outcome, Failed):
             failure = outcome
-            if outcome.error_class in FALLBACK_ON:
+            if outcome.error_class in FALLS_BACK and not outcome.timed_out:  # (timed out: no time is left)
                 continue
             refused = _provider_refusal(outcome, box)
             if refused is None:

@@ -2,9 +2,10 @@
 
 Approving a run that uses a custom action in a process without that action's module used to consume the
 approval, fail the next step with ``configuration: unknown action`` and dead-letter the run. Now ``approve``,
-``reject``, ``cancel`` and ``dlq redrive`` refuse (exit 1), say what is missing and how to provide it, and leave
-the run as it was; with the module, the same command then goes through. ``recover`` leaves such a run as it is
-and recovers the others (tests/cli/test_cli_recover_left.py)."""
+``reject`` and ``dlq redrive`` refuse (exit 1), say what is missing and how to provide it, and leave
+the run as it was; with the module, the same command then goes through. ``cancel`` runs no action, so it is
+accepted anyway: a compensation it starts waits for a process that has the undo action. ``recover`` leaves
+such a run as it is and recovers the others (tests/cli/test_cli_recover_left.py)."""
 
 from __future__ import annotations
 
@@ -135,18 +136,29 @@ def test_approve_without_the_action_module_refuses_and_keeps_the_approval_open(c
     assert code == 0 and json.loads(out)["state"] == "completed", (out, err)
 
 
-@pytest.mark.parametrize("argv", [
-    lambda r: ("reject", r, "--as", "user:ben", "--reason", "no"),
-    lambda r: ("cancel", r, "--as", "user:ann"),
-], ids=["reject", "cancel"])
-def test_operating_a_run_without_its_actions_refuses_before_changing_it(capsys, project, argv):
+def test_rejecting_a_run_without_its_actions_refuses_before_changing_it(capsys, project):
     # Given a waiting run whose steps (or compensation) need a custom action
     run_id = waiting_run(capsys)
     before = state(capsys, run_id)
-    # When an operation that would continue it runs in a process without the action's module
-    code, out, err = cli(capsys, *argv(run_id))
+    # When a rejection, which would continue it, runs in a process without the action's module
+    code, out, err = cli(capsys, "reject", run_id, "--as", "user:ben", "--reason", "no")
     # Then it is refused and the run is as it was
     assert_refused_unchanged(capsys, run_id, before, code, err)
+
+
+def test_cancelling_a_run_without_its_actions_is_accepted_and_leaves_its_compensation_for_a_capable_process(
+        capsys, project):
+    # Given a waiting run whose completed step has a compensation (a custom action)
+    run_id = waiting_run(capsys)
+    # When it is cancelled in a process without the action's module (cancelling runs no action)
+    code, out, err = cli(capsys, "cancel", run_id, "--as", "user:ann", "--json")
+    # Then the cancel is accepted; the compensation waits for a process that has hello.undo
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["state"] == "compensating" and shown["waiting"]["step"] == "first@compensate"
+    # And a process with the module finishes it: the run is cancelled (tests/e2e/test_cancel_without_actions.py)
+    code, out, err = cli(capsys, "recover", "--actions", "hello_actions.py")
+    assert code == 0 and state(capsys, run_id)["state"] == "cancelled", (out, err)
 
 
 def test_dlq_redrive_without_the_action_module_refuses(capsys, project):

@@ -231,7 +231,21 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
     development mode). The steps this process executes pass the trust gate of ``trust`` (else
     ``$SEALFLOW_TRUST``; :func:`executor_gate`). ``record``: every model call is also written to that JSONL
     file; ``replay``: model calls are answered from that file only, no provider is called
-    (:mod:`sealflow.interpreter.providers.recording`)."""
+    (:mod:`sealflow.interpreter.providers.recording`). While it is open, what this process prints has the
+    secrets it resolves redacted (:mod:`sealflow.interpreter.core.redacted_output`)."""
+    from sealflow.interpreter.core import redacted_output
+
+    lift = redacted_output.arm()
+    try:
+        with _runtime(store_url, actions, access=access, demo=demo, trust=trust, record=record, replay=replay) as rt:
+            yield rt
+    finally:
+        lift()
+
+
+@contextlib.contextmanager
+def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, demo: bool, trust: str | None,
+             record: str | None, replay: str | None):
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
     from sealflow.interpreter.service.runtime import Runtime

@@ -243,6 +243,10 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     stop = threading.Event()
     _install_signals(stop)
     _setup_logging(log_format, log_level)
+    from sealflow.interpreter.core import redacted_output
+
+    # what it prints (an action's print(), a traceback) has the secrets it resolves redacted, as its logs do
+    click.get_current_context().call_on_close(redacted_output.arm())
     try:
         up = _wait_for_broker(broker, shown, stop)
     except ValueError as exc:  # a URL redis-py parses only when it connects (a port that is not a number)
