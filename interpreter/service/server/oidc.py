@@ -57,7 +57,7 @@ def _quoted(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value[:64] + ("..." if len(value) > 64 else ""))
     if value is None:
-        return "none"
+        return "(none)"
     return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
         type(value), "not a string")
 
@@ -108,6 +108,8 @@ class OidcVerifier:
             raise TokenRejected("malformed", "the bearer token is neither an API token nor a well-formed JWT "
                                              "(its header must be a JSON object with a string kid and alg)") from None
         kid, alg = header.get("kid"), header.get("alg")
+        if alg is None:
+            raise TokenRejected("algorithm-not-allowed", "the JWT's header names no algorithm (alg)")
         if not isinstance(alg, str) or alg not in self.settings.algorithms:
             allowed = ", ".join(self.settings.algorithms)
             raise TokenRejected("algorithm-not-allowed", f"the JWT's algorithm {_quoted(alg)} is not allowed here "
