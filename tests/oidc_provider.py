@@ -5,7 +5,8 @@ back with a one-use code bound to the request's nonce, PKCE challenge, client an
 endpoint that checks the code, the redirect URI, the client (and its secret, when one is set, by HTTP Basic)
 and the PKCE ``code_verifier`` against the S256 challenge before answering an RS256 ID token signed with
 ``key`` (its ``kid`` pinned by the test's JWKS file). ``overrides`` replace claims of the next ID tokens
-(a wrong nonce, another audience, an expired token); ``key_for_tokens`` signs with another key.
+(a wrong nonce, another audience, an expired token); ``key_for_tokens`` signs with another key, and
+``algorithm_for_tokens`` with another algorithm (ES256 with an EC key: one the pinned RSA key cannot verify).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Provider(LoopbackServer):
         self.codes: dict[str, dict] = {}
         self.overrides: dict = {}
         self.key_for_tokens = None
+        self.algorithm_for_tokens = "RS256"
         self.token_requests: list[dict] = []
         owner = self
 
@@ -89,7 +91,7 @@ class Provider(LoopbackServer):
                 now = int(time.time())
                 claims = {"iss": owner.url, "sub": owner.subject, "aud": owner.client_id, "iat": now,
                           "exp": now + 300, "nonce": grant["nonce"], "tenant": owner.tenant, **owner.overrides}
-                token = jwt.encode(claims, owner.key_for_tokens or owner.key, algorithm="RS256",
+                token = jwt.encode(claims, owner.key_for_tokens or owner.key, algorithm=owner.algorithm_for_tokens,
                                    headers={"kid": owner.kid})
                 return self._json(200, {"access_token": "opaque", "token_type": "Bearer", "id_token": token})
 

@@ -7,6 +7,9 @@ answer. Every request is kept as ``(path, headers (lower-cased), body)``.
 
 The receiver verifies nothing itself: tests check signatures with :func:`standard_webhooks_signature`,
 written here from the Standard Webhooks specification, independently of sealflow's signing code.
+
+:func:`guard_connections` records every connection a test attempts and refuses, before any packet, one to an
+address outside 127.0.0.0/8: the proof that a refused address was refused before a connection was tried.
 """
 
 from __future__ import annotations
@@ -15,8 +18,28 @@ import base64
 import hashlib
 import hmac
 import http.server
+import ipaddress
+import socket
 import threading
 import time
+
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+def guard_connections(monkeypatch) -> list[tuple]:
+    """Patch ``socket.socket.connect`` for the test: every connection attempted is kept as ``(host, port)``, and
+    one to an address outside 127.0.0.0/8 raises AssertionError instead of connecting (no packet leaves)."""
+    attempted: list[tuple] = []
+    real = socket.socket.connect
+
+    def guarded(sock, address):
+        attempted.append(tuple(address[:2]))
+        if ipaddress.ip_address(str(address[0]).split("%")[0]) not in LOOPBACK:
+            raise AssertionError(f"a connection to {address[0]} was attempted")
+        return real(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+    return attempted
 
 
 def standard_webhooks_signature(secret: str, msg_id: str, timestamp: str, body: bytes) -> str:

@@ -157,6 +157,17 @@ def readable_chains(store: Store, access: AccessProvider, principal: str, tenant
     return [t for t in names if t and may_see_tenant(access, t, principal, Operation.AUDIT_READ)]
 
 
+class RunHidden(NotFound):
+    """A run the caller may not see, raised with exactly the words of :func:`unknown_run`. ``event`` is the
+    audited denial (``tenant_denied``, ``operation_denied``) and ``reason`` its reason, for whoever counts
+    denials (the HTTP API's metrics); neither is ever shown to the caller."""
+
+    def __init__(self, message: str, event: str, reason: str):
+        super().__init__(message)
+        self.event = event
+        self.reason = reason
+
+
 def unknown_run(store: Store, run_id: str) -> NotFound:
     """The error for a run that does not exist -- word for word what the store says."""
     return NotFound(f"no run {run_id!r} in {store.url}; list runs with `sealflow status`")
@@ -166,8 +177,9 @@ def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str,
                   tenant: str | None, operation: Operation | str) -> RunRecord:
     """The run, if ``actor`` may do ``operation`` to it and ``tenant`` (a claim; None: any) owns it.
 
-    Otherwise the same :class:`NotFound` as for an unknown id, with one audit event: ``tenant_denied``
-    (another tenant named, or the actor is no member of the run's tenant) or ``operation_denied``. With
+    Otherwise the same :class:`NotFound` as for an unknown id (a :class:`RunHidden`, saying which denial to
+    those who count them), with one audit event: ``tenant_denied`` (another tenant named, or the actor is no
+    member of the run's tenant) or ``operation_denied``. With
     ``actor=None`` (trusted in-process code) only the tenant claim is checked."""
     operation = Operation(operation)
     run = store.get_run(run_id)  # an unknown id raises NotFound itself
@@ -183,8 +195,8 @@ def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str,
         event = "operation_denied" if decision.via == "missing_permission" else "tenant_denied"
         detail.update(tenant=run.tenant, reason=decision.via)
     store.append_audit(AuditEvent(event, None, actor or "unknown", run_id=run_id, detail=detail), now)
-    raise unknown_run(store, run_id)
+    raise RunHidden(str(unknown_run(store, run_id)), event, detail["reason"])
 
 
-__all__ = ["Operation", "OperatorOnly", "Decision", "INITIATOR_MAY", "require_operator", "authorize_run",
+__all__ = ["Operation", "OperatorOnly", "Decision", "INITIATOR_MAY", "RunHidden", "require_operator", "authorize_run",
            "is_operator", "may", "may_see_tenant", "readable_chains", "unknown_run", "visible_runs"]

@@ -120,10 +120,12 @@ def verify(secret: str, headers: Mapping[str, str], body: bytes, *, now: float, 
     if abs(now - timestamp) > tolerance:
         raise EventRefused("unauthenticated", f"webhook-timestamp is {now - timestamp:+.0f} s from now, outside the "
                                               f"{tolerance:.0f} s tolerance: a late or replayed delivery is refused")
-    expected = sign(secret, event_id, timestamp, body).split(",", 1)[1]
+    expected = sign(secret, event_id, timestamp, body).split(",", 1)[1].encode()
     for candidate in signatures.split():
         version, _, value = candidate.partition(",")
-        if version == "v1" and hmac.compare_digest(value, expected):
+        # compared as bytes: a header may carry any byte (read as Latin-1), and compare_digest refuses str
+        # holding non-ASCII characters with a TypeError, which would answer a forged header with a 500
+        if version == "v1" and hmac.compare_digest(value.encode("utf-8", "replace"), expected):
             return event_id, timestamp
     raise EventRefused("unauthenticated", "no webhook-signature matches the body signed with this source's secret")
 

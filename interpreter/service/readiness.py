@@ -169,8 +169,9 @@ def unready(runtime: Any, run_ids: list[str], visible: list[str]) -> tuple[list[
 
 def missing_secrets(runtime: Any, *, files: bool = True) -> list[tuple[str, str]]:
     """``(secret, where it is referenced)`` for every secret this process needs and cannot resolve: the
-    ``api_key`` of each model the runtime configuration defines, and each secret an action it loaded declares
-    (those it executes). Names only, never a value; empty when every one resolves. ``files=False`` leaves out
+    ``api_key`` of each model the runtime configuration defines, each secret an action it loaded declares
+    (those it executes), and the URL and signing secret of each approval notification channel (its deliverer
+    posts to them). Names only, never a value; empty when every one resolves. ``files=False`` leaves out
     the paths of the configuration and the action modules (``/readyz`` answers anonymous callers)."""
     from sealflow.interpreter.providers.config import parse_models
 
@@ -180,6 +181,13 @@ def missing_secrets(runtime: Any, *, files: bool = True) -> list[tuple[str, str]
     for name, model in parse_models(runtime.config.extra.get("models"), source=runtime.config.source).items():
         if model.api_key_secret:
             refs.setdefault(model.api_key_secret, []).append(f"api_key of model {name!r}{source}")
+    notify = getattr(runtime, "notify", None)
+    for name, channel in (notify.channels.items() if notify is not None else ()):
+        where = f"notification channel {name!r} (notifications.channels.{name}){source}"
+        if channel.url_secret:
+            refs.setdefault(channel.url_secret, []).append(f"url of {where}")
+        if channel.secret:
+            refs.setdefault(channel.secret, []).append(f"signing secret of {where}")
     for name, act in services.registry.items():
         code = getattr(act.fn, "__code__", None)
         where = f" in {code.co_filename if code is not None else act.fn.__module__}" if files else ""

@@ -143,7 +143,9 @@ class Store(abc.ABC):
               now: float, running_limit=None, slots=None, slotless: bool = False) -> Claimed:
         """Compare-and-set: take the attempt's lease with a new fencing token, or raise
         :class:`MessageRefused` (after auditing ``message_refused``). A ``tenant`` that is not the
-        run's is refused (``tenant_mismatch``); None skips that check (direct callers, not messages).
+        run's is refused (``tenant_mismatch``): one naming another tenant before anything else is checked
+        (a replayed message with its tenant changed is a cross-tenant attempt, not merely stale), one naming
+        none ("") last; None skips that check (direct callers, not messages).
         ``running_limit(tenant)``: the tenant's bulkhead; a scheduled attempt of a tenant with that
         many attempts running is not claimed: its outbox row is due again shortly and
         :class:`ClaimDeferred` is raised. ``slots(run, attempt, results)``: the lock and pool slots

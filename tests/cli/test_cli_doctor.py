@@ -73,6 +73,46 @@ def test_doctor_is_ready_once_the_secrets_resolve_and_shows_no_value(capsys, pro
     assert "sk-doctor" not in out + err and "hello-secret-value" not in out + err
 
 
+NOTIFY_CONFIG = """\
+notifications:
+  channels:
+    ops:
+      kind: webhook
+      url: https://hooks.example.com/sealflow
+      secret: {secret: DOC_HOOK_SECRET}
+    finance:
+      kind: slack
+      url: {secret: DOC_SLACK_URL}
+"""
+
+
+def test_doctor_names_a_notification_channel_s_missing_secrets_and_where_each_is_referenced(capsys, project,
+                                                                                         monkeypatch):
+    # Given a project whose actions and models have their secrets, and whose notification channels do not:
+    # a webhook's signing secret and a Slack channel's URL
+    (project / "config.yaml").write_text(NOTIFY_CONFIG)
+    (project / "secrets").mkdir()
+    (project / "secrets" / "greeting_key").write_text("hello-secret-value\n")
+    monkeypatch.setenv("SEALFLOW_SECRETS_DIR", str(project / "secrets"))
+    for name in ("SEALFLOW_SECRET_DOC_HOOK_SECRET", "SEALFLOW_SECRET_DOC_SLACK_URL"):
+        monkeypatch.delenv(name, raising=False)
+    # When doctor checks it
+    code, out, err = doctor(capsys)
+    # Then it is not ready (exit 1), naming each secret, its channel and the configuration file, and how to set it
+    assert code == 1, out + err
+    assert "ok       notifications  channels finance, ops" in out
+    assert "secret 'DOC_HOOK_SECRET' (signing secret of notification channel 'ops' (notifications.channels.ops) " \
+           "in " in out and "config.yaml) is not set: set SEALFLOW_SECRET_DOC_HOOK_SECRET" in out
+    assert "secret 'DOC_SLACK_URL' (url of notification channel 'finance' (notifications.channels.finance) in " \
+           in out
+    # And once both are set (the URL a credential), it is ready and shows neither value
+    monkeypatch.setenv("SEALFLOW_SECRET_DOC_HOOK_SECRET", "whsec_ZG9jdG9yLXNpZ25pbmcta2V5")
+    (project / "secrets" / "DOC_SLACK_URL").write_text("https://hooks.slack.com/services/T0/B0/DOCTORSLACKTOKEN\n")
+    code, out, err = doctor(capsys, "--json")
+    assert code == 0 and json.loads(out)["ready"] is True, out + err
+    assert "DOCTORSLACKTOKEN" not in out + err and "ZG9jdG9y" not in out + err
+
+
 def test_doctor_without_a_project_says_so_and_is_ready(capsys, tmp_path, monkeypatch):
     # Given an empty folder (no sealflow.yaml here or above)
     monkeypatch.chdir(tmp_path)

@@ -31,7 +31,9 @@ def write_config(tmp_path, channels, **section) -> str:
     (secrets / "HOOK_SECRET").write_text(SECRET)
     path = tmp_path / "sealflow-config.yaml"
     path.write_text(yaml.safe_dump({"secrets": {"dir": str(secrets)}, "notifications": {
-        "public_url": "https://sealflow.example.com", "channels": channels, **section}}))
+        "public_url": "https://sealflow.example.com", "channels": channels,
+        "allow_networks": ["127.0.0.1/32"],  # the test receivers listen on loopback, refused unless allow-listed
+        **section}}))
     return str(path)
 
 

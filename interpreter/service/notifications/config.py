@@ -7,6 +7,7 @@
       timeout: 10                  # seconds per request (default 10, at most 60)
       max_attempts: 8              # then the delivery is dead-lettered (default 8, at most 50)
       backoff: {first: 5, max: 600}  # seconds: exponential from `first`, capped at `max`, with jitter
+      allow_networks: [10.20.0.0/16]  # optional: non-public addresses channels may reach (none by default)
       channels:
         ops:                       # a channel's name: [a-z][a-z0-9_.-]*
           kind: webhook            # a JSON POST signed per Standard Webhooks
@@ -19,7 +20,10 @@
           url: {secret: SLACK_FINANCE_URL}          # a Slack URL is a credential: a reference only
 
 Every key is checked when the configuration is loaded; a mistake is a :class:`ConfigError` naming its path.
-URLs must be ``http`` or ``https``: which host they reach is the operator's choice (docs/operations.md).
+URLs must be ``http`` or ``https``. Where they may reach is checked at every delivery, after the host name is
+resolved (:class:`~sealflow.interpreter.service.outbound.AddressGuard`): a public address, or one inside
+``allow_networks``; loopback, link-local, private, unspecified, multicast and cloud metadata addresses are
+refused unless allow-listed (docs/operations.md, docs/security.md).
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from typing import Any
 
 from sealflow.interpreter.core.config_maps import config_map
 from sealflow.interpreter.core.errors import ConfigError
-from sealflow.interpreter.service.outbound import url_problem
+from sealflow.interpreter.service.outbound import AddressGuard, Network, parse_networks, url_problem
 
 KINDS = ("webhook", "slack")
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
-_SECTION_KEYS = ("public_url", "timeout", "max_attempts", "backoff", "channels")
+_SECTION_KEYS = ("public_url", "timeout", "max_attempts", "backoff", "allow_networks", "channels")
+#: what a refused address's message names as the way to allow it
+ALLOW_KEY = "notifications.allow_networks"
 _CHANNEL_KEYS = ("kind", "url", "secret", "workflows", "tenants")
 
 
@@ -65,9 +71,16 @@ class NotifyConfig:
     max_attempts: int = 8
     backoff_first: float = 5.0
     backoff_max: float = 600.0
+    #: the non-public networks channels may reach (``allow_networks``); public addresses need no entry
+    allow_networks: tuple[Network, ...] = ()
 
     def link(self, path: str) -> str | None:
         return None if self.public_url is None else self.public_url + path
+
+    @property
+    def guard(self) -> AddressGuard:
+        """Where a delivery may connect (:mod:`sealflow.interpreter.service.outbound`)."""
+        return AddressGuard(self.allow_networks, ALLOW_KEY)
 
 
 def check_url(url: str, where: str) -> str:
@@ -100,9 +113,16 @@ def load(config: Any) -> NotifyConfig:
     if not isinstance(raw_channels, Mapping):
         raise ConfigError(f"{where}.channels: must be a map of channel name to channel")
     channels = {str(name): _channel(str(name), spec, f"{where}.channels.{name}") for name, spec in raw_channels.items()}
+    allowed = raw.get("allow_networks") or []
+    if not isinstance(allowed, list):
+        raise ConfigError(f"{where}.allow_networks: must be a list of IP networks (10.20.0.0/16) or addresses")
+    try:
+        networks = parse_networks(allowed)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.allow_networks: {exc}") from None
     return NotifyConfig(channels, public, _number(raw.get("timeout", 10.0), f"{where}.timeout", 0.5, 60),
                         int(_number(raw.get("max_attempts", 8), f"{where}.max_attempts", 1, 50, integer=True)),
-                        first, most)
+                        first, most, networks)
 
 
 def _number(value: Any, where: str, low: float, high: float, *, integer: bool = False) -> float:

@@ -5,19 +5,25 @@ concurrent deliverers in workers and ``serve`` never post the same row at once) 
 
 * a 2xx answer: ``delivered``;
 * anything else (a non-2xx status, a redirect: redirects are never followed, a timeout, a refused
-  connection, a missing secret): due again after an exponential backoff with jitter
-  (``backoff.first`` * 2^(attempt-1), capped at ``backoff.max``, times a random 0.5-1.0), until
-  ``max_attempts``; then ``failed`` (dead-lettered, audited ``notification_failed``, listed by
-  ``sealflow notifications list --failed``).
+  connection, an address the configuration does not allow, a missing secret): due again after an
+  exponential backoff with jitter (``backoff.first`` * 2^(attempt-1), capped at ``backoff.max``, times a
+  random 0.5-1.0), until ``max_attempts``; then ``failed`` (dead-lettered, audited ``notification_failed``,
+  listed by ``sealflow notifications list --failed``).
 
 Response bodies are neither read beyond a small bound nor stored; what is kept of a failure is the status
 code or the error's class, never a URL (a Slack URL is a credential) or a secret. A delivery never blocks or
 fails a run: the gate opened in its own commit; this runs on its own thread or process.
+
+Every post is guarded (:class:`~sealflow.interpreter.service.outbound.AddressGuard`, from the configuration's
+``allow_networks``): the URL's host is resolved once and the post goes only to those addresses, each public or
+allow-listed; loopback, link-local, private, unspecified, multicast and cloud metadata addresses are refused
+before any connection is made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 import threading
@@ -50,12 +56,15 @@ class Report:
         return bool(self.delivered or self.retried or self.failed)
 
 
-def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
+def post(url: str, body: bytes, headers: dict[str, str], timeout: float, *,
+         guard: outbound.AddressGuard | None = None) -> int:
     """POST ``body`` to ``url``; the status code (:func:`sealflow.interpreter.service.outbound.request`: no
-    redirect followed, a little of the answer read and dropped, every socket operation bounded)."""
+    redirect followed, a little of the answer read and dropped, every socket operation bounded; only to an
+    address ``guard`` allows, None: a guard with nothing allow-listed)."""
     try:
         status, _ = outbound.request("POST", url, body=body, headers={**headers,
-                                     "user-agent": "sealflow-notifications/1"}, timeout=timeout)
+                                     "user-agent": "sealflow-notifications/1"}, timeout=timeout,
+                                     guard=guard or outbound.AddressGuard())
     except outbound.OutboundError as exc:
         raise DeliveryFailed(str(exc)) from None
     return status
@@ -65,11 +74,13 @@ class Deliverer:
     """Posts due deliveries of one store per ``config`` (see the module docstring)."""
 
     def __init__(self, store: Store, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
-                 rng: random.Random | None = None, poster: Callable[[str, bytes, dict[str, str], float], int] = post,
+                 rng: random.Random | None = None,
+                 poster: Callable[[str, bytes, dict[str, str], float], int] | None = None,
                  batch: int = 20, metrics: Any = None):
         self.store, self.config, self.secrets, self.clock = store, config, secrets, clock
         self.rng = rng or random.Random()
-        self.poster = poster
+        #: posts one delivery; by default :func:`post` guarded by the configuration's ``allow_networks``
+        self.poster = poster or functools.partial(post, guard=config.guard)
         self.batch = batch
         #: a :class:`~sealflow.interpreter.service.telemetry.metrics.Metrics` counting attempts, or None
         self.metrics = metrics

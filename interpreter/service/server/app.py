@@ -154,7 +154,8 @@ def _bind(app: FastAPI, settings: ServerSettings, rt: Any, oidc: OidcVerifier | 
 
     app.state.authenticator = Authenticator(rt.store, rt.clock, oidc=oidc, allow_open=settings.allow_open,
                                             limiter=RateLimiter(rt.store, rt.clock, settings.rate, settings.burst,
-                                                                name="principal"))
+                                                                name="principal"),
+                                            metrics=getattr(getattr(rt, "telemetry", None), "metrics", None))
     app.state.ui_sessions = Sessions(rt.store, rt.clock)
     if login is not None:
         from sealflow.interpreter.execution.secrets import chain_for

@@ -6,13 +6,16 @@
 failed authentication is audited (``auth_failed``: the reason, the method, the client address, the token
 id when there is one) and counts against the client address's rate limit, so guessing is slow and a flood
 of failures cannot flood the audit log. Each authenticated principal has its own rate limit. Both limits
-are counted in the store (:mod:`.ratelimit`): every server process on it shares them.
+are counted in the store (:mod:`.ratelimit`): every server process on it shares them. Every failed
+authentication, audited or past the burst, counts in the runtime's metrics
+(``sealflow_policy_denials_total{error_class="unauthenticated", via="api"}``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from fastapi import Request
 
@@ -44,8 +47,10 @@ class Authenticator:
     """Turns a request's ``Authorization`` header into a :class:`Credential` or a 401/429 problem."""
 
     def __init__(self, store: Store, clock: Clock, *, oidc: OidcVerifier | None = None, allow_open: bool = False,
-                 limiter: RateLimiter | None = None, failures: RateLimiter | None = None):
+                 limiter: RateLimiter | None = None, failures: RateLimiter | None = None, metrics: Any = None):
         self.store = store
+        #: the runtime's :class:`~sealflow.interpreter.service.telemetry.metrics.Metrics` (None: not counted)
+        self.metrics = metrics
         self.clock = clock
         self.oidc = oidc
         self.allow_open = allow_open
@@ -87,9 +92,15 @@ class Authenticator:
                           headers={"Retry-After": str(max(1, round(wait + 0.49)))})
         return cred
 
+    def count_failure(self) -> None:
+        """Count one failed authentication in the metrics (a bearer credential, a /ui sign-in)."""
+        if self.metrics is not None:
+            self.metrics.api_denied("unauthenticated")
+
     def _refuse(self, request: Request, reason: str, method: str, message: str, token_id: str | None = None
                 ) -> Problem:
         client = request.client.host if request.client is not None else "unknown"
+        self.count_failure()
         wait = self.failures.take("client:" + client)
         if wait:  # past the burst: refused without another audit event
             return Problem("rate-limited", f"too many failed authentications from {client}; retry in {wait:.0f}s",

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import urllib.parse
 from typing import Any
@@ -32,6 +33,8 @@ from typing import Any
 from sealflow.interpreter.service import outbound
 from sealflow.interpreter.service.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
 from sealflow.interpreter.service.server.tokens import TokenRejected
+
+log = logging.getLogger("sealflow.server")
 
 #: seconds a started login may take to come back
 PENDING_FOR = 600.0
@@ -167,8 +170,10 @@ class LoginFlow:
             status, body = outbound.request("POST", self.token_endpoint, body=urllib.parse.urlencode(form).encode(),
                                             headers=headers, timeout=self.login.timeout, read_at_most=256 * 1024)
             answer = json.loads(body)
-        except outbound.OutboundError as exc:
-            raise LoginRefused("token-endpoint", f"the issuer's token endpoint cannot be reached: {exc}") from None
+        except outbound.OutboundError as exc:  # its words name an exception class: for the log, not the page
+            log.warning("OIDC login: the issuer's token endpoint cannot be reached: %s", exc)
+            raise LoginRefused("token-endpoint", "the issuer's token endpoint cannot be reached (the server's log "
+                                                 "says why)") from None
         except ValueError:
             raise LoginRefused("token-endpoint", "the issuer's token endpoint did not answer JSON") from None
         if status != 200 or not isinstance(answer, dict):

@@ -116,6 +116,26 @@ def from_exception(exc: BaseException) -> Problem | None:
     return None
 
 
+def count(request: Request, exc: BaseException, problem: Problem) -> None:
+    """Count a refusal in the runtime's metrics (``docs/operations.md``, "Metrics"): another tenant's run,
+    approval or dead letter answered as an unknown one (``tenant_denied``) as a cross-tenant attempt; a
+    member's missing permission answered so (``operation_denied``) and every 403 as a policy denial
+    (``unauthorized``). Failed authentications are counted where they are refused (:mod:`.auth`)."""
+    from sealflow.interpreter.policy.operations import RunHidden
+
+    runtime = getattr(request.app.state, "runtime", None)
+    metrics = getattr(getattr(runtime, "telemetry", None), "metrics", None)
+    if metrics is None:
+        return
+    if isinstance(exc, RunHidden):
+        if exc.event == "tenant_denied":
+            metrics.api_denied(cross_tenant=True)
+        else:
+            metrics.api_denied("unauthorized")
+    elif problem.status == 403:
+        metrics.api_denied("unauthorized")
+
+
 def _http_kind(status: int) -> str:
     return {404: "not-found", 405: "method-not-allowed", 413: "body-too-large",
             415: "unsupported-media-type"}.get(status, "http-error")
@@ -130,6 +150,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Problem)
     async def problem(request: Request, exc: Problem) -> JSONResponse:
+        count(request, exc, exc)
         return exc.response(request)
 
     @app.exception_handler(StarletteHTTPException)
@@ -158,6 +179,7 @@ def install(app: FastAPI) -> None:
         problem = from_exception(exc)
         if problem is None:
             return internal(request, exc)
+        count(request, exc, problem)
         return problem.response(request)
 
     app.add_exception_handler(SealflowError, mapped)

@@ -5,9 +5,10 @@ Every name starts with ``sealflow_``; counters end in ``_total``, durations are 
 
 - *events* counted where they happen: the engine calls :meth:`Metrics.attempt_done` once per executed step
   attempt, :meth:`Metrics.refused` for a refused message and :meth:`Metrics.deferred` for a claim put off by a
-  bulkhead, lock or pool; the events route counts signed deliveries; the notification deliverer calls
-  :meth:`Metrics.notification` once per delivery attempt; ``sealflow scheduler`` calls
-  :meth:`Metrics.schedule_error` once per definition it skips;
+  bulkhead, lock or pool; the HTTP API calls :meth:`Metrics.api_denied` for what it refuses (a failed
+  authentication, a 403, another tenant's run answered as unknown); the events route counts signed
+  deliveries; the notification deliverer calls :meth:`Metrics.notification` once per delivery attempt;
+  ``sealflow scheduler`` calls :meth:`Metrics.schedule_error` once per definition it skips;
 - *state* read from the store and the broker at scrape time (:class:`StoreCollector`): runs by state, dead
   letters, breaker states, the outbox and the broker's queue depths.
 
@@ -36,6 +37,8 @@ DENIAL_CLASSES = frozenset({"unauthorized", "policy_denied", "budget_exceeded"})
 #: why ``sealflow scheduler`` skipped a definition: its schedule does not validate (S209), another definition
 #: error, a trust policy refused it, or a slot could not be computed at run time
 SCHEDULE_ERRORS = frozenset({"invalid_schedule", "invalid_definition", "untrusted", "slot_failed"})
+#: the ``via`` of ``sealflow_cross_tenant_attempts_total``: a step message, an API request
+VIAS_CROSS_TENANT = ("message", "api")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -81,12 +84,18 @@ class Metrics:
                                         "step attempts", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
         self.model_tokens = Counter("sealflow_model_tokens", "Model tokens used", ["model"], registry=r)
         self.model_cost = Counter("sealflow_model_cost_usd", "Model cost in US dollars", ["model"], registry=r)
-        self.policy_denials = Counter("sealflow_policy_denials", "Attempts refused before they ran (authorisation, "
-                                      "trust, budget)", ["error_class"], registry=r)
+        self.policy_denials = Counter("sealflow_policy_denials", "Refusals of the access and trust policies: step "
+                                      "attempts refused before they ran (authorisation, trust, budget; via=attempt) "
+                                      "and API requests refused (a failed authentication, a missing permission; "
+                                      "via=api)", ["error_class", "via"], registry=r)
         self.messages_refused = Counter("sealflow_messages_refused", "Step messages refused at claim (stale, "
                                         "duplicate, forged or cross-tenant)", ["reason"], registry=r)
-        self.cross_tenant = Counter("sealflow_cross_tenant_attempts", "Step messages naming another tenant than "
-                                    "their run's", registry=r)
+        self.cross_tenant = Counter("sealflow_cross_tenant_attempts", "Attempts to reach another tenant's runs: step "
+                                    "messages naming another tenant than their run's (via=message), API requests "
+                                    "for a run, approval or dead letter of a tenant the caller is not in (via=api)",
+                                    ["via"], registry=r)
+        for via in VIAS_CROSS_TENANT:  # exposed at 0 from the start, as before the label
+            self.cross_tenant.labels(via)
         self.claims_deferred = Counter("sealflow_claims_deferred", "Claims put off: a bulkhead, lock or pool was "
                                        "full", ["reason"], registry=r)
         self.events = Counter("sealflow_events", "Signed events received, by source and result",
@@ -124,7 +133,7 @@ class Metrics:
             label = outcome_label(outcome)
             error_class = getattr(outcome, "error_class", "") or ""
             if refused is not None and error_class in DENIAL_CLASSES:
-                self.policy_denials.labels(error_class).inc()
+                self.policy_denials.labels(error_class, "attempt").inc()
             self._child(self.step_attempts, kind, label, error_class).inc()
             self._child(self.step_duration, kind, label).observe(seconds)
             if x.attempt.attempt > 1 and not x.resumed:
@@ -150,7 +159,20 @@ class Metrics:
     def refused(self, reason: str) -> None:
         self.messages_refused.labels(reason).inc()
         if reason == "tenant_mismatch":
-            self.cross_tenant.inc()
+            self.cross_tenant.labels("message").inc()
+
+    def api_denied(self, error_class: str | None = None, *, cross_tenant: bool = False) -> None:
+        """One request the HTTP API refused: ``error_class`` ``unauthenticated`` (a failed authentication) or
+        ``unauthorized`` (a 403, or a member's missing permission answered as an unknown run) counts as a policy
+        denial; ``cross_tenant``: a run, approval or dead letter of a tenant the caller is not in (answered as
+        an unknown one). Never raises into a request."""
+        try:
+            if error_class is not None:
+                self.policy_denials.labels(error_class, "api").inc()
+            if cross_tenant:
+                self.cross_tenant.labels("api").inc()
+        except Exception:  # noqa: BLE001 - telemetry must never change an answer
+            log.debug("metrics: API denial not counted", exc_info=True)
 
     def notification(self, kind: str, result: str) -> None:
         """One delivery attempt of a notification channel of ``kind`` (``webhook``, ``slack``; never its URL):

@@ -152,16 +152,17 @@ class StepPathMixin:
             else:
                 att, run = rows.attempt(row[:_N_ATTEMPT]), rows.run(row[_N_ATTEMPT:])
                 before = att.state
-                if att.token != token:
+                if tenant and tenant != run.tenant:  # naming another tenant says the most, whatever else is off
+                    refused = ("tenant_mismatch", f"the message names tenant {tenant!r}, not the run's")
+                elif att.token != token:
                     refused = ("stale_token", f"token {token} is not the attempt's current token")
                 elif not (before == "scheduled" or (before == "waiting" and att.due_at is not None
                                                     and att.due_at <= now)):
                     refused = ("not_claimable", f"attempt is {before}")
                 elif run.state not in states.RUN_CLAIMABLE:
                     refused = ("run_not_active", f"run is {run.state}")
-                elif tenant is not None and tenant != run.tenant:
-                    refused = ("tenant_mismatch", f"the message names tenant {tenant!r}, not the run's"
-                               if tenant else "the message names no tenant")
+                elif tenant is not None and tenant != run.tenant:  # (tenant ""): an older message's shape
+                    refused = ("tenant_mismatch", "the message names no tenant")
             if refused is not None:
                 self._audit(c, now, run_id, step_id, "message_refused", owner, None, None,
                             {"reason": refused[0], "detail": refused[1], "attempt": attempt,

@@ -1,5 +1,8 @@
 """Approval notifications end to end: a gate opens -> delivery rows in its commit -> posts to a real local
-receiver (threaded ``http.server``), signed per Standard Webhooks, retried with backoff, dead-lettered.
+receiver (threaded ``http.server``), signed per Standard Webhooks, retried with backoff, dead-lettered. The
+receivers listen on 127.0.0.1, which a channel reaches only because each runtime here allow-lists it
+(``notifications.allow_networks``); without that, a loopback or any other non-public address is refused
+before any connection.
 
 Given / When / Then in each test.
 """
@@ -16,7 +19,7 @@ import time
 import pytest
 from interp_helpers import S, approval, gate, make_plan
 from prometheus_client.parser import text_string_to_metric_families
-from webhook_receivers import Receiver, standard_webhooks_signature
+from webhook_receivers import Receiver, guard_connections, standard_webhooks_signature
 
 from sealflow.interpreter.execution.actions import action
 from sealflow.interpreter.service.config import RuntimeConfig
@@ -35,6 +38,12 @@ def receiver():
 
 
 @pytest.fixture
+def connects(monkeypatch):
+    """Every connection attempted, as (host, port); one outside 127.0.0.0/8 raises instead of connecting."""
+    return guard_connections(monkeypatch)
+
+
+@pytest.fixture
 def make_runtime(tmp_path, registry, clock):
     """A runtime whose configuration has the given notification channels (secrets in files)."""
     made = []
@@ -47,6 +56,8 @@ def make_runtime(tmp_path, registry, clock):
         return {"text": text, "value": value}
 
     def build(channels: dict, **section) -> Runtime:
+        # the receivers are on 127.0.0.1: allow-listed explicitly, unless a test says otherwise
+        section = {"allow_networks": ["127.0.0.1/32"], **section}
         config = RuntimeConfig.from_dict({"secrets": {"dir": str(secrets)}, "notifications": {
             "public_url": PUBLIC + "/", "backoff": {"first": 1, "max": 4}, "timeout": 2, "channels": channels,
             **section}})
@@ -200,6 +211,47 @@ def test_a_redirect_is_not_followed_and_a_slow_receiver_times_out(make_runtime, 
     errors = {r.channel: r.last_error for r in rt.store.deliveries(run_id=run_id)}
     assert errors == {"moved": "HTTP 302 (a redirect: not followed)", "slow": "timed out after 0.5 s"}
     assert receiver.hits("/elsewhere") == []
+
+
+def test_a_channel_to_a_loopback_receiver_is_refused_before_any_connection_unless_allow_listed(make_runtime,
+                                                                                                receiver, connects):
+    # Given a webhook channel to a receiver on 127.0.0.1, and a configuration that allow-lists nothing
+    channels = {"ops": {"kind": "webhook", "url": receiver.script("/hook", [200]), "secret": {"secret": "HOOK_SECRET"}}}
+    rt = make_runtime(channels, allow_networks=[])
+    run_id = rt.run(approval_plan(), {}, initiator="user:ana").run.id
+    # When delivered
+    assert deliverer(rt).deliver_once().retried == 1
+    # Then the attempt failed before any connection, saying why and how to allow it, without the URL
+    (row,) = rt.store.deliveries(run_id=run_id)
+    assert row.last_error == ("refused before connecting: the URL's host is a loopback address, which is reached "
+                              "only when allow-listed (notifications.allow_networks)")
+    assert connects == [] and receiver.hits("/hook") == []
+    # And with 127.0.0.1 allow-listed, the same receiver gets it
+    allowed = make_runtime(channels, allow_networks=["127.0.0.1/32"])
+    allowed.run(approval_plan(), {}, initiator="user:ana")
+    assert deliverer(allowed).deliver_once().delivered == 1 and len(receiver.hits("/hook")) == 1
+    assert [c[0] for c in connects] == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize("secret_url, kind", [
+    ("http://169.254.169.254/latest/meta-data/iam/security-credentials/TOPSECRETTOKEN", "a cloud metadata address"),
+    ("http://[fd00:ec2::254]/latest/api/TOPSECRETTOKEN", "a cloud metadata address"),
+    ("https://10.0.0.7:8443/services/TOPSECRETTOKEN", "a private address"),
+    ("http://[::ffff:10.0.0.1]:9/TOPSECRETTOKEN", "a private address"),
+])
+def test_a_secret_url_pointing_inside_the_network_is_refused_before_any_connection(make_runtime, connects,
+                                                                                  secret_url, kind):
+    # Given a Slack channel whose URL secret points at a metadata endpoint or the internal network, with only
+    # 127.0.0.1 allow-listed
+    rt = make_runtime({"finance": {"kind": "slack", "url": {"secret": "SLACK_URL"}}})
+    (make_runtime.secrets / "SLACK_URL").write_text(secret_url)
+    run_id = rt.run(approval_plan(), {}, initiator="user:ana").run.id
+    # When delivered
+    assert deliverer(rt).deliver_once().retried == 1
+    # Then nothing was connected to, and the error names the kind of address, never the URL
+    (row,) = rt.store.deliveries(run_id=run_id)
+    assert row.last_error.startswith(f"refused before connecting: the URL's host is {kind}")
+    assert connects == [] and "TOPSECRETTOKEN" not in row.last_error
 
 
 def test_a_slack_channel_posts_an_incoming_webhook_body_to_its_secret_url(make_runtime, receiver, caplog):

@@ -2,8 +2,9 @@
 
 It reads what every command of the project reads (``sealflow.yaml``, the store, the runtime configuration, the
 access and trust policies, the action modules) and checks that every secret this process would need resolves:
-the ``api_key`` of each configured model and each secret an action it loads declares. A missing secret is named
-with where it is referenced and how to set it, never a value. Exit 0 when ready, 1 when something is missing,
+the ``api_key`` of each configured model, each secret an action it loads declares, and the URL and signing
+secret of each approval notification channel. A missing secret is named with where it is referenced and how to
+set it, never a value. Exit 0 when ready, 1 when something is missing,
 2 when a file cannot be read (the usual usage error, naming it). ``/readyz`` of ``sealflow serve`` makes the
 same secret check (service/readiness.py).
 """
@@ -25,8 +26,8 @@ from sealflow.cli.session import open_runtime, project, project_actions, trust_p
 @trust_options
 @json_flag(None)
 def doctor(actions, store_url, access_path, trust, bundle, pin_version, as_json) -> None:
-    """Check that this project is ready here: project file, store, access and trust policies, actions, models
-    and the secrets they need. Exit 1 when a secret (or anything else) is missing."""
+    """Check that this project is ready here: project file, store, access and trust policies, actions, models,
+    notification channels and the secrets they need. Exit 1 when a secret (or anything else) is missing."""
     from sealflow.interpreter.policy.access import is_open
     from sealflow.interpreter.service.readiness import describe_missing_secrets, missing_secrets
 
@@ -49,11 +50,15 @@ def doctor(actions, store_url, access_path, trust, bundle, pin_version, as_json)
                      else "none of your own (the demo world's only; actions: in sealflow.yaml)"))
         models = sorted(rt.config.extra.get("models") or {})
         rows.append(("models", "ok", ", ".join(models) if models else "the local model only"))
+        channels = sorted(rt.notify.channels)
+        rows.append(("notifications", "ok", f"channels {', '.join(channels)}" if channels
+                     else "no channels (notifications: in the runtime configuration)"))
         missing = missing_secrets(rt)
         if missing:
             rows += [("secret", "missing", line) for line in describe_missing_secrets(missing).splitlines()]
         else:
-            rows.append(("secrets", "ok", "every secret the models and actions declare resolves"))
+            rows.append(("secrets", "ok", "every secret the models, actions and notification channels need "
+                                          "resolves"))
     ready = all(state != "missing" for _, state, _ in rows)
     if as_json:
         click.echo(json.dumps({"ready": ready, "checks": [{"what": w, "state": s, "detail": d} for w, s, d in rows]},

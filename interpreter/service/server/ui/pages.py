@@ -117,6 +117,7 @@ def sign_in_failed(request: Request, reason: str, method: str, token_id: str | N
     """Audit a refused sign-in (``auth_failed``), unless the client is past its burst of failures."""
     rt, auth = request.app.state.runtime, request.app.state.authenticator
     client = request.client.host if request.client is not None else "unknown"
+    auth.count_failure()
     if auth.failures.take("client:" + client):
         return
     detail = {"reason": reason, "method": method, "client": client, "path": request.url.path}
@@ -250,6 +251,7 @@ async def decide(request: Request, run_id: str, step_id: str) -> Response:
         problem = exc if isinstance(exc, Problem) else problems.from_exception(exc)
         if problem is None:
             raise
+        problems.count(request, exc, problem)
         return _page("approvals.html", problem.status, session=session, gates=_gates(rt, session),
                      error=f"refused: {problem.detail}")
     done = "approved" if body.decision == "approve" else "rejected"
@@ -290,13 +292,16 @@ def run_page(request: Request, run_id: str) -> Response:
     try:
         status = rt.status(run_id, tenant=session.tenant, actor=session.principal)
     except Exception as exc:  # noqa: BLE001 - unknown and unreadable runs look the same
-        if problems.from_exception(exc) is None:
+        problem = problems.from_exception(exc)
+        if problem is None:
             raise
+        problems.count(request, exc, problem)
         return _page("base.html", 404, session=session, error=f"no run {run_id[:80]} that you may read")
     try:
         trail = rt.audit(run_id, tenant=session.tenant, actor=session.principal)
         audit_note = None
     except Exception as exc:  # noqa: BLE001 - reading the audit trail needs audit:read
+        # (not counted as a denial: the page shows the run it may read, and notes the trail it may not)
         if problems.from_exception(exc) is None:
             raise
         trail, audit_note = [], "You may not read this run's audit trail (audit:read)."

@@ -195,6 +195,34 @@ def test_readiness_fails_naming_a_secret_an_action_needs_never_its_value(rt, kno
         assert answer.json() == {"status": "ready"} and "tok-9f8e7d6c5b4a" not in answer.text
 
 
+def test_readiness_fails_naming_a_notification_channel_s_missing_secret_never_its_value(rt, known, settings,
+                                                                                        monkeypatch):
+    # Given a server whose runtime delivers approval notifications to a Slack channel whose URL is a secret no
+    # provider holds, and to a webhook whose signing secret is missing too
+    from sealflow.interpreter.service import notifications
+    from sealflow.interpreter.service.config import RuntimeConfig
+
+    for name in ("SEALFLOW_SECRET_RDY_SLACK_URL", "SEALFLOW_SECRET_RDY_HOOK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    rt.config = RuntimeConfig.from_dict({"notifications": {"channels": {
+        "finance": {"kind": "slack", "url": {"secret": "RDY_SLACK_URL"}},
+        "ops": {"kind": "webhook", "url": "https://hooks.example.com/x", "secret": {"secret": "RDY_HOOK_SECRET"}}}}},
+        source="/etc/sealflow/runtime.yaml")
+    rt.notify = notifications.install(rt)
+    with TestClient(create_app(settings, rt), raise_server_exceptions=False) as client:
+        # When /readyz is asked, Then it is a 503 naming each secret and its channel, without the file's path
+        problem = problem_of(client.get("/readyz"), "not-ready", 503)
+        assert "secret 'RDY_SLACK_URL' (url of notification channel 'finance' (notifications.channels.finance)) " \
+               "is not set: set SEALFLOW_SECRET_RDY_SLACK_URL" in problem["detail"]
+        assert "secret 'RDY_HOOK_SECRET' (signing secret of notification channel 'ops'" in problem["detail"]
+        assert "/etc/sealflow" not in problem["detail"]
+        # And once both are set, the server is ready, and neither value appears in the answer
+        monkeypatch.setenv("SEALFLOW_SECRET_RDY_SLACK_URL", "https://hooks.slack.com/services/T/B/RDYSLACKTOKEN")
+        monkeypatch.setenv("SEALFLOW_SECRET_RDY_HOOK_SECRET", "whsec_cmR5LXNpZ25pbmcta2V5")
+        answer = client.get("/readyz")
+        assert answer.json() == {"status": "ready"} and "RDYSLACKTOKEN" not in answer.text
+
+
 def test_text_no_store_holds_in_a_request_is_refused_or_kept_replaced_never_a_500(client, mint, rt):
     # Given JSON bodies whose strings hold a lone surrogate escape (valid JSON, not valid Unicode) or a NUL
     alice, bob = mint(), mint("user:bob")

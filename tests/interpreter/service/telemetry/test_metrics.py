@@ -97,7 +97,32 @@ def test_a_refused_cross_tenant_message_is_counted(runtime, registry):
     # Then it was refused and counted as a cross-tenant attempt
     families = scrape(runtime.telemetry.metrics.exposition().decode())
     assert value(families, "sealflow_messages_refused_total", reason="tenant_mismatch") == 1
-    assert value(families, "sealflow_cross_tenant_attempts_total") == 1
+    assert value(families, "sealflow_cross_tenant_attempts_total", via="message") == 1
+
+
+def test_a_replayed_message_with_its_tenant_changed_counts_as_cross_tenant_not_merely_stale(runtime, registry):
+    # Given a run of acme whose first message was handled (its token is spent), and a run of acme that ended
+    plan = flaky_plan(registry)
+    runtime.submit(plan, {}, initiator="user:ana", tenant="acme")
+    (real,) = runtime.store.take_outbox(runtime.clock.now())
+    runtime.engine.handle(*real)
+    ended = runtime.run(plan, {}, initiator="user:ana", tenant="acme", until="final")
+    assert ended.state == "completed"
+    first = ended.attempts[0]
+    # When the spent message is replayed naming globex, and a message naming globex arrives for the ended run
+    runtime.engine.handle(real.run_id, real.step_id, real.attempt, real.token, "globex")
+    runtime.engine.handle(ended.run.id, first.step_id, first.attempt, first.token, "globex")
+    # Then both are refused as naming another tenant (audited so) and counted as cross-tenant attempts
+    refused = [e.detail["reason"] for e in runtime.store.audit(None) if e.event == "message_refused"]
+    assert refused == ["tenant_mismatch", "tenant_mismatch"]
+    families = scrape(runtime.telemetry.metrics.exposition().decode())
+    assert value(families, "sealflow_cross_tenant_attempts_total", via="message") == 2
+    assert value(families, "sealflow_messages_refused_total", reason="stale_token") == 0
+    # And the same spent message naming its own tenant is merely stale, not cross-tenant
+    runtime.engine.handle(*real)
+    families = scrape(runtime.telemetry.metrics.exposition().decode())
+    assert value(families, "sealflow_messages_refused_total", reason="stale_token") == 1
+    assert value(families, "sealflow_cross_tenant_attempts_total", via="message") == 2
 
 
 def test_a_worker_serves_its_metrics_on_its_own_port(runtime):
@@ -128,7 +153,7 @@ def test_an_attempt_refused_by_policy_is_counted_as_a_denial(runtime, registry):
     # Then the attempt was refused before it ran, and counted as a policy denial
     assert status.state == "failed"
     families = scrape(runtime.telemetry.metrics.exposition().decode())
-    assert value(families, "sealflow_policy_denials_total", error_class="unauthorized") == 1
+    assert value(families, "sealflow_policy_denials_total", error_class="unauthorized", via="attempt") == 1
 
 
 def test_a_finished_runs_duration_is_counted_from_the_engines_record_without_reading_the_run(runtime, registry):
