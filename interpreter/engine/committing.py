@@ -11,7 +11,6 @@ result: nothing to do; an approval that moved on: tell the caller) is the caller
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -92,20 +91,20 @@ def outlast(clock: Clock, lease_end: float | None, what: str) -> Callable[[Store
     """An ``unavailable`` handler for :func:`commit_retrying`: while the attempt's lease lasts (``lease_end``, on
     ``clock``), wait for a store that could not take its commit (disk full, read-only, the database away) and
     try again, so that a short outage costs the step nothing. Past it, give up: the lease runs out, the sweeper
-    requeues the attempt and it runs again (a loss, not a failure: engine.poison)."""
+    requeues the attempt and it runs again (a loss, not a failure: engine.poison). Waits on ``clock``."""
     state: dict = {"until": None, "delay": RETRY_FIRST_S}
 
     def wait(exc: StoreUnavailable) -> bool:
-        now = time.monotonic()
-        if state["until"] is None:  # first failure: the lease's time left, measured on this process's own clock
-            left = (lease_end - clock.now()) if lease_end is not None else 0.0
+        now = clock.now()
+        if state["until"] is None:  # first failure: the lease's time left
+            left = (lease_end - now) if lease_end is not None else 0.0
             state["until"] = now + min(left - MARGIN_S, RETRY_MAX_S)
             log.warning("%s: the store could not take its commit (%s); trying again while its lease lasts", what, exc)
         if now + state["delay"] >= state["until"]:
             log.error("%s: the store still could not take its commit (%s); giving up: its lease will run out and "
                       "the step will run again", what, exc)
             return False
-        time.sleep(state["delay"])
+        clock.sleep(state["delay"])
         state["delay"] = min(state["delay"] * 2, 2.0)
         return True
 

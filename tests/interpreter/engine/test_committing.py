@@ -53,3 +53,31 @@ def test_given_endless_conflicts_when_committing_then_it_gives_up_with_the_calle
     with pytest.raises(ConcurrencyError, match="run r1 kept changing"):
         commit_retrying(store, FakeClock(), lambda: "c", gave_up="run r1 kept changing; try again")
     assert commit_retrying(ScriptedStore(*[ConcurrencyError("m")] * TRIES), FakeClock(), lambda: "c") is None
+
+
+def test_given_a_store_that_cannot_take_a_commit_for_a_while_when_the_lease_lasts_then_the_same_commit_goes_in():
+    # Given a store away for three tries (disk full, read-only, the database restarting) and a lease of 30 s
+    from sealflow.interpreter.engine.committing import outlast
+    from sealflow.interpreter.store.errors import StoreUnavailable
+
+    clock = FakeClock()
+    store = ScriptedStore(*(StoreUnavailable("disk full") for _ in range(3)))
+    # When the step commits
+    done = commit_retrying(store, clock, lambda: "c", unavailable=outlast(clock, clock.now() + 30, "step"))
+    # Then the same commit was tried again after waiting on the clock (0.1 + 0.2 + 0.4 s), and went in
+    assert done is not None and store.commits == ["c"] * 4
+    assert clock.now() == pytest.approx(1_700_000_000.7)
+
+
+def test_given_a_store_away_past_the_lease_when_committing_then_it_gives_up_before_the_lease_ends():
+    # Given a store away for good and a lease of 5 s
+    from sealflow.interpreter.engine.committing import MARGIN_S, outlast
+    from sealflow.interpreter.store.errors import StoreUnavailable
+
+    clock = FakeClock()
+    start = clock.now()
+    store = ScriptedStore(*(StoreUnavailable("read-only") for _ in range(100)))
+    # When the step commits, Then it gives up with the store's error, within the lease less its margin
+    with pytest.raises(StoreUnavailable, match="read-only"):
+        commit_retrying(store, clock, lambda: "c", unavailable=outlast(clock, start + 5, "step"))
+    assert clock.now() - start <= 5 - MARGIN_S and len(store.commits) > 2

@@ -168,7 +168,7 @@ def test_the_run_deadline_mid_map_times_the_run_out_and_cancels_its_items(world,
     kids = world.rt.store.children(run_id)
     assert [k.state for k in kids[2:]] == ["cancelled"] * 3
     # and the running items were stopped by the same deadline (it bounds every item's attempt too)
-    assert all((k.state, k.error_class) in (("failed", "timeout"), ("cancelling", "cancelled"),
+    assert all((k.state, k.error_class) in (("timed_out", "timeout"), ("cancelling", "cancelled"),
                                             ("cancelled", "cancelled")) for k in kids[:2])
     assert {r[0] for r in world.rows("SELECT label FROM intervals")} <= {"hold0", "hold1"}
 
