@@ -28,7 +28,7 @@ from sealflow.interpreter.engine.capability import (
     secrets_missing,
     step_lacks,
 )
-from sealflow.interpreter.store.errors import InvalidOperation
+from sealflow.interpreter.store.errors import InvalidOperation, PlanTampered
 
 __all__ = ["HOW", "NotReady", "describe", "lacks", "plan_actions", "plan_models", "require_ready"]
 
@@ -163,6 +163,31 @@ def unready(runtime: Any, run_ids: list[str], visible: list[str]) -> tuple[list[
                      "lacks": [list(lack) for lack in missing],
                      "how": [describe_lack(kind, name) for kind, name in missing]})
     return left, list(hidden), ids
+
+
+# -- a run whose stored plan is not what its digest says (engine/integrity.py) -------------------------
+
+#: what to do about a run refused for its tampered plan ({run}: its id)
+HOW_TAMPERED = ("restore that row of the store's plans table from a backup (or delete it and submit the definition "
+                "again), then `sealflow dlq redrive {run}`")
+#: what becomes of such a run still in progress
+PENDING_TAMPERED = "the process that takes its next step fails it into the dead-letter list"
+
+
+def plan_refusal(runtime: Any, run: Any) -> PlanTampered | None:
+    """Why ``run``'s stored plan is not to be trusted (:class:`PlanTampered`), or None: it is what its digest
+    says (:func:`sealflow.interpreter.engine.integrity.load_plan`, through the engine's cache)."""
+    try:
+        runtime.engine.plan(run.plan_digest)
+    except PlanTampered as exc:
+        return exc
+    return None
+
+
+def refused_entry(run: Any, exc: PlanTampered) -> dict:
+    """``recover``'s entry for a run refused for its tampered plan."""
+    return {"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version, "plan": exc.digest,
+            "reason": str(exc), "how": HOW_TAMPERED.format(run=run.id)}
 
 
 # -- readiness of the process: the secrets it needs -------------------------------------------------

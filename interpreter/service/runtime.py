@@ -51,7 +51,7 @@ from sealflow.interpreter.service.submitting import Submitting
 from sealflow.interpreter.service.sweeper import Sweeper
 from sealflow.interpreter.store import open_store
 from sealflow.interpreter.store.base import AuditEvent, AuditRecord, Message, Store
-from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation
+from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, PlanTampered
 
 
 def _persons_text(text: str, what: str) -> str:
@@ -137,7 +137,12 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _past_deadline(self, run_id: str) -> bool:
-        return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
+        try:
+            return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
+        except PlanTampered as exc:  # no compensation from a plan not to be believed: the sweep times it out
+            logging.getLogger("sealflow.runtime").error("run %s passed its deadline and is timed out without "
+                                                        "compensation: %s", run_id, exc)
+            return False
 
     def send(self, message: Message, priority: str | None = None) -> None:
         """Enqueue ``message`` on the queue of its run's priority (``priority`` when the caller has it, else
