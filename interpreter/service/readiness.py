@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.interpreter.core.states import RUN_FINAL, STEP_ACTIVE
 from sealflow.interpreter.engine.capability import (
     HOW,
     chain_of,
@@ -77,8 +77,21 @@ def note_left(runtime: Any, status: Any, *, here: bool = True) -> Any:
     processes left it (``left_by``: who, from the store's ``step.left`` events, with what they lacked), so
     ``sealflow status`` in any process says why; ``lacks_here``: whether this process lacks it too.
     ``here=False`` (a process that does not execute steps: the HTTP API): only what the store says
-    (``lacks_here`` None)."""
-    if status.waiting is not None or status.run.state in RUN_FINAL:
+    (``lacks_here`` None).
+
+    A run in progress whose stored plan is not what its digest says (:mod:`sealflow.interpreter.engine.integrity`),
+    whatever holds it, says that instead: ``{"kind": "plan_tampered", "step", "plan", "reason", "how"}`` (the
+    process that takes its next step refuses it); nothing else of its plan is read."""
+    if status.run.state in RUN_FINAL:
+        return status
+    refusal = plan_refusal(runtime, status.run)
+    if refusal is not None:
+        current = next((a for a in reversed(status.attempts) if a.state in STEP_ACTIVE), None)
+        status.waiting = {"kind": "plan_tampered", "step": None if current is None else current.step_id,
+                          "plan": refusal.digest, "reason": str(refusal),
+                          "how": f"{PENDING_TAMPERED}; {HOW_TAMPERED.format(run=status.run.id)}"}
+        return status
+    if status.waiting is not None:
         return status
     missing = runtime.engine.left.get(status.run.id) if here else None
     left_here = bool(missing)
@@ -182,6 +195,16 @@ def plan_refusal(runtime: Any, run: Any) -> PlanTampered | None:
     except PlanTampered as exc:
         return exc
     return None
+
+
+def require_trusted(runtime: Any, run_id: str, verb: str) -> None:
+    """Before an operator's act that would use ``run_id``'s plan (approve, reject, resolve, cancel, redrive):
+    :class:`PlanTampered` naming the act and the run when that plan is not what its digest says; nothing is
+    changed (the act would have taken its steps, gates or compensations from it)."""
+    run = runtime.store.get_run(run_id)
+    refusal = plan_refusal(runtime, run)
+    if refusal is not None:
+        raise refusal.refusing(f"{verb} run {run.id} ({run.workflow} v{run.workflow_version})")
 
 
 def refused_entry(run: Any, exc: PlanTampered) -> dict:

@@ -107,6 +107,7 @@ class Repair:
         run = self._scoped(run_id, tenant, actor, Operation.REDRIVE)
         actor = actor or "operator"
         compensation.check_redrive(run)
+        readiness.require_trusted(self, run_id, "redrive")  # PlanTampered: its plan is not what its digest says
         readiness.require_ready(self, run_id, "redrive")
         plan = self.engine.plan(run.plan_digest)
         step_id = run.cursor_step or plan.start

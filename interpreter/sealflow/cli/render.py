@@ -130,7 +130,11 @@ def print_outcome(status) -> None:
         w = status.waiting
         flags = repeat_flags()
         flags = f" {flags}" if flags else ""
-        if w.get("kind") == "approval":
+        if w.get("kind") == "plan_tampered":  # nothing of its plan is shown or used (engine/integrity.py)
+            where = f" at {w['step']}" if w.get("step") else ""
+            click.echo(f"refused{where}: {w.get('reason')}")
+            click.echo(f"  {w.get('how')}")
+        elif w.get("kind") == "approval":
             approvers = w.get("approvers") or []
             others = [a for a in approvers if a != run.initiator]  # nobody approves their own run
             who = others[0] if len(others) == 1 and not str(others[0]).startswith("role:") else "PRINCIPAL"
