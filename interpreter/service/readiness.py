@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.interpreter.core.states import RUN_FINAL, STEP_ACTIVE
 from sealflow.interpreter.engine.capability import (
     HOW,
     chain_of,
@@ -28,7 +28,7 @@ from sealflow.interpreter.engine.capability import (
     secrets_missing,
     step_lacks,
 )
-from sealflow.interpreter.store.errors import InvalidOperation
+from sealflow.interpreter.store.errors import InvalidOperation, PlanTampered
 
 __all__ = ["HOW", "NotReady", "describe", "lacks", "plan_actions", "plan_models", "require_ready"]
 
@@ -77,8 +77,21 @@ def note_left(runtime: Any, status: Any, *, here: bool = True) -> Any:
     processes left it (``left_by``: who, from the store's ``step.left`` events, with what they lacked), so
     ``sealflow status`` in any process says why; ``lacks_here``: whether this process lacks it too.
     ``here=False`` (a process that does not execute steps: the HTTP API): only what the store says
-    (``lacks_here`` None)."""
-    if status.waiting is not None or status.run.state in RUN_FINAL:
+    (``lacks_here`` None).
+
+    A run in progress whose stored plan is not what its digest says (:mod:`sealflow.interpreter.engine.integrity`),
+    whatever holds it, says that instead: ``{"kind": "plan_tampered", "step", "plan", "reason", "how"}`` (the
+    process that takes its next step refuses it); nothing else of its plan is read."""
+    if status.run.state in RUN_FINAL:
+        return status
+    refusal = plan_refusal(runtime, status.run)
+    if refusal is not None:
+        current = next((a for a in reversed(status.attempts) if a.state in STEP_ACTIVE), None)
+        status.waiting = {"kind": "plan_tampered", "step": None if current is None else current.step_id,
+                          "plan": refusal.digest, "reason": str(refusal),
+                          "how": f"{PENDING_TAMPERED}; {HOW_TAMPERED.format(run=status.run.id)}"}
+        return status
+    if status.waiting is not None:
         return status
     missing = runtime.engine.left.get(status.run.id) if here else None
     left_here = bool(missing)
@@ -163,6 +176,41 @@ def unready(runtime: Any, run_ids: list[str], visible: list[str]) -> tuple[list[
                      "lacks": [list(lack) for lack in missing],
                      "how": [describe_lack(kind, name) for kind, name in missing]})
     return left, list(hidden), ids
+
+
+# -- a run whose stored plan is not what its digest says (engine/integrity.py) -------------------------
+
+#: what to do about a run refused for its tampered plan ({run}: its id)
+HOW_TAMPERED = ("restore that row of the store's plans table from a backup (or delete it and submit the definition "
+                "again), then `sealflow dlq redrive {run}`")
+#: what becomes of such a run still in progress
+PENDING_TAMPERED = "the process that takes its next step fails it into the dead-letter list"
+
+
+def plan_refusal(runtime: Any, run: Any) -> PlanTampered | None:
+    """Why ``run``'s stored plan is not to be trusted (:class:`PlanTampered`), or None: it is what its digest
+    says (:func:`sealflow.interpreter.engine.integrity.load_plan`, through the engine's cache)."""
+    try:
+        runtime.engine.plan(run.plan_digest)
+    except PlanTampered as exc:
+        return exc
+    return None
+
+
+def require_trusted(runtime: Any, run_id: str, verb: str) -> None:
+    """Before an operator's act that would use ``run_id``'s plan (approve, reject, resolve, cancel, redrive):
+    :class:`PlanTampered` naming the act and the run when that plan is not what its digest says; nothing is
+    changed (the act would have taken its steps, gates or compensations from it)."""
+    run = runtime.store.get_run(run_id)
+    refusal = plan_refusal(runtime, run)
+    if refusal is not None:
+        raise refusal.refusing(f"{verb} run {run.id} ({run.workflow} v{run.workflow_version})")
+
+
+def refused_entry(run: Any, exc: PlanTampered) -> dict:
+    """``recover``'s entry for a run refused for its tampered plan."""
+    return {"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version, "plan": exc.digest,
+            "reason": str(exc), "how": HOW_TAMPERED.format(run=run.id)}
 
 
 # -- readiness of the process: the secrets it needs -------------------------------------------------

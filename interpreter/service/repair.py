@@ -15,6 +15,7 @@ from sealflow.interpreter.store.base import (
     DeadLetterRecord,
     NextAttempt,
 )
+from sealflow.interpreter.store.errors import PlanTampered
 
 
 class Repair:
@@ -30,16 +31,29 @@ class Repair:
         steps are left unclaimed for a process that has what they need, :mod:`.capability`): ``runs_left``
         names each one the caller may read with what it lacks and how to provide it, ``runs_left_unreadable``
         counts the others and ``lacks_unreadable`` says what they lack
-        (:func:`~sealflow.interpreter.service.readiness.unready`)."""
+        (:func:`~sealflow.interpreter.service.readiness.unready`).
+
+        A run whose stored plan is not what its digest says (:mod:`sealflow.interpreter.engine.integrity`) never
+        stops the recovery of the others: it is not repaired from that plan, its due step is refused by the
+        engine as anywhere (the run fails into the dead-letter list), and, with ``leave_unready``,
+        ``runs_refused`` names each one the caller may read (``run_id``, ``workflow``, ``version``, ``plan``,
+        ``reason``, ``how``) and ``runs_refused_unreadable`` counts the others."""
         def visible(run_ids: list[str]) -> list[str]:
             return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
 
         left: list[dict] = []
         hidden: list[tuple[str, str]] = []
         unready: set[str] = set()
+        tampered: dict[str, tuple] = {}  # run id -> (its record, PlanTampered)
         if leave_unready:
             active = self.store.active_runs()
-            left, hidden, unready = readiness.unready(self, active, visible(active))
+            for run_id in active:
+                run = self.store.get_run(run_id)
+                refusal = readiness.plan_refusal(self, run)
+                if refusal is not None:
+                    tampered[run_id] = (run, refusal)
+            trusted = [r for r in active if r not in tampered]
+            left, hidden, unready = readiness.unready(self, trusted, visible(trusted))
         expired = recovery.expire_dead_owners(self.store, self.clock.now(), self.owner)
         reset = 0
         if isinstance(self.broker, StubBroker) and not self._dispatch_reset:
@@ -48,18 +62,26 @@ class Repair:
         report = self.sweeper.sweep()
         repaired = []
         for run_id in self.store.stalled_runs():
-            if run_id in unready:
-                continue  # left as it is for a process that can continue it
-            for message in self.engine.repair(run_id):
+            if run_id in unready or run_id in tampered:
+                continue  # left as it is for a process that can continue it; never repaired from a tampered plan
+            try:
+                messages = self.engine.repair(run_id)
+            except PlanTampered as exc:  # (found here when not looked for above)
+                tampered[run_id] = (self.store.get_run(run_id), exc)
+                continue
+            for message in messages:
                 self.send(message)
             repaired.append(run_id)
         sent = self.dispatcher.flush()
+        shown = set(visible(list(tampered)))
+        refused = [readiness.refused_entry(run, exc) for run_id, (run, exc) in tampered.items() if run_id in shown]
         return {"leases_of_dead_workers": expired, "messages_resent": reset, "leases_expired": report.leases_expired,
                 "timers_fired": report.timers_fired, "runs_timed_out": report.runs_timed_out,
                 "runs_repaired": visible(repaired), "dispatched": sent,
                 "runs_in_flight": visible(self.store.active_runs()), "runs_left": left,
                 "runs_left_unreadable": len(unready) - len(left),
-                "lacks_unreadable": [list(lack) for lack in hidden]}
+                "lacks_unreadable": [list(lack) for lack in hidden], "runs_refused": refused,
+                "runs_refused_unreadable": len(tampered) - len(refused)}
 
     # -- dead letters and audit --------------------------------------------------------------------
     def dlq_list(self, *, tenant: str | None = None, actor: str | None = None) -> list[DeadLetterRecord]:
@@ -85,6 +107,7 @@ class Repair:
         run = self._scoped(run_id, tenant, actor, Operation.REDRIVE)
         actor = actor or "operator"
         compensation.check_redrive(run)
+        readiness.require_trusted(self, run_id, "redrive")  # PlanTampered: its plan is not what its digest says
         readiness.require_ready(self, run_id, "redrive")
         plan = self.engine.plan(run.plan_digest)
         step_id = run.cursor_step or plan.start

@@ -51,7 +51,7 @@ from sealflow.interpreter.service.submitting import Submitting
 from sealflow.interpreter.service.sweeper import Sweeper
 from sealflow.interpreter.store import open_store
 from sealflow.interpreter.store.base import AuditEvent, AuditRecord, Message, Store
-from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation
+from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, PlanTampered
 
 
 def _persons_text(text: str, what: str) -> str:
@@ -137,7 +137,12 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _past_deadline(self, run_id: str) -> bool:
-        return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
+        try:
+            return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
+        except PlanTampered as exc:  # no compensation from a plan not to be believed: the sweep times it out
+            logging.getLogger("sealflow.runtime").error("run %s passed its deadline and is timed out without "
+                                                        "compensation: %s", run_id, exc)
+            return False
 
     def send(self, message: Message, priority: str | None = None) -> None:
         """Enqueue ``message`` on the queue of its run's priority (``priority`` when the caller has it, else
@@ -251,6 +256,7 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         """Before acting on a run: a caller who may not is told there is no such run, then a process that
         would execute the run's steps but lacks what they need refuses (nothing changed; readiness.py)."""
         self._scoped(run_id, tenant, actor, operation)
+        readiness.require_trusted(self, run_id, verb)  # PlanTampered: its plan is not what its digest says
         readiness.require_ready(self, run_id, verb)
 
     def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
@@ -273,13 +279,17 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
 
         Any process may cancel, whatever action modules it lacks: cancelling runs no action. Compensations do;
         they are attempts like any step, so a process lacking an undo action leaves its compensation for one that
-        has it (:mod:`sealflow.interpreter.engine.capability`), and that process runs it."""
+        has it (:mod:`sealflow.interpreter.engine.capability`), and that process runs it. A run whose stored
+        plan is not what its digest says is refused (:class:`~sealflow.interpreter.store.errors.PlanTampered`,
+        nothing changed): what to undo comes from that plan."""
         self._scoped(run_id, tenant, actor, Operation.CANCEL)
         who = actor or "system"
         reason = _persons_text(reason, "the cancel's reason")
         run = self.store.get_run(run_id)
         if run.state in states.RUN_FINAL:  # cancelling / compensating: nothing changes (undoing must finish)
             self._refuse_cancel(run, who)
+        if run.state in states.RUN_ACTIVE:  # its compensations would come from its plan: refused if tampered
+            readiness.require_trusted(self, run_id, "cancel")
         # completed steps to undo and nothing running: cancel and start compensating in one commit
         try:
             if not compensation.cancel(self.store, self.engine.plan, self.clock, run_id, actor=who, reason=reason):

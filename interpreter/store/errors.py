@@ -80,3 +80,10 @@ class PlanTampered(StoreError):
         super().__init__(f"the stored plan {digest} does not match its digest ({why}): its row in the store's plans "
                          "table was altered or corrupted, so it is not executed")
         self.digest, self.why = digest, why
+
+    def refusing(self, what: str) -> PlanTampered:
+        """This refusal, said of an operator's act that would use the plan (``what``: "cancel run R (W v1)"),
+        refused before anything changed."""
+        refused = PlanTampered(self.digest, self.why)
+        refused.args = (f"cannot {what}: {self}; nothing was changed",)
+        return refused

@@ -130,7 +130,11 @@ def print_outcome(status) -> None:
         w = status.waiting
         flags = repeat_flags()
         flags = f" {flags}" if flags else ""
-        if w.get("kind") == "approval":
+        if w.get("kind") == "plan_tampered":  # nothing of its plan is shown or used (engine/integrity.py)
+            where = f" at {w['step']}" if w.get("step") else ""
+            click.echo(f"refused{where}: {w.get('reason')}")
+            click.echo(f"  {w.get('how')}")
+        elif w.get("kind") == "approval":
             approvers = w.get("approvers") or []
             others = [a for a in approvers if a != run.initiator]  # nobody approves their own run
             who = others[0] if len(others) == 1 and not str(others[0]).startswith("role:") else "PRINCIPAL"
@@ -194,6 +198,30 @@ def print_recovered(results: dict, report: dict) -> None:
     if left or unreadable:
         click.echo(f"provide what is missing, then `sealflow recover{_flags()}` continues them (or a worker that has "
                    "it does)")
+    print_refused(report)
+
+
+def print_refused(report: dict) -> None:
+    """``sealflow recover``: each run refused for its stored plan (engine/integrity.py), with the reason, what
+    became of it and what to do."""
+    from sealflow.interpreter.service.readiness import PENDING_TAMPERED
+
+    refused, unreadable = report.get("runs_refused") or [], report.get("runs_refused_unreadable") or 0
+    if not refused and not unreadable:
+        return
+    click.echo(f"refused {len(refused) + unreadable} run(s): the stored plan does not match its digest, so they are "
+               "not executed")
+    for entry in refused:
+        state = entry.get("state")
+        click.echo(f"  {entry['run_id']} ({entry['workflow']} v{entry['version']}): refused"
+                   f"{f', {state}' if state else ''}: {entry['reason']}")
+        if state == "cancelled":  # an operator's cancel stood: nothing to redrive
+            continue
+        pending = "" if state in FAILED_STATES else f"{PENDING_TAMPERED}; "
+        click.echo(f"    {pending}{entry['how']}")
+    if unreadable:
+        click.echo(f"  {unreadable} run(s) you may not read: refused for the same reason; an operator's `sealflow "
+                   "recover` names them")
 
 
 def lacks_names(lacks: list) -> str:

@@ -30,6 +30,7 @@ TYPES: dict[str, tuple[int, str]] = {
     "invalid-operation": (409, "Not possible in the run's current state"),
     "payload-changed": (409, "The approval payload changed"),
     "definition-refused": (409, "Definition refused by the registry"),
+    "plan-tampered": (409, "Stored plan does not match its digest"),
     "body-too-large": (413, "Request body too large"),
     "unsupported-media-type": (415, "Unsupported media type"),
     "invalid-request": (422, "Invalid request"),
@@ -84,6 +85,7 @@ def from_exception(exc: BaseException) -> Problem | None:
         IdempotencyConflict,
         InvalidOperation,
         NotFound,
+        PlanTampered,
         StoreError,
     )
 
@@ -109,6 +111,9 @@ def from_exception(exc: BaseException) -> Problem | None:
         return Problem("invalid-input", text, error_class=exc.error_class)
     if isinstance(exc, AccessPolicyError):
         return Problem("forbidden", f"the access policy cannot be used, so nothing is allowed: {text}")
+    if isinstance(exc, PlanTampered):  # the run exists; its plan is not to be trusted: not the store's outage
+        return Problem("plan-tampered", f"{text}; restore that row of the store's plans table from a backup (or "
+                                        "delete it and submit the definition again)", plan=exc.digest)
     if isinstance(exc, StoreError):
         logging.getLogger("sealflow.server").warning("store error: %s", exc)
         return Problem("store-unavailable", "the state store did not answer; try again shortly",

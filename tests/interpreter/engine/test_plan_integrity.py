@@ -153,5 +153,6 @@ def test_given_a_run_refused_for_its_tampered_plan_when_an_operator_redrives_it_
     code = main(["dlq", "redrive", run_id])
     err = capsys.readouterr().err
     # Then it is refused with what is wrong and what to do, not an internal error
-    assert code == 1 and "refused: the stored plan" in err and "does not match its digest" in err, err
+    assert code == 1 and f"refused: cannot redrive run {run_id} (test-flow v1): the stored plan" in err, err
+    assert "does not match its digest" in err and "nothing was changed" in err
     assert "hint: restore that row" in err and "internal error" not in err

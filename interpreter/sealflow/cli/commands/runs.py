@@ -265,16 +265,20 @@ def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, a
 def recover(actions, store_url, principal, tenant, access_path, as_json):
     """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. A run this process
     cannot continue (it lacks an action module, a model, a secret or the trust policy) is left as it is and
-    listed with what it lacks; exit 0 once it recovered every run it could. The report names only runs of
-    --tenant that you may read."""
+    listed with what it lacks; a run whose stored plan does not match its digest is refused (its due step
+    fails it into the dead-letter list, as on any process) and listed with the reason; exit 0 once it
+    recovered every run it could. The report names only runs of --tenant that you may read."""
     with open_runtime(store_url, actions, access=access_path) as rt:
         report = rt.recover(actor=principal, tenant=tenant, leave_unready=True)
         left = {entry["run_id"] for entry in report["runs_left"]}
+        refused = {entry["run_id"]: entry for entry in report["runs_refused"]}
         touched = [r for r in dict.fromkeys(report["runs_repaired"] + report["runs_in_flight"]) if r not in left]
-        results = {run_id: rt.drive(run_id).state for run_id in touched}
+        results = {run_id: rt.drive(run_id).state for run_id in touched if run_id not in refused}
+        for run_id, entry in refused.items():  # driven too: the engine refuses a due step of such a run
+            entry["state"] = rt.drive(run_id).state
         if as_json:
-            click.echo(json.dumps({"report": report, "runs": results, "left": report["runs_left"]}, indent=2,
-                                  default=str))
+            click.echo(json.dumps({"report": report, "runs": results, "left": report["runs_left"],
+                                   "refused": report["runs_refused"]}, indent=2, default=str))
         else:
             render.print_recovered(results, report)
 

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from sealflow.interpreter.policy.authz import member_permissions
+from sealflow.interpreter.service import readiness
 from sealflow.interpreter.service.server import problems, tokens
 from sealflow.interpreter.service.server.auth import Credential
 from sealflow.interpreter.service.server.problems import Problem
@@ -27,6 +28,7 @@ from sealflow.interpreter.service.server.schemas import Decision
 from sealflow.interpreter.service.server.tokens import TokenRejected
 from sealflow.interpreter.service.server.ui.sessions import COOKIE, Session, Sessions
 from sealflow.interpreter.store.base import AuditEvent
+from sealflow.interpreter.store.errors import PlanTampered
 from sealflow.interpreter.store.records import RunQuery
 
 CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -276,6 +278,8 @@ def _graph(rt: Any, digest: str) -> str:
 
     try:
         plan = rt.engine.plan(digest)
+    except PlanTampered:  # nothing of a plan that is not what its digest says is shown (engine/integrity.py)
+        return "(not shown: the run's stored plan does not match its digest, so it is not to be trusted)"
     except Exception:  # noqa: BLE001 - a page still shows the run without its graph
         return "(the plan is not available)"
     return "\n".join(f"{node} -> {', '.join(nexts) or '(end)'}" for node, nexts in adjacency(plan).items())
@@ -305,7 +309,7 @@ def run_page(request: Request, run_id: str) -> Response:
         if problems.from_exception(exc) is None:
             raise
         trail, audit_note = [], "You may not read this run's audit trail (audit:read)."
-    run = status_json(status)
+    run = status_json(readiness.note_left(rt, status, here=False))  # (a tampered plan: said in place of a wait)
     audit = [{"seq": a.seq, "at": _when(a.ts), "kind": a.event, "actor": a.actor, "step": a.step_id,
               "detail": json.dumps(a.detail, sort_keys=True, default=str) if a.detail else ""} for a in trail]
     return _page("run.html", session=session, run=run, input_text=_json(run["input"]),
