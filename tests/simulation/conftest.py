@@ -8,36 +8,12 @@ so that two runs of the suite explore the same schedules, and a longer run more 
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-CI_SCHEDULES = {"sqlite": 120, "postgres": 25}
-LONG_SCHEDULES = 100_000
-
-
-def _whole(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit():
-        raise pytest.UsageError(f"{name}={raw!r}: give a whole number")
-    return int(raw)
-
-
-def sim_seeds(config: pytest.Config, backend: str) -> list[int]:
-    one = _whole("SEALFLOW_SIM_SEED")
-    if one is not None:
-        return [one]
-    count = _whole("SEALFLOW_SIM_SCHEDULES")
-    if count is None:
-        count = LONG_SCHEDULES if "simulation" in (config.getoption("markexpr") or "") else CI_SCHEDULES[backend]
-    first = _whole("SEALFLOW_SIM_FIRST") or 1
-    return list(range(first, first + count))
+from simsize import whole
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    long = "simulation" in (config.getoption("markexpr") or "") or _whole("SEALFLOW_SIM_SCHEDULES")
+    long = "simulation" in (config.getoption("markexpr") or "") or whole("SEALFLOW_SIM_SCHEDULES")
     for item in items:
         if item.get_closest_marker("simulation") is not None and long and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(0))  # the long form runs for hours; its size bounds it

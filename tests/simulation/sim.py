@@ -4,7 +4,7 @@ One *schedule* is a seed. From it the scheduler draws everything that happens, o
 thread: runs submitted, the outbox dispatched into a simulated broker, messages delivered to simulated
 workers (each a real :class:`~sealflow.interpreter.engine.engine.Engine` with its own owner id) in any order,
 duplicated or dropped, the sweeper, the clock moving (small steps, lease expiries, timers), and faults at every
-numbered point of an attempt:
+numbered point of an attempt (and the clock stepping back a few seconds, as a host's may):
 
 ====================  ===========================================================================
 ``before_claim``      the worker dies holding the message, before it claims it
@@ -517,8 +517,12 @@ class World:
                 self.advance(self.rng.choice((0.5, 2.0, 5.0)))
             elif roll < 0.76:
                 self.advance(self.rng.choice((REDELIVER_AFTER + 1, TIMEOUT_S + 10, TIMEOUT_S * 2)))
-            elif roll < 0.79:
+            elif roll < 0.78:
                 self.advance(self.rng.choice((3600.0, 7300.0)))
+            elif roll < 0.79:  # the host's clock stepped back (NTP): leases and timers are measured on it
+                back = self.rng.choice((0.5, 2.0, 5.0))
+                self.clock._now -= back
+                self.note(f"clock -{back:.1f}s")
             elif roll < 0.84 and paused:
                 self.resume(self.rng.choice(paused))
             elif roll < 0.90:
@@ -584,6 +588,11 @@ def check(world: World) -> dict:
         if any((a.error_message or "").startswith("stale writer") for a in attempts):
             problems.append(f"{label}: a current execution was refused as a stale writer (its fence was not the "
                             "largest)")
+        # a lost attempt never fails a run on its own: only a person's "failed", or nobody deciding in time
+        if run.state == "failed" and run.error_class == "worker_lost" and not (
+                "judged the lost attempt failed" in (run.error_message or "")
+                or "nobody decided" in (run.error_message or "")):
+            problems.append(f"{label} failed for a lost attempt: {run.error_message}")
         if any(a.error_class == "internal" for a in attempts):
             problems.append(f"{label} has an attempt failed as internal (an engine bug): "
                             f"{[a.error_message for a in attempts if a.error_class == 'internal']}")

@@ -14,8 +14,8 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import sim_seeds
-from sim import World, check, compile_plans, run_schedule
+from sim import World, compile_plans, run_schedule
+from simsize import sim_seeds
 
 from sealflow.interpreter.store import open_store
 
