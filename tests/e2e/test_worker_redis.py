@@ -80,12 +80,19 @@ class Deployment:
         return done.stdout.strip()
 
     def run_states(self, run_ids) -> dict[str, str]:
-        conn = sqlite3.connect(f"file:{self.tmp / 'state.db'}?mode=ro", uri=True, timeout=10)
+        from sealflow.interpreter.store import NotFound, open_store
+
+        store = open_store(self.store)
         try:
-            marks = ",".join("?" * len(run_ids))
-            return dict(conn.execute(f"SELECT id, state FROM runs WHERE id IN ({marks})", list(run_ids)).fetchall())
+            states = {}
+            for run_id in run_ids:
+                try:
+                    states[run_id] = store.get_run(run_id).state
+                except NotFound:
+                    pass
+            return states
         finally:
-            conn.close()
+            store.close()
 
     def wait_completed(self, run_ids, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -248,7 +255,30 @@ def test_given_two_workers_under_a_policy_when_ten_runs_are_submitted_then_all_c
     assert deployment.stop("a") == 0 and deployment.stop("b") == 0
 
 
-def test_given_a_worker_killed_in_the_middle_of_a_step_then_another_worker_finishes_the_run(deployment):
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_store_deployment(request, tmp_path):
+    """A deployment on SQLite, or on a PostgreSQL schema of its own (the shared test server)."""
+    d = Deployment(tmp_path, redis_or_skip())
+    schema = None
+    if request.param == "postgres":
+        sys.path.insert(0, str(ROOT / "tests" / "interpreter"))
+        import pg_helpers
+
+        schema = pg_helpers.Schema()
+        d.store = schema.url(migrate="1")
+        policy = tmp_path / "access.yaml"  # a shared store refuses open development mode
+        policy.write_text(json.dumps({"tenants": {"default": {"roles": {"crash": ["crash:write"]},
+                                                              "members": {"user:ana": ["crash"]}}}}))
+        d.env.update(SEALFLOW_ACCESS=str(policy), SEALFLOW_USER="ana")
+    yield d
+    d.close()
+    if schema is not None:
+        schema.drop()
+
+
+def test_given_a_worker_killed_in_the_middle_of_a_step_then_another_worker_finishes_the_run(any_store_deployment):
+    # Given a workflow with no retry class (a lost attempt is not a failed try: it runs again), on each store
+    deployment = any_store_deployment
     # worker a hangs in step two after its effect; worker b starts while a holds the step's lease
     deployment.start_worker("a", env={"CRASH_AT": "two:after"})
     deployment.wait_ready("a")
