@@ -18,6 +18,10 @@ for ever. A message that has waited in a worker's buffer longer than ``starvatio
 higher priority, oldest first. So each priority keeps moving at no less than its prefetch
 (2 x threads messages) every ``starvation_after`` seconds, whatever runs above it.
 
+**What a worker holds.** At DEBUG (``sealflow worker --log-level debug``) the work queue logs each step message
+a consumer hands it, before any thread can take it (``run R: step S attempt N: fetched from QUEUE; K waiting
+for a thread``): what a worker has buffered, and in what order its threads will find it.
+
 This module relies on Dramatiq's ``Worker.work_queue`` (a ``PriorityQueue`` of items with
 ``priority`` and ``_queued_time``, Dramatiq 2.x): :func:`install_guard` replaces it before the worker
 starts.
@@ -26,6 +30,7 @@ starts.
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -38,6 +43,8 @@ PRIORITIES = ("critical", "high", "normal", "low")
 #: the Dramatiq actor priority of each run priority (lower goes first)
 ACTOR_PRIORITY = {"critical": 0, "high": 10, "normal": 20, "low": 30}
 DEFAULT_STARVATION_AFTER = 10.0
+
+log = logging.getLogger("sealflow.priority")
 
 
 def queue_for(base: str, priority: str) -> str:
@@ -83,6 +90,12 @@ class AgingQueue(PriorityQueue):
         super().__init__()
         self.starvation_ns = int(starvation_after * 1e9)
 
+    def _put(self, item: Any) -> None:
+        heapq.heappush(self.queue, item)
+        if log.isEnabledFor(logging.DEBUG):  # (under the queue's lock: written before a thread can take it)
+            log.debug("%s: fetched from %s; %d waiting for a thread", _named(getattr(item, "message", None)),
+                      getattr(getattr(item, "message", None), "queue_name", "?"), len(self.queue))
+
     def _get(self) -> Any:
         queue = self.queue
         if len(queue) > 1:
@@ -97,6 +110,15 @@ class AgingQueue(PriorityQueue):
                     heapq.heapify(queue)
                     return item
         return heapq.heappop(queue)
+
+
+def _named(message: Any) -> str:
+    """``run R: step S attempt N`` of a step message, or what else it is (the actor refuses a malformed one)."""
+    args = getattr(message, "args", None)
+    if isinstance(args, (tuple, list)) and len(args) >= 3:
+        run_id, step_id, attempt = (str(a)[:100] for a in args[:3])  # (not checked yet: bounded)
+        return f"run {run_id}: step {step_id} attempt {attempt}"
+    return f"a message that is not a step message ({getattr(message, 'message_id', '?')})"
 
 
 def install_guard(worker: Any, starvation_after_s: float) -> None:

@@ -1,7 +1,9 @@
 """The receiver of the chaos workflow's effects: a real HTTP server (in the test's process, which no chaos
 touches) that honours idempotency keys as a payment API does. The first POST with a key applies the effect
 and returns a receipt; a later POST with the same key and body is a duplicate: suppressed, answered with
-the first receipt; the same key with another body is refused (422). It counts every delivery."""
+the first receipt; the same key with another body is refused (422). It counts every delivery, and each key's.
+The hosts variant (test_chaos_hosts.py) builds it inside the services namespace, bound to all of that
+namespace's addresses (``host="0.0.0.0"``: only the test's own links)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.lock = threading.Lock()
         self.deliveries = 0
+        self.per_key: Counter = Counter()  # idempotency key -> deliveries
         self.suppressed = 0
         self.conflicts: list[tuple[str, dict, dict]] = []
         self.applied: dict[str, dict] = {}  # idempotency key -> the body that applied it
@@ -46,15 +49,17 @@ class Receiver:
             def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: thousands of requests
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effects"
+        self.port = self.server.server_address[1]
+        self.url = f"http://{host}:{self.port}/effects"
         self.thread = threading.Thread(target=self.server.serve_forever, name="chaos-receiver", daemon=True)
         self.thread.start()
 
     def deliver(self, key: str, body: dict) -> tuple[int, dict]:
         with self.lock:
             self.deliveries += 1
+            self.per_key[key] += 1
             first = self.applied.get(key)
             if first is None:
                 self.applied[key] = body

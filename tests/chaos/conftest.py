@@ -2,6 +2,8 @@
 
 How many runs: ``$SEALFLOW_CHAOS_RUNS`` if set; else 300 when the chaos suite was asked for by name
 (``pytest -m chaos``); else 30, the bounded size the default suite (``python -m pytest -q``, CI) runs.
+The hosts variant (test_chaos_hosts.py: workers in network namespaces, partitions) runs 12 and 120 instead
+(``hosts_chaos_size``; ``$SEALFLOW_CHAOS_RUNS`` sets it too): its partitions last 15 s and more.
 Each chaos test gets a ``pytest-timeout`` that grows with its size (the test's own stall check fires
 first, with a diagnosis), and its counts are printed at the end of the session, also under ``-q``.
 """
@@ -14,16 +16,18 @@ import pytest
 
 CI_RUNS = 30
 LOCAL_RUNS = 300
+HOSTS_CI_RUNS = 12
+HOSTS_LOCAL_RUNS = 120
 _REPORT = pytest.StashKey[list]()
 
 
-def chaos_runs(config: pytest.Config) -> int:
+def chaos_runs(config: pytest.Config, ci: int = CI_RUNS, local: int = LOCAL_RUNS) -> int:
     raw = os.environ.get("SEALFLOW_CHAOS_RUNS", "").strip()
     if raw:
         if not raw.isdigit() or int(raw) < 1:
             raise pytest.UsageError(f"SEALFLOW_CHAOS_RUNS={raw!r}: give a whole number of runs, 1 or more")
         return int(raw)
-    return LOCAL_RUNS if "chaos" in (config.getoption("markexpr") or "") else CI_RUNS
+    return local if "chaos" in (config.getoption("markexpr") or "") else ci
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,6 +40,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def chaos_size(request) -> int:
     return chaos_runs(request.config)
+
+
+@pytest.fixture
+def hosts_chaos_size(request) -> int:
+    return chaos_runs(request.config, HOSTS_CI_RUNS, HOSTS_LOCAL_RUNS)
 
 
 @pytest.fixture

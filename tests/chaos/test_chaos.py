@@ -142,9 +142,9 @@ class Submitter(threading.Thread):
     per run), each under its own idempotency key: a submit cut off by a PostgreSQL restart is sent again with
     the same key, and the store creates the run at most once."""
 
-    def __init__(self, url: str, policy: Path, n: int, window: float):
+    def __init__(self, url: str, policy: Path, n: int, window: float, workflow: Path = WORKFLOW):
         super().__init__(name="chaos-submitter", daemon=True)
-        self.url, self.policy, self.n, self.window = url, policy, n, window
+        self.url, self.policy, self.n, self.window, self.workflow = url, policy, n, window, workflow
         self.run_ids: list[str] = []
         self.retries = 0
         self.error: BaseException | None = None
@@ -155,7 +155,7 @@ class Submitter(threading.Thread):
         from sealflow.interpreter.service.runtime import Runtime
         from sealflow.interpreter.store import StoreUnavailable
 
-        plan = compile_file(WORKFLOW)
+        plan = compile_file(self.workflow)
         began = time.monotonic()
         try:
             with Runtime(self.url, access=access_provider(str(self.policy))) as rt:

@@ -125,3 +125,21 @@ def test_given_the_runtime_config_then_starvation_after_is_read_and_checked():
         starvation_after({"priority": {"starvation_after": "soon"}})
     with pytest.raises(ConfigError, match="starvation_after"):
         starvation_after({"priority": {"starve": 1}})
+
+
+def test_given_debug_logging_when_a_step_message_is_buffered_then_the_worker_says_so_before_a_thread_takes_it(caplog):
+    # Given a worker's work queue, and a step message as a consumer hands it over (and a message of another shape)
+    class Fetched:
+        def __init__(self, args, queue_name="q.critical"):
+            self.args, self.queue_name, self.message_id = args, queue_name, "m-1"
+
+    queue = AgingQueue(10.0)
+    # When they are put on it at DEBUG
+    with caplog.at_level("DEBUG", logger="sealflow.priority"):
+        queue.put(_WorkQueueItem(0, Fetched(("run_1", "mark", 2, 77))))
+        queue.put(_WorkQueueItem(30, Fetched(("x",), "q.low")))
+    # Then each is named, with its queue and how many wait, while both are still in the queue
+    assert [r.getMessage() for r in caplog.records] == [
+        "run run_1: step mark attempt 2: fetched from q.critical; 1 waiting for a thread",
+        "a message that is not a step message (m-1): fetched from q.low; 2 waiting for a thread"]
+    assert queue.qsize() == 2 and queue.get().message.args == ("run_1", "mark", 2, 77)
