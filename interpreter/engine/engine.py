@@ -53,16 +53,11 @@ from sealflow.interpreter.execution.secrets import redact_commit
 from sealflow.interpreter.execution.timeouts import AttemptRunner
 from sealflow.interpreter.policy import authz, budgets, coordination, trustgate
 from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
+from sealflow.interpreter.providers.registry import provider_lookup
 from sealflow.interpreter.steps import EXECUTORS
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
-from sealflow.interpreter.store.errors import (
-    ClaimDeferred,
-    FencingError,
-    InvalidOperation,
-    MessageRefused,
-    NotFound,
-)
+from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
 from sealflow.interpreter.store.records import Committed, LazyResults
 
 log = logging.getLogger("sealflow.engine")
@@ -71,27 +66,6 @@ _CANCEL_RECHECK_S = 0.5
 #: plans kept in memory at most (each with its step index); past it the cache starts again, so a long-lived
 #: worker that meets ever new plans (definitions edited and resubmitted) does not grow without bound
 PLANS_MAX = 1024
-
-
-def provider_lookup(providers: Any) -> Callable[[str], Any]:
-    """Normalise ``providers`` (a registry with ``get``, a mapping, or a callable) to ``model -> provider``."""
-    if providers is None:
-        def missing(model: str) -> Any:
-            raise StepError("configuration", f"no model providers are configured, so model {model!r} cannot be "
-                                             "called; pass providers=... to the runtime")
-        return missing
-    if isinstance(providers, Mapping):
-        def from_mapping(model: str) -> Any:
-            found = providers.get(model)
-            if found is None:
-                raise StepError("configuration", f"unknown model {model!r}; known: {', '.join(sorted(providers))}")
-            return found
-        return from_mapping
-    if hasattr(providers, "get"):
-        return providers.get
-    if callable(providers):
-        return providers
-    raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
 
 
 class Engine(Claiming):
@@ -404,19 +378,11 @@ class Engine(Claiming):
             if att is None or att.state != "waiting":
                 raise InvalidOperation(f"run {run_id} has no {what} waiting (it is {run.state}); see "
                                        f"`sealflow status {run_id}`")
-            base, gate = split_step_id(att.step_id)
+            base = split_step_id(att.step_id)[0]
             if step_id is not None and step_id not in (att.step_id, base):
                 raise InvalidOperation(f"run {run_id} is waiting at step {att.step_id!r}, not {step_id!r}")
             x = self.execution(run, att, self.store.results(run_id), resumed=False)
-            unknown = poison.OUTCOME_UNKNOWN in att.data
-            if unknown != lost:
-                raise InvalidOperation(
-                    f"run {run_id} waits for a person to decide the outcome of step {base!r}'s lost attempt, not "
-                    f"for an approval: use `sealflow resolve {run_id}`" if unknown else
-                    f"run {run_id} is waiting at step {base!r}, which is not a lost attempt's decision")
-            if not lost and not gate and x.step.kind != "approval" and "opened_at" not in att.data:
-                raise InvalidOperation(f"run {run_id} is waiting at {x.step.kind} step {base!r}, which is not an "
-                                       "approval")
+            poison.check_waits_for(x, lost=lost)
             decided = decide(x)  # an outcome, or (outcome, audit events of the decision)
             outcome, events = decided if isinstance(decided, tuple) else (decided, ())
             commit = flow.decide(x, outcome, actor=actor, counts_step=False)

@@ -30,6 +30,7 @@ from sealflow.dsl.durations import format_ms
 from sealflow.interpreter.core.ids import is_compensation
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Waiting
 from sealflow.interpreter.execution.context import Execution
+from sealflow.interpreter.store.errors import InvalidOperation
 
 #: consecutive losses of one step's attempt after which it is poison (the runtime configuration's default)
 DEFAULT_LOST_ATTEMPTS = 3
@@ -129,3 +130,17 @@ def _undecided(x: Execution) -> Failed:
     return Failed("worker_lost", f"nobody decided the outcome of step {x.step_id!r}'s lost attempt within {after} "
                                  f"({gate.get('observed', 'its attempt was lost')}); it is not run again",
                   no_retry=True, detail={"decision": "outcome_unknown_expired", "lost": gate.get("lost")})
+
+
+def check_waits_for(x: Execution, *, lost: bool) -> None:
+    """Refuse (:class:`InvalidOperation`) a person's decision that is not what the waiting attempt ``x`` waits
+    for: an approval's (``lost`` False) or a lost attempt's unknown outcome (``lost`` True)."""
+    run_id, base = x.run.id, x.step.id
+    unknown = OUTCOME_UNKNOWN in x.attempt.data
+    if unknown != lost:
+        raise InvalidOperation(
+            f"run {run_id} waits for a person to decide the outcome of step {base!r}'s lost attempt, not for an "
+            f"approval: use `sealflow resolve {run_id}`" if unknown else
+            f"run {run_id} is waiting at step {base!r}, which is not a lost attempt's decision")
+    if not lost and not x.gate and x.step.kind != "approval" and "opened_at" not in x.attempt.data:
+        raise InvalidOperation(f"run {run_id} is waiting at {x.step.kind} step {base!r}, which is not an approval")

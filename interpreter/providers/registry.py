@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.providers.base import Provider
 
@@ -55,3 +58,24 @@ class ProviderRegistry:
         except StepError:
             return False
         return True
+
+
+def provider_lookup(providers: Any) -> Callable[[str], Any]:
+    """Normalise ``providers`` (a registry with ``get``, a mapping, or a callable) to ``model -> provider``."""
+    if providers is None:
+        def missing(model: str) -> Any:
+            raise StepError("configuration", f"no model providers are configured, so model {model!r} cannot be "
+                                             "called; pass providers=... to the runtime")
+        return missing
+    if isinstance(providers, Mapping):
+        def from_mapping(model: str) -> Any:
+            found = providers.get(model)
+            if found is None:
+                raise StepError("configuration", f"unknown model {model!r}; known: {', '.join(sorted(providers))}")
+            return found
+        return from_mapping
+    if hasattr(providers, "get"):
+        return providers.get
+    if callable(providers):
+        return providers
+    raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")
