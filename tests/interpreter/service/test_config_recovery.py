@@ -29,5 +29,5 @@ def test_given_a_lost_attempts_out_of_range_then_it_is_refused_naming_it(value):
 
 @pytest.mark.parametrize("value", ["forever", "0s", "31d", "500ms", 3600, True, "-1h"])
 def test_given_an_outcome_unknown_timeout_that_is_not_a_duration_in_range_then_it_is_refused(value):
-    with pytest.raises(ConfigError, match=r"runtime.yaml: outcome_unknown_timeout: .* is not a duration from 1s to 30d"):
+    with pytest.raises(ConfigError, match=r"outcome_unknown_timeout: .* is not a duration from 1s to 30d"):
         RuntimeConfig.from_dict({"outcome_unknown_timeout": value}, source="runtime.yaml")
