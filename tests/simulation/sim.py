@@ -19,7 +19,8 @@ numbered point of an attempt (and the clock stepping back a few seconds, as a ho
 ====================  ===========================================================================
 
 and the failures an action can have (``unavailable``, ``timeout``). A person answers what waits for one
-(approvals; lost attempts whose outcome is unknown, deciding by looking at the target as a person would).
+(approvals; lost attempts whose outcome is unknown, deciding by looking at the target as a person would), and
+now and then cancels a run (its completed steps with a ``compensate`` are undone).
 Then faults stop, paused workers resume, and the world is driven until every run has ended (a bound on the
 rounds: past it, something loops). The invariants are checked (:func:`check`); a violation raises
 :class:`Violation` naming the seed and the trace's last events. ``SEALFLOW_SIM_SEED=N`` replays schedule N
@@ -111,6 +112,7 @@ steps:
     action: sim.work
     with: {n: "${{ input.n }}"}
     permissions: [sim:work]
+    compensate: {action: sim.undo, with: {n: "${{ input.n }}"}}
   - id: ask
     approval: {timeout: 12h}
   - id: deliver
@@ -215,6 +217,8 @@ class World:
         self.applied: dict[str, int] = {}
         self.deliveries: Counter = Counter()
         self.stale_refused = 0
+        #: the undo receiver (honours keys): compensation key -> its run
+        self.undone: dict[str, str] = {}
         #: the SMS gateway (cannot deduplicate): run id -> messages sent
         self.sms: Counter = Counter()
         #: (run, step) -> the fences of its executions, in the order they started
@@ -251,6 +255,15 @@ class World:
             if failure == "timeout":  # the answer was lost after the effect: the retry finds it applied
                 raise StepError("timeout", "simulated: no answer in time")
             return {"delivered": n}
+
+        @action("sim.undo", permissions=["sim:work"], effect="write", registry=self.registry)
+        def undo(ctx, n):
+            me = world.enter(ctx)
+            world.point(me, "before_effect")
+            if ctx.idempotency_key not in world.undone:  # the undo receiver honours its key
+                world.undone[ctx.idempotency_key] = ctx.run_id
+            world.point(me, "after_effect")
+            return {"undone": n}
 
         @action("sim.sms", permissions=["sim:notify"], effect="irreversible", honours_idempotency_key=False,
                 registry=self.registry)
@@ -468,6 +481,14 @@ class World:
                 self.note(f"recovery ended {ended} lease(s) of {worker.name}")
         self._spawn()
 
+    def cancel(self, run_id: str) -> None:
+        """The run's initiator cancels it (a run already ended is refused, nothing changed)."""
+        try:
+            self.control.cancel(run_id, actor="user:sim", reason="changed my mind")
+            self.note(f"cancel run#{self.index[run_id]}")
+        except InvalidOperation as exc:
+            self.note(f"cancel refused: {exc}")
+
     def persons(self, *, chaos: bool) -> None:
         """A person answers one thing that waits for a person."""
         for run_id in self.runs:
@@ -525,8 +546,10 @@ class World:
                 self.note(f"clock -{back:.1f}s")
             elif roll < 0.84 and paused:
                 self.resume(self.rng.choice(paused))
-            elif roll < 0.90:
+            elif roll < 0.896:
                 self.persons(chaos=True)
+            elif roll < 0.90 and self.runs:
+                self.cancel(self.rng.choice(self.runs))
             elif roll < 0.93:
                 alive = [w for w in self.workers.values() if w.alive and w.paused is None]
                 if len(alive) > 1:
@@ -583,7 +606,7 @@ def check(world: World) -> dict:
         # every run ends in a declared state, for a reason the world can cause
         if run.state not in states.RUN_FINAL:
             problems.append(f"{label} is {run.state}, not final")
-        if run.state == "quarantined" and not (run.error_message or "").startswith("poison:"):
+        if run.state == "quarantined" and "poison:" not in (run.error_message or ""):  # (a compensation's too)
             problems.append(f"{label} quarantined for another reason than poison: {run.error_message}")
         if any((a.error_message or "").startswith("stale writer") for a in attempts):
             problems.append(f"{label}: a current execution was refused as a stale writer (its fence was not the "
@@ -612,6 +635,13 @@ def check(world: World) -> dict:
         # every key's effect applied at the receiver once, and a completed run's applied
         if run.state == "completed" and plan.name == "sim-pipeline" and f"{run_id}:deliver" not in world.applied:
             problems.append(f"{label} completed without its delivery applied")
+        # completed steps are undone when the run does not complete (and only then), each undo once at its target
+        fetched = any(a.step_id == "fetch" and a.state == "succeeded" for a in attempts)
+        undone = f"{run_id}:fetch:compensate" in world.undone
+        if plan.name == "sim-gated" and run.state == "completed" and undone:
+            problems.append(f"{label} completed, yet its fetch was undone")
+        if plan.name == "sim-gated" and run.state in ("failed", "cancelled") and fetched and not undone:
+            problems.append(f"{label} ended {run.state} with its fetch done and not undone")
         # an SMS (no deduplication) sent at most once: never again on the engine's own say
         if world.sms[run_id] > 1:
             problems.append(f"{label} sent its SMS {world.sms[run_id]} times")
