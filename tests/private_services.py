@@ -164,6 +164,22 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
         proc.wait()
 
 
+def stop_all(procs: dict) -> dict:
+    """SIGTERM every process of ``procs`` (a name -> Popen map) at once, then wait for each (60 s, then killed);
+    their exit codes by name (0: a clean stop)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    codes = {}
+    for name, proc in procs.items():
+        try:
+            codes[name] = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes[name] = proc.wait(timeout=30)
+    return codes
+
+
 def wait_http_ready(proc: subprocess.Popen, url: str, attempts: int = 300) -> None:
     """Polls ``url`` (a readiness endpoint of the server ``proc``) until it answers 200; fails with the server's
     errors if it exits first, or after ``attempts`` tries 0.1 s apart."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from chaos_receiver import Receiver
-from private_services import PrivatePostgres, PrivateRedis
+from private_services import PrivatePostgres, PrivateRedis, stop_all
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -101,17 +101,7 @@ class Workers:
 
     def stop(self) -> dict[int, int]:
         """SIGTERM every worker; their exit codes (0: a clean stop)."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        codes = {}
-        for slot, proc in self.procs.items():
-            try:
-                codes[slot] = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes[slot] = proc.wait(timeout=30)
-        return codes
+        return stop_all(self.procs)
 
 
 class Database:

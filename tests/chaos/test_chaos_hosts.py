@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ import pytest
 import yaml
 from chaos_receiver import Receiver
 from hosts import Hosts, netns_or_skip
-from private_services import PrivatePostgres, PrivateRedis
+from private_services import PrivatePostgres, PrivateRedis, stop_all
 from test_chaos import ACTIONS, EFFECTS, FINAL, WORKFLOW, Database, Submitter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,17 +126,7 @@ class HostWorkers:
         return {slot: p.returncode for slot, p in self.procs.items() if p.poll() is not None}
 
     def stop(self) -> dict[int, int]:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        codes = {}
-        for slot, proc in self.procs.items():
-            try:
-                codes[slot] = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes[slot] = proc.wait(timeout=30)
-        return codes
+        return stop_all(self.procs)
 
 
 class ZombieRound:
