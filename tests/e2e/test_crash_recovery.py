@@ -18,16 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_process import sealflow
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 WORKFLOW = HERE / "crash.v1.yaml"
 ACTIONS = HERE / "crash_actions.py"
 
-
-def sealflow(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "sealflow", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120, **kw)
 
 
 @pytest.fixture

@@ -7,21 +7,16 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_process import sealflow
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 WORKFLOW = HERE / "outcome.v1.yaml"
 ACTIONS = HERE / "outcome_actions.py"
 
-
-def sealflow(args, env):
-    return subprocess.run([sys.executable, "-m", "sealflow", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 @pytest.fixture
