@@ -342,3 +342,68 @@ def test_honours_idempotency_key_false_is_refused_on_a_read_action(registry):
 
     with pytest.raises(ActionRegistrationError, match="effect is 'read'"):
         action("t.read", honours_idempotency_key=False, registry=registry)(lambda ctx: None)
+
+
+def _lost_sms(store, registry, clock, plan_fields=None, **config):
+    """A runtime, and a run of one non-deduplicating SMS step whose attempt was lost: it waits at the gate."""
+    sent = []
+
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx):
+        sent.append(ctx.fence)
+        return {"sent": True}
+
+    rt = runtime_with(store, registry, clock, **config)
+    run_id = rt.submit(make_plan(S("one", "action", action="t.sms"), **(plan_fields or {})), {}, initiator="u")
+    (message,) = rt.store.take_outbox(clock.now())
+    lose(rt, clock, message)
+    assert rt.store.get_run(run_id).state == "waiting"
+    return rt, run_id, sent
+
+
+def test_a_run_cancelled_at_an_outcome_unknown_gate_is_cancelled_and_cannot_be_resolved(store, registry, clock):
+    # Given a run waiting for a person to decide its lost SMS
+    rt, run_id, sent = _lost_sms(store, registry, clock)
+    try:
+        # When its initiator cancels it
+        rt.cancel(run_id, actor="u", reason="no longer needed")
+        # Then it is cancelled, nothing was sent again, and a late decision is refused, nothing changed
+        assert rt.store.get_run(run_id).state == "cancelled" and sent == []
+        with pytest.raises(InvalidOperation, match="no decision on a lost attempt waiting"):
+            rt.resolve(run_id, "retry", actor="user:ops", reason="too late")
+        assert rt.store.get_run(run_id).state == "cancelled" and sent == []
+    finally:
+        rt.close()
+
+
+def test_the_run_deadline_passing_at_an_outcome_unknown_gate_times_the_run_out(store, registry, clock):
+    # Given a run of at most an hour waiting at the gate (whose own window is 72 h)
+    from sealflow.dsl.plan import BudgetPlan
+
+    rt, run_id, sent = _lost_sms(store, registry, clock, {"budget": BudgetPlan(max_runtime_ms=3_600_000)})
+    try:
+        # When the hour passes with no decision
+        clock.advance(3600)
+        rt.sweeper.sweep()
+        # Then the run timed out (its deadline bounds the wait for a person too), and nothing was sent again
+        run = rt.store.get_run(run_id)
+        assert run.state == "timed_out" and sent == []
+    finally:
+        rt.close()
+
+
+def test_an_output_over_the_payload_limit_is_refused_and_nothing_changes(store, registry, clock):
+    # Given a run waiting at the gate, under a 1 KiB payload limit
+    rt, run_id, sent = _lost_sms(store, registry, clock, payloads={"max_bytes": "1KiB"})
+    try:
+        # When a person marks it succeeded with a 4 KiB output, or one that is not JSON
+        with pytest.raises(InvalidOperation, match="cannot be the step's"):
+            rt.resolve(run_id, "succeeded", actor="user:ops", reason="checked", output={"blob": "x" * 4096})
+        with pytest.raises(InvalidOperation, match="cannot be the step's"):
+            rt.resolve(run_id, "succeeded", actor="user:ops", reason="checked", output={"n": float("nan")})
+        # Then nothing changed: it still waits, and a decision that is not one is refused too
+        with pytest.raises(InvalidOperation, match="not a decision"):
+            rt.resolve(run_id, "maybe", actor="user:ops", reason="checked")
+        assert rt.store.get_run(run_id).state == "waiting" and sent == []
+    finally:
+        rt.close()
