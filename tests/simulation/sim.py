@@ -72,7 +72,7 @@ name: sim-pipeline
 version: 1
 owner: team:sim
 permissions: [sim:work, sim:deliver, sim:notify]
-budget: {max_steps: 40}
+budget: {max_steps: 40, max_runtime: 8h}
 defaults: {timeout: 10m}
 retry:
   flaky: {on: [unavailable, timeout], max_attempts: 3, backoff: {initial: 1s, factor: 2, max: 10s, jitter: full}}
