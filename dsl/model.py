@@ -29,6 +29,14 @@ class ActionInfo(_Model):
     effect: Literal["read", "write", "irreversible"] = "read"
     #: False: the target cannot deduplicate by key (then an irreversible step needs none: C410)
     honours_idempotency_key: bool = True
+    #: JSON Schema of its ``with:`` arguments (None: unknown, no argument is checked)
+    input_schema: dict[str, Any] | None = None
+    #: JSON Schema of what it returns (None: unknown, any field may be read)
+    output_schema: dict[str, Any] | None = None
+    #: the secrets it resolves into ``ctx.secrets`` (the configuration must provide them)
+    secrets: tuple[str, ...] = ()
+    #: where it is defined, ``path:line``
+    source: str | None = None
 
 
 class Backoff(_Model):

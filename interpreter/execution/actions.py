@@ -7,6 +7,7 @@ permissions and effects, so this module pulls in no broker and no store.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -33,6 +34,8 @@ class Action:
     #: the action's target applies an effect once per ``ctx.idempotency_key`` (False: an SMS gateway, a legacy
     #: API: a lost attempt may or may not have acted, and waits for a person: engine/poison.py)
     honours_idempotency_key: bool = True
+    #: ``@action(output_schema=...)``: what it returns, when its return annotation does not say
+    declared_output: dict | None = None
 
     def __call__(self, ctx: Any, **kwargs: Any) -> Any:
         return self.fn(ctx, **kwargs)
@@ -41,6 +44,36 @@ class Action:
     def parameters(self) -> list[str]:
         params = list(inspect.signature(self.fn).parameters.values())[1:]
         return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+    @functools.cached_property
+    def input_schema(self) -> dict:
+        """The JSON Schema of its ``with:`` arguments, from the signature and type hints (action_schema)."""
+        from sealflow.interpreter.execution.action_schema import parameters_schema
+
+        return parameters_schema(self.fn)
+
+    @functools.cached_property
+    def output_schema(self) -> dict | None:
+        """The JSON Schema of what it returns (``output_schema=``, else the return annotation), or None."""
+        if self.declared_output is not None:
+            return self.declared_output
+        from sealflow.interpreter.execution.action_schema import return_schema
+
+        return return_schema(self.fn)
+
+    def describe(self) -> dict[str, Any]:
+        """Everything a definition's author and the compiler know of it, as JSON data."""
+        from sealflow.interpreter.execution.action_schema import parameter_docs, source_of, summary
+
+        docs = parameter_docs(self.fn)
+        inputs = self.input_schema
+        if docs and isinstance(inputs.get("properties"), dict):
+            inputs = {**inputs, "properties": {k: ({**v, "description": docs[k]} if k in docs else v)
+                                               for k, v in inputs["properties"].items()}}
+        return {"name": self.name, "description": summary(self.fn), "effect": self.effect,
+                "permissions": list(self.permissions), "secrets": list(self.secrets),
+                "honours_idempotency_key": self.honours_idempotency_key, "isolation": self.isolation,
+                "input_schema": inputs, "output_schema": self.output_schema, "source": source_of(self.fn)}
 
 
 class Registry:
@@ -90,6 +123,7 @@ def action(
     registry: Registry | None = None,
     isolation: str | None = None,
     honours_idempotency_key: bool = True,
+    output_schema: dict | None = None,
 ) -> Callable[[Callable[..., Any]], Action]:
     """Register a function as the action ``name``.
 
@@ -99,6 +133,8 @@ def action(
     ``honours_idempotency_key=False`` says the target cannot deduplicate (a ``write`` or ``irreversible``
     effect only): its steps need no ``idempotency_key``, and an attempt of it that was lost (its worker died
     mid-call) is not run again but waits for a person's decision (retry, succeeded, failed).
+    ``output_schema`` (a JSON Schema) says what it returns when its return annotation does not: the compiler
+    checks ``steps.X.output.FIELD`` against it, and a result that breaks it fails the step (``invalid_output``).
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ActionRegistrationError(
@@ -116,11 +152,27 @@ def action(
                                       "repeat an effect, but the action's effect is 'read'; declare "
                                       "effect='write' or 'irreversible', or drop honours_idempotency_key")
 
+    if output_schema is not None:
+        _check_output_schema(name, output_schema)
+
     def decorate(fn: Callable[..., Any]) -> Action:
         if not callable(fn):
             raise ActionRegistrationError(f"@action({name!r}) must decorate a function")
         act = Action(name, fn, tuple(permissions), effect, tuple(secrets), (fn.__doc__ or "").strip(), isolation,
-                     honours_idempotency_key)
+                     honours_idempotency_key, output_schema)
         return (registry or REGISTRY).register(act)
 
     return decorate
+
+
+def _check_output_schema(name: str, schema: Any) -> None:
+    if not isinstance(schema, dict):
+        raise ActionRegistrationError(f"action {name!r}: output_schema must be a JSON Schema (a dict), not "
+                                      f"{type(schema).__name__}")
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ActionRegistrationError(f"action {name!r}: output_schema is not a valid JSON Schema: "
+                                      f"{exc.message}") from None

@@ -94,7 +94,12 @@ ROWS = [
         derived={"index": "the position in steps", "kind": "which kind key is set", "edges": "control flow",
                  "gate": "the approval of requires_approval_if"}),
     # not in the schema: what code declares of an action, and what control flow derives
-    Row(None, m.ActionInfo, p.ActionMeta, compiled_away={"name": "the key of Plan.actions"}),
+    Row(None, m.ActionInfo, p.ActionMeta, compiled_away={
+        "name": "the key of Plan.actions",
+        "input_schema": "checked at compile time (dsl/typecheck.py) and again at run time from the action itself",
+        "output_schema": "checked at compile time (dsl/typecheck.py) and again at run time from the action itself",
+        "secrets": "checked at validate (C427) and by doctor; resolved at run time from the action itself",
+        "source": "where the action is defined, for messages only"}),
     Row(None, None, p.Edge, derived={"kind": "control flow", "target": "control flow", "label": "control flow"}),
 ]
 #: schema objects that are branches of a row's object (``prompt`` is one of two forms)

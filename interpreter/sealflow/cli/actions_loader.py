@@ -51,9 +51,31 @@ def import_actions(specs: list[str] | tuple[str, ...]) -> None:
 
 def load_actions(specs: list[str] | tuple[str, ...]):
     """Import ``specs`` and return ``{name: sealflow.dsl.model.ActionInfo}`` for every registered action."""
-    from sealflow.dsl.model import ActionInfo
     from sealflow.interpreter.execution.actions import REGISTRY
 
     import_actions(specs)
-    return {name: ActionInfo(name=name, permissions=a.permissions, effect=a.effect,
-                             honours_idempotency_key=a.honours_idempotency_key) for name, a in REGISTRY.items()}
+    return {name: action_info(a) for name, a in REGISTRY.items()}
+
+
+def action_info(act):
+    """The compiler's :class:`~sealflow.dsl.model.ActionInfo` of a registered action: its effect, permissions,
+    secrets, input and output schemas, and where it is defined (relative to the current folder if inside it)."""
+    from sealflow.dsl.model import ActionInfo
+
+    return ActionInfo(name=act.name, permissions=act.permissions, effect=act.effect,
+                     honours_idempotency_key=act.honours_idempotency_key, input_schema=act.input_schema,
+                     output_schema=act.output_schema, secrets=act.secrets, source=_source(act))
+
+
+def _source(act) -> str | None:
+    from sealflow.interpreter.execution.action_schema import source_of
+
+    where = source_of(act.fn)
+    if where is None:
+        return None
+    path, _, line = where.rpartition(":")
+    try:
+        path = str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        pass
+    return f"{path}:{line}"

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sealflow.interpreter.execution.action_schema import parameters_schema
 from sealflow.interpreter.execution.actions import Registry, action
 from sealflow.interpreter.providers import LocalModel, ModelRequest
 from sealflow.interpreter.providers.base import ToolCall, ToolSpec
 from sealflow.interpreter.providers.local_agent import id_tokens, query_text
 from sealflow.interpreter.providers.local_answer import choose
-from sealflow.interpreter.steps.agent.tools import parameters_schema, tool_spec
+from sealflow.interpreter.steps.agent.tools import tool_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 TRIAGE_SCHEMA = json.loads((ROOT / "schemas" / "support-triage-result.json").read_text())
