@@ -12,12 +12,15 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl.errors import DefinitionError, Diagnostic, Location, sort_diagnostics
 from sealflow.dsl.loader import DEFAULT_LIMITS, Document, Limits, load_bytes, load_file
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
+
+if TYPE_CHECKING:
+    from sealflow.dsl.typecheck import ProjectFacts
 
 LANGUAGE_VERSIONS = (1,)
 
@@ -69,7 +72,7 @@ def _model(doc: Document) -> tuple[Definition | None, list[Diagnostic]]:
 
 
 def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = None, lint: bool = False,
-                   root: Path | None = None) -> CheckResult:
+                   root: Path | None = None, facts: ProjectFacts | None = None) -> CheckResult:
     from sealflow.dsl import schema
     from sealflow.dsl.compiler import compile_definition
 
@@ -84,7 +87,7 @@ def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = Non
     if definition is None:
         result.diagnostics = sort_diagnostics(diags + _template_syntax(doc))
         return result
-    plan, diags = compile_definition(doc, definition, actions=actions, root=root)
+    plan, diags = compile_definition(doc, definition, actions=actions, root=root, facts=facts)
     result.plan = plan
     if lint and plan is not None:
         from sealflow.dsl.lint import lint as run_lint
@@ -114,17 +117,19 @@ def _guard(path: str, fn: Callable[..., CheckResult], *args: Any, **kwargs: Any)
 
 
 def check_bytes(data: bytes, path: str = "<string>", *, actions: dict[str, ActionInfo] | None = None,
-                lint: bool = False, root: Path | None = None, limits: Limits = DEFAULT_LIMITS) -> CheckResult:
+                lint: bool = False, root: Path | None = None, limits: Limits = DEFAULT_LIMITS,
+                facts: ProjectFacts | None = None) -> CheckResult:
     def run() -> CheckResult:
-        return check_document(load_bytes(data, path, limits), actions=actions, lint=lint, root=root)
+        return check_document(load_bytes(data, path, limits), actions=actions, lint=lint, root=root, facts=facts)
 
     return _guard(path, run)
 
 
 def check_file(path: str | Path, *, actions: dict[str, ActionInfo] | None = None, lint: bool = False,
-               root: Path | None = None, limits: Limits = DEFAULT_LIMITS) -> CheckResult:
+               root: Path | None = None, limits: Limits = DEFAULT_LIMITS,
+               facts: ProjectFacts | None = None) -> CheckResult:
     def run() -> CheckResult:
-        return check_document(load_file(path, limits), actions=actions, lint=lint, root=root)
+        return check_document(load_file(path, limits), actions=actions, lint=lint, root=root, facts=facts)
 
     return _guard(str(path), run)
 

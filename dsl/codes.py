@@ -45,6 +45,8 @@ CODES: dict[str, tuple[str, str]] = {
     "X308": ("error", "'output' used outside validate/requires_approval_if"),
     "X309": ("error", "unknown field of a step or of run"),
     "X310": ("error", "item or index outside a map's steps, or a step of a sub-flow read from outside it"),
+    "X311": ("error", "a step's output has no such field (its action's, ai's or set's declared output)"),
+    "X312": ("error", "the input has no such field (input.schema declares its properties)"),
     # compiler
     "C401": ("error", "unknown next/goto target"),
     "C402": ("error", "duplicate step id"),
@@ -66,6 +68,13 @@ CODES: dict[str, tuple[str, str]] = {
     "C418": ("error", "invalid step id or field value"),
     "C419": ("error", "a map or parallel inside a map or parallel sub-flow (fan-out does not nest)"),
     "C420": ("error", "a keyed action with validate rules retries invalid_output: a retry replays the recorded result"),
+    "C421": ("error", "with: names an argument the action does not take"),
+    "C422": ("error", "with: leaves out an argument the action requires"),
+    "C423": ("error", "a with: literal of the wrong type for the action's parameter"),
+    "C424": ("error", "a with: expression whose type cannot fit the action's parameter"),
+    "C425": ("warning", "a value that may be null flows into a parameter that does not take null"),
+    "C426": ("error", "a model the project does not configure"),
+    "C427": ("warning", "an action needs a secret that nothing here provides"),
     # lint
     "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
     "L501": ("warning", "model output flows into an irreversible action unchecked"),

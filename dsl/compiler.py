@@ -54,16 +54,18 @@ from sealflow.dsl.plan import (
     ValidateRulePlan,
 )
 from sealflow.dsl.refs import SchemaResolver
+from sealflow.dsl.typecheck import ProjectFacts, TypeCheck
 
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
 
 
 class Compiler(StepKinds, FanOutKinds):
     def __init__(self, doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
-                 root: Path | None = None):
+                 root: Path | None = None, facts: ProjectFacts | None = None):
         self.doc = doc
         self.d = definition
         self.actions = actions
+        self.facts = facts or ProjectFacts()
         self.resolver = SchemaResolver(doc, root)
         self.diagnostics: list[Diagnostic] = []
 
@@ -147,6 +149,7 @@ class Compiler(StepKinds, FanOutKinds):
         )
         self._flow_checks(plan)
         exprcheck.check_plan(self, plan)
+        TypeCheck(self, plan, models=self.facts.models, secret_known=self.facts.secret_known).run()
         if any(x.severity == "error" for x in self.diagnostics) or d:
             return None
         return self._digested(plan)
@@ -391,7 +394,8 @@ def _first_unsafe_number(value: Any, pointer: tuple = (), depth: int = 0) -> tup
 
 
 def compile_definition(doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
-                       root: Path | None = None) -> tuple[Plan | None, list[Diagnostic]]:
-    compiler = Compiler(doc, definition, actions=actions, root=root)
+                       root: Path | None = None, facts: ProjectFacts | None = None
+                       ) -> tuple[Plan | None, list[Diagnostic]]:
+    compiler = Compiler(doc, definition, actions=actions, root=root, facts=facts)
     plan = compiler.compile()
     return plan, compiler.diagnostics

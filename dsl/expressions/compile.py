@@ -38,6 +38,8 @@ class Reference:
     offset: int
     length: int
     path: tuple = dataclasses.field(default=(), compare=False)
+    #: where each key of ``path`` starts in the expression (for errors about one field of a path)
+    at: tuple = dataclasses.field(default=(), compare=False)
 
 
 #: JSON's escapes, plus \' and \0
@@ -234,7 +236,7 @@ class Compiler:
             field, field_at = names[0][0], _key_at(names[0][1])
         end = static[-1][1].meta.end_pos if static else _end(token)
         reference = Reference(root, step, field, _start(token), end - _start(token),
-                              tuple(k for k, _ in static))
+                              tuple(k for k, _ in static), tuple(_key_at(s) for _, s in static))
         self.refs.append((reference, step_at, field_at))
 
 

@@ -27,16 +27,16 @@ if TYPE_CHECKING:
 Site = tuple[tuple, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
 
 
-def _templates(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
+def templates_in(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
     """Every string inside ``value`` (recursively), with its pointer."""
     if isinstance(value, str):
         yield pointer, value
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from _templates(v, pointer + (k,))
+            yield from templates_in(v, pointer + (k,))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _templates(v, pointer + (i,))
+            yield from templates_in(v, pointer + (i,))
 
 
 def template_syntax(doc: Document) -> list[Diagnostic]:
@@ -44,7 +44,7 @@ def template_syntax(doc: Document) -> list[Diagnostic]:
     errors, when the document cannot be compiled, so one pass shows both (references are checked only once it
     compiles)."""
     found = []
-    for pointer, text in _templates(doc.data, ()):
+    for pointer, text in templates_in(doc.data, ()):
         if "${{" not in text:
             continue
         try:
@@ -55,11 +55,11 @@ def template_syntax(doc: Document) -> list[Diagnostic]:
     return found
 
 
-def _step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
+def step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
     """(pointer, kind, text, include_self, allow_output) for each expression site of a step."""
     if step.when is not None:
         yield p + ("when",), "expr", step.when, False, False
-    for ptr, text in _templates(step.with_, p + ("with",)):
+    for ptr, text in templates_in(step.with_, p + ("with",)):
         yield ptr, "template", text, False, False
     for name in ("idempotency_key", "lock"):
         if getattr(step, name) is not None:
@@ -93,10 +93,10 @@ def _step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, b
     if step.fail is not None and step.fail.message:
         yield p + ("fail", "message"), "template", step.fail.message, False, False
     if step.succeed is not None:
-        for ptr, text in _templates(step.succeed.output, p + ("succeed", "output")):
+        for ptr, text in templates_in(step.succeed.output, p + ("succeed", "output")):
             yield ptr, "template", text, False, False
     if step.compensate is not None:
-        for ptr, text in _templates(step.compensate.with_, p + ("compensate", "with")):
+        for ptr, text in templates_in(step.compensate.with_, p + ("compensate", "with")):
             yield ptr, "template", text, True, False
 
 
@@ -123,7 +123,7 @@ def _check_flow(compiler: CompileContext, steps: list[Step], plan_steps: tuple[P
     by_id = {s.id: s for s in plan_steps}
     for i, step in enumerate(steps):
         ran = scope.ran | before.get(step.id, set())
-        for pointer, kind, text, include_self, allow_output in _step_sites(step, base + ("steps", i)):
+        for pointer, kind, text, include_self, allow_output in step_sites(step, base + ("steps", i)):
             _check_site(compiler, pointer, kind, text, scope, ran | {step.id} if include_self else ran, allow_output)
         ps = by_id.get(step.id)
         if step.map is not None:
@@ -149,7 +149,7 @@ def check_plan(compiler: CompileContext, plan: Plan) -> None:
     def run(pointer: tuple, kind: str, text: str, ran: set[str], allow_output: bool) -> None:
         _check_site(compiler, pointer, kind, text, top, ran, allow_output)
 
-    for pointer, text in _templates(d.output, ("output",)):
+    for pointer, text in templates_in(d.output, ("output",)):
         run(pointer, "template", text, reachable, False)
     if d.concurrency is not None:
         run(("concurrency", "key"), "template", d.concurrency.key, set(), False)

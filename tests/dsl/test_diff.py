@@ -430,11 +430,13 @@ permissions: [crm:read, email:send]
 steps:
   - id: fetch
     action: cases.get_lead
+    with: {lead_id: lead_1}
     permissions: [crm:read]
 """
     added = cases.replace("version: 1", "version: 2") + """\
   - id: send
     action: cases.send_email
+    with: {to: a@example.com, template: welcome}
     permissions: [email:send]
     idempotency_key: "${{ run.id }}"
 """
