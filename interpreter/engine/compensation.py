@@ -50,6 +50,7 @@ from sealflow.interpreter.core.jsonc import dumps_or_none
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.engine.committing import AGAIN, commit_retrying
 from sealflow.interpreter.engine.decide import schedule_retry
+from sealflow.interpreter.execution import arguments
 from sealflow.interpreter.execution.calls import call, own_args
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
@@ -228,6 +229,9 @@ def execute(x: Execution) -> Outcome:
         args = own_args(x.render(comp.args)) if comp.args else {}
     except DslError as exc:
         return Failed("invalid_request", f"compensate.with of step {x.step.id!r} could not be rendered: {exc}")
+    args, wrong = arguments.prepare(act, comp.args or {}, args)
+    if wrong is not None:
+        return Failed("invalid_request", f"compensation of step {x.step.id!r}: {wrong}")
     return call(x, lambda ctx: act(ctx, **args), key, act=act, timeout_ms=comp.timeout_ms, cancellable=False)
 
 

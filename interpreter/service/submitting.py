@@ -86,6 +86,7 @@ class Submitting:
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
         self._check_models(plan)
+        self._check_arguments(plan)
         honoured.check(plan)  # a declared control this build cannot enforce is refused, never ignored
         try:
             input_json = dumps(input)
@@ -139,6 +140,18 @@ class Submitting:
             raise
         self.priority_of.note(run.id, run.priority)
         return run.id, claimed
+
+    def _check_arguments(self, plan: Plan) -> None:
+        """Refuse (nothing created) a plan whose ``with:`` does not fit an action this process registers: an
+        argument it does not take or a missing required one (compiled elsewhere, without these actions)."""
+        from sealflow.interpreter.execution.arguments import plan_problems
+
+        problems = plan_problems(plan, self.engine.services.registry)
+        if problems:
+            raise StepError("invalid_request", f"{plan.name} v{plan.version} does not fit its actions: "
+                                               + "; ".join(problems[:5])
+                                               + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+                                               + "; sealflow validate --actions shows where")
 
     def _check_models(self, plan: Plan) -> None:
         """Refuse (nothing created) a plan naming a model no provider here serves."""

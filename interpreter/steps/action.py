@@ -4,13 +4,15 @@ With an ``idempotency_key`` the effect runs once per key: the ledger is read
 first, and a recorded result is returned without calling the action (a retry,
 a duplicate message, a recovery after a crash); a fresh result is recorded in
 the same commit as the step's success. The action runs on a runner thread
-bounded by the attempt's timeout.
+bounded by the attempt's timeout. Its arguments are checked against its signature first, and its result
+against its declared output schema (:mod:`sealflow.interpreter.execution.arguments`).
 """
 
 from __future__ import annotations
 
 from sealflow.dsl import expressions
-from sealflow.interpreter.core.outcomes import Failed, Outcome
+from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.execution import arguments
 from sealflow.interpreter.execution.calls import call, own_args
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.execution.idempotency import ledger_lookup
@@ -24,9 +26,19 @@ def execute(x: Execution) -> Outcome:
                                        f"(--actions pkg.module) or register it on the runtime's registry")
     args = own_args(x.render(x.step.args)) if x.step.args else {}
     key = None
+    outcome: Outcome | None = None
     if x.step.idempotency_key:
         key = expressions.to_text(x.render(x.step.idempotency_key))
-        recorded = ledger_lookup(x, key)
-        if recorded is not None:
-            return recorded
-    return call(x, lambda ctx: act(ctx, **args), key, act=act)
+        outcome = ledger_lookup(x, key)
+    if outcome is None:
+        args, wrong = arguments.prepare(act, x.step.args or {}, args)
+        if wrong is not None:
+            return Failed("invalid_request", f"step {x.step.id!r}: {wrong}")
+        outcome = call(x, lambda ctx: act(ctx, **args), key, act=act)
+    if isinstance(outcome, Succeeded):  # a replayed result too: it is what the step produces
+        broken = arguments.check_output(act, outcome.output)
+        if broken is not None:
+            # the effect happened: record it, so a retry replays it rather than acting again
+            return Failed("invalid_output", f"step {x.step.id!r}: {broken}", ledger_key=outcome.ledger_key,
+                          ledger_output=outcome.output if outcome.ledger_key else None)
+    return outcome
