@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
         "approvals", "dlq", "audit", "worker", "definitions", "scheduler", "models", "store", "serve", "tokens",
         "breakers", "events", "init", "notifications", "doctor")},
     "runs": "commands.runs_list",
+    **dict.fromkeys(("actions", "schema"), "commands.actions"),
 }
 
 

@@ -27,7 +27,7 @@ import click
 
 from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage, refuse
-from sealflow.cli.session import load_action_metadata, load_trust_policy
+from sealflow.cli.session import load_action_metadata, load_trust_policy, project_facts
 
 if TYPE_CHECKING:  # the CLI imports the language lazily, per command
     from sealflow.dsl.plan import Plan
@@ -71,7 +71,7 @@ def compile_or_exit(path: str, actions, fmt: str = "text"):
 
     if not Path(path).is_file():
         fail_usage(f"{path}: no such file")
-    result = check_file(path, actions=load_action_metadata(actions))
+    result = check_file(path, actions=load_action_metadata(actions), facts=project_facts())
     if result.plan is None or result.errors:
         emit_diagnostics([result], fmt)
         sys.exit(1)

@@ -38,12 +38,22 @@ steps:
 ACTIONS = '''\
 """The project's actions: each @action is a step a definition may name (docs/runtime.md)."""
 
+from typing import TypedDict
+
 from sealflow import action
 
 
+class Greeting(TypedDict):
+    greeting: str
+
+
 @action("hello.greet", effect="read")
-def greet(ctx, name: str) -> dict:
-    """Return a greeting for ``name``."""
+def greet(ctx, name: str) -> Greeting:
+    """Return a greeting for ``name``.
+
+    Args:
+        name: who to greet
+    """
     return {"greeting": f"hello, {name}"}
 '''
 
@@ -62,11 +72,20 @@ tenants:
 """
 
 GITIGNORE = """\
-# Sealflow: local state and keys never enter the repository
+# Sealflow: local state and private keys never enter the repository. A public key (PREFIX.pub.pem, what
+# trust.yaml names) must: a clone without it cannot verify anything (sealflow doctor says so).
 .sealflow/
 *.pem
 *.key
-keys/
+!*.pub.pem
+"""
+
+VSCODE_SETTINGS = """\
+{
+  "yaml.schemas": {
+    "./.vscode/sealflow.schema.json": ["definitions/*.yaml", "definitions/**/*.yaml"]
+  }
+}
 """
 
 CI = """\
@@ -76,7 +95,8 @@ name: sealflow checks
 
 on:
   pull_request:
-    paths: ["definitions/**", "actions/**", "sealflow.yaml", "access.yaml", ".github/workflows/sealflow.yml"]
+    paths: ["definitions/**", "actions/**", "sealflow.yaml", "access.yaml", "trust.yaml", "**/*.pub.pem",
+            ".github/workflows/sealflow.yml"]
 
 permissions:
   contents: read
@@ -119,4 +139,5 @@ def files(principal: str) -> dict[str, str]:
         "access.yaml": ACCESS.format(principal=principal),
         ".gitignore": GITIGNORE,
         ".github/workflows/sealflow.yml": CI,
+        ".vscode/settings.json": VSCODE_SETTINGS,
     }

@@ -196,6 +196,39 @@ def load_action_metadata(actions: tuple[str, ...]):
         fail_usage(str(exc))
 
 
+def project_facts(*, secrets: bool = False):
+    """What the project around the definitions provides, for the compiler's type checks: the configured model
+    names when a project file or a runtime configuration is in use (else None: models are not checked), and
+    with ``secrets`` whether each secret resolves here (``validate`` warns, C427; ``lint`` does not, since CI
+    holds no secrets)."""
+    from sealflow.dsl.typecheck import ProjectFacts
+
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    configured = ((obj or {}).get("config_path") if isinstance(obj, dict) else None) \
+        or os.environ.get("SEALFLOW_CONFIG") or _from_project("config")
+    if project() is None and not configured:
+        return ProjectFacts()
+    from sealflow.interpreter.providers.config import parse_models
+    from sealflow.interpreter.service.config import ConfigError
+
+    config = load_config()
+    try:
+        models = frozenset({"default", *parse_models(config.extra.get("models"), source=config.source)})
+    except ConfigError as exc:
+        fail_usage(str(exc))
+    secret_known = None
+    if secrets:
+        from sealflow.interpreter.engine.capability import secrets_missing
+        from sealflow.interpreter.execution.secrets import chain_for
+
+        chain = chain_for(config)
+
+        def secret_known(name: str) -> bool:
+            return not secrets_missing([name], chain)
+    return ProjectFacts(models=models, secret_known=secret_known)
+
+
 # ---------------------------------------------------------------- the store and the runtime
 
 def store_location(store_url: str | None) -> str | None:
@@ -225,7 +258,8 @@ def open_store(store_url: str | None):
 
 @contextlib.contextmanager
 def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True,
-                 trust: str | None = None, record: str | None = None, replay: str | None = None):
+                 trust: str | None = None, record: str | None = None, replay: str | None = None,
+                 gate: bool = True):
     """A Runtime on the given store, with the ``--actions`` modules (and the demo world when ``demo``)
     registered, under the access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open
     development mode). The steps this process executes pass the trust gate of ``trust`` (else
@@ -237,7 +271,8 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
 
     lift = redacted_output.arm()
     try:
-        with _runtime(store_url, actions, access=access, demo=demo, trust=trust, record=record, replay=replay) as rt:
+        with _runtime(store_url, actions, access=access, demo=demo, trust=trust, record=record, replay=replay,
+                      gate=gate) as rt:
             yield rt
     finally:
         lift()
@@ -245,7 +280,7 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
 
 @contextlib.contextmanager
 def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, demo: bool, trust: str | None,
-             record: str | None, replay: str | None):
+             record: str | None, replay: str | None, gate: bool = True):
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
     from sealflow.interpreter.service.runtime import Runtime
@@ -264,7 +299,7 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
         rt = Runtime(url, access=provider, config=config, providers=model_calls(config, record, replay))
     except (StoreError, ConfigError) as exc:
         fail_usage(str(exc))
-    rt.engine.trust_gate = executor_gate(trust, rt.engine.actor)
+    rt.engine.trust_gate = executor_gate(trust, rt.engine.actor) if gate else None
     from sealflow.interpreter.service.driving import STORE_OUTAGE_S
 
     rt.store_outage_s = STORE_OUTAGE_S  # a command waiting for its run rides out a store server's restart
@@ -330,6 +365,23 @@ def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, 
     from sealflow.cli import render
 
     render.finish(rt.drive(run_id), as_json)
+
+
+def trust_policy_problem(trust: str) -> str | None:
+    """What is wrong with the trust policy at ``trust`` (it is missing, unreadable, invalid, or names a key that
+    cannot be read), said in full; None when it loads. For ``doctor``, which reports rather than exits."""
+    from sealflow.dsl.errors import DefinitionError
+    from sealflow.dsl.trust import load_policy
+
+    if not os.path.exists(trust):
+        return f"{trust} does not exist (trust: in sealflow.yaml, $SEALFLOW_TRUST or --trust names it)"
+    try:
+        load_policy(trust)
+    except DefinitionError as exc:
+        return "; ".join(d.format().replace("\n", " ") for d in exc.diagnostics) or f"{trust} is invalid"
+    except OSError as exc:
+        return f"{trust}: {exc.strerror or exc}"
+    return None
 
 
 def load_trust_policy(trust: str):

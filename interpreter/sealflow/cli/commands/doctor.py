@@ -16,7 +16,7 @@ import json
 import click
 
 from sealflow.cli.options import access_option, actions_option, json_flag, store_option, trust_options
-from sealflow.cli.session import open_runtime, project, project_actions, trust_path
+from sealflow.cli.session import open_runtime, project, project_actions, trust_path, trust_policy_problem
 
 
 @click.command()
@@ -36,14 +36,21 @@ def doctor(actions, store_url, access_path, trust, bundle, pin_version, as_json)
     rows.append(("project", "ok" if found else "note",
                  str(found.path) if found else "no sealflow.yaml here or above: the embedded default "
                                                "(`sealflow init` writes one)"))
-    with open_runtime(store_url, actions, access=access_path, trust=trust) as rt:  # a bad file exits 2, naming it
+    policy = trust_path(trust)
+    # an unreadable or invalid trust policy (a key it names missing, as in a fresh clone whose .gitignore kept the
+    # public key out) is a failed check, reported with the rest: no gate is built from it
+    trust_problem = trust_policy_problem(policy) if policy else None
+    with open_runtime(store_url, actions, access=access_path, trust=trust,
+                      gate=trust_problem is None) as rt:  # a bad store, access policy or config exits 2, naming it
         rows.append(("store", "ok", getattr(rt.store, "url", None) or "sqlite (default)"))
         rows.append(("access policy", "note" if is_open(rt.access) else "ok",
                      "none: open development mode, everyone may do everything (access: in sealflow.yaml)"
                      if is_open(rt.access) else rt.access.describe()))
-        policy = trust_path(trust)
-        rows.append(("trust policy", "ok" if policy else "note",
-                     policy or "none: development mode, unsigned definitions run (trust: in sealflow.yaml)"))
+        if trust_problem is not None:
+            rows.append(("trust policy", "missing", trust_problem))
+        else:
+            rows.append(("trust policy", "ok" if policy else "note",
+                         policy or "none: development mode, unsigned definitions run (trust: in sealflow.yaml)"))
         modules = project_actions(actions)
         names = [name for name, act in rt.registry.items() if not act.fn.__module__.startswith("sealflow.demo")]
         rows.append(("actions", "ok", f"{len(names)} from {', '.join(modules)}" if modules

@@ -1,7 +1,8 @@
 """``sealflow init [DIR]``: scaffold a project that runs at once.
 
 It writes ``sealflow.yaml``, ``definitions/hello.v1.yaml``, ``actions/hello.py`` (one action), ``access.yaml``
-(the current user a member), the CI workflow and a ``.gitignore`` covering keys and ``.sealflow/``, then prints
+(the current user a member), the CI workflow, a ``.gitignore`` covering private keys and ``.sealflow/``, and
+the editor's settings with the workflow schema extended with the project's action (``.vscode/``), then prints
 the next three commands. It never overwrites a file: an existing one is refused (exit 1) unless ``--force``.
 """
 
@@ -14,6 +15,24 @@ import click
 
 from sealflow.cli.exits import refuse
 from sealflow.cli.options import check_principal, default_principal
+
+#: the workflow schema with the project's actions, which .vscode/settings.json maps onto definitions/
+EDITOR_SCHEMA = ".vscode/sealflow.schema.json"
+
+
+def _editor_schema(actions_file: Path) -> str:
+    """The editor schema for the scaffold's one action (``sealflow schema`` with the project's actions)."""
+    import json
+
+    from sealflow import schemas
+    from sealflow.cli.actions_loader import action_info, import_actions
+    from sealflow.dsl.editor_schema import editor_schema
+    from sealflow.interpreter.execution.actions import REGISTRY
+
+    import_actions([str(actions_file)])
+    act = REGISTRY.get("hello.greet")
+    described = [] if act is None else [{**act.describe(), "source": action_info(act).source}]
+    return json.dumps(editor_schema(schemas.load(), described), indent=2) + "\n"
 
 
 @click.command()
@@ -38,6 +57,10 @@ def init(directory, principal, force):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         click.echo(f"  wrote {path}")
+    schema = root / EDITOR_SCHEMA
+    schema.write_text(_editor_schema(root / "actions" / "hello.py"), encoding="utf-8")
+    click.echo(f"  wrote {schema} (the editor's schema, with your actions: `sealflow schema --out {EDITOR_SCHEMA}` "
+               "when they change)")
     click.echo(f"a Sealflow project in {root}, with {principal} a member of its access policy; next:")
     step = 1
     if directory != ".":

@@ -10,7 +10,7 @@ from sealflow.cli.definition_files import compile_or_exit, expand_paths
 from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import actions_option
-from sealflow.cli.session import load_action_metadata, project_actions
+from sealflow.cli.session import load_action_metadata, project_actions, project_facts
 
 FORMATS = click.Choice(["text", "json", "github"])
 
@@ -19,7 +19,8 @@ def _check_paths(paths, actions, lint: bool):
     from sealflow.dsl.api import check_file
 
     metadata = load_action_metadata(actions)
-    return [check_file(p, actions=metadata, lint=lint) for p in expand_paths(paths)]
+    facts = project_facts(secrets=not lint)
+    return [check_file(p, actions=metadata, lint=lint, facts=facts) for p in expand_paths(paths)]
 
 
 def _report(results, fmt: str, strict_warnings: bool) -> int:
