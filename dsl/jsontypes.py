@@ -56,7 +56,7 @@ class Ty:
             return "any value"
         names = []
         for kind in KINDS:
-            if kind not in self.kinds:
+            if kind not in self.kinds or (kind == "integer" and "number" in self.kinds):
                 continue
             if kind == "array" and self.items is not None and not self.items.unknown:
                 names.append(f"array of {self.items.describe()}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sealflow.dsl import jsontypes as jt
 from sealflow.dsl.compile_fanout import all_model_steps
@@ -34,8 +34,13 @@ from sealflow.dsl.expressions.templates import OPEN, parse_template
 from sealflow.dsl.plan import Plan, PlanStep, walk
 
 if TYPE_CHECKING:
-    from sealflow.dsl.compiler import Compiler
+    from sealflow.dsl.compiling import CompileContext
     from sealflow.dsl.model import ActionInfo, Step
+
+    class Compiler(CompileContext, Protocol):
+        """What the checks read of the compiler: the document, the definition, where diagnostics go, the actions."""
+
+        actions: dict[str, ActionInfo] | None
 
 @dataclasses.dataclass(frozen=True)
 class ProjectFacts:

@@ -8,6 +8,7 @@ Each case file opens with comment lines that say what checking it must produce
     # expect: X301 line 18 col 43        ... on line 18, column 43 (1-based)
     # actions: tests/cases/actions.py    load action metadata from these files/modules
     # lint: true                         run the linter as well
+    # models: default, gpt               the configured model names (C426), as a project's models: gives them
 
 Given a case file, when ``sealflow.dsl.api.check_file`` checks it, then every expected
 diagnostic is among those reported (others may be reported too), or, for a valid
@@ -29,7 +30,7 @@ FOLDERS = ("valid", "invalid", "invalid_with_actions")
 DEFAULT_ACTIONS = {"invalid_with_actions": ("tests/cases/actions.py",)}
 
 _EXPECT = re.compile(r"^(?P<code>[A-Z][0-9]{3})\s+line\s+(?P<line>[0-9]+)(?:\s+col\s+(?P<col>[0-9]+))?$")
-_DIRECTIVE = re.compile(r"^#\s*(?P<key>expect|actions|lint)\s*:\s*(?P<value>.*?)\s*$")
+_DIRECTIVE = re.compile(r"^#\s*(?P<key>expect|actions|lint|models)\s*:\s*(?P<value>.*?)\s*$")
 
 # Error codes no case file can (or should) trigger, and why. Every other error code
 # registered in sealflow.dsl.codes must be expected by at least one case.
@@ -61,6 +62,7 @@ class Case:
     expected: tuple[Expected, ...]
     actions: tuple[str, ...]
     lint: bool
+    models: tuple[str, ...] | None = None
 
     @property
     def id(self) -> str:
@@ -76,6 +78,7 @@ def parse_case(path: Path) -> Case:
     folder = path.parent.name
     text = path.read_bytes().decode("utf-8", errors="replace")
     valid, expected, actions, lint = False, [], list(DEFAULT_ACTIONS.get(folder, ())), None
+    models: tuple[str, ...] | None = None
     for raw in text.splitlines():
         if not raw.startswith("#"):
             break
@@ -94,6 +97,8 @@ def parse_case(path: Path) -> Case:
                                      int(e.group("col")) if e.group("col") else None))
         elif key == "actions":
             actions = [a.strip() for a in value.split(",") if a.strip()]
+        elif key == "models":
+            models = tuple(m.strip() for m in value.split(",") if m.strip())
         elif key == "lint":
             if value not in ("true", "false"):
                 raise CaseFormatError(f"{path}: '# lint:' takes true or false, not {value!r}")
@@ -106,7 +111,7 @@ def parse_case(path: Path) -> Case:
         raise CaseFormatError(f"{path}: cases under {folder}/ must {'' if folder == 'valid' else 'not '}be valid")
     if lint is None:
         lint = valid  # a valid case must also be free of lint errors (L500)
-    return Case(path, folder, valid, tuple(expected), tuple(actions), lint)
+    return Case(path, folder, valid, tuple(expected), tuple(actions), lint, models)
 
 
 def _case_files() -> list[Path]:
@@ -152,7 +157,10 @@ def test_case(case):
     actions = _load_actions(case.actions) if case.actions else None
 
     # When it is checked
-    result = check_file(case.path, actions=actions, lint=case.lint)
+    from sealflow.dsl.typecheck import ProjectFacts
+
+    facts = ProjectFacts(models=frozenset(case.models)) if case.models is not None else None
+    result = check_file(case.path, actions=actions, lint=case.lint, facts=facts)
     diagnostics = list(result.diagnostics)
 
     # Then a valid case has no error, and an invalid one has every expected diagnostic

@@ -19,9 +19,9 @@ The input schema is built from the signature and type hints (the first parameter
 * no hint, ``Any`` or a type none of the above describes: any value (``{}``: unknown, never a false error).
 
 ``required`` lists the parameters without a default; ``additionalProperties`` is false, so an argument the
-function does not declare is refused. ``*args`` and ``**kwargs`` are never offered; a function taking
-``**kwargs`` accepts other arguments (``additionalProperties`` true). The output schema is
-``@action(output_schema=...)`` when given, else the return annotation's schema, else None (unknown).
+function does not declare is refused. ``*args`` and ``**kwargs`` are never offered to a model; as an action's
+input schema, a function taking ``**kwargs`` accepts other arguments (``additionalProperties`` true). The output
+schema is ``@action(output_schema=...)`` when given, else the return annotation's schema, else None (unknown).
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-def parameters_schema(fn: Callable[..., Any]) -> dict:
-    """The JSON Schema of ``fn``'s keyword arguments after ``ctx``."""
+def parameters_schema(fn: Callable[..., Any], *, kwargs_open: bool = False) -> dict:
+    """The JSON Schema of ``fn``'s keyword arguments after ``ctx``; with ``kwargs_open`` a function taking
+    ``**kwargs`` accepts other arguments (what it can be called with); without, only those it names (what a
+    model is offered as a tool)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -60,7 +62,7 @@ def parameters_schema(fn: Callable[..., Any]) -> dict:
     required: list[str] = []
     open_ = False
     for param in list(signature.parameters.values())[1:]:
-        if param.kind is param.VAR_KEYWORD:
+        if param.kind is param.VAR_KEYWORD and kwargs_open:
             open_ = True
         if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
             continue

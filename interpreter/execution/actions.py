@@ -50,7 +50,7 @@ class Action:
         """The JSON Schema of its ``with:`` arguments, from the signature and type hints (action_schema)."""
         from sealflow.interpreter.execution.action_schema import parameters_schema
 
-        return parameters_schema(self.fn)
+        return parameters_schema(self.fn, kwargs_open=True)
 
     @functools.cached_property
     def output_schema(self) -> dict | None:

@@ -12,6 +12,8 @@ permission). The bodies are small, deterministic and touch nothing outside.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from sealflow.interpreter import action
 
 
@@ -31,3 +33,16 @@ def add_note(ctx, lead_id: str, note: str) -> dict:
 def send_email(ctx, to: str, template: str) -> dict:
     """Pretend to send an email; an irreversible effect."""
     return {"to": to, "template": template, "message_id": f"msg-{ctx.idempotency_key}"}
+
+
+class Score(TypedDict):
+    """What cases.score_lead returns: its fields are known, so a misspelt one is X311."""
+
+    score: int
+    grade: str
+
+
+@action("cases.score_lead", permissions=["crm:read"], effect="read")
+def score_lead(ctx, lead_id: str, weight: float = 1.0) -> Score:
+    """Return a fixed score for a lead."""
+    return {"score": int(42 * weight), "grade": "B"}

@@ -126,7 +126,8 @@ def test_doctor_without_a_project_says_so_and_is_ready(capsys, tmp_path, monkeyp
 def test_a_trust_policy_path_that_does_not_exist_says_so_and_where_it_is_named(capsys, project):
     # Given a project whose trust: names a file that is not there
     (project / "sealflow.yaml").write_text("sealflow: 1\ntrust: nope.yaml\n")
-    # When doctor reads the project, Then a usage error says the file does not exist and what names it
+    # When doctor reads the project, Then a failed check (exit 1, not a usage error) says the file does not
+    # exist and what names it, among the other checks
     code, out, err = doctor(capsys)
-    assert code == 2 and f"the trust policy {project / 'nope.yaml'} does not exist" in err, err
-    assert "trust: in sealflow.yaml" in err and "is invalid" not in err
+    assert code == 1 and f"missing  trust policy   {project / 'nope.yaml'} does not exist" in out, (out, err)
+    assert "trust: in sealflow.yaml" in out and "is invalid" not in out and "ok       store" in out

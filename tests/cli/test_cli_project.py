@@ -142,10 +142,12 @@ def test_approving_in_the_project_needs_no_flags(project, capsys):
 
 
 def test_the_scaffold_s_member_sees_and_redrives_the_project_s_dead_letters(project, capsys):
-    # Given a run of the project that fails (its action is called without the input it needs)
+    # Given a run of the project that fails (its action is called with a null for the name: no input schema says
+    # the field exists, so only the run finds it missing)
     (project / "definitions" / "broken.v1.yaml").write_text(
         "sealflow: 1\nname: broken\nversion: 1\nowner: team:ann\nsteps:\n"
-        "  - id: greet\n    action: hello.greet\n    with: {}\n    retry: {max_attempts: 1}\n")
+        "  - id: greet\n    action: hello.greet\n    with: {name: \"${{ input.name }}\"}\n"
+        "    retry: {max_attempts: 1}\n")
     code, out, err = cli(capsys, "run", "definitions/broken.v1.yaml", "--json")
     assert code == 1, (out, err)
     run_id = json.loads(out)["run_id"]

@@ -18,7 +18,8 @@ numbered point of an attempt (and the clock stepping back a few seconds, as a ho
                       maybe after its lease was lost: a zombie
 ====================  ===========================================================================
 
-and the failures an action can have (``unavailable``, ``timeout``). A person answers what waits for one
+and the failures an action can have (``unavailable``, ``timeout``, a result that breaks its declared output). A
+person answers what waits for one
 (approvals; lost attempts whose outcome is unknown, deciding by looking at the target as a person would), and
 now and then cancels a run (its completed steps with a ``compensate`` are undone).
 Then faults stop, paused workers resume, and the world is driven until every run has ended (a bound on the
@@ -40,8 +41,9 @@ import logging
 import random
 import threading
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, TypedDict
 
+from sealflow.cli.actions_loader import action_info
 from sealflow.dsl.api import compile_bytes
 from sealflow.dsl.model import ActionInfo
 from sealflow.interpreter.core import states
@@ -123,6 +125,14 @@ steps:
     requires_approval_if: "input.n > 7"
 output: "${{ steps.deliver.output }}"
 """
+
+
+class Worked(TypedDict):
+    n: int
+
+
+class Delivered(TypedDict):
+    delivered: int
 
 
 class SimCrash(BaseException):
@@ -234,17 +244,19 @@ class World:
         world = self
 
         @action("sim.work", permissions=["sim:work"], registry=self.registry)
-        def work(ctx, n):
+        def work(ctx, n: int) -> Worked:
             me = world.enter(ctx)
             world.point(me, "before_effect")
             failure = world.rng_failure(me)
+            if failure == "garbled":  # a result that breaks the declared output: invalid_output, not retried
+                return {"m": n}  # type: ignore[typeddict-item]
             if failure:
                 raise StepError(failure, f"simulated {failure}")
             world.point(me, "after_effect")
             return {"n": n}
 
         @action("sim.deliver", permissions=["sim:deliver"], effect="irreversible", registry=self.registry)
-        def deliver(ctx, n):
+        def deliver(ctx, n: int) -> Delivered:
             me = world.enter(ctx)
             world.point(me, "before_effect")
             failure = world.rng_failure(me)
@@ -254,6 +266,8 @@ class World:
             world.point(me, "after_effect")
             if failure == "timeout":  # the answer was lost after the effect: the retry finds it applied
                 raise StepError("timeout", "simulated: no answer in time")
+            if failure == "garbled":  # the effect happened, the answer breaks the declared output: recorded
+                return {"delivred": n}  # type: ignore[typeddict-unknown-key]
             return {"delivered": n}
 
         @action("sim.undo", permissions=["sim:work"], effect="write", registry=self.registry)
@@ -277,9 +291,8 @@ class World:
             return {"sent": True, "n": n}
 
     def action_infos(self) -> dict[str, ActionInfo]:
-        return {name: ActionInfo(name=name, permissions=a.permissions, effect=a.effect,
-                                 honours_idempotency_key=a.honours_idempotency_key)
-                for name, a in self.registry.items()}
+        """What the compiler knows of the world's actions: what a project's actions give it (their schemas too)."""
+        return {name: action_info(a) for name, a in self.registry.items()}
 
     def enter(self, ctx) -> Worker:
         """An action starts: note its fence, and whether its step had already succeeded (a completed step
@@ -369,7 +382,7 @@ class World:
             return None
         roll = self.rng.random()
         if roll < 0.12:
-            return ("fail", self.rng.choice(("unavailable", "timeout")))
+            return ("fail", self.rng.choice(("unavailable", "timeout", "unavailable", "timeout", "garbled")))
         point = self.rng.choice(POINTS)
         if point in ("commit_error", "claim_error"):
             self.commit_errors = self.rng.choice((1, 2, 4, 12, 40, 1000))  # 1000: past the lease, it gives up

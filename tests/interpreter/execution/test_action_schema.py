@@ -65,7 +65,8 @@ def test_given_kwargs_then_other_arguments_are_accepted():
     def fn(ctx, a: str, **rest):
         ...
 
-    assert parameters_schema(fn)["additionalProperties"] is True
+    assert parameters_schema(fn, kwargs_open=True)["additionalProperties"] is True
+    assert parameters_schema(fn)["additionalProperties"] is False  # as a tool for a model: only what it names
 
 
 def test_given_a_return_annotation_then_the_output_schema_and_none_without_one():

@@ -12,9 +12,12 @@ import enum
 from typing import TypedDict
 
 import pydantic
+import pytest
 from interp_helpers import S, make_plan
 
 from sealflow.dsl.plan import RetryPolicy
+from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.execution import arguments
 from sealflow.interpreter.execution.actions import action
 
 
@@ -59,16 +62,25 @@ def test_given_a_null_into_a_string_parameter_then_invalid_request_naming_the_re
     assert "argument 'name' of action t.greet is null (from '${{ input.nme }}')" in message
 
 
-def test_given_an_argument_the_action_does_not_take_then_invalid_request_not_a_type_error(runtime, registry):
+def test_given_an_argument_the_action_does_not_take_then_submit_refuses_and_the_call_never_happens(runtime,
+                                                                                                 registry):
+    # Given a plan compiled without the action's metadata, whose with: names an argument the action does not take
     @action("t.greet", registry=registry)
     def greet(ctx, name: str) -> Greeting:
         return {"greeting": name}
 
     plan = make_plan(S("greet", "action", action="t.greet", args={"nam": "x"}))
-    status = runtime.run(plan, {}, initiator="user:ana")
-    error_class, message = failure(status, "greet")
-    assert error_class == "invalid_request" and "TypeError" not in message
-    assert "has no parameter 'nam'; it takes: name" in message
+    # When it is submitted, Then it is refused before a run exists, naming what does not fit
+    with pytest.raises(StepError) as caught:
+        runtime.submit(plan, {}, initiator="user:ana")
+    assert caught.value.error_class == "invalid_request"
+    assert "names 'nam', which action t.greet does not take (it takes: name)" in caught.value.message
+    assert "leaves out 'name'" in caught.value.message
+    assert runtime.store.list_runs() == []
+    # And at call time (an action registered later, a plan already stored) the same is invalid_request, never
+    # internal: TypeError
+    args, wrong = arguments.prepare(registry.get("t.greet"), {"nam": "x"}, {"nam": "x"})
+    assert wrong == "action t.greet has no parameter 'nam'; it takes: name"
 
 
 def test_given_a_value_of_the_wrong_type_then_invalid_request_naming_the_argument(runtime, registry):
