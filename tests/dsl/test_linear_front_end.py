@@ -16,13 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sealflow.dsl import graph, lint
-from sealflow.dsl.api import check_file
+from sealflow.dsl.api import check_bytes, check_file
 from sealflow.dsl.compiler import FlowIds
 from sealflow.dsl.expressions.expression import check as check_expression
 from sealflow.dsl.expressions.expression import parse
 from sealflow.dsl.expressions.static_check import _Known, _RanBefore
 from sealflow.dsl.model import ActionInfo
 from sealflow.dsl.plan import END
+from tools.benchmarks.compile import chain_definition
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -404,3 +405,16 @@ def test_given_silences_at_several_depths_when_a_finding_is_placed_then_the_inne
     assert lint._silenced(ignores, "L501", ("steps", 3, "with")) is None
     assert lint._silenced(ignores, "L502", ("steps", 2)) is None
     assert lint._silenced(ignores, "L501", ("steps", 20)) is None
+
+
+# ---------------------------------------------------------------- the benchmark's generated definitions
+
+def test_given_the_benchmarks_generated_chain_when_checked_then_valid_and_each_step_reads_the_one_before():
+    # Given the chain the compile benchmark validates at 1k and 10k steps, here at 50
+    text = chain_definition(50)
+    # When checked
+    result = check_bytes(text.encode(), "chain.yaml")
+    # Then it compiles with no diagnostic, 50 steps, each after the first reading its predecessor's output
+    assert result.plan is not None and result.diagnostics == []
+    assert [s.id for s in result.plan.steps] == [f"s{i}" for i in range(50)]
+    assert all(f"steps.s{i - 1}.output" in s.args["x"] for i, s in enumerate(result.plan.steps) if i)
