@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl.limits import AGENT_MAX_STEPS, APPROVAL_TIMEOUT_MAX, CAPS, QUORUM_MAX, WAIT_FOR_MAX
@@ -49,7 +50,7 @@ class StepKinds:
 
         def _known_action(self, name: str, pointer: tuple) -> ActionInfo | None: ...
 
-        def _target(self, target: str, pointer: tuple, ids: list[str]) -> None: ...
+        def _target(self, target: str, pointer: tuple, ids: Sequence[str]) -> None: ...
 
     def _action(self, s: Step, action: str, p: tuple) -> dict[str, Any]:
         info = self._known_action(action, p + ("action",))
@@ -141,7 +142,7 @@ class StepKinds:
                         separation_of_duties=a.separation_of_duties) if a else None
         return self._approval(gate, pp + ("approval",), [])
 
-    def _switch(self, s: Step, cases: list[SwitchCase], p: tuple, ids: list[str],
+    def _switch(self, s: Step, cases: list[SwitchCase], p: tuple, ids: Sequence[str],
                 nxt: str) -> tuple[tuple[SwitchCasePlan, ...], list[Edge]]:
         edges: list[Edge] = []
         if not cases:
@@ -157,7 +158,7 @@ class StepKinds:
             edges.append(Edge(kind="next", target=nxt, label="no match"))
         return tuple(SwitchCasePlan(when=c.when, next=c.next) for c in cases), edges
 
-    def _approval(self, a: Approval | None, pointer: tuple, ids: list[str],
+    def _approval(self, a: Approval | None, pointer: tuple, ids: Sequence[str],
                   implicit: bool = False) -> ApprovalPlan | None:
         defaults = self.d.approvals or ApprovalDefaults()
         approvers = (a.approvers if a and a.approvers else None) or defaults.approvers

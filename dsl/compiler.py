@@ -8,8 +8,9 @@ returns a :class:`Plan` only when there are none. Expression checks live in
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from sealflow.dsl import graph
 from sealflow.dsl.compile_fanout import FanOutKinds, all_model_steps, nested_fanout
@@ -57,6 +58,35 @@ from sealflow.dsl.refs import SchemaResolver
 from sealflow.dsl.typecheck import ProjectFacts, TypeCheck
 
 _FILE_NAME = re.compile(r"^(?P<name>.+)\.v(?P<version>[0-9]+)\.ya?ml$")
+
+
+class FlowIds(Sequence[str]):
+    """The step ids of one flow, in order, asked whether they hold an id in constant time (a ``next``, switch,
+    ``on_error`` or ``on_timeout`` target is looked up once per reference)."""
+
+    __slots__ = ("_order", "_members")
+
+    def __init__(self, ids: Iterable[str]):
+        self._order = tuple(ids)
+        self._members = frozenset(self._order)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        return self._order[i]
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._members
 
 
 class Compiler(StepKinds, FanOutKinds):
@@ -206,10 +236,10 @@ class Compiler(StepKinds, FanOutKinds):
     # -- steps -------------------------------------------------------------------------------------
     def _flow(self, steps: list[Step], base: tuple) -> list[PlanStep | None]:
         """The plan steps of one flow (the workflow's, or a sub-flow's under ``base``)."""
-        ids = [s.id for s in steps]
+        ids = FlowIds(s.id for s in steps)
         return [self._step(i, s, ids, base) for i, s in enumerate(steps)]
 
-    def _step(self, i: int, s: Step, ids: list[str], base: tuple = ()) -> PlanStep | None:
+    def _step(self, i: int, s: Step, ids: Sequence[str], base: tuple = ()) -> PlanStep | None:
         kinds = s.kinds()
         if len(kinds) != 1:
             return None
@@ -296,7 +326,7 @@ class Compiler(StepKinds, FanOutKinds):
             budget=budget, next=None if kind in ("fail", "succeed") else nxt, edges=tuple(edges), **fields,
         )
 
-    def _target(self, target: str, pointer: tuple, ids: list[str]) -> None:
+    def _target(self, target: str, pointer: tuple, ids: Sequence[str]) -> None:
         if target != END and target not in ids:
             import difflib
 

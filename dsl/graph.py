@@ -7,7 +7,7 @@ The graph's nodes are step ids plus ``end``; its edges are the plan's explicit
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from sealflow.dsl.plan import END, Plan, PlanStep
 
@@ -27,24 +27,146 @@ def reachable(adj: Adjacency, start: str) -> set[str]:
     return seen
 
 
-def ancestors(adj: Adjacency) -> dict[str, set[str]]:
-    """For each node, the nodes with a path to it (itself only if it lies on a cycle)."""
-    reverse: dict[str, set[str]] = {}
-    for src, targets in adj.items():
-        for dst in targets:
-            reverse.setdefault(dst, set()).add(src)
-    result: dict[str, set[str]] = {}
-    for node in list(adj) + [END]:
-        seen: set[str] = set()
-        queue = deque(reverse.get(node, ()))
-        while queue:
-            cur = queue.popleft()
-            if cur in seen:
+class Reachability:
+    """Answers "is there a path of one edge or more from ``src`` to ``dst``" on one control-flow graph (``src`` is
+    then an ancestor of ``dst``: it can have run before it), without a set of ancestors per node.
+
+    Built in time and memory linear in nodes and edges, by one depth-first search (Tarjan's, iterative): each
+    node's strongly connected component (numbered in reverse topological order, so a path between two components
+    runs from the higher number to the lower), whether that component holds a cycle, and each component root's
+    interval in the search tree (a node discovered inside it is reachable from it). A query is answered at once
+    when the components or the tree decide it; otherwise by a search of the components between the two, pruned by
+    their order and the intervals, whose answers are kept per ``dst`` (each component is searched at most once
+    for a given ``dst``).
+    """
+
+    __slots__ = ("_comp", "_members", "_cyclic", "_pre", "_root_pre", "_root_last", "_succ", "_memo")
+
+    def __init__(self, adj: Adjacency):
+        succ: dict[str, list[str]] = {}
+        for src, targets in adj.items():
+            succ.setdefault(src, []).extend(targets)
+            for dst in succ[src]:
+                succ.setdefault(dst, [])
+        pre: dict[str, int] = {}
+        low: dict[str, int] = {}
+        comp: dict[str, int] = {}
+        stack: list[str] = []
+        roots: list[str] = []  # each component's root (its first node discovered), by component number
+        members: list[list[str]] = []  # each component's nodes, by component number
+        last: dict[str, int] = {}  # the highest discovery number in each node's search subtree
+        counter = 0
+        for start in succ:
+            if start in pre:
                 continue
-            seen.add(cur)
-            queue.extend(reverse.get(cur, ()))
-        result[node] = seen
-    return result
+            pre[start] = low[start] = counter
+            counter += 1
+            stack.append(start)
+            work: list[tuple[str, Iterator[str]]] = [(start, iter(succ[start]))]
+            while work:
+                node, it = work[-1]
+                for nxt in it:
+                    if nxt not in pre:
+                        pre[nxt] = low[nxt] = counter
+                        counter += 1
+                        stack.append(nxt)
+                        work.append((nxt, iter(succ[nxt])))
+                        break
+                    if nxt not in comp:  # on the stack: in the component being built
+                        low[node] = min(low[node], pre[nxt])
+                else:
+                    work.pop()
+                    last[node] = counter - 1
+                    if work:
+                        parent = work[-1][0]
+                        low[parent] = min(low[parent], low[node])
+                    if low[node] == pre[node]:
+                        number = len(roots)
+                        roots.append(node)
+                        at = len(stack) - 1
+                        while stack[at] != node:
+                            at -= 1
+                        group = stack[at:]
+                        del stack[at:]
+                        for member in group:
+                            comp[member] = number
+                        members.append(group)
+        self._comp = comp
+        self._members = members
+        self._pre = pre
+        self._succ = succ
+        self._root_pre = [pre[r] for r in roots]
+        self._root_last = [last[r] for r in roots]
+        self._cyclic = [len(group) > 1 for group in members]
+        for node, targets in succ.items():
+            if node in targets:
+                self._cyclic[comp[node]] = True
+        self._memo: dict[str, dict[int, bool]] = {}
+
+    def reaches(self, src: str, dst: str) -> bool:
+        """Whether a path of at least one edge leads from ``src`` to ``dst`` (``src`` is an ancestor of ``dst``)."""
+        comp = self._comp
+        if src not in comp or dst not in comp:
+            return False
+        c_src, c_dst = comp[src], comp[dst]
+        if c_src == c_dst:
+            return self._cyclic[c_src]
+        if c_src < c_dst:  # components are numbered sinks first: a path only goes to a lower number
+            return False
+        if self._root_pre[c_src] <= self._pre[dst] <= self._root_last[c_src]:  # in the search subtree
+            return True
+        return self._search(c_src, dst)
+
+    def _search(self, c_src: int, dst: str) -> bool:
+        """Whether component ``c_src`` (not ``dst``'s, numbered higher) reaches ``dst``: a depth-first search of
+        the components, memoised per ``dst``. The components form an acyclic graph, so one searched to its end
+        never reaches ``dst``, and those on the path to one that does all do."""
+        comp, first, last = self._comp, self._root_pre, self._root_last
+        c_dst, at = comp[dst], self._pre[dst]
+        memo = self._memo.setdefault(dst, {})
+        if c_src in memo:
+            return memo[c_src]
+
+        def decided(c: int) -> bool | None:
+            if c in memo:
+                return memo[c]
+            if c == c_dst or first[c] <= at <= last[c]:
+                return True
+            if c < c_dst:
+                return False
+            return None
+
+        path: list[int] = [c_src]
+        work: list[Iterator[str]] = [self._out_of(c_src)]
+        while work:
+            for nxt in work[-1]:
+                c = comp[nxt]
+                if c == path[-1]:
+                    continue
+                answer = decided(c)
+                if answer is None:
+                    path.append(c)
+                    work.append(self._out_of(c))
+                    break
+                if answer:
+                    for on_path in path:
+                        memo[on_path] = True
+                    return True
+            else:
+                memo[path.pop()] = False
+                work.pop()
+        return False
+
+    def _out_of(self, c: int) -> Iterator[str]:
+        """The targets of the edges leaving the nodes of component ``c`` (its own nodes among them)."""
+        succ = self._succ
+        return (nxt for node in self._members[c] for nxt in succ[node])
+
+    def size(self) -> int:
+        """How many entries the index holds: its nodes, edges and components, and the answers memoised by the
+        searches (each a component, at most once per ``dst`` asked about)."""
+        return (len(self._comp) + sum(map(len, self._succ.values())) + len(self._members)
+                + sum(map(len, self._memo.values())))
 
 
 def find_back_edge(adj: Adjacency, start: str) -> tuple[str, str] | None:

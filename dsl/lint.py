@@ -79,25 +79,27 @@ def _gates(ctx: Context) -> set[str]:
     return {s.id for _, s in ctx.plan.all_steps() if s.kind == "approval" or s.requires_approval_if}
 
 
-def _open_path(adj: dict[str, list[str]], gates: set[str], src: str, dst: str) -> bool:
+def _open_paths(adj: dict[str, list[str]], gates: set[str]) -> graph.Reachability:
+    """The paths of one flow that pass no gate: a gate's own edges are cut, so a path may end at a gate but not go
+    through one. Built once per flow; :func:`_open_path` asks it about each pair."""
+    return graph.Reachability({k: [] if k in gates else v for k, v in adj.items()})
+
+
+def _open_path(open_paths: graph.Reachability, src: str, dst: str) -> bool:
     """Whether ``dst`` is reachable from ``src`` without passing a gate other than ``dst`` itself."""
-    blocked = {g for g in gates if g != dst}
-    if src in blocked:
-        return False
-    open_adj = {k: [t for t in v if t not in blocked] for k, v in adj.items() if k not in blocked}
-    open_adj[src] = [t for t in adj.get(src, []) if t not in blocked]
-    return dst in graph.reachable(open_adj, src)
+    return src == dst or open_paths.reaches(src, dst)
 
 
 def check_unchecked_model_output(ctx: Context) -> Iterator[Finding]:
-    outer = graph.adjacency(ctx.plan)
     gates = _gates(ctx)
-    # each step's flow: its fan-out step (None at the top level), the flow's control flow and start
-    flows: dict[str, tuple[str | None, dict[str, list[str]], str]] = {s.id: (None, outer, ctx.plan.start)
-                                                                      for s in ctx.plan.steps}
+    outer = _open_paths(graph.adjacency(ctx.plan), gates)
+    # each step's flow: its fan-out step (None at the top level), the flow's gate-free paths and start
+    flows: dict[str, tuple[str | None, graph.Reachability, str]] = {s.id: (None, outer, ctx.plan.start)
+                                                                    for s in ctx.plan.steps}
     for fan in ctx.plan.steps:
         for _, sub, start in fan.subflows():
-            flows.update({x.id: (fan.id, graph.adjacency_of(sub), start) for x in sub})
+            inner = _open_paths(graph.adjacency_of(sub), gates)
+            flows.update({x.id: (fan.id, inner, start) for x in sub})
     # taint: ai/agent output not checked by validate or a gate on the step itself, propagated through set steps
     tainted = {ps.id for _, ps in ctx.plan.all_steps() if ps.kind in ("ai", "agent") and not ps.validations
                and not ps.requires_approval_if}
@@ -108,15 +110,14 @@ def check_unchecked_model_output(ctx: Context) -> Iterator[Finding]:
     for p, s in every:
         if ctx.effect(s.action) != "irreversible":
             continue
-        owner, adj, start = flows[s.id]
+        owner, paths, start = flows[s.id]
         for src, offset, pointer in _step_refs(_strings(s.with_, p + ("with",))):
             if src not in tainted or src not in flows:
                 continue
             if flows[src][0] == owner:  # the same flow
-                reached = _open_path(adj, gates, src, s.id)
+                reached = _open_path(paths, src, s.id)
             else:  # an outer step into a sub-flow: to the fan-out step, then from the sub-flow's start
-                reached = owner is not None and _open_path(outer, gates, src, owner) and \
-                    _open_path(adj, gates, start, s.id)
+                reached = owner is not None and _open_path(outer, src, owner) and _open_path(paths, start, s.id)
             if reached:
                 yield ("L501", pointer + (offset,),
                        f"output of model step {src!r} flows into irreversible action {s.action!r} of step "
@@ -267,11 +268,12 @@ def _ignores(ctx: Context) -> tuple[dict[tuple, tuple[set[str], str]], list[Diag
 
 
 def _silenced(ignores: dict[tuple, tuple[set[str], str]], code: str, pointer: tuple) -> str | None:
-    """The reason of the innermost step around ``pointer`` that silences ``code`` (None: not silenced)."""
-    for p in sorted(ignores, key=len, reverse=True):
-        codes, reason = ignores[p]
-        if pointer[:len(p)] == p and code in codes and reason:
-            return reason
+    """The reason of the innermost step around ``pointer`` that silences ``code`` (None: not silenced): the
+    pointer's prefixes are looked up, longest first, rather than every silencing step scanned per finding."""
+    for length in range(len(pointer), -1, -1):
+        found = ignores.get(pointer[:length])
+        if found is not None and code in found[0] and found[1]:
+            return found[1]
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterator, Mapping
 from typing import Any
 
 from lark import Tree
@@ -110,17 +110,19 @@ def compile_cached(text: str) -> Expression:
     return parse(text)
 
 
-def check(expr: Expression, *, known_steps: set[str], ran_before: set[str],
+def check(expr: Expression, *, known_steps: Collection[str], ran_before: Container[str],
           allow_output: bool, allow_item: bool = False,
           inner: Mapping[str, str] | None = None) -> list[ExpressionError]:
     """Every static problem of the references: X303, X304, X308, X309, X310, in text order. ``item`` and
     ``index`` are known only with ``allow_item`` (inside a map's steps); ``inner`` maps the ids of steps inside
-    a fan-out sub-flow (not readable here) to their fan-out step."""
+    a fan-out sub-flow (not readable here) to their fan-out step. ``known_steps`` and ``ran_before`` are only
+    asked about membership (``known_steps`` is listed for a hint on an unknown step), so views serve as well as
+    sets."""
     return sorted(_check(expr, known_steps, ran_before, allow_output, allow_item, inner or {}),
                   key=lambda e: e.offset)
 
 
-def _check(expr: Expression, known: set[str], ran: set[str], allow_output: bool, allow_item: bool,
+def _check(expr: Expression, known: Collection[str], ran: Container[str], allow_output: bool, allow_item: bool,
            inner: Mapping[str, str]) -> Iterator[ExpressionError]:
     def error(code: str, message: str, offset: int, hint: str | None = None) -> ExpressionError:
         return ExpressionError(code, message, offset, hint, expr.text)

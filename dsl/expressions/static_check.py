@@ -9,7 +9,7 @@ character inside the YAML string.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Collection, Container, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl import graph
@@ -100,14 +100,55 @@ def step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bo
             yield ptr, "template", text, True, False
 
 
+class _Known:
+    """The step ids a flow's expressions may name: those of the flows around it (``outer``) and its own (a
+    view: no copy of the top level's ids per sub-flow)."""
+
+    __slots__ = ("_outer", "_own")
+
+    def __init__(self, own: frozenset[str], outer: Collection[str] = frozenset()):
+        self._own, self._outer = own, outer
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._own or step in self._outer
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._outer
+        yield from (s for s in self._own if s not in self._outer)
+
+    def __len__(self) -> int:
+        return len(self._outer) + sum(1 for s in self._own if s not in self._outer)
+
+
+class _RanBefore:
+    """The steps that can have run before ``step`` of one flow: its ancestors in the flow's control flow (asked
+    of ``reach`` when a reference names them, never listed), ``step`` itself with ``include_self``, and the
+    steps ``outer`` holds (those that ran before the flow started: the outer run's, before a fan-out)."""
+
+    __slots__ = ("_reach", "_step", "_outer", "_include_self")
+
+    def __init__(self, reach: graph.Reachability, step: str, outer: Container[str], include_self: bool = False):
+        self._reach, self._step, self._outer, self._include_self = reach, step, outer, include_self
+
+    def including_self(self) -> _RanBefore:
+        return _RanBefore(self._reach, self._step, self._outer, True)
+
+    def __contains__(self, other: object) -> bool:
+        if not isinstance(other, str):
+            return False
+        return (self._include_self and other == self._step) or self._reach.reaches(other, self._step) \
+            or other in self._outer
+
+
 @dataclasses.dataclass(frozen=True)
 class _Scope:
     """What the expressions of one flow may read: ``known`` step ids, the steps ``ran`` before the flow starts
     (the outer run's steps before a fan-out), whether ``item``/``index`` exist, and the ids of steps inside
-    sub-flows that are not readable here (``inner``: id -> its fan-out step)."""
+    sub-flows that are not readable here (``inner``: id -> its fan-out step; a flow's own steps may stay listed,
+    as they are known, which the check asks first)."""
 
-    known: frozenset[str]
-    ran: frozenset[str]
+    known: _Known
+    ran: Container[str]
     allow_item: bool
     inner: dict[str, str]
 
@@ -119,12 +160,13 @@ def _inner_ids(steps: tuple[PlanStep, ...]) -> dict[str, str]:
 
 def _check_flow(compiler: CompileContext, steps: list[Step], plan_steps: tuple[PlanStep, ...], base: tuple,
                 scope: _Scope) -> None:
-    before = graph.ancestors(graph.adjacency_of(plan_steps))
+    reach = graph.Reachability(graph.adjacency_of(plan_steps))
     by_id = {s.id: s for s in plan_steps}
     for i, step in enumerate(steps):
-        ran = scope.ran | before.get(step.id, set())
+        ran = _RanBefore(reach, step.id, scope.ran)
         for pointer, kind, text, include_self, allow_output in step_sites(step, base + ("steps", i)):
-            _check_site(compiler, pointer, kind, text, scope, ran | {step.id} if include_self else ran, allow_output)
+            _check_site(compiler, pointer, kind, text, scope, ran.including_self() if include_self else ran,
+                        allow_output)
         ps = by_id.get(step.id)
         if step.map is not None:
             _check_site(compiler, base + ("steps", i, "map", "items"), "expr", step.map.items, scope, ran, False)
@@ -133,20 +175,20 @@ def _check_flow(compiler: CompileContext, steps: list[Step], plan_steps: tuple[P
         subs = ps.subflows()
         authored = step.subflows()
         for (below, sub_plan, _), (_, sub_steps) in zip(subs, authored, strict=True):
-            own = {s.id for _, s in walk(sub_plan, ())}
-            inner = {k: v for k, v in scope.inner.items() if k not in own}  # a sibling branch's steps stay inner
-            sub_scope = _Scope(scope.known | own, frozenset(ran), step.map is not None or scope.allow_item, inner)
+            own = frozenset(s.id for _, s in walk(sub_plan, ()))
+            sub_scope = _Scope(_Known(own, scope.known), ran, step.map is not None or scope.allow_item,
+                               scope.inner)
             _check_flow(compiler, sub_steps, sub_plan, base + ("steps", i) + below[:-1], sub_scope)
 
 
 def check_plan(compiler: CompileContext, plan: Plan) -> None:
     """Append every expression diagnostic of ``compiler``'s definition to ``compiler.diagnostics``."""
     d = compiler.d
-    top = _Scope(frozenset(s.id for s in plan.steps), frozenset(), False, _inner_ids(plan.steps))
+    top = _Scope(_Known(frozenset(s.id for s in plan.steps)), frozenset(), False, _inner_ids(plan.steps))
     _check_flow(compiler, d.steps, plan.steps, (), top)
     reachable = graph.reachable(graph.adjacency(plan), plan.start) - {"end"}
 
-    def run(pointer: tuple, kind: str, text: str, ran: set[str], allow_output: bool) -> None:
+    def run(pointer: tuple, kind: str, text: str, ran: Container[str], allow_output: bool) -> None:
         _check_site(compiler, pointer, kind, text, top, ran, allow_output)
 
     for pointer, text in templates_in(d.output, ("output",)):
@@ -158,7 +200,7 @@ def check_plan(compiler: CompileContext, plan: Plan) -> None:
 
 
 def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, scope: _Scope,
-                ran: set[str] | frozenset[str], allow_output: bool) -> None:
+                ran: Container[str], allow_output: bool) -> None:
     doc = compiler.doc
     try:
         parts: list[tuple[Expression, int]]
@@ -170,7 +212,7 @@ def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, 
         _report(compiler, doc, pointer, exc, exc.offset)
         return
     for expr, base in parts:
-        for problem in check(expr, known_steps=set(scope.known), ran_before=set(ran), allow_output=allow_output,
+        for problem in check(expr, known_steps=scope.known, ran_before=ran, allow_output=allow_output,
                              allow_item=scope.allow_item, inner=scope.inner):
             _report(compiler, doc, pointer, problem, base + problem.offset)
 
