@@ -11,8 +11,10 @@ action raised a classified :class:`~sealflow.interpreter.core.errors.StepError` 
   :data:`MAX_FRAMES` frames and :data:`MAX_CHARS` characters, keeping the innermost and saying how much was cut;
   no local variable is ever included;
 * **where**: the innermost frame of the user's code (not sealflow's, not the standard library's or an
-  installed package's, unless nothing else is), ``actions/hello.py:12 in greet``, appended to the message
-  (``KeyError: 'missing' (actions/hello.py:12 in greet)``), so every one-line summary names it.
+  installed package's, unless nothing else is), ``actions/hello.py:12 in greet``, appended to the message of
+  an ``internal`` failure (a bug: ``KeyError: 'missing' (actions/hello.py:12 in greet)``), so every one-line
+  summary of it names the place; an exception classified by its type (``TimeoutError``, ``ConnectionError``,
+  ``PermissionError``) keeps its message as it is, and its traceback.
 
 Paths under the current directory are shown relative to it. Secrets are not removed here: the engine redacts
 the stored trace with the attempt's message (:func:`sealflow.interpreter.execution.secrets.redact_commit`).
@@ -68,12 +70,13 @@ class Trace:
 
 def failure(exc: BaseException) -> tuple[str, str, float | None, str | None]:
     """``(error_class, message, retry_after, trace)`` of an exception an action raised: a classified
-    :class:`StepError` as it is (no trace); anything else with its trace, the message naming where it happened."""
+    :class:`StepError` as it is (no trace); anything else with its trace, an ``internal`` one's message naming
+    where it happened."""
     error_class, message, retry_after = classify(exc)
     if isinstance(exc, StepError):
         return error_class, message, retry_after, None
     trace = capture(exc)
-    if trace.where is not None:  # (a long message is cut before it, so that the location is kept)
+    if error_class == "internal" and trace.where is not None:  # (a long message is cut first: the location stays)
         suffix = f" ({trace.where})"
         message = short_message(message, max(200, MAX_MESSAGE_CHARS - len(suffix) - 64)) + suffix
     return error_class, message, retry_after, trace.text

@@ -50,6 +50,17 @@ def test_a_classified_step_error_keeps_its_message_and_no_traceback():
     assert tracebacks.failure(exc) == ("rate_limited", "slow down", 2.0, None)
 
 
+def test_an_exception_classified_by_its_type_keeps_its_message_and_its_traceback():
+    # Given an action whose call timed out (a TimeoutError: the class timeout, retried where the policy says)
+    def call():
+        raise TimeoutError("the CRM did not answer")
+
+    # When it is kept / Then its message is as it was (no location), and its traceback is kept
+    error_class, message, _, trace = tracebacks.failure(raised(call))
+    assert (error_class, message) == ("timeout", "the CRM did not answer")
+    assert f"{HERE}:{line_of(call, 'raise')} in call" in trace
+
+
 def test_the_frames_of_the_library_an_action_called_are_kept_but_the_location_is_the_actions_own_line():
     # Given an action passing bad JSON to the standard library
     def parse():
