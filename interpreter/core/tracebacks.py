@@ -83,7 +83,15 @@ def failure(exc: BaseException) -> tuple[str, str, float | None, str | None]:
 
 
 def capture(exc: BaseException, *, max_frames: int = MAX_FRAMES, max_chars: int = MAX_CHARS) -> Trace:
-    """The traceback of ``exc`` (with its causes), bounded, and where in the user's code it happened."""
+    """The traceback of ``exc`` (with its causes), bounded, and where in the user's code it happened; never
+    raises (a traceback that cannot be formatted says so: the failure is recorded anyway)."""
+    try:
+        return _capture(exc, max_frames, max_chars)
+    except Exception as bad:  # noqa: BLE001 - e.g. an exception whose __str__ raises inside a cause
+        return Trace(f"(the traceback could not be kept: {type(bad).__name__})", None)
+
+
+def _capture(exc: BaseException, max_frames: int, max_chars: int) -> Trace:
     chain = _chain(exc)
     stacks = [_frames(e.__traceback__) for e, _ in chain]
     where = _where(stacks[-1])

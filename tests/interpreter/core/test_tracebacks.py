@@ -120,3 +120,17 @@ def down_to(n):
     if n == 0:
         raise RuntimeError("deep")
     return down_to(n - 1)
+
+
+def test_an_exception_whose_text_cannot_be_made_still_fails_the_attempt_with_a_trace():
+    # Given an exception whose str() raises
+    class Odd(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    def odd():
+        raise Odd()
+
+    # When it is kept / Then its traceback still names the frame, and nothing raises
+    trace = tracebacks.capture(raised(odd)).text
+    assert f"{HERE}:{line_of(odd, 'raise Odd')} in odd" in trace

@@ -111,6 +111,23 @@ def test_a_secret_in_an_exceptions_message_is_redacted_from_the_summary_and_the_
     assert SECRET not in on_store.store.dead_letter(status.run.id).reason
 
 
+def test_an_exception_whose_text_cannot_be_made_still_fails_its_step_saying_where(on_store, registry):
+    # Given an action raising an exception whose str() itself raises
+    class Odd(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    @action("t.odd", registry=registry)
+    def odd(ctx):
+        raise Odd()
+
+    # When it runs / Then the step fails as internal, naming the exception and where, with its traceback
+    status = on_store.run(make_plan(S("one", "action", action="t.odd")), {}, initiator="user:ana")
+    where = f"{HERE}:{line_of(odd.fn, 'raise Odd')} in odd"
+    assert status.error == ("internal", f"Odd: <its text could not be made: RuntimeError> ({where})")
+    assert where in on_store.store.attempts(status.run.id)[0].error_trace
+
+
 def test_the_traceback_survives_reopening_the_store(tmp_path, registry, clock):
     # Given a SQLite store where an action failed
     register_greet(registry)
