@@ -97,10 +97,19 @@ def classify(exc: BaseException) -> tuple[str, str, float | None]:
     """
     if isinstance(exc, StepError):
         return exc.error_class, exc.message, exc.retry_after
+    text = _text(exc)
     if isinstance(exc, TimeoutError):
-        return "timeout", str(exc) or "timed out", None
+        return "timeout", text or "timed out", None
     if isinstance(exc, ConnectionError):
-        return "network", str(exc) or type(exc).__name__, None
+        return "network", text or type(exc).__name__, None
     if isinstance(exc, PermissionError):
-        return "unauthorized", str(exc) or "permission denied", None
-    return "internal", f"{type(exc).__name__}: {exc}", None
+        return "unauthorized", text or "permission denied", None
+    return "internal", f"{type(exc).__name__}: {text}", None
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``; an exception whose ``__str__`` fails (the action's bug too) is still described."""
+    try:
+        return str(exc)
+    except Exception as bad:  # noqa: BLE001 - its own failure must not hide the one being classified
+        return f"<its text could not be made: {type(bad).__name__}>"

@@ -64,12 +64,17 @@ class Failed:
     rerun: bool = False
     #: not retried whatever the retry class says (``on_error`` may still route it): a person judged it failed
     no_retry: bool = False
+    #: the traceback of the exception the attempt's code raised (:mod:`sealflow.interpreter.core.tracebacks`),
+    #: kept with the failed attempt; None for a classified failure
+    trace: str | None = None
 
     def __post_init__(self) -> None:
         # an exception's text is the action's (or a model's, a web service's): what no store can hold in plain
         # text (NUL, an unpaired surrogate) is replaced, so that the failure is recorded, never lost with it; and
         # it may be a whole response body: only its first few thousand characters are kept
         self.message = clean_text(short_message(str(self.message)))
+        if self.trace is not None:  # (bounded where it was made)
+            self.trace = clean_text(str(self.trace))
 
 
 @dataclasses.dataclass(slots=True)

@@ -263,7 +263,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
                       dead_letter=spec, audit=tuple(audit), actor=actor, dispatch_inline=True)
     failed = outcome if isinstance(outcome, Failed) else Failed("internal", f"unexpected outcome {outcome!r}")
     step = StepChange(att.step_id, att.attempt, att.token, "timed_out" if failed.timed_out else "failed",
-                      error_class=failed.error_class, error_message=failed.message)
+                      error_class=failed.error_class, error_message=failed.message, error_trace=failed.trace)
     if failed.rerun:  # its process died (engine/poison): the same try again, not a retry
         nxt = NextAttempt(att.step_id, att.try_no, "scheduled", x.now, lease_for(x.step), None, failed.data or data)
         return Commit(run_id=run.id, expected_rev=run.rev, step=step, next=nxt, actor=actor, dispatch_inline=True,

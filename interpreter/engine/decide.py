@@ -240,7 +240,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
 def _failed(d: _Decision, x: Execution, f: Failed) -> None:
     d.usage(f)
     d.change("timed_out" if f.timed_out else "failed", error_class=f.error_class, error_message=f.message,
-             data=f.data)
+             error_trace=f.trace, data=f.data)
     if f.detail:
         d.audit.append(AuditEvent("step.detail", x.step_id, d.actor, detail=f.detail))
     if f.ledger_key is not None:

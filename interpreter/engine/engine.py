@@ -36,6 +36,7 @@ from typing import Any
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import Plan, PlanStep
+from sealflow.interpreter.core import tracebacks
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.ids import StepRef, split_step_id
@@ -245,7 +246,8 @@ class Engine(Claiming):
             return Failed(exc.error_class, exc.message, exc.retry_after)
         except Exception as exc:  # noqa: BLE001 - a bug must fail the step, not the worker
             log.exception("engine error in step %r of run %s", step.id, x.run.id)
-            return Failed("internal", f"engine error in step {step.id!r}: {type(exc).__name__}: {exc}")
+            return Failed("internal", f"engine error in step {step.id!r}: {type(exc).__name__}: {exc}",
+                          trace=tracebacks.capture(exc).text)
 
     def commit(self, x: Execution, outcome: Outcome, *, actor: str, counts_step: bool) -> tuple[Message, ...]:
         """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""

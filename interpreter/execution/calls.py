@@ -2,15 +2,18 @@
 
 :func:`call` runs ``fn(ctx)`` on a runner thread (or in a child process) within the attempt's
 deadline, inside the sandbox (declared secrets resolved, a private temporary directory), and
-classifies what goes wrong into an error class. Every step kind that calls code goes through it.
+classifies what goes wrong into an error class; an exception that is not a classified ``StepError`` keeps its
+traceback with the failed attempt, and its message names where in the action's code it happened
+(:mod:`sealflow.interpreter.core.tracebacks`). Every step kind that calls code goes through it.
 """
 
 from __future__ import annotations
 
 import json
 
-from sealflow.interpreter.core.errors import StepError, classify
+from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.interpreter.core.tracebacks import failure
 from sealflow.interpreter.execution import isolation, sandbox
 from sealflow.interpreter.execution.context import Execution, StepContext
 from sealflow.interpreter.execution.leasewatch import LeaseWatch
@@ -62,9 +65,9 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     except WaitInterrupted as stop:  # the waiting thread was interrupted (Ctrl-C): not the step's failure
         raise stop.interrupt from None
     except BaseException as exc:  # noqa: BLE001 - every failure is classified, even SystemExit
-        error_class, message, retry_after = classify(exc)
+        error_class, message, retry_after, trace = failure(exc)
         over = box.failure()
-        return Failed("policy_denied", over) if over else Failed(error_class, message, retry_after)
+        return Failed("policy_denied", over) if over else Failed(error_class, message, retry_after, trace=trace)
     over = box.failure()
     if over:
         return Failed("policy_denied", over)

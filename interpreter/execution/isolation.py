@@ -6,9 +6,10 @@ configuration's top-level ``isolation:`` key, else ``$SEALFLOW_ISOLATION``, else
 
 Under ``process`` the worker forks (:func:`run_forked`): the child inherits the registry, the
 rendered arguments and ``ctx`` (no pickling of code, so any registered action can be isolated),
-runs the action inside its sandbox and sends back its result, or its classified failure, through a
-pipe, writes out what it printed (through the worker's redaction: :mod:`sealflow.interpreter.core.redacted_output`),
-then ends with ``os._exit`` (no inherited cleanup runs twice). The worker waits on the pipe:
+runs the action inside its sandbox and sends back its result, or its classified failure (with its
+traceback: :mod:`sealflow.interpreter.core.tracebacks`), through a pipe, writes out what it printed
+(through the worker's redaction: :mod:`sealflow.interpreter.core.redacted_output`), then ends with
+``os._exit`` (no inherited cleanup runs twice). The worker waits on the pipe:
 
 * the deadline passes: the child is killed with SIGKILL, which ends it even inside C code holding
   the GIL (a thread cannot be interrupted there), and the attempt fails with ``timeout``;
@@ -35,7 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sealflow.interpreter.core import redacted_output
-from sealflow.interpreter.core.errors import ConfigError, classify
+from sealflow.interpreter.core.errors import ConfigError
+from sealflow.interpreter.core.tracebacks import failure
 
 MODES = ("thread", "process")
 ENV = "SEALFLOW_ISOLATION"
@@ -115,12 +117,12 @@ def _child(body: Callable[[Callable[[], bool]], tuple], out_fd: int, cancel_fd: 
         try:
             payload = body(cancelled)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back classified
-            payload = ("error", classify(exc), None)
+            payload = ("error", failure(exc), None)
         try:
             data = pickle.dumps(payload)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is the action's bug
             data = pickle.dumps(("error", ("internal", f"the isolated attempt's result could not be sent back: "
-                                                       f"{type(exc).__name__}: {exc}", None), None))
+                                                       f"{type(exc).__name__}: {exc}", None, None), None))
         redacted_output.release_all()  # what the action printed goes out before its result
         _flush_output()
         view = memoryview(data)
@@ -203,8 +205,8 @@ def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout:
         ctx._cancelled = child_cancelled
         try:
             out = box.run(fn, ctx)
-        except BaseException as exc:  # noqa: BLE001 - classified in the child, sent back
-            return ("error", classify(exc), box.failure())
+        except BaseException as exc:  # noqa: BLE001 - classified in the child, sent back with its traceback
+            return ("error", failure(exc), box.failure())
         return ("ok", out, box.failure())
 
     limit = payload_limit(x.services.config)
@@ -222,6 +224,6 @@ def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout:
     if over:
         return Failed("policy_denied", over)
     if kind == "error":
-        error_class, message, retry_after = value
-        return Failed(error_class, message, retry_after)
+        error_class, message, retry_after, trace = value
+        return Failed(error_class, message, retry_after, trace=trace)
     return Succeeded(value, ledger_key=key)

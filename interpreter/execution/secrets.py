@@ -25,7 +25,7 @@ step with ``configuration``, naming the secret and where it was looked for
 Values never reach definitions (they name actions, not secrets), messages
 (ids only), the store or the audit trail: every value resolved in this process
 is remembered by :data:`REDACTOR`, and the engine replaces it with
-``[redacted:<name>]`` in what it records (step and run outputs, error messages,
+``[redacted:<name>]`` in what it records (step and run outputs, error messages and tracebacks,
 dead-letter reasons, ledger entries, attempt data, audit details), in every
 log record of the process, whichever logger made it (:func:`install_log_filter`), and in what a process that
 runs actions prints (:mod:`sealflow.interpreter.core.redacted_output`), in every
@@ -164,7 +164,8 @@ def redact_commit(commit):
     step, run, dead, nxt = commit.step, commit.run, commit.dead_letter, commit.next
     changes: dict[str, Any] = {}
     if step is not None:
-        fields = {"error_message": red.text(step.error_message), "output_json": red.json_text(step.output_json),
+        fields = {"error_message": red.text(step.error_message), "error_trace": red.text(step.error_trace),
+                  "output_json": red.json_text(step.output_json),
                   "data": red.value(step.data) if step.data else step.data}
         if any(value is not getattr(step, key) for key, value in fields.items()):
             changes["step"] = dataclasses.replace(step, **fields)

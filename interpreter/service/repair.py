@@ -95,11 +95,14 @@ class Repair:
 
     def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
         """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``; the
-        audit events only with ``audit:read`` too)."""
+        audit events only with ``audit:read`` too, the attempts' tracebacks only with ``runs:read``)."""
         run = self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
         shown = dlq.show(self.store, run_id)
         if actor is not None and not may(self.access, run, actor, Operation.AUDIT_READ):
             shown["audit"] = None  # reading dead letters is not reading audit trails
+        if actor is not None and not may(self.access, run, actor, Operation.READ):
+            for attempt in shown["failed_attempts"]:  # nor reading the run's code paths
+                attempt["error_trace"] = None
         return shown
 
     def dlq_redrive(self, run_id: str, *, actor: str | None = None, tenant: str | None = None) -> RunStatus:

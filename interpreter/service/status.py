@@ -108,8 +108,9 @@ def _gate(data: dict) -> dict:
             "approvals": [{"actor": a.get("actor"), "as": a.get("as")} for a in data.get("approvals", ())]}
 
 
-def _steps(status: RunStatus) -> list[dict]:
-    """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``."""
+def _steps(status: RunStatus, traces: bool) -> list[dict]:
+    """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``, a
+    failure its attempt's traceback when ``traces`` (the caller may read the run) and the attempt kept one."""
     steps: dict[str, dict] = {}
     for a in status.attempts:
         entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
@@ -126,18 +127,23 @@ def _steps(status: RunStatus) -> list[dict]:
             entry["items"] = status.items[a.step_id]
         if a.error_class:
             entry["error"] = {"class": a.error_class, "message": a.error_message}
+            if traces and a.error_trace:
+                entry["error"]["trace"] = a.error_trace
         elif "error" in entry and a.state == "succeeded":
             del entry["error"]
     return list(steps.values())
 
 
-def status_json(status: RunStatus) -> dict:
+def status_json(status: RunStatus, *, traces: bool = False) -> dict:
     """The run as one JSON object: what ``sealflow status --json`` prints and ``GET /v1/runs/{id}`` answers
-    (docs/runtime.md names its fields); the input and what gates showed are redacted."""
+    (docs/runtime.md names its fields); the input and what gates showed are redacted. ``traces``: a failed
+    step's ``error`` carries the traceback its attempt kept (``error.trace``), for callers that were authorised
+    to read the run (``runs:read``, or its initiator); never in what answers another operation (a cancel, an
+    approval, a redrive), which a principal may do without reading the run."""
     run = status.run
     out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
            "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator,
-           "input": REDACTOR.value(run.input), "output": run.output, "steps": _steps(status)}
+           "input": REDACTOR.value(run.input), "output": run.output, "steps": _steps(status, traces)}
     if run.signer:
         out["signer"] = run.signer
     if run.acting != run.initiator:

@@ -48,6 +48,8 @@ class StepChange:
     output_json: str | None = None
     error_class: str | None = None
     error_message: str | None = None
+    #: the traceback of the exception the attempt's code raised (kept when set; None keeps what is stored)
+    error_trace: str | None = None
     #: when the attempt goes ``waiting``: when its timer fires (None: waits for a human only)
     due_at: float | None = None
     #: replaces the attempt's ``data`` when not None

@@ -111,6 +111,9 @@ class AttemptRecord:
     #: how many times this attempt's lease expired (its worker died or stalled): a claim of an attempt
     #: that lost its lease records ``worker_lost`` instead of running it again
     leases_lost: int = 0
+    #: the traceback of the exception the attempt's code raised (:mod:`sealflow.interpreter.core.tracebacks`),
+    #: redacted and bounded; read by :meth:`Store.attempts` only (a claim or a cursor read leaves it None)
+    error_trace: str | None = None
 
 
 class LazyResults(Mapping[str, tuple[str, "str | None"]]):

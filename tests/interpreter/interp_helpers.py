@@ -18,6 +18,14 @@ from sealflow.dsl.plan import END, ApprovalPlan, Edge, Plan, PlanStep, RetryPoli
 BACKENDS = ["sqlite", "postgres"]  # "redis" joins here when its store lands
 
 
+def line_of(fn: Callable, text: str) -> int:
+    """The line of ``fn``'s source that holds ``text`` (what a traceback of it names)."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
 def S(step_id: str, kind: str, **fields: Any) -> dict:
     """One step of a plan (completed by :func:`make_plan`)."""
     return {"id": step_id, "kind": kind, **fields}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from typing import NoReturn
@@ -54,11 +55,27 @@ def repeat_flags(skip: tuple[str, ...] = ()) -> str:
 
 
 
-def status_dict(status) -> dict:
-    """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same)."""
+def debugging() -> bool:
+    """``SEALFLOW_DEBUG=1``: tracebacks for internal errors, an action's exception included (docs/project.md)."""
+    return bool(os.environ.get("SEALFLOW_DEBUG"))
+
+
+def status_dict(status, *, traces: bool = False) -> dict:
+    """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same); ``traces``:
+    with the tracebacks of its failed steps (only for a caller that was authorised to read the run)."""
     from sealflow.interpreter.service.status import status_json
 
-    return status_json(status)
+    return status_json(status, traces=traces)
+
+
+def print_traces(status) -> None:
+    """The traceback each failed step's attempt kept (an exception in its code), indented under its step."""
+    for step in status_dict(status, traces=True)["steps"]:
+        trace = (step.get("error") or {}).get("trace")
+        if trace:
+            click.echo(f"traceback of step {step['id']}:")
+            for line in trace.splitlines():
+                click.echo(f"  {line}")
 
 
 def exit_code(state: str) -> int:
@@ -235,16 +252,21 @@ def _flags() -> str:
     return f" {flags}" if flags else ""
 
 
-def finish(status, as_json: bool, *, header: bool = True) -> NoReturn:
+def finish(status, as_json: bool, *, header: bool = True, traces: bool = False) -> NoReturn:
     """Print the run (JSON, or text: its header and timeline unless ``header`` is False, then its outcome)
-    and exit with the code its state means."""
+    and exit with the code its state means. ``traces``: the tracebacks its failed steps kept too (the caller was
+    authorised to read the run); otherwise a failure that kept one says where to see it."""
     if as_json:
-        click.echo(_json(status_dict(status), indent=2))
+        click.echo(_json(status_dict(status, traces=traces), indent=2))
     else:
         if header:
             print_header(status)
             print_timeline(status)
         print_outcome(status)
+        if traces:
+            print_traces(status)
+        elif any(a.error_trace for a in status.attempts):
+            click.echo(f"traceback: `sealflow status {status.run.id}{_flags()}` shows it (or set SEALFLOW_DEBUG=1)")
     sys.exit(exit_code(status.state))
 
 
@@ -382,6 +404,11 @@ def print_dead_letter(detail: dict, as_json: bool) -> None:
             took = duration(a["ended_at"] - a["started_at"]) if a.get("started_at") and a.get("ended_at") else ""
             click.echo(f"  {when(a.get('ended_at'))}  {a['step_id']:<20} attempt {a['attempt']:<3} {took:>6}  "
                        f"{a.get('error_class')}: {a.get('error_message')}")
+        last = next((a for a in reversed(detail["failed_attempts"]) if a.get("error_trace")), None)
+        if last is not None:  # (the last one: a retried failure would print the same traceback again)
+            click.echo(f"traceback of {last['step_id']} attempt {last['attempt']}:")
+            for line in last["error_trace"].splitlines():
+                click.echo(f"  {line}")
     if detail.get("audit"):
         click.echo("last audit events:")
         for e in detail["audit"]:

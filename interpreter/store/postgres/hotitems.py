@@ -49,15 +49,16 @@ def commit_kind(commit: Commit) -> str | None:
 
     Both: the engine's view to check against (``seen``) of a plainly running top-level run, whose running
     attempt ends (a final state, no timer) holding no lock or pool slot, with nothing else to write (no dead
-    letter, children, fan-out, notifications). ``carry``: the run's next step, a first try due now, is
-    claimed for the committing worker (``claim_as``). ``end``: no next step, and the run goes final
-    (``completed``, or ``failed`` without a dead letter: a fan-out child's, which is excluded here anyway)."""
+    letter, children, fan-out, notifications, traceback: an action's exception goes the shared way). ``carry``:
+    the run's next step, a first try due now, is claimed for the committing worker (``claim_as``). ``end``: no
+    next step, and the run goes final (``completed``, or ``failed`` without a dead letter: a fan-out child's,
+    which is excluded here anyway)."""
     step, nxt, seen, ch = commit.step, commit.next, commit.seen, commit.run
     if seen is None or step is None or seen[0] != "running" or seen[2] is not None or seen[3] != "running" \
             or step.state not in states.STEP_FINAL or step.timer_kind is not None or step.due_at is not None \
             or commit.dead_letter is not None or commit.spawn is not None or commit.close_fanout \
             or commit.undo_children or commit.undo_seen is not None or commit.notifications or commit.holds_slots \
-            or not states.step_can("running", step.state):
+            or step.error_trace is not None or not states.step_can("running", step.state):
         return None
     if nxt is None:
         return "end" if ch.state == "completed" else None

@@ -175,6 +175,11 @@ _V8_LEASES_LOST = """
 ALTER TABLE attempts ADD COLUMN leases_lost BIGINT NOT NULL DEFAULT 0;
 """
 
+# an action's exception: its traceback, kept with the failed attempt (redacted, bounded: core/tracebacks.py)
+_V20_ERROR_TRACE = """
+ALTER TABLE attempts ADD COLUMN error_trace TEXT;
+"""
+
 # locks and pools (store/sqlite/slots.py holds the SQL they run)
 _V6_SLOTS = """
 CREATE TABLE slot_names (
@@ -235,6 +240,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (19, "audit events in chain format 2, linked in the database (sealflow_chain_link); the hot path in one "
          "statement a batch: submits, claims, carried steps, runs' ends (sealflow_hot_batch)",
      CHAIN_LINK + HOT_FUNCTIONS),
+    (20, "attempts.error_trace: the traceback of the exception an attempt's code raised", _V20_ERROR_TRACE),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -127,6 +127,12 @@ ALTER TABLE audit ADD COLUMN chain_v INTEGER;
 """
 
 
+# an action's exception: its traceback, kept with the failed attempt (redacted, bounded: core/tracebacks.py)
+_V22_ERROR_TRACE = """
+ALTER TABLE attempts ADD COLUMN error_trace TEXT;
+"""
+
+
 def _audit_rowid(conn: sqlite3.Connection) -> None:
     """The audit table without AUTOINCREMENT: audit rows are never deleted (retention keeps them), so an id
     is never reused anyway, and AUTOINCREMENT's counter (a row of ``sqlite_sequence``) was one more page written
@@ -269,6 +275,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
      _statements(_V20_CHAIN_V)),
     (21, "audit ids without AUTOINCREMENT (never deleted, so never reused): one page fewer written per commit",
      _audit_rowid),
+    (22, "attempts.error_trace: the traceback of the exception an attempt's code raised",
+     _statements(_V22_ERROR_TRACE)),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -399,11 +399,12 @@ class StepPathMixin:
                       slots=slots)
         final = after in states.STEP_FINAL
         c.execute("UPDATE attempts SET state = ?, output = COALESCE(?, output), error_class = ?, error_message = ?, "
+                  "error_trace = COALESCE(?, error_trace), "
                   "due_at = COALESCE(?, due_at), data = COALESCE(?, data), ended_at = ?, "
                   "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
                   "lease_expires = CASE WHEN ? THEN NULL ELSE lease_expires END "
                   "WHERE run_id = ? AND step_id = ? AND attempt = ?",
-                  (after, step.output_json, step.error_class, step.error_message, step.due_at,
+                  (after, step.output_json, step.error_class, step.error_message, step.error_trace, step.due_at,
                    None if step.data is None else dumps(step.data), now if final else None,
                    after != "running", after != "running", run_id, step.step_id, step.attempt))
         if before in ("waiting", "retry_wait") and after != before:

@@ -318,7 +318,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         return [rows.run(r) for r in got]
 
     def attempts(self, run_id: str) -> list[AttemptRecord]:
-        got = self._read(f"SELECT {rows.ATTEMPT_COLS} FROM attempts WHERE run_id = ? "
+        got = self._read(f"SELECT {rows.ATTEMPT_COLS}, error_trace FROM attempts WHERE run_id = ? "
                          "ORDER BY seq", (run_id,))
         return [rows.attempt(r) for r in got]
 

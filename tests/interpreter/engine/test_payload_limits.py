@@ -6,6 +6,7 @@ stored; on every store. Given / When / Then in each test."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from interp_helpers import S, make_plan, retry
@@ -135,11 +136,12 @@ def test_an_error_message_is_kept_to_its_first_few_thousand_characters(on_store)
     rt = on_store(registry)
     # When a run calls it
     status = rt.run(make_plan(S("a", "action", action="t.loud")), {}, initiator="user:ana")
-    # Then the failure is recorded with the message's head and how much was not kept
+    # Then the failure is recorded with the message's head, how much was not kept, and where it was raised
     assert status.state == "failed"
     message = status.attempts[0].error_message
     assert message.startswith("RuntimeError: EEE") and len(message) < MAX_MESSAGE_CHARS + 100
-    assert message.endswith(f"... ({1_000_000 + len('RuntimeError: ') - MAX_MESSAGE_CHARS} more characters not kept)")
+    assert re.search(r"EEE\.\.\. \(\d+ more characters not kept\) "
+                     r"\(tests/interpreter/engine/test_payload_limits\.py:\d+ in loud\)$", message)
     assert auditchain.verify(rt.store).ok
 
 

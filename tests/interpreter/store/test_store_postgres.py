@@ -109,6 +109,20 @@ def test_rate_limit_grants_of_an_older_schema_get_their_running_totals(pg_schema
     assert [tuple(r) for r in got] == [("m", 2, 130, 5.0), ("orphan", 1, 9, 7.0)]
 
 
+def test_an_older_schemas_attempts_gain_their_traceback_column(pg_schema):
+    # Given a schema at version 19 with a failed attempt in it
+    migrate(pg_schema.url(), target=19)
+    with pg_schema.connect() as conn:
+        conn.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, error_class, "
+                     "error_message, seq) VALUES ('r1', 'a', 1, 1, 'failed', 7, 1000, 'internal', 'KeyError', 1)")
+    # When it is migrated to 20
+    assert migrate(pg_schema.url(), target=20) == [20]
+    # Then the old attempt has no traceback, and the column takes one
+    with pg_schema.connect() as conn:
+        assert conn.execute("SELECT error_message, error_trace FROM attempts").fetchall() == [("KeyError", None)]
+        conn.execute("UPDATE attempts SET error_trace = 'Traceback (most recent call last):'")
+
+
 def test_a_newer_schema_refuses_to_open(pg_schema):
     # Given a database written by a newer sealflow
     migrate(pg_schema.url())

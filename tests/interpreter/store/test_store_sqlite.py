@@ -113,6 +113,25 @@ def test_given_nothing_due_when_sweeping_and_dispatching_then_no_write_transacti
         store.close()
 
 
+def test_an_older_databases_attempts_gain_their_traceback_column(tmp_path):
+    # Given a database at schema version 21 with a failed attempt in it
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate(conn, target=21) == 21
+    conn.execute("INSERT INTO attempts (run_id, step_id, attempt, try_no, state, token, lease_ms, error_class, "
+                 "error_message, seq) VALUES ('r1', 'a', 1, 1, 'failed', 7, 1000, 'internal', 'KeyError', 1)")
+    conn.close()
+    # When the store opens it (migration 22)
+    s = open_store(f"sqlite:///{path}")
+    try:
+        # Then the old attempt reads back without a traceback, and the column takes one
+        (att,) = s.attempts("r1")
+        assert (att.error_message, att.error_trace) == ("KeyError", None)
+        assert [r[1] for r in s._read("PRAGMA table_info(attempts)")][-1] == "error_trace"
+    finally:
+        s.close()
+
+
 def test_rate_limit_grants_of_an_older_database_get_their_running_totals(tmp_path):
     # Given a database at schema version 18 with grants of two models, one of them without its limit row
     path = tmp_path / "old.db"

@@ -194,6 +194,24 @@ def test_a_commit_applies_everything_together(store):
     assert store.results("r1") == {"a": ("succeeded", '{"ok":true}')}
 
 
+def test_a_failed_attempts_traceback_is_kept_with_it_and_read_back_with_the_runs_attempts(store):
+    # Given a claimed attempt
+    claimed, _ = submit_and_claim(store)
+    att = claimed.attempt
+    trace = "Traceback (most recent call last):\n  actions/hello.py:12 in greet\n    d['missing']\nKeyError: 'missing'"
+    # When it fails with the traceback of its action's exception, and the run goes on to a next step
+    store.commit(Commit(run_id="r1", expected_rev=claimed.run.rev,
+                        step=StepChange(att.step_id, att.attempt, att.token, "failed", error_class="internal",
+                                        error_message="KeyError: 'missing' (actions/hello.py:12 in greet)",
+                                        error_trace=trace),
+                        run=RunChange(add_steps=1), next=NextAttempt("b", 1, "scheduled", T0, 30_000),
+                        dispatch_inline=True), T0 + 1)
+    # Then the run's attempts give it back with the failed attempt, and none with the next one
+    a, b = store.attempts("r1")
+    assert (a.state, a.error_class, a.error_trace) == ("failed", "internal", trace)
+    assert b.error_trace is None
+
+
 def test_a_commit_that_breaks_halfway_changes_nothing(store):
     # Given a claimed attempt
     claimed, _ = submit_and_claim(store)

@@ -133,10 +133,11 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
             click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
             return
         until = "final" if follow else "settled"
+        traces = render.debugging()  # (its initiator may read it; the traceback of a failed action on request)
         if as_json:
-            render.finish(rt.drive(run_id, until=until), as_json)
+            render.finish(rt.drive(run_id, until=until), as_json, traces=traces)
         click.echo(f"run {run_id}: {plan.name} v{plan.version} ({plan.digest[:19]}...) as {principal}")
-        render.finish(render.drive_live(rt, run_id, until=until), as_json, header=False)
+        render.finish(render.drive_live(rt, run_id, until=until), as_json, header=False, traces=traces)
 
 
 @click.command()
@@ -170,13 +171,14 @@ def status(run_id, actions, store_url, principal, tenant, access_path, watch, ch
     from sealflow.interpreter.service.readiness import note_left
 
     with open_runtime(store_url, actions, access=access_path) as rt:
+        # (find_run authorised reading the run: its failed steps' tracebacks are shown)
         found = note_left(rt, find_run(rt, run_id, tenant, principal, children_offset=children_offset))
         if watch and found.state not in render.FAILED_STATES | {"completed"}:
             if as_json:
-                render.finish(rt.drive(run_id, until="final"), as_json)
+                render.finish(rt.drive(run_id, until="final"), as_json, traces=True)
             render.print_header(found)
-            render.finish(render.drive_live(rt, run_id, until="final"), as_json, header=False)
-        render.finish(found, as_json)
+            render.finish(render.drive_live(rt, run_id, until="final"), as_json, header=False, traces=True)
+        render.finish(found, as_json, traces=True)
 
 
 @click.command()

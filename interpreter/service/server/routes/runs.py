@@ -125,8 +125,9 @@ def show(run_id: RunId, caller: Caller, rt: Runtime,
                                                                   "(100 per page; `children.next_offset`)")] = 0
          ) -> dict[str, Any]:
     found = rt.status(run_id, tenant=caller.tenant, actor=caller.principal, children_offset=children_offset)
-    # a step that workers took and left (they lack what it needs) says so, from the store (readiness.note_left)
-    return status_json(readiness.note_left(rt, found, here=False))
+    # a step that workers took and left (they lack what it needs) says so, from the store (readiness.note_left);
+    # the caller may read the run (rt.status authorised runs:read): its failures' tracebacks are shown
+    return status_json(readiness.note_left(rt, found, here=False), traces=True)
 
 
 @router.post("/{run_id}/cancel", response_model=dict[str, Any], summary="Cancel a run")

@@ -309,7 +309,8 @@ def run_page(request: Request, run_id: str) -> Response:
         if problems.from_exception(exc) is None:
             raise
         trail, audit_note = [], "You may not read this run's audit trail (audit:read)."
-    run = status_json(readiness.note_left(rt, status, here=False))  # (a tampered plan: said in place of a wait)
+    # (a tampered plan: said in place of a wait; tracebacks: rt.status authorised runs:read)
+    run = status_json(readiness.note_left(rt, status, here=False), traces=True)
     audit = [{"seq": a.seq, "at": _when(a.ts), "kind": a.event, "actor": a.actor, "step": a.step_id,
               "detail": json.dumps(a.detail, sort_keys=True, default=str) if a.detail else ""} for a in trail]
     return _page("run.html", session=session, run=run, input_text=_json(run["input"]),
