@@ -26,6 +26,7 @@ import socket
 
 from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.interpreter.core.ids import is_compensation
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.engine.decide import lease_ms, skip_target
 from sealflow.interpreter.store.base import AttemptRecord, Commit, NextAttempt, RunRecord, Store
@@ -80,7 +81,7 @@ def outcome_of(attempt: AttemptRecord, step: PlanStep) -> Outcome | None:
     """The outcome a finished ``attempt`` of ``step`` had, to decide again from (None: not finished)."""
     if attempt.state == "succeeded":
         out = attempt.output
-        nxt = out.get("next") if step.kind == "switch" and isinstance(out, dict) else None
+        nxt = out.get("next") if traits_of(step.kind).routes and isinstance(out, dict) else None
         return Succeeded(out, next=nxt)
     if attempt.state == "skipped":
         return Skipped(skip_target(step))

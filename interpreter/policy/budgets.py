@@ -34,14 +34,11 @@ from typing import TYPE_CHECKING
 
 from sealflow.dsl.durations import format_ms
 from sealflow.interpreter.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
-from sealflow.interpreter.core.kinds import StepKind
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 
 if TYPE_CHECKING:
     from sealflow.interpreter.execution.context import Execution
-
-_MODEL_KINDS = ("ai", "agent")
-
 
 def _run_over(message: str, **usage) -> Failed:
     return Failed("budget_exceeded", message, ends_run="failed", **usage)
@@ -73,7 +70,7 @@ def before(x: Execution) -> Failed | None:
         return _run_over(f"the run has executed {run.steps_executed} step attempts, its budget.max_steps; raise it "
                          "or look for a loop")
     step = x.step
-    if step.kind not in _MODEL_KINDS:
+    if not traits_of(step.kind).calls_model:
         return None
     tokens, calls = worst_case(step)
     for name, cap, spent, more in (("max_tokens", budget.max_tokens, run.tokens, tokens),
@@ -206,11 +203,6 @@ def _charged(x: Execution, outcome: Outcome) -> Outcome:
     else:
         failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.ledger_output
     return failed
-
-
-#: the step kinds whose attempts may hold a usage reservation (:func:`reserve`, before each model call); an
-#: attempt of another kind holds none for its commit to drop (``Commit.holds_reservation``)
-RESERVING_KINDS = frozenset({StepKind.AI, StepKind.AGENT})
 
 
 def reservation_key(x: Execution) -> str:
