@@ -101,9 +101,9 @@ def _tenant_quota(x: Execution, worst_tokens: int | None) -> Failed | None:
         return None
     store = x.services.store
     tokens, cost = store.tenant_usage(x.run.tenant, day_of(x.now))
-    held = getattr(store, "reserved_usage", None)
+    held = x.services.capabilities.usage_reservations
     if held is not None:  # other attempts' reservations count as used
-        more_t, more_c = held(x.run.tenant, day_of(x.now), x.now)
+        more_t, more_c = held.reserved_usage(x.run.tenant, day_of(x.now), x.now)
         tokens, cost = tokens + more_t, cost + more_c
     wait = quota_reset_in(x.now)
     if limits.daily_tokens is not None and (tokens >= limits.daily_tokens or
@@ -225,12 +225,15 @@ def reserve(x: Execution, tokens: int, cost_usd: float) -> Failed | None:
                                              f"over its budget.{name} of {cap}; lower max_tokens or raise the budget")
     config = getattr(x.services, "config", None)
     limits = config.limits(x.run.tenant) if config is not None else None
-    if limits is None or not limits.has_quota or not hasattr(x.services.store, "reserve_usage"):
+    if limits is None or not limits.has_quota:
+        return None
+    reservations = x.services.capabilities.usage_reservations
+    if reservations is None:  # a store without reservations: the quota counts committed usage only
         return None
     expires = x.deadline() + 60.0  # a reservation whose attempt died frees itself
-    taken = x.services.store.reserve_usage(reservation_key(x), x.run.id, x.run.tenant, day_of(x.now), int(tokens),
-                                           float(cost_usd), x.now, expires, max_tokens=limits.daily_tokens,
-                                           max_cost_usd=limits.daily_cost_usd)
+    taken = reservations.reserve_usage(reservation_key(x), x.run.id, x.run.tenant, day_of(x.now), int(tokens),
+                                       float(cost_usd), x.now, expires, max_tokens=limits.daily_tokens,
+                                       max_cost_usd=limits.daily_cost_usd)
     if taken is None:
         return None
     wait = quota_reset_in(x.now)
