@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.limits import MAP_CONCURRENCY_MAX, MAP_ITEMS_MAX, PARALLEL_BRANCHES_MAX
-from sealflow.dsl.model import FANOUT_KINDS, Step
+from sealflow.dsl.model import Step
 from sealflow.dsl.plan import BranchPlan, MapPlan, ParallelPlan, PlanStep
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ def nested_fanout(steps: list[Step], base: tuple, inside: str | None = None) -> 
     found: list[tuple[tuple, str, str]] = []
     for i, s in enumerate(steps):
         p = base + ("steps", i)
-        kinds = [k for k in s.kinds() if k in FANOUT_KINDS]
+        kinds = [k for k in s.kinds() if traits_of(k).fans_out]
         if kinds and inside is not None:
             found.append((p + (kinds[0],), s.id, inside))
         for below, sub in s.subflows():

@@ -18,6 +18,7 @@ from sealflow.dsl.compile_steps import StepKinds
 from sealflow.dsl.durations import DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions import static_check as exprcheck
+from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.limits import (  # noqa: F401 - re-exported: the caps are part of the compiler's contract
     AGENT_MAX_STEPS,
     APPROVAL_TIMEOUT_MAX,
@@ -249,7 +250,7 @@ class Compiler(StepKinds, FanOutKinds):
         nxt = s.next or fall
         if s.next is not None:
             self._target(s.next, p + ("next",), ids)
-        if kind in ("fail", "succeed") and s.next is not None:
+        if traits_of(kind).terminal and s.next is not None:
             self.error("C418", f"step {s.id!r} ends the run; 'next' has no effect", p + ("next",), key=True,
                        hint="remove 'next'")
         for j, perm in enumerate(s.permissions):
@@ -287,9 +288,9 @@ class Compiler(StepKinds, FanOutKinds):
             if fanout is None:
                 return None
             fields.update(fanout)
-        if kind not in ("switch", "fail", "succeed"):
+        if traits_of(kind).follows_next:
             edges.insert(0, Edge(kind="next", target=nxt))
-        if s.when is not None and kind in ("switch", "fail", "succeed"):
+        if s.when is not None and not traits_of(kind).follows_next:
             edges.append(Edge(kind="skip", target=nxt))
         for j, route in enumerate(s.on_error):
             self._target(route.next, p + ("on_error", j, "next"), ids)
@@ -323,7 +324,7 @@ class Compiler(StepKinds, FanOutKinds):
             on_error=tuple(ErrorRoutePlan(errors=tuple(r.errors), next=r.next) for r in s.on_error),
             compensate=comp, concurrency=s.concurrency, lock=s.lock, circuit_breaker=s.circuit_breaker,
             isolation=s.isolation,
-            budget=budget, next=None if kind in ("fail", "succeed") else nxt, edges=tuple(edges), **fields,
+            budget=budget, next=None if traits_of(kind).terminal else nxt, edges=tuple(edges), **fields,
         )
 
     def _target(self, target: str, pointer: tuple, ids: Sequence[str]) -> None:

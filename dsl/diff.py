@@ -22,12 +22,12 @@ from sealflow.dsl.diff_risks import new_step_risks, step_risks, workflow_risks
 from sealflow.dsl.diff_steps import StepChecks
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.errors import Location
+from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.plan import Plan, PlanStep
 
 Locate = Callable[[tuple], Location]
 
 _RANK = {"review": 0, "info": 1}
-_EFFECT_KINDS = ("action", "ai", "agent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,7 +242,7 @@ class _Differ(StepChecks):
             self._budget_fields(os_.agent, ns.agent, self.sp(sid, "agent"), sid,
                                 {"max_steps": "max_steps", "max_tool_calls": "max_tool_calls",
                                  "max_tokens": "max_tokens"}, prefix="agent")
-        if ns.kind in _EFFECT_KINDS and os_.kind in _EFFECT_KINDS:  # the kinds that run, retry and time out
+        if traits_of(ns.kind).calls_out and traits_of(os_.kind).calls_out:  # the kinds that run, retry and time out
             self._retry(os_.retry, ns.retry, self.sp(sid, "retry"), sid, "retry")
             self._timeout(os_.timeout_ms, ns.timeout_ms, self.sp(sid, "timeout"), sid, "timeout")
         if os_.compensate and ns.compensate:

@@ -10,6 +10,7 @@ Leaving an approval step by its ``next`` edge means it was approved; leaving it 
 
 from __future__ import annotations
 
+from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.plan import END, Plan, PlanStep
 
 
@@ -65,6 +66,8 @@ def effect_of(action: str | None, *plans: Plan) -> str | None:
 
 def sensitive(step: PlanStep, *plans: Plan) -> tuple[bool, str]:
     """Whether the step may write or act irreversibly, and the effect as words (``unknown`` without metadata)."""
+    if not traits_of(step.kind).has_effect:
+        return False, step.kind
     if step.kind == "action":
         effect = effect_of(step.action, *plans)
         if effect is None:

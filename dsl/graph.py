@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.plan import END, Plan, PlanStep
 
 Adjacency = Mapping[str, Iterable[str]]
@@ -281,7 +282,7 @@ def _flow(steps: Iterable[PlanStep], end: str, nodes: list[Node], edges: list[Ed
                 edges.append((s.id, target, "no approval needed", False))
             else:
                 edges.append((from_, target, label, e.kind in _DASHED))
-        if kind in ("succeed", "fail"):
+        if traits_of(kind).terminal:
             edges.append((s.id, end, "succeeded" if kind == "succeed" else "failed", kind == "fail"))
 
 

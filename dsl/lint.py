@@ -20,6 +20,7 @@ from sealflow.dsl.durations import MINUTE
 from sealflow.dsl.errors import Diagnostic, Location, Severity
 from sealflow.dsl.expressions import ExpressionError, compile_cached
 from sealflow.dsl.expressions.templates import parse_template
+from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
@@ -101,7 +102,7 @@ def check_unchecked_model_output(ctx: Context) -> Iterator[Finding]:
             inner = _open_paths(graph.adjacency_of(sub), gates)
             flows.update({x.id: (fan.id, inner, start) for x in sub})
     # taint: ai/agent output not checked by validate or a gate on the step itself, propagated through set steps
-    tainted = {ps.id for _, ps in ctx.plan.all_steps() if ps.kind in ("ai", "agent") and not ps.validations
+    tainted = {ps.id for _, ps in ctx.plan.all_steps() if traits_of(ps.kind).calls_model and not ps.validations
                and not ps.requires_approval_if}
     every = all_model_steps(ctx.d.steps)
     for _, s in every:
@@ -144,7 +145,7 @@ def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
 
 
 def check_model_budget(ctx: Context) -> Iterator[Finding]:
-    model_steps = [s for _, s in ctx.plan.all_steps() if s.kind in ("ai", "agent")]
+    model_steps = [s for _, s in ctx.plan.all_steps() if traits_of(s.kind).calls_model]
     b = ctx.plan.budget
     if model_steps and b.max_tokens is None and b.max_cost_usd is None:
         names = ", ".join(s.id for s in model_steps)
@@ -200,7 +201,7 @@ def check_map_idempotency(ctx: Context) -> Iterator[Finding]:
 def check_map_over_model_output(ctx: Context) -> Iterator[Finding]:
     from sealflow.dsl.limits import MAP_ITEMS_MAX
 
-    models = {s.id for _, s in ctx.plan.all_steps() if s.kind in ("ai", "agent")}
+    models = {s.id for _, s in ctx.plan.all_steps() if traits_of(s.kind).calls_model}
     for p, s in all_model_steps(ctx.d.steps):
         if s.map is None or s.map.max_items < MAP_ITEMS_MAX:
             continue

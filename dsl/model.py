@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-KIND_KEYS = ("action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed", "map", "parallel")
-#: the kinds that run sub-flows (fan-out)
-FANOUT_KINDS = ("map", "parallel")
+from sealflow.dsl.kinds import StepKind
+
+#: a step's kind keys, one per kind (:class:`~sealflow.dsl.kinds.StepKind`, in its order)
+KIND_KEYS = tuple(k.value for k in StepKind)
 
 
 class _Model(BaseModel):

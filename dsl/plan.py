@@ -17,8 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sealflow.dsl.kinds import kinds_with
+
 PLAN_FORMAT = 1
 
+#: the kinds of :class:`sealflow.dsl.kinds.StepKind`, as the plan's field type (tests/dsl/test_kinds.py: they agree)
 StepKind = Literal["action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed", "map", "parallel"]
 END = "end"
 
@@ -306,7 +309,7 @@ def _without_absent_kinds(body: dict) -> dict:
     that does not fan out keeps the digest it had before the language knew fan-out."""
     def clean(steps: list) -> None:
         for s in steps:
-            for kind in ("map", "parallel"):
+            for kind in kinds_with("fans_out"):
                 if s.get(kind, 0) is None:
                     del s[kind]
             if s.get("map"):

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from sealflow import schemas
 from sealflow.dsl.crons import cron_problem, timezone_problem
 from sealflow.dsl.errors import Diagnostic
+from sealflow.dsl.kinds import kinds_with
 from sealflow.dsl.loader import Document, Pointer
 from sealflow.dsl.schema_errors import SchemaErrorMapper, rank, suggest
 
@@ -111,7 +112,7 @@ def _embedded_schemas(data: Any) -> Iterator[tuple[Pointer, dict]]:
         yield ("input", "schema"), section["schema"]
     steps = data.get("steps")
     for i, step in enumerate(steps if isinstance(steps, list) else []):
-        for kind in ("ai", "agent"):
+        for kind in (k.value for k in kinds_with("calls_model")):  # (the kinds with an output_schema)
             body = step.get(kind) if isinstance(step, dict) else None
             if isinstance(body, dict) and inline(body.get("output_schema")):
                 yield ("steps", i, kind, "output_schema"), body["output_schema"]

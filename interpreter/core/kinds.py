@@ -1,23 +1,9 @@
-"""Step kinds: what a plan step does (the ``kind`` the compiler records; stored and printed as plain strings)."""
+"""Step kinds and their traits, for the runtime: the one table is the language's (:mod:`sealflow.dsl.kinds`),
+which the compiler, lint and the diff query too; policy and engine ask it (``traits_of(step.kind).calls_model``)
+instead of spelling sets of kind names."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from sealflow.dsl.kinds import TRAITS, KindTraits, StepKind, kinds_with, traits_of
 
-
-class StepKind(StrEnum):
-    ACTION = "action"
-    AI = "ai"
-    AGENT = "agent"
-    SWITCH = "switch"
-    APPROVAL = "approval"
-    WAIT = "wait"
-    SET = "set"
-    FAIL = "fail"
-    SUCCEED = "succeed"
-    MAP = "map"
-    PARALLEL = "parallel"
-
-
-#: the kinds that call code or a model (validations apply to their output; budgets count them)
-CALLING_KINDS = frozenset({StepKind.ACTION, StepKind.AI, StepKind.AGENT})
+__all__ = ["TRAITS", "KindTraits", "StepKind", "kinds_with", "traits_of"]

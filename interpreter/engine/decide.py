@@ -27,6 +27,7 @@ from sealflow.interpreter.core import leases, retry
 from sealflow.interpreter.core.fingerprints import fingerprint
 from sealflow.interpreter.core.ids import gate_id
 from sealflow.interpreter.core.jsonc import NotUnicode, dumps, over_payload_limit
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.interpreter.execution.context import Execution, payload_limit
 from sealflow.interpreter.policy.approvals import opening
@@ -39,8 +40,6 @@ from sealflow.interpreter.store.base import (
     RunChange,
     StepChange,
 )
-
-_FANOUT_KINDS = ("map", "parallel")
 
 
 def lease_ms(step: PlanStep) -> int:
@@ -177,7 +176,7 @@ class _Decision:
         return Commit(run_id=x.run.id, expected_rev=x.run.rev, step=self.step, run=change, next=self.next,
                       ledger=self.ledger, dead_letter=self.dead, audit=tuple(self.audit), actor=self.actor,
                       dispatch_inline=inline, spawn=None if x.run.state == "cancelling" else self.spawn,
-                      close_fanout=x.step.kind in _FANOUT_KINDS and not x.gate, **extra)
+                      close_fanout=traits_of(x.step.kind).fans_out and not x.gate, **extra)
 
 
 def _render(x: Execution, value: Any, context: dict) -> Any:
@@ -267,7 +266,7 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
         d.go(f.route, context)
         return
     step, attempt = x.step, x.attempt
-    fixed = x.gate or step.kind in _FANOUT_KINDS  # a gate, or a fan-out step (its children retried their steps)
+    fixed = x.gate or traits_of(step.kind).fans_out  # a gate, or a fan-out step (its children retried their steps)
     again = None if fixed else schedule_retry(step.retry, x.step_id, attempt.try_no, f, rng=x.services.rng,
                                           now=x.now, lease=lease_ms(step), actor=d.actor)
     if again is not None:

@@ -40,7 +40,7 @@ from sealflow.interpreter.core import tracebacks
 from sealflow.interpreter.core.clock import Clock
 from sealflow.interpreter.core.errors import StepError
 from sealflow.interpreter.core.ids import StepRef, split_step_id
-from sealflow.interpreter.core.kinds import CALLING_KINDS, StepKind
+from sealflow.interpreter.core.kinds import StepKind, traits_of
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.core.states import RUN_FINAL
 from sealflow.interpreter.engine import capability, compensation, fanout, integrity, poison, recovery
@@ -232,7 +232,7 @@ class Engine(Claiming):
                     and not truthy(x.evaluate(step.when)):  # (a fan-out deciding over its children: it ran)
                 return Skipped(flow.skip_target(step))
             outcome = EXECUTORS[kind](x)
-            if isinstance(outcome, Succeeded) and kind in CALLING_KINDS and step.validations:
+            if isinstance(outcome, Succeeded) and traits_of(kind).calls_out and step.validations:
                 failed = validation_failure(x, outcome.output)
                 if failed is not None:
                     failed.tokens, failed.cost_usd, failed.tool_calls = \
@@ -258,7 +258,7 @@ class Engine(Claiming):
             a = x.attempt
             carry = self._may_carry(x, nxt, inline)
             return {"holds_slots": coordination.needs_slots(x.plan, x.step),
-                    "holds_reservation": x.step.kind in budgets.RESERVING_KINDS,
+                    "holds_reservation": traits_of(x.step.kind).reserves_budget,
                     "claim_as": self.owner if carry else None, "carry_from": x.run if carry else None,
                     # written on this view, checked by the store (Commit.seen); after a conflict, read first
                     "seen": (x.run.state, x.run.tenant, x.run.parent_run_id, a.state)

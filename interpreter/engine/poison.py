@@ -28,6 +28,7 @@ from typing import Any
 
 from sealflow.dsl.durations import format_ms
 from sealflow.interpreter.core.ids import is_compensation
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Waiting
 from sealflow.interpreter.execution.context import Execution
 from sealflow.interpreter.store.errors import InvalidOperation
@@ -42,8 +43,6 @@ DEFAULT_OUTCOME_UNKNOWN_TIMEOUT_MS = 72 * 3600 * 1000
 LOST_BEFORE = "lost_before"
 #: attempt data: the outcome-unknown gate the attempt waits at
 OUTCOME_UNKNOWN = "outcome_unknown"
-#: kinds that run no code of their own: an attempt of one whose worker died is simply run again
-_NO_CODE = ("map", "parallel")
 
 
 def losses(attempt: Any) -> int:
@@ -69,7 +68,7 @@ def lost(x: Execution) -> Outcome | None:
     back from that gate by its timer, the failure that nobody decided."""
     if x.resumed and OUTCOME_UNKNOWN in x.attempt.data:
         return _undecided(x)
-    if x.attempt.leases_lost <= 0 or x.resumed or x.step.kind in _NO_CODE:
+    if x.attempt.leases_lost <= 0 or x.resumed or traits_of(x.step.kind).fans_out:  # (no code of its own: run it again)
         return None
     observed = x.attempt.error_message or "its lease expired before a result was committed"
     return _judged(x, losses(x.attempt), observed)

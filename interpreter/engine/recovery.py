@@ -26,9 +26,11 @@ import socket
 
 from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.interpreter.core.ids import is_compensation
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.interpreter.engine.decide import lease_ms, skip_target
 from sealflow.interpreter.store.base import AttemptRecord, Commit, NextAttempt, RunRecord, Store
+from sealflow.interpreter.store.capabilities import Heartbeats
 
 log = logging.getLogger("sealflow.recovery")
 
@@ -58,15 +60,17 @@ def owner_is_dead(owner: str) -> bool:
     return False
 
 
-def expire_dead_owners(store: Store, now: float, owner: str, *, silent_for: float | None = None) -> int:
+def expire_dead_owners(store: Store, now: float, owner: str, *, silent_for: float | None = None,
+                       heartbeats: Heartbeats | None = None) -> int:
     """End now the leases of dead workers (all but ``owner``, this process); how many.
 
-    A store that records heartbeats (``heartbeat``/``dead_workers``: the PostgreSQL store) knows the
-    workers of every machine: given ``silent_for``, a worker is dead when its last heartbeat is older than
-    that. Otherwise only this host's workers can be judged, by their pid (``owner_is_dead``)."""
+    A store that records heartbeats (its :class:`~sealflow.interpreter.store.capabilities.Heartbeats`
+    capability, given as ``heartbeats``: the PostgreSQL store) knows the workers of every machine: given
+    ``silent_for`` too, a worker is dead when its last heartbeat is older than that. Otherwise only this
+    host's workers can be judged, by their pid (``owner_is_dead``)."""
     count = 0
-    if silent_for is not None and hasattr(store, "dead_workers"):
-        for other in store.dead_workers(silent_for):
+    if silent_for is not None and heartbeats is not None:
+        for other in heartbeats.dead_workers(silent_for):
             if other != owner:
                 count += store.expire_leases(other, now, f"sent no heartbeat for {silent_for:g} s")
         return count
@@ -80,7 +84,7 @@ def outcome_of(attempt: AttemptRecord, step: PlanStep) -> Outcome | None:
     """The outcome a finished ``attempt`` of ``step`` had, to decide again from (None: not finished)."""
     if attempt.state == "succeeded":
         out = attempt.output
-        nxt = out.get("next") if step.kind == "switch" and isinstance(out, dict) else None
+        nxt = out.get("next") if traits_of(step.kind).routes and isinstance(out, dict) else None
         return Succeeded(out, next=nxt)
     if attempt.state == "skipped":
         return Skipped(skip_target(step))

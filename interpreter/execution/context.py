@@ -29,6 +29,7 @@ from sealflow.interpreter.execution.actions import Registry
 from sealflow.interpreter.execution.secrets import SecretChain
 from sealflow.interpreter.execution.timeouts import AttemptRunner
 from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
+from sealflow.interpreter.store.capabilities import Capabilities
 
 _EMPTY: Mapping[str, str] = {}
 
@@ -122,6 +123,11 @@ class Services:
     #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`;
     #: None: env, then files)
     secret_chain: SecretChain | None = None
+    #: the optional capabilities ``store`` declares (heartbeats, usage reservations, ...), decided once, here
+    capabilities: Capabilities = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.capabilities = Capabilities.of(self.store)
 
 
 def payload_limit(config: ExecutionConfig | None) -> int:

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sealflow.interpreter.core.errors import StepError
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import Failed
 from sealflow.interpreter.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
 from sealflow.interpreter.policy.operations import Operation, authorize_run, unknown_run
@@ -120,6 +121,8 @@ def authorize_submit(store: Store, access: AccessProvider, now: float, plan: Pla
 def step_effect(registry: Any, step: PlanStep) -> str | None:
     """The effect of what the step calls, from the live registry: its action's, or for an agent the
     strongest of its tools'; None for steps that call nothing."""
+    if not traits_of(step.kind).has_effect:
+        return None
     names: tuple[str, ...] = ()
     if step.kind == "action" and step.action:
         names = (step.action,)

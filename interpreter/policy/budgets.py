@@ -34,14 +34,11 @@ from typing import TYPE_CHECKING
 
 from sealflow.dsl.durations import format_ms
 from sealflow.interpreter.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
-from sealflow.interpreter.core.kinds import StepKind
+from sealflow.interpreter.core.kinds import traits_of
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 
 if TYPE_CHECKING:
     from sealflow.interpreter.execution.context import Execution
-
-_MODEL_KINDS = ("ai", "agent")
-
 
 def _run_over(message: str, **usage) -> Failed:
     return Failed("budget_exceeded", message, ends_run="failed", **usage)
@@ -73,7 +70,7 @@ def before(x: Execution) -> Failed | None:
         return _run_over(f"the run has executed {run.steps_executed} step attempts, its budget.max_steps; raise it "
                          "or look for a loop")
     step = x.step
-    if step.kind not in _MODEL_KINDS:
+    if not traits_of(step.kind).calls_model:
         return None
     tokens, calls = worst_case(step)
     for name, cap, spent, more in (("max_tokens", budget.max_tokens, run.tokens, tokens),
@@ -104,9 +101,9 @@ def _tenant_quota(x: Execution, worst_tokens: int | None) -> Failed | None:
         return None
     store = x.services.store
     tokens, cost = store.tenant_usage(x.run.tenant, day_of(x.now))
-    held = getattr(store, "reserved_usage", None)
+    held = x.services.capabilities.usage_reservations
     if held is not None:  # other attempts' reservations count as used
-        more_t, more_c = held(x.run.tenant, day_of(x.now), x.now)
+        more_t, more_c = held.reserved_usage(x.run.tenant, day_of(x.now), x.now)
         tokens, cost = tokens + more_t, cost + more_c
     wait = quota_reset_in(x.now)
     if limits.daily_tokens is not None and (tokens >= limits.daily_tokens or
@@ -208,11 +205,6 @@ def _charged(x: Execution, outcome: Outcome) -> Outcome:
     return failed
 
 
-#: the step kinds whose attempts may hold a usage reservation (:func:`reserve`, before each model call); an
-#: attempt of another kind holds none for its commit to drop (``Commit.holds_reservation``)
-RESERVING_KINDS = frozenset({StepKind.AI, StepKind.AGENT})
-
-
 def reservation_key(x: Execution) -> str:
     return f"{x.run.id}:{x.step_id}:{x.attempt.attempt}"
 
@@ -233,12 +225,15 @@ def reserve(x: Execution, tokens: int, cost_usd: float) -> Failed | None:
                                              f"over its budget.{name} of {cap}; lower max_tokens or raise the budget")
     config = getattr(x.services, "config", None)
     limits = config.limits(x.run.tenant) if config is not None else None
-    if limits is None or not limits.has_quota or not hasattr(x.services.store, "reserve_usage"):
+    if limits is None or not limits.has_quota:
+        return None
+    reservations = x.services.capabilities.usage_reservations
+    if reservations is None:  # a store without reservations: the quota counts committed usage only
         return None
     expires = x.deadline() + 60.0  # a reservation whose attempt died frees itself
-    taken = x.services.store.reserve_usage(reservation_key(x), x.run.id, x.run.tenant, day_of(x.now), int(tokens),
-                                           float(cost_usd), x.now, expires, max_tokens=limits.daily_tokens,
-                                           max_cost_usd=limits.daily_cost_usd)
+    taken = reservations.reserve_usage(reservation_key(x), x.run.id, x.run.tenant, day_of(x.now), int(tokens),
+                                       float(cost_usd), x.now, expires, max_tokens=limits.daily_tokens,
+                                       max_cost_usd=limits.daily_cost_usd)
     if taken is None:
         return None
     wait = quota_reset_in(x.now)

@@ -25,6 +25,8 @@ import time
 from typing import Any
 
 from sealflow.interpreter.core.errors import SealflowError
+from sealflow.interpreter.store.capabilities import Heartbeats as StoreHeartbeats
+from sealflow.interpreter.store.capabilities import WorkNotification
 from sealflow.interpreter.store.errors import StoreError
 
 log = logging.getLogger("sealflow.liveness")
@@ -122,16 +124,17 @@ class Outage:
         self.on = False
 
 
-def wait_for_work(store: Any, stop: threading.Event, interval: float, outage: Outage | None = None) -> None:
-    """Until new work is written (on a store with wake-ups) or ``interval`` s pass, or ``stop`` is set. A store
-    whose wake-ups fail (its database away) is polled instead, said once per ``outage`` (the caller's loop)."""
-    waiter = getattr(store, "wait_for_work", None)
-    if waiter is None:
+def wait_for_work(wakeups: WorkNotification | None, stop: threading.Event, interval: float,
+                  outage: Outage | None = None) -> None:
+    """Until new work is written (on a store with wake-ups: its ``WorkNotification`` capability, else None) or
+    ``interval`` s pass, or ``stop`` is set. A store whose wake-ups fail (its database away) is polled instead,
+    said once per ``outage`` (the caller's loop)."""
+    if wakeups is None:
         stop.wait(interval)
         return
     outage = outage or Outage("the store's wake-ups work again")
     try:
-        waiter(interval)
+        wakeups.wait_for_work(interval)
     except StoreError as exc:  # the database went away: say so (it names the store and the cause), poll
         outage.failed("waiting for the store's wake-ups failed (%s); polling until they work again", exc)
         stop.wait(interval)
@@ -143,15 +146,19 @@ def wait_for_work(store: Any, stop: threading.Event, interval: float, outage: Ou
 
 
 class Heartbeat:
-    """Beats every ``every`` seconds on a store that keeps heartbeats (``store.heartbeat(owner)``), with the
-    worker's Dramatiq ``broker_id`` (Redis) when it has one."""
+    """Beats every ``every`` seconds on a store that keeps heartbeats (``store``: its ``Heartbeats``
+    capability; None: it keeps none, nothing is sent), with the worker's Dramatiq ``broker_id`` (Redis) when it
+    has one."""
 
-    def __init__(self, store: Any, owner: str, *, every: float = 2.0, broker_id: str | None = None):
+    def __init__(self, store: StoreHeartbeats | None, owner: str, *, every: float = 2.0,
+                 broker_id: str | None = None):
         self.store, self.owner, self.every, self.broker_id = store, owner, every, broker_id
-        self.enabled = hasattr(store, "heartbeat")
+        self.enabled = store is not None
         self._next = 0.0
 
     def send(self) -> None:
+        if self.store is None:  # a store that keeps no heartbeats
+            return
         if self.broker_id is None:
             self.store.heartbeat(self.owner)
         else:
@@ -170,7 +177,8 @@ class Heartbeats(threading.Thread):
     fails (the store unreachable) is logged and tried again at the next tick: going silent is exactly what
     lets other workers take over, so a process cut off from the store does not pretend otherwise."""
 
-    def __init__(self, store: Any, owner: str, *, every: float = 2.0, broker_id: str | None = None):
+    def __init__(self, store: StoreHeartbeats | None, owner: str, *, every: float = 2.0,
+                 broker_id: str | None = None):
         super().__init__(name="sealflow-heartbeat", daemon=True)
         self.beats = Heartbeat(store, owner, every=every, broker_id=broker_id)
         self._halt = threading.Event()
@@ -229,19 +237,19 @@ def broker_id_of(broker: Any) -> str | None:
     return getattr(broker, "broker_id", None) if getattr(broker, "client", None) is not None else None
 
 
-def requeue_silent(store: Any, broker: Any, silent_for: float | None) -> int:
+def requeue_silent(store: StoreHeartbeats | None, broker: Any, silent_for: float | None) -> int:
     """Requeue the fetched but unacknowledged Redis messages of every other worker whose store heartbeat is
-    more than ``silent_for`` s old (``store.silent_brokers``; None: the store keeps no heartbeats); how many.
+    more than ``silent_for`` s old (``store``: its ``Heartbeats`` capability, ``silent_brokers``; None: the
+    store keeps no heartbeats); how many.
 
     A worker killed with messages in its prefetch buffer would otherwise leave them for a minute (Dramatiq's
     heartbeat) or ``redeliver_after`` (the sweeper). A worker that was only slow to beat and is alive gets a
     duplicate of what it holds, which is harmless: the claim refuses a step already taken."""
-    silent = getattr(store, "silent_brokers", None)
     own = broker_id_of(broker)
-    if silent is None or own is None or silent_for is None:
+    if store is None or own is None or silent_for is None:
         return 0
     moved = 0
-    for owner, broker_id in silent(silent_for):
+    for owner, broker_id in store.silent_brokers(silent_for):
         if broker_id == own:
             continue
         count = int(broker.client.eval(_REQUEUE, 1, broker.namespace, broker_id))

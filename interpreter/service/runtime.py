@@ -103,6 +103,8 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         self.engine = Engine(self.store, self.registry, self.providers, clock=self.clock, owner=self.owner, rng=rng,
                              access=self.access, runner=AttemptRunner(max_idle=max(16, worker_threads + 1)))
         self.engine.services.config = self.config
+        #: the optional capabilities the store declares (store/capabilities.py), decided once with the engine
+        self.capabilities = self.engine.services.capabilities
         isolation.worker_default(self.config)  # a wrong worker-wide isolation fails here, not at the first step
         self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
         self.engine.pools = self.config.pools  # step `concurrency: NAME` limits (policy/coordination.py)
@@ -168,7 +170,8 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         with self._start_lock:
             if self._worker is None:
                 if self._heartbeats is None:  # known to be alive before the first claim (service/liveness.py)
-                    self._heartbeats = liveness.Heartbeats(self.store, self.owner, every=self.heartbeat_every,
+                    self._heartbeats = liveness.Heartbeats(self.capabilities.heartbeats, self.owner,
+                                                           every=self.heartbeat_every,
                                                            broker_id=liveness.broker_id_of(self.broker))
                     self._heartbeats.begin()
                 self._worker = dramatiq.Worker(self.broker, worker_threads=self.worker_threads,

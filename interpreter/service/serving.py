@@ -51,7 +51,7 @@ class Serving:
         watch = liveness.BrokerWatch(self.broker, self.store, shown=broker_shown)
         if broker_lost is not None:
             watch.lost(broker_lost)
-        silent_for = dead_after if hasattr(self.store, "heartbeat") else None
+        silent_for = dead_after if self.capabilities.heartbeats is not None else None
         if self.notify.channels:  # approval notifications, on their own thread: a slow receiver delays no step
             notifications.Deliverer.of(self).start(stop)
         rounds = liveness.Outage("dispatch/sweep rounds work again", logger=logging.getLogger("sealflow.runtime"),
@@ -72,8 +72,10 @@ class Serving:
                         self._recovered = True
                     self.dispatcher.flush()
                 if time.monotonic() >= check_at:
-                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for)
-                    liveness.requeue_silent(self.store, self.broker, silent_for)  # what they fetched from Redis
+                    beats = self.capabilities.heartbeats
+                    recovery.expire_dead_owners(self.store, self.clock.now(), self.owner, silent_for=silent_for,
+                                                heartbeats=beats)
+                    liveness.requeue_silent(beats, self.broker, silent_for)  # what they fetched from Redis
                     check_at = time.monotonic() + dead_owner_check
                 if time.monotonic() >= sweep_at:  # a wake-up (a submit) is for the dispatcher: sweep on the clock
                     self.sweeper.sweep()
@@ -88,4 +90,4 @@ class Serving:
                 rounds.failed("dispatch/sweep round failed: %s; retrying", exc)
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
                 logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")
-            liveness.wait_for_work(self.store, stop, interval, listening)
+            liveness.wait_for_work(self.capabilities.work_notification, stop, interval, listening)

@@ -14,7 +14,7 @@ def install(runtime: Any, *, tracer_provider: Any = None) -> Any:
     from sealflow.interpreter.service.telemetry.hooks import Telemetry
     from sealflow.interpreter.service.telemetry.metrics import Metrics
 
-    metrics = Metrics(runtime.store, runtime.broker, runtime.queue_names)
+    metrics = Metrics(runtime.store, runtime.broker, runtime.queue_names, capabilities=runtime.capabilities)
     hooks = Telemetry(metrics, runtime.store, clock=runtime.clock, tracer_provider=tracer_provider)
     runtime.engine.telemetry = hooks
     if not any(type(m).__name__ == "TraceMiddleware" for m in runtime.broker.middleware):

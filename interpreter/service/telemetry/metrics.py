@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sealflow.interpreter.core.outcomes import Failed, Skipped, Succeeded, Waiting
+from sealflow.interpreter.store.capabilities import Capabilities
 
 log = logging.getLogger("sealflow.metrics")
 
@@ -65,7 +66,8 @@ def model_of(step: Any) -> str | None:
 class Metrics:
     """The counters and histograms of one runtime, on :attr:`registry`."""
 
-    def __init__(self, store: Any = None, broker: Any = None, queues: tuple[str, ...] = ()):
+    def __init__(self, store: Any = None, broker: Any = None, queues: tuple[str, ...] = (), *,
+                 capabilities: Capabilities | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.step_attempts = Counter("sealflow_step_attempts", "Step attempts executed, by kind, outcome and "
@@ -112,7 +114,7 @@ class Metrics:
                                        "reason (invalid_schedule, invalid_definition, untrusted, slot_failed)",
                                        ["reason"], registry=r)
         if store is not None:
-            r.register(StoreCollector(store, broker, queues))
+            r.register(StoreCollector(store, broker, queues, capabilities=capabilities))
         #: (metric, label values) -> its child: ``labels()`` takes a lock and checks the values at every call
         self._children: dict[tuple, Any] = {}
 
@@ -198,10 +200,13 @@ class Metrics:
 
 class StoreCollector(Collector):
     """State read at scrape time: runs by state, dead letters, breakers, the outbox and the broker's queues.
-    A failing read is logged and that family left out (a scrape never fails)."""
+    A failing read is logged and that family left out (a scrape never fails); runs by state only on a store
+    with raw SQL reads (``capabilities``: the runtime's, else the store's, decided here)."""
 
-    def __init__(self, store: Any, broker: Any = None, queues: tuple[str, ...] = ()):
+    def __init__(self, store: Any, broker: Any = None, queues: tuple[str, ...] = (), *,
+                 capabilities: Capabilities | None = None):
         self.store, self.broker, self.queues = store, broker, queues
+        self.capabilities = capabilities if capabilities is not None else Capabilities.of(store)
 
     def describe(self) -> list:
         return []  # families are produced at collect time only
@@ -214,11 +219,11 @@ class StoreCollector(Collector):
                 log.warning("metrics: %s not collected", read.__name__.strip("_"), exc_info=True)
 
     def _runs(self) -> Iterator[GaugeMetricFamily]:
-        read = getattr(self.store, "_read", None)
-        if read is None:
+        reads = self.capabilities.sql_reads
+        if reads is None:
             return
         g = GaugeMetricFamily("sealflow_runs", "Runs in the store, by state", labels=["state"])
-        for state, count in read("SELECT state, COUNT(*) FROM runs GROUP BY state"):
+        for state, count in reads._read("SELECT state, COUNT(*) FROM runs GROUP BY state"):
             g.add_metric([state], int(count))
         yield g
 

@@ -37,7 +37,7 @@ def test_a_runtime_driving_a_run_without_serve_is_alive_to_the_other_workers(pg_
         driver.start()
         assert entered.wait(30), "the step never started"
         # When another worker checks liveness with a 5 s limit while the step runs
-        ended = expire_dead_owners(other, 0.0, "far:9:other", silent_for=5.0)
+        ended = expire_dead_owners(other, 0.0, "far:9:other", silent_for=5.0, heartbeats=other)
         # Then the driving process counts as alive: its running step keeps its lease
         assert ended == 0
         attempt = other.active_attempt(run_id)

@@ -24,6 +24,7 @@ from worker_helpers import REDIS, redis_or_skip
 
 from sealflow.interpreter.service import liveness
 from sealflow.interpreter.store import open_store
+from sealflow.interpreter.store.capabilities import Capabilities
 
 ROOT = Path(__file__).resolve().parents[3]
 E2E = ROOT / "tests" / "e2e"
@@ -153,8 +154,10 @@ def test_requeue_silent_does_nothing_without_heartbeats_or_redis(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         # When requeueing silent workers' messages, Then nothing is attempted
-        assert liveness.requeue_silent(store, embedded_broker(), 15.0) == 0
-        assert liveness.requeue_silent(store, embedded_broker(), None) == 0
+        beats = Capabilities.of(store).heartbeats
+        assert beats is None
+        assert liveness.requeue_silent(beats, embedded_broker(), 15.0) == 0
+        assert liveness.requeue_silent(beats, embedded_broker(), None) == 0
         assert liveness.broker_id_of(embedded_broker()) is None
     finally:
         store.close()

@@ -20,7 +20,7 @@ def test_given_a_silent_and_a_beating_worker_when_liveness_is_checked_then_only_
             store.claim(*msg, owner=owner, now=T0)
         store.heartbeat("far:2:alive")
         # When this worker checks liveness with a 5 s limit
-        ended = expire_dead_owners(store, T0 + 1, "here:3:me", silent_for=5.0)
+        ended = expire_dead_owners(store, T0 + 1, "here:3:me", silent_for=5.0, heartbeats=store)
         # Then the silent worker's lease ended (its attempt is scheduled again, saying why) and the beating one's
         # did not
         assert ended == 1

@@ -104,10 +104,11 @@ def plan(file, actions, as_json):
 def _print_steps(steps, indent: str) -> None:
     """One line per step and one for its edges; a fan-out step's sub-flows indented below it."""
     from sealflow.dsl.durations import format_ms
+    from sealflow.dsl.kinds import traits_of
 
     for s in steps:
         what = s.action or s.kind
-        extra = [f"timeout {format_ms(s.timeout_ms)}"] if s.kind not in ("map", "parallel") else []
+        extra = [] if traits_of(s.kind).fans_out else [f"timeout {format_ms(s.timeout_ms)}"]
         if s.map is not None:
             tolerated = f"{s.map.tolerate_percent}%" if s.map.tolerate_percent is not None \
                 else str(s.map.tolerate_failures)
