@@ -176,6 +176,11 @@ def _local(root: Any, ref: str) -> Any:
     return node
 
 
+def subscripts(path: Any) -> str:
+    """A path into a JSON value as subscripts, as a message shows it: ``['items'][0]``."""
+    return "".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in path)
+
+
 def of_value(value: Any, *, literal: bool = True) -> Ty:
     """The type of a JSON value; a map's fields are closed (``literal``: written in the definition)."""
     if value is None:

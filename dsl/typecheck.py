@@ -331,7 +331,7 @@ def _literal_problem(schema: Any, value: Any) -> str | None:
         return None
     if error is None:
         return None
-    at = "".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in error.absolute_path)
+    at = jt.subscripts(error.absolute_path)
     message: str = error.message
     return (f"at {at}: " if at else "") + message[:300]
 

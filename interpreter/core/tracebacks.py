@@ -150,7 +150,7 @@ def _frame(frame: FrameType, line: int | None) -> Frame:
     module = str(frame.f_globals.get("__name__") or "")
     own = (module == "sealflow" or module.startswith("sealflow.")) and not module.startswith("sealflow.demo")
     path = frame.f_code.co_filename
-    return Frame(_shown(path), path, line or 0, frame.f_code.co_name, own, _in_library(path))
+    return Frame(shown_path(path), path, line or 0, frame.f_code.co_name, own, _in_library(path))
 
 
 def _where(frames: list[Frame]) -> str | None:
@@ -162,7 +162,7 @@ def _where(frames: list[Frame]) -> str | None:
     return None
 
 
-def _shown(path: str) -> str:
+def shown_path(path: str) -> str:
     """``path`` relative to the current directory when it is under it, else as it is."""
     try:
         here = os.getcwd()

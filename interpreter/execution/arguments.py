@@ -17,6 +17,8 @@ import threading
 import typing
 from typing import Any
 
+from sealflow.dsl.jsontypes import subscripts
+
 _lock = threading.Lock()
 #: (action name, id of its function) -> (input validator, output validator or None, converters)
 _cache: dict[tuple[str, int], tuple[Any, Any, dict[str, Any]]] = {}
@@ -51,7 +53,10 @@ def _converters(fn: Any) -> dict[str, Any]:
         if issubclass(hint, enum.Enum) or dataclasses.is_dataclass(hint) or _is_model(hint):
             from pydantic import TypeAdapter
 
-            out[name] = TypeAdapter(hint)
+            try:
+                out[name] = TypeAdapter(hint)
+            except Exception:  # noqa: BLE001 - a type pydantic cannot build (a field of an arbitrary class):
+                continue  # its value passes as the JSON it is, as its schema (any value) says
     return out
 
 
@@ -98,7 +103,7 @@ def _describe(act: Any, written: dict[str, Any], args: dict[str, Any], error: An
     if isinstance(name, str) and args.get(name) is None and len(path) == 1:
         return (f"argument {name!r} of action {act.name} is null{_from(written, name)}, and it does not take "
                 "null: give a fallback with default(..., ...) or require the field where it comes from")
-    at = "".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in path[1:])
+    at = subscripts(path[1:])
     where = f"argument {name!r}{at}" if name is not None else "the arguments"
     return f"{where} of action {act.name}{_from(written, name) if isinstance(name, str) else ''}: " \
            f"{error.message[:400]}"
@@ -114,7 +119,7 @@ def check_output(act: Any, output: Any) -> str | None:
     error = jsonschema.exceptions.best_match(validator.iter_errors(output))
     if error is None:
         return None
-    at = "".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in error.absolute_path)
+    at = subscripts(error.absolute_path)
     return f"action {act.name} returned a result that breaks its declared output schema" \
            f"{' at output' + at if at else ''}: {error.message[:400]}"
 

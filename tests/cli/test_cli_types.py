@@ -151,3 +151,32 @@ def test_doctor_reports_an_unreadable_key_as_a_failed_check_not_a_usage_error(pr
     assert code == 1, (out, err)
     assert "missing  trust policy" in out and "T701" in out and "keys/ops.pub.pem" in out
     assert "ok       secrets" in out and "not ready" in out
+
+
+def test_init_never_overwrites_an_existing_editor_schema(tmp_path, capsys, monkeypatch):
+    # Given a folder that already holds an editor schema of its own
+    monkeypatch.setenv("SEALFLOW_USER", "ann")
+    (tmp_path / "p" / ".vscode").mkdir(parents=True)
+    (tmp_path / "p" / ".vscode" / "sealflow.schema.json").write_text("{}")
+    # When init runs there, Then it is refused and the file is untouched
+    code, _, err = cli(capsys, "init", str(tmp_path / "p"))
+    assert code == 1 and "sealflow.schema.json exists" in err
+    assert (tmp_path / "p" / ".vscode" / "sealflow.schema.json").read_text() == "{}"
+
+
+def test_init_on_a_folder_it_cannot_write_says_so_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import os
+
+    if os.geteuid() == 0:  # root writes anywhere: a full disk is faked instead
+        import pathlib
+
+        def full(self, *a, **k):
+            raise OSError(28, "No space left on device", str(self))
+
+        monkeypatch.setattr(pathlib.Path, "write_text", full)
+    else:
+        (tmp_path / "p").mkdir()
+        (tmp_path / "p").chmod(0o500)
+    monkeypatch.setenv("SEALFLOW_USER", "ann")
+    code, _, err = cli(capsys, "init", str(tmp_path / "p"))
+    assert code == 1 and "cannot write" in err and "Traceback" not in err

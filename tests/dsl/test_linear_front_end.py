@@ -198,7 +198,7 @@ def test_given_a_flow_when_ran_before_is_asked_then_it_holds_the_ancestors_self_
     assert {x for x in ["a", "b", "c", "before", "other", END] if x in ran_b} == {"a", "b", "c", "before"}
     assert {x for x in ["a", "b", "c", "before"] if x in ran_a} == {"before"}
     assert "a" in ran_a.including_self() and "a" not in ran_a
-    assert 1 not in ran_b  # not a step id
+    assert 1 not in ran_b  # not a step id: refused before the index, which would raise a TypeError on it
 
 
 def test_given_a_sub_flow_when_known_is_asked_then_it_holds_the_outer_and_own_ids_without_copying_them():

@@ -68,14 +68,11 @@ def action_info(act):
 
 
 def _source(act) -> str | None:
+    from sealflow.interpreter.core.tracebacks import shown_path
     from sealflow.interpreter.execution.action_schema import source_of
 
     where = source_of(act.fn)
     if where is None:
         return None
     path, _, line = where.rpartition(":")
-    try:
-        path = str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        pass
-    return f"{path}:{line}"
+    return f"{shown_path(path)}:{line}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 from typing import TypedDict
 
 import pydantic
@@ -138,3 +139,22 @@ def test_given_an_action_without_annotations_then_anything_passes_as_before(runt
 
     plan = make_plan(S("l", "action", action="t.loose", args={"a": None, "b": [1]}))
     assert runtime.run(plan, {}, initiator="user:ana").state == "completed" and got == [(None, [1])]
+
+
+@dataclasses.dataclass
+class Locked:
+    lock: threading.Lock  # a field pydantic cannot describe or build
+
+
+def test_given_a_parameter_type_pydantic_cannot_build_then_it_is_any_value_and_the_action_runs(runtime, registry):
+    # Given an action whose parameter is a dataclass with a field of an arbitrary class
+    got = []
+
+    @action("t.locked", registry=registry)
+    def locked(ctx, p: Locked):
+        got.append(p)
+        return "ok"
+
+    # When it runs with a map for it, Then the map passes as it is (no crash building a converter)
+    plan = make_plan(S("l", "action", action="t.locked", args={"p": {"lock": "none"}}))
+    assert runtime.run(plan, {}, initiator="user:ana").state == "completed" and got == [{"lock": "none"}]

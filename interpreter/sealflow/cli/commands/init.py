@@ -48,17 +48,21 @@ def init(directory, principal, force):
     root = Path(directory)
     principal = principal or default_principal()
     planned = files(principal)
-    existing = [name for name in planned if (root / name).exists()]
+    existing = [name for name in (*planned, EDITOR_SCHEMA) if (root / name).exists()]
     if existing and not force:
         refuse(f"{root / existing[0]} exists; sealflow init never overwrites a file",
                hint="pick an empty folder (sealflow init DIR), or pass --force to overwrite")
-    for name, text in planned.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        click.echo(f"  wrote {path}")
-    schema = root / EDITOR_SCHEMA
-    schema.write_text(_editor_schema(root / "actions" / "hello.py"), encoding="utf-8")
+    try:
+        for name, text in planned.items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            click.echo(f"  wrote {path}")
+        schema = root / EDITOR_SCHEMA
+        schema.write_text(_editor_schema(root / "actions" / "hello.py"), encoding="utf-8")
+    except OSError as exc:  # a full disk, a read-only folder: said, not a traceback
+        refuse(f"cannot write {exc.filename or root}: {exc.strerror or exc}",
+               hint="free space or pick a folder you can write to; run again with --force over a partial project")
     click.echo(f"  wrote {schema} (the editor's schema, with your actions: `sealflow schema --out {EDITOR_SCHEMA}` "
                "when they change)")
     click.echo(f"a Sealflow project in {root}, with {principal} a member of its access policy; next:")
