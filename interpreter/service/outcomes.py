@@ -26,6 +26,7 @@ from sealflow.dsl.errors import DslError
 from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.interpreter.engine.decide import as_json
 from sealflow.interpreter.engine.poison import LOST_BEFORE, OUTCOME_UNKNOWN
+from sealflow.interpreter.execution import arguments
 from sealflow.interpreter.steps.checks import validation_failure
 from sealflow.interpreter.store.base import AuditEvent
 from sealflow.interpreter.store.errors import InvalidOperation
@@ -74,6 +75,10 @@ def _succeeded(x: Execution, output: Any, data: dict) -> Succeeded:
     candidate, _ = as_json(x, Succeeded(output))
     if isinstance(candidate, Failed):
         raise InvalidOperation(f"the output given cannot be the step's: {candidate.message}")
+    act = x.services.registry.get(x.step.action) if x.step.action else None
+    broken = arguments.check_output(act, output) if act is not None else None
+    if broken is not None:
+        raise InvalidOperation(f"the output given cannot be the step's: {broken}")
     failed = validation_failure(x, output)
     if failed is not None:
         raise InvalidOperation(f"the output given fails step {x.step.id!r}'s checks: {failed.message}")

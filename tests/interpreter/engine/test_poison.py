@@ -4,6 +4,8 @@ that cannot deduplicate waits for a person's call instead of running again (engi
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 from interp_helpers import S, make_plan, retry
 
@@ -405,5 +407,32 @@ def test_an_output_over_the_payload_limit_is_refused_and_nothing_changes(store, 
         with pytest.raises(InvalidOperation, match="not a decision"):
             rt.resolve(run_id, "maybe", actor="user:ops", reason="checked")
         assert rt.store.get_run(run_id).state == "waiting" and sent == []
+    finally:
+        rt.close()
+
+
+class Sent(TypedDict):
+    sent: bool
+
+
+def test_an_unknown_outcome_marked_succeeded_must_fit_the_actions_declared_output(store, registry, clock):
+    # Given a non-deduplicating action whose return annotation declares its output, lost once
+    @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
+    def sms(ctx) -> Sent:
+        raise AssertionError("must not run again")
+
+    rt = runtime_with(store, registry, clock)
+    try:
+        run_id = rt.submit(make_plan(S("one", "action", action="t.sms")), {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        lose(rt, clock, message)
+        # When a person marks it succeeded with an output that breaks the declaration, nothing changes
+        with pytest.raises(InvalidOperation, match="breaks its declared output schema"):
+            rt.resolve(run_id, "succeeded", actor="user:ops", reason="checked", output={"snet": True})
+        assert rt.store.get_run(run_id).state == "waiting"
+        # And one that fits is taken
+        rt.resolve(run_id, "succeeded", actor="user:ops", reason="the log shows it", output={"sent": True})
+        rt.drive(run_id)
+        assert rt.store.get_run(run_id).state == "completed"
     finally:
         rt.close()
