@@ -135,6 +135,11 @@ class Delivered(TypedDict):
     delivered: int
 
 
+class Sent(TypedDict):
+    sent: bool
+    n: int
+
+
 class SimCrash(BaseException):
     """The simulated process died here (a BaseException: nothing in the engine may catch it as a failure)."""
 
@@ -281,7 +286,7 @@ class World:
 
         @action("sim.sms", permissions=["sim:notify"], effect="irreversible", honours_idempotency_key=False,
                 registry=self.registry)
-        def sms(ctx, n):
+        def sms(ctx, n: int) -> Sent:
             me = world.enter(ctx)
             world.point(me, "before_effect")
             if ctx.cancelled():  # a zombie (its lease is gone) does not send: the documented pattern
@@ -520,6 +525,8 @@ class World:
                         self.control.reject(run_id, actor="user:boss", reason="no")
                         self.note(f"reject run#{self.index[run_id]}")
                 else:  # looks at the gateway, as a person would, then decides
+                    if self.sms[run_id] and chaos and self.rng.random() < 0.5:
+                        self.typo(run_id)  # a person's typo first: refused, nothing changed
                     if self.sms[run_id]:
                         self.control.resolve(run_id, "succeeded", actor="user:ops", reason="the gateway sent it",
                                              output={"sent": True, "n": status.run.input["n"]})
@@ -531,6 +538,21 @@ class World:
             except InvalidOperation as exc:  # it moved on meanwhile (a timer): nothing changed
                 self.note(f"person refused: {exc}")
             return
+
+    def typo(self, run_id: str) -> None:
+        """A person marks the lost SMS succeeded with an output its action's declaration refuses (a typo): it must
+        be refused and change nothing."""
+        before = self.store.get_run(run_id).state
+        try:
+            self.control.resolve(run_id, "succeeded", actor="user:ops", reason="typo", output={"snet": True})
+        except InvalidOperation:
+            self.note(f"resolve run#{self.index[run_id]} with a mistyped output: refused")
+            if self.store.get_run(run_id).state != before:
+                raise Violation(f"seed {self.seed}: a refused decision changed run#{self.index[run_id]}\n"
+                                + self.tail()) from None
+            return
+        raise Violation(f"seed {self.seed}: an output breaking sim.sms's declared output was taken for "
+                        f"run#{self.index[run_id]}\n" + self.tail())
 
     # -- a whole schedule -------------------------------------------------------------------------
     def chaos(self, events: int = CHAOS_EVENTS) -> None:
