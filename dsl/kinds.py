@@ -6,7 +6,7 @@ everywhere, and a new kind is described once, here. Code that *dispatches* on th
 each kind, the compiler's per-kind payload, a message naming the kind) keeps its own branch.
 
 The table lives in the language package because the language needs it too (the compiler, lint and the
-security diff); ``sealflow.interpreter.core.kinds`` re-exports it for the runtime (core may import the
+security diff); ``sealflow.core.kinds`` re-exports it for the runtime (core may import the
 language, never the reverse: tests/test_layering.py).
 """
 

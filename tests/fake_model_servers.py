@@ -43,7 +43,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sealflow.interpreter.providers.synth import synthesize
+from sealflow.providers.synth import synthesize
 
 
 def strict_problem(schema: Any, where: str = "schema") -> str | None:

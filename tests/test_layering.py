@@ -1,15 +1,16 @@
 """The layering of the installed code: every import goes down, never up, and no package has a cycle.
 
-Every ``import`` in ``dsl/`` and ``interpreter/`` (with the CLI and the demo) is read from the AST,
-including imports inside functions and under ``TYPE_CHECKING`` (a cycle hidden from the interpreter at
-run time is still a cycle in the design). Each file belongs to one package (the longest prefix in
-``PACKAGES``); each import between two packages must be in ``ALLOWED``, and the imports between modules
-of one package must form no cycle. The runtime's layers, lowest first (docs/runtime.md, "Layers")::
+Every ``import`` in ``dsl/`` and ``interpreter/`` (``sealflow``) is read from the AST, including imports inside
+functions and under ``TYPE_CHECKING`` (a cycle hidden from the interpreter at run time is still a cycle in the
+design). Each file belongs to one package (the longest prefix in ``PACKAGES``); each import between two
+packages must be in ``ALLOWED``, and the imports between modules of one package must form no cycle. The rooms,
+lowest first (docs/architecture.md, "The house")::
 
-    core < store < execution < policy, providers < steps < engine < service
+    dsl < core < store < execution < policy, providers < steps < engine < operations < runtime < server < cli
 
-``sealflow.dsl`` never imports the interpreter or the CLI; the interpreter never imports the CLI or the
-demo; nothing imports the bare names ``dsl``, ``interpreter`` or ``tools`` (they are not installed).
+``sealflow.dsl`` never imports the interpreter or the CLI; the runtime never imports the server, the CLI or the
+demo; the server reaches the runtime through its facade; nothing imports the bare names ``dsl``,
+``interpreter`` or ``tools`` (they are not installed).
 """
 
 from __future__ import annotations
@@ -21,21 +22,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: source folder -> installed name (longest first)
-SOURCES = (("interpreter/sealflow", "sealflow"), ("interpreter", "sealflow.interpreter"), ("dsl", "sealflow.dsl"),
-           ("schemas", "sealflow.schemas"))
+SOURCES = (("interpreter", "sealflow"), ("dsl", "sealflow.dsl"), ("schemas", "sealflow.schemas"))
 
-INTERP = "sealflow.interpreter"
 #: package prefix -> short name; a module belongs to the longest prefix it starts with
 PACKAGES = {
-    "sealflow": "root", "sealflow.cli": "cli", "sealflow.demo": "demo", "sealflow.schemas": "schemas",
-    "sealflow.dsl": "dsl",  # with every sealflow.dsl.* subpackage (expressions, trust, ...)
-    INTERP: "interpreter", f"{INTERP}.core": "core", f"{INTERP}.store": "store", f"{INTERP}.execution": "execution",
-    f"{INTERP}.policy": "policy", f"{INTERP}.providers": "providers", f"{INTERP}.steps": "steps",
-    f"{INTERP}.engine": "engine",
-    f"{INTERP}.service": "service",
+    "sealflow": "root", "sealflow.__main__": "cli", "sealflow.cli": "cli", "sealflow.demo": "demo",
+    "sealflow.schemas": "schemas", "sealflow.dsl": "dsl",  # with every sealflow.dsl.* subpackage
+    "sealflow.core": "core", "sealflow.store": "store", "sealflow.execution": "execution",
+    "sealflow.policy": "policy", "sealflow.providers": "providers", "sealflow.steps": "steps",
+    "sealflow.engine": "engine", "sealflow.operations": "operations", "sealflow.runtime": "runtime",
+    "sealflow.server": "server", "sealflow.testing": "testing",
 }
 
-_RUNTIME = {"core", "store", "execution", "policy", "providers", "steps", "engine", "service"}
+_BELOW_RUNTIME = {"core", "store", "execution", "policy", "providers", "steps", "engine", "operations"}
 
 #: package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
@@ -48,13 +47,18 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"core", "execution"},
     "steps": {"core", "store", "execution", "policy", "providers", "dsl"},
     "engine": {"core", "store", "execution", "policy", "providers", "steps", "dsl"},
-    "service": {"core", "store", "execution", "policy", "providers", "steps", "engine", "dsl", "schemas"},
-    # the package's own __init__ re-exports the action author's API from the layers
-    "interpreter": {"core", "execution"},
-    # the public face: `from sealflow import action, StepError, Context`
-    "root": {"core", "execution", "cli"},
-    "cli": _RUNTIME | {"interpreter", "dsl", "schemas", "root", "demo"},
-    "demo": _RUNTIME | {"interpreter", "dsl", "schemas", "root"},
+    # notifications, retention, outbound webhooks: below the runtime, which attaches them
+    "operations": {"core", "store", "execution", "policy", "engine", "dsl"},
+    # the facade, drive, workers, dispatcher, sweeper, telemetry
+    "runtime": _BELOW_RUNTIME | {"dsl", "schemas"},
+    # the HTTP API, the pages and their auth: above the runtime
+    "server": _BELOW_RUNTIME | {"runtime", "dsl", "schemas"},
+    # test doubles (the pytest plugin of recorded models) and the backend conformance kit
+    "testing": _BELOW_RUNTIME | {"runtime", "dsl"},
+    # the public face: `from sealflow import Runtime, open_store, action, Context, StepError`
+    "root": {"core", "execution", "store", "runtime"},
+    "cli": _BELOW_RUNTIME | {"runtime", "server", "testing", "dsl", "schemas", "root", "demo"},
+    "demo": _BELOW_RUNTIME | {"runtime", "dsl", "schemas", "root"},
 }
 
 BARE = ("dsl", "interpreter", "tools")
@@ -73,8 +77,6 @@ def module_of(path: Path) -> str:
 
 
 def package_of(module: str) -> str | None:
-    if module == "sealflow.dsl" or module.startswith("sealflow.dsl."):
-        return "dsl"
     best = None
     for prefix in PACKAGES:
         if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best)):
@@ -132,7 +134,7 @@ EDGES = edges()
 
 def test_given_the_source_when_imports_are_read_then_none_uses_a_bare_uninstalled_name():
     bad = [f"{where(p, line)}: imports {t!r}" for _, t, p, line in EDGES if t.split(".")[0] in BARE]
-    assert not bad, "import the installed names (sealflow.dsl, sealflow.interpreter, ...):\n" + "\n".join(bad)
+    assert not bad, "import the installed names (sealflow, sealflow.dsl, ...):\n" + "\n".join(bad)
 
 
 def test_given_the_layer_table_when_every_import_is_checked_then_none_goes_up_or_sideways():

@@ -8,8 +8,8 @@ in :data:`FIELDS` as one of:
 * ``compile_only("reason")``: it shapes the compiled plan, names or documents it, and has no run-time
   behaviour of its own;
 * ``refused("why")``: this build cannot enforce it, so a plan using it is refused at submit
-  (:data:`sealflow.interpreter.service.honoured.NOT_YET`; the last test here checks the two agree, and
-  ``tests/interpreter/service/test_honoured.py`` the refusal itself).
+  (:data:`sealflow.runtime.honoured.NOT_YET`; the last test here checks the two agree, and
+  ``tests/interpreter/runtime/test_honoured.py`` the refusal itself).
 
 A new schema property fails the walk until it is placed here.
 """
@@ -42,7 +42,7 @@ def refused(reason: str) -> tuple[str, str]:
 
 FLOW = "tests/interpreter/engine/test_runtime_flow.py::"
 FAIL = "tests/interpreter/engine/test_runtime_failures.py::"
-APPR = "tests/interpreter/service/test_runtime_approvals.py::"
+APPR = "tests/interpreter/runtime/test_runtime_approvals.py::"
 SAPPR = "tests/interpreter/policy/test_security_approvals.py::"
 BUDG = "tests/interpreter/policy/test_security_budgets.py::"
 AI = "tests/interpreter/steps/test_runtime_ai.py::"
@@ -55,7 +55,7 @@ SCHED = "tests/interpreter/core/test_schedule.py::"
 CORE = "tests/interpreter/core/test_core_units.py::"
 AGENT_OPTIONS = OPTS + "test_given_an_agent_step_with_model_options_when_run_then_each_turn_carries_them"
 RESOLVED = "resolved by the compiler into every step (or gate) it applies to; the steps' own fields are tested"
-EVENTS = "tests/interpreter/service/telemetry/test_events.py::"
+EVENTS = "tests/interpreter/runtime/telemetry/test_events.py::"
 FAN = "tests/interpreter/engine/test_fanout_map.py::"
 
 FIELDS: dict[str, tuple[str, str]] = {
@@ -65,9 +65,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "workflow.version": compile_only("the workflow's version; stored with each run, no behaviour"),
     "workflow.description": compile_only("documentation"),
     "workflow.owner": compile_only("accountability metadata shown by `sealflow plan`; no run-time behaviour"),
-    "workflow.permissions": run("tests/interpreter/service/test_security_submit.py::"
+    "workflow.permissions": run("tests/interpreter/runtime/test_security_submit.py::"
                                 "test_a_member_missing_a_permission_is_refused_naming_it"),
-    "workflow.priority": run("tests/interpreter/service/test_priority.py::"
+    "workflow.priority": run("tests/interpreter/runtime/test_priority.py::"
                              "test_given_a_busy_worker_when_a_critical_run_comes_after_low_ones_then_it_starts_first"),
     "workflow.retry": compile_only("named retry classes; " + RESOLVED),
     "workflow.approvals": compile_only("approval defaults; " + RESOLVED),
@@ -98,7 +98,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "schedule.cron": run(SCHED + "test_given_a_time_after_a_slot_when_asked_then_the_latest_slot_is_in_the_"
                                  "schedules_zone"),
     "schedule.timezone": run(SCHED + "test_given_summer_time_when_the_next_slot_is_computed_then_the_local_hour_holds"),
-    "schedule.run_as": run("tests/interpreter/service/test_security_submit.py::"
+    "schedule.run_as": run("tests/interpreter/runtime/test_security_submit.py::"
                            "test_a_scheduled_run_acts_as_its_run_as_service"),
     "event.source": run(EVENTS + "test_an_event_of_another_type_or_source_or_filtered_out_starts_nothing"),
     "event.type": run(EVENTS + "test_a_signed_event_starts_the_definition_as_its_run_as"),
@@ -112,7 +112,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "step.name": compile_only("a display name for people; no behaviour"),
     "step.description": compile_only("documentation"),
     "step.action": run(FLOW + "test_a_straight_run_completes_with_its_output"),
-    "step.with": run("tests/interpreter/service/test_runtime_delivery.py::"
+    "step.with": run("tests/interpreter/runtime/test_runtime_delivery.py::"
                      "test_an_idempotency_key_runs_the_effect_once_across_runs"),
     "step.ai": run(AI + "test_an_ai_step_renders_the_prompt_checks_the_output_and_counts_tokens"),
     "step.agent": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
@@ -127,7 +127,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "step.retry": run(FAIL + "test_retries_exhausted_fail_the_run_into_the_dead_letters"),
     "step.permissions": run(REAUTH + "test_a_permission_revoked_while_the_run_waits_denies_the_sensitive_step"),
     "step.reauthorize": run(REAUTH + "test_reauthorize_true_checks_any_step_and_false_opts_out"),
-    "step.idempotency_key": run("tests/interpreter/service/test_runtime_delivery.py::"
+    "step.idempotency_key": run("tests/interpreter/runtime/test_runtime_delivery.py::"
                                 "test_an_idempotency_key_runs_the_effect_once_across_runs"),
     "step.validate": run(FLOW + "test_validate_rules_fail_the_output_as_invalid_output"),
     "step.requires_approval_if": run(APPR + "test_requires_approval_if_true_holds_the_run_after_the_step"),
@@ -263,7 +263,7 @@ def test_given_a_compile_time_field_then_it_says_why():
 
 def test_given_a_field_this_build_cannot_enforce_then_it_is_refused_at_submit_and_nothing_else_is():
     # Given the fields placed as refused, then exactly those are what the submit check refuses
-    from sealflow.interpreter.service.honoured import NOT_YET
+    from sealflow.runtime.honoured import NOT_YET
 
     placed = {f for f, (how, _) in FIELDS.items() if how == "refused"}
     assert placed == set(NOT_YET), f"refused in FIELDS {sorted(placed)} but refused at submit {sorted(NOT_YET)}"

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from sealflow.interpreter.core.errors import ConfigError
+from sealflow.core.errors import ConfigError
 
 COUNTED = frozenset({"timeout", "network", "rate_limited", "unavailable", "internal"})
 ANY = "*"

@@ -4,7 +4,7 @@ Everything the store schedules (timers, leases, retry backoff, run deadlines)
 is measured on the runtime's clock, in seconds since the epoch, so a test can
 jump a day ahead with :meth:`FakeClock.advance` instead of waiting. The
 per-attempt timeout is the exception: it bounds a real thread, so it is real
-time (see :mod:`sealflow.interpreter.execution.timeouts`).
+time (see :mod:`sealflow.execution.timeouts`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sealflow.interpreter.core.errors import ConfigError
+from sealflow.core.errors import ConfigError
 
 
 def config_map(raw: Any, keys: tuple[str, ...], where: str, *, optional: bool = False) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Failure fingerprints: equal for failures that are 'the same' across redrives.
 
-(See :mod:`sealflow.interpreter.service.dlq`.)
+(See :mod:`sealflow.runtime.dlq`.)
 
 sha256 of the step id, the error class and the message with its volatile parts (numbers, hex ids, UUIDs,
 quoted values) masked.

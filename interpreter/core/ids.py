@@ -2,7 +2,7 @@
 
 An attempt's step id is a plan step's id, or that id with a suffix naming what the attempt does for it:
 ``<step>@gate`` (the approval gate a ``requires_approval_if`` opened after the step succeeded) and
-``<step>@compensate`` (undoing the step, :mod:`sealflow.interpreter.engine.compensation`). The strings are
+``<step>@compensate`` (undoing the step, :mod:`sealflow.engine.compensation`). The strings are
 stored in the attempts table and printed by ``sealflow status``: their spelling never changes.
 """
 

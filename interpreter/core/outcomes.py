@@ -1,8 +1,8 @@
 """What executing one step attempt produced, before the engine decides what it means.
 
-Step kinds (:mod:`sealflow.interpreter.steps`) return one of these; :mod:`sealflow.interpreter.engine.decide`
+Step kinds (:mod:`sealflow.steps`) return one of these; :mod:`sealflow.engine.decide`
 turns it, with the plan and the run, into one atomic
-:class:`~sealflow.interpreter.store.base.Commit`.
+:class:`~sealflow.store.base.Commit`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sealflow.interpreter.core.jsonc import clean_text, short_message
+from sealflow.core.jsonc import clean_text, short_message
 
 
 @dataclasses.dataclass(slots=True)
@@ -54,17 +54,17 @@ class Failed:
     #: audited with the failure (``step.detail``); minimised, no raw tool results
     detail: dict | None = None
     #: end the run in this state at once (``failed``, ``timed_out``, ``quarantined``): no retry, no ``on_error``
-    #: route; run budgets and tenant quotas (:mod:`sealflow.interpreter.policy.budgets`), a poison step
+    #: route; run budgets and tenant quotas (:mod:`sealflow.policy.budgets`), a poison step
     ends_run: str | None = None
     #: the process running the attempt died (an isolated child): the engine decides what the loss means
-    #: (:func:`sealflow.interpreter.engine.poison.after_crash`); never committed as such
+    #: (:func:`sealflow.engine.poison.after_crash`); never committed as such
     lost: bool = False
     #: run the same try again (a lost attempt): not a retry, ``max_attempts`` is not consumed; the next
     #: attempt's data is ``data``
     rerun: bool = False
     #: not retried whatever the retry class says (``on_error`` may still route it): a person judged it failed
     no_retry: bool = False
-    #: the traceback of the exception the attempt's code raised (:mod:`sealflow.interpreter.core.tracebacks`),
+    #: the traceback of the exception the attempt's code raised (:mod:`sealflow.core.tracebacks`),
     #: kept with the failed attempt; None for a classified failure
     trace: str | None = None
 
@@ -99,7 +99,7 @@ class Waiting:
     #: audited with the wait (e.g. ``rate_limited``, with ``detail``)
     event: str | None = None
     detail: dict | None = None
-    #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.interpreter.store.changes.Spawn`)
+    #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.store.changes.Spawn`)
     spawn: Any = None
 
 

@@ -3,13 +3,13 @@ redacting wrapper.
 
 A process that runs actions arms the guard (:func:`arm`: ``sealflow run`` and every command that drives runs,
 ``sealflow worker``; a forked child of an isolated attempt inherits it). Nothing is wrapped until the process
-knows a secret (:data:`~sealflow.interpreter.core.redaction.REDACTOR` remembers every value a secret provider
+knows a secret (:data:`~sealflow.core.redaction.REDACTOR` remembers every value a secret provider
 resolves: what actions get in ``ctx.secrets``, a model's ``api_key``), so a process that never resolves one
 writes exactly as before, at no cost per write. From the first secret on, ``sys.stdout`` and ``sys.stderr`` are
 a :class:`RedactingStream`: every ``write`` (``print``, a traceback, ``warnings``, a logging handler that looks
-the stream up as it writes) has each known secret, in every form :func:`~sealflow.interpreter.core.redaction.forms`
+the stream up as it writes) has each known secret, in every form :func:`~sealflow.core.redaction.forms`
 lists, replaced by ``[redacted:<name>]`` before it reaches the real stream. Log records are redacted where they
-are made (:func:`~sealflow.interpreter.core.redaction.install_log_filter`), so a handler holding the real stream
+are made (:func:`~sealflow.core.redaction.install_log_filter`), so a handler holding the real stream
 writes redacted records too.
 
 **Partial writes.** A secret may reach the stream in pieces (``print(a, end="")`` then ``print(b)``, a library
@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sealflow.interpreter.core.redaction import REDACTOR, Redactor
+from sealflow.core.redaction import REDACTOR, Redactor
 
 _STREAMS = ("stdout", "stderr")
 

@@ -1,9 +1,9 @@
 """Redaction: secret values seen in this process, blanked out of text, JSON-like values and log records.
 
 The lowest layer holds it because every layer writes text that may carry a secret: the store's audit
-chain (:mod:`sealflow.interpreter.store.auditchain`), the engine's commits
-(:func:`sealflow.interpreter.execution.secrets.redact_commit`) and the logs. Secret providers
-(:mod:`sealflow.interpreter.execution.secrets`) remember each value they resolve in :data:`REDACTOR`.
+chain (:mod:`sealflow.store.auditchain`), the engine's commits
+(:func:`sealflow.execution.secrets.redact_commit`) and the logs. Secret providers
+(:mod:`sealflow.execution.secrets`) remember each value they resolve in :data:`REDACTOR`.
 
 A secret is matched in every form it takes once written down (:func:`forms`): as is, JSON-escaped (a
 ``"``, a ``\\`` or the newlines of a PEM key become ``\\"``, ``\\\\``, ``\\n``; escaped twice when JSON
@@ -14,7 +14,7 @@ pass.
 
 Log records are redacted as they are made (:func:`install_log_filter` installs a record factory once the
 first secret is known), whichever logger made them: the runtime's, an action's own ``logging.getLogger(...)``,
-a library's. What a process prints is the business of :mod:`sealflow.interpreter.core.redacted_output`.
+a library's. What a process prints is the business of :mod:`sealflow.core.redacted_output`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sealflow.interpreter.core.jsonc import dumps
+from sealflow.core.jsonc import dumps
 
 MIN_REDACT_LENGTH = 4
 
@@ -118,7 +118,7 @@ class Redactor:
         return value
 
     def json_text(self, text: str | None) -> str | None:
-        """JSON ``text`` (as :func:`~sealflow.interpreter.core.jsonc.dumps` writes it) with secrets redacted
+        """JSON ``text`` (as :func:`~sealflow.core.jsonc.dumps` writes it) with secrets redacted
         in every string leaf, written again, then :meth:`text` over the result; text that is not JSON
         gets :meth:`text` alone."""
         if not self.contains(text):

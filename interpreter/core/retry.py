@@ -2,10 +2,10 @@
 
 A failed attempt is retried only when its error class is listed in the
 step's :class:`~sealflow.dsl.plan.RetryPolicy` ``on``, the class is retryable at all
-(:data:`sealflow.interpreter.core.errors.ERROR_CLASSES`; never-retryable classes are never
+(:data:`sealflow.core.errors.ERROR_CLASSES`; never-retryable classes are never
 retried, whatever a policy says) and attempts remain (``max_attempts`` counts
 the first one). A lost attempt is not a failure at all: it runs again without consuming ``max_attempts``
-(:mod:`sealflow.interpreter.engine.poison`). The delay before attempt ``n+1`` is exponential,
+(:mod:`sealflow.engine.poison`). The delay before attempt ``n+1`` is exponential,
 ``initial_ms * factor**(n-1)`` capped at ``max_ms``, with ``full`` jitter
 (uniform in [0, d]), ``equal`` (d/2 + uniform in [0, d/2]) or ``none``; a
 ``retry_after`` the failure carried (HTTP 429) is a minimum.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import random
 
+from sealflow.core.errors import ERROR_CLASSES
 from sealflow.dsl.plan import RetryPolicy
-from sealflow.interpreter.core.errors import ERROR_CLASSES
 
 
 def should_retry(policy: RetryPolicy, error_class: str, try_no: int) -> bool:

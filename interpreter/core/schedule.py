@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from sealflow.interpreter.core.errors import SealflowError
+from sealflow.core.errors import SealflowError
 
 
 class ScheduleError(SealflowError):

@@ -1,7 +1,7 @@
 """Run and step state machines, as data.
 
 Every state change the store applies is checked against these tables; an
-edge that is not listed is refused (:class:`sealflow.interpreter.store.errors.IllegalTransition`)
+edge that is not listed is refused (:class:`sealflow.store.errors.IllegalTransition`)
 and audited as ``illegal_transition``, never applied. DSL.md gives the main
 path; the extra edges a durable engine needs are listed with the reason for
 each.
@@ -81,7 +81,7 @@ RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     #   -> compensating: the attempt ended and completed steps have `compensate` (saga)
     "cancelling": frozenset({"cancelled", "timed_out", "compensating"}),
     # compensating: the `compensate` actions of completed steps run, newest first
-    #   (sealflow.interpreter.engine.compensation); then the run ends as it would have (failed, into the
+    #   (sealflow.engine.compensation); then the run ends as it would have (failed, into the
     #   dead-letter list, or cancelled), or -> quarantined when a compensation fails for good
     "compensating": frozenset({"failed", "cancelled", "timed_out", "quarantined"}),
     # completed -> compensating: a fan-out child run whose parent step failed beyond its tolerance undoes

@@ -1,7 +1,7 @@
 """An action's exception as the failed attempt keeps it: a bounded traceback, and where in the action it happened.
 
-:func:`failure` classifies an exception (:func:`~sealflow.interpreter.core.errors.classify`) and, unless the
-action raised a classified :class:`~sealflow.interpreter.core.errors.StepError` on purpose, adds:
+:func:`failure` classifies an exception (:func:`~sealflow.core.errors.classify`) and, unless the
+action raised a classified :class:`~sealflow.core.errors.StepError` on purpose, adds:
 
 * **the traceback**, as text: one line per frame, ``path:line in function``, then its source line when the
   file can be read; the exception's type and message last, as Python prints them, with its causes before it
@@ -17,7 +17,7 @@ action raised a classified :class:`~sealflow.interpreter.core.errors.StepError` 
   ``PermissionError``) keeps its message as it is, and its traceback.
 
 Paths under the current directory are shown relative to it. Secrets are not removed here: the engine redacts
-the stored trace with the attempt's message (:func:`sealflow.interpreter.execution.secrets.redact_commit`).
+the stored trace with the attempt's message (:func:`sealflow.execution.secrets.redact_commit`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import sysconfig
 import traceback
 from types import FrameType, TracebackType
 
-from sealflow.interpreter.core.errors import StepError, classify
-from sealflow.interpreter.core.jsonc import MAX_MESSAGE_CHARS, short_message
+from sealflow.core.errors import StepError, classify
+from sealflow.core.jsonc import MAX_MESSAGE_CHARS, short_message
 
 #: the frames a trace keeps (the innermost ones), across the exception and its causes
 MAX_FRAMES = 20

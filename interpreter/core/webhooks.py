@@ -1,6 +1,6 @@
 """Standard Webhooks signatures (https://www.standardwebhooks.com), the one implementation: what
-``POST /v1/events`` verifies (:mod:`sealflow.interpreter.service.events`) and what approval notifications sign
-(:mod:`sealflow.interpreter.service.notifications`)."""
+``POST /v1/events`` verifies (:mod:`sealflow.server.events`) and what approval notifications sign
+(:mod:`sealflow.operations.notifications`)."""
 
 from __future__ import annotations
 

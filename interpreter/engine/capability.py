@@ -7,25 +7,25 @@ calls, a secret its action declares, the trust policy that verifies its signatur
 the attempt failed with ``configuration`` and the run was dead-lettered, although another process could
 have run it.
 
-The engine asks :func:`step_lacks` *before* claiming (:meth:`~sealflow.interpreter.engine.engine.Engine.handle`)
+The engine asks :func:`step_lacks` *before* claiming (:meth:`~sealflow.engine.engine.Engine.handle`)
 and leaves such a step alone: nothing changes (no attempt consumed, no lease, no dead letter). Its outbox row
 stays sent, so the sweeper of any process sends it again after ``redeliver_after`` and a fresh embedded process
 sends it at start: a process that has what the step needs claims it then. Sooner, a long-lived worker that
-has it takes the step over as soon as it reads the ``step.left`` event (:mod:`sealflow.interpreter.service.takeover`),
+has it takes the step over as soon as it reads the ``step.left`` event (:mod:`sealflow.runtime.takeover`),
 and so does a ``sealflow run`` waiting for its own run. :func:`plan_lacks` is the same
 question for every step of a run (an operator's act that would continue it: service/readiness.py).
 
 A verdict is not a lack: a trust policy that refuses the run, an unsigned run on a worker that executes only
-signed ones, fail the step here as on every process (:mod:`sealflow.interpreter.policy.trustgate`).
+signed ones, fail the step here as on every process (:mod:`sealflow.policy.trustgate`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sealflow.interpreter.core.ids import StepRef
-from sealflow.interpreter.execution.secrets import SecretChain, env_name
-from sealflow.interpreter.providers.loader import Misconfigured
+from sealflow.core.ids import StepRef
+from sealflow.execution.secrets import SecretChain, env_name
+from sealflow.providers.loader import Misconfigured
 
 #: (kind, name): ("action", "crm.update"), ("model", "gpt-x"), ("secret", "crm_api_key"), ("trust", why)
 Lack = tuple[str, str]
@@ -106,7 +106,7 @@ def trust_lack(gate: Any, run: Any) -> Lack | None:
 
 
 def chain_of(services: Any) -> SecretChain:
-    from sealflow.interpreter.execution.secrets import chain_for
+    from sealflow.execution.secrets import chain_for
 
     return getattr(services, "secret_chain", None) or chain_for(getattr(services, "config", None))
 

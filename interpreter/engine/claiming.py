@@ -5,11 +5,11 @@ Before a message runs, the engine either takes the attempt or leaves it alone:
 * **leaving**: a step this process lacks an action, model, secret or trust policy for (:mod:`.capability`)
   is left unclaimed, nothing changed, for a process that has it;
 * **the claim** (:meth:`Store.claim`), with the lock and pool slots the attempt needs
-  (:mod:`sealflow.interpreter.policy.coordination`), computed inside the claim from the cached plan;
+  (:mod:`sealflow.policy.coordination`), computed inside the claim from the cached plan;
 * **carrying**: the claim the last commit of this thread made of the run's next attempt
   (``Commit.claim_as``), used instead of claiming it again, and when a commit may make one.
 
-These are methods of :class:`~sealflow.interpreter.engine.engine.Engine` (a mixin, as
+These are methods of :class:`~sealflow.engine.engine.Engine` (a mixin, as
 ``service/driving.py`` is the ``Runtime``'s); they use its store, clock, caches and carry state.
 """
 
@@ -19,13 +19,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.ids import StepRef, split_step_id
-from sealflow.interpreter.engine import capability
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.policy import coordination
-from sealflow.interpreter.store.base import AuditEvent, Claimed, RunRecord
-from sealflow.interpreter.store.errors import NotFound, StoreError
+from sealflow.core.errors import StepError
+from sealflow.core.ids import StepRef, split_step_id
+from sealflow.engine import capability
+from sealflow.execution.context import Execution
+from sealflow.policy import coordination
+from sealflow.store.base import AuditEvent, Claimed, RunRecord
+from sealflow.store.errors import NotFound, StoreError
 
 log = logging.getLogger("sealflow.engine")
 
@@ -39,7 +39,7 @@ class _PlanNeeded(Exception):
 
 
 class Claiming:
-    """Methods of :class:`~sealflow.interpreter.engine.engine.Engine` (see this module)."""
+    """Methods of :class:`~sealflow.engine.engine.Engine` (see this module)."""
 
     def _carried(self, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
         """The claim this thread's last commit made of this message's attempt (``carry``), if it is that one."""
@@ -109,7 +109,7 @@ class Claiming:
         """Say in the store that this process left the attempt and what it lacks (audited ``step.left``, once
         per process and attempt): ``sealflow status`` and the HTTP API in any process show why the step waits,
         and a ``sealflow run`` waiting for its own run takes the step over when it has what is needed
-        (:mod:`sealflow.interpreter.service.driving`). Nothing of the run changes; a store that cannot take the
+        (:mod:`sealflow.runtime.driving`). Nothing of the run changes; a store that cannot take the
         event only costs the hint."""
         event = AuditEvent(capability.LEFT_EVENT, step_id, self.actor, run_id=run.id, tenant=run.tenant,
                            detail={"attempt": attempt, "owner": self.owner, "lacks": [list(lack) for lack in missing]})
@@ -153,7 +153,7 @@ class Claiming:
         return step is not None and not coordination.needs_slots(plan, step)
 
     def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
-        """Locks and pools (:mod:`sealflow.interpreter.policy.coordination`): the slots the attempt needs,
+        """Locks and pools (:mod:`sealflow.policy.coordination`): the slots the attempt needs,
         called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
         The plan must be cached already (no store read inside the claim's transaction)."""
         plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)

@@ -3,7 +3,7 @@
 Every writer of the engine layer (a step's outcome, an approval decision, a compensation attempt, the
 start of compensation on cancel or deadline) commits through :func:`commit_retrying`: the commit is
 built from what was read, applied fenced by the attempt's token and the run's revision, and on a
-:class:`~sealflow.interpreter.store.errors.ConcurrencyError` (an operator or a worker moved the run
+:class:`~sealflow.store.errors.ConcurrencyError` (an operator or a worker moved the run
 meanwhile) ``conflict()`` re-reads and the commit is built again. What a fencing failure means (a late
 result: nothing to do; an approval that moved on: tell the caller) is the caller's ``fenced``.
 """
@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from sealflow.interpreter.core.clock import Clock
-from sealflow.interpreter.store.base import Commit, Store
-from sealflow.interpreter.store.errors import ConcurrencyError, FencingError, IllegalTransition, StoreUnavailable
-from sealflow.interpreter.store.records import Committed
+from sealflow.core.clock import Clock
+from sealflow.store.base import Commit, Store
+from sealflow.store.errors import ConcurrencyError, FencingError, IllegalTransition, StoreUnavailable
+from sealflow.store.records import Committed
 
 #: how often a commit is built again after revision conflicts before giving up
 TRIES = 8

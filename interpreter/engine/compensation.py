@@ -40,22 +40,22 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from sealflow.core import leases
+from sealflow.core.clock import Clock
+from sealflow.core.fingerprints import fingerprint
+from sealflow.core.ids import compensation_id, is_compensation
+from sealflow.core.jsonc import dumps_or_none
+from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.interpreter.core import leases
-from sealflow.interpreter.core.clock import Clock
-from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.core.ids import compensation_id, is_compensation
-from sealflow.interpreter.core.jsonc import dumps_or_none
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.engine.committing import AGAIN, commit_retrying
-from sealflow.interpreter.engine.decide import schedule_retry
-from sealflow.interpreter.execution import arguments
-from sealflow.interpreter.execution.calls import call, own_args
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.execution.idempotency import ledger_lookup
-from sealflow.interpreter.policy import budgets
-from sealflow.interpreter.store.base import (
+from sealflow.engine.committing import AGAIN, commit_retrying
+from sealflow.engine.decide import schedule_retry
+from sealflow.execution import arguments
+from sealflow.execution.calls import call, own_args
+from sealflow.execution.context import Execution
+from sealflow.execution.idempotency import ledger_lookup
+from sealflow.policy import budgets
+from sealflow.store.base import (
     AuditEvent,
     Commit,
     DeadLetterSpec,
@@ -292,7 +292,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
 def check_redrive(run) -> None:
     """Refuse to redrive a run whose completed steps were compensated: rerunning its failed step would
     build on effects that were undone. Submit a new run instead."""
-    from sealflow.interpreter.store.errors import InvalidOperation
+    from sealflow.store.errors import InvalidOperation
 
     if run.state != "quarantined" and run.cursor_step and is_compensation(run.cursor_step):
         raise InvalidOperation(f"run {run.id} cannot be redriven: its completed steps were compensated (undone); "

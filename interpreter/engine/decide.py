@@ -1,4 +1,4 @@
-"""Decisions: an attempt's :mod:`outcome <sealflow.interpreter.core.outcomes>` becomes one atomic commit.
+"""Decisions: an attempt's :mod:`outcome <sealflow.core.outcomes>` becomes one atomic commit.
 
 Pure given its inputs (the plan, the run as read, the attempt, the outcome,
 the time): no I/O here, so the engine can decide again after an optimistic
@@ -20,18 +20,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from sealflow.core import leases, retry
+from sealflow.core.fingerprints import fingerprint
+from sealflow.core.ids import gate_id
+from sealflow.core.jsonc import NotUnicode, dumps, over_payload_limit
+from sealflow.core.kinds import traits_of
+from sealflow.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import END, PlanStep
-from sealflow.interpreter.core import leases, retry
-from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.core.ids import gate_id
-from sealflow.interpreter.core.jsonc import NotUnicode, dumps, over_payload_limit
-from sealflow.interpreter.core.kinds import traits_of
-from sealflow.interpreter.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
-from sealflow.interpreter.execution.context import Execution, payload_limit
-from sealflow.interpreter.policy.approvals import opening
-from sealflow.interpreter.store.base import (
+from sealflow.execution.context import Execution, payload_limit
+from sealflow.policy.approvals import opening
+from sealflow.store.base import (
     AuditEvent,
     Commit,
     DeadLetterSpec,
@@ -43,7 +43,7 @@ from sealflow.interpreter.store.base import (
 
 
 def lease_ms(step: PlanStep) -> int:
-    """The lease of an attempt of ``step`` (:mod:`sealflow.interpreter.core.leases`)."""
+    """The lease of an attempt of ``step`` (:mod:`sealflow.core.leases`)."""
     return leases.lease_ms(step.timeout_ms)
 
 
@@ -297,7 +297,7 @@ _AGENT_RESUME = "agent_resume"  # steps.agent.approval.RESUME
 
 
 def _tool_call_decided(d: _Decision, x: Execution, outcome: Succeeded | Failed) -> None:
-    """A person decided the tool call an agent step waits on (:mod:`sealflow.interpreter.steps.agent.approval`):
+    """A person decided the tool call an agent step waits on (:mod:`sealflow.steps.agent.approval`):
     the waiting attempt ends (``succeeded``: approved; ``failed``: rejected) and a new attempt of the same try
     continues the conversation, carried over in its data with the decision."""
     data = dict(outcome.data if isinstance(outcome, Succeeded) and outcome.data else x.attempt.data)

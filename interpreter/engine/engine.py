@@ -6,11 +6,11 @@ For a message ``(run_id, step_id, attempt, token, tenant)``:
    state, and the run's tenant; a stale, duplicate, forged or cross-tenant
    message is refused and audited (``message_refused``) and does nothing else;
    a fresh attempt of a sensitive step is then reauthorised
-   (:func:`sealflow.interpreter.policy.authz.reauthorize`);
-2. **execute** the step kind (:mod:`sealflow.interpreter.steps`) with the expression
+   (:func:`sealflow.policy.authz.reauthorize`);
+2. **execute** the step kind (:mod:`sealflow.steps`) with the expression
    context read from the store; ``when`` false skips it; every failure is
    classified into an error class;
-3. **decide** (:mod:`sealflow.interpreter.engine.decide`) and **commit**: one atomic write fenced
+3. **decide** (:mod:`sealflow.engine.decide`) and **commit**: one atomic write fenced
    by the claim's token and the run's revision. On a revision conflict (an
    operator cancelled or approved meanwhile) the engine re-reads the run and
    decides again; on a fencing failure (the lease expired and the attempt was
@@ -33,33 +33,33 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sealflow.core import tracebacks
+from sealflow.core.clock import Clock
+from sealflow.core.errors import StepError
+from sealflow.core.ids import StepRef, split_step_id
+from sealflow.core.kinds import StepKind, traits_of
+from sealflow.core.outcomes import Failed, Outcome, Skipped, Succeeded
+from sealflow.core.states import RUN_FINAL
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.interpreter.core import tracebacks
-from sealflow.interpreter.core.clock import Clock
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.ids import StepRef, split_step_id
-from sealflow.interpreter.core.kinds import StepKind, traits_of
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
-from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.engine import capability, compensation, fanout, integrity, poison, recovery
-from sealflow.interpreter.engine import decide as flow
-from sealflow.interpreter.engine.claiming import Claiming
-from sealflow.interpreter.engine.committing import commit_retrying, outlast
-from sealflow.interpreter.engine.reads import named_results
-from sealflow.interpreter.execution import breakers
-from sealflow.interpreter.execution.context import Execution, OutputCache, Services
-from sealflow.interpreter.execution.secrets import redact_commit
-from sealflow.interpreter.execution.timeouts import AttemptRunner
-from sealflow.interpreter.policy import authz, budgets, coordination, trustgate
-from sealflow.interpreter.policy.access import AccessProvider, OpenAccess
-from sealflow.interpreter.providers.registry import provider_lookup
-from sealflow.interpreter.steps import EXECUTORS
-from sealflow.interpreter.steps.checks import validation_failure
-from sealflow.interpreter.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
-from sealflow.interpreter.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
-from sealflow.interpreter.store.records import Committed, LazyResults
+from sealflow.engine import capability, compensation, fanout, integrity, poison, recovery
+from sealflow.engine import decide as flow
+from sealflow.engine.claiming import Claiming
+from sealflow.engine.committing import commit_retrying, outlast
+from sealflow.engine.reads import named_results
+from sealflow.execution import breakers
+from sealflow.execution.context import Execution, OutputCache, Services
+from sealflow.execution.secrets import redact_commit
+from sealflow.execution.timeouts import AttemptRunner
+from sealflow.policy import authz, budgets, coordination, trustgate
+from sealflow.policy.access import AccessProvider, OpenAccess
+from sealflow.providers.registry import provider_lookup
+from sealflow.steps import EXECUTORS
+from sealflow.steps.checks import validation_failure
+from sealflow.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
+from sealflow.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.store.records import Committed, LazyResults
 
 log = logging.getLogger("sealflow.engine")
 
@@ -219,7 +219,7 @@ class Engine(Claiming):
     @staticmethod
     def over_budget(x: Execution) -> Failed | None:
         """Why the claimed attempt must not start (it is not run): the run is being cancelled, or it
-        would exceed a budget (:func:`sealflow.interpreter.policy.budgets.before`)."""
+        would exceed a budget (:func:`sealflow.policy.budgets.before`)."""
         if x.run.state == "cancelling":
             return Failed("cancelled", f"the run is being cancelled; step {x.step.id!r} did not start")
         return budgets.before(x)

@@ -12,9 +12,9 @@ When a ``map`` or ``parallel`` step fails (more failures than tolerated, a budge
 redrive), the commit that ends its attempt cancels the children still in flight (the store does that) and,
 built here, the first compensation attempt of every *completed* child whose sub-flow has completed steps with
 ``compensate:``. The store undoes those children one at a time, newest completed first, across items
-(:meth:`~sealflow.interpreter.store.sqlite.children.ChildrenMixin._undo_next`): the newest goes
+(:meth:`~sealflow.store.sqlite.children.ChildrenMixin._undo_next`): the newest goes
 ``completed -> compensating`` in that commit, each next one in the transaction that ends the previous one's
-undo. Within a child it is :mod:`sealflow.interpreter.engine.compensation` unchanged: newest completed step
+undo. Within a child it is :mod:`sealflow.engine.compensation` unchanged: newest completed step
 first, each through the ledger under ``<child run>:<step>:compensate``, retried by ``compensate.retry``, a
 compensation failing for good quarantines that child (the next child's undo still starts: items are
 independent). The child then ends ``cancelled``.
@@ -26,13 +26,13 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sealflow.core.outcomes import Failed
 from sealflow.dsl.plan import BudgetPlan, Plan
-from sealflow.interpreter.core.outcomes import Failed
-from sealflow.interpreter.engine import compensation
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.policy import trustgate
-from sealflow.interpreter.steps.fanout import child_plan
-from sealflow.interpreter.store.base import Commit, RunRecord, Store
+from sealflow.engine import compensation
+from sealflow.execution.context import Execution
+from sealflow.policy import trustgate
+from sealflow.steps.fanout import child_plan
+from sealflow.store.base import Commit, RunRecord, Store
 
 _FAILED = ("failed", "timed_out")
 _NO_BUDGET = BudgetPlan()

@@ -2,14 +2,14 @@
 
 A run names its plan by digest (sha256 of the plan's canonical JSON) and the store keeps the plan's JSON in
 its ``plans`` table. :func:`load_plan` reads that row and requires it to be a plan whose recorded digest is
-the one asked for *and* the hash of its content; otherwise :class:`~sealflow.interpreter.store.errors.PlanTampered`
+the one asked for *and* the hash of its content; otherwise :class:`~sealflow.store.errors.PlanTampered`
 (a row edited in the database, another plan swapped in under the digest, a torn or corrupted write).
 
 What that costs the run (:func:`refuse`, called by the engine for the step message that found it): the
 attempt is claimed (without lock or pool slots: they are the plan's, which is not to be believed) and failed
 with ``unauthorized`` (never retried), the run fails into the dead-letter list with the reason (``[tampered]
 ...``), and ``trust_refused`` is audited with the plan's digest and why, as the trust gate
-(:mod:`sealflow.interpreter.policy.trustgate`) refuses a run whose signed bytes do not compile to its plan.
+(:mod:`sealflow.policy.trustgate`) refuses a run whose signed bytes do not compile to its plan.
 Nothing of the plan is used: no ``on_error`` route is taken and no compensation runs (they would come from
 the plan). Before this, the exception escaped the engine, the message came back, and the step was tried again
 for ever. A fan-out child run fails without a dead letter, as any child does (its parent step handles it).
@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sealflow.core.fingerprints import fingerprint
 from sealflow.dsl.plan import Plan
-from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.engine.committing import commit_retrying
-from sealflow.interpreter.store.base import AuditEvent, Commit, DeadLetterSpec, RunChange, StepChange
-from sealflow.interpreter.store.errors import ClaimDeferred, MessageRefused, PlanTampered
-from sealflow.interpreter.store.records import Committed
+from sealflow.engine.committing import commit_retrying
+from sealflow.store.base import AuditEvent, Commit, DeadLetterSpec, RunChange, StepChange
+from sealflow.store.errors import ClaimDeferred, MessageRefused, PlanTampered
+from sealflow.store.records import Committed
 
 log = logging.getLogger("sealflow.engine")
 

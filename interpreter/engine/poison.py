@@ -5,7 +5,7 @@ out of memory, a segfault), stalled past its lease, or could not reach the store
 read-only, the database away); under ``isolation: process`` when its child process died. A loss says nothing
 about the step, so it never consumes the step's ``max_attempts``:
 
-* the sweeper (:mod:`sealflow.interpreter.store.sqlite.sweep`) puts a lost attempt back to ``scheduled`` under a
+* the sweeper (:mod:`sealflow.store.sqlite.sweep`) puts a lost attempt back to ``scheduled`` under a
   new token, counts it in ``attempts.leases_lost`` and records what it observed in the attempt's
   ``error_message``; the worker that claims it **runs it again** (:func:`lost` returns None);
 * an isolated child's death is seen at once: the attempt is recorded ``failed`` (``worker_lost``) and the same
@@ -16,7 +16,7 @@ about the step, so it never consumes the step's ``max_attempts``:
 * **outcome unknown**: an action registered with ``honours_idempotency_key=False`` (its target cannot
   deduplicate: an SMS gateway, a legacy API) may or may not have acted when its attempt was lost; it is not
   run again on its own: the attempt waits at an *outcome unknown* gate for an authorised person to choose
-  retry, succeeded (with an output) or failed (:mod:`sealflow.interpreter.service.outcomes`); nobody deciding
+  retry, succeeded (with an output) or failed (:mod:`sealflow.runtime.outcomes`); nobody deciding
   within ``outcome_unknown_timeout`` fails the step (``worker_lost``, not retried; ``on_error`` may route it).
 
 An action whose target honours keys runs again under the same idempotency key, as any retry does.
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sealflow.core.ids import is_compensation
+from sealflow.core.kinds import traits_of
+from sealflow.core.outcomes import Failed, Outcome, Waiting
 from sealflow.dsl.durations import format_ms
-from sealflow.interpreter.core.ids import is_compensation
-from sealflow.interpreter.core.kinds import traits_of
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Waiting
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.store.errors import InvalidOperation
+from sealflow.execution.context import Execution
+from sealflow.store.errors import InvalidOperation
 
 #: consecutive losses of one step's attempt after which it is poison (the runtime configuration's default)
 DEFAULT_LOST_ATTEMPTS = 3

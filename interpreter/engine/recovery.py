@@ -2,7 +2,7 @@
 
 A process killed with SIGKILL at any instant loses nothing, because the store
 is the truth and every state change was one atomic commit (see the invariants
-in :mod:`sealflow.interpreter.store.base`). What recovery does, in order:
+in :mod:`sealflow.store.base`). What recovery does, in order:
 
 1. leases held by dead workers of this host (their pid no longer exists) are
    ended now instead of at their expiry (other hosts' leases simply expire);
@@ -24,13 +24,13 @@ import logging
 import os
 import socket
 
+from sealflow.core.ids import is_compensation
+from sealflow.core.kinds import traits_of
+from sealflow.core.outcomes import Failed, Outcome, Skipped, Succeeded
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.interpreter.core.ids import is_compensation
-from sealflow.interpreter.core.kinds import traits_of
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped, Succeeded
-from sealflow.interpreter.engine.decide import lease_ms, skip_target
-from sealflow.interpreter.store.base import AttemptRecord, Commit, NextAttempt, RunRecord, Store
-from sealflow.interpreter.store.capabilities import Heartbeats
+from sealflow.engine.decide import lease_ms, skip_target
+from sealflow.store.base import AttemptRecord, Commit, NextAttempt, RunRecord, Store
+from sealflow.store.capabilities import Heartbeats
 
 log = logging.getLogger("sealflow.recovery")
 
@@ -64,7 +64,7 @@ def expire_dead_owners(store: Store, now: float, owner: str, *, silent_for: floa
                        heartbeats: Heartbeats | None = None) -> int:
     """End now the leases of dead workers (all but ``owner``, this process); how many.
 
-    A store that records heartbeats (its :class:`~sealflow.interpreter.store.capabilities.Heartbeats`
+    A store that records heartbeats (its :class:`~sealflow.store.capabilities.Heartbeats`
     capability, given as ``heartbeats``: the PostgreSQL store) knows the workers of every machine: given
     ``silent_for`` too, a worker is dead when its last heartbeat is older than that. Otherwise only this
     host's workers can be judged, by their pid (``owner_is_dead``)."""

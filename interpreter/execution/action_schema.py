@@ -1,7 +1,7 @@
 """What an action takes and returns, as JSON Schema (2020-12), read from its Python declaration.
 
 One description serves three readers: the compiler's type checks of ``with:`` and ``steps.X.output``
-(:mod:`sealflow.dsl.typecheck`), an ``agent`` step's tool specs (:mod:`sealflow.interpreter.steps.agent.tools`),
+(:mod:`sealflow.dsl.typecheck`), an ``agent`` step's tool specs (:mod:`sealflow.steps.agent.tools`),
 and the editor schema ``sealflow schema`` writes. Import-light: validation imports action modules, so this
 module pulls in no broker and no store (pydantic only when a hint needs it).
 

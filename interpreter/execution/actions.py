@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sealflow.interpreter.core.errors import ActionRegistrationError
+from sealflow.core.errors import ActionRegistrationError
 
 EFFECTS = ("read", "write", "irreversible")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
@@ -48,7 +48,7 @@ class Action:
     @functools.cached_property
     def input_schema(self) -> dict:
         """The JSON Schema of its ``with:`` arguments, from the signature and type hints (action_schema)."""
-        from sealflow.interpreter.execution.action_schema import parameters_schema
+        from sealflow.execution.action_schema import parameters_schema
 
         return parameters_schema(self.fn, kwargs_open=True)
 
@@ -57,13 +57,13 @@ class Action:
         """The JSON Schema of what it returns (``output_schema=``, else the return annotation), or None."""
         if self.declared_output is not None:
             return self.declared_output
-        from sealflow.interpreter.execution.action_schema import return_schema
+        from sealflow.execution.action_schema import return_schema
 
         return return_schema(self.fn)
 
     def describe(self) -> dict[str, Any]:
         """Everything a definition's author and the compiler know of it, as JSON data."""
-        from sealflow.interpreter.execution.action_schema import parameter_docs, source_of, summary
+        from sealflow.execution.action_schema import parameter_docs, source_of, summary
 
         docs = parameter_docs(self.fn)
         inputs = self.input_schema

@@ -5,7 +5,7 @@ breaker fails the attempt at once with ``circuit_open`` and ``retry_after`` = th
 without calling the target (so a retry class listing ``circuit_open`` waits the cool-down out, and an ai
 step's ``fallback`` takes over). Otherwise the call runs and its outcome is recorded
 (:meth:`Store.breaker_record`); a transition is audited on the run (``circuit_opened``,
-``circuit_closed``). The rules are :mod:`sealflow.interpreter.core.breakers`; the state is in the store,
+``circuit_closed``). The rules are :mod:`sealflow.core.breakers`; the state is in the store,
 shared by every process. If the store cannot answer, the call goes through (logged): a breaker protects
 the target, it must not stop work the store would otherwise allow.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sealflow.interpreter.core import breakers as rules
-from sealflow.interpreter.core.breakers import BreakerSettings
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Skipped
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.store.records import AuditEvent
+from sealflow.core import breakers as rules
+from sealflow.core.breakers import BreakerSettings
+from sealflow.core.outcomes import Failed, Outcome, Skipped
+from sealflow.execution.context import Execution
+from sealflow.store.records import AuditEvent
 
 log = logging.getLogger("sealflow.breakers")
 

@@ -4,20 +4,20 @@
 deadline, inside the sandbox (declared secrets resolved, a private temporary directory), and
 classifies what goes wrong into an error class; an exception that is not a classified ``StepError`` keeps its
 traceback with the failed attempt, and its message names where in the action's code it happened
-(:mod:`sealflow.interpreter.core.tracebacks`). Every step kind that calls code goes through it.
+(:mod:`sealflow.core.tracebacks`). Every step kind that calls code goes through it.
 """
 
 from __future__ import annotations
 
 import json
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.core.tracebacks import failure
-from sealflow.interpreter.execution import isolation, sandbox
-from sealflow.interpreter.execution.context import Execution, StepContext
-from sealflow.interpreter.execution.leasewatch import LeaseWatch
-from sealflow.interpreter.execution.timeouts import AttemptTimedOut, WaitInterrupted
+from sealflow.core.errors import StepError
+from sealflow.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.core.tracebacks import failure
+from sealflow.execution import isolation, sandbox
+from sealflow.execution.context import Execution, StepContext
+from sealflow.execution.leasewatch import LeaseWatch
+from sealflow.execution.timeouts import AttemptTimedOut, WaitInterrupted
 
 
 def own_args(args: dict) -> dict:
@@ -31,11 +31,11 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
 
     ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
-    ``fn`` ends (:mod:`sealflow.interpreter.execution.sandbox`); ``timeout_ms`` replaces the step's timeout
+    ``fn`` ends (:mod:`sealflow.execution.sandbox`); ``timeout_ms`` replaces the step's timeout
     (compensations);
     ``cancellable=False``: ``ctx.cancelled()`` reflects only this attempt timing out or losing its lease
-    (:mod:`~sealflow.interpreter.execution.leasewatch`); under ``isolation: process`` ``fn`` runs in a
-    child process (:mod:`~sealflow.interpreter.execution.isolation`)."""
+    (:mod:`~sealflow.execution.leasewatch`); under ``isolation: process`` ``fn`` runs in a
+    child process (:mod:`~sealflow.execution.isolation`)."""
     services = x.services
     run_id = x.run.id
     job_box: list = []

@@ -20,16 +20,16 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from sealflow.core.clock import Clock
+from sealflow.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES
 from sealflow.dsl import expressions
 from sealflow.dsl.expressions import templates
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.interpreter.core.clock import Clock
-from sealflow.interpreter.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES
-from sealflow.interpreter.execution.actions import Registry
-from sealflow.interpreter.execution.secrets import SecretChain
-from sealflow.interpreter.execution.timeouts import AttemptRunner
-from sealflow.interpreter.store.base import AttemptRecord, RunRecord, Store
-from sealflow.interpreter.store.capabilities import Capabilities
+from sealflow.execution.actions import Registry
+from sealflow.execution.secrets import SecretChain
+from sealflow.execution.timeouts import AttemptRunner
+from sealflow.store.base import AttemptRecord, RunRecord, Store
+from sealflow.store.capabilities import Capabilities
 
 _EMPTY: Mapping[str, str] = {}
 
@@ -90,7 +90,7 @@ def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | No
 
 class ExecutionConfig(Protocol):
     """What executing a step reads of the runtime configuration
-    (:class:`sealflow.interpreter.service.config.RuntimeConfig` is one)."""
+    (:class:`sealflow.runtime.config.RuntimeConfig` is one)."""
 
     tempdir_max_bytes: int
     tempdir_root: str | None
@@ -102,7 +102,7 @@ class ExecutionConfig(Protocol):
     outcome_unknown_timeout_ms: int
 
     def limits(self, tenant: str) -> Any:
-        """The tenant's limits (quotas, bulkheads): :class:`sealflow.interpreter.service.config.TenantLimits`."""
+        """The tenant's limits (quotas, bulkheads): :class:`sealflow.runtime.config.TenantLimits`."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -111,16 +111,16 @@ class Services:
 
     store: Store
     registry: Registry
-    #: model name -> its provider (:class:`sealflow.interpreter.providers.base.ModelProvider`)
+    #: model name -> its provider (:class:`sealflow.providers.base.ModelProvider`)
     provider_for: Callable[[str], Any]
     clock: Clock
     runner: AttemptRunner
     rng: random.Random
     is_cancelled: Callable[[str], bool]
     validators: dict = dataclasses.field(default_factory=dict)
-    #: the runtime configuration (:class:`sealflow.interpreter.service.config.RuntimeConfig`; None: defaults)
+    #: the runtime configuration (:class:`sealflow.runtime.config.RuntimeConfig`; None: defaults)
     config: ExecutionConfig | None = None
-    #: where declared secrets come from (:class:`sealflow.interpreter.execution.secrets.SecretChain`;
+    #: where declared secrets come from (:class:`sealflow.execution.secrets.SecretChain`;
     #: None: env, then files)
     secret_chain: SecretChain | None = None
     #: the optional capabilities ``store`` declares (heartbeats, usage reservations, ...), decided once, here

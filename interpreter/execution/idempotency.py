@@ -18,8 +18,8 @@ happens once.
 
 from __future__ import annotations
 
-from sealflow.interpreter.core.outcomes import Succeeded
-from sealflow.interpreter.execution.context import Execution
+from sealflow.core.outcomes import Succeeded
+from sealflow.execution.context import Execution
 
 
 def ledger_lookup(x: Execution, key: str) -> Succeeded | None:

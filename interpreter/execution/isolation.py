@@ -7,8 +7,8 @@ configuration's top-level ``isolation:`` key, else ``$SEALFLOW_ISOLATION``, else
 Under ``process`` the worker forks (:func:`run_forked`): the child inherits the registry, the
 rendered arguments and ``ctx`` (no pickling of code, so any registered action can be isolated),
 runs the action inside its sandbox and sends back its result, or its classified failure (with its
-traceback: :mod:`sealflow.interpreter.core.tracebacks`), through a pipe, writes out what it printed
-(through the worker's redaction: :mod:`sealflow.interpreter.core.redacted_output`), then ends with
+traceback: :mod:`sealflow.core.tracebacks`), through a pipe, writes out what it printed
+(through the worker's redaction: :mod:`sealflow.core.redacted_output`), then ends with
 ``os._exit`` (no inherited cleanup runs twice). The worker waits on the pipe:
 
 * the deadline passes: the child is killed with SIGKILL, which ends it even inside C code holding
@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sealflow.interpreter.core import redacted_output
-from sealflow.interpreter.core.errors import ConfigError
-from sealflow.interpreter.core.tracebacks import failure
+from sealflow.core import redacted_output
+from sealflow.core.errors import ConfigError
+from sealflow.core.tracebacks import failure
 
 MODES = ("thread", "process")
 ENV = "SEALFLOW_ISOLATION"
@@ -95,7 +95,7 @@ def _describe(status: int) -> str:
 
 def _flush_output() -> None:
     """Flush ``sys.stdout`` and ``sys.stderr`` (what a redacting wrapper holds back too, in a child about to exit:
-    :mod:`sealflow.interpreter.core.redacted_output`)."""
+    :mod:`sealflow.core.redacted_output`)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -196,10 +196,10 @@ def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
 
 def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout: float,
                   cancelled: Callable[[], bool], key: str | None) -> Any:
-    """:func:`sealflow.interpreter.execution.calls.call` under ``isolation: process``: ``fn(ctx)`` in a
+    """:func:`sealflow.execution.calls.call` under ``isolation: process``: ``fn(ctx)`` in a
     forked child inside its sandbox; the outcome, classified like a threaded attempt's."""
-    from sealflow.interpreter.core.outcomes import Failed, Succeeded
-    from sealflow.interpreter.execution.context import payload_limit
+    from sealflow.core.outcomes import Failed, Succeeded
+    from sealflow.execution.context import payload_limit
 
     def body(child_cancelled: Callable[[], bool]) -> tuple:
         ctx._cancelled = child_cancelled

@@ -3,10 +3,10 @@
 :func:`prepare` is called right before the action's thread starts: it resolves
 the action's declared secrets into ``ctx.secrets`` (a read-only mapping; a
 missing one fails the attempt with ``configuration`` before anything runs)
-and gives ``ctx`` a lazily created :class:`~sealflow.interpreter.execution.tempfiles.TempArea`.
+and gives ``ctx`` a lazily created :class:`~sealflow.execution.tempfiles.TempArea`.
 The returned :class:`Sandbox` runs the action so that the directory is
 removed on the action's own thread when it returns or raises (see
-:mod:`sealflow.interpreter.execution.tempfiles`), and reports a size-limit violation afterwards.
+:mod:`sealflow.execution.tempfiles`), and reports a size-limit violation afterwards.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sealflow.interpreter.execution import secrets as secrets_mod
-from sealflow.interpreter.execution.tempfiles import TempArea, area_for
+from sealflow.execution import secrets as secrets_mod
+from sealflow.execution.tempfiles import TempArea, area_for
 
 
 class Sandbox:

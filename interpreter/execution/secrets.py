@@ -28,9 +28,9 @@ is remembered by :data:`REDACTOR`, and the engine replaces it with
 ``[redacted:<name>]`` in what it records (step and run outputs, error messages and tracebacks,
 dead-letter reasons, ledger entries, attempt data, audit details), in every
 log record of the process, whichever logger made it (:func:`install_log_filter`), and in what a process that
-runs actions prints (:mod:`sealflow.interpreter.core.redacted_output`), in every
+runs actions prints (:mod:`sealflow.core.redacted_output`), in every
 form it takes once written (JSON- and repr-escaped, base64: see
-:mod:`sealflow.interpreter.core.redaction`). Values shorter than
+:mod:`sealflow.core.redaction`). Values shorter than
 :data:`MIN_REDACT_LENGTH` characters are not redacted (they would mangle
 ordinary text); do not use such secrets.
 """
@@ -44,8 +44,8 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.redaction import (  # noqa: F401 - re-exported: the secrets API
+from sealflow.core.errors import StepError
+from sealflow.core.redaction import (  # noqa: F401 - re-exported: the secrets API
     KNOWN_LOGGERS,
     MIN_REDACT_LENGTH,
     REDACTOR,
@@ -154,10 +154,10 @@ class SecretChain:
 # -- redaction (core.redaction) and commits ------------------------------------------------------
 
 def redact_commit(commit):
-    """``commit`` (a :class:`~sealflow.interpreter.store.base.Commit`) with secret values blanked out of what
+    """``commit`` (a :class:`~sealflow.store.base.Commit`) with secret values blanked out of what
     it records: JSON (outputs, ledger results) leaf by leaf and then as text, structures (attempt data,
     audit details) leaf by leaf, messages as text, in every form a secret takes (see
-    :mod:`sealflow.interpreter.core.redaction`)."""
+    :mod:`sealflow.core.redaction`)."""
     red = REDACTOR
     if not red.active:
         return commit

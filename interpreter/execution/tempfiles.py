@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
+from sealflow.core.errors import StepError
 
 #: a run's temporary area holds at most this much unless tempdir.max_bytes says otherwise
 DEFAULT_TEMPDIR_BYTES = 100 * 2**20

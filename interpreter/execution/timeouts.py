@@ -7,7 +7,7 @@ it with a timeout. When the timeout passes the worker marks the attempt
 ``timed_out`` (error class ``timeout``) and moves on; the runner thread is
 *abandoned*: whatever it returns later is dropped here, and even if it were
 not, the attempt's fencing token has moved on, so a late commit would fail
-(:class:`~sealflow.interpreter.store.errors.FencingError`). An abandoned job sees
+(:class:`~sealflow.store.errors.FencingError`). An abandoned job sees
 ``ctx.cancelled()`` turn true, so a cooperative action can stop early.
 
 Runner threads are pooled (one thread per attempt would cost a thread start

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from sealflow.interpreter.core.errors import SealflowError
+from sealflow.core.errors import SealflowError
 
 PRINCIPAL = re.compile(r"^(user|service):[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 ROLE = re.compile(r"^role:[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -154,7 +154,7 @@ class TenantPolicy:
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """A parsed access policy: tenant -> roles and members; ``operators`` may operate every tenant's runs
-    (:mod:`sealflow.interpreter.policy.operations`)."""
+    (:mod:`sealflow.policy.operations`)."""
 
     tenants: Mapping[str, TenantPolicy]
     operators: frozenset[str] = frozenset()

@@ -32,16 +32,16 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
-from sealflow.interpreter.policy import access as acc
-from sealflow.interpreter.policy.authz import Unauthorized
-from sealflow.interpreter.store.base import AuditEvent
-from sealflow.interpreter.store.errors import InvalidOperation
+from sealflow.policy import access as acc
+from sealflow.policy.authz import Unauthorized
+from sealflow.store.base import AuditEvent
+from sealflow.store.errors import InvalidOperation
 
 if TYPE_CHECKING:
-    from sealflow.interpreter.execution.context import Execution
+    from sealflow.execution.context import Execution
 
 
 class ApprovalVoid(InvalidOperation):

@@ -10,14 +10,14 @@
   run's acting identity must still hold the step's permissions *now*; if not
   the step fails with ``unauthorized`` (never retried) before its effect runs,
   and ``reauthorization_denied`` is audited;
-* **run operations** (:func:`scoped_run`, :mod:`sealflow.interpreter.policy.operations`):
+* **run operations** (:func:`scoped_run`, :mod:`sealflow.policy.operations`):
   the acting principal must be a member of the run's tenant holding the
   operation's permission (or its initiator, for reading and cancelling); a
   tenant the caller names only narrows. A refusal is told the run does not
   exist -- the same words as for an unknown run -- and ``tenant_denied`` or
   ``operation_denied`` is audited.
 
-Decisions ask an :class:`~sealflow.interpreter.policy.access.AccessProvider` at the moment they
+Decisions ask an :class:`~sealflow.policy.access.AccessProvider` at the moment they
 are made; a provider that cannot answer (an unreadable policy file) denies.
 """
 
@@ -26,16 +26,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.kinds import traits_of
-from sealflow.interpreter.core.outcomes import Failed
-from sealflow.interpreter.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
-from sealflow.interpreter.policy.operations import Operation, authorize_run, unknown_run
-from sealflow.interpreter.store.base import AuditEvent, RunRecord, Store
+from sealflow.core.errors import StepError
+from sealflow.core.kinds import traits_of
+from sealflow.core.outcomes import Failed
+from sealflow.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
+from sealflow.policy.operations import Operation, authorize_run, unknown_run
+from sealflow.store.base import AuditEvent, RunRecord, Store
 
 if TYPE_CHECKING:
     from sealflow.dsl.plan import Plan, PlanStep
-    from sealflow.interpreter.execution.context import Execution
+    from sealflow.execution.context import Execution
 
 _EFFECT_RANK = {"read": 0, "write": 1, "irreversible": 2}
 
@@ -184,7 +184,7 @@ def reauthorize(access: AccessProvider, x: Execution) -> Failed | None:
 
 def scoped_run(store: Store, access: AccessProvider, now: float, run_id: str, *, tenant: str | None,
                actor: str | None, operation: Operation | str) -> RunRecord:
-    """The run, if ``actor`` may do ``operation`` to it (see :func:`sealflow.interpreter.policy.operations.
+    """The run, if ``actor`` may do ``operation`` to it (see :func:`sealflow.policy.operations.
     authorize_run`; ``actor=None``, trusted in-process code: only the ``tenant`` claim is checked)."""
     return authorize_run(store, access, now, run_id, actor=actor, tenant=tenant, operation=operation)
 

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sealflow.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
+from sealflow.core.kinds import traits_of
+from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl.durations import format_ms
-from sealflow.interpreter.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
-from sealflow.interpreter.core.kinds import traits_of
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
 
 if TYPE_CHECKING:
-    from sealflow.interpreter.execution.context import Execution
+    from sealflow.execution.context import Execution
 
 def _run_over(message: str, **usage) -> Failed:
     return Failed("budget_exceeded", message, ends_run="failed", **usage)
@@ -48,7 +48,7 @@ def worst_case(step) -> tuple[int | None, int | None]:
     """The most tokens and tool calls one attempt of ``step`` may use (None: unknown).
 
     An ``ai`` step's is its ``max_tokens``. An ``agent`` step's is left unknown: its loop checks
-    every turn and every proposed tool call against what is left (:mod:`sealflow.interpreter.steps.agent.loop`),
+    every turn and every proposed tool call against what is left (:mod:`sealflow.steps.agent.loop`),
     so refusing it up front for ``max_steps`` worst-case turns would refuse agents that fit."""
     if step.kind == "ai" and step.ai is not None:
         return step.ai.max_tokens, 0
@@ -215,7 +215,7 @@ def reserve(x: Execution, tokens: int, cost_usd: float) -> Failed | None:
     (``budget_exceeded``; a quota ends the run) means the call must not be made.
 
     The tenant's reservation is one row per attempt in the store, taken in one transaction with the
-    quota check (:mod:`sealflow.interpreter.store.sqlite.reservations`), so concurrent calls cannot pass
+    quota check (:mod:`sealflow.store.sqlite.reservations`), so concurrent calls cannot pass
     the quota together; the step's commit settles it with the real figure."""
     own = x.step.budget
     for name, cap, more in (("max_tokens", own.max_tokens, tokens), ("max_cost_usd", own.max_cost_usd, cost_usd)):

@@ -13,7 +13,7 @@
   per run, when its first attempt is claimed (from ``input`` and what else the expression context has).
 
 The slots and their rules (all or nothing, arrival order, durable waiting, leases) are the store's:
-:mod:`sealflow.interpreter.store.coordination`. Compensation attempts and approval gates take no step
+:mod:`sealflow.store.coordination`. Compensation attempts and approval gates take no step
 slot (they run after, or outside, the step's own attempts); a run that is being cancelled or
 compensated asks for no slot at all (its attempt does not start, or undoes work already done).
 """
@@ -25,11 +25,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sealflow.core.errors import StepError
+from sealflow.core.ids import StepRef, StepRole
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.ids import StepRef, StepRole
-from sealflow.interpreter.store.coordination import Grant, SlotRequest
+from sealflow.store.coordination import Grant, SlotRequest
 
 log = logging.getLogger("sealflow.coordination")
 #: a pool the runtime configuration does not list (and no ``"*"`` entry): at most this many at once

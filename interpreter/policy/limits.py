@@ -2,10 +2,10 @@
 
 Before each call an ``ai`` step or an ``agent`` turn makes to a model configured with
 ``rate_limit: {requests_per_minute, tokens_per_minute}`` (the ``models:`` section,
-:mod:`sealflow.interpreter.providers.config`), :func:`take` asks the store for one request and the call's
+:mod:`sealflow.providers.config`), :func:`take` asks the store for one request and the call's
 worst case in tokens (the same estimate the quota reservation uses: an upper bound of the prompt plus
 ``max_tokens``), counted over the last 60 seconds by every worker sharing the store
-(:mod:`sealflow.interpreter.store.sqlite.ratelimits`; PostgreSQL on the database clock). When the call
+(:mod:`sealflow.store.sqlite.ratelimits`; PostgreSQL on the database clock). When the call
 ends, :func:`settle` lowers the grant to the tokens really used, so the unused part frees at once; a call the
 model's circuit breaker refused was not made, and :func:`release` gives its grant back whole.
 
@@ -32,9 +32,9 @@ import logging
 import uuid
 from typing import Any
 
-from sealflow.interpreter.core import ratelimits as rules
-from sealflow.interpreter.core.outcomes import Failed, Waiting
-from sealflow.interpreter.execution.context import Execution
+from sealflow.core import ratelimits as rules
+from sealflow.core.outcomes import Failed, Waiting
+from sealflow.execution.context import Execution
 
 log = logging.getLogger("sealflow.limits")
 

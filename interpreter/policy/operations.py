@@ -9,7 +9,7 @@ is about the *principal*, never about a tenant the caller names:
 * the run's **initiator**, while still a member, may read (``runs:read``) and cancel (``runs:cancel``) its
   own runs without the permission;
 * deciding an approval (``runs:decide``) needs membership only: the gate's approvers decide the rest
-  (:mod:`sealflow.interpreter.policy.approvals`);
+  (:mod:`sealflow.policy.approvals`);
 * an **operator** -- a principal listed in the access policy's top-level ``operators`` -- may do every
   operation on every tenant's runs (deciding approvals excepted: it still needs to be an approver);
 * in **open development mode** everything is allowed, as the run's ``access_mode`` records.
@@ -26,15 +26,15 @@ from __future__ import annotations
 import dataclasses
 from enum import StrEnum
 
-from sealflow.interpreter.core.errors import SealflowError
-from sealflow.interpreter.policy.access import (
+from sealflow.core.errors import SealflowError
+from sealflow.policy.access import (
     AccessPolicyError,
     AccessProvider,
     holds,
     is_open,
 )
-from sealflow.interpreter.store.base import AuditEvent, RunRecord, Store
-from sealflow.interpreter.store.errors import NotFound
+from sealflow.store.base import AuditEvent, RunRecord, Store
+from sealflow.store.errors import NotFound
 
 
 class Operation(StrEnum):

@@ -1,7 +1,7 @@
 """Which definitions a process executes: it verifies the stored signed bytes itself, with its own policy.
 
 A run records the digest of the plan it executes, and the store keeps the exact definition bytes and
-the signature envelope they were submitted with (:mod:`sealflow.interpreter.store.definitions`). What
+the signature envelope they were submitted with (:mod:`sealflow.store.definitions`). What
 the submitter says about who signed (the run's ``signer``, verified against the *submitter's* trust
 policy) is a claim, never a reason to execute: an attacker who may submit can sign with their own key
 under any key id and pass a policy naming that key whatever they like.
@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sealflow.interpreter.core.outcomes import Failed
-from sealflow.interpreter.store.base import AuditEvent
+from sealflow.core.outcomes import Failed
+from sealflow.store.base import AuditEvent
 
 UNSIGNED = "unsigned"
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult, ToolCall, remaining_seconds
-from sealflow.interpreter.providers.config import ModelConfig
-from sealflow.interpreter.providers.failures import error_for_answer, scrub
-from sealflow.interpreter.providers.http import HttpAnswer, post_json
-from sealflow.interpreter.providers.prices import cost_usd, price_for
+from sealflow.core.errors import StepError
+from sealflow.providers.base import ModelRequest, ModelResult, ToolCall, remaining_seconds
+from sealflow.providers.config import ModelConfig
+from sealflow.providers.failures import error_for_answer, scrub
+from sealflow.providers.http import HttpAnswer, post_json
+from sealflow.providers.prices import cost_usd, price_for
 
 
 class ApiKey:

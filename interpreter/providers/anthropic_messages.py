@@ -23,11 +23,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.adapter import HttpAdapter, tokens
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult
-from sealflow.interpreter.providers.structured import finish_output, parse_output, wrap
-from sealflow.interpreter.providers.tooluse import (
+from sealflow.core.errors import StepError
+from sealflow.providers.adapter import HttpAdapter, tokens
+from sealflow.providers.base import ModelRequest, ModelResult
+from sealflow.providers.structured import finish_output, parse_output, wrap
+from sealflow.providers.tooluse import (
     OUTPUT_TOOL,
     ToolNames,
     as_map,

@@ -8,7 +8,7 @@ completions (:mod:`.openai_chat`) and Anthropic messages (:mod:`.anthropic_messa
 configured in the runtime configuration's ``models:`` section (:mod:`.loader`); the
 deterministic local model (:mod:`.local`) serves ``default``.
 
-Failures are raised as :class:`sealflow.interpreter.core.errors.StepError` with the error class
+Failures are raised as :class:`sealflow.core.errors.StepError` with the error class
 the retry policy understands:
 
 ==================  ==========================================================
@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from sealflow.interpreter.core.errors import StepError
+from sealflow.core.errors import StepError
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class Provider(Protocol):
     name: str
 
     def complete(self, request: ModelRequest) -> ModelResult:
-        """Answer ``request`` or raise :class:`~sealflow.interpreter.core.errors.StepError` (see the module
+        """Answer ``request`` or raise :class:`~sealflow.core.errors.StepError` (see the module
         docstring)."""
         ...
 

@@ -16,9 +16,9 @@
 :func:`parse_models` checks the section and returns :class:`ModelConfig` values; every
 error names the file and the key (``config.yaml: models.fast.timeout: ...``) and never
 repeats an inline key. ``circuit_breaker`` is enforced on every call to the model (breaker
-``model:<name>``, its state in the store: :mod:`sealflow.interpreter.execution.breakers`).
+``model:<name>``, its state in the store: :mod:`sealflow.execution.breakers`).
 ``rate_limit`` is enforced on every call to the model by every worker sharing the store; a call over it
-waits durably (:mod:`sealflow.interpreter.policy.limits`).
+waits durably (:mod:`sealflow.policy.limits`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from sealflow.interpreter.core.config_maps import config_map
-from sealflow.interpreter.core.errors import ConfigError
+from sealflow.core.config_maps import config_map
+from sealflow.core.errors import ConfigError
 
 PROVIDERS = ("openai", "anthropic", "local")
 DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
@@ -56,7 +56,7 @@ class Price:
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Requests and tokens per minute, shared by every worker (:mod:`sealflow.interpreter.policy.limits`)."""
+    """Requests and tokens per minute, shared by every worker (:mod:`sealflow.policy.limits`)."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None

@@ -26,8 +26,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.http import HttpAnswer
+from sealflow.core.errors import StepError
+from sealflow.providers.http import HttpAnswer
 
 _QUOTA_CODES = {"insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "quota_exceeded"}
 _MAX_MESSAGE = 300

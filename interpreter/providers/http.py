@@ -4,7 +4,7 @@ Plain ``http.client`` (no SDK): no hidden retries, so Sealflow's retry classes a
 one retry layer; the timeout is the smaller of the model's ``timeout`` and what is left
 of the step's deadline. Connections are kept alive per thread and host.
 
-Transport failures become :class:`~sealflow.interpreter.core.errors.StepError`: a timeout
+Transport failures become :class:`~sealflow.core.errors.StepError`: a timeout
 ``timeout``, a refused/reset/unresolvable connection ``network``. Messages name the
 host and never the request headers (which hold the API key). An answer is read up to
 :data:`MAX_ANSWER_BYTES` (a model's answer is a few KiB; a server sending more, whatever it is,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from sealflow.interpreter.core.errors import StepError
+from sealflow.core.errors import StepError
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.anthropic_messages import AnthropicAdapter
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult, Provider
-from sealflow.interpreter.providers.config import ModelConfig, parse_models
-from sealflow.interpreter.providers.local import LocalModel
-from sealflow.interpreter.providers.openai_chat import OpenAIAdapter
-from sealflow.interpreter.providers.prices import price_for
-from sealflow.interpreter.providers.registry import ProviderRegistry
+from sealflow.core.errors import StepError
+from sealflow.providers.anthropic_messages import AnthropicAdapter
+from sealflow.providers.base import ModelRequest, ModelResult, Provider
+from sealflow.providers.config import ModelConfig, parse_models
+from sealflow.providers.local import LocalModel
+from sealflow.providers.openai_chat import OpenAIAdapter
+from sealflow.providers.prices import price_for
+from sealflow.providers.registry import ProviderRegistry
 
 ADAPTERS = {"openai": OpenAIAdapter, "anthropic": AnthropicAdapter}
 
@@ -59,11 +59,11 @@ def _key(model: ModelConfig, secrets: Secrets | Mapping[str, str] | None) -> str
     if name is None:
         return None
     if secrets is None:
-        from sealflow.interpreter.execution.secrets import SecretChain
+        from sealflow.execution.secrets import SecretChain
 
         secrets = SecretChain()
     if isinstance(secrets, Mapping):
-        from sealflow.interpreter.execution.secrets import REDACTOR
+        from sealflow.execution.secrets import REDACTOR
 
         if name not in secrets:
             raise StepError("configuration", f"secret {name!r} (api_key of model {model.name!r}) is not configured")

@@ -39,9 +39,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult
-from sealflow.interpreter.providers.synth import NOTHING, fit, phrase, synthesize
+from sealflow.core.errors import StepError
+from sealflow.providers.base import ModelRequest, ModelResult
+from sealflow.providers.synth import NOTHING, fit, phrase, synthesize
 
 HIGH_EMPLOYEES = 1_000
 HIGH_BUDGET_USD = 100_000
@@ -167,7 +167,7 @@ class LocalModel:
     @staticmethod
     def _agent_turn(request: ModelRequest) -> ModelResult:
         """One agent turn: the next tool call, or the final answer (see :mod:`.local_agent`)."""
-        from sealflow.interpreter.providers import local_agent, local_answer
+        from sealflow.providers import local_agent, local_answer
 
         call = local_agent.next_call(request)
         if call is not None:

@@ -61,8 +61,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sealflow.interpreter.providers.base import ModelRequest, ToolCall
-from sealflow.interpreter.providers.synth import phrase
+from sealflow.providers.base import ModelRequest, ToolCall
+from sealflow.providers.synth import phrase
 
 MAX_QUERY_WORDS = 12
 _ID_TOKEN = re.compile(r"\b([A-Za-z]{2,10})_([A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*)\b")

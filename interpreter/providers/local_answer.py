@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sealflow.interpreter.providers.base import ModelRequest
-from sealflow.interpreter.providers.local_agent import (
+from sealflow.providers.base import ModelRequest
+from sealflow.providers.local_agent import (
     _CONFIDENCE_NAMES,
     _DEFAULT_CHOICES,
     _HUMAN_WORDS,
@@ -26,7 +26,7 @@ from sealflow.interpreter.providers.local_agent import (
     labelled_parts,
     records,
 )
-from sealflow.interpreter.providers.synth import NOTHING, _string_ok, fit, phrase, synthesize
+from sealflow.providers.synth import NOTHING, _string_ok, fit, phrase, synthesize
 
 
 class Answer:

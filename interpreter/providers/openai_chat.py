@@ -25,12 +25,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.adapter import HttpAdapter, tokens
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult
-from sealflow.interpreter.providers.config import DEFAULT_BASE_URLS
-from sealflow.interpreter.providers.structured import openai_response_format, parse_output
-from sealflow.interpreter.providers.tooluse import ToolNames, as_map, call_id, names_for, result_text, tool_call
+from sealflow.core.errors import StepError
+from sealflow.providers.adapter import HttpAdapter, tokens
+from sealflow.providers.base import ModelRequest, ModelResult
+from sealflow.providers.config import DEFAULT_BASE_URLS
+from sealflow.providers.structured import openai_response_format, parse_output
+from sealflow.providers.tooluse import ToolNames, as_map, call_id, names_for, result_text, tool_call
 
 
 class OpenAIAdapter(HttpAdapter):

@@ -12,13 +12,13 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from sealflow.interpreter.providers.config import ModelConfig, Price
+from sealflow.providers.config import ModelConfig, Price
 
 
 @lru_cache(maxsize=1)
 def price_table() -> dict[str, dict[str, Price]]:
     """provider -> model id -> :class:`Price`, from the package's ``prices.json``."""
-    raw = json.loads(resources.files("sealflow.interpreter.providers").joinpath("prices.json").read_text("utf-8"))
+    raw = json.loads(resources.files("sealflow.providers").joinpath("prices.json").read_text("utf-8"))
     return {provider: {model: Price(float(p["input_per_mtok"]), float(p["output_per_mtok"]))
                        for model, p in models.items()}
             for provider, models in raw.items() if isinstance(models, dict) and not provider.startswith("_")}

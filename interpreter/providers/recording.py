@@ -6,7 +6,7 @@ or a classified error) is appended to the file as one JSON line::
     {"key": "<sha256>", "model": "fast", "request": {...}, "result": {...}}
     {"key": "<sha256>", "model": "fast", "request": {...}, "error": {"class": "rate_limited", ...}}
 
-Secret values known to the process (:data:`sealflow.interpreter.execution.secrets.REDACTOR`, which
+Secret values known to the process (:data:`sealflow.execution.secrets.REDACTOR`, which
 remembers every resolved secret, API keys included) are redacted from what is written.
 
 :class:`ReplayProvider` answers from such a file: the request's canonical hash
@@ -28,9 +28,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import ModelRequest, ModelResult, Provider, ToolCall
-from sealflow.interpreter.providers.registry import ProviderRegistry
+from sealflow.core.errors import StepError
+from sealflow.providers.base import ModelRequest, ModelResult, Provider, ToolCall
+from sealflow.providers.registry import ProviderRegistry
 
 
 class ReplayMiss(Exception):
@@ -73,7 +73,7 @@ def _result(data: dict[str, Any]) -> ModelResult:
 
 def _redacted_line(entry: dict[str, Any]) -> str:
     """``entry`` as one JSON line, secrets redacted leaf by leaf and then (escaped forms) in the text."""
-    from sealflow.interpreter.execution.secrets import REDACTOR
+    from sealflow.execution.secrets import REDACTOR
 
     return REDACTOR.text(canonical(REDACTOR.value(entry))) or ""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import Provider
+from sealflow.core.errors import StepError
+from sealflow.providers.base import Provider
 
 
 class ProviderRegistry:

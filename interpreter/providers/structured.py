@@ -23,7 +23,7 @@ import json
 import logging
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
+from sealflow.core.errors import StepError
 
 log = logging.getLogger("sealflow.providers")
 

@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import ToolCall, ToolSpec
+from sealflow.core.errors import StepError
+from sealflow.providers.base import ToolCall, ToolSpec
 
 OUTPUT_TOOL = "sealflow_final_output"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

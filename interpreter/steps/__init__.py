@@ -1,7 +1,7 @@
 """Step kinds: one module per kind, each with ``execute(x: Execution) -> Outcome``.
 
 Kinds that call out (``action``, ``ai``, ``agent``) run their call on a runner
-thread bounded by the attempt's timeout (:mod:`sealflow.interpreter.execution.timeouts`); the
+thread bounded by the attempt's timeout (:mod:`sealflow.execution.timeouts`); the
 others are pure and run inline on the worker thread.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sealflow.interpreter.core.kinds import StepKind
-from sealflow.interpreter.core.outcomes import Outcome
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.steps import action, ai, approval, fail, fanout, succeed, switch, wait
-from sealflow.interpreter.steps import set as set_
-from sealflow.interpreter.steps.agent import step as agent
+from sealflow.core.kinds import StepKind
+from sealflow.core.outcomes import Outcome
+from sealflow.execution.context import Execution
+from sealflow.steps import action, ai, approval, fail, fanout, succeed, switch, wait
+from sealflow.steps import set as set_
+from sealflow.steps.agent import step as agent
 
 EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
     StepKind.ACTION: action.execute,

@@ -5,17 +5,17 @@ first, and a recorded result is returned without calling the action (a retry,
 a duplicate message, a recovery after a crash); a fresh result is recorded in
 the same commit as the step's success. The action runs on a runner thread
 bounded by the attempt's timeout. Its arguments are checked against its signature first, and its result
-against its declared output schema (:mod:`sealflow.interpreter.execution.arguments`).
+against its declared output schema (:mod:`sealflow.execution.arguments`).
 """
 
 from __future__ import annotations
 
+from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl import expressions
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.execution import arguments
-from sealflow.interpreter.execution.calls import call, own_args
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.execution.idempotency import ledger_lookup
+from sealflow.execution import arguments
+from sealflow.execution.calls import call, own_args
+from sealflow.execution.context import Execution
+from sealflow.execution.idempotency import ledger_lookup
 
 
 def execute(x: Execution) -> Outcome:

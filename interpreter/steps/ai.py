@@ -2,7 +2,7 @@
 
 The prompt template is rendered; the provider serving ``model`` is asked
 (then each ``fallback`` model in turn when the call fails with a class of
-:data:`~sealflow.interpreter.core.errors.FALLS_BACK`: ``network``, ``timeout`` (the model's own, not the
+:data:`~sealflow.core.errors.FALLS_BACK`: ``network``, ``timeout`` (the model's own, not the
 attempt's), ``rate_limited``, ``unavailable``, ``configuration`` or ``circuit_open``; a model configured with
 ``circuit_breaker:`` in the ``models:`` section is called through breaker ``model:<name>``, shared in
 the store); the answer must satisfy ``output_schema`` and the step's ``validate`` rules.
@@ -15,7 +15,7 @@ A repaired answer that still fails is ``invalid_output`` (retryable when the ret
 An answer cut off at the token limit is not repaired.
 
 **Rate limits.** A model configured with ``rate_limit:`` is asked only when its limiter, shared by every
-worker, grants the call (:mod:`sealflow.interpreter.policy.limits`); otherwise the next ``fallback`` model is
+worker, grants the call (:mod:`sealflow.policy.limits`); otherwise the next ``fallback`` model is
 tried, and when every model is over its limit the attempt waits durably (a timer in the store, not a
 failed attempt) until the first frees, then runs again from its start.
 
@@ -28,7 +28,7 @@ reservation is ``budget_exceeded`` and the model is not called.
 Tokens and cost are reported with the outcome even when the output is refused (both calls of a
 repair, and the usage a provider attaches to a failure it was paid for as ``StepError.tokens`` /
 ``.cost_usd``); the engine charges them and enforces the budgets
-(:mod:`sealflow.interpreter.policy.budgets`). ``detail.model`` names the model that actually answered
+(:mod:`sealflow.policy.budgets`). ``detail.model`` names the model that actually answered
 (the fallback's, when the fallback answered); ``detail.calls`` audits every call: the configured model,
 the model id and version the provider reports (``provider_model``), the prompt file's id and version
 (``prompt``), the output schema's digest, its tokens and cost; the attempt's ``data.usage`` holds its
@@ -41,14 +41,14 @@ import hashlib
 import json
 from typing import Any
 
+from sealflow.core.errors import FALLS_BACK, StepError
+from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl import expressions
-from sealflow.interpreter.core.errors import FALLS_BACK, StepError
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.interpreter.execution.breakers import through_model
-from sealflow.interpreter.execution.calls import call
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.policy import budgets, limits
-from sealflow.interpreter.steps.checks import schema_failure, validation_failure
+from sealflow.execution.breakers import through_model
+from sealflow.execution.calls import call
+from sealflow.execution.context import Execution
+from sealflow.policy import budgets, limits
+from sealflow.steps.checks import schema_failure, validation_failure
 
 #: the validation layers a refused answer is recorded under
 LAYERS = ("schema", "types", "business_rule", "permission", "risk")
@@ -152,7 +152,7 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
 
 
 def execute(x: Execution) -> Outcome:
-    from sealflow.interpreter.providers.base import ModelRequest
+    from sealflow.providers.base import ModelRequest
 
     ai = x.step.ai
     prompt = expressions.to_text(x.render(ai.prompt_template or ""))

@@ -1,10 +1,10 @@
 """``approval`` steps and the gates opened by ``requires_approval_if``: a durable human decision.
 
 Opening the gate renders what is approved (``show``) and binds it by its
-sha256 and the plan digest (:func:`sealflow.interpreter.policy.approvals.opening`); the
+sha256 and the plan digest (:func:`sealflow.policy.approvals.opening`); the
 attempt goes ``waiting`` with an ``approval_timeout`` timer. Decisions arrive
-through :meth:`sealflow.interpreter.service.runtime.Runtime.approve` / ``reject`` and are
-checked by :mod:`sealflow.interpreter.policy.approvals` (approvers by principal or role,
+through :meth:`sealflow.runtime.facade.Runtime.approve` / ``reject`` and are
+checked by :mod:`sealflow.policy.approvals` (approvers by principal or role,
 quorum of distinct principals, separation of duties, binding). A rejection
 fails the step with ``policy_denied`` (``on_error`` may route it). The timeout
 fails closed: with ``on_timeout: reject`` it is a rejection; with
@@ -14,17 +14,17 @@ There is no auto-approve.
 
 from __future__ import annotations
 
+from sealflow.core.outcomes import Failed, Outcome, Waiting
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.plan import ApprovalPlan
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Waiting
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.policy import approvals
+from sealflow.execution.context import Execution
+from sealflow.policy import approvals
 
 plan_of = approvals.plan_of
 
 
 def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict:
-    """The attempt data of a freshly opened gate (see :func:`sealflow.interpreter.policy.approvals.opening`)."""
+    """The attempt data of a freshly opened gate (see :func:`sealflow.policy.approvals.opening`)."""
     return approvals.opening(x, ap, now)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sealflow.core.outcomes import Failed
 from sealflow.dsl import expressions
-from sealflow.interpreter.core.outcomes import Failed
-from sealflow.interpreter.execution.context import Execution
+from sealflow.execution.context import Execution
 
 
 def schema_failure(x: Execution, schema: dict | None, output: Any) -> str | None:

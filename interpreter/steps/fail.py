@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from sealflow.core.outcomes import EndRun, Outcome
 from sealflow.dsl.expressions import to_text
-from sealflow.interpreter.core.outcomes import EndRun, Outcome
-from sealflow.interpreter.execution.context import Execution
+from sealflow.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:

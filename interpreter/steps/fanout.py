@@ -3,10 +3,10 @@
 First claim of the step's attempt (:func:`start`): ``map.items`` is evaluated; anything but a list, a list
 longer than ``max_items`` or heavier than :data:`MAX_ITEMS_BYTES` (the items are stored, one per child), or an
 element that is not JSON fails the step with ``invalid_request``. Otherwise the attempt goes ``waiting`` and
-its commit creates the children (:class:`~sealflow.interpreter.store.changes.Spawn`), each running the
+its commit creates the children (:class:`~sealflow.store.changes.Spawn`), each running the
 sub-flow's nested plan (:func:`child_plan`, stored content-addressed like any plan). No worker is held while
 they run: the store promotes pending children and wakes the attempt when every child has ended or more have
-failed than tolerated (:mod:`sealflow.interpreter.store.sqlite.children`).
+failed than tolerated (:mod:`sealflow.store.sqlite.children`).
 
 When woken (:func:`collect`): more failures than tolerated fail the step with the class of the first failure
 (the one that ended first; its ``on_error`` route, if any, is taken; a fan-out step is never retried whole);
@@ -20,13 +20,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from sealflow.core import leases
+from sealflow.core.jsonc import dumps
+from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
+from sealflow.core.states import RUN_FINAL
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.interpreter.core import leases
-from sealflow.interpreter.core.jsonc import dumps
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
-from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.store.records import ChildRecord, ChildSpec, Spawn
+from sealflow.execution.context import Execution
+from sealflow.store.records import ChildRecord, ChildSpec, Spawn
 
 #: the bound on a map's items in bytes (JSON, summed): each is stored with its child run. Keep large
 #: payloads behind claim-check keys (store the payload elsewhere, map over the keys).

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sealflow.interpreter.core.outcomes import Outcome, Succeeded
-from sealflow.interpreter.execution.context import Execution
+from sealflow.core.outcomes import Outcome, Succeeded
+from sealflow.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sealflow.interpreter.core.outcomes import EndRun, Outcome
-from sealflow.interpreter.execution.context import Execution
+from sealflow.core.outcomes import EndRun, Outcome
+from sealflow.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:

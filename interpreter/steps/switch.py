@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from sealflow.core.outcomes import Outcome, Succeeded
 from sealflow.dsl.expressions import truthy
-from sealflow.interpreter.core.outcomes import Outcome, Succeeded
-from sealflow.interpreter.execution.context import Execution
+from sealflow.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:

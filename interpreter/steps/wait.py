@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
-from sealflow.interpreter.execution.context import Execution
+from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
+from sealflow.execution.context import Execution
 
 
 def to_epoch(value: Any) -> float:

@@ -2,14 +2,14 @@
 
 ``open_store(url)`` opens a backend by URL; with no URL it reads ``SEALFLOW_STORE``,
 else uses the embedded default ``sqlite:///.sealflow/state.db``. ``postgresql://...`` opens the
-PostgreSQL store (:mod:`sealflow.interpreter.store.postgres`).
+PostgreSQL store (:mod:`sealflow.store.postgres`).
 """
 
 from __future__ import annotations
 
 import os
 
-from sealflow.interpreter.store.base import (
+from sealflow.store.base import (
     AttemptRecord,
     AuditEvent,
     AuditRecord,
@@ -31,7 +31,7 @@ from sealflow.interpreter.store.base import (
     SweepReport,
     TimerRecord,
 )
-from sealflow.interpreter.store.errors import (
+from sealflow.store.errors import (
     AdmissionRefused,
     ClaimDeferred,
     ConcurrencyError,
@@ -52,14 +52,14 @@ DEFAULT_URL = "sqlite:///.sealflow/state.db"
 
 def open_store(url: str | None = None, *, migrate: bool = False) -> Store:
     """Open the store at ``url``: ``sqlite:///PATH`` (``sqlite:////abs/path``, ``sqlite:///:memory:``) or
-    ``postgresql://user:pass@host:5432/db`` (parameters: :mod:`sealflow.interpreter.store.postgres.store`).
+    ``postgresql://user:pass@host:5432/db`` (parameters: :mod:`sealflow.store.postgres.store`).
 
     A SQLite file is migrated on open, as always. A PostgreSQL database shared by many processes is
     migrated only when asked: ``migrate=True`` (a worker started with migration on), or
     :func:`migrate_store` (``sealflow store migrate``); otherwise an older schema is refused."""
     url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
     if url.startswith("sqlite:///"):
-        from sealflow.interpreter.store.sqlite.store import SqliteStore
+        from sealflow.store.sqlite.store import SqliteStore
 
         path = url[len("sqlite:///"):]
         if not path:
@@ -67,7 +67,7 @@ def open_store(url: str | None = None, *, migrate: bool = False) -> Store:
         return SqliteStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            from sealflow.interpreter.store.postgres import PostgresStore
+            from sealflow.store.postgres import PostgresStore
         except ImportError as exc:  # psycopg is a dependency; a broken install says so
             raise StoreURLError(f"cannot open {url.split('@')[-1]!r}: the PostgreSQL driver is not installed "
                                 f"({exc}); pip install 'psycopg[binary]' psycopg-pool") from None
@@ -84,7 +84,7 @@ def migrate_store(url: str | None = None) -> tuple[int, list[int]]:
     What ``sealflow store migrate --store URL`` runs."""
     url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
     if url.startswith(("postgresql://", "postgres://")):
-        from sealflow.interpreter.store.postgres import LATEST, migrate
+        from sealflow.store.postgres import LATEST, migrate
 
         return LATEST, migrate(url)
     store = open_store(url)  # SQLite migrates on open

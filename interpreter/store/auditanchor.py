@@ -1,6 +1,6 @@
 """Audit anchors: each tenant's chain head, kept outside the store, so a cut tail or a wiped tenant shows.
 
-The hash chain (:mod:`sealflow.interpreter.store.auditchain`) finds an event edited, deleted, inserted
+The hash chain (:mod:`sealflow.store.auditchain`) finds an event edited, deleted, inserted
 or reordered, and a tail deleted while the head record stayed. It cannot see a tail cut *with* its head
 moved back to the new last event, a whole tenant wiped (events and head), or a chain recomputed from
 scratch: what is left is consistent. An anchor, taken now and kept where the store's writers cannot
@@ -32,7 +32,7 @@ import math
 from typing import Any
 
 from sealflow.dsl.trust import signing
-from sealflow.interpreter.store.auditchain import Break, verify_tenant
+from sealflow.store.auditchain import Break, verify_tenant
 
 ANCHOR_TYPE = "application/vnd.sealflow.audit-anchor+json"
 FORMAT = 1

@@ -28,7 +28,7 @@ batch is linked again on the stored heads); on PostgreSQL the database computes 
 Inputs and outputs never enter the audit log: a step's output appears as its
 byte size and a truncated sha256.
 
-:func:`verify` (:mod:`sealflow.interpreter.store.auditverify`) walks each
+:func:`verify` (:mod:`sealflow.store.auditverify`) walks each
 tenant's chain in append order and names the first event that does not hold:
 an *edited* event (its hash no longer matches its content), a *deleted* one (a
 gap in ``seq``, or a ``prev_hash`` that is not the previous event's hash; a
@@ -36,7 +36,7 @@ deleted tail shows against the head), an *inserted* one and a *reordered* pair
 (``seq`` out of order, links broken). Someone able to rewrite the whole file
 can cut a tail and move its head back, wipe a tenant, or recompute a
 consistent chain: an anchor kept outside the store
-(:mod:`sealflow.interpreter.store.auditanchor`, ``sealflow audit head
+(:mod:`sealflow.store.auditanchor`, ``sealflow audit head
 --json``) shows those. The heads only move forward: triggers refuse deleting a
 head, moving it back or rewriting it at its seq (SQLite migration 7,
 PostgreSQL 5).
@@ -49,9 +49,9 @@ import json
 import threading
 from collections.abc import Iterable
 
-from sealflow.interpreter.core.ids import compensation_id
-from sealflow.interpreter.core.redaction import REDACTOR
-from sealflow.interpreter.store.auditverify import (  # noqa: F401 - re-exported: verifying is part of the chain's API
+from sealflow.core.ids import compensation_id
+from sealflow.core.redaction import REDACTOR
+from sealflow.store.auditverify import (  # noqa: F401 - re-exported: verifying is part of the chain's API
     CHAIN_V,
     GENESIS,
     UNCHAINED,
@@ -65,8 +65,8 @@ from sealflow.interpreter.store.auditverify import (  # noqa: F401 - re-exported
     verify,
     verify_tenant,
 )
-from sealflow.interpreter.store.auditverify import canonical as _canonical
-from sealflow.interpreter.store.auditverify import canonical_json as _dumps
+from sealflow.store.auditverify import canonical as _canonical
+from sealflow.store.auditverify import canonical_json as _dumps
 
 #: columns the chain adds to the audit table, in hash order after the original ones
 CHAIN_COLUMNS = (("tenant", "TEXT"), ("workflow", "TEXT"), ("workflow_version", "INTEGER"), ("plan_digest", "TEXT"),

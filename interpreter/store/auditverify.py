@@ -1,6 +1,6 @@
 """The audit chain's hash of an event, and verifying chains against it.
 
-What an event's ``hash`` is taken of (see :mod:`sealflow.interpreter.store.auditchain`, which appends events
+What an event's ``hash`` is taken of (see :mod:`sealflow.store.auditchain`, which appends events
 chained) and :func:`verify`, which walks each tenant's chain in append order and names the first event that
 does not hold (edited, deleted, inserted, reordered, a tail cut against the head, an event added outside
 sealflow). Two formats, named by each event's ``chain_v``:
@@ -57,7 +57,7 @@ def canonical(fields: list) -> str:
 
 def event_hash(tenant: str, seq: int, prev_hash: str, ts: float, workflow, version, digest, run_id, step_id,
                event, actor, before, after, decision, tool, summary, error, detail) -> str:
-    """The hash of one event of format 1 (its fields: :mod:`sealflow.interpreter.store.auditchain`)."""
+    """The hash of one event of format 1 (its fields: :mod:`sealflow.store.auditchain`)."""
     body = canonical([tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor, before,
                       after, decision, tool, summary, error, detail])
     return hashlib.sha256(body.encode()).hexdigest()

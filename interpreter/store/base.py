@@ -12,7 +12,7 @@ every change that involves a step attempt is fenced by that attempt's token:
   the idempotency ledger entry, the dead letter, the next attempt (with its
   outbox row or timer) and the audit events together, or nothing: a stale
   token raises :class:`FencingError`, a stale run revision
-  :class:`ConcurrencyError`, an edge not in :mod:`sealflow.interpreter.core.states`
+  :class:`ConcurrencyError`, an edge not in :mod:`sealflow.core.states`
   :class:`IllegalTransition` (audited, not applied).
 
 Invariants the engine relies on (kept by these operations, checked by tests):
@@ -26,7 +26,7 @@ Invariants the engine relies on (kept by these operations, checked by tests):
    ``running`` attempt has a lease that the sweeper expires.
 3. The audit log is append-only; nothing updates or deletes it; each event is
    hash-chained to its tenant's previous one in the transaction that appends it
-   (:mod:`sealflow.interpreter.store.auditchain`).
+   (:mod:`sealflow.store.auditchain`).
 
 So a process killed at any instant leaves the store in a state from which the
 sweeper and :meth:`Store.reset_dispatch` alone drive every run on.
@@ -42,8 +42,8 @@ import abc
 from collections.abc import Iterable
 from typing import Any
 
-from sealflow.interpreter.store.deliveries import DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
-from sealflow.interpreter.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
+from sealflow.store.deliveries import DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
+from sealflow.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
     ApiTokenRecord,
     AttemptRecord,
     AuditEvent,
@@ -101,11 +101,11 @@ class Store(abc.ABC):
         """Create a run ``queued`` with its first attempt scheduled; or, for a known
         idempotency key with the same input hash, return the existing run (``created`` False).
         The same key with another input raises :class:`IdempotencyConflict`. With the tenant's
-        ``limits`` (:class:`sealflow.interpreter.service.config.TenantLimits`), a run over its queued-run limit or
+        ``limits`` (:class:`sealflow.runtime.config.TenantLimits`), a run over its queued-run limit or
         daily quota is refused (:class:`AdmissionRefused`) in the same transaction: nothing is written.
-        With ``definition`` (a :class:`sealflow.interpreter.store.definitions.Registration`) the definition,
+        With ``definition`` (a :class:`sealflow.store.definitions.Registration`) the definition,
         its source and envelope and any pin are recorded in the same transaction; a refused registration
-        (:class:`~sealflow.interpreter.store.definitions.DefinitionRefused`) writes nothing but its audit
+        (:class:`~sealflow.store.definitions.DefinitionRefused`) writes nothing but its audit
         event."""
 
     def submit_claimed(self, new: NewRun, now: float, limits=None, definition=None, *, owner: str
@@ -149,10 +149,10 @@ class Store(abc.ABC):
         ``running_limit(tenant)``: the tenant's bulkhead; a scheduled attempt of a tenant with that
         many attempts running is not claimed: its outbox row is due again shortly and
         :class:`ClaimDeferred` is raised. ``slots(run, attempt, results)``: the lock and pool slots
-        (:class:`~sealflow.interpreter.store.coordination.SlotRequest`) a scheduled attempt needs, called
+        (:class:`~sealflow.store.coordination.SlotRequest`) a scheduled attempt needs, called
         inside the claim (``results`` is a function reading the run's results); the claim takes all of them
         (``Claimed.grants``) or none: the attempt waits in line, its outbox row due again later, and
-        :class:`~sealflow.interpreter.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised.
+        :class:`~sealflow.store.coordination.SlotsBusy` (a :class:`ClaimDeferred`) is raised.
         ``slotless``: the caller knows the attempt's step needs no slot (``slots`` would give none), which lets
         a store claim it without asking (PostgreSQL: in one statement, store/postgres/hotpath.py)."""
 
@@ -265,7 +265,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def audit_chain(self, tenant: str | None) -> list[tuple]:
         """A tenant's audit events in append order, as
-        :data:`sealflow.interpreter.store.auditchain.VERIFY_COLS` tuples."""
+        :data:`sealflow.store.auditchain.VERIFY_COLS` tuples."""
 
     @abc.abstractmethod
     def audit_heads(self) -> dict[str, tuple[int, str]]:
@@ -285,7 +285,7 @@ class Store(abc.ABC):
     def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
         """Tokens and cost (USD) charged to ``tenant`` on UTC day number ``day``."""
 
-    # -- the definition registry (see :mod:`sealflow.interpreter.store.definitions`) -----------------------
+    # -- the definition registry (see :mod:`sealflow.store.definitions`) -----------------------
     @abc.abstractmethod
     def register_definition(self, name: str, version: int, digest: str, signer: str, now: float, *,
                             pin: bool = False, actor: str = "system"):
@@ -306,7 +306,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def definition_sources(self, digest: str) -> list:
         """The submitted bytes and signature envelopes of plan ``digest``
-        (:class:`~sealflow.interpreter.store.definitions.DefinitionSource`), oldest first."""
+        (:class:`~sealflow.store.definitions.DefinitionSource`), oldest first."""
 
     @abc.abstractmethod
     def mark_definition(self, name: str, version: int, digest: str, now: float, *, refused: str | None,
@@ -317,12 +317,12 @@ class Store(abc.ABC):
     def due_deadlines(self, now: float) -> list[str]:
         """Runs whose ``run_deadline`` timer is due at ``now`` (the sweeper times them out)."""
 
-    # -- circuit breakers (see :mod:`sealflow.interpreter.store.sqlite.breakers`) -------------------------
+    # -- circuit breakers (see :mod:`sealflow.store.sqlite.breakers`) -------------------------
     @abc.abstractmethod
     def breaker_admit(self, name: str, now: float, settings):
         """In one transaction: may a call behind breaker ``name`` go through now? An open breaker past its
         cool-down becomes half-open and gives this caller the one probe
-        (:class:`sealflow.interpreter.core.breakers.Admission`)."""
+        (:class:`sealflow.core.breakers.Admission`)."""
 
     @abc.abstractmethod
     def breaker_record(self, name: str, now: float, settings, *, error_class: str | None, probe: bool,
@@ -332,13 +332,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def breakers(self) -> list:
-        """Every breaker that recorded something (:class:`~sealflow.interpreter.core.breakers.BreakerRecord`)."""
+        """Every breaker that recorded something (:class:`~sealflow.core.breakers.BreakerRecord`)."""
 
     @abc.abstractmethod
     def breaker_reset(self, name: str, now: float) -> bool:
         """Close breaker ``name`` and forget its failures; False when there is none."""
 
-    # -- browsing runs and plans (see :mod:`sealflow.interpreter.store.sqlite.queries`) ---------------
+    # -- browsing runs and plans (see :mod:`sealflow.store.sqlite.queries`) ---------------
     @abc.abstractmethod
     def query_runs(self, query: RunQuery) -> list[RunRecord]:
         """The runs of ``query.tenant`` that match its filters, newest first (``created_at``, then ``id``),
@@ -352,7 +352,7 @@ class Store(abc.ABC):
     def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:
         """``(digest, version, stored_at)`` of the plans stored for ``workflow`` (and ``version``), newest first."""
 
-    # -- API tokens (see :mod:`sealflow.interpreter.store.sqlite.tokens`) ----------------------------
+    # -- API tokens (see :mod:`sealflow.store.sqlite.tokens`) ----------------------------
     @abc.abstractmethod
     def create_api_token(self, token: ApiTokenRecord, now: float) -> ApiTokenRecord:
         """Record a new token (its secret's hash only); audited as ``api_token.created``."""
@@ -368,7 +368,7 @@ class Store(abc.ABC):
     def revoke_api_token(self, token_id: str, now: float, *, actor: str) -> ApiTokenRecord:
         """Revoke a token (again: nothing changes); an unknown id raises :class:`InvalidOperation`."""
 
-    # -- the server's sign-in state (see :mod:`sealflow.interpreter.store.sqlite.sessions`) ----------
+    # -- the server's sign-in state (see :mod:`sealflow.store.sqlite.sessions`) ----------
     @abc.abstractmethod
     def session_put(self, row: Any, *, sweep: int = 100) -> None:
         """Record a new ``/ui`` session (a ``SessionRow``: its id's hash, never the id); sweep ended ones."""
@@ -402,7 +402,7 @@ class Store(abc.ABC):
     def rate_release(self, key: str) -> bool:
         """Give grant ``key`` back whole (its call was not made); False if it is gone."""
 
-    # -- notification deliveries (see :mod:`sealflow.interpreter.store.sqlite.deliveries`) ------------
+    # -- notification deliveries (see :mod:`sealflow.store.sqlite.deliveries`) ------------
     @abc.abstractmethod
     def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
         """Due pending deliveries, each counted as one more attempt and leased for ``lease`` seconds."""

@@ -1,6 +1,6 @@
 """Optional store capabilities: declared as protocols, decided once when the engine is built.
 
-The :class:`~sealflow.interpreter.store.base.Store` contract is what every backend implements. A few things
+The :class:`~sealflow.store.base.Store` contract is what every backend implements. A few things
 only some backends can do; each is a :class:`typing.Protocol` here, and :meth:`Capabilities.of` checks a store
 against all of them once (``Engine`` does it when it builds its ``Services``; the runtime reads the same
 record as ``Runtime.capabilities``). Callers ask that record, never the store with ``hasattr``:

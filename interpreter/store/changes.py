@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sealflow.interpreter.store.deliveries import NewDelivery
+from sealflow.store.deliveries import NewDelivery
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class AuditEvent:
     state_after: str | None = None
     detail: dict | None = None
     run_id: str | None = None  # only for standalone appends; commits use their run
-    #: the audit chain's columns (:mod:`sealflow.interpreter.store.auditchain`); the tenant defaults to the run's,
+    #: the audit chain's columns (:mod:`sealflow.store.auditchain`); the tenant defaults to the run's,
     #: else ``detail["tenant"]``; the decision to ``deny`` for ``*_denied`` / ``*_refused`` events
     tenant: str | None = None
     decision: str | None = None
@@ -140,7 +140,7 @@ class ChildSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Spawn:
-    """The child runs a fan-out attempt creates in its own commit (:mod:`sealflow.interpreter.store.sqlite.children`):
+    """The child runs a fan-out attempt creates in its own commit (:mod:`sealflow.store.sqlite.children`):
     the first ``concurrency`` queued, the rest pending until a sibling ends."""
 
     children: tuple[ChildSpec, ...]

@@ -23,14 +23,14 @@ first waiters' outbox rows due at once; every waiter's row is also due again whe
 lease ends (and at most :data:`RECHECK_S` later), so a holder that died wakes its waiters without any
 process noticing.
 
-The SQL lives in :mod:`sealflow.interpreter.store.sqlite.slots` (shared by the PostgreSQL store).
+The SQL lives in :mod:`sealflow.store.sqlite.slots` (shared by the PostgreSQL store).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from sealflow.interpreter.store.errors import ClaimDeferred
+from sealflow.store.errors import ClaimDeferred
 
 #: a waiter's row is due again at most this long after it was put off (a safety net: releases wake waiters)
 RECHECK_S = 30.0

@@ -15,9 +15,9 @@ one is activated, and a dead-letter redrive runs the original.
 The exact definition bytes and their signature envelope (a DSSE envelope or a Sigstore bundle) are
 stored beside the registry (``definition_sources``, keyed by plan digest and a hash of bytes and
 envelope), written in the same transaction as the run they are first submitted with
-(:meth:`~sealflow.interpreter.store.sqlite.store.SQLiteStore.submit` with ``definition=``). A
+(:meth:`~sealflow.store.sqlite.store.SQLiteStore.submit` with ``definition=``). A
 submitter's view of who signed is a *claim*: an executing process verifies the stored bytes and
-envelope against its own trust policy (:mod:`sealflow.interpreter.policy.trustgate`). A version an
+envelope against its own trust policy (:mod:`sealflow.policy.trustgate`). A version an
 executor refused (``refused``) neither counts as the highest recorded version nor becomes active,
 and its (name, version) may be recorded again with another digest; an executor that later verifies
 it clears the mark.
@@ -29,7 +29,7 @@ import dataclasses
 import hashlib
 import json
 
-from sealflow.interpreter.store.errors import StoreError
+from sealflow.store.errors import StoreError
 
 
 class DefinitionRefused(StoreError):
@@ -132,7 +132,7 @@ class DefinitionsMixin:
     def audit_definition_refused(self, reg: Registration, exc: DefinitionRefused, now: float,
                                  tenant: str | None = None) -> None:
         """Audit a refused registration (after its transaction was rolled back: nothing else is written)."""
-        from sealflow.interpreter.store.base import AuditEvent
+        from sealflow.store.base import AuditEvent
 
         self.append_audit(AuditEvent("definition.refused", None, reg.actor, tenant=tenant, detail={
             "name": reg.name, "version": reg.version, "digest": reg.digest, "signer": reg.signer,

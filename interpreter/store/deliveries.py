@@ -1,6 +1,6 @@
-"""Notification deliveries as the store keeps them (:mod:`sealflow.interpreter.service.notifications`).
+"""Notification deliveries as the store keeps them (:mod:`sealflow.operations.notifications`).
 
-A :class:`NewDelivery` rides on the :class:`~sealflow.interpreter.store.changes.Commit` that opens an approval
+A :class:`NewDelivery` rides on the :class:`~sealflow.store.changes.Commit` that opens an approval
 gate and is written in the same transaction (the outbox pattern: no gate without its notifications, no
 notification of a gate that never opened). A deliverer then takes due rows (:meth:`Store.take_deliveries`,
 leased so that two deliverers never post the same row at once) and settles each: ``delivered``, due again

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sealflow.interpreter.core.errors import SealflowError
+from sealflow.core.errors import SealflowError
 
 
 class StoreError(SealflowError):
@@ -34,7 +34,7 @@ class ConcurrencyError(StoreError):
 
 
 class IllegalTransition(StoreError):
-    """A state change not listed in ``sealflow.interpreter.core.states``; refused, audited, not applied."""
+    """A state change not listed in ``sealflow.core.states``; refused, audited, not applied."""
 
 
 class IdempotencyConflict(StoreError):

@@ -1,6 +1,6 @@
 """Retention: delete finished runs older than a cutoff, keeping the audit chain verifiable.
 
-A mixin of :class:`~sealflow.interpreter.store.sqlite.store.SqliteStore` (and so of the PostgreSQL
+A mixin of :class:`~sealflow.store.sqlite.store.SqliteStore` (and so of the PostgreSQL
 store, through the shared SQL). :meth:`PruneMixin.prune_runs` removes, in batches of one transaction
 each, the runs in a final state (completed, failed, cancelled, timed out, quarantined) whose last
 change is older than ``before``, with everything that hangs off them: attempts, results, outbox rows,
@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 
-from sealflow.interpreter.core.states import RUN_FINAL
+from sealflow.core.states import RUN_FINAL
 
 #: runs per transaction: a batch keeps the write lock for a short moment only
 BATCH = 200

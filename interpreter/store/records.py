@@ -1,7 +1,7 @@
 """The records the store gives back: runs, attempts, claims, commits' results, timers, audit rows, tokens.
 
 Plain dataclasses; JSON crosses as text. What a write hands the store (:class:`NewRun`, :class:`Commit` and its
-parts) is in :mod:`.changes`, re-exported here: ``from sealflow.interpreter.store.records import Commit`` works.
+parts) is in :mod:`.changes`, re-exported here: ``from sealflow.store.records import Commit`` works.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from sealflow.interpreter.store.changes import (  # noqa: F401 - re-exported: the records of a write
+from sealflow.store.changes import (  # noqa: F401 - re-exported: the records of a write
     AuditEvent,
     ChildSpec,
     Commit,
@@ -111,7 +111,7 @@ class AttemptRecord:
     #: how many times this attempt's lease expired (its worker died or stalled): a claim of an attempt
     #: that lost its lease records ``worker_lost`` instead of running it again
     leases_lost: int = 0
-    #: the traceback of the exception the attempt's code raised (:mod:`sealflow.interpreter.core.tracebacks`),
+    #: the traceback of the exception the attempt's code raised (:mod:`sealflow.core.tracebacks`),
     #: redacted and bounded; read by :meth:`Store.attempts` only (a claim or a cursor read leaves it None)
     error_trace: str | None = None
 
@@ -121,7 +121,7 @@ class LazyResults(Mapping[str, tuple[str, "str | None"]]):
 
     A claim hands these out instead of reading every earlier result inside its transaction: a step without
     expressions never reads them, and the engine narrows them to the steps the attempt's step names
-    (:meth:`narrow`, :mod:`sealflow.interpreter.engine.reads`), so a step's cost does not grow with the run's
+    (:meth:`narrow`, :mod:`sealflow.engine.reads`), so a step's cost does not grow with the run's
     length. Reading later sees what the claim would have: while the claimed attempt holds its lease nothing
     else writes the run's results (they are written by the commit of the run's one active attempt).
     ``load(only)`` reads the results of the steps in ``only`` (None: all)."""
@@ -163,7 +163,7 @@ class Claimed:
     results: Mapping[str, tuple[str, str | None]]
     #: the attempt was ``waiting`` (its timer fired), not freshly scheduled
     resumed: bool = False
-    #: the lock and pool slots taken for this attempt (:class:`~sealflow.interpreter.store.coordination.Grant`)
+    #: the lock and pool slots taken for this attempt (:class:`~sealflow.store.coordination.Grant`)
     grants: tuple = ()
 
 
@@ -258,7 +258,7 @@ class AuditRecord:
     state_after: str | None
     detail: dict | None
     ts: float
-    #: the audit chain (:mod:`sealflow.interpreter.store.auditchain`)
+    #: the audit chain (:mod:`sealflow.store.auditchain`)
     tenant: str | None = None
     workflow: str | None = None
     workflow_version: int | None = None

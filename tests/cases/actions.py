@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from sealflow.interpreter import action
+from sealflow import action
 
 
 @action("cases.get_lead", permissions=["crm:read"], effect="read")

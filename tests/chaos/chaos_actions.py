@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from sealflow.interpreter import action
+from sealflow import action
 
 
 @action("chaos.work", permissions=["chaos:work"])

@@ -2,14 +2,14 @@
 
 The chaos suite's fourth worker loads this module, as a worker not yet upgraded would during a rolling
 deployment: it runs the workflow's work steps and leaves every effect step it is sent (audited ``step.left``),
-which a worker that has the action takes over (:mod:`sealflow.interpreter.service.takeover`)."""
+which a worker that has the action takes over (:mod:`sealflow.runtime.takeover`)."""
 
 from __future__ import annotations
 
 import random
 import time
 
-from sealflow.interpreter import action
+from sealflow import action
 
 
 @action("chaos.work", permissions=["chaos:work"])

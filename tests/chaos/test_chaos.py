@@ -141,9 +141,9 @@ class Submitter(threading.Thread):
 
     def run(self) -> None:
         from sealflow.dsl.api import compile_file
-        from sealflow.interpreter.policy.access import access_provider
-        from sealflow.interpreter.service.runtime import Runtime
-        from sealflow.interpreter.store import StoreUnavailable
+        from sealflow.policy.access import access_provider
+        from sealflow.runtime.facade import Runtime
+        from sealflow.store import StoreUnavailable
 
         plan = compile_file(self.workflow)
         began = time.monotonic()
@@ -190,7 +190,7 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
     db = Database(pg.url)
     workers = Workers(tmp_path, pg.url, redis.url, receiver.url)
     try:
-        from sealflow.interpreter.store import migrate_store
+        from sealflow.store import migrate_store
 
         # Given a migrated private store, a private Redis and four workers serving them, one of which lacks the
         # effects' action
@@ -277,8 +277,8 @@ def test_given_workers_killed_and_services_restarted_when_runs_go_on_then_each_c
         assert kills >= 1 and pg_restarts == 1 and redis_restarts == 1, (kills, pg_restarts, redis_restarts)
         assert left >= 1, "the lagging worker left no step: it was never sent one"
         assert set(codes.values()) == {0}, f"a worker did not stop cleanly: {codes}"
-        from sealflow.interpreter.store import open_store
-        from sealflow.interpreter.store.auditchain import verify
+        from sealflow.store import open_store
+        from sealflow.store.auditchain import verify
 
         store = open_store(pg.url)
         try:

@@ -228,7 +228,7 @@ def test_given_workers_on_hosts_of_their_own_when_partitioned_mid_step_then_no_r
     db = Database(pg.socket_url)
     workers = HostWorkers(tmp_path, hosts, pg, redis, receiver)
     try:
-        from sealflow.interpreter.store import migrate_store
+        from sealflow.store import migrate_store
 
         migrate_store(pg.socket_url)
         for slot in range(WORKERS):
@@ -342,8 +342,8 @@ def test_given_workers_on_hosts_of_their_own_when_partitioned_mid_step_then_no_r
         # and the partitions happened, every worker stopped cleanly, and the audit chain verifies
         assert sum(cuts.values()) >= 1, "no partition besides the zombie rounds: the runs ended first"
         assert set(codes.values()) == {0}, f"a worker did not stop cleanly: {codes}"
-        from sealflow.interpreter.store import open_store
-        from sealflow.interpreter.store.auditchain import verify
+        from sealflow.store import open_store
+        from sealflow.store.auditchain import verify
 
         store = open_store(pg.socket_url)
         try:

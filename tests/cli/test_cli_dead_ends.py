@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from sealflow.cli import main
-from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.execution.actions import REGISTRY
 
 ACTIONS = '''
 import os

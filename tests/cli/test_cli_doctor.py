@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sealflow.cli import main
-from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.execution.actions import REGISTRY
 
 ACTIONS = '''
 from sealflow import action

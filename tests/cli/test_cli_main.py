@@ -29,7 +29,7 @@ def test_the_lazy_command_map_names_every_command_its_modules_register():
 
 def test_validate_does_not_import_the_runtime_or_signing():
     code = (f"import sys; from sealflow.cli import main; main(['validate', {EXAMPLE!r}]); "
-            "print(sorted(m for m in sys.modules if m.startswith(('sealflow.interpreter.service.runtime', 'dramatiq', "
+            "print(sorted(m for m in sys.modules if m.startswith(('sealflow.runtime.facade', 'dramatiq', "
             "'sigstore', 'sealflow.cli.commands.runs', 'sealflow.cli.commands.worker'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -39,7 +39,7 @@ def test_validate_does_not_import_the_runtime_or_signing():
 
 def test_a_classified_refusal_that_reaches_main_is_an_error_never_an_internal_error(monkeypatch, capsys):
     import sealflow.cli as cli_module
-    from sealflow.interpreter.core.errors import StepError
+    from sealflow.core.errors import StepError
 
     for error_class, code in (("invalid_request", 2), ("policy_denied", 1), ("internal", 1)):
         # Given a command whose runtime call raises a StepError of this class past the command's own handling

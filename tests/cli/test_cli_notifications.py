@@ -11,7 +11,7 @@ import yaml
 from webhook_receivers import Receiver, standard_webhooks_signature
 
 from sealflow.cli import main
-from sealflow.interpreter.store import open_store
+from sealflow.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "definitions" / "lead-qualification.v1.yaml")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sealflow.cli import main
-from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.execution.actions import REGISTRY
 
 HELLO = ("run", "definitions/hello.v1.yaml", "--input", '{"name": "world"}')
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from private_services import free_port, stop_process, wait_http_ready
 
-from sealflow.interpreter.service.server import tokens
-from sealflow.interpreter.store import open_store
+from sealflow.server import tokens
+from sealflow.store import open_store
 
 ENTRY = "import sys; from sealflow.cli import main; sys.exit(main(sys.argv[1:]))"
 ACCESS = """\

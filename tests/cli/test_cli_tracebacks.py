@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sealflow.cli import main
-from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.execution.actions import REGISTRY
 
 ACTIONS = '''"""The project's actions."""
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sealflow.cli import main
-from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.execution.actions import REGISTRY
 
 
 def forget_hello() -> None:

@@ -23,7 +23,7 @@ PROBE = """\
 import json, sys
 from sealflow.cli import main
 code = main(json.loads(sys.argv[1]))
-from sealflow.interpreter.execution.actions import REGISTRY
+from sealflow.execution.actions import REGISTRY
 print(json.dumps({"code": code, "demo_imported": "sealflow.demo" in sys.modules,
                   "demo_actions": sorted(n for n in REGISTRY if n.startswith(("crm.", "email.")))}))
 """

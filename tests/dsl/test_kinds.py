@@ -89,7 +89,7 @@ def test_given_the_model_and_the_plan_then_they_name_the_kinds_of_the_table():
 
 def test_given_the_runtime_then_it_reads_the_same_table():
     # Given the runtime's core module of kinds
-    from sealflow.interpreter.core import kinds as core_kinds
+    from sealflow.core import kinds as core_kinds
 
     # When its names are compared with the language's, Then they are the same objects (one table, re-exported)
     assert core_kinds.StepKind is StepKind and core_kinds.TRAITS is TRAITS and core_kinds.traits_of is traits_of

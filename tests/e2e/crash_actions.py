@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from sealflow.interpreter import action
+from sealflow import action
 
 
 def _db() -> sqlite3.Connection:

@@ -8,7 +8,7 @@ import os
 import signal
 import sqlite3
 
-from sealflow.interpreter import action
+from sealflow import action
 
 
 @action("sms.send", permissions=["sms:send"], effect="irreversible", honours_idempotency_key=False)

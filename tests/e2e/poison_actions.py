@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import time
 
-from sealflow.interpreter import action
+from sealflow import action
 
 
 @action("poison.pill", permissions=["poison:write"], effect="write")

@@ -20,7 +20,7 @@ DEFINITIONS = ROOT / "definitions"
 EXIT = {"completed": 0, "waiting": 3, "failed": 1}
 
 # definitions declaring lock:/concurrency:, refused at submit while this build cannot enforce them
-# (sealflow.interpreter.service.honoured.NOT_YET); they run to their scenarios once it can
+# (sealflow.runtime.honoured.NOT_YET); they run to their scenarios once it can
 USES_LOCKS_OR_POOLS = {"document-ingestion.v1.yaml", "image-upload-pipeline.v1.yaml", "weekly-report.v1.yaml",
                        "support-triage.v1.yaml"}
 
@@ -65,7 +65,7 @@ def test_every_definition_has_a_scenario():
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_given_a_definition_when_run_then_it_reaches_its_end_state(capsys, name, scenario):
     value, approvers, expected, error_class = scenario
-    from sealflow.interpreter.service.honoured import NOT_YET
+    from sealflow.runtime.honoured import NOT_YET
 
     if name in USES_LOCKS_OR_POOLS and {"step.lock", "step.concurrency", "workflow.concurrency"} & set(NOT_YET):
         # Then a definition declaring a control this build cannot enforce is refused, not run unprotected
@@ -86,7 +86,7 @@ def test_given_a_definition_when_run_then_it_reaches_its_end_state(capsys, name,
 
 
 def test_given_a_prompt_injection_ticket_when_triaged_then_no_reply_is_posted_and_a_human_takes_it(capsys):
-    from sealflow.interpreter.service.honoured import refuses
+    from sealflow.runtime.honoured import refuses
 
     if refuses("step.concurrency"):
         pytest.skip("support-triage declares concurrency:, refused at submit until pools are enforced")

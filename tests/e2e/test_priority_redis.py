@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = '''
 import os, time
 from pathlib import Path
-from sealflow.interpreter import action
+from sealflow import action
 
 @action("prio.mark", permissions=[], effect="read")
 def mark(ctx, label: str) -> dict:

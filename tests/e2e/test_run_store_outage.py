@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ACTIONS = '''
 import os, time, uuid
-from sealflow.interpreter.execution.actions import action
+from sealflow.execution.actions import action
 
 @action("slow.sleep")
 def sleep(ctx, s: float = 1.5):

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from sealflow.cli import main
-from sealflow.interpreter.service.honoured import refuses
+from sealflow.runtime.honoured import refuses
 
 # weekly-report declares concurrency: email
 _REFUSED = pytest.mark.skipif(refuses("step.concurrency"), reason="refused at submit while concurrency pools "
-                              "are not enforced (sealflow.interpreter.service.honoured.NOT_YET)")
+                              "are not enforced (sealflow.runtime.honoured.NOT_YET)")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITIONS = ROOT / "definitions"
@@ -171,7 +171,7 @@ def test_given_a_running_scheduler_when_one_definitions_slot_fails_then_it_is_sk
     import datetime as dt
 
     from sealflow.cli.commands import scheduler
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.runtime.facade import Runtime
 
     # Given a scheduler's loop over the heartbeat and weekly-report, on a runtime with its metrics
     folder = _with_weekly_report(tmp_path, "heartbeat.v1.yaml", HEARTBEAT)

@@ -55,7 +55,7 @@ def fingerprint(public_pem: Path) -> str:
 
 
 def runs_in_store(capsys) -> int:
-    from sealflow.interpreter.store import open_store
+    from sealflow.store import open_store
 
     store = open_store()
     try:
@@ -137,7 +137,7 @@ def test_given_a_newer_version_ran_when_an_older_one_is_loaded_then_refused_unle
     code, out, _ = cli(capsys, "definitions", "show", "lead-qualification", "--json")
     records = {r["version"]: r for r in json.loads(out)}
     assert records[1]["active"] and records[1]["pinned"] and not records[2]["active"]
-    from sealflow.interpreter.store import open_store
+    from sealflow.store import open_store
 
     store = open_store()
     try:

@@ -80,7 +80,7 @@ class Deployment:
         return done.stdout.strip()
 
     def run_states(self, run_ids) -> dict[str, str]:
-        from sealflow.interpreter.store import NotFound, open_store
+        from sealflow.store import NotFound, open_store
 
         store = open_store(self.store)
         try:

@@ -15,7 +15,7 @@ from test_worker_broker_outage import PrivateDeployment
 
 
 def test_given_postgres_down_when_a_worker_starts_then_it_waits_and_logs_and_serves_once_it_is_up(tmp_path):
-    from sealflow.interpreter.store import migrate_store
+    from sealflow.store import migrate_store
 
     redis = PrivateRedis(tmp_path)
     pg = PrivatePostgres()

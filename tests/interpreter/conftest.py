@@ -13,10 +13,10 @@ import pytest
 from interp_helpers import BACKENDS
 from security_helpers import policy, rt  # noqa: F401 - the secured runtime fixtures, for every interpreter test
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.execution.actions import Registry
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.core.clock import FakeClock
+from sealflow.execution.actions import Registry
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 
 @pytest.fixture(scope="session")

@@ -75,7 +75,7 @@ class FakeProvider:
         self.cost = cost
 
     def complete(self, request):
-        from sealflow.interpreter.providers.base import ModelResult
+        from sealflow.providers.base import ModelResult
 
         self.requests.append(request)
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]

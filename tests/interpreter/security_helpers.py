@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sealflow.interpreter.policy.access import FileAccess
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.policy.access import FileAccess
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 #: acme: alice buys (and may approve nothing), bob and cy are managers, dan is finance, ida audits (reads runs,
 #: audit trails and dead letters), ops operates (cancels, redrives); globex: a second tenant with its own manager,

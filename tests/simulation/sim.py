@@ -2,7 +2,7 @@
 
 One *schedule* is a seed. From it the scheduler draws everything that happens, one event at a time, in one
 thread: runs submitted, the outbox dispatched into a simulated broker, messages delivered to simulated
-workers (each a real :class:`~sealflow.interpreter.engine.engine.Engine` with its own owner id) in any order,
+workers (each a real :class:`~sealflow.engine.engine.Engine` with its own owner id) in any order,
 duplicated or dropped, the sweeper, the clock moving (small steps, lease expiries, timers), and faults at every
 numbered point of an attempt (and the clock stepping back a few seconds, as a host's may):
 
@@ -44,19 +44,19 @@ from collections import Counter, defaultdict
 from typing import Any, TypedDict
 
 from sealflow.cli.actions_loader import action_info
+from sealflow.core import states
+from sealflow.core.clock import FakeClock
+from sealflow.core.errors import StepError
 from sealflow.dsl.api import compile_bytes
 from sealflow.dsl.model import ActionInfo
-from sealflow.interpreter.core import states
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.engine.engine import Engine
-from sealflow.interpreter.engine.poison import OUTCOME_UNKNOWN
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import auditverify
-from sealflow.interpreter.store.errors import InvalidOperation, StoreUnavailable
-from sealflow.interpreter.store.records import Message
+from sealflow.engine.engine import Engine
+from sealflow.engine.poison import OUTCOME_UNKNOWN
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import auditverify
+from sealflow.store.errors import InvalidOperation, StoreUnavailable
+from sealflow.store.records import Message
 
 POINTS = ("before_claim", "after_claim", "before_effect", "after_effect", "after_commit", "commit_error",
           "claim_error", "pause")

@@ -17,7 +17,7 @@ import pytest
 from sim import World, compile_plans, run_schedule
 from simsize import sim_seeds
 
-from sealflow.interpreter.store import open_store
+from sealflow.store import open_store
 
 pytestmark = pytest.mark.simulation
 
@@ -30,7 +30,7 @@ def _report(backend: str, seeds: list[int], totals: Counter, started: float) -> 
 @pytest.fixture(scope="module")
 def plans():
     world = World.__new__(World)  # only its action declarations are needed
-    from sealflow.interpreter.execution.actions import Registry
+    from sealflow.execution.actions import Registry
 
     world.registry = Registry()
     World._actions(world)

@@ -97,8 +97,8 @@ def sealflow_pass(runs: int) -> tuple[float, list[tuple[str, str, Any]], str]:
 def replay(calls: list[tuple[str, str, Any]], path: str) -> float:
     """Seconds to run ``calls`` in order on the store at ``path``, opened as the store opens it (WAL,
     ``synchronous = NORMAL``, cached statements, background passive checkpoints), reading every row."""
-    import sealflow.interpreter.store.sqlite.store  # noqa: F401 - its parameter adapters, as in the store
-    from sealflow.interpreter.store.sqlite.disk import WAL_LIMIT, Checkpointer
+    import sealflow.store.sqlite.store  # noqa: F401 - its parameter adapters, as in the store
+    from sealflow.store.sqlite.disk import WAL_LIMIT, Checkpointer
 
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=512)
     for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "temp_store = MEMORY",
@@ -118,7 +118,7 @@ def replay(calls: list[tuple[str, str, Any]], path: str) -> float:
 
 def hand_off(count: int) -> float:
     """Seconds per no-op handed to a pooled timeout thread and waited for."""
-    from sealflow.interpreter.execution.timeouts import AttemptRunner
+    from sealflow.execution.timeouts import AttemptRunner
 
     runner = AttemptRunner()
     try:

@@ -6,7 +6,7 @@ same broker.
 For each broker (Redis at 127.0.0.1:6379, RabbitMQ at 127.0.0.1:5672 as guest), in this one process:
 
 * peer: a bare Dramatiq chain of ``--steps`` no-op actors (each sends the next), ``--runs`` chains started at
-  once, on a broker built exactly as Sealflow builds it (:func:`sealflow.interpreter.service.brokers
+  once, on a broker built exactly as Sealflow builds it (:func:`sealflow.runtime.brokers
   .broker_from_url`: on RabbitMQ, publisher confirms on) and an in-process ``Worker`` of ``--threads``;
 * Sealflow: ``--runs`` runs of a ``--steps``-step no-op workflow submitted at once to a SQLite store, served by
   a runtime on that broker with an in-process worker of ``--threads`` and its serve loop (outbox dispatch,
@@ -52,7 +52,7 @@ def _cleanup(url: str, queue: str) -> None:
 
 
 def bench_dramatiq(url: str, runs: int, steps: int, threads: int) -> float:
-    from sealflow.interpreter.service.brokers import broker_from_url
+    from sealflow.runtime.brokers import broker_from_url
     from tools.benchmarks.runtime import noop_chain
 
     queue = "bench_" + uuid.uuid4().hex[:12]
@@ -75,9 +75,9 @@ def bench_dramatiq(url: str, runs: int, steps: int, threads: int) -> float:
 
 
 def bench_sealflow(url: str, runs: int, steps: int, threads: int) -> float:
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.brokers import broker_from_url
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.execution.actions import Registry, action
+    from sealflow.runtime.brokers import broker_from_url
+    from sealflow.runtime.facade import Runtime
     from tools.benchmarks.runtime import noop_plan
 
     registry = Registry()

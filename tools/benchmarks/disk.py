@@ -22,8 +22,8 @@ import tempfile
 import threading
 import time
 
-from sealflow.interpreter.store import Commit, NewRun, NextAttempt, RunChange, StepChange
-from sealflow.interpreter.store.sqlite.store import SqliteStore, wal_size
+from sealflow.store import Commit, NewRun, NextAttempt, RunChange, StepChange
+from sealflow.store.sqlite.store import SqliteStore, wal_size
 
 
 def _rss_mib() -> float:

@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 PEER = "tools.benchmarks.distributed_peer"
-# (the run states: sealflow.interpreter.core.states, imported when the benchmark runs)
+# (the run states: sealflow.core.states, imported when the benchmark runs)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -139,11 +139,11 @@ def bench_sealflow(args, logs: Path) -> tuple[float, list[float], float]:
     import psycopg
     import redis
 
-    from sealflow.interpreter.core import states
-    from sealflow.interpreter.execution.actions import REGISTRY
-    from sealflow.interpreter.service.actors import redis_broker
-    from sealflow.interpreter.service.runtime import Runtime
-    from sealflow.interpreter.store import open_store
+    from sealflow.core import states
+    from sealflow.execution.actions import REGISTRY
+    from sealflow.runtime.actors import redis_broker
+    from sealflow.runtime.facade import Runtime
+    from sealflow.store import open_store
     from tools.benchmarks.runtime import noop_plan
 
     __import__(PEER)  # bench.noop, for the submitter's registry (the workers import it themselves)
@@ -203,7 +203,7 @@ def bench_chain(args, logs: Path) -> tuple[float, list[float], float]:
     """The same for the bare Dramatiq chain."""
     import redis
 
-    from sealflow.interpreter.service.actors import redis_broker
+    from sealflow.runtime.actors import redis_broker
     from tools.benchmarks.distributed_peer import chain
 
     ns = "bench_" + uuid.uuid4().hex[:12]

@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from sealflow.interpreter.execution.actions import action
+from sealflow.execution.actions import action
 
 
 @action("bench.noop")
@@ -45,7 +45,7 @@ def chain(broker, steps: int, namespace: str) -> list:
 if os.environ.get("BENCH_PEER_NAMESPACE"):  # imported by `python -m dramatiq`: declare the broker and the chain
     import dramatiq
 
-    from sealflow.interpreter.service.actors import redis_broker
+    from sealflow.runtime.actors import redis_broker
 
     _ns = os.environ["BENCH_PEER_NAMESPACE"]
     _broker = redis_broker(os.environ.get("BENCH_PEER_REDIS", "redis://127.0.0.1:6379/0"), namespace=_ns,

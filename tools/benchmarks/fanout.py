@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.execution.actions import Registry, action
+    from sealflow.runtime.facade import Runtime
 
     registry = Registry()
 

@@ -8,8 +8,8 @@ Two measures, each threaded and isolated in the same process:
   default (claimed, executed, committed), once with ``isolation: thread`` and once with
   ``isolation: process`` (a fork per attempt); milliseconds per step;
 * **the call alone**: ``--rounds`` no-op calls on a pooled runner thread
-  (:class:`~sealflow.interpreter.execution.timeouts.AttemptRunner`) and in a forked child
-  (:func:`~sealflow.interpreter.execution.isolation.run_forked`); median microseconds per call.
+  (:class:`~sealflow.execution.timeouts.AttemptRunner`) and in a forked child
+  (:func:`~sealflow.execution.isolation.run_forked`); median microseconds per call.
 
 Prints both and the ratios (isolated / threaded).
 """
@@ -25,9 +25,9 @@ from tools.benchmarks.runtime import noop_plan
 
 
 def per_step_ms(mode: str, runs: int, steps: int) -> float:
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.config import RuntimeConfig
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.execution.actions import Registry, action
+    from sealflow.runtime.config import RuntimeConfig
+    from sealflow.runtime.facade import Runtime
 
     registry = Registry()
 
@@ -51,8 +51,8 @@ def per_step_ms(mode: str, runs: int, steps: int) -> float:
 
 
 def call_us(rounds: int) -> tuple[float, float]:
-    from sealflow.interpreter.execution.isolation import run_forked
-    from sealflow.interpreter.execution.timeouts import AttemptRunner
+    from sealflow.execution.isolation import run_forked
+    from sealflow.execution.timeouts import AttemptRunner
 
     runner = AttemptRunner()
     threaded, forked = [], []

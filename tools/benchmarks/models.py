@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fake_model_servers import FakeModelServer  # noqa: E402
 
-from sealflow.interpreter.providers.anthropic_messages import AnthropicAdapter  # noqa: E402
-from sealflow.interpreter.providers.base import ModelRequest  # noqa: E402
-from sealflow.interpreter.providers.config import parse_model  # noqa: E402
-from sealflow.interpreter.providers.openai_chat import OpenAIAdapter  # noqa: E402
+from sealflow.providers.anthropic_messages import AnthropicAdapter  # noqa: E402
+from sealflow.providers.base import ModelRequest  # noqa: E402
+from sealflow.providers.config import parse_model  # noqa: E402
+from sealflow.providers.openai_chat import OpenAIAdapter  # noqa: E402
 
 KEY = "sk-bench-000000000000000000"
 SCHEMA = {"type": "object", "required": ["label", "reason"],

@@ -19,8 +19,8 @@ import statistics
 import tempfile
 import time
 
-from sealflow.interpreter.core.ratelimits import Limit
-from sealflow.interpreter.store import open_store
+from sealflow.core.ratelimits import Limit
+from sealflow.store import open_store
 
 
 def main(argv: list[str] | None = None) -> None:

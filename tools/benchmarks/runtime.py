@@ -60,8 +60,8 @@ def bench_sealflow(runs: int, steps: int, *, chained: bool = False) -> tuple[flo
 
 def noop_runtime(folder: str):
     """A ``Runtime`` on the embedded default with its store in ``folder``, knowing the action ``bench.noop``."""
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.execution.actions import Registry, action
+    from sealflow.runtime.facade import Runtime
 
     registry = Registry()
 

@@ -48,8 +48,8 @@ def _stats(latencies: list[float], elapsed: float) -> dict:
 def python_api(folder: Path, runs: int) -> dict:
     import sealflow.demo  # noqa: F401 - registers the demo actions the example names
     from sealflow.dsl.api import check_file
-    from sealflow.interpreter.policy.access import FileAccess
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.policy.access import FileAccess
+    from sealflow.runtime.facade import Runtime
 
     plan = check_file(str(EXAMPLE)).plan
     with Runtime(f"sqlite:///{folder}/python.db", access=FileAccess(folder / "access.yaml")) as rt:

@@ -6,14 +6,14 @@ when its action is ``irreversible`` (without ``agent.approval`` or top-level
 proposes such a call and it passes every check of :mod:`.loop` (shape, allow-list,
 permissions, arguments, budget), nothing runs: the attempt ends ``waiting`` on an
 ``approval_timeout`` timer, with the gate's data as an approval step's
-(:func:`sealflow.interpreter.policy.approvals.opening`): approvers, quorum, separation of
+(:func:`sealflow.policy.approvals.opening`): approvers, quorum, separation of
 duties, and ``show`` = ``{tool, arguments, hash}``, bound by its sha256 (``show_hash``)
 and the plan digest. Approving and rejecting go through the same
-:mod:`sealflow.interpreter.policy.approvals` checks as any gate.
+:mod:`sealflow.policy.approvals` checks as any gate.
 
 The conversation so far (transcript, counters, idempotency state) waits in the attempt's
 data under :data:`RESUME`. A decision ends the waiting attempt and starts a new attempt of
-the step (:func:`sealflow.interpreter.engine.decide.decide`) that continues it:
+the step (:func:`sealflow.engine.decide.decide`) that continues it:
 
 * **approved**: the approved call runs first, once, with the idempotency key it would have
   had without the gate, then the loop goes on;
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sealflow.core.outcomes import Failed, Waiting
 from sealflow.dsl.durations import format_ms
-from sealflow.interpreter.core.outcomes import Failed, Waiting
-from sealflow.interpreter.policy.approvals import show_hash
+from sealflow.policy.approvals import show_hash
 
 AgentLoop = Tool = Any  # steps.agent.loop's classes (that module imports this one)
 

@@ -1,7 +1,7 @@
 """The agent loop: the model proposes, the system decides.
 
 One attempt of an ``agent`` step is a bounded conversation with a model (see
-:mod:`sealflow.interpreter.providers.base`, "Tool use"). Each turn the model either
+:mod:`sealflow.providers.base`, "Tool use"). Each turn the model either
 proposes one tool call or gives its final answer. A proposed call runs only after
 it passes, in this order:
 
@@ -12,13 +12,13 @@ it passes, in this order:
    the top-level ``approvals``); else the step fails with ``policy_denied``. Such tools are
    not even offered to the model;
 4. **arguments**: they satisfy the tool's argument schema (built from the action's
-   signature, :mod:`sealflow.interpreter.steps.agent.tools`; undeclared arguments are refused) and
+   signature, :mod:`sealflow.steps.agent.tools`; undeclared arguments are refused) and
    serialise to at most 8 KiB of JSON; else refused (``invalid_arguments``);
 5. **budget**: fewer calls made than the least of ``agent.max_tool_calls``, the step's
    ``budget.max_tool_calls`` and what is left of the run's ``budget.max_tool_calls``;
    else the step fails with ``budget_exceeded``;
 6. **approval**: a tool in ``agent.approval_required``, and any irreversible tool, runs only
-   after a person approves that exact call (:mod:`sealflow.interpreter.steps.agent.approval`).
+   after a person approves that exact call (:mod:`sealflow.steps.agent.approval`).
 
 A refused call does not run; the refusal is fed back to the model as a turn, and three
 refusals in a row fail the step with ``policy_denied``. A call that runs and fails
@@ -27,7 +27,7 @@ message, except for ``internal`` errors, whose details stay in the logs); it is 
 retried inside the loop. A call that outlives the attempt's timeout times the attempt
 out. The step also fails with ``budget_exceeded`` when the model has not answered within
 ``max_steps`` turns, or when the tokens or cost of its turns exceed the run's or the
-step's ``max_tokens``/``max_cost_usd``. As everywhere (:mod:`sealflow.interpreter.policy.budgets`), a
+step's ``max_tokens``/``max_cost_usd``. As everywhere (:mod:`sealflow.policy.budgets`), a
 step's own limits (``max_steps``, ``agent.max_tool_calls``, the step's ``budget``) fail
 the step, which ``on_error`` may route; the *run's* budgets end the run at once.
 
@@ -63,18 +63,18 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from sealflow.core.errors import StepError
+from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
+from sealflow.core.redaction import REDACTOR
 from sealflow.dsl import expressions
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.outcomes import Failed, Outcome, Succeeded, Waiting
-from sealflow.interpreter.core.redaction import REDACTOR
-from sealflow.interpreter.execution.breakers import through_model
-from sealflow.interpreter.execution.calls import call
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.execution.idempotency import ledger_lookup
-from sealflow.interpreter.policy import limits as rate_limits
-from sealflow.interpreter.steps.agent import approval, pacing
-from sealflow.interpreter.steps.agent.tools import Tool, digest, safe_name, tools_for  # noqa: F401 - re-exported
-from sealflow.interpreter.steps.checks import jsonschema_best, schema_failure, validation_failure
+from sealflow.execution.breakers import through_model
+from sealflow.execution.calls import call
+from sealflow.execution.context import Execution
+from sealflow.execution.idempotency import ledger_lookup
+from sealflow.policy import limits as rate_limits
+from sealflow.steps.agent import approval, pacing
+from sealflow.steps.agent.tools import Tool, digest, safe_name, tools_for  # noqa: F401 - re-exported
+from sealflow.steps.checks import jsonschema_best, schema_failure, validation_failure
 
 log = logging.getLogger("sealflow.agent")
 
@@ -112,7 +112,7 @@ class AgentLoop:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> Outcome:
-        from sealflow.interpreter.providers.base import ModelRequest
+        from sealflow.providers.base import ModelRequest
 
         x, agent = self.x, self.agent
         if x.step.idempotency_key:
@@ -340,7 +340,7 @@ class AgentLoop:
     def fail(self, error_class: str, message: str, retry_after: float | None = None, *,
              timed_out: bool = False, run_scope: bool = False) -> Failed:
         """The attempt's failure, with what it used and its transcript summary. A *run* budget ends the run
-        (``ends_run``, as :mod:`sealflow.interpreter.policy.budgets` does); a step budget may be routed by
+        (``ends_run``, as :mod:`sealflow.policy.budgets` does); a step budget may be routed by
         ``on_error``."""
         summary = self.summary(error_class)
         tokens, cost, calls = self.unbilled()

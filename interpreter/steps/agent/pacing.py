@@ -3,8 +3,8 @@
 Before each turn the conversation's usage not yet charged plus the turn's worst case (an upper bound of
 everything sent: goal, system, schema, tools and transcript, plus ``max_tokens``, else the model's
 configured ``max_tokens``, else the ``ai`` default cap) is reserved against the step's budget and the
-tenant's daily quota (:func:`sealflow.interpreter.policy.budgets.reserve`, as for ``ai`` steps); then the
-model's rate limit is taken (:mod:`sealflow.interpreter.policy.limits`) and settled with the real tokens
+tenant's daily quota (:func:`sealflow.policy.budgets.reserve`, as for ``ai`` steps); then the
+model's rate limit is taken (:mod:`sealflow.policy.limits`) and settled with the real tokens
 after the turn.
 
 A turn over the rate limit is not made: the attempt ends **waiting** on a timer in the store with the
@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sealflow.interpreter.core.outcomes import Failed, Waiting
-from sealflow.interpreter.policy import budgets, limits
-from sealflow.interpreter.steps.ai import DEFAULT_MAX_TOKENS
+from sealflow.core.outcomes import Failed, Waiting
+from sealflow.policy import budgets, limits
+from sealflow.steps.ai import DEFAULT_MAX_TOKENS
 
 AgentLoop = Any  # steps.agent.loop's class (that module imports this one)
 

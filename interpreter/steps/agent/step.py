@@ -1,16 +1,16 @@
 """``agent``: a bounded model/tool loop; the model proposes, the system decides.
 
 The loop itself, the checks every proposed tool call passes before it runs, the
-budgets and the idempotency of tool calls are in :mod:`sealflow.interpreter.steps.agent.loop`.
+budgets and the idempotency of tool calls are in :mod:`sealflow.steps.agent.loop`.
 """
 
 from __future__ import annotations
 
-from sealflow.interpreter.core.outcomes import Outcome
-from sealflow.interpreter.execution.context import Execution
+from sealflow.core.outcomes import Outcome
+from sealflow.execution.context import Execution
 
 
 def execute(x: Execution) -> Outcome:
-    from sealflow.interpreter.steps.agent.loop import run
+    from sealflow.steps.agent.loop import run
 
     return run(x)

@@ -1,7 +1,7 @@
 """Tools for agent steps: an action described to a model as a :class:`~.base.ToolSpec`.
 
 The argument schema is the action's input schema, built from its Python signature and type hints
-(:mod:`sealflow.interpreter.execution.action_schema`, which the compiler's type checks read too).
+(:mod:`sealflow.execution.action_schema`, which the compiler's type checks read too).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 import re
 from typing import Any
 
-from sealflow.interpreter.core.outcomes import Failed
-from sealflow.interpreter.execution.action_schema import parameters_schema
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.providers.base import ToolSpec
-from sealflow.interpreter.steps.agent.approval import needs_approval
+from sealflow.core.outcomes import Failed
+from sealflow.execution.action_schema import parameters_schema
+from sealflow.execution.context import Execution
+from sealflow.providers.base import ToolSpec
+from sealflow.steps.agent.approval import needs_approval
 
 
 def tool_spec(action: Any) -> ToolSpec:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import psycopg
 
-from sealflow.interpreter.store.postgres import schema
-from sealflow.interpreter.store.postgres.connection import (
+from sealflow.store.postgres import schema
+from sealflow.store.postgres.connection import (
     StoreUnavailable,
     cause,
     conn_kwargs,
@@ -18,8 +18,8 @@ from sealflow.interpreter.store.postgres.connection import (
     own_params,
     split_url,
 )
-from sealflow.interpreter.store.postgres.schema import LATEST, MIGRATIONS, SchemaTooOld
-from sealflow.interpreter.store.postgres.store import CHANNEL, PostgresStore
+from sealflow.store.postgres.schema import LATEST, MIGRATIONS, SchemaTooOld
+from sealflow.store.postgres.store import CHANNEL, PostgresStore
 
 
 def migrate(url: str, *, target: int = LATEST) -> list[int]:

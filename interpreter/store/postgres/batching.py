@@ -7,7 +7,7 @@ writer's commit and nothing of a later one: the writers run in exactly a serial 
 the predicate-lock bookkeeping of ``SERIALIZABLE`` (which could add nothing where no two writers overlap).
 The transactions that do not take the lock (handing out due outbox rows and deliveries, ``READ COMMITTED``)
 touch only rows they hold locked; a writer whose row such a transaction changed meanwhile gets a
-serialization failure and is run again whole (:func:`~sealflow.interpreter.store.postgres.store._io`).
+serialization failure and is run again whole (:func:`~sealflow.store.postgres.store._io`).
 
 A durable commit costs a WAL flush (about 4 ms on the development machine); serial writers that each flush
 would cap a process at a few hundred writes a second. Instead, the threads that want to write while a batch
@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 
-from sealflow.interpreter.store.errors import IllegalTransition
-from sealflow.interpreter.store.postgres.dialect import PgConn, PipedConn
+from sealflow.store.errors import IllegalTransition
+from sealflow.store.postgres.dialect import PgConn, PipedConn
 
 #: the session advisory lock every write transaction holds from before its snapshot to after its commit (an
 #: arbitrary constant key: "sealflow" in ASCII)

@@ -1,6 +1,6 @@
 """The audit chain's links, computed in the database: a writer never reads a head before it appends.
 
-Events are chained in format 2 (:mod:`sealflow.interpreter.store.auditverify`): the content's hash is
+Events are chained in format 2 (:mod:`sealflow.store.auditverify`): the content's hash is
 computed by the process that makes the event (:meth:`SqliteChain.bodies`), and the link to the tenant's
 chain, ``sha256(prev_hash "\\n" seq "\\n" body)``, needs only the head as it stands in the appending
 transaction. On PostgreSQL :data:`FUNCTION` (``sealflow_chain_link``, migration 19) does that in the
@@ -84,7 +84,7 @@ class PgChain:
     """Appends a transaction's audit events on PostgreSQL: their content hashed here, linked by the database."""
 
     def __init__(self, chain):
-        #: the :class:`~sealflow.interpreter.store.auditchain.SqliteChain` that hashes the content (its run and
+        #: the :class:`~sealflow.store.auditchain.SqliteChain` that hashes the content (its run and
         #: plan caches)
         self.chain = chain
 

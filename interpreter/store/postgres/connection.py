@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from sealflow.interpreter.store.errors import StoreError, StoreUnavailable  # noqa: F401 - re-exported
+from sealflow.store.errors import StoreError, StoreUnavailable  # noqa: F401 - re-exported
 
 _OWN_PARAMS = ("schema", "clock", "migrate", "pool_max")
 

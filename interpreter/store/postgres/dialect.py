@@ -1,7 +1,7 @@
 """SQLite SQL -> PostgreSQL SQL, and a connection that speaks the sqlite3 interface the shared store code uses.
 
 The store's statements (claim, commit, cancel, redrive, the sweep's steps, the audit chain, admission,
-the definition registry) are written once, in :mod:`sealflow.interpreter.store.sqlite.store` and its mixins,
+the definition registry) are written once, in :mod:`sealflow.store.sqlite.store` and its mixins,
 in a portable subset of SQL with ``?`` parameters. The Postgres store runs the *same* code through
 :class:`PgConn`, which rewrites the few SQLite-only forms (cached per statement string):
 
@@ -95,7 +95,7 @@ def _json_rows_form(table: str, columns: tuple[tuple[str, str], ...]) -> str:
 
 
 def _register_audit() -> None:
-    from sealflow.interpreter.store.auditchain import INSERT
+    from sealflow.store.auditchain import INSERT
 
     kinds = {"ts": "float8", "workflow_version": "int8", "seq": "int8"}
     names = INSERT[INSERT.index("(") + 1:INSERT.index(")")].split(", ")

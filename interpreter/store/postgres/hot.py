@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from sealflow.interpreter.store.errors import StoreError
-from sealflow.interpreter.store.postgres.hotsql import CALL
+from sealflow.store.errors import StoreError
+from sealflow.store.postgres.hotsql import CALL
 
 #: items of one statement at most; the rest wait for the next
 MAX_ITEMS = 64

@@ -3,7 +3,7 @@
 For each kind, ``*_item`` builds the item the database function reads (its audit events included, as
 :meth:`SqliteChain.bodies` gives them: the content hashed here, linked by the database) and ``*_result`` turns
 an ``ok`` answer into what the shared code returns for the same change. The events are the shared code's
-(:mod:`sealflow.interpreter.store.sqlite.steps`, ``store.py``), built here in its order; a test compares the two
+(:mod:`sealflow.store.sqlite.steps`, ``store.py``), built here in its order; a test compares the two
 ways row by row, audit chain included.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.core.clock import day_of
-from sealflow.interpreter.core.ids import StepRef, StepRole
-from sealflow.interpreter.store.auditchain import output_summary
-from sealflow.interpreter.store.records import (
+from sealflow.core import states
+from sealflow.core.clock import day_of
+from sealflow.core.ids import StepRef, StepRole
+from sealflow.store.auditchain import output_summary
+from sealflow.store.records import (
     AttemptRecord,
     Claimed,
     Commit,
@@ -26,7 +26,7 @@ from sealflow.interpreter.store.records import (
     NewRun,
     RunRecord,
 )
-from sealflow.interpreter.store.sqlite import reservations, rows
+from sealflow.store.sqlite import reservations, rows
 
 dumps = rows.dumps
 

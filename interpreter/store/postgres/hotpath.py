@@ -14,17 +14,17 @@ from typing import Any
 
 import psycopg
 
-from sealflow.interpreter.store.errors import StoreError
-from sealflow.interpreter.store.postgres import hotitems
-from sealflow.interpreter.store.postgres.hot import GoGeneral, HotFailed, HotQueue, is_statement_error
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.store.errors import StoreError
+from sealflow.store.postgres import hotitems
+from sealflow.store.postgres.hot import GoGeneral, HotFailed, HotQueue, is_statement_error
+from sealflow.store.sqlite import rows
 
 #: what sends a change the shared way after the hot path tried it (nothing of it was written)
 _GENERAL = (GoGeneral, HotFailed)
 
 
 class HotPathMixin:
-    """Methods of :class:`~sealflow.interpreter.store.postgres.store.PostgresStore` (see the module)."""
+    """Methods of :class:`~sealflow.store.postgres.store.PostgresStore` (see the module)."""
 
     _hot: HotQueue
     _chain: Any

@@ -20,7 +20,7 @@ subtransaction) and answered ``{"s": "error", "e": SQLSTATE and message}``: one 
 
 from __future__ import annotations
 
-from sealflow.interpreter.store.postgres.batching import WRITERS_KEY
+from sealflow.store.postgres.batching import WRITERS_KEY
 
 #: the item's step ends (the attempt's final state, its result, a ledger entry, usage): shared by carry and end
 _STEP_END = """

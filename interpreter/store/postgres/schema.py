@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import time
 
-from sealflow.interpreter.store.errors import SchemaTooNew, StoreError
-from sealflow.interpreter.store.postgres.chainlink import FUNCTION as CHAIN_LINK
-from sealflow.interpreter.store.postgres.hotsql import FUNCTIONS as HOT_FUNCTIONS
-from sealflow.interpreter.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
-from sealflow.interpreter.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
-from sealflow.interpreter.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
-from sealflow.interpreter.store.sqlite.events import PG_SCHEMA as PG_EVENTS
-from sealflow.interpreter.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
-from sealflow.interpreter.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_PG
-from sealflow.interpreter.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
-from sealflow.interpreter.store.sqlite.sessions import PG_SCHEMA as PG_SESSIONS
+from sealflow.store.errors import SchemaTooNew, StoreError
+from sealflow.store.postgres.chainlink import FUNCTION as CHAIN_LINK
+from sealflow.store.postgres.hotsql import FUNCTIONS as HOT_FUNCTIONS
+from sealflow.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
+from sealflow.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
+from sealflow.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
+from sealflow.store.sqlite.events import PG_SCHEMA as PG_EVENTS
+from sealflow.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
+from sealflow.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_PG
+from sealflow.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
+from sealflow.store.sqlite.sessions import PG_SCHEMA as PG_SESSIONS
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
 _LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
@@ -137,7 +137,7 @@ ALTER TABLE workers ADD COLUMN IF NOT EXISTS broker_id TEXT;
 """
 
 # the submitted bytes and envelopes of definitions; an executor's refusal of a version
-# (sealflow.interpreter.store.definitions)
+# (sealflow.store.definitions)
 _V4_SOURCES = """
 CREATE TABLE definition_sources (
   digest TEXT NOT NULL, source_key TEXT NOT NULL, name TEXT NOT NULL, version BIGINT NOT NULL,

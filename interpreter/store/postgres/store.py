@@ -24,7 +24,7 @@ implementation of every rule; what differs is here:
   :meth:`wait_for_work` blocks on it (``LISTEN``) instead of polling.
 * **Liveness.** Workers heartbeat in the store (:meth:`heartbeat`); :meth:`dead_workers` names owners
   whose heartbeat is older than a limit on the database clock. No host name or pid is involved. A worker on
-  Redis records its Dramatiq broker id with its beats (:mod:`~sealflow.interpreter.store.postgres.workers`).
+  Redis records its Dramatiq broker id with its beats (:mod:`~sealflow.store.postgres.workers`).
 * **Errors.** A lost or refused connection is a :class:`StoreUnavailable` naming the store (password
   masked) and the cause; a statement the database refuses (a constraint) a :class:`StoreError` saying so.
   Either way the transaction in flight rolled back, so nothing half-done is left.
@@ -46,36 +46,36 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from sealflow.interpreter.store.auditchain import VERIFY_COLS, SqliteChain
-from sealflow.interpreter.store.base import Store
-from sealflow.interpreter.store.errors import IllegalTransition, InvalidOperation, StoreError
-from sealflow.interpreter.store.postgres import schema
-from sealflow.interpreter.store.postgres.batching import GroupCommit, InBatch
-from sealflow.interpreter.store.postgres.chainlink import PgChain
-from sealflow.interpreter.store.postgres.connection import (
+from sealflow.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.store.base import Store
+from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
+from sealflow.store.postgres import schema
+from sealflow.store.postgres.batching import GroupCommit, InBatch
+from sealflow.store.postgres.chainlink import PgChain
+from sealflow.store.postgres.connection import (
     StoreUnavailable,
     connect,
     mask,
     split_url,
 )
-from sealflow.interpreter.store.postgres.connection import (
+from sealflow.store.postgres.connection import (
     cause as _cause,
 )
-from sealflow.interpreter.store.postgres.connection import (
+from sealflow.store.postgres.connection import (
     conn_kwargs as _conn_kwargs,
 )
-from sealflow.interpreter.store.postgres.connection import (
+from sealflow.store.postgres.connection import (
     own_params as _own_params,
 )
-from sealflow.interpreter.store.postgres.dbclock import DbClockMixin
-from sealflow.interpreter.store.postgres.dialect import PgConn
-from sealflow.interpreter.store.postgres.hotpath import HotPathMixin
-from sealflow.interpreter.store.postgres.pooling import StorePool
-from sealflow.interpreter.store.postgres.sessions import PgSessionsMixin
-from sealflow.interpreter.store.postgres.workers import WorkersMixin
-from sealflow.interpreter.store.records import Due, Message, SweepReport
-from sealflow.interpreter.store.sqlite import rows
-from sealflow.interpreter.store.sqlite.store import SqliteStore
+from sealflow.store.postgres.dbclock import DbClockMixin
+from sealflow.store.postgres.dialect import PgConn
+from sealflow.store.postgres.hotpath import HotPathMixin
+from sealflow.store.postgres.pooling import StorePool
+from sealflow.store.postgres.sessions import PgSessionsMixin
+from sealflow.store.postgres.workers import WorkersMixin
+from sealflow.store.records import Due, Message, SweepReport
+from sealflow.store.sqlite import rows
+from sealflow.store.sqlite.store import SqliteStore
 
 _CURSOR = rows.CURSOR
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
@@ -105,7 +105,7 @@ def _io(method):
 
 
 class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
-    """:class:`~sealflow.interpreter.store.base.Store` on one PostgreSQL database (or schema)."""
+    """:class:`~sealflow.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
     rides_out_outages = True  # a server that restarts or fails over comes back (Store.rides_out_outages)

@@ -5,13 +5,13 @@ messages a worker fetched but has not acknowledged under that id, and gives them
 once the worker's *Redis* heartbeat is a minute old (and then only at a random fetch). The store's
 heartbeat, beaten every 2 s from its own thread, lapses sooner: :meth:`WorkersMixin.silent_brokers` names
 the broker ids of workers silent for longer than a limit, so another worker can requeue those messages
-(:func:`sealflow.interpreter.service.liveness.requeue_silent`) and :meth:`WorkersMixin.forget_broker` marks
+(:func:`sealflow.runtime.liveness.requeue_silent`) and :meth:`WorkersMixin.forget_broker` marks
 it done.
 """
 
 from __future__ import annotations
 
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.store.sqlite import rows
 
 _CURSOR = rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"

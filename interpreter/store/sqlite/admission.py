@@ -9,8 +9,8 @@ tenant for the UTC day, in the commit's own transaction.
 
 from __future__ import annotations
 
-from sealflow.interpreter.core.clock import day_of, quota_reset_in
-from sealflow.interpreter.store.errors import AdmissionRefused
+from sealflow.core.clock import day_of, quota_reset_in
+from sealflow.store.errors import AdmissionRefused
 
 #: states of runs that count against ``max_queued_runs``
 NOT_FINAL = "('created','queued','running','waiting','cancelling','compensating')"

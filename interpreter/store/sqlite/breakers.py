@@ -2,13 +2,13 @@
 
 One row per breaker name in table ``breakers``; every read-decide-write is one transaction, so the
 processes sharing a store share each breaker's state and a half-open breaker lets exactly one probe
-through. The rules are :mod:`sealflow.interpreter.core.breakers`.
+through. The rules are :mod:`sealflow.core.breakers`.
 """
 
 from __future__ import annotations
 
-from sealflow.interpreter.core import breakers as rules
-from sealflow.interpreter.core.breakers import Admission, BreakerRecord, BreakerSettings
+from sealflow.core import breakers as rules
+from sealflow.core.breakers import Admission, BreakerRecord, BreakerSettings
 
 SCHEMA = """
 CREATE TABLE breakers (

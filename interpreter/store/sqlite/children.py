@@ -11,7 +11,7 @@ Whenever a child run ends, in the transaction that ends it (:meth:`_fanout_moved
 the counters move; the next pending sibling is promoted to ``queued`` (so at most ``concurrency`` children
 are in flight, across every worker and host: the store is the pool); and when every child has ended, or more
 have failed than tolerated, the parent's waiting attempt is made due with an outbox row, so a worker claims
-it and decides the step (:mod:`sealflow.interpreter.steps.fanout`). Nothing is held in memory: a crash
+it and decides the step (:mod:`sealflow.steps.fanout`). Nothing is held in memory: a crash
 between any two transactions leaves either the child not ended (it is redone by the sweeps like any run) or
 ended with its promotion and wake-up written.
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.store.errors import ConcurrencyError
-from sealflow.interpreter.store.records import ChildRecord, Message, NextAttempt, Spawn
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.core import states
+from sealflow.store.errors import ConcurrencyError
+from sealflow.store.records import ChildRecord, Message, NextAttempt, Spawn
+from sealflow.store.sqlite import rows
 
 SCHEMA = """
 ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
@@ -108,7 +108,7 @@ class ChildrenMixin:
         got = self._read("SELECT steps_executed, tokens, cost_usd, tool_calls, deadline FROM runs WHERE id = ?",
                          (run_id,))
         if not got:
-            from sealflow.interpreter.store.errors import NotFound
+            from sealflow.store.errors import NotFound
 
             raise NotFound(f"no run {run_id!r}")
         return got[0][0], got[0][1], got[0][2], got[0][3], got[0][4]

@@ -1,4 +1,4 @@
-"""Notification deliveries in the store (:mod:`sealflow.interpreter.store.deliveries`): written with the commit
+"""Notification deliveries in the store (:mod:`sealflow.store.deliveries`): written with the commit
 that opens a gate, taken under a lease by a deliverer, settled as delivered, due again, or failed (audited).
 
 Shared by both backends (the PostgreSQL store runs this SQL through its dialect and takes rows with
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from sealflow.interpreter.store.deliveries import DELIVERY_STATES, DeliveryRecord, NewDelivery
-from sealflow.interpreter.store.sqlite.rows import where
+from sealflow.store.deliveries import DELIVERY_STATES, DeliveryRecord, NewDelivery
+from sealflow.store.sqlite.rows import where
 
 _COLS = "id, channel, kind, run_id, step_id, tenant, payload, state, attempts, next_at, created_at, updated_at, " \
         "last_error"

@@ -1,7 +1,7 @@
 """The SQLite store's file on disk: which SQLite errors are the file's fault (disk full, read-only, I/O,
 locked) and what to do about them, and keeping the write-ahead log bounded under sustained load.
 
-:class:`WalMixin` is a mixin of :class:`~sealflow.interpreter.store.sqlite.store.SqliteStore`: after a commit
+:class:`WalMixin` is a mixin of :class:`~sealflow.store.sqlite.store.SqliteStore`: after a commit
 past ``WAL_LIMIT`` it checkpoints and restarts the WAL between the store's own transactions, and the file is
 cut back to the limit.
 """
@@ -90,7 +90,7 @@ class Checkpointer(threading.Thread):
 
 
 class WalMixin:
-    """The WAL bound of :class:`~sealflow.interpreter.store.sqlite.store.SqliteStore` (its ``path``,
+    """The WAL bound of :class:`~sealflow.store.sqlite.store.SqliteStore` (its ``path``,
     ``_wal_limit``, ``_busy_ms`` and ``_restart_after``)."""
 
     path: str

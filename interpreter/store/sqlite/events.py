@@ -1,4 +1,4 @@
-"""Signed events in the store (``POST /v1/events/{source}``, :mod:`sealflow.interpreter.service.events`): the first
+"""Signed events in the store (``POST /v1/events/{source}``, :mod:`sealflow.server.events`): the first
 answer given to each event id, so a retried delivery gets the same answer, and the last sequence applied per
 ordering key, so an older event is recorded and not run.
 

@@ -8,8 +8,8 @@ both backends (the PostgreSQL store runs this SQL through its dialect).
 
 from __future__ import annotations
 
-from sealflow.interpreter.store.records import RunQuery, RunRecord
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.store.records import RunQuery, RunRecord
+from sealflow.store.sqlite import rows
 
 #: the most runs one page may hold
 MAX_PAGE = 500

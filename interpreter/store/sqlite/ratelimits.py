@@ -12,14 +12,14 @@ every call: a few thousand rows under the writers' lock at a high limit).
 totals with the limit and records the grant in one transaction: on SQLite ``BEGIN IMMEDIATE`` (one
 writer at a time), on PostgreSQL a writer's transaction (serial, under the writers' lock) that first
 locks the model's row ``FOR UPDATE`` and stamps ``now`` on the database clock. Only a call that does
-not fit reads grants, to say when it would (:func:`sealflow.interpreter.core.ratelimits.free_at`; for a
+not fit reads grants, to say when it would (:func:`sealflow.core.ratelimits.free_at`; for a
 limit of requests alone, the one grant whose leaving makes room). So the processes sharing a store, on
 any number of hosts, together never pass a limit.
 """
 
 from __future__ import annotations
 
-from sealflow.interpreter.core import ratelimits as rules
+from sealflow.core import ratelimits as rules
 
 SCHEMA = """
 CREATE TABLE rate_limits (model TEXT PRIMARY KEY, updated_at REAL NOT NULL);

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from sealflow.interpreter.store.auditchain import VERIFY_COLS
-from sealflow.interpreter.store.base import (
+from sealflow.store.auditchain import VERIFY_COLS
+from sealflow.store.base import (
     AuditRecord,
     DeadLetterRecord,
     LedgerRecord,
     OutboxRecord,
     TimerRecord,
 )
-from sealflow.interpreter.store.sqlite import admission as sqlite_admission
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.store.sqlite import admission as sqlite_admission
+from sealflow.store.sqlite import rows
 
 
 class Reads:
-    """Read-only methods of :class:`~sealflow.interpreter.store.sqlite.store.SqliteStore` (``_read`` and the
+    """Read-only methods of :class:`~sealflow.store.sqlite.store.SqliteStore` (``_read`` and the
     row converters)."""
 
     def ledger_get(self, tenant: str, key: str) -> LedgerRecord | None:

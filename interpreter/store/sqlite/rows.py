@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from sealflow.interpreter.core.jsonc import dumps_record
-from sealflow.interpreter.store.base import (
+from sealflow.core.jsonc import dumps_record
+from sealflow.store.base import (
     AttemptRecord,
     AuditRecord,
     DeadLetterRecord,
@@ -43,13 +43,13 @@ DLQ_COLS = (
 
 ACTIVE = "('pending','scheduled','running','retry_wait','waiting')"
 #: join condition: the run's cursor attempt (its single active attempt, invariant 1)
-#: outbox rows of higher-priority runs go out first (sealflow.interpreter.service.priority)
+#: outbox rows of higher-priority runs go out first (sealflow.runtime.priority)
 PRIORITY_RANK = "CASE r.priority WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'low' THEN 3 ELSE 2 END"
 CURSOR = "a.run_id = r.id AND a.step_id = r.cursor_step AND a.attempt = r.cursor_attempt"
 A_COLS = ", ".join("a." + c.strip() for c in ATTEMPT_COLS.split(","))
 R_COLS = ", ".join("r." + c.strip() for c in RUN_COLS.split(","))
 N_ATTEMPT = len(ATTEMPT_COLS.split(","))
-# audit rows are written only through sealflow.interpreter.store.auditchain (hash-chained per tenant)
+# audit rows are written only through sealflow.store.auditchain (hash-chained per tenant)
 
 
 def new_token() -> int:

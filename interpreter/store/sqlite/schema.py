@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from sealflow.interpreter.store.errors import SchemaTooNew
+from sealflow.store.errors import SchemaTooNew
 
 # Indexes are few on purpose: every index is one more page written per step. A run's single
 # active attempt is found through runs.cursor_step/cursor_attempt (a primary-key lookup), and
@@ -173,79 +173,79 @@ def _statements(sql: str) -> Callable[[sqlite3.Connection], None]:
 
 def _audit_chain(conn: sqlite3.Connection) -> None:
     # the chain's columns and heads, the tenants' daily usage; existing events are chained in id order
-    from sealflow.interpreter.store.auditchain import migrate as chain_migrate
+    from sealflow.store.auditchain import migrate as chain_migrate
 
     chain_migrate(conn)
 
 
 def _definitions(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.definitions import SCHEMA
+    from sealflow.store.definitions import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _definition_sources(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.definitions import SCHEMA_SOURCES
+    from sealflow.store.definitions import SCHEMA_SOURCES
 
     _statements(SCHEMA_SOURCES)(conn)
 
 
 def _slots(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.slots import SCHEMA
+    from sealflow.store.sqlite.slots import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _api(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.tokens import SCHEMA
+    from sealflow.store.sqlite.tokens import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _events(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.events import SCHEMA
+    from sealflow.store.sqlite.events import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _reservations(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.reservations import SCHEMA
+    from sealflow.store.sqlite.reservations import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _ratelimits(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.ratelimits import SCHEMA
+    from sealflow.store.sqlite.ratelimits import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _rate_totals(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_SQLITE
+    from sealflow.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_SQLITE
 
     _statements(TOTALS_SQLITE + TOTALS_BACKFILL)(conn)
 
 
 def _deliveries(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.deliveries import SCHEMA
+    from sealflow.store.sqlite.deliveries import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _sessions(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.sessions import SCHEMA
+    from sealflow.store.sqlite.sessions import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _children(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.children import SCHEMA
+    from sealflow.store.sqlite.children import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _breakers(conn: sqlite3.Connection) -> None:
-    from sealflow.interpreter.store.sqlite.breakers import SCHEMA
+    from sealflow.store.sqlite.breakers import SCHEMA
 
     _statements(SCHEMA)(conn)
 

@@ -1,5 +1,5 @@
 """Lease slots on the SQLite store (and, through its dialect, the PostgreSQL store): the SQL of
-:mod:`sealflow.interpreter.store.coordination`, run inside the caller's transaction.
+:mod:`sealflow.store.coordination`, run inside the caller's transaction.
 
 Tables (migration 8 on SQLite, 6 on PostgreSQL): ``slot_names`` (per name: the last fencing token, the
 last waiting ticket, the limit last asked for), ``slot_holders`` (who holds a slot; ``step_id = ''`` and
@@ -13,8 +13,8 @@ claimable run.
 
 from __future__ import annotations
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.store.coordination import RECHECK_S, Grant, SlotHolder, SlotRequest, SlotsBusy
+from sealflow.core import states
+from sealflow.store.coordination import RECHECK_S, Grant, SlotHolder, SlotRequest, SlotsBusy
 
 SCHEMA = """
 CREATE TABLE slot_names (

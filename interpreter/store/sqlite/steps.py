@@ -7,7 +7,7 @@ against that view (SQLite: before anything is written; PostgreSQL: before the tr
 check undoing everything the commit wrote, so that the check's read arrives with the commit's others and
 costs no round trip of its own). Every state
 change goes through ``_step_to`` / ``_run_to``, which refuse edges not in
-:mod:`sealflow.interpreter.core.states` (the transaction rolls back and the refusal is audited).
+:mod:`sealflow.core.states` (the transaction rolls back and the refusal is audited).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import dataclasses
 import functools
 import json
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.core.clock import day_of
-from sealflow.interpreter.core.ids import StepRef, StepRole
-from sealflow.interpreter.store.auditchain import output_summary
-from sealflow.interpreter.store.errors import (
+from sealflow.core import states
+from sealflow.core.clock import day_of
+from sealflow.core.ids import StepRef, StepRole
+from sealflow.store.auditchain import output_summary
+from sealflow.store.errors import (
     ClaimDeferred,
     ConcurrencyError,
     FencingError,
@@ -28,7 +28,7 @@ from sealflow.interpreter.store.errors import (
     MessageRefused,
     NotFound,
 )
-from sealflow.interpreter.store.records import (
+from sealflow.store.records import (
     Claimed,
     Commit,
     Committed,
@@ -38,10 +38,10 @@ from sealflow.interpreter.store.records import (
     NextAttempt,
     RunRecord,
 )
-from sealflow.interpreter.store.sqlite import admission as sqlite_admission
-from sealflow.interpreter.store.sqlite import children as sqlite_children
-from sealflow.interpreter.store.sqlite import deliveries, reservations, rows
-from sealflow.interpreter.store.sqlite import slots as sqlite_slots
+from sealflow.store.sqlite import admission as sqlite_admission
+from sealflow.store.sqlite import children as sqlite_children
+from sealflow.store.sqlite import deliveries, reservations, rows
+from sealflow.store.sqlite import slots as sqlite_slots
 
 dumps = rows.dumps
 _SET_RUN = ("rev = rev + 1, updated_at = ?, output = COALESCE(?, output), "

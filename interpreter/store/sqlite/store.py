@@ -6,7 +6,7 @@ other processes on the same file. WAL checkpoints (which fsync) run on a
 background thread with its own connection instead of inside a step's commit. One connection per store object guarded by
 a lock (threads of one process queue on the lock instead of spinning in
 SQLite's busy handler); every write is one ``BEGIN IMMEDIATE`` transaction, so
-each operation of :class:`~sealflow.interpreter.store.base.Store` is atomic. Statements
+each operation of :class:`~sealflow.store.base.Store` is atomic. Statements
 are fixed strings so the sqlite3 statement cache keeps them prepared.
 """
 
@@ -19,9 +19,9 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.store.auditchain import SqliteChain
-from sealflow.interpreter.store.base import (
+from sealflow.core import states
+from sealflow.store.auditchain import SqliteChain
+from sealflow.store.base import (
     AttemptRecord,
     AuditEvent,
     Claimed,
@@ -30,8 +30,8 @@ from sealflow.interpreter.store.base import (
     RunRecord,
     Store,
 )
-from sealflow.interpreter.store.definitions import DefinitionRefused, DefinitionsMixin
-from sealflow.interpreter.store.errors import (
+from sealflow.store.definitions import DefinitionRefused, DefinitionsMixin
+from sealflow.store.errors import (
     IdempotencyConflict,
     IllegalTransition,
     InvalidOperation,
@@ -39,15 +39,15 @@ from sealflow.interpreter.store.errors import (
     StoreError,
     StoreUnavailable,
 )
-from sealflow.interpreter.store.prune import PruneMixin
-from sealflow.interpreter.store.records import LazyResults
-from sealflow.interpreter.store.sqlite import admission as sqlite_admission
-from sealflow.interpreter.store.sqlite import rows
-from sealflow.interpreter.store.sqlite import slots as sqlite_slots
-from sealflow.interpreter.store.sqlite.breakers import BreakersMixin
-from sealflow.interpreter.store.sqlite.children import STOPPING, ChildrenMixin
-from sealflow.interpreter.store.sqlite.deliveries import DeliveriesMixin
-from sealflow.interpreter.store.sqlite.disk import (  # noqa: F401 - wal_size re-exported (tests, benchmarks)
+from sealflow.store.prune import PruneMixin
+from sealflow.store.records import LazyResults
+from sealflow.store.sqlite import admission as sqlite_admission
+from sealflow.store.sqlite import rows
+from sealflow.store.sqlite import slots as sqlite_slots
+from sealflow.store.sqlite.breakers import BreakersMixin
+from sealflow.store.sqlite.children import STOPPING, ChildrenMixin
+from sealflow.store.sqlite.deliveries import DeliveriesMixin
+from sealflow.store.sqlite.disk import (  # noqa: F401 - wal_size re-exported (tests, benchmarks)
     WAL_LIMIT,
     Checkpointer,
     WalMixin,
@@ -55,16 +55,16 @@ from sealflow.interpreter.store.sqlite.disk import (  # noqa: F401 - wal_size re
     io_failure,
     wal_size,
 )
-from sealflow.interpreter.store.sqlite.events import EventsMixin
-from sealflow.interpreter.store.sqlite.queries import QueriesMixin
-from sealflow.interpreter.store.sqlite.ratelimits import RateLimitsMixin
-from sealflow.interpreter.store.sqlite.reads import Reads
-from sealflow.interpreter.store.sqlite.reservations import ReservationsMixin
-from sealflow.interpreter.store.sqlite.schema import migrate
-from sealflow.interpreter.store.sqlite.sessions import SessionsMixin
-from sealflow.interpreter.store.sqlite.steps import StepPathMixin
-from sealflow.interpreter.store.sqlite.sweep import SweepMixin
-from sealflow.interpreter.store.sqlite.tokens import TokensMixin
+from sealflow.store.sqlite.events import EventsMixin
+from sealflow.store.sqlite.queries import QueriesMixin
+from sealflow.store.sqlite.ratelimits import RateLimitsMixin
+from sealflow.store.sqlite.reads import Reads
+from sealflow.store.sqlite.reservations import ReservationsMixin
+from sealflow.store.sqlite.schema import migrate
+from sealflow.store.sqlite.sessions import SessionsMixin
+from sealflow.store.sqlite.steps import StepPathMixin
+from sealflow.store.sqlite.sweep import SweepMixin
+from sealflow.store.sqlite.tokens import TokensMixin
 
 dumps = rows.dumps
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
@@ -101,7 +101,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                                        f"store's file, e.g. sqlite:///{os.path.join(path, 'state.db')}")
         self._lock = threading.RLock()
         self._pending: list[tuple] = []  # audit rows of the transaction in progress
-        self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.interpreter.store.auditchain)
+        self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.store.auditchain)
         try:
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                          cached_statements=512, timeout=busy_timeout_ms / 1000)

@@ -1,6 +1,6 @@
 """The SQLite store's dispatch and sweeping operations (a mixin of :class:`SqliteStore`).
 
-The sweeper keeps invariant 2 of :mod:`sealflow.interpreter.store.base` moving:
+The sweeper keeps invariant 2 of :mod:`sealflow.store.base` moving:
 expired leases become ``scheduled`` again with a new token (so the zombie's
 commit fails its fence), ``leases_lost`` counted and what was observed kept as
 the attempt's message (the claiming worker runs it again, or finds it poison:
@@ -14,10 +14,10 @@ found again; a duplicate is refused by the claim).
 
 from __future__ import annotations
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.core.fingerprints import fingerprint
-from sealflow.interpreter.store.records import DeadLetterSpec, Due, Message, SweepReport
-from sealflow.interpreter.store.sqlite import rows
+from sealflow.core import states
+from sealflow.core.fingerprints import fingerprint
+from sealflow.store.records import DeadLetterSpec, Due, Message, SweepReport
+from sealflow.store.sqlite import rows
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"

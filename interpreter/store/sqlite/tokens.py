@@ -6,8 +6,8 @@ Shared by both backends (the PostgreSQL store runs this SQL through its dialect)
 
 from __future__ import annotations
 
-from sealflow.interpreter.store.errors import InvalidOperation
-from sealflow.interpreter.store.records import ApiTokenRecord
+from sealflow.store.errors import InvalidOperation
+from sealflow.store.records import ApiTokenRecord
 
 _COLS = "id, principal, tenant, created_at, created_by, expires_at, revoked_at, label, secret_hash"
 

@@ -9,11 +9,11 @@ import time
 import pytest
 from interp_helpers import retry
 
-from sealflow.interpreter.core import states
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.core.fingerprints import fingerprint, normalise
-from sealflow.interpreter.core.retry import backoff_ms, delay_seconds, should_retry
-from sealflow.interpreter.execution.timeouts import AttemptRunner, AttemptTimedOut
+from sealflow.core import states
+from sealflow.core.clock import FakeClock
+from sealflow.core.fingerprints import fingerprint, normalise
+from sealflow.core.retry import backoff_ms, delay_seconds, should_retry
+from sealflow.execution.timeouts import AttemptRunner, AttemptTimedOut
 
 # -- states ------------------------------------------------------------------------------------------
 

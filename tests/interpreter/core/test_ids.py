@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from sealflow.interpreter.core.errors import ERROR_CLASSES, ErrorClass
-from sealflow.interpreter.core.ids import StepRef, StepRole, compensation_id, gate_id, is_compensation, split_step_id
-from sealflow.interpreter.core.kinds import StepKind
-from sealflow.interpreter.core.states import RUN_STATES, STEP_STATES, RunState, StepState
+from sealflow.core.errors import ERROR_CLASSES, ErrorClass
+from sealflow.core.ids import StepRef, StepRole, compensation_id, gate_id, is_compensation, split_step_id
+from sealflow.core.kinds import StepKind
+from sealflow.core.states import RUN_STATES, STEP_STATES, RunState, StepState
 
 
 def test_given_step_ids_when_parsed_then_gate_and_compensate_suffixes_are_read_in_one_place():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sealflow.interpreter.core.jsonc import (
+from sealflow.core.jsonc import (
     REPLACEMENT,
     clean_text,
     dumps,

@@ -9,9 +9,9 @@ import logging
 import sys
 import uuid
 
-from sealflow.interpreter.core import redacted_output
-from sealflow.interpreter.core.redacted_output import RedactingStream
-from sealflow.interpreter.core.redaction import REDACTOR, Redactor
+from sealflow.core import redacted_output
+from sealflow.core.redacted_output import RedactingStream
+from sealflow.core.redaction import REDACTOR, Redactor
 
 SECRET = "pw-7c1e9b0d55aa-secret"
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from sealflow.interpreter.core.schedule import ScheduleError, due_slot, latest_slot, next_slot, slot_key
+from sealflow.core.schedule import ScheduleError, due_slot, latest_slot, next_slot, slot_key
 
 BERLIN_MONDAY_7 = "0 7 * * 1"
 

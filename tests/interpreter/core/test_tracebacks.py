@@ -7,8 +7,8 @@ import re
 
 from interp_helpers import line_of
 
-from sealflow.interpreter.core import tracebacks
-from sealflow.interpreter.core.errors import StepError
+from sealflow.core import tracebacks
+from sealflow.core.errors import StepError
 
 HERE = "tests/interpreter/core/test_tracebacks.py"
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sealflow.dsl.api import compile_bytes
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 SCHEMA = ("CREATE TABLE IF NOT EXISTS intervals (label TEXT, pid INTEGER, start REAL, end REAL);"
           "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, label TEXT);"

@@ -13,9 +13,9 @@ import sys
 from fanout_helpers import World, map_of
 from interp_helpers import serve_until
 
-from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.core.states import RUN_FINAL
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 
 def main(url: str, db: str, mode: str, n: int, concurrency: int) -> None:

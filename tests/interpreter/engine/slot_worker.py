@@ -16,10 +16,10 @@ import time
 
 from interp_helpers import S, make_plan, serve_until
 
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS intervals (label TEXT, pid INTEGER, fence INTEGER, start REAL, end REAL)"
 

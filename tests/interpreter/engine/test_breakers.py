@@ -16,15 +16,15 @@ import pytest
 from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.cli import main
+from sealflow.core.breakers import BreakerSettings
+from sealflow.core.clock import FakeClock
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import AgentPlan, AiPlan
-from sealflow.interpreter.core.breakers import BreakerSettings
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.providers.config import CircuitBreaker
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import action
+from sealflow.providers.config import CircuitBreaker
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = RuntimeConfig.from_dict({"circuit_breakers": {"svc": {"failures": 2, "window": "60s", "cool_down": "10s"}}})
@@ -111,8 +111,8 @@ def test_given_a_half_open_breaker_then_only_one_probe_passes_and_a_failed_probe
 
 CHILD = """
 import sys, time
-from sealflow.interpreter.core.breakers import BreakerSettings
-from sealflow.interpreter.store import open_store
+from sealflow.core.breakers import BreakerSettings
+from sealflow.store import open_store
 store = open_store(sys.argv[1]); s = BreakerSettings(failures=2, window=60, cool_down=0.5)
 if sys.argv[2] == "fail":
     for _ in range(2):
@@ -233,7 +233,7 @@ def test_given_a_model_breaker_open_then_an_agent_step_fails_with_circuit_open_w
 @pytest.mark.parametrize("kind", ["ai", "agent"])
 def test_given_a_model_breaker_open_then_the_refused_call_takes_nothing_from_the_model_rate_limit(tmp_path, registry,
                                                                                                  kind):
-    from sealflow.interpreter.providers.config import RateLimit
+    from sealflow.providers.config import RateLimit
 
     clock = FakeClock()
     model = FakeProvider(StepError("unavailable", "503"), name="m")
@@ -258,7 +258,7 @@ def test_given_a_model_breaker_open_then_the_refused_call_takes_nothing_from_the
 
 
 def test_given_a_bad_breaker_setting_when_the_runtime_starts_then_it_names_it(tmp_path):
-    from sealflow.interpreter.core.errors import ConfigError
+    from sealflow.core.errors import ConfigError
 
     # Given a runtime configuration with a misspelt breaker key, then the runtime refuses to start, naming it
     config = RuntimeConfig.from_dict({"circuit_breakers": {"svc": {"failure": 3}}})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.engine.committing import AGAIN, TRIES, commit_retrying
-from sealflow.interpreter.store.errors import ConcurrencyError, FencingError
-from sealflow.interpreter.store.records import Committed
+from sealflow.core.clock import FakeClock
+from sealflow.engine.committing import AGAIN, TRIES, commit_retrying
+from sealflow.store.errors import ConcurrencyError, FencingError
+from sealflow.store.records import Committed
 
 
 class ScriptedStore:
@@ -57,8 +57,8 @@ def test_given_endless_conflicts_when_committing_then_it_gives_up_with_the_calle
 
 def test_given_a_store_that_cannot_take_a_commit_for_a_while_when_the_lease_lasts_then_the_same_commit_goes_in():
     # Given a store away for three tries (disk full, read-only, the database restarting) and a lease of 30 s
-    from sealflow.interpreter.engine.committing import outlast
-    from sealflow.interpreter.store.errors import StoreUnavailable
+    from sealflow.engine.committing import outlast
+    from sealflow.store.errors import StoreUnavailable
 
     clock = FakeClock()
     store = ScriptedStore(*(StoreUnavailable("disk full") for _ in range(3)))
@@ -71,8 +71,8 @@ def test_given_a_store_that_cannot_take_a_commit_for_a_while_when_the_lease_last
 
 def test_given_a_store_away_past_the_lease_when_committing_then_it_gives_up_before_the_lease_ends():
     # Given a store away for good and a lease of 5 s
-    from sealflow.interpreter.engine.committing import MARGIN_S, outlast
-    from sealflow.interpreter.store.errors import StoreUnavailable
+    from sealflow.engine.committing import MARGIN_S, outlast
+    from sealflow.store.errors import StoreUnavailable
 
     clock = FakeClock()
     start = clock.now()

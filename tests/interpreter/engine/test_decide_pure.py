@@ -11,13 +11,13 @@ import types
 
 from interp_helpers import S, gate, make_plan, retry
 
+from sealflow.core.ids import StepRef
+from sealflow.core.outcomes import Failed, Skipped, Succeeded, Waiting
 from sealflow.dsl.plan import CompensationPlan, WaitPlan
-from sealflow.interpreter.core.ids import StepRef
-from sealflow.interpreter.core.outcomes import Failed, Skipped, Succeeded, Waiting
-from sealflow.interpreter.engine import compensation
-from sealflow.interpreter.engine.decide import decide, schedule_retry, skip_target
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.store.records import AttemptRecord, RunRecord
+from sealflow.engine import compensation
+from sealflow.engine.decide import decide, schedule_retry, skip_target
+from sealflow.execution.context import Execution
+from sealflow.store.records import AttemptRecord, RunRecord
 
 NOW = 1_000.0
 

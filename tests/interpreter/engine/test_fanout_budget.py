@@ -16,9 +16,9 @@ import pytest
 from fanout_helpers import World, definition, map_over, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS, FakeProvider
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 USER = "user:ana"
 

@@ -10,10 +10,10 @@ import pytest
 from fanout_helpers import World, map_of, map_over, serving, store_url, wait_for, world_runtime
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.core.states import RUN_FINAL
-from sealflow.interpreter.service.status import status_json
-from sealflow.interpreter.store import NotFound
-from sealflow.interpreter.store.records import RunQuery
+from sealflow.core.states import RUN_FINAL
+from sealflow.runtime.status import status_json
+from sealflow.store import NotFound
+from sealflow.store.records import RunQuery
 
 USER = "user:ana"
 
@@ -93,7 +93,7 @@ def test_status_counts_items_by_state_lists_failures_and_pages_child_runs(world)
     # and the child runs in index order, a page at a time
     assert [c["index"] for c in shown["children"]["runs"]] == [0, 1, 2, 3, 4]
     assert shown["children"]["next_offset"] is None
-    from sealflow.interpreter.service.status import run_status
+    from sealflow.runtime.status import run_status
 
     page = run_status(world.rt.store, status.run.id, children_offset=1, children_limit=2)
     assert [c.index for c in page.children] == [1, 2] and page.children_next == 3
@@ -129,8 +129,8 @@ def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):
 
 def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child_plan_not_derived(world, monkeypatch):
     # Given a worker with a trust gate (unsigned runs allowed: the parent run passes it)
-    from sealflow.interpreter.policy.trustgate import TrustGate
-    from sealflow.interpreter.steps import fanout
+    from sealflow.policy.trustgate import TrustGate
+    from sealflow.steps import fanout
 
     rt = world.rt
     rt.engine.trust_gate = TrustGate(allow_unsigned=True)
@@ -185,7 +185,7 @@ def test_pruning_keeps_a_finished_item_while_its_run_is_in_progress(world):
 def test_a_worker_lost_while_deciding_a_fan_out_neither_fails_it_nor_starts_it_twice(serving, monkeypatch):
     # Given a map of two items whose deciding attempt (after both ended) stalls in its first try
 
-    from sealflow.interpreter.steps import fanout
+    from sealflow.steps import fanout
 
     rt = serving.rt
     real, entered, go, calls = fanout.collect, threading.Event(), threading.Event(), []

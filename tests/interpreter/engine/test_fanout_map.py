@@ -12,7 +12,7 @@ import pytest
 from fanout_helpers import World, definition, map_of, map_over, most_at_once, store_url, world_runtime
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.steps import fanout
+from sealflow.steps import fanout
 
 USER = "user:ana"
 
@@ -181,7 +181,7 @@ def test_a_failing_branch_fails_the_parallel_step(world):
 def test_a_redriven_map_replays_completed_items_from_the_ledger_and_reruns_the_rest(world):
     # Given a map whose item step has an idempotency key naming the run and the index, one item at a time,
     # whose item "b" fails the first time only (not retried), so the run fails into the dead letters
-    from sealflow.interpreter.execution.actions import action
+    from sealflow.execution.actions import action
 
     calls: list[str] = []
 

@@ -15,7 +15,7 @@ import pytest
 from fanout_helpers import World, finish, most_at_once, start_process, store_url
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.store import open_store
+from sealflow.store import open_store
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "fanout_worker.py"

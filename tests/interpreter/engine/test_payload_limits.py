@@ -11,13 +11,13 @@ import re
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES, MAX_MESSAGE_CHARS
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import auditchain
+from sealflow.core.clock import FakeClock
+from sealflow.core.errors import ConfigError, StepError
+from sealflow.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES, MAX_MESSAGE_CHARS
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import auditchain
 
 LIMIT = 64 * 1024
 

@@ -10,9 +10,9 @@ import sqlite3
 import pytest
 from interp_helpers import BACKENDS, S, make_plan, retry
 
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store.errors import PlanTampered
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store.errors import PlanTampered
 
 
 @pytest.fixture(params=BACKENDS)
@@ -132,7 +132,7 @@ def test_given_a_plan_row_that_does_not_hash_to_its_digest_when_loaded_then_plan
 def test_given_a_run_refused_for_its_tampered_plan_when_an_operator_redrives_it_then_refused_without_a_bug_report(
         tmp_path, capsys, monkeypatch):
     from sealflow.cli import main
-    from sealflow.interpreter.execution.actions import REGISTRY
+    from sealflow.execution.actions import REGISTRY
 
     # Given a run refused for its tampered plan, in the command line's store
     url = f"sqlite:///{tmp_path / 'cli.db'}"

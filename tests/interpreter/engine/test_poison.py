@@ -9,12 +9,12 @@ from typing import TypedDict
 import pytest
 from interp_helpers import S, make_plan, retry
 
+from sealflow.core.retry import should_retry
 from sealflow.dsl.plan import ErrorRoutePlan, RetryPolicy
-from sealflow.interpreter.core.retry import should_retry
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store.errors import InvalidOperation
+from sealflow.execution.actions import action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store.errors import InvalidOperation
 
 
 def lose(rt: Runtime, clock, message, owner: str = "doomed") -> tuple:
@@ -311,7 +311,7 @@ def test_an_unknown_outcome_nobody_decides_fails_closed_at_its_timeout(store, re
 
 def test_only_a_principal_holding_runs_resolve_may_decide(store, registry, clock):
     # Given a run of tenant acme waiting at an outcome-unknown gate, under an access policy
-    from sealflow.interpreter.policy.access import PolicyAccess
+    from sealflow.policy.access import PolicyAccess
 
     @action("t.sms", effect="irreversible", honours_idempotency_key=False, registry=registry)
     def sms(ctx):
@@ -326,7 +326,7 @@ def test_only_a_principal_holding_runs_resolve_may_decide(store, registry, clock
         (message,) = rt.store.take_outbox(clock.now())
         lose(rt, clock, message)
         # When a member without runs:resolve decides, and an outsider
-        from sealflow.interpreter.store.errors import NotFound
+        from sealflow.store.errors import NotFound
 
         for who in ("user:viewer", "user:stranger"):
             with pytest.raises(NotFound):
@@ -340,7 +340,7 @@ def test_only_a_principal_holding_runs_resolve_may_decide(store, registry, clock
 
 
 def test_honours_idempotency_key_false_is_refused_on_a_read_action(registry):
-    from sealflow.interpreter.core.errors import ActionRegistrationError
+    from sealflow.core.errors import ActionRegistrationError
 
     with pytest.raises(ActionRegistrationError, match="effect is 'read'"):
         action("t.read", honours_idempotency_key=False, registry=registry)(lambda ctx: None)

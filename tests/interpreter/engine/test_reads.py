@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from interp_helpers import S, make_plan
 
-from sealflow.interpreter.engine.reads import named_results
-from sealflow.interpreter.execution.actions import action
+from sealflow.engine.reads import named_results
+from sealflow.execution.actions import action
 
 
 def test_a_step_names_the_steps_its_templates_read_and_itself():

@@ -12,11 +12,11 @@ import threading
 import pytest
 from interp_helpers import BACKENDS, S, make_plan, retry
 
+from sealflow.core.clock import FakeClock
 from sealflow.dsl.plan import CompensationPlan, RetryPolicy
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 RETRY_CLASSES = {"no retry class": RetryPolicy(),
                  "a retry class listing timeout and network": retry("timeout", "network", max_attempts=5, initial_ms=0)}

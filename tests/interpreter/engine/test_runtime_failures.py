@@ -8,8 +8,8 @@ import time
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
+from sealflow.core.errors import StepError
+from sealflow.execution.actions import action
 
 
 class Flaky:

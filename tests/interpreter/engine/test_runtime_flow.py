@@ -7,8 +7,8 @@ import os
 import pytest
 from interp_helpers import S, make_plan
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
+from sealflow.core.errors import StepError
+from sealflow.execution.actions import action
 
 
 @pytest.fixture
@@ -263,7 +263,7 @@ def test_a_forged_or_stale_message_for_a_step_this_process_lacks_is_refused_and_
 
 def test_the_plan_cache_of_a_long_lived_engine_is_bounded(runtime, monkeypatch):
     # Given an engine that keeps at most 2 plans in memory
-    from sealflow.interpreter.engine import engine as engine_module
+    from sealflow.engine import engine as engine_module
 
     monkeypatch.setattr(engine_module, "PLANS_MAX", 2)
     # When it runs 5 different plans, one after the other, and then the first one again

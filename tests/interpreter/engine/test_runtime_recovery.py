@@ -12,11 +12,11 @@ from pathlib import Path
 
 from interp_helpers import S, make_plan
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.core.outcomes import Succeeded
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.core.clock import FakeClock
+from sealflow.core.outcomes import Succeeded
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,9 +44,9 @@ CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
     from sealflow.dsl.plan import Plan
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.runtime import Runtime
-    from sealflow.interpreter.store import open_store
+    from sealflow.execution.actions import Registry, action
+    from sealflow.runtime.facade import Runtime
+    from sealflow.store import open_store
 
     reg = Registry()
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from interp_helpers import S, make_plan, retry
 
+from sealflow.core.clock import FakeClock
 from sealflow.dsl.plan import CompensationPlan, ErrorRoutePlan, RetryPolicy
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -84,7 +84,7 @@ def test_a_run_that_fails_for_good_undoes_its_completed_steps_newest_first(runti
     # its result is in the idempotency ledger
     assert runtime.store.ledger_get("default", f"{status.run.id}:charge:compensate").result == {"undone": "charge"}
     # and it cannot be redriven: its failed step would build on effects that were undone
-    from sealflow.interpreter.store import InvalidOperation
+    from sealflow.store import InvalidOperation
 
     with pytest.raises(InvalidOperation, match="compensated"):
         runtime.dlq_redrive(status.run.id)
@@ -134,7 +134,7 @@ def test_a_compensation_that_fails_for_good_quarantines_the_run_with_the_reason(
     failed = next(e for e in runtime.audit(status.run.id) if e.event == "compensation.failed")
     assert failed.detail["left"] == ["reserve"]
     # and it cannot be redriven blindly
-    from sealflow.interpreter.store import InvalidOperation
+    from sealflow.store import InvalidOperation
 
     with pytest.raises(InvalidOperation, match="quarantined"):
         runtime.dlq_redrive(status.run.id)
@@ -162,9 +162,9 @@ CHILD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
     from sealflow.dsl.plan import Plan
-    from sealflow.interpreter.execution.actions import Registry, action
-    from sealflow.interpreter.service.runtime import Runtime
-    from sealflow.interpreter.store import open_store
+    from sealflow.execution.actions import Registry, action
+    from sealflow.runtime.facade import Runtime
+    from sealflow.store import open_store
 
     reg = Registry()
 

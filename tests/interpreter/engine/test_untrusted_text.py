@@ -12,11 +12,11 @@ import random
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import auditchain
+from sealflow.core.clock import FakeClock
+from sealflow.core.errors import StepError
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import auditchain
 
 LONE = json.loads('"\\ud800"')
 

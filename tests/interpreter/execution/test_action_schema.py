@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 import pydantic
 import pytest
 
-from sealflow.interpreter.core.errors import ActionRegistrationError
-from sealflow.interpreter.execution.action_schema import parameter_docs, parameters_schema, return_schema
-from sealflow.interpreter.execution.actions import Registry, action
+from sealflow.core.errors import ActionRegistrationError
+from sealflow.execution.action_schema import parameter_docs, parameters_schema, return_schema
+from sealflow.execution.actions import Registry, action
 
 
 class Colour(enum.Enum):

@@ -10,9 +10,9 @@ import pytest
 from interp_helpers import S, line_of, make_plan
 
 from sealflow.dsl.plan import ErrorRoutePlan
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 HERE = "tests/interpreter/execution/test_action_tracebacks.py"
 SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c"
@@ -64,7 +64,7 @@ def test_a_failing_actions_traceback_is_stored_with_its_attempt_and_its_summary_
 
 def test_a_classified_failure_keeps_no_traceback(on_store, registry):
     # Given an action that fails on purpose with a classified error
-    from sealflow.interpreter.core.errors import StepError
+    from sealflow.core.errors import StepError
 
     @action("t.refuse", registry=registry)
     def refuse(ctx):

@@ -16,10 +16,10 @@ import pydantic
 import pytest
 from interp_helpers import S, make_plan
 
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import RetryPolicy
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution import arguments
-from sealflow.interpreter.execution.actions import action
+from sealflow.execution import arguments
+from sealflow.execution.actions import action
 
 
 class Greeting(TypedDict):

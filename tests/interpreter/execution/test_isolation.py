@@ -10,12 +10,12 @@ import time
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.errors import ConfigError, StepError
-from sealflow.interpreter.execution import isolation
-from sealflow.interpreter.execution.actions import ActionRegistrationError, action
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.core.errors import ConfigError, StepError
+from sealflow.execution import isolation
+from sealflow.execution.actions import ActionRegistrationError, action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 
 def one_step(name: str, **fields):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.execution import leasewatch
-from sealflow.interpreter.execution.leasewatch import LeaseWatch
+from sealflow.core.clock import FakeClock
+from sealflow.execution import leasewatch
+from sealflow.execution.leasewatch import LeaseWatch
 
 
 @dataclasses.dataclass

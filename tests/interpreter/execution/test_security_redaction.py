@@ -15,13 +15,13 @@ import pytest
 from interp_helpers import S, make_plan
 
 from sealflow.cli import main
+from sealflow.core.errors import StepError
+from sealflow.core.redaction import Redactor
 from sealflow.dsl.plan import AgentPlan
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.core.redaction import Redactor
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.providers.base import ModelResult, ToolCall
-from sealflow.interpreter.providers.recording import RecordingProvider
-from sealflow.interpreter.store import AuditEvent, auditchain
+from sealflow.execution.actions import action
+from sealflow.providers.base import ModelResult, ToolCall
+from sealflow.providers.recording import RecordingProvider
+from sealflow.store import AuditEvent, auditchain
 
 PEM = ("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIHq1sTcB9kUvJmPzRx3aWq0oYdLf8eNcGh2iVbE5tZ7K\n"
        "-----END PRIVATE KEY-----")

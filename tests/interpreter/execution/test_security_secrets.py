@@ -11,12 +11,12 @@ import random
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.execution.secrets import REDACTOR, SecretChain, env_name
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.core.errors import StepError
+from sealflow.execution.actions import action
+from sealflow.execution.secrets import REDACTOR, SecretChain, env_name
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 SECRET = "sk-live-7f3a9b2c1d8e"
 

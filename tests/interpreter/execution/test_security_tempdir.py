@@ -10,11 +10,11 @@ import threading
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.service.config import RuntimeConfig
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.core.errors import StepError
+from sealflow.execution.actions import action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 
 @pytest.fixture

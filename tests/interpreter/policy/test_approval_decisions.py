@@ -8,10 +8,10 @@ import types
 import pytest
 from interp_helpers import S, approval, make_plan
 
-from sealflow.interpreter.core.outcomes import Failed, Succeeded, Waiting
-from sealflow.interpreter.execution.context import Execution
-from sealflow.interpreter.policy.approvals import Refusal, deny, eligible_as, grant, may_decide, opening
-from sealflow.interpreter.store.records import AttemptRecord, RunRecord
+from sealflow.core.outcomes import Failed, Succeeded, Waiting
+from sealflow.execution.context import Execution
+from sealflow.policy.approvals import Refusal, deny, eligible_as, grant, may_decide, opening
+from sealflow.store.records import AttemptRecord, RunRecord
 
 NOW = 1_000.0
 

@@ -8,12 +8,12 @@ import threading
 import pytest
 from interp_helpers import FakeProvider, S, make_plan
 
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import AiPlan
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.service.config import RuntimeConfig, TenantLimits
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.steps.ai import DEFAULT_MAX_TOKENS
-from sealflow.interpreter.store import open_store
+from sealflow.runtime.config import RuntimeConfig, TenantLimits
+from sealflow.runtime.facade import Runtime
+from sealflow.steps.ai import DEFAULT_MAX_TOKENS
+from sealflow.store import open_store
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import pytest
 from interp_helpers import S, approval, make_plan
 from security_helpers import events
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.policy.approvals import ApprovalVoid, show_hash
-from sealflow.interpreter.policy.authz import Unauthorized
-from sealflow.interpreter.store import InvalidOperation, NotFound
+from sealflow.execution.actions import action
+from sealflow.policy.approvals import ApprovalVoid, show_hash
+from sealflow.policy.authz import Unauthorized
+from sealflow.store import InvalidOperation, NotFound
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import pytest
 from interp_helpers import FakeProvider, S, make_plan, retry
 
 from sealflow.dsl.plan import AiPlan, ErrorRoutePlan, StepBudgetPlan
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.policy.budgets import day_of
+from sealflow.execution.actions import action
+from sealflow.policy.budgets import day_of
 
 
 def ai(step_id="think", max_tokens=100, **kw):

@@ -8,10 +8,10 @@ import time
 import pytest
 from interp_helpers import S, make_plan
 
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.config import RuntimeConfig, TenantLimits
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.config import RuntimeConfig, TenantLimits
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 
 class World:

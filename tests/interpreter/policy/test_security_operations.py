@@ -11,10 +11,10 @@ import pytest
 from interp_helpers import S, approval, gate, make_plan
 from security_helpers import PolicyFile, events, secured_runtime
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.policy.access import AccessPolicyError, FileAccess, OpenAccess
-from sealflow.interpreter.policy.authz import Unauthorized
-from sealflow.interpreter.store import InvalidOperation, NotFound
+from sealflow.execution.actions import action
+from sealflow.policy.access import AccessPolicyError, FileAccess, OpenAccess
+from sealflow.policy.authz import Unauthorized
+from sealflow.store import InvalidOperation, NotFound
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def test_the_policy_names_operators_with_principals_only(tmp_path):
 
 
 def test_open_development_mode_allows_every_operation(runtime, charges):
-    from sealflow.interpreter.policy.operations import Operation, may
+    from sealflow.policy.operations import Operation, may
 
     # Given a run on a runtime without an access policy; When anyone acts on it, it is allowed (as recorded)
     run_id = runtime.run(gated(), {"amount": 1}, initiator="user:alice", tenant="acme").run.id

@@ -10,9 +10,9 @@ from interp_helpers import FakeProvider, S, make_plan
 
 from sealflow.cli import main
 from sealflow.dsl.plan import AiPlan
-from sealflow.interpreter.service.config import ConfigError, RuntimeConfig, TenantLimits, parse_size
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import AdmissionRefused, open_store
+from sealflow.runtime.config import ConfigError, RuntimeConfig, TenantLimits, parse_size
+from sealflow.runtime.facade import Runtime
+from sealflow.store import AdmissionRefused, open_store
 
 
 def limited(tmp_path, registry, providers, clock, **limits):

@@ -6,7 +6,7 @@ import pytest
 from interp_helpers import S, approval, make_plan, retry
 from security_helpers import events
 
-from sealflow.interpreter.execution.actions import action
+from sealflow.execution.actions import action
 
 
 @pytest.fixture

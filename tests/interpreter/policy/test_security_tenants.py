@@ -6,8 +6,8 @@ import pytest
 from interp_helpers import S, approval, make_plan
 from security_helpers import events
 
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.store import Message, NotFound
+from sealflow.execution.actions import action
+from sealflow.store import Message, NotFound
 
 
 @pytest.fixture

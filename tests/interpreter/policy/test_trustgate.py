@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from sealflow.dsl.trust import load_policy, signing, verify_bytes
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.policy.trustgate import TrustGate, check
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
-from sealflow.interpreter.store.definitions import DefinitionSource
+from sealflow.execution.actions import action
+from sealflow.policy.trustgate import TrustGate, check
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
+from sealflow.store.definitions import DefinitionSource
 
 SOURCE = """sealflow: 1
 name: payout

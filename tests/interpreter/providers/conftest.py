@@ -6,9 +6,9 @@ import pytest
 from fake_model_servers import FakeModelServer
 from model_helpers import KEY
 
-from sealflow.interpreter.providers.anthropic_messages import AnthropicAdapter
-from sealflow.interpreter.providers.config import parse_model
-from sealflow.interpreter.providers.openai_chat import OpenAIAdapter
+from sealflow.providers.anthropic_messages import AnthropicAdapter
+from sealflow.providers.config import parse_model
+from sealflow.providers.openai_chat import OpenAIAdapter
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers import http as model_http
+from sealflow.core.errors import StepError
+from sealflow.providers import http as model_http
 
 
 class _Flood(http.server.BaseHTTPRequestHandler):

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sealflow.interpreter.execution.action_schema import parameters_schema
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.providers import LocalModel, ModelRequest
-from sealflow.interpreter.providers.base import ToolCall, ToolSpec
-from sealflow.interpreter.providers.local_agent import id_tokens, query_text
-from sealflow.interpreter.providers.local_answer import choose
-from sealflow.interpreter.steps.agent.tools import tool_spec
+from sealflow.execution.action_schema import parameters_schema
+from sealflow.execution.actions import Registry, action
+from sealflow.providers import LocalModel, ModelRequest
+from sealflow.providers.base import ToolCall, ToolSpec
+from sealflow.providers.local_agent import id_tokens, query_text
+from sealflow.providers.local_answer import choose
+from sealflow.steps.agent.tools import tool_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 TRIAGE_SCHEMA = json.loads((ROOT / "schemas" / "support-triage-result.json").read_text())
@@ -229,7 +229,7 @@ def test_requests_without_tools_are_answered_as_before():
 @pytest.mark.parametrize("ticket", ["tkt_1001", "tkt_1002", "tkt_1003", "tkt_1004", "tkt_1005"])
 def test_every_demo_ticket_gets_a_schema_valid_answer_from_the_real_tools(tmp_path, ticket):
     from sealflow.demo import store as demo_store
-    from sealflow.interpreter.execution.actions import REGISTRY
+    from sealflow.execution.actions import REGISTRY
 
     demo_store.configure(tmp_path / "demo.db")
     try:

@@ -7,14 +7,14 @@ import yaml
 from interp_helpers import S, make_plan, retry
 from model_helpers import KEY
 
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import AgentPlan, AiPlan
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.providers import LocalModel
-from sealflow.interpreter.providers.base import ModelRequest
-from sealflow.interpreter.providers.config import parse_models
-from sealflow.interpreter.providers.loader import check_models, list_models, load_models
-from sealflow.interpreter.service.config import ConfigError
+from sealflow.execution.actions import action
+from sealflow.providers import LocalModel
+from sealflow.providers.base import ModelRequest
+from sealflow.providers.config import parse_models
+from sealflow.providers.loader import check_models, list_models, load_models
+from sealflow.runtime.config import ConfigError
 
 EXAMPLE = """
 models:
@@ -154,7 +154,7 @@ SCHEMA = {"type": "object", "required": ["label"], "properties": {"label": {"enu
 @pytest.fixture
 def clock():
     """The real clock: a step's deadline is a wall-clock time that the adapters compare with time.time()."""
-    from sealflow.interpreter.core.clock import SYSTEM
+    from sealflow.core.clock import SYSTEM
 
     return SYSTEM
 

@@ -7,9 +7,9 @@ import time
 import pytest
 from model_helpers import KEY
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import ModelRequest
-from sealflow.interpreter.providers.failures import retry_after
+from sealflow.core.errors import StepError
+from sealflow.providers.base import ModelRequest
+from sealflow.providers.failures import retry_after
 
 SCHEMA = {"type": "object", "properties": {"label": {"enum": ["high", "low"]}}, "required": ["label"]}
 BOTH = ["openai", "anthropic"]
@@ -66,7 +66,7 @@ def test_rate_limits_honour_retry_after_ms_then_retry_after(adapter, provider, w
 
 
 def test_quota_and_billing_are_never_retryable():
-    from sealflow.interpreter.core.errors import ERROR_CLASSES
+    from sealflow.core.errors import ERROR_CLASSES
 
     assert ERROR_CLASSES["budget_exceeded"] is False
 

@@ -15,9 +15,9 @@ import pytest
 from interp_helpers import S, make_plan
 from model_helpers import KEY
 
+from sealflow.core.errors import ERROR_CLASSES, FALLS_BACK
 from sealflow.dsl.plan import AiPlan
-from sealflow.interpreter.core.errors import ERROR_CLASSES, FALLS_BACK
-from sealflow.interpreter.providers.loader import load_models
+from sealflow.providers.loader import load_models
 
 SCHEMA = {"type": "object", "required": ["label"], "properties": {"label": {"enum": ["high", "low"]}}}
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
@@ -26,7 +26,7 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
 @pytest.fixture
 def clock():
     """The real clock: a step's deadline is a wall-clock time the adapters compare with time.time()."""
-    from sealflow.interpreter.core.clock import SYSTEM
+    from sealflow.core.clock import SYSTEM
 
     return SYSTEM
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from model_helpers import KEY
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers.base import ModelRequest, ToolSpec
-from sealflow.interpreter.providers.loader import load_models
-from sealflow.interpreter.providers.recording import (
+from sealflow.core.errors import StepError
+from sealflow.providers.base import ModelRequest, ToolSpec
+from sealflow.providers.loader import load_models
+from sealflow.providers.recording import (
     RecordingProvider,
     RecordingRegistry,
     ReplayMiss,
@@ -79,7 +79,7 @@ def test_repeated_requests_replay_in_recorded_order(tmp_path):
             Flaky.calls += 1
             if Flaky.calls == 1:
                 raise StepError("rate_limited", "slow down", retry_after=1.5)
-            from sealflow.interpreter.providers.base import ModelResult
+            from sealflow.providers.base import ModelResult
             return ModelResult(output="ok", text="ok")
 
     path = tmp_path / "calls.jsonl"
@@ -120,7 +120,7 @@ def test_request_keys_ignore_deadline_and_idempotency_key_only():
 def test_the_pytest_plugin_replays_and_fails_a_test_on_a_miss(tmp_path):
     # Given a user's project with a recording and the plugin enabled in its conftest
     request = ModelRequest(model="fast", prompt="hello")
-    from sealflow.interpreter.providers.base import ModelResult
+    from sealflow.providers.base import ModelResult
 
     class Canned:
         name = "canned"
@@ -129,9 +129,9 @@ def test_the_pytest_plugin_replays_and_fails_a_test_on_a_miss(tmp_path):
             return ModelResult(output="hi there", text="hi there")
 
     RecordingProvider(Canned(), tmp_path / "rec.jsonl").complete(request)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["sealflow.interpreter.providers.pytest_plugin"]\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["sealflow.testing.pytest_plugin"]\n')
     (tmp_path / "test_flow.py").write_text(textwrap.dedent("""
-        from sealflow.interpreter.providers.base import ModelRequest
+        from sealflow.providers.base import ModelRequest
 
         def test_recorded(model_replay):
             providers = model_replay("rec.jsonl")

@@ -7,8 +7,8 @@ import logging
 import pytest
 from model_helpers import KEY
 
-from sealflow.interpreter.providers.base import ModelRequest, ToolSpec
-from sealflow.interpreter.providers.structured import NotStrict, drop_optional_nulls, strict_schema
+from sealflow.providers.base import ModelRequest, ToolSpec
+from sealflow.providers.structured import NotStrict, drop_optional_nulls, strict_schema
 
 SCHEMA = {"type": "object", "required": ["label"],
           "properties": {"label": {"enum": ["high", "low"]}, "reason": {"type": "string", "maxLength": 80}}}
@@ -64,8 +64,8 @@ def test_strict_conversion_rules():
 
 
 def test_the_official_openai_endpoint_gets_max_completion_tokens(adapter):
-    from sealflow.interpreter.providers.config import parse_model
-    from sealflow.interpreter.providers.openai_chat import OpenAIAdapter
+    from sealflow.providers.config import parse_model
+    from sealflow.providers.openai_chat import OpenAIAdapter
 
     config = parse_model("m", {"provider": "openai", "model": "gpt-4o", "api_key": {"secret": "K"}}, "models.m")
     body = OpenAIAdapter(config, KEY).body(ModelRequest(model="m", prompt="p", max_tokens=10))
@@ -148,7 +148,7 @@ def test_a_configured_price_overrides_the_table(adapter):
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_refused_answer_still_carries_its_usage(adapter, provider):
-    from sealflow.interpreter.core.errors import StepError
+    from sealflow.core.errors import StepError
 
     with pytest.raises(StepError) as caught:
         adapter(provider, "truncated").complete(ModelRequest(model="m", prompt="p", output_schema=SCHEMA))

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.providers import (
+from sealflow.core.errors import StepError
+from sealflow.providers import (
     PROVIDERS,
     LocalModel,
     ModelRequest,
@@ -25,7 +25,7 @@ from sealflow.interpreter.providers import (
     error_for_status,
     remaining_seconds,
 )
-from sealflow.interpreter.providers.synth import fit, sample_pattern
+from sealflow.providers.synth import fit, sample_pattern
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -14,12 +14,12 @@ import time
 
 from interp_helpers import S, make_plan, serve_until
 
+from sealflow.core.clock import Clock
 from sealflow.dsl.plan import AiPlan
-from sealflow.interpreter.core.clock import Clock
-from sealflow.interpreter.execution.actions import Registry
-from sealflow.interpreter.providers.loader import load_models
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import Registry
+from sealflow.providers.loader import load_models
+from sealflow.runtime.facade import Runtime
+from sealflow.store import open_store
 
 SCHEMA = {"type": "object", "required": ["label"], "additionalProperties": False,
           "properties": {"label": {"type": "string"}}}

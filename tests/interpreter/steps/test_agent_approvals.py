@@ -11,9 +11,9 @@ import test_agent_steps
 from interp_helpers import approval
 from test_agent_steps import Call, ScriptedAgent, agent_step, attempt_of, run_plan
 
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import AgentPlan
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.store import InvalidOperation
+from sealflow.store import InvalidOperation
 
 world = test_agent_steps.world  # the test tools and their recorded effects (a fixture)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from interp_helpers import S, make_plan, retry
 
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import AgentPlan, ErrorRoutePlan, StepBudgetPlan, ValidateRulePlan
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.providers.base import ModelResult, ToolCall
+from sealflow.execution.actions import action
+from sealflow.providers.base import ModelResult, ToolCall
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -400,14 +400,14 @@ def test_a_malformed_call_is_refused(runtime, providers, world):
 @pytest.fixture
 def triage(tmp_path):
     api = pytest.importorskip("sealflow.dsl.api")
-    from sealflow.interpreter.service.honoured import refuses
+    from sealflow.runtime.honoured import refuses
 
     if refuses("step.concurrency"):  # support-triage declares concurrency: helpdesk-writes
         pytest.skip("refused at submit while concurrency pools are not enforced "
-                    "(sealflow.interpreter.service.honoured.NOT_YET)")
+                    "(sealflow.runtime.honoured.NOT_YET)")
     from sealflow.demo import store as demo_store
-    from sealflow.interpreter.execution.actions import REGISTRY
-    from sealflow.interpreter.service.runtime import Runtime
+    from sealflow.execution.actions import REGISTRY
+    from sealflow.runtime.facade import Runtime
 
     demo_store.configure(tmp_path / "demo.db")
     plan = api.compile_file(ROOT / "definitions" / "support-triage.v1.yaml")

@@ -12,14 +12,14 @@ from fake_model_servers import FakeModelServer
 from interp_helpers import BACKENDS, S, make_plan
 
 from sealflow.cli.render import print_outcome
+from sealflow.core.clock import FakeClock
 from sealflow.dsl.plan import AgentPlan, AiPlan
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.providers.loader import load_models
-from sealflow.interpreter.service.config import RuntimeConfig, TenantLimits
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.service.status import status_json
-from sealflow.interpreter.store import open_store
+from sealflow.execution.actions import action
+from sealflow.providers.loader import load_models
+from sealflow.runtime.config import RuntimeConfig, TenantLimits
+from sealflow.runtime.facade import Runtime
+from sealflow.runtime.status import status_json
+from sealflow.store import open_store
 
 SCHEMA = {"type": "object", "required": ["label"], "additionalProperties": False,
           "properties": {"label": {"type": "string"}}}

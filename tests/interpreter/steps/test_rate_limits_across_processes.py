@@ -16,7 +16,7 @@ import pytest
 from fake_model_servers import FakeModelServer
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.store import open_store
+from sealflow.store import open_store
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "ratelimit_worker.py"

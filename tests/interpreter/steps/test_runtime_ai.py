@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from interp_helpers import FakeProvider, S, make_plan, retry
 
+from sealflow.core.errors import StepError
 from sealflow.dsl.plan import AgentPlan, AiPlan
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.service.submitting import ModelNotConfigured
+from sealflow.runtime.submitting import ModelNotConfigured
 
 SCHEMA = {"type": "object", "required": ["classification"],
           "properties": {"classification": {"enum": ["high", "low"]}, "reason": {"type": "string"}}}
@@ -131,8 +131,8 @@ def test_the_cost_budget_stops_the_run(runtime, providers):
 
 def test_each_call_is_audited_with_prompt_model_and_schema_digest_and_status_shows_usage_per_step(runtime,
                                                                                                     providers):
-    from sealflow.interpreter.service.status import status_json
-    from sealflow.interpreter.steps.ai import schema_digest
+    from sealflow.runtime.status import status_json
+    from sealflow.steps.ai import schema_digest
 
     # Given a step whose prompt comes from a prompt file, and a model that reports its own id
     providers["m1"] = FakeProvider({"classification": "maybe"}, {"classification": "low"}, tokens=30, cost=0.01)

@@ -15,10 +15,10 @@ from interp_helpers import S, make_plan
 
 from sealflow.cli import main
 from sealflow.dsl.trust import signing
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.store import AuditEvent, auditanchor, auditchain, open_store
-from sealflow.interpreter.store.auditchain import SqliteChain
-from sealflow.interpreter.store.sqlite.schema import migrate
+from sealflow.execution.actions import action
+from sealflow.store import AuditEvent, auditanchor, auditchain, open_store
+from sealflow.store.auditchain import SqliteChain
+from sealflow.store.sqlite.schema import migrate
 
 
 @pytest.fixture

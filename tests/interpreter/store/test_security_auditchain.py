@@ -9,9 +9,9 @@ import pytest
 from interp_helpers import S, make_plan
 
 from sealflow.cli import main
-from sealflow.interpreter.execution.actions import action
-from sealflow.interpreter.store import auditchain, open_store
-from sealflow.interpreter.store.sqlite.schema import migrate
+from sealflow.execution.actions import action
+from sealflow.store import auditchain, open_store
+from sealflow.store.sqlite.schema import migrate
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_the_chain_is_computed_in_the_appending_transaction_across_store_objects
     # Given two store objects (two processes) appending to the same file
     one, two = (open_store(f"sqlite:///{tmp_path}/s.db") for _ in range(2))
     try:
-        from sealflow.interpreter.store.base import AuditEvent
+        from sealflow.store.base import AuditEvent
 
         for i in range(6):
             (one if i % 2 else two).append_audit(AuditEvent("note", None, "user:ana", tenant="acme",
@@ -232,7 +232,7 @@ def test_cli_audit_run_still_prints_a_runs_trail(chained, capsys):
 def test_a_chain_verified_while_workers_append_to_it_is_whole_on_every_store(store):
     import threading
 
-    from sealflow.interpreter.store import AuditEvent, auditanchor
+    from sealflow.store import AuditEvent, auditanchor
 
     # Given a store whose tenant chain other writers keep appending to (as live workers do), from their
     # own store objects (another process's view of the same store)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sealflow.interpreter.store import InvalidOperation, NewRun
-from sealflow.interpreter.store.records import ApiTokenRecord, RunQuery
+from sealflow.store import InvalidOperation, NewRun
+from sealflow.store.records import ApiTokenRecord, RunQuery
 
 T0 = 1_700_000_000.0
 

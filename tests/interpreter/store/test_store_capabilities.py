@@ -11,20 +11,20 @@ import threading
 import pytest
 from interp_helpers import BACKENDS
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.engine.recovery import expire_dead_owners
-from sealflow.interpreter.execution.actions import Registry
-from sealflow.interpreter.execution.context import Services
-from sealflow.interpreter.service import liveness
-from sealflow.interpreter.service.telemetry.metrics import Metrics
-from sealflow.interpreter.store.capabilities import (
+from sealflow.core.clock import FakeClock
+from sealflow.engine.recovery import expire_dead_owners
+from sealflow.execution.actions import Registry
+from sealflow.execution.context import Services
+from sealflow.runtime import liveness
+from sealflow.runtime.telemetry.metrics import Metrics
+from sealflow.store.capabilities import (
     Capabilities,
     Heartbeats,
     SqlReads,
     UsageReservations,
     WorkNotification,
 )
-from sealflow.interpreter.store.postgres.store import PostgresStore
+from sealflow.store.postgres.store import PostgresStore
 
 #: backend -> the capabilities it declares
 DECLARED = {

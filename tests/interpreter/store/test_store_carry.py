@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
 
-from sealflow.interpreter.store import (
+from sealflow.store import (
     Commit,
     FencingError,
     IllegalTransition,
@@ -22,7 +22,7 @@ from sealflow.interpreter.store import (
     auditchain,
     open_store,
 )
-from sealflow.interpreter.store.records import LazyResults
+from sealflow.store.records import LazyResults
 
 
 def finish(claimed, now=T0):

@@ -12,10 +12,10 @@ import sqlite3
 
 import pytest
 
-from sealflow.interpreter.store import AuditEvent, auditchain, open_store
-from sealflow.interpreter.store.auditverify import GENESIS, body_hash, event_hash, link_hash, row_hash
-from sealflow.interpreter.store.postgres import migrate as pg_migrate
-from sealflow.interpreter.store.sqlite.schema import migrate as sqlite_migrate
+from sealflow.store import AuditEvent, auditchain, open_store
+from sealflow.store.auditverify import GENESIS, body_hash, event_hash, link_hash, row_hash
+from sealflow.store.postgres import migrate as pg_migrate
+from sealflow.store.sqlite.schema import migrate as sqlite_migrate
 
 T0 = 1_700_000_000.0
 _V1_COLS = ("run_id, step_id, event, actor, state_before, state_after, detail, ts, tenant, workflow, workflow_version, "

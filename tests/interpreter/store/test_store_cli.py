@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from sealflow.cli import main
-from sealflow.interpreter.store.postgres import LATEST
-from sealflow.interpreter.store.postgres.schema import MIGRATIONS
+from sealflow.store.postgres import LATEST
+from sealflow.store.postgres.schema import MIGRATIONS
 
 #: the migration numbers, in order (they may skip)
 VERSIONS = [number for number, _, _ in MIGRATIONS]

@@ -11,8 +11,8 @@ import dataclasses
 import pytest
 from test_store_suite import T0, submit_and_claim
 
-from sealflow.interpreter.store import Commit, FencingError, StepChange
-from sealflow.interpreter.store.deliveries import NewDelivery
+from sealflow.store import Commit, FencingError, StepChange
+from sealflow.store.deliveries import NewDelivery
 
 
 def gate_commit(claimed, *ids: str, token=None) -> Commit:

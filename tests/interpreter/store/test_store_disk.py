@@ -10,8 +10,8 @@ import pytest
 from test_store_suite import T0, new_run, submit_and_claim, succeed_and_go
 
 from sealflow.cli import main
-from sealflow.interpreter.store import StoreUnavailable, open_store
-from sealflow.interpreter.store.sqlite.store import SqliteStore, wal_size
+from sealflow.store import StoreUnavailable, open_store
+from sealflow.store.sqlite.store import SqliteStore, wal_size
 
 LIMIT = 256 * 1024
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from test_store_suite import T0, new_run
 
-from sealflow.interpreter.engine.recovery import expire_dead_owners
-from sealflow.interpreter.store import open_store
+from sealflow.engine.recovery import expire_dead_owners
+from sealflow.store import open_store
 
 
 def test_given_a_silent_and_a_beating_worker_when_liveness_is_checked_then_only_the_silent_ones_leases_end(

@@ -17,10 +17,10 @@ import pytest
 from interp_helpers import S, make_plan
 from test_store_suite import T0, new_run
 
-from sealflow.interpreter.core.clock import FakeClock
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import (
+from sealflow.core.clock import FakeClock
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import (
     Commit,
     ConcurrencyError,
     FencingError,
@@ -31,9 +31,9 @@ from sealflow.interpreter.store import (
     auditchain,
     open_store,
 )
-from sealflow.interpreter.store.postgres import hot, hotitems
-from sealflow.interpreter.store.postgres.batching import WRITERS_LOCK, WRITERS_UNLOCK
-from sealflow.interpreter.store.postgres.chainlink import CALL as LINK
+from sealflow.store.postgres import hot, hotitems
+from sealflow.store.postgres.batching import WRITERS_LOCK, WRITERS_UNLOCK
+from sealflow.store.postgres.chainlink import CALL as LINK
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ import time
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.interpreter.core.clock import Clock, FakeClock
-from sealflow.interpreter.core.errors import StepError
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import MessageRefused, NewRun, SchemaTooNew, StoreError, open_store
-from sealflow.interpreter.store.postgres import LATEST, SchemaTooOld, StoreUnavailable, migrate
-from sealflow.interpreter.store.postgres.schema import MIGRATIONS
+from sealflow.core.clock import Clock, FakeClock
+from sealflow.core.errors import StepError
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import MessageRefused, NewRun, SchemaTooNew, StoreError, open_store
+from sealflow.store.postgres import LATEST, SchemaTooOld, StoreUnavailable, migrate
+from sealflow.store.postgres.schema import MIGRATIONS
 
 T0 = 1_700_000_000.0
 
@@ -203,7 +203,7 @@ def test_two_workers_claiming_one_message_never_both_get_it(opened):
 
 
 def test_concurrent_commits_of_one_tenant_keep_its_audit_chain_whole(opened):
-    from sealflow.interpreter.store import Commit, RunChange, StepChange, auditchain
+    from sealflow.store import Commit, RunChange, StepChange, auditchain
 
     # Given four workers (each its own store and pool) running ten runs each of one tenant, all at once
     stores = [opened() for _ in range(4)]
@@ -356,7 +356,7 @@ def test_a_lost_connection_is_a_clear_error_and_nothing_half_done_is_kept(opened
 def test_a_pooled_connection_the_server_dropped_while_it_sat_idle_is_replaced_not_failed(opened, pg_schema):
     # Given a store whose one pooled connection sat unused for longer than the idle check's threshold, and
     # that the server has since dropped (a restart, an idle timeout, a proxy)
-    from sealflow.interpreter.store.postgres.pooling import CHECK_IDLE_AFTER_S
+    from sealflow.store.postgres.pooling import CHECK_IDLE_AFTER_S
 
     name = f"sf-idle-{pg_schema.name}"  # this test's own: another session's on the same server is not touched
     store = opened(pool_max="1", application_name=name)
@@ -389,7 +389,7 @@ AWKWARD = ['quote " and \\ backslash', "unicode: é 漢字 🙂", "{\"json\": [1
 
 
 def test_audit_events_written_together_read_back_exactly_as_they_were_hashed(opened):
-    from sealflow.interpreter.store import AuditEvent, auditchain
+    from sealflow.store import AuditEvent, auditchain
 
     # Given events whose text is awkward (quotes, backslashes, non-ASCII, JSON-looking, SQL-looking, empty)
     # and whose timestamps need every digit of a double, appended by concurrent writers so that batches hold
@@ -428,7 +428,7 @@ def test_audit_events_written_together_read_back_exactly_as_they_were_hashed(ope
 
 
 def test_a_constraint_the_database_enforces_is_a_clear_store_error(opened):
-    from sealflow.interpreter.store import StoreError
+    from sealflow.store import StoreError
 
     # Given a run / When another run is submitted under the same id
     store = opened()
@@ -458,7 +458,7 @@ def pg_runtime(pg_schema):
 
 
 def test_a_run_with_a_retry_completes_on_postgres_and_its_audit_chain_verifies(pg_runtime):
-    from sealflow.interpreter.store import auditchain
+    from sealflow.store import auditchain
 
     # Given an action that fails once, then succeeds, on a runtime with a PostgreSQL store
     registry, calls = Registry(), []
@@ -496,7 +496,7 @@ def test_a_run_on_the_database_clock_completes(pg_runtime):
 
 
 def test_migrate_store_and_open_store_with_migrate_bring_a_database_up_to_date(pg_schema):
-    from sealflow.interpreter.store import migrate_store
+    from sealflow.store import migrate_store
 
     # Given an empty database / When a worker opens it asking to migrate
     store = open_store(pg_schema.url(), migrate=True)
@@ -547,7 +547,7 @@ def test_given_nothing_due_when_a_worker_sweeps_then_it_does_not_queue_for_the_w
     # (a long write of another process)
     from test_store_suite import submit_and_claim
 
-    from sealflow.interpreter.store.postgres.batching import WRITERS_LOCK, WRITERS_UNLOCK
+    from sealflow.store.postgres.batching import WRITERS_LOCK, WRITERS_UNLOCK
 
     s = opened()
     submit_and_claim(s, now=T0)
@@ -580,8 +580,8 @@ def test_every_operation_of_the_store_api_turns_database_errors_into_clear_ones(
     logged as a traceback: take_due, added later, was missing from the list)."""
     import inspect
 
-    from sealflow.interpreter.store.base import Store
-    from sealflow.interpreter.store.postgres.store import PostgresStore
+    from sealflow.store.base import Store
+    from sealflow.store.postgres.store import PostgresStore
 
     # Given the Store interface's public operations (those that need no database are left out)
     public = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
@@ -594,6 +594,6 @@ def test_every_operation_of_the_store_api_turns_database_errors_into_clear_ones(
 def test_an_operation_waits_a_bounded_time_for_a_connection(opened):
     """With the database unreachable, a worker's loop notices a stop only between operations: each waits at
     most POOL_WAIT_S for a connection (psycopg_pool's default would be 30 s, a supervisor's whole grace)."""
-    from sealflow.interpreter.store.postgres.pooling import POOL_WAIT_S
+    from sealflow.store.postgres.pooling import POOL_WAIT_S
 
     assert opened()._pool.timeout == POOL_WAIT_S <= 10

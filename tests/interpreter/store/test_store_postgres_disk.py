@@ -17,9 +17,9 @@ import pytest
 from interp_helpers import S, make_plan
 from private_services import PrivatePostgres
 
-from sealflow.interpreter.execution.actions import Registry, action
-from sealflow.interpreter.service.runtime import Runtime
-from sealflow.interpreter.store import StoreError, auditchain, open_store
+from sealflow.execution.actions import Registry, action
+from sealflow.runtime.facade import Runtime
+from sealflow.store import StoreError, auditchain, open_store
 
 
 @pytest.fixture

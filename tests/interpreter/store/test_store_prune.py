@@ -9,9 +9,9 @@ import pytest
 from test_store_suite import T0, submit_and_claim, succeed_and_go
 
 from sealflow.cli import main
-from sealflow.interpreter.store import DeadLetterSpec, open_store
-from sealflow.interpreter.store.auditchain import verify
-from sealflow.interpreter.store.errors import NotFound
+from sealflow.store import DeadLetterSpec, open_store
+from sealflow.store.auditchain import verify
+from sealflow.store.errors import NotFound
 
 DAY = 86_400.0
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from test_store_suite import T0, submit_and_claim, succeed_and_go
 
-from sealflow.interpreter.core.errors import ConfigError
-from sealflow.interpreter.service.retention import Retention
-from sealflow.interpreter.store import open_store
-from sealflow.interpreter.store.auditchain import verify
+from sealflow.core.errors import ConfigError
+from sealflow.operations.retention import Retention
+from sealflow.store import open_store
+from sealflow.store.auditchain import verify
 
 
 def test_given_a_retention_section_when_read_then_ages_are_seconds_and_mistakes_are_named():

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from sealflow.interpreter.store import SchemaTooNew, StoreURLError, open_store
-from sealflow.interpreter.store.sqlite.schema import LATEST, migrate
+from sealflow.store import SchemaTooNew, StoreURLError, open_store
+from sealflow.store.sqlite.schema import LATEST, migrate
 
 
 def test_open_store_reads_the_url_from_the_environment(tmp_path, monkeypatch):
@@ -61,7 +61,7 @@ def test_a_newer_database_is_refused_with_a_clear_error(tmp_path):
 def test_audit_rows_cannot_be_updated_or_deleted(tmp_path):
     path = tmp_path / "a.db"
     s = open_store(f"sqlite:///{path}")
-    from sealflow.interpreter.store import AuditEvent
+    from sealflow.store import AuditEvent
 
     s.append_audit(AuditEvent("note", run_id="r"), 0.0)
     s.close()
@@ -88,8 +88,8 @@ def test_given_nothing_due_when_sweeping_and_dispatching_then_no_write_transacti
     # write lock (a writer of another process) past this store's busy timeout
     from test_store_suite import T0, submit_and_claim
 
-    from sealflow.interpreter.store import StoreUnavailable
-    from sealflow.interpreter.store.sqlite.store import SqliteStore
+    from sealflow.store import StoreUnavailable
+    from sealflow.store.sqlite.store import SqliteStore
 
     store = SqliteStore(str(tmp_path / "state.db"), busy_timeout_ms=100)
     other = sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None)

@@ -1,7 +1,7 @@
 """The store contract, written once and run against every backend (the ``store`` fixture).
 
 Given / When / Then in each test. Everything here goes through the abstract
-:class:`sealflow.interpreter.store.base.Store` interface; backend-specific checks live in
+:class:`sealflow.store.base.Store` interface; backend-specific checks live in
 ``test_store_sqlite.py``.
 """
 
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from sealflow.interpreter.store import (
+from sealflow.store import (
     AuditEvent,
     Commit,
     ConcurrencyError,
@@ -457,7 +457,7 @@ def test_stalled_runs_active_runs_and_lease_owners(store):
 # -- the audit chain, the definition registry, admission and the bulkhead ----------------------------------
 
 def test_each_tenants_audit_chain_verifies(store):
-    from sealflow.interpreter.store import auditchain
+    from sealflow.store import auditchain
 
     # Given runs of two tenants that moved on, and an event that names no run
     for run_id, tenant in (("r1", "acme"), ("r2", "umbrella"), ("r3", "acme")):
@@ -477,7 +477,7 @@ def test_each_tenants_audit_chain_verifies(store):
 
 
 def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(store):
-    from sealflow.interpreter.store.definitions import DefinitionRefused
+    from sealflow.store.definitions import DefinitionRefused
 
     # Given v1 and then v2 of a definition loaded
     store.register_definition("wf", 1, "d1", "ana@example.com", T0)
@@ -501,9 +501,9 @@ def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_
 
 
 def test_admission_refuses_over_the_queue_limit_and_the_daily_quota_writing_nothing(store):
-    from sealflow.interpreter.policy.budgets import day_of
-    from sealflow.interpreter.service.config import TenantLimits
-    from sealflow.interpreter.store import AdmissionRefused
+    from sealflow.policy.budgets import day_of
+    from sealflow.runtime.config import TenantLimits
+    from sealflow.store import AdmissionRefused
 
     # Given a tenant allowed one unfinished run, with one queued
     store.submit(new_run("r1"), T0, TenantLimits(max_queued_runs=1))
@@ -528,7 +528,7 @@ def test_admission_refuses_over_the_queue_limit_and_the_daily_quota_writing_noth
 
 
 def test_the_bulkhead_puts_a_claim_off_while_the_tenant_has_its_steps_running(store):
-    from sealflow.interpreter.store import ClaimDeferred
+    from sealflow.store import ClaimDeferred
 
     # Given a tenant allowed one running step, with one running
     store.submit(new_run("r1"), T0)

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from sealflow.interpreter.core.ratelimits import Limit, free_at, never_fits
+from sealflow.core.ratelimits import Limit, free_at, never_fits
 
 T0 = 1_700_000_000.0
 

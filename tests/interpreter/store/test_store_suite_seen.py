@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from test_store_suite import T0, snapshot, submit_and_claim, succeed_and_go
 
-from sealflow.interpreter.store import ConcurrencyError, FencingError, StepChange
+from sealflow.store import ConcurrencyError, FencingError, StepChange
 
 
 def seen_of(claimed):

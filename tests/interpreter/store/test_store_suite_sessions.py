@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 
-from sealflow.interpreter.core.ratelimits import Limit
-from sealflow.interpreter.store.sqlite.sessions import RATE_PREFIX, SessionRow
+from sealflow.core.ratelimits import Limit
+from sealflow.store.sqlite.sessions import RATE_PREFIX, SessionRow
 
 T0 = 1_700_000_000.0
 
@@ -95,8 +95,8 @@ def test_the_rate_limit_sweep_removes_only_old_server_grants(store):
 
 
 def test_a_session_given_an_earlier_end_stops_then_and_a_later_one_keeps_the_configured_limit(store):
-    from sealflow.interpreter.core.clock import FakeClock
-    from sealflow.interpreter.service.server.ui.sessions import Sessions
+    from sealflow.core.clock import FakeClock
+    from sealflow.server.ui.sessions import Sessions
 
     # Given sessions with a 100 s absolute limit (idle 1000 s)
     clock = FakeClock(T0)

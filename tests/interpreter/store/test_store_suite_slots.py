@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_store_suite import T0, new_run, succeed_and_go
 
-from sealflow.interpreter.store import ClaimDeferred, Commit, RunChange, StepChange
-from sealflow.interpreter.store.coordination import RECHECK_S, SlotRequest, SlotsBusy
+from sealflow.store import ClaimDeferred, Commit, RunChange, StepChange
+from sealflow.store.coordination import RECHECK_S, SlotRequest, SlotsBusy
 
 
 def needs(*requests):
@@ -63,7 +63,7 @@ def test_a_dead_holder_gives_the_lock_back_when_its_lease_ends(store):
     second = claim(store, m2, lock, now=later)
     assert [g.fence for g in second.grants] == [2]
     # And a late commit of the dead holder is fenced off by its attempt token as before
-    from sealflow.interpreter.store import FencingError
+    from sealflow.store import FencingError
 
     store.sweep(later)
     with pytest.raises(FencingError):

@@ -1,0 +1,318 @@
+"""The ``/ui`` routes: sign-in with an API token, the approvals waiting for me (approve or reject bound to
+the payload hash shown), the run list and a run's page (steps, graph, audit trail).
+
+Every response carries :data:`CSP` and the other headers of :func:`secure`; every form post is checked
+against the session's CSRF token before anything else; a decision goes through the API's own rules
+(:func:`..routes.approvals.decide`: membership, the gate's approvers, the payload hash)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+import urllib.parse
+from importlib import resources
+from typing import Any
+
+import jinja2
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from sealflow.policy.authz import member_permissions
+from sealflow.runtime import readiness
+from sealflow.server import problems, tokens
+from sealflow.server.auth import Credential
+from sealflow.server.problems import Problem
+from sealflow.server.routes import approvals as approvals_api
+from sealflow.server.schemas import Decision
+from sealflow.server.tokens import TokenRejected
+from sealflow.server.ui.sessions import COOKIE, Session, Sessions
+from sealflow.store.base import AuditEvent
+from sealflow.store.errors import PlanTampered
+from sealflow.store.records import RunQuery
+
+CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+#: the CSRF token of the sign-in form (no session yet): a double-submit cookie
+PRE_COOKIE = "sealflow_signin"
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.server.ui", "templates"),
+                          autoescape=True)
+_CSS = resources.files("sealflow.server.ui").joinpath("static/ui.css").read_bytes()
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def secure(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _page(name: str, status: int = 200, **values: Any) -> Response:
+    values.setdefault("session", None)
+    values.setdefault("notice", None)
+    values.setdefault("error", None)
+    return secure(HTMLResponse(_ENV.get_template(name).render(**values), status_code=status))
+
+
+def _sessions(request: Request) -> Sessions:
+    return request.app.state.ui_sessions
+
+
+def _session(request: Request) -> Session | None:
+    """The request's session, while the token it was started with is still usable."""
+    session = _sessions(request).get(request.cookies.get(COOKIE))
+    if session is None or session.token_id is None:
+        return session
+    rt = request.app.state.runtime
+    record = rt.store.api_token(session.token_id)
+    now = rt.clock.now()
+    if record is None or record.revoked_at is not None or (record.expires_at is not None and now >= record.expires_at):
+        _sessions(request).end(session.id)
+        return None
+    return session
+
+
+def _to_signin() -> Response:
+    return secure(RedirectResponse("/ui/signin", status_code=303))
+
+
+def _https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _when(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+async def _fields(request: Request) -> dict[str, str]:
+    """A urlencoded form's fields (the first of each name); anything else posted is no fields at all."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        return {}
+    body = (await request.body()).decode("utf-8", "replace")
+    return {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True, max_num_fields=20).items()}
+
+
+async def _form(request: Request, session: Session | None) -> dict[str, str] | Response:
+    """The posted form, or the refusal of a post without the session's CSRF token."""
+    try:
+        form = await _fields(request)
+    except ValueError:
+        form = {}
+    if session is None:
+        return _to_signin()
+    if not session.csrf_ok(form.get("csrf_token")):
+        return _page("base.html", 403, session=session, error="refused: the form's CSRF token is missing or wrong "
+                                                                "(reload the page and try again)")
+    return form
+
+
+def sign_in_failed(request: Request, reason: str, method: str, token_id: str | None = None) -> None:
+    """Audit a refused sign-in (``auth_failed``), unless the client is past its burst of failures."""
+    rt, auth = request.app.state.runtime, request.app.state.authenticator
+    client = request.client.host if request.client is not None else "unknown"
+    auth.count_failure()
+    if auth.failures.take("client:" + client):
+        return
+    detail = {"reason": reason, "method": method, "client": client, "path": request.url.path}
+    if token_id:
+        detail["token"] = token_id
+    rt.store.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"), rt.clock.now())
+
+
+def _audit_session(request: Request, event: str, session: Session) -> None:
+    """Audit a sign-in or sign-out (``ui_signed_in``, ``ui_signed_out``): the principal, its tenant, the method
+    (``token``, ``oidc``), the API token's id and the client's address; never the session id or a token."""
+    rt = request.app.state.runtime
+    detail = {"method": session.method, "tenant": session.tenant,
+              "client": request.client.host if request.client is not None else "unknown"}
+    if session.token_id:
+        detail["token"] = session.token_id
+    rt.store.append_audit(AuditEvent(event, None, session.principal, detail=detail, tenant=session.tenant),
+                          rt.clock.now())
+
+
+def open_session(request: Request, response: Response, principal: str, tenant: str, method: str,
+                 token_id: str | None = None, *, expires_at: float | None = None) -> Response:
+    """Start a session (a new id at every sign-in: no session fixation), audit it (``ui_signed_in``) and set its
+    cookie on ``response``; ``expires_at`` (runtime clock) ends it earlier than the configured limit."""
+    _sessions(request).end(request.cookies.get(COOKIE))
+    session = _sessions(request).start(principal, tenant, method, token_id, expires_at=expires_at)
+    _audit_session(request, "ui_signed_in", session)
+    response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", secure=_https(request), path="/ui")
+    return response
+
+
+@router.get("/static/ui.css")
+def css() -> Response:
+    return secure(Response(_CSS, media_type="text/css", headers={"Cache-Control": "max-age=3600"}))
+
+
+@router.get("")
+def home(request: Request) -> Response:
+    return secure(RedirectResponse("/ui/approvals" if _session(request) else "/ui/signin", status_code=303))
+
+
+@router.get("/signin")
+def signin_form(request: Request) -> Response:
+    csrf = secrets.token_urlsafe(32)
+    response = _page("signin.html", csrf=csrf, oidc=getattr(request.app.state, "oidc_login", None) is not None)
+    response.set_cookie(PRE_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request), path="/ui/signin")
+    return response
+
+
+@router.post("/signin")
+async def signin(request: Request) -> Response:
+    try:
+        form = await _fields(request)
+    except ValueError:
+        form = {}
+    sent, expected = form.get("csrf_token", ""), request.cookies.get(PRE_COOKIE, "")
+    if not expected or not secrets.compare_digest(sent.encode(), expected.encode()):
+        return _page("base.html", 403, error="refused: the sign-in form's CSRF token is missing or wrong "
+                                             "(reload the sign-in page)")
+    rt = request.app.state.runtime
+    token = form.get("token", "").strip()
+    try:
+        if not tokens.looks_like_token(token):
+            raise TokenRejected("malformed", "that is not a Sealflow API token (sf_<id>_<secret>)")
+        record = tokens.check(rt.store, token, rt.clock.now())
+    except TokenRejected as exc:
+        sign_in_failed(request, exc.reason, "token", exc.token_id)
+        csrf = secrets.token_urlsafe(32)
+        response = _page("signin.html", 401, csrf=csrf, error=f"sign-in refused: {exc}",
+                         oidc=getattr(request.app.state, "oidc_login", None) is not None)
+        response.set_cookie(PRE_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request),
+                            path="/ui/signin")
+        return response
+    response = open_session(request, secure(RedirectResponse("/ui/approvals", status_code=303)), record.principal,
+                            record.tenant, "token", record.id)
+    response.delete_cookie(PRE_COOKIE, path="/ui/signin")
+    return response
+
+
+@router.post("/signout")
+async def signout(request: Request) -> Response:
+    session = _session(request)
+    form = await _form(request, session)
+    if isinstance(form, Response):
+        return form
+    assert session is not None
+    _sessions(request).end(session.id)
+    _audit_session(request, "ui_signed_out", session)
+    response = _to_signin()
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+def _gates(rt: Any, session: Session) -> list[dict[str, Any]]:
+    gates = []
+    for gate in rt.approvals_waiting(session.principal, session.tenant):
+        gates.append(dict(gate, asked_at=_when(gate.get("opened_at")), expires_at=_when(gate.get("due_at")),
+                          show_text=_json(gate.get("show")), input_text=_json(gate.get("input")),
+                          message=gate.get("message")))
+    return gates
+
+
+@router.get("/approvals")
+def approvals(request: Request, notice: str | None = None) -> Response:
+    session = _session(request)
+    if session is None:
+        return _to_signin()
+    rt = request.app.state.runtime
+    return _page("approvals.html", session=session, gates=_gates(rt, session),
+                 notice={"approved": "Approved.", "rejected": "Rejected."}.get(notice or ""))
+
+
+@router.post("/approvals/{run_id}/{step_id}")
+async def decide(request: Request, run_id: str, step_id: str) -> Response:
+    session = _session(request)
+    form = await _form(request, session)
+    if isinstance(form, Response):
+        return form
+    assert session is not None
+    rt = request.app.state.runtime
+    try:
+        body = Decision(decision=form.get("decision", ""), reason=form.get("reason", ""),  # type: ignore[arg-type]
+                        payload_hash=form.get("payload_hash", ""))
+    except ValueError:
+        return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
+                     error="refused: the decision must be approve or reject, with the payload hash shown")
+    caller = Credential(session.principal, session.tenant, session.method)
+    try:
+        approvals_api.decide(run_id, step_id, body, caller, rt)
+    except Exception as exc:  # noqa: BLE001 - what the API would answer, as a page
+        problem = exc if isinstance(exc, Problem) else problems.from_exception(exc)
+        if problem is None:
+            raise
+        problems.count(request, exc, problem)
+        return _page("approvals.html", problem.status, session=session, gates=_gates(rt, session),
+                     error=f"refused: {problem.detail}")
+    done = "approved" if body.decision == "approve" else "rejected"
+    return secure(RedirectResponse(f"/ui/approvals?notice={done}", status_code=303))
+
+
+@router.get("/runs")
+def runs(request: Request) -> Response:
+    session = _session(request)
+    if session is None:
+        return _to_signin()
+    rt = request.app.state.runtime
+    _, member = member_permissions(rt.access, session.tenant, session.principal)
+    found = rt.store.query_runs(RunQuery(tenant=session.tenant, limit=100)) if member else []
+    rows = [{"id": r.id, "workflow": r.workflow, "workflow_version": r.workflow_version, "state": r.state,
+             "initiator": r.initiator, "created": _when(r.created_at)} for r in found]
+    return _page("runs.html", session=session, runs=rows)
+
+
+def _graph(rt: Any, digest: str) -> str:
+    from sealflow.dsl.graph import adjacency
+
+    try:
+        plan = rt.engine.plan(digest)
+    except PlanTampered:  # nothing of a plan that is not what its digest says is shown (engine/integrity.py)
+        return "(not shown: the run's stored plan does not match its digest, so it is not to be trusted)"
+    except Exception:  # noqa: BLE001 - a page still shows the run without its graph
+        return "(the plan is not available)"
+    return "\n".join(f"{node} -> {', '.join(nexts) or '(end)'}" for node, nexts in adjacency(plan).items())
+
+
+@router.get("/runs/{run_id}")
+def run_page(request: Request, run_id: str) -> Response:
+    session = _session(request)
+    if session is None:
+        return _to_signin()
+    rt = request.app.state.runtime
+    from sealflow.runtime.status import status_json
+
+    try:
+        status = rt.status(run_id, tenant=session.tenant, actor=session.principal)
+    except Exception as exc:  # noqa: BLE001 - unknown and unreadable runs look the same
+        problem = problems.from_exception(exc)
+        if problem is None:
+            raise
+        problems.count(request, exc, problem)
+        return _page("base.html", 404, session=session, error=f"no run {run_id[:80]} that you may read")
+    try:
+        trail = rt.audit(run_id, tenant=session.tenant, actor=session.principal)
+        audit_note = None
+    except Exception as exc:  # noqa: BLE001 - reading the audit trail needs audit:read
+        # (not counted as a denial: the page shows the run it may read, and notes the trail it may not)
+        if problems.from_exception(exc) is None:
+            raise
+        trail, audit_note = [], "You may not read this run's audit trail (audit:read)."
+    # (a tampered plan: said in place of a wait; tracebacks: rt.status authorised runs:read)
+    run = status_json(readiness.note_left(rt, status, here=False), traces=True)
+    audit = [{"seq": a.seq, "at": _when(a.ts), "kind": a.event, "actor": a.actor, "step": a.step_id,
+              "detail": json.dumps(a.detail, sort_keys=True, default=str) if a.detail else ""} for a in trail]
+    return _page("run.html", session=session, run=run, input_text=_json(run["input"]),
+                 output_text=_json(run.get("output")), graph_text=_graph(rt, status.run.plan_digest), audit=audit,
+                 audit_note=audit_note)

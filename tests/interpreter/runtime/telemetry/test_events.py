@@ -1,0 +1,182 @@
+"""POST /v1/events/{source}: the Standard Webhooks auth matrix, deduplication, per-key ordering, and a run
+started as the trigger's run_as with the event as input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from interp_helpers import S, make_plan
+
+from sealflow.execution.actions import action
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.server import events
+from sealflow.server.app import create_app
+from sealflow.server.settings import ServerSettings
+
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+
+
+@pytest.fixture
+def seen(registry):
+    calls = []
+
+    @action("t.seen", registry=registry)
+    def record(ctx, lead=None):
+        calls.append((ctx.run.initiator if hasattr(ctx, "run") else None, lead))
+        return {"lead": lead}
+
+    return calls
+
+
+@pytest.fixture
+def client(runtime, seen, monkeypatch):
+    monkeypatch.setenv("SEALFLOW_SECRET_CRM_WEBHOOK_SECRET", SECRET)
+    runtime.config = RuntimeConfig(extra={"events": {"sources": {"crm": {
+        "secret": {"secret": "CRM_WEBHOOK_SECRET"}, "tenant": "default"}}}})
+    plan = make_plan(S("note", "action", action="t.seen", args={"lead": "${{ input.lead }}"}), name="on-lead",
+                     trigger={"event": {"type": "crm.lead.updated", "source": "crm", "run_as": "service:crm",
+                                        "order": {"key": "input.lead", "sequence": "input.version"}}},
+                     input_schema={"type": "object", "required": ["lead", "version"]})
+    runtime.store.put_plan(plan.digest, plan.name, plan.version, plan.to_json(indent=None), runtime.clock.now())
+    with TestClient(create_app(ServerSettings(rate=0, allow_open=True), runtime),
+                    raise_server_exceptions=False) as c:
+        yield c
+
+
+def deliver(client, data, *, event_id="msg_1", timestamp=None, secret=SECRET, source="crm",
+            event_type="crm.lead.updated"):
+    body = json.dumps({"type": event_type, "data": data}).encode()
+    stamp = int(time.time()) if timestamp is None else timestamp
+    headers = {"webhook-id": event_id, "webhook-timestamp": str(stamp),
+               "webhook-signature": events.sign(secret, event_id, stamp, body), "content-type": "application/json"}
+    return client.post(f"/v1/events/{source}", content=body, headers=headers)
+
+
+def test_a_signed_event_starts_the_definition_as_its_run_as(client, runtime):
+    # When a correctly signed event arrives
+    r = deliver(client, {"lead": "l1", "version": 1})
+    # Then one run of the subscribed definition started, as the trigger's run_as, with the event as input
+    assert r.status_code == 202, r.text
+    (result,) = r.json()["results"]
+    assert result["result"] == "started" and result["workflow"] == "on-lead"
+    run = runtime.store.get_run(result["run_id"])
+    assert run.input == {"lead": "l1", "version": 1} and run.acting == "service:crm"
+
+
+def test_an_event_of_another_type_or_source_or_filtered_out_starts_nothing(client, runtime, registry):
+    # Given a second definition on the same type with a filter, and one bound to another source
+    def store(plan):
+        runtime.store.put_plan(plan.digest, plan.name, plan.version, plan.to_json(indent=None), runtime.clock.now())
+
+    store(make_plan(S("note", "action", action="t.seen", args={"lead": "${{ input.lead }}"}), name="big-leads",
+                    trigger={"event": {"type": "crm.lead.updated", "run_as": "service:crm",
+                                       "filter": "input.version > 5"}}))
+    store(make_plan(S("note", "action", action="t.seen"), name="billing-only",
+                    trigger={"event": {"type": "crm.lead.updated", "source": "billing", "run_as": "service:b"}}))
+    # When an event of another type arrives, then one the filter rejects
+    other = deliver(client, {"lead": "l1", "version": 1}, event_id="e1", event_type="crm.lead.deleted")
+    small = deliver(client, {"lead": "l1", "version": 1}, event_id="e2")
+    # Then the first matches nothing; the second starts on-lead only (big-leads filtered, billing-only not crm's)
+    assert other.status_code == 202 and other.json()["results"] == []
+    assert sorted((r["workflow"], r["result"]) for r in small.json()["results"]) == [
+        ("big-leads", "filtered"), ("on-lead", "started")]
+
+
+def test_a_replayed_delivery_outside_the_tolerance_is_refused(client, runtime):
+    # Given a delivery captured ten minutes ago (signature valid for its old timestamp)
+    r = deliver(client, {"lead": "l1", "version": 1}, timestamp=int(time.time()) - 600)
+    # Then it is refused, and nothing ran
+    assert r.status_code == 401 and "tolerance" in r.json()["detail"]
+    assert runtime.store.list_runs() == []
+
+
+def test_a_bad_signature_is_refused(client, runtime):
+    other = "whsec_" + base64.b64encode(b"x" * 32).decode()
+    r = deliver(client, {"lead": "l1", "version": 1}, secret=other)
+    assert r.status_code == 401 and "signature" in r.json()["detail"]
+    assert runtime.store.list_runs() == []
+
+
+def test_a_duplicate_event_id_returns_the_first_answer(client, runtime):
+    # Given an event delivered once
+    first = deliver(client, {"lead": "l1", "version": 1}, event_id="msg_dup")
+    # When the provider retries the same delivery
+    again = deliver(client, {"lead": "l1", "version": 1}, event_id="msg_dup")
+    # Then the answer is the first one, marked as a duplicate, and only one run exists
+    assert again.json() == first.json() and again.headers["Sealflow-Event-Duplicate"] == "true"
+    assert len(runtime.store.list_runs()) == 1
+
+
+def test_an_out_of_order_sequence_is_recorded_and_not_run(client, runtime):
+    # Given version 2 of lead l1 applied
+    assert deliver(client, {"lead": "l1", "version": 2}, event_id="m2").json()["results"][0]["result"] == "started"
+    # When version 1 arrives late
+    late = deliver(client, {"lead": "l1", "version": 1}, event_id="m1")
+    # Then it is recorded as out of order and no run starts; another key is independent
+    assert late.status_code == 202
+    assert late.json()["results"][0] == {"workflow": "on-lead", "version": 1, "result": "out_of_order",
+                                         "sequence": 1, "applied": 2}
+    assert runtime.store.event_answer("crm", "m1") == late.json()
+    assert deliver(client, {"lead": "l2", "version": 1}, event_id="m3").json()["results"][0]["result"] == "started"
+    assert len(runtime.store.list_runs()) == 2
+
+
+def test_an_unknown_source_is_not_found(client, runtime):
+    r = deliver(client, {"lead": "l1", "version": 1}, source="billing")
+    assert r.status_code == 404 and "billing" in r.json()["detail"]
+    assert runtime.store.list_runs() == []
+
+
+def test_missing_headers_are_refused(client):
+    r = client.post("/v1/events/crm", content=b"{}")
+    assert r.status_code == 401
+
+
+def test_events_send_signs_a_delivery_the_server_accepts(client, runtime, monkeypatch):
+    # Given the CLI's HTTP call routed to the test server
+    import urllib.request
+
+    from click.testing import CliRunner
+
+    from sealflow.cli import cli
+
+    class Answer:
+        def __init__(self, r):
+            self.r = r
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def read(self):
+            return self.r.content
+
+    def urlopen(request, timeout=None):
+        path = request.full_url.split("127.0.0.1:8300", 1)[1]
+        return Answer(client.post(path, content=request.data, headers=dict(request.header_items())))
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    # When `sealflow events send` posts one event
+    result = CliRunner().invoke(cli, ["events", "send", "crm", "crm.lead.updated", "--data",
+                                       '{"lead": "l9", "version": 1}', "--secret", "CRM_WEBHOOK_SECRET"])
+    # Then the server verified it and started a run
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["results"][0]["result"] == "started"
+
+
+def test_given_an_invalid_events_section_when_serve_starts_then_it_stops_with_the_key_named(tmp_path, capsys):
+    # Given a runtime configuration whose event source has an inline secret
+    from sealflow.cli import main
+
+    config = tmp_path / "runtime.yaml"
+    config.write_text("events:\n  sources:\n    crm: {secret: inline-secret, tenant: acme}\n")
+    # When the server starts, then it refuses at once naming the key, never serving a 500 later
+    code = main(["--config", str(config), "serve", "--allow-open", "--store", f"sqlite:///{tmp_path}/s.db"])
+    err = capsys.readouterr().err
+    assert code == 2 and "events.sources.crm.secret" in err and "inline-secret" not in err
