@@ -296,10 +296,11 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
 
     try:
         config = load_config()
-        rt = Runtime(url, access=provider, config=config, providers=model_calls(config, record, replay))
+        # the trust gate of a process that executes steps, made with the engine's actor name
+        rt = Runtime(url, access=provider, config=config, providers=model_calls(config, record, replay),
+                     trust_gate=(lambda actor: executor_gate(trust, actor)) if gate else None)
     except (StoreError, ConfigError) as exc:
         fail_usage(str(exc))
-    rt.engine.trust_gate = executor_gate(trust, rt.engine.actor) if gate else None
     from sealflow.runtime.driving import STORE_OUTAGE_S
 
     rt.store_outage_s = STORE_OUTAGE_S  # a command waiting for its run rides out a store server's restart

@@ -6,11 +6,12 @@ Before a message runs, the engine either takes the attempt or leaves it alone:
   is left unclaimed, nothing changed, for a process that has it;
 * **the claim** (:meth:`Store.claim`), with the lock and pool slots the attempt needs
   (:mod:`sealflow.policy.coordination`), computed inside the claim from the cached plan;
-* **carrying**: the claim the last commit of this thread made of the run's next attempt
-  (``Commit.claim_as``), used instead of claiming it again, and when a commit may make one.
+* **carrying**: the claim the caller's last commit made of the run's next attempt (``Commit.claim_as``,
+  returned in ``Handled.claimed`` and handed back with the message), used instead of claiming it again, and
+  when a commit may make one.
 
 These are methods of :class:`~sealflow.engine.engine.Engine` (a mixin, as
-``service/driving.py`` is the ``Runtime``'s); they use its store, clock, caches and carry state.
+``runtime/driving.py`` is the ``Runtime``'s); they use its store, clock, caches and configuration.
 """
 
 from __future__ import annotations
@@ -41,11 +42,9 @@ class _PlanNeeded(Exception):
 class Claiming:
     """Methods of :class:`~sealflow.engine.engine.Engine` (see this module)."""
 
-    def _carried(self, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
-        """The claim this thread's last commit made of this message's attempt (``carry``), if it is that one."""
-        got, self._carry.claimed = getattr(self._carry, "claimed", None), None
-        if got is None:
-            return None
+    @staticmethod
+    def _carried(got: Claimed, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
+        """The claim the caller carries (``claimed``), if it is this message's attempt's."""
         att = got.attempt
         if (got.run.id, att.step_id, att.attempt, att.token) != (run_id, step_id, attempt, token + 1):
             log.warning("a carried-on claim of run %s step %r was not handled next; its lease will expire and it "
@@ -54,10 +53,10 @@ class Claiming:
         return got
 
     def _may_carry(self, x: Execution, nxt, inline: bool) -> bool:
-        """Whether a commit making ``nxt`` due (``inline``: dispatched with it) may claim it for this thread
-        (``carry``): it is scheduled now, and neither a bulkhead nor a lock or pool stands in the way (those
-        claims wait in line: not here)."""
-        if not getattr(self._carry, "want", False) or nxt is None or not inline:
+        """Whether a commit making ``nxt`` due (``inline``: dispatched with it) may claim it for the caller, who
+        asked to carry the run on: it is scheduled now, and neither a bulkhead nor a lock or pool stands in the
+        way (those claims wait in line: not here)."""
+        if nxt is None or not inline:
             return False
         if nxt.state != "scheduled" or nxt.due_at is not None and nxt.due_at > self.clock.now():
             return False

@@ -1,26 +1,31 @@
-"""The engine: one step message in, one fenced commit out.
+"""The engine: one step message in, one fenced commit out, and what it came to returned.
 
-For a message ``(run_id, step_id, attempt, token, tenant)``:
+For a message ``(run_id, step_id, attempt, token, tenant)``, :meth:`Engine.handle` (the one step path: the step
+actor's dispatched and carried messages, ``Runtime.run``'s inline first step and a worker's takeovers all call
+it, and only it):
 
 1. **claim** (:meth:`Store.claim`, :mod:`.claiming`): compare-and-set on the attempt's token and
    state, and the run's tenant; a stale, duplicate, forged or cross-tenant
-   message is refused and audited (``message_refused``) and does nothing else;
-   a fresh attempt of a sensitive step is then reauthorised
-   (:func:`sealflow.policy.authz.reauthorize`);
-2. **execute** the step kind (:mod:`sealflow.steps`) with the expression
-   context read from the store; ``when`` false skips it; every failure is
-   classified into an error class;
-3. **decide** (:mod:`sealflow.engine.decide`) and **commit**: one atomic write fenced
-   by the claim's token and the run's revision. On a revision conflict (an
-   operator cancelled or approved meanwhile) the engine re-reads the run and
+   message is refused and audited (``message_refused``) and does nothing else
+   (or the claim the caller carries, made by the commit before: ``claimed``);
+2. **gate** the attempt: the ``before_execute`` hooks (:mod:`.hooks`, :mod:`.gates`: the trust gate, budgets,
+   reauthorisation of a sensitive step) may refuse it, and then it does not run;
+3. **execute** the step kind (:mod:`sealflow.steps`) with the expression
+   context read from the store, inside the ``around_execute`` hooks (a circuit breaker); ``when`` false skips
+   it; every failure is classified into an error class; the ``after_execute`` hooks amend the outcome
+   (budgets charged);
+4. **decide** (:mod:`sealflow.engine.decide`) and **commit**: one atomic write fenced
+   by the claim's token and the run's revision (the ``before_commit`` hooks amend it: notifications). On a
+   revision conflict (an operator cancelled or approved meanwhile) the engine re-reads the run and
    decides again; on a fencing failure (the lease expired and the attempt was
    handed to another worker, or the run timed out) it gives up: the late
    result changes nothing;
-4. return the messages the commit made due, for the caller to enqueue.
+5. return what it came to (:class:`Handled`): the messages the commit made due, for the caller to enqueue, the
+   state it left the run in, and the run's next attempt when the commit claimed it for the caller (``carry``).
 
 Nothing is held in memory between messages except caches (plans by digest,
-compiled validators): a crash between any two lines loses nothing the store
-does not know how to redo.
+compiled validators), and nothing is left behind for the caller in a thread-local: a crash between any two
+lines loses nothing the store does not know how to redo.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,21 +47,22 @@ from sealflow.core.states import RUN_FINAL
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import Plan, PlanStep
-from sealflow.engine import capability, compensation, fanout, integrity, poison, recovery
+from sealflow.engine import capability, compensation, fanout, gates, hooks, integrity, poison, recovery
 from sealflow.engine import decide as flow
 from sealflow.engine.claiming import Claiming
 from sealflow.engine.committing import commit_retrying, outlast
+from sealflow.engine.hooks import EngineConfig, EngineHooks
 from sealflow.engine.reads import named_results
-from sealflow.execution import breakers
 from sealflow.execution.context import Execution, OutputCache, Services
 from sealflow.execution.secrets import redact_commit
 from sealflow.execution.timeouts import AttemptRunner
-from sealflow.policy import authz, budgets, coordination, trustgate
-from sealflow.policy.access import AccessProvider, OpenAccess
+from sealflow.policy import coordination, trustgate
+from sealflow.policy.access import AccessProvider
 from sealflow.providers.registry import provider_lookup
 from sealflow.steps import EXECUTORS
 from sealflow.steps.checks import validation_failure
 from sealflow.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
+from sealflow.store.capabilities import Capabilities
 from sealflow.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
 from sealflow.store.records import Committed, LazyResults
 
@@ -69,40 +74,82 @@ _CANCEL_RECHECK_S = 0.5
 PLANS_MAX = 1024
 
 
-class Engine(Claiming):
-    """Executes step messages against a store. Thread-safe; one per process is enough."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handled:
+    """What one step message came to (:meth:`Engine.handle`): returned, never left behind for the caller."""
 
-    def __init__(self, store: Store, registry: Any, providers: Any = None, *, clock: Clock, owner: str,
-                 access: AccessProvider | None = None,
-                 runner: AttemptRunner | None = None, rng: random.Random | None = None):
+    #: the messages the commit made due, to enqueue (or to carry on with: ``claimed``)
+    messages: tuple[Message, ...] = ()
+    #: the run's next attempt, claimed for the caller by the commit (``carry``): the caller handles that one
+    #: message next, passing this as ``claimed``
+    claimed: Claimed | None = None
+    #: the state the commit left the run in (None: nothing was committed)
+    run_state: str | None = None
+
+
+#: a message that committed nothing (refused, deferred, left, fenced off)
+NOTHING = Handled()
+
+
+class Engine(Claiming):
+    """Executes step messages against a store. Thread-safe; one per process is enough. Built whole: everything
+    it reads is in its :class:`~sealflow.engine.hooks.EngineConfig`, nothing is assigned to it later."""
+
+    def __init__(self, store: Store, config: EngineConfig, *, registry: Any = None, providers: Any = None,
+                 clock: Clock, runner: AttemptRunner | None = None, rng: random.Random | None = None,
+                 capabilities: Capabilities | None = None):
         self.store = store
         self.clock = clock
-        self.owner = owner
-        self.actor = f"worker:{owner}"
-        #: who holds which permissions now (reauthorisation before sensitive steps)
-        self.access: AccessProvider = access if access is not None else OpenAccess()
+        self.config = config
         self._plans: dict[str, Plan] = {}
         self._steps: dict[str, dict[str, PlanStep]] = {}
         self.outputs = OutputCache()
         self._cancel_seen: dict[str, tuple[float, bool]] = {}
-        #: per thread: ``want`` (the caller carries the run on) and ``claimed`` (the next attempt, claimed)
-        self._carry = threading.local()
         self.parents = fanout.Parents(store)  # what a fan-out child sees of its parent run
-        #: tenant -> its max_running_steps (bulkhead; None: no tenant has one), set by the runtime
-        self.running_limit: Callable[[str], int | None] | None = None
-        #: pool name -> limit (step ``concurrency: NAME``), set by the runtime from its configuration
-        self.pools: Mapping[str, int] = {}
-        #: which signers' definitions this process executes (None: no check, the embedded default)
-        self.trust_gate: trustgate.TrustGate | None = None
-        #: telemetry hooks (service/telemetry: metrics, traces), set by the runtime; None: nothing is recorded
-        self.telemetry: Any = None
-        #: adds the deliveries of the approval gate a commit opens (service/notifications), set by the runtime
-        self.notifier: Any = None
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
-                                 rng or random.Random(), self.is_cancelled)
+                                 rng or random.Random(), self.is_cancelled, config=config.settings,
+                                 capabilities=capabilities)
         #: run id -> what this process lacks for the step it left unclaimed (engine.capability); drive reads it
         self.left: dict[str, list[capability.Lack]] = {}
         self._runs: dict[str, RunRecord] = {}  # run id -> its record as first read (digest, signer: immutable)
+        # the engine's own gates first (engine.gates), then the configuration's middleware, in order
+        own: list[EngineHooks] = [] if config.trust_gate is None else [gates.TrustHook(config.trust_gate, store,
+                                                                                         self.plan)]
+        own += [gates.BudgetHook(), gates.AccessHook(config.access), gates.BreakerHook()]
+        self.hooks: tuple[EngineHooks, ...] = (*own, *config.hooks)
+        self._on_refused = hooks.overrides(self.hooks, "claim_refused")
+        self._on_deferred = hooks.overrides(self.hooks, "claim_deferred")
+        self._before_execute = hooks.overrides(self.hooks, "before_execute")
+        self._around_attempt = hooks.overrides(self.hooks, "around_attempt")
+        self._around_execute = hooks.overrides(self.hooks, "around_execute")
+        self._after_execute = hooks.overrides(self.hooks, "after_execute")
+        self._before_commit = hooks.overrides(self.hooks, "before_commit")
+        self._run_ended = hooks.overrides(self.hooks, "run_ended")
+
+    # -- the configuration (read only) -------------------------------------------------------------
+    @property
+    def owner(self) -> str:
+        return self.config.owner
+
+    @property
+    def actor(self) -> str:
+        return self.config.actor
+
+    @property
+    def access(self) -> AccessProvider:
+        return self.config.access
+
+    @property
+    def trust_gate(self) -> trustgate.TrustGate | None:
+        return self.config.trust_gate
+
+    @property
+    def running_limit(self) -> Callable[[str], int | None] | None:
+        return self.config.running_limit
+
+    @property
+    def pools(self) -> Mapping[str, int]:
+        return self.config.pools
 
     # -- caches ------------------------------------------------------------------------------------
     def plan(self, digest: str) -> Plan:
@@ -159,21 +206,23 @@ class Engine(Claiming):
                          results=results, outputs=self.outputs)
 
     # -- the message path --------------------------------------------------------------------------
-    def handle(self, run_id: str, step_id: str, attempt: int, token: int,
-               tenant: str | None = None, *, carry: bool = False) -> tuple[Message, ...]:
-        """Process one step message; return the messages now due (to enqueue). A message must name
-        the run's tenant ("" when it names none, which the claim refuses).
+    def handle(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *,
+               carry: bool = False, claimed: Claimed | None = None) -> Handled:
+        """Process one step message; return what it came to: the messages now due (to enqueue), the state the
+        commit left the run in, and the run's next attempt when the commit claimed it for the caller. A message
+        must name the run's tenant ("" when it names none, which the claim refuses).
 
-        ``carry``: the caller goes on with the run's next step itself (in this thread) when it is the one
-        message returned; the commit then claims it in the same transaction, and the caller's next ``handle``
-        of that message uses the claim instead of making another (see :meth:`_carried`). A caller that passes
-        ``carry`` must handle such a message next, in this thread."""
+        ``carry``: the caller goes on with the run's next step itself when it is the one message returned; the
+        commit then claims it in the same transaction (``Handled.claimed``). ``claimed``: that claim (or a run's
+        first attempt, claimed in its submit: runtime/inline.py), handed back with its message: it is used
+        instead of claiming the attempt again."""
         slot_errors: list[StepError] = []
         began = time.monotonic()
-        claimed = self._carried(run_id, step_id, attempt, token)
+        if claimed is not None:
+            claimed = self._carried(claimed, run_id, step_id, attempt, token)
         try:
             if claimed is None and self._leaves(run_id, step_id, attempt, token, tenant):
-                return ()  # (a carried claim is never made for a step this process lacks: _may_carry)
+                return NOTHING  # (a carried claim is never made for a step this process lacks: _may_carry)
             if claimed is None:  # (the first message of a plan here loads it outside the claim: .claiming)
                 claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
         except integrity.PlanTampered as exc:  # refused once: the run fails into the dead letters (.integrity)
@@ -182,47 +231,64 @@ class Engine(Claiming):
             return self._done(run_id, done, created_at=run.created_at if run is not None else None)
         except MessageRefused as exc:
             log.info("%s", exc)
-            self.telemetry and self.telemetry.refused(exc.reason)
-            return ()
+            self.claim_refused(exc.reason)
+            return NOTHING
         except ClaimDeferred as exc:  # a bulkhead, lock or pool is full: the message comes back later
             log.debug("%s", exc)
-            self.telemetry and self.telemetry.deferred(exc)
-            return ()
-        self._carry.want = carry
-        try:
-            return self._handle_claimed(claimed, step_id, slot_errors, began)
-        finally:
-            self._carry.want = False
-
-    def _handle_claimed(self, claimed: Claimed, step_id: str, slot_errors: list[StepError],
-                        began: float) -> tuple[Message, ...]:
+            for hook in self._on_deferred:
+                hooks.observed(hook, "claim_deferred", lambda h=hook, e=exc: h.claim_deferred(e))
+            return NOTHING
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
         x = self.execution(claimed.run, claimed.attempt, claimed.results, resumed=claimed.resumed)
         x.fencing_token = coordination.fencing_token(claimed.grants)
-        refused = fanout.trusted(self.trust_gate, self.store, self.plan, x) or self.over_budget(x) \
-            or authz.reauthorize(self.access, x)
+        refused = None
+        for hook in self._before_execute:  # the trust gate, budgets, reauthorisation (engine.gates), ...
+            refused = hooks.observed(hook, "before_execute", lambda h=hook: h.before_execute(x))
+            if refused is not None:
+                break
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
             refused = Failed(slot_errors[0].error_class, slot_errors[0].message)
+        resumed = claimed.resumed
+
+        def proceed() -> tuple[Outcome, Handled]:
+            return self._run_attempt(x, refused, resumed, carry)
+
+        for hook in reversed(self._around_attempt):  # the first hook outermost: a span, the log context, metrics
+            proceed = hooks.wrap(hook, "around_attempt",
+                                 lambda p, h=hook: h.around_attempt(x, refused, began, p), proceed)
+        return proceed()[1]
+
+    def claim_refused(self, reason: str) -> None:
+        """Tell the hooks a message was refused before anything ran (the step actor's malformed ones too)."""
+        for hook in self._on_refused:
+            hooks.observed(hook, "claim_refused", lambda h=hook: h.claim_refused(reason))
+
+    def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool,
+                     carry: bool) -> tuple[Outcome, Handled]:
         # an attempt lost before runs again, unless it is poison or its outcome a person's call (engine.poison);
-        # the step's circuit breaker, if it names one: an open breaker fails the attempt without running it
-        if self.telemetry is not None:  # a span per attempt, metrics and log context (service/telemetry)
-            return self.telemetry.attempt(x, refused, lambda: self._run_attempt(x, refused, claimed.resumed), began)
-        return self._run_attempt(x, refused, claimed.resumed)[1]
-
-    def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool) -> tuple[Outcome, tuple[Message, ...]]:
-        outcome = refused or poison.lost(x) or budgets.after(x, poison.after_crash(
-            x, breakers.guarded(x, self.execute)))
+        # an isolated child's death is judged the same way (poison.after_crash)
+        outcome = refused or poison.lost(x)
+        if outcome is None:
+            outcome = poison.after_crash(x, self._execute_hooked(x))
+            for hook in self._after_execute:  # budgets charged
+                outcome = hooks.observed(hook, "after_execute", lambda h=hook, o=outcome: h.after_execute(x, o),
+                                         outcome)
         counts = not resumed and refused is None and not isinstance(outcome, Skipped)
-        return outcome, self.commit(x, outcome, actor=self.actor, counts_step=counts)
+        return outcome, self._commit(x, outcome, actor=self.actor, counts_step=counts, carry=carry)
 
-    @staticmethod
-    def over_budget(x: Execution) -> Failed | None:
-        """Why the claimed attempt must not start (it is not run): the run is being cancelled, or it
-        would exceed a budget (:func:`sealflow.policy.budgets.before`)."""
-        if x.run.state == "cancelling":
-            return Failed("cancelled", f"the run is being cancelled; step {x.step.id!r} did not start")
-        return budgets.before(x)
+    def _execute_hooked(self, x: Execution) -> Outcome:
+        """:meth:`execute` inside the ``around_execute`` hooks (the step's circuit breaker), the first outermost."""
+        around = self._around_execute
+        if not around:
+            return self.execute(x)
+
+        def call() -> Outcome:
+            return self.execute(x)
+
+        for hook in reversed(around):
+            call = hooks.wrap(hook, "around_execute", lambda p, h=hook: h.around_execute(x, lambda _x: p()), call)
+        return call()
 
     def execute(self, x: Execution) -> Outcome:
         step = x.step
@@ -250,16 +316,21 @@ class Engine(Claiming):
                           trace=tracebacks.capture(exc).text)
 
     def commit(self, x: Execution, outcome: Outcome, *, actor: str, counts_step: bool) -> tuple[Message, ...]:
-        """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing."""
+        """Decide and commit, re-deciding after a revision conflict; a fenced-off commit does nothing. The
+        messages the commit made due."""
+        return self._commit(x, outcome, actor=actor, counts_step=counts_step).messages
+
+    def _commit(self, x: Execution, outcome: Outcome, *, actor: str, counts_step: bool,
+                carry: bool = False) -> Handled:
         tries = 0
 
         def amendments(step, nxt, inline: bool, expected_rev: int) -> dict:
             """What the engine adds to the store's part of the commit (every key, so that it replaces)."""
             a = x.attempt
-            carry = self._may_carry(x, nxt, inline)
+            carried = carry and self._may_carry(x, nxt, inline)
             return {"holds_slots": coordination.needs_slots(x.plan, x.step),
                     "holds_reservation": traits_of(x.step.kind).reserves_budget,
-                    "claim_as": self.owner if carry else None, "carry_from": x.run if carry else None,
+                    "claim_as": self.owner if carried else None, "carry_from": x.run if carried else None,
                     # written on this view, checked by the store (Commit.seen); after a conflict, read first
                     "seen": (x.run.state, x.run.tenant, x.run.parent_run_id, a.state)
                     if tries == 1 and step is not None and (step.step_id, step.attempt, step.token) == (
@@ -273,7 +344,7 @@ class Engine(Claiming):
             if final is not commit:  # undoing, compensating or redacting changed it: amended again, on what it is
                 final = dataclasses.replace(final, **amendments(final.step, final.next, final.dispatch_inline,
                                                                 final.expected_rev))
-            return self._notified(x, final)
+            return self._amended(x, final)
 
         def conflict() -> None:
             x.run = self.store.get_run(x.run.id)
@@ -288,37 +359,22 @@ class Engine(Claiming):
             gave_up=f"run {x.run.id} kept changing while step {x.step_id!r} committed; try again"),
             created_at=x.run.created_at)
 
-    def _notified(self, x: Execution, commit: Commit) -> Commit:
-        """``commit`` with the notifications of the gate it opens; a failure to build them never fails the step."""
-        if self.notifier is None:
-            return commit
-        try:
-            return self.notifier.amend(x.run, x.attempt.data, commit, x.now)
-        except Exception:  # noqa: BLE001 - a notification is never worth a run
-            log.exception("the approval notifications of run %s could not be built; the gate opens without them",
-                          x.run.id)
-            return commit
+    def _amended(self, x: Execution, commit: Commit) -> Commit:
+        """``commit`` as the ``before_commit`` hooks amend it (the notifications of the gate it opens); an
+        observer that fails leaves it as it was."""
+        for hook in self._before_commit:
+            commit = hooks.observed(hook, "before_commit", lambda h=hook, c=commit: h.before_commit(x, c), commit)
+        return commit
 
-    def hand_over(self, claimed: Claimed) -> None:
-        """Give this thread an attempt claimed for it elsewhere (a run's first, in its submit: service/inline.py),
-        to be handled next as the claim a carrying commit makes (:meth:`handle` of its message)."""
-        self._carry.claimed = claimed
-
-    def last_state(self, run_id: str) -> str | None:
-        """The state this thread's last commit left ``run_id`` in (None: its last commit was another run's)."""
-        last = getattr(self._carry, "last", None)
-        return last[1] if last is not None and last[0] == run_id else None
-
-    def _done(self, run_id: str, done: Committed | None, *, created_at: float | None = None) -> tuple[Message, ...]:
+    def _done(self, run_id: str, done: Committed | None, *, created_at: float | None = None) -> Handled:
         if done is None:
-            return ()
-        self._carry.last = (run_id, done.run_state)
-        if done.claimed is not None:
-            self._carry.claimed = done.claimed
-        if done.run_state in RUN_FINAL:
+            return NOTHING
+        state = done.run_state
+        if state in RUN_FINAL:
             self.outputs.forget(run_id)
-            self.telemetry and self.telemetry.run_done(run_id, done.run_state, created_at)
-        return done.messages
+            for hook in self._run_ended:
+                hooks.observed(hook, "run_ended", lambda h=hook: h.run_ended(run_id, state, created_at))
+        return Handled(done.messages, done.claimed, state)
 
     def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict | None = None) -> None:
         """A late result (the lease expired and the attempt moved on, or the run timed out): audited only."""
@@ -328,7 +384,7 @@ class Engine(Claiming):
             detail={"attempt": x.attempt.attempt, "token": x.attempt.token, **(detail or {})}), self.clock.now())
 
     # -- compensation and repair -------------------------------------------------------------------
-    def compensate(self, claimed: Claimed) -> tuple[Message, ...]:
+    def compensate(self, claimed: Claimed) -> Handled:
         """Run one claimed ``<step>@compensate`` attempt (:mod:`.compensation`) and commit its result."""
         run, att = claimed.run, claimed.attempt
         plan = self.plan(run.plan_digest)
@@ -347,7 +403,7 @@ class Engine(Claiming):
             self.store, self.clock, lambda: redact_commit(compensation.decide(x, outcome, actor=self.actor)),
             conflict=conflict, fenced=lambda exc: self._fenced(exc, x, self.actor),
             gave_up=f"run {run.id} kept changing while {x.step_id!r} committed; try again")
-        return () if done is None else done.messages
+        return NOTHING if done is None else Handled(done.messages, None, done.run_state)
 
     def repair(self, run_id: str) -> tuple[Message, ...]:
         """Decide again from the run's latest finished attempt (or schedule its start if it has none):
@@ -390,11 +446,12 @@ class Engine(Claiming):
             commit = flow.decide(x, outcome, actor=actor, counts_step=False)
             if events:
                 commit = dataclasses.replace(commit, audit=commit.audit + tuple(events))
-            return self._notified(x, redact_commit(compensation.amend(x, commit)))
+            return self._amended(x, redact_commit(compensation.amend(x, commit)))
 
         def fenced(exc: FencingError) -> None:
             raise InvalidOperation(f"the {what} of run {run_id} moved on meanwhile (timed out or decided); "
                                    f"see `sealflow status {run_id}`") from None
 
         return self._done(run_id, commit_retrying(self.store, self.clock, build, fenced=fenced,
-                                                  gave_up=f"run {run_id} kept changing; try again"))
+                                                  gave_up=f"run {run_id} kept changing; try again")).messages
+

@@ -123,11 +123,13 @@ class Services:
     #: where declared secrets come from (:class:`sealflow.execution.secrets.SecretChain`;
     #: None: env, then files)
     secret_chain: SecretChain | None = None
-    #: the optional capabilities ``store`` declares (heartbeats, usage reservations, ...), decided once, here
-    capabilities: Capabilities = dataclasses.field(init=False)
+    #: the optional capabilities ``store`` declares (heartbeats, usage reservations, ...), decided once (here,
+    #: unless the caller decided them already)
+    capabilities: Capabilities = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        self.capabilities = Capabilities.of(self.store)
+        if self.capabilities is None:
+            self.capabilities = Capabilities.of(self.store)
 
 
 def payload_limit(config: ExecutionConfig | None) -> int:

@@ -13,8 +13,7 @@ store; nothing is sent with a Dramatiq ``delay``.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING
 
 import dramatiq
@@ -27,6 +26,7 @@ from sealflow.store.records import Message
 
 if TYPE_CHECKING:
     from sealflow.engine.engine import Engine
+    from sealflow.store.records import Claimed
 
 log = logging.getLogger("sealflow.actors")
 
@@ -35,9 +35,6 @@ ACTOR_NAME = "sealflow_step"
 #: goes back through the broker (so one long run cannot hold a worker thread from the others for long)
 CONTINUE_LIMIT = 16
 QUEUE = "sealflow"
-#: worker thread id -> (run id, step id, attempt) of the step it carried its message's run on to (a step log
-#: names the step a thread is in, not its message's first one)
-CARRYING: dict[int, tuple[str, str, int]] = {}
 #: the longest run or step id a step message may carry (ids are far shorter; a fan-out child's grows with each
 #: level of nesting): a longer one is refused unread, as is anything else that is not a step message's shape
 MAX_ID_CHARS = 4096
@@ -125,46 +122,66 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
 
 
 def carry(engine: Engine, message: Message, send: Callable[[Message], None], route: Callable[[Message], None] | None,
-          limit: int = CONTINUE_LIMIT) -> None:
+          limit: int = CONTINUE_LIMIT, *, claimed: Claimed | None = None,
+          carrying: MutableMapping[tuple[str, str, int], tuple[str, str, int]] | None = None) -> str | None:
     """Handle ``message`` and carry its run on, in this thread, for up to ``limit`` consecutive steps: each step
     the run makes due next, alone, is claimed by the commit that made it due (the engine's ``carry``) and
     handled here; what else becomes due is sent (``send``: its run's own next step; ``route``: another run's,
-    to its priority's queue; None: ``send``), as is the step after the last. Never raises: a failure is
-    logged, the store keeps the run, and the step's lease ends and it is retried."""
+    to its priority's queue; None: ``send``), as is the step after the last. ``claimed``: the message's attempt,
+    claimed already (a run's first, in its submit: runtime/inline.py). ``carrying``: where to say which step
+    the message has carried its run on to (keyed by the message's ``(run_id, step_id, attempt)``; removed at the
+    end). Returns the state the last commit left the run in (None: nothing was committed). Never raises: a
+    failure is logged, the store keeps the run, and the step's lease ends and it is retried."""
     run_id = message.run_id
-    for i in range(limit):
-        try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
-            due = engine.handle(*message, carry=i + 1 < limit)
-        except StoreError as exc:  # the store's own clear error (away, disk full): one line, no traceback
-            log.error("step message (%s, %s, %s) failed: %s; its lease will expire and it will be retried",
-                      message.run_id, message.step_id, message.attempt, exc)
-            return
-        except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
-            log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
-                          message.run_id, message.step_id, message.attempt)
-            return
-        # the run's one next step, due now: take it in this thread instead of a round trip through the
-        # broker. Nothing is skipped: it is claimed (by the commit that made it due, when the engine could),
-        # fenced and committed like any message; should this process die first, its outbox row is resent
-        # (not claimed yet) or its lease ends (claimed) and it is retried.
-        if len(due) == 1 and due[0].run_id == message.run_id:
-            message = due[0]
-            CARRYING[threading.get_ident()] = (message.run_id, message.step_id, message.attempt)
-            # (DEBUG: a line per step would cost more than the step; the message's own lines are INFO)
-            log.debug("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
-                      message.attempt)
-            continue
-        for m in due:
-            if m.run_id == run_id or route is None:
-                send(m)
-            else:
-                route(m)
-        return
-    send(message)
+    first = (message.run_id, message.step_id, message.attempt)
+    state: str | None = None
+    try:
+        for i in range(limit):
+            try:  # carry: the commit claims the run's one next step for this thread (but the last time round)
+                got = engine.handle(*message, carry=i + 1 < limit, claimed=claimed)
+            except StoreError as exc:  # the store's own clear error (away, disk full): one line, no traceback
+                log.error("step message (%s, %s, %s) failed: %s; its lease will expire and it will be retried",
+                          message.run_id, message.step_id, message.attempt, exc)
+                return state
+            except Exception:  # noqa: BLE001 - the store is the truth; the sweeper redoes what failed here
+                log.exception("step message (%s, %s, %s) failed; its lease will expire and it will be retried",
+                              message.run_id, message.step_id, message.attempt)
+                return state
+            state = got.run_state or state
+            due, claimed = got.messages, got.claimed
+            # the run's one next step, due now: take it in this thread instead of a round trip through the
+            # broker. Nothing is skipped: it is claimed (by the commit that made it due, when the engine could),
+            # fenced and committed like any message; should this process die first, its outbox row is resent
+            # (not claimed yet) or its lease ends (claimed) and it is retried.
+            if len(due) == 1 and due[0].run_id == message.run_id:
+                message = due[0]
+                if carrying is not None:
+                    carrying[first] = (message.run_id, message.step_id, message.attempt)
+                # (DEBUG: a line per step would cost more than the step; the message's own lines are INFO)
+                log.debug("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
+                          message.attempt)
+                continue
+            if claimed is not None:
+                att = claimed.attempt
+                log.warning("a carried-on claim of run %s step %r was not handled next; its lease will expire and "
+                            "it will be retried", claimed.run.id, att.step_id)
+            for m in due:
+                if m.run_id == run_id or route is None:
+                    send(m)
+                else:
+                    route(m)
+            return state
+        send(message)
+        return state
+    finally:
+        if carrying is not None:
+            carrying.pop(first, None)
 
 
 def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
-                       priority: str = "normal", route: Callable[[Message], None] | None = None) -> dramatiq.Actor:
+                       priority: str = "normal", route: Callable[[Message], None] | None = None,
+                       carrying: MutableMapping[tuple[str, str, int], tuple[str, str, int]] | None = None,
+                       ) -> dramatiq.Actor:
     """Declare the step actor of ``priority`` on ``broker`` (one per broker and priority) bound to ``engine``,
     on the priority's queue (:mod:`sealflow.runtime.priority`). ``route`` sends a due message of
     another run to its own priority's actor (None: this actor).
@@ -173,25 +190,23 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     same worker thread (a run's steps are sequential: another worker could not take the next one sooner),
     then sends the rest through the broker so that one long run does not hold a thread from the others.
     The carried-on step's outbox row is written sent, as for a message handed to the broker: if this
-    process dies before claiming it, the sweeper sends it again after ``redeliver_after``.
+    process dies before claiming it, the sweeper sends it again after ``redeliver_after``. ``carrying``: see
+    :func:`carry`. The actor returns the state its last commit left the run in (None: it committed nothing), which
+    a Dramatiq middleware's ``after_process_message`` receives as ``result`` (cli/commands/worker.py logs it).
     """
     limit = CONTINUE_LIMIT
 
-    def sealflow_step(*args, **kwargs) -> None:  # (run_id, step_id, attempt, token, tenant): checked first
+    def sealflow_step(*args, **kwargs) -> str | None:  # (run_id, step_id, attempt, token, tenant): checked first
         try:
             message = step_message(args, kwargs)
         except MalformedMessage as exc:  # acknowledged and dropped: no step is named, nothing to run or retry
             log.warning("refused a malformed step message %s: %s; nothing was read or run", _brief(args), exc)
-            if engine.telemetry is not None:
-                engine.telemetry.refused("malformed")
-            return
-        try:
-            carry_on(message)
-        finally:
-            CARRYING.pop(threading.get_ident(), None)
+            engine.claim_refused("malformed")
+            return None
+        return carry(engine, message, send, route, limit, carrying=carrying)
 
-    def carry_on(message: Message) -> None:
-        carry(engine, message, lambda m: step_actor.send(*m), route, limit)
+    def send(m: Message) -> None:
+        step_actor.send(*m)
 
     step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=actor_name_for(ACTOR_NAME, priority),
                                 queue_name=queue_for(queue_name, priority), max_retries=0,
@@ -200,7 +215,9 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
 
 
 def declare_step_actors(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
-                        route: Callable[[Message], None] | None = None) -> dict[str, dramatiq.Actor]:
+                        route: Callable[[Message], None] | None = None,
+                        carrying: MutableMapping[tuple[str, str, int], tuple[str, str, int]] | None = None,
+                        ) -> dict[str, dramatiq.Actor]:
     """One step actor per run priority (``critical`` ... ``low``), each on its own queue."""
-    return {p: declare_step_actor(broker, engine, queue_name=queue_name, priority=p, route=route)
+    return {p: declare_step_actor(broker, engine, queue_name=queue_name, priority=p, route=route, carrying=carrying)
             for p in PRIORITIES}

@@ -21,6 +21,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import dramatiq
@@ -32,12 +33,14 @@ from sealflow.core.errors import StepError
 from sealflow.core.jsonc import MAX_REASON_CHARS, clean_text
 from sealflow.engine import compensation, recovery
 from sealflow.engine.engine import Engine
+from sealflow.engine.hooks import EngineConfig, EngineHooks
 from sealflow.execution import isolation, secrets
 from sealflow.execution.actions import REGISTRY
 from sealflow.execution.timeouts import AttemptRunner
 from sealflow.operations import notifications
 from sealflow.policy.access import AccessProvider, OpenAccess, is_open
 from sealflow.policy.operations import Operation, authorize_run
+from sealflow.policy.trustgate import TrustGate
 from sealflow.runtime import approvals, liveness, outcomes, priority, readiness, telemetry
 from sealflow.runtime.actors import QUEUE, declare_step_actors, embedded_broker
 from sealflow.runtime.config import RuntimeConfig
@@ -52,6 +55,7 @@ from sealflow.runtime.submitting import Submitting
 from sealflow.runtime.sweeper import Sweeper
 from sealflow.store import open_store
 from sealflow.store.base import AuditEvent, AuditRecord, Message, Store
+from sealflow.store.capabilities import Capabilities
 from sealflow.store.errors import IllegalTransition, InvalidOperation, PlanTampered
 
 
@@ -84,7 +88,14 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
                  worker_threads: int = 2, worker_timeout_ms: int = 100, sleep_threshold: float = 3.0,
                  redeliver_after: float = 60.0, rng: random.Random | None = None,
                  access: AccessProvider | None = None, config: RuntimeConfig | None = None,
-                 priorities: tuple[str, ...] | None = None):
+                 priorities: tuple[str, ...] | None = None, owner: str | None = None,
+                 trust_gate: TrustGate | Callable[[str], TrustGate | None] | None = None,
+                 hooks: tuple[EngineHooks, ...] = (), tracer_provider: Any = None):
+        """``owner``: this process's lease owner name (default: ``host:pid:n``, :func:`recovery.owner_id`);
+        ``trust_gate``: which signers' definitions this process executes, or a function of the engine's actor
+        name making it (None: no check); ``hooks``: engine middleware after telemetry and notifications
+        (:mod:`sealflow.engine.hooks`); ``tracer_provider``: the OpenTelemetry provider of the step spans
+        (None: the global one)."""
         self._owns_store = not isinstance(store, Store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
@@ -94,33 +105,45 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         #: which provider serves which model name: the configuration's ``models:`` section, else the local model
         self.providers = providers if providers is not None else model_providers(self.config)
         self.clock = clock or SYSTEM
-        self.owner = recovery.owner_id()
+        self.owner = owner or recovery.owner_id()
         #: who holds what (sealflow.policy.access); none configured: open development mode
         self.access: AccessProvider = access if access is not None else OpenAccess()
         if is_open(self.access):
             logging.getLogger("sealflow.access").warning("%s", self.access.describe())
-        # runner threads kept idle: one per worker thread (each runs at most one attempt at a time), so a busy
-        # worker does not start and end a thread per attempt once more than 16 run at once
-        self.engine = Engine(self.store, self.registry, self.providers, clock=self.clock, owner=self.owner, rng=rng,
-                             access=self.access, runner=AttemptRunner(max_idle=max(16, worker_threads + 1)))
-        self.engine.services.config = self.config
-        #: the optional capabilities the store declares (store/capabilities.py), decided once with the engine
-        self.capabilities = self.engine.services.capabilities
         isolation.worker_default(self.config)  # a wrong worker-wide isolation fails here, not at the first step
-        self.engine.running_limit = self.config.running_limit if self.config.has_bulkheads else None
-        self.engine.pools = self.config.pools  # step `concurrency: NAME` limits (policy/coordination.py)
         secrets.install_log_filter()
         self.broker = broker or embedded_broker()
         self.queue_name = queue_name
-        #: run priority -> its step actor and queue (sealflow.runtime.priority)
-        self.actors = declare_step_actors(self.broker, self.engine, queue_name=queue_name, route=self.send)
-        self.actor = self.actors["normal"]
-        self.priority_of = priority.PriorityOf(lambda run_id: self.store.get_run(run_id).priority)
         #: the priorities this process's worker takes messages of (None: all)
         self.priorities = priority.parse_priorities(priorities)
-        self.starvation_after = priority.starvation_after(self.config.extra)
         breaker_rules.check_config(self.config.extra)
-        self.notify = notifications.install(self)  # approval notifications: the config checked here, at start
+        self.notify = notifications.load(self.config)  # approval notifications: the config checked here, at start
+        #: the optional capabilities the store declares (store/capabilities.py), decided once
+        self.capabilities = Capabilities.of(self.store)
+        #: metrics, traces, log context (runtime/telemetry): the engine's first middleware
+        self.telemetry = telemetry.install(self, tracer_provider=tracer_provider)
+        actor = EngineConfig(owner=self.owner).actor
+        gate = trust_gate(actor) if callable(trust_gate) else trust_gate
+        # the engine, built whole: everything it reads is in its configuration (engine/hooks.py)
+        engine_config = EngineConfig(
+            owner=self.owner, access=self.access, settings=self.config, trust_gate=gate,
+            running_limit=self.config.running_limit if self.config.has_bulkheads else None,
+            pools=self.config.pools,  # step `concurrency: NAME` limits (policy/coordination.py)
+            hooks=(self.telemetry, *notifications.hooks(self.notify), *hooks))
+        # runner threads kept idle: one per worker thread (each runs at most one attempt at a time), so a busy
+        # worker does not start and end a thread per attempt once more than 16 run at once
+        self.engine = Engine(self.store, engine_config, registry=self.registry, providers=self.providers,
+                             clock=self.clock, rng=rng, runner=AttemptRunner(max_idle=max(16, worker_threads + 1)),
+                             capabilities=self.capabilities)
+        #: the first message of each step message a worker thread carries its run on from -> the step it is at
+        #: now (a step log names the step a thread is in, not its message's first one: cli/commands/worker.py)
+        self.carrying: dict[tuple[str, str, int], tuple[str, str, int]] = {}
+        #: run priority -> its step actor and queue (sealflow.runtime.priority)
+        self.actors = declare_step_actors(self.broker, self.engine, queue_name=queue_name, route=self.send,
+                                          carrying=self.carrying)
+        self.actor = self.actors["normal"]
+        self.priority_of = priority.PriorityOf(lambda run_id: self.store.get_run(run_id).priority)
+        self.starvation_after = priority.starvation_after(self.config.extra)
         self.dispatcher = Dispatcher(self.store, self.send, self.clock)
         self.sweeper = Sweeper(self.store, self.clock, redeliver_after=redeliver_after,
                                past_deadline=self._past_deadline)
@@ -136,7 +159,6 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         self._left_steps: Any = None  # a serving worker's takeovers (service/takeover.py), closed with it
         self._input_validators: dict[str, Any] = {}
         self._plan_json: dict[str, str] = {}
-        self.telemetry = telemetry.install(self)  # metrics, traces, log context (service/telemetry)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _past_deadline(self, run_id: str) -> bool:

@@ -18,7 +18,6 @@ failure: it goes up, and the attempt, claimed, is retried when its lease ends, a
 
 from __future__ import annotations
 
-import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -44,11 +43,9 @@ class Inline:
         the run's steps itself (this module)."""
         self.start()
         run_id, claimed = self._submit(plan, input, initiator=initiator, claim_for=self._inline_owner, **kw)
-        if claimed is not None:
-            self._carry_inline(claimed)
-            if self.engine.last_state(run_id) in states.RUN_FINAL \
-                    and time.monotonic() - self.sweeper.last_swept < _SWEPT_WITHIN_S:
-                return readiness.note_left(self, self.status(run_id))
+        if claimed is not None and self._carry_inline(claimed) in states.RUN_FINAL \
+                and time.monotonic() - self.sweeper.last_swept < _SWEPT_WITHIN_S:
+            return readiness.note_left(self, self.status(run_id))
         return self.drive(run_id, until=until)
 
     def _inline_owner(self, plan: Plan, signer: str | None) -> str | None:
@@ -59,14 +56,11 @@ class Inline:
         run = SimpleNamespace(plan_digest=plan.digest, signer=signer)  # (the run is not written yet)
         return self.owner if self.engine.may_claim_at_once(plan, plan.step(plan.start), run, plan.start) else None
 
-    def _carry_inline(self, claimed: Claimed) -> None:
-        """Handle the claimed first attempt in this thread and carry the run on (as a worker thread would)."""
+    def _carry_inline(self, claimed: Claimed) -> str | None:
+        """Handle the claimed first attempt in this thread and carry the run on (as a worker thread would); the
+        state the last commit left the run in (None: nothing was committed)."""
         att = claimed.attempt
-        # the message the claim answers (its token one before the claim's), and the claim handed to the engine
-        # as a carrying commit hands it over
+        # the message the claim answers (its token one before the claim's), handed to the engine with the claim
+        # as a carrying commit's claim is
         message = Message(att.run_id, att.step_id, att.attempt, att.token - 1, claimed.run.tenant)
-        self.engine.hand_over(claimed)
-        try:
-            actors.carry(self.engine, message, self.send, self.send, actors.CONTINUE_LIMIT)
-        finally:  # (the step a thread carried its run on to, for a worker's log lines: none left behind here)
-            actors.CARRYING.pop(threading.get_ident(), None)
+        return actors.carry(self.engine, message, self.send, self.send, actors.CONTINUE_LIMIT, claimed=claimed)

@@ -137,7 +137,8 @@ class LeftSteps:
                 return
             key, message = item
             try:
-                for due in self.rt.engine.handle(*message):  # fenced: a redelivered copy elsewhere finds it claimed
+                # fenced: a redelivered copy elsewhere finds it claimed
+                for due in self.rt.engine.handle(*message).messages:
                     self.rt.send(due)
             except StoreError as exc:  # its lease ends, or the redelivery brings it again: nothing is lost
                 log.warning("taking over step %r of run %s failed: %s", message.step_id, message.run_id, exc)

@@ -99,23 +99,22 @@ def test_given_a_log_level_when_the_worker_sets_up_logging_then_the_root_logger_
 
 
 def test_given_a_step_message_handled_when_it_is_logged_then_its_run_state_is_the_one_its_commit_left(caplog):
-    # Given the worker's step log, with an engine whose last commit in this thread left run r1 completed, and a
-    # store that would say otherwise (it is not read)
+    # Given the worker's step log, and a store that would say otherwise than the step actor (it is not read)
     from types import SimpleNamespace
 
     from sealflow.cli.commands.worker import step_log
 
     steps = step_log()
     reads = []
-    steps.engine = SimpleNamespace(last_state=lambda run_id: "completed" if run_id == "r1" else None)
     steps.store = SimpleNamespace(get_run=lambda run_id: reads.append(run_id) or SimpleNamespace(state="running"))
     message = SimpleNamespace(message_id="m1", args=("r1", "a", 1, 5, "default"), kwargs={})
     other = SimpleNamespace(message_id="m2", args=("r2", "a", 1, 5, "default"), kwargs={})
     caplog.set_level("INFO", logger="sealflow.worker")
-    # When its message is handled, and one whose run this thread committed nothing of
-    for msg in (message, other):
+    # When its message is handled (the step actor returns the state its last commit left run r1 in: completed),
+    # and one whose run it committed nothing of (it returns None)
+    for msg, result in ((message, "completed"), (other, None)):
         steps.before_process_message(None, msg)
-        steps.after_process_message(None, msg)
+        steps.after_process_message(None, msg, result=result)
     # Then the first line says the state its commit left, with no read; the other reads the store
     lines = [r.getMessage() for r in caplog.records if "handled in" in r.getMessage()]
     assert lines[0].endswith("the run is completed") and lines[1].endswith("the run is running")

@@ -70,7 +70,10 @@ def runtime(request, tmp_path, registry, providers, clock):
         url = request.getfixturevalue("pg_schema").url(clock="caller", migrate="1")
     else:
         url = f"sqlite:///{tmp_path}/rt.db"
-    made = Runtime(open_store(url), registry, providers, clock=clock, rng=random.Random(7), worker_timeout_ms=20)
+    # a test (module) that defines a ``tracer_provider`` fixture gets the runtime's spans recorded by it
+    traced = request.getfixturevalue("tracer_provider") if "tracer_provider" in request.fixturenames else None
+    made = Runtime(open_store(url), registry, providers, clock=clock, rng=random.Random(7), worker_timeout_ms=20,
+                   tracer_provider=traced)
     yield made
     made.close()
     made.store.close()

@@ -34,4 +34,5 @@ def tamper(store, digest: str, rewrite: Callable[[str], str] = edited) -> None:
 
 def forget_plans(runtime) -> None:
     """The runtime's engine forgets the plans it loaded (as a new process would not have them)."""
-    runtime.engine._plans, runtime.engine._steps = {}, {}
+    runtime.engine._plans.clear()
+    runtime.engine._steps.clear()

@@ -59,9 +59,10 @@ class PolicyFile:
         self.save()
 
 
-def secured_runtime(tmp_path: Path, registry, clock, policy: PolicyFile, *, name: str = "secure.db") -> Runtime:
+def secured_runtime(tmp_path: Path, registry, clock, policy: PolicyFile, *, name: str = "secure.db",
+                    **kw) -> Runtime:
     return Runtime(open_store(f"sqlite:///{tmp_path}/{name}"), registry, {}, clock=clock, rng=random.Random(7),
-                   worker_timeout_ms=20, access=FileAccess(policy.path))
+                   worker_timeout_ms=20, access=FileAccess(policy.path), **kw)
 
 
 def events(rt: Runtime, name: str, run_id: str | None = "*") -> list:

@@ -50,6 +50,7 @@ from sealflow.core.errors import StepError
 from sealflow.dsl.api import compile_bytes
 from sealflow.dsl.model import ActionInfo
 from sealflow.engine.engine import Engine
+from sealflow.engine.hooks import EngineConfig
 from sealflow.engine.poison import OUTCOME_UNKNOWN
 from sealflow.execution.actions import Registry, action
 from sealflow.runtime.config import RuntimeConfig
@@ -338,9 +339,9 @@ class World:
     def _spawn(self) -> Worker:
         self.generation += 1
         name = f"w{self.generation}"
-        engine = Engine(FaultyStore(self.store, self, name), self.registry, None, clock=self.clock,
-                        owner=f"sim:{self.seed}:{name}", rng=random.Random(self.seed * 31 + self.generation))
-        engine.services.config = self.config
+        config = EngineConfig(f"sim:{self.seed}:{name}", settings=self.config)
+        engine = Engine(FaultyStore(self.store, self, name), config, registry=self.registry, clock=self.clock,
+                        rng=random.Random(self.seed * 31 + self.generation))
         worker = Worker(name, engine)
         self.workers[name] = worker
         return worker
@@ -423,14 +424,16 @@ class World:
         worker.fault, worker.dead = fault, False
         self.current = worker
         try:
+            claimed = None
             for _ in range(8):
-                due = worker.engine.handle(*message, carry=carry)
+                got = worker.engine.handle(*message, carry=carry, claimed=claimed)
+                due, claimed = got.messages, got.claimed
                 if fault == ("crash", "after_commit"):
                     self.broker.append(message)  # never acknowledged: the broker delivers it again
                     self.die(worker)
                     return
                 if carry and len(due) == 1 and due[0].run_id == message.run_id:
-                    message = due[0]  # carried on: already claimed for this worker by the commit
+                    message = due[0]  # carried on: already claimed for this worker by the commit (claimed)
                     continue
                 self.broker.extend(sorted(due, key=self._key))
                 return
@@ -451,7 +454,7 @@ class World:
 
         def run() -> None:
             try:
-                box["due"] = worker.engine.handle(*message)
+                box["due"] = worker.engine.handle(*message).messages
             except SimCrash:
                 box["crash"] = True
             except StoreUnavailable:

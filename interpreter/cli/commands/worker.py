@@ -80,16 +80,15 @@ def redact(url: str) -> str:
 
 def step_log():
     """A Dramatiq middleware that logs each step message this worker runs at INFO and remembers the
-    ones in progress (so a shutdown can name what it abandons). Set its ``engine`` (the state its last
-    commit left the run in) or ``store`` (read) to add the run's state to the log line. (Built on call:
-    the command line imports Dramatiq only when it runs.)"""
+    ones in progress (so a shutdown can name what it abandons). The run's state in the log line is the one the
+    step actor returns (the state its last commit left the run in), else read from its ``store`` when set.
+    (Built on call: the command line imports Dramatiq only when it runs.)"""
     import dramatiq
 
     class StepLog(dramatiq.Middleware):
         def __init__(self) -> None:
             self.store = None
-            self.engine = None
-            self.running: dict[str, tuple[tuple, float, int]] = {}
+            self.running: dict[str, tuple[tuple, float]] = {}
             self._lock = threading.Lock()
 
         def before_process_message(self, broker, message) -> None:
@@ -97,17 +96,17 @@ def step_log():
             if ids is None:  # not a step message's shape: the actor refuses it, and says so
                 return
             with self._lock:
-                self.running[message.message_id] = (ids, time.monotonic(), threading.get_ident())
+                self.running[message.message_id] = (ids, time.monotonic())
             log.info("run %s: step %s attempt %s: started", *ids)
 
         def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
             with self._lock:
-                ids, started, _ = self.running.pop(message.message_id, (None, time.monotonic(), None))
+                ids, started = self.running.pop(message.message_id, (None, time.monotonic()))
             ids = ids or _ids(message)  # (checked when it started; a message skipped before that, here)
             if ids is None:
                 return
             run_id, step_id, attempt = ids
-            state = self.engine.last_state(run_id) if self.engine is not None else None
+            state = result if isinstance(result, str) else None  # (the step actor's: its last commit's)
             try:
                 if state is None:  # this thread committed nothing of the run (a refused or left message): read it
                     state = self.store.get_run(run_id).state if self.store is not None else "?"
@@ -262,13 +261,14 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     try:
         rt = _wait_for_store(lambda: Runtime(url, access=provider, config=config, broker=broker, queue_name=queue_name,
                                              worker_threads=threads, redeliver_after=redeliver_after,
-                                             priorities=served), url, stop)
+                                             priorities=served, trust_gate=lambda actor: _trust_gate(
+                                                 trust, allow_unsigned, actor)), url, stop)
     except StoreError as exc:
         fail_usage(str(exc))
     if rt is None:
         log.info("worker stopped before the store came up")
         return
-    steps.store, steps.engine = rt.store, rt.engine
+    steps.store = rt.store
     if metrics_port is not None:
         from sealflow.runtime.telemetry.metrics import serve_metrics
 
@@ -280,7 +280,6 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     from sealflow.runtime.telemetry import tracing
 
     tracing.configure()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    rt.engine.trust_gate = _trust_gate(trust, allow_unsigned, rt.engine.actor)
     from sealflow.runtime.liveness import BrokerUnavailable
 
     lost = None
@@ -301,10 +300,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
         log.info("stopping: running attempts have %.0f s to finish", grace)
     finally:
         rt.close(grace=grace)
-    from sealflow.runtime.actors import CARRYING
-
-    for args, _, thread in list(steps.running.values()):
-        run_id, step_id, attempt = CARRYING.get(thread, args)  # the step the run was carried on to, if it was
+    for args, _ in list(steps.running.values()):
+        run_id, step_id, attempt = rt.carrying.get(args, args)  # the step the run was carried on to, if it was
         log.warning("run %s: step %s attempt %s: abandoned; its lease ends and another worker runs it again",
                     run_id, step_id, attempt)
     _forget_heartbeat(broker)

@@ -12,19 +12,15 @@ See docs/operations.md, "Approval notifications".
 
 from __future__ import annotations
 
-from typing import Any
-
 from .config import Channel, NotifyConfig, load
 from .deliver import Deliverer, Report
 from .gates import Notifier
 
 
-def install(runtime: Any) -> NotifyConfig:
-    """Read the runtime's ``notifications:`` section (a mistake raises ConfigError naming it) and, when it has
-    channels, have its engine add the deliveries of every gate that opens."""
-    config = load(runtime.config)
-    runtime.engine.notifier = Notifier(config) if config.channels else None
-    return config
+def hooks(config: NotifyConfig) -> tuple[Notifier, ...]:
+    """The engine middleware of ``config`` (read by :func:`load`, which raises ConfigError naming a mistake):
+    when it has channels, a :class:`Notifier` adding the deliveries of every gate that opens to its commit."""
+    return (Notifier(config),) if config.channels else ()
 
 
-__all__ = ["Channel", "NotifyConfig", "load", "install", "Deliverer", "Report", "Notifier"]
+__all__ = ["Channel", "NotifyConfig", "load", "hooks", "Deliverer", "Report", "Notifier"]

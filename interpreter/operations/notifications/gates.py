@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any
 
+from sealflow.engine.hooks import EngineHooks
 from sealflow.engine.poison import OUTCOME_UNKNOWN
 from sealflow.store.deliveries import NewDelivery
 from sealflow.store.records import Commit, RunRecord
@@ -82,10 +83,15 @@ def _outcome_unknown(config: NotifyConfig, run: RunRecord, step_id: str, gate: d
 
 
 @dataclasses.dataclass(frozen=True)
-class Notifier:
-    """Adds a gate's deliveries to the commit that opens it (installed on the engine by the runtime)."""
+class Notifier(EngineHooks):
+    """Adds a gate's deliveries to the commit that opens it: an engine middleware (an observer: a failure to build
+    them is logged and the gate opens without them), in the runtime's engine configuration."""
 
     config: NotifyConfig
+    name = "notifications"
+
+    def before_commit(self, x: Any, commit: Commit) -> Commit:
+        return self.amend(x.run, x.attempt.data, commit, x.now)
 
     def amend(self, run: RunRecord, before: dict | None, commit: Commit, now: float) -> Commit:
         gate = opened_gate(commit, before)

@@ -7,16 +7,16 @@ from typing import Any
 
 
 def install(runtime: Any, *, tracer_provider: Any = None) -> Any:
-    """Give ``runtime`` its telemetry: a :class:`~.metrics.Metrics` registry (store and broker state read at
-    scrape time), the engine's hooks (:class:`~.hooks.Telemetry`) and the broker middleware that carries a
-    step's span to the next step's message. Returns the hooks (``runtime.telemetry``)."""
+    """The telemetry of ``runtime`` (being built: its store, broker, queues, capabilities and clock are set): a
+    :class:`~.metrics.Metrics` registry (store and broker state read at scrape time) in the engine middleware
+    :class:`~.hooks.Telemetry` (returned: ``runtime.telemetry``, which the runtime puts first in its engine's
+    configuration), and the broker middleware that carries a step's span to the next step's message."""
     from sealflow.runtime.telemetry import tracing
     from sealflow.runtime.telemetry.hooks import Telemetry
     from sealflow.runtime.telemetry.metrics import Metrics
 
     metrics = Metrics(runtime.store, runtime.broker, runtime.queue_names, capabilities=runtime.capabilities)
     hooks = Telemetry(metrics, runtime.store, clock=runtime.clock, tracer_provider=tracer_provider)
-    runtime.engine.telemetry = hooks
     if not any(type(m).__name__ == "TraceMiddleware" for m in runtime.broker.middleware):
         runtime.broker.add_middleware(tracing.trace_middleware())
     return hooks

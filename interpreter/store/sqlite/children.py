@@ -31,7 +31,6 @@ recovered like any, its compensations replayed from the ledger, never redone) an
 from __future__ import annotations
 
 import hashlib
-import threading
 
 from sealflow.core import states
 from sealflow.store.errors import ConcurrencyError
@@ -61,24 +60,11 @@ STOPPING = states.RUN_FINAL | {"cancelling", "compensating"}
 _CHILD_COLS = "id, item_index, state, output, error_class, error_message, updated_at"
 _OPEN = "('created','queued','running','waiting','cancelling','compensating')"
 
-#: messages a commit in progress on this thread dispatches inline (promoted children, a woken parent)
-_inline = threading.local()
-
 
 def child_id(parent: str, step_id: str, attempt: int, index: int) -> str:
     """A child run's id: readable, and the same for the same item of the same attempt."""
     step = step_id if len(parent) + len(step_id) < 100 else hashlib.sha256(step_id.encode()).hexdigest()[:12]
     return f"{parent}.{step}{'' if attempt == 1 else f'~{attempt}'}.{index}"
-
-
-def begin_inline() -> None:
-    _inline.messages = []
-
-
-def end_inline() -> tuple[Message, ...]:
-    got = getattr(_inline, "messages", None) or []
-    _inline.messages = None
-    return tuple(got)
 
 
 class ChildrenMixin:
@@ -166,11 +152,12 @@ class ChildrenMixin:
         return messages
 
     def _fanout_moved(self, c, now: float, run_id: str, state: str, ended: bool, error_class: str | None,
-                      actor: str) -> None:
+                      actor: str, out: list[Message] | None = None) -> None:
         """A run ended or is stopping. A child that ended: count it, promote its next pending sibling, and wake
         the parent's attempt once every child ended, more failed than tolerated, or one failed with
         ``budget_exceeded`` (a budget stops the whole fan-out, whatever the tolerance). A parent stopping
-        (cancelled, timed out, compensating): its children in flight are cancelled."""
+        (cancelled, timed out, compensating): its children in flight are cancelled. ``out``: the messages of
+        the commit in progress, dispatched inline with it (None: the dispatcher sends them, see :meth:`_send`)."""
         got = c.execute("SELECT r.parent_run_id, r.parent_step_id, r.parent_attempt, f.total, f.concurrency, "
                         "f.tolerated, f.started, f.ended, f.failed, f.state FROM runs r LEFT JOIN fanouts f ON "
                         "f.run_id = r.parent_run_id AND f.step_id = r.parent_step_id AND f.attempt = r.parent_attempt "
@@ -178,26 +165,27 @@ class ChildrenMixin:
         if got is None:
             return
         if got[0] is None:  # not a child (fan-out does not nest): maybe a parent
-            self._cancel_children(c, now, run_id, actor)
+            self._cancel_children(c, now, run_id, actor, out)
             return
         if not ended or got[3] is None:
             return
         parent, step_id, attempt = got[:3]
         total, _, tolerated, started, ended_n, failed, fan_state = got[3:]
         if fan_state == "closed":  # the step has ended: a child ending now may let the next undo start
-            self._undo_next(c, now, parent, step_id, attempt, run_id, actor)
+            self._undo_next(c, now, parent, step_id, attempt, run_id, actor, out)
             return
         ended_n, failed = ended_n + 1, failed + (state != "completed")
         wake = fan_state == "open" and (ended_n >= total or failed > tolerated or error_class == "budget_exceeded")
         if fan_state == "open" and not wake:
-            started = self._promote(c, now, parent, step_id, attempt, started, total)
+            started = self._promote(c, now, parent, step_id, attempt, started, total, out)
         c.execute("UPDATE fanouts SET ended = ?, failed = ?, started = ?, state = ? WHERE run_id = ? AND "
                   "step_id = ? AND attempt = ?", (ended_n, failed, started, "woken" if wake else fan_state,
                                                  parent, step_id, attempt))
         if wake:
-            self._wake(c, now, parent, step_id, attempt)
+            self._wake(c, now, parent, step_id, attempt, out)
 
-    def _promote(self, c, now: float, parent: str, step_id: str, attempt: int, started: int, total: int) -> int:
+    def _promote(self, c, now: float, parent: str, step_id: str, attempt: int, started: int, total: int,
+                 out: list[Message] | None) -> int:
         """Queue the next pending child (skipping any cancelled meanwhile); return the new ``started``."""
         while started < total:
             index = started
@@ -214,11 +202,11 @@ class ChildrenMixin:
             self._step_to(c, now, cid, first, "pending", "scheduled", "fanout")
             c.execute("UPDATE attempts SET state = 'scheduled', scheduled_at = ?, due_at = ? WHERE run_id = ? AND "
                       "step_id = ? AND attempt = 1", (now, now, cid, first))
-            self._send(c, now, Message(cid, first, 1, token, tenant))
+            self._send(c, now, Message(cid, first, 1, token, tenant), out)
             return started
         return started
 
-    def _wake(self, c, now: float, parent: str, step_id: str, attempt: int) -> None:
+    def _wake(self, c, now: float, parent: str, step_id: str, attempt: int, out: list[Message] | None) -> None:
         """Make the parent's waiting fan-out attempt due now (a worker claims it and decides the step)."""
         got = c.execute("SELECT a.state, a.token, r.tenant FROM attempts a JOIN runs r ON r.id = a.run_id "
                         "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?", (parent, step_id, attempt)).fetchone()
@@ -227,20 +215,20 @@ class ChildrenMixin:
         c.execute("UPDATE attempts SET due_at = ? WHERE run_id = ? AND step_id = ? AND attempt = ?",
                   (now, parent, step_id, attempt))
         self._audit(c, now, parent, step_id, "fanout_done", "fanout", None, None, {"attempt": attempt})
-        self._send(c, now, Message(parent, step_id, attempt, got[1], got[2]))
+        self._send(c, now, Message(parent, step_id, attempt, got[1], got[2]), out)
 
     @staticmethod
-    def _send(c, now: float, msg: Message) -> None:
-        """An outbox row for ``msg``: sent inline by the commit in progress on this thread, if any."""
-        inline = getattr(_inline, "messages", None)
+    def _send(c, now: float, msg: Message, out: list[Message] | None) -> None:
+        """An outbox row for ``msg``; with ``out`` (the messages of a commit that dispatches inline) written sent
+        and added to them, else left for the dispatcher."""
         c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
                   "VALUES (?,?,?,?,?,?)", (msg.run_id, msg.step_id, msg.attempt, msg.token, now,
-                                           now if inline is not None else None))
-        if inline is not None:
-            inline.append(msg)
+                                           now if out is not None else None))
+        if out is not None:
+            out.append(msg)
 
     def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str,
-                      undo: tuple = (), inline: bool = False, undo_seen: int | None = None) -> None:
+                      undo: tuple = (), out: list[Message] | None = None, undo_seen: int | None = None) -> None:
         """The fan-out attempt ended: no child starts any more; those in flight are cancelled; the completed
         children in ``undo`` (child id, first compensation attempt: engine/fanout.py) are queued to be undone,
         one at a time, newest completed first (:meth:`_undo_next`). The undo was decided on ``undo_seen``
@@ -256,11 +244,11 @@ class ChildrenMixin:
                         "AND state <> 'closed'", (run_id, step_id, attempt)).rowcount
         if got:
             self._cancel_open(c, now, "parent_run_id = ? AND parent_step_id = ? AND parent_attempt = ?",
-                              (run_id, step_id, attempt), actor)
+                              (run_id, step_id, attempt), actor, out)
         for child, first in undo:
             self._queue_undo(c, now, child, first)
         if undo:
-            self._undo_next(c, now, run_id, step_id, attempt, None, actor)
+            self._undo_next(c, now, run_id, step_id, attempt, None, actor, out)
 
     def _queue_undo(self, c, now: float, child: str, first: NextAttempt) -> None:
         """A completed child's first compensation attempt, ``pending`` (no worker can claim it) until
@@ -276,7 +264,7 @@ class ChildrenMixin:
                    None if first.data is None else rows.dumps(first.data), got[2] + 1))
 
     def _undo_next(self, c, now: float, parent: str, step_id: str, attempt: int, ending: str | None,
-                   actor: str) -> None:
+                   actor: str, out: list[Message] | None) -> None:
         """Start the undoing of the newest completed child of the fan-out attempt whose undo is queued, unless a
         sibling (other than ``ending``, the child whose end calls this) is compensating: children of a failed
         fan-out are undone one at a time, newest completed first (ties: the higher index first). Called by the
@@ -296,7 +284,7 @@ class ChildrenMixin:
         cid, tenant, comp_step, number, token, data = nxt
         data = {} if data is None else rows.loads(data)
         why = data.get("why")
-        self._run_to(c, now, cid, "completed", "compensating", actor, {"why": why})
+        self._run_to(c, now, cid, "completed", "compensating", actor, {"why": why}, out)
         self._audit(c, now, cid, None, "compensation.started", actor, None, None,
                     {"steps": [comp_step.split("@")[0], *(data.get("queue") or ())], "then": "cancelled"})
         self._step_to(c, now, cid, comp_step, "pending", "scheduled", actor)
@@ -305,18 +293,18 @@ class ChildrenMixin:
         c.execute("UPDATE runs SET state = 'compensating', rev = rev + 1, updated_at = ?, error_class = 'cancelled', "
                   "error_message = ?, cursor_step = ?, cursor_attempt = ? WHERE id = ?",
                   (now, why, comp_step, number, cid))
-        self._send(c, now, Message(cid, comp_step, number, token, tenant))
+        self._send(c, now, Message(cid, comp_step, number, token, tenant), out)
 
-    def _cancel_children(self, c, now: float, run_id: str, actor: str) -> None:
+    def _cancel_children(self, c, now: float, run_id: str, actor: str, out: list[Message] | None) -> None:
         """The parent run was cancelled or timed out: every child still in flight is cancelled."""
         if c.execute("UPDATE fanouts SET state = 'closed' WHERE run_id = ? AND state <> 'closed'",
                      (run_id,)).rowcount:
-            self._cancel_open(c, now, "parent_run_id = ?", (run_id,), actor)
+            self._cancel_open(c, now, "parent_run_id = ?", (run_id,), actor, out)
 
-    def _cancel_open(self, c, now: float, where: str, args: tuple, actor: str) -> None:
+    def _cancel_open(self, c, now: float, where: str, args: tuple, actor: str, out: list[Message] | None) -> None:
         ids = [r[0] for r in c.execute(f"SELECT id FROM runs WHERE {where} AND state IN {_OPEN} ORDER BY item_index",
                                        args).fetchall()]
         for cid in ids:
             run = self._get_run(c, cid)
             if run.state not in states.RUN_FINAL and run.state not in ("cancelling", "compensating"):
-                self._cancel_in(c, now, run, actor, "its fan-out step ended")
+                self._cancel_in(c, now, run, actor, "its fan-out step ended", out)

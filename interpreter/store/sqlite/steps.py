@@ -12,7 +12,6 @@ change goes through ``_step_to`` / ``_run_to``, which refuse edges not in
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 
@@ -39,7 +38,6 @@ from sealflow.store.records import (
     RunRecord,
 )
 from sealflow.store.sqlite import admission as sqlite_admission
-from sealflow.store.sqlite import children as sqlite_children
 from sealflow.store.sqlite import deliveries, reservations, rows
 from sealflow.store.sqlite import slots as sqlite_slots
 
@@ -244,13 +242,7 @@ class StepPathMixin:
                 c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
 
     def commit(self, commit: Commit, now: float) -> Committed:
-        if commit.dispatch_inline:  # promoted fan-out children and a woken parent go out with this commit
-            sqlite_children.begin_inline()
-        try:
-            done = self._commit(commit, now)
-        finally:
-            extra = sqlite_children.end_inline()
-        return dataclasses.replace(done, messages=done.messages + extra) if extra else done
+        return self._commit(commit, now)
 
     @staticmethod
     def _check_fence(got, commit: Commit, seen: tuple | None = None) -> None:
@@ -303,6 +295,8 @@ class StepPathMixin:
         run_state, rev, tenant = got[0], got[1], got[4]
         cur = got[2:4]
         actor = commit.actor
+        # promoted fan-out children and a woken parent go out with a commit that dispatches inline
+        out: list[Message] | None = [] if commit.dispatch_inline else None
         if step is not None:
             self._apply_step(c, now, run_id, cur[0], step, actor, commit.holds_slots)
         spawned: list[Message] = []
@@ -311,7 +305,7 @@ class StepPathMixin:
                                   commit.dispatch_inline)
         if commit.close_fanout and step is not None and step.state in states.STEP_FINAL:
             self._close_fanout(c, now, run_id, step.step_id, step.attempt, actor, commit.undo_children,
-                               commit.dispatch_inline, commit.undo_seen)
+                               out, commit.undo_seen)
         if commit.ledger is not None:
             led = commit.ledger
             c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
@@ -343,9 +337,9 @@ class StepPathMixin:
         final_state = new_state
         if new_state != run_state:
             self._run_to(c, now, run_id, run_state, new_state, actor,
-                         {"error_class": ch.error_class, "message": ch.error_message} if ch.error_class else None)
+                         {"error_class": ch.error_class, "message": ch.error_message} if ch.error_class else None, out)
             if commit.dead_letter is not None:
-                final_state = self._dead_letter(c, now, run_id, new_state, commit.dead_letter, actor)
+                final_state = self._dead_letter(c, now, run_id, new_state, commit.dead_letter, actor, out)
             if final_state in states.RUN_FINAL:
                 c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
                 c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
@@ -389,6 +383,8 @@ class StepPathMixin:
         elif commit.claim_as is not None and len(messages) == 1 and not spawned \
                 and final_state in states.RUN_CLAIMABLE:
             claimed = self._claim_carried(c, now, messages[0], commit.claim_as)  # commit N, claim N + 1
+        if out:
+            return Committed(rev + 1, final_state, messages + tuple(spawned) + tuple(out), claimed)
         return Committed(rev + 1, final_state, messages + tuple(spawned), claimed)
 
     def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str, slots: bool = True) -> None:
@@ -418,7 +414,8 @@ class StepPathMixin:
                       "ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status, output = excluded.output",
                       (run_id, step.step_id, after, step.output_json))
 
-    def _dead_letter(self, c, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str) -> str:
+    def _dead_letter(self, c, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str,
+                     out: list[Message] | None = None) -> str:
         """Record the dead letter; quarantine when a redriven run fails the same way again (a run
         going ``quarantined`` itself, after a failed compensation, gets a quarantined letter)."""
         quarantine = run_state == "quarantined"
@@ -429,7 +426,7 @@ class StepPathMixin:
                       (spec.reason, spec.step_id, spec.error_class, now, run_id))
             self._run_to(c, now, run_id, run_state, "quarantined", actor,
                          {"fingerprint": spec.fingerprint, "redrives": got[1],
-                          "why": "the same failure repeated after a redrive"})
+                          "why": "the same failure repeated after a redrive"}, out)
             return "quarantined"
         c.execute("INSERT INTO dead_letters (run_id, step_id, reason, error_class, fingerprint, redrive_count, "
                   "quarantined, status, created_at, updated_at) VALUES (?,?,?,?,?,0,?,?,?,?) "
@@ -452,13 +449,15 @@ class StepPathMixin:
             self._cancel_in(c, now, run, actor, reason)
             return self._get_run(c, run_id)
 
-    def _cancel_in(self, c, now: float, run: RunRecord, actor: str, reason: str) -> None:
-        """Cancel ``run`` (not cancelled, cancelling or compensating) inside the transaction ``c``."""
+    def _cancel_in(self, c, now: float, run: RunRecord, actor: str, reason: str,
+                   out: list[Message] | None = None) -> None:
+        """Cancel ``run`` (not cancelled, cancelling or compensating) inside the transaction ``c`` (``out``: the
+        messages of the commit in progress that dispatches inline, if it is one)."""
         run_id = run.id
         active = c.execute(f"SELECT a.step_id, a.attempt, a.state, a.token FROM runs r JOIN attempts a ON "
                            f"{_CURSOR} WHERE r.id = ? AND a.state IN {_ACTIVE}", (run_id,)).fetchall()
         target = "cancelling" if any(a[2] == "running" for a in active) else "cancelled"
-        self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None)
+        self._run_to(c, now, run_id, run.state, target, actor, {"reason": reason} if reason else None, out)
         if target == "cancelled":
             for step_id, attempt, state, token in active:
                 self._step_to(c, now, run_id, step_id, state, "cancelled", actor)

@@ -263,7 +263,9 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         if slots and before == "running" and after != "running":  # locks and pools: the attempt's slots go back
             sqlite_slots.release_attempt(c, now, run_id, step_id)
 
-    def _run_to(self, c, now, run_id, before, after, actor="system", detail=None) -> None:
+    def _run_to(self, c, now, run_id, before, after, actor="system", detail=None, out=None) -> None:
+        """Move a run. ``out``: the messages of the commit in progress that dispatches inline (a fan-out's
+        promoted child, its woken parent: store/sqlite/children.py), else None."""
         if not states.run_can(before, after) or (before == "completed" and after != before and c.execute(
                 "SELECT parent_run_id FROM runs WHERE id = ?", (run_id,)).fetchone()[0] is None):
             # (completed -> compensating: a fan-out child's items undone, never a top-level run)
@@ -276,7 +278,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
         if ends or (after in STOPPING and before != after):
             # a fan-out child ended: count it, promote the next, wake the parent; a parent stopping: its
             # children in flight stop too (store/sqlite/children.py)
-            self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor)
+            self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor, out)
 
     def slots(self, now: float, name: str | None = None) -> list:
         """Who holds, then who waits for, the slots of lock/pool ``name`` (every name: None), in order."""

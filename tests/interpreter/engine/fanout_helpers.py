@@ -149,10 +149,11 @@ def store_url(request: Any, tmp_path: Path, name: str = "fan.db", *, migrated: b
 
 
 @contextmanager
-def world_runtime(world: Any, url: str, providers: dict | None = None, threads: int = 4) -> Iterator[Any]:
-    """``world`` with a runtime (``world.rt``) on the store at ``url``, closed (held items released) after."""
+def world_runtime(world: Any, url: str, providers: dict | None = None, threads: int = 4, **kw: Any) -> Iterator[Any]:
+    """``world`` with a runtime (``world.rt``, built with ``kw``) on the store at ``url``, closed (held items
+    released) after."""
     world.rt = Runtime(open_store(url), world.registry, providers or {}, worker_threads=threads,
-                       worker_timeout_ms=20)
+                       worker_timeout_ms=20, **kw)
     try:
         yield world
     finally:

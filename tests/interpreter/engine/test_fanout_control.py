@@ -127,13 +127,22 @@ def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):
     assert rt.store.get_run(kids[0].id).state in ("running", "queued", "completed")
 
 
-def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child_plan_not_derived(world, monkeypatch):
-    # Given a worker with a trust gate (unsigned runs allowed: the parent run passes it)
+@pytest.fixture(name="gated", params=BACKENDS)
+def gated_world(request, tmp_path):
+    """The world with a worker that has a trust gate (unsigned runs allowed)."""
     from sealflow.policy.trustgate import TrustGate
+
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path),
+                       trust_gate=TrustGate(allow_unsigned=True)) as w:
+        yield w
+
+
+def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child_plan_not_derived(gated, monkeypatch):
+    # Given a worker with a trust gate (unsigned runs allowed: the parent run passes it)
     from sealflow.steps import fanout
 
+    world = gated
     rt = world.rt
-    rt.engine.trust_gate = TrustGate(allow_unsigned=True)
     plan = map_of("input.items", concurrency=2)
     # When a map runs whose children execute the sub-flow the parent's plan derives, then it completes
     assert rt.run(plan, {"items": ["a0", "a1"]}, initiator=USER, until="final").state == "completed"

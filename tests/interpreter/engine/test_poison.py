@@ -24,7 +24,7 @@ def lose(rt: Runtime, clock, message, owner: str = "doomed") -> tuple:
     clock.advance(60)
     assert rt.sweeper.sweep().leases_expired == 1
     (requeued,) = rt.store.take_outbox(clock.now())
-    return rt.engine.handle(*requeued)
+    return rt.engine.handle(*requeued).messages
 
 
 def runtime_with(store, registry, clock, **config) -> Runtime:
@@ -125,7 +125,7 @@ def test_a_step_lost_lost_attempts_times_in_a_row_is_poison_and_the_run_is_quara
             clock.advance(60)
             assert rt.sweeper.sweep().leases_expired == 1
             (message,) = rt.store.take_outbox(clock.now())
-        due = rt.engine.handle(*message)
+        due = rt.engine.handle(*message).messages
         # Then it did not run a fourth time, no route was taken, and the run is quarantined as poison
         assert due == () and calls == []
         run = rt.store.get_run(run_id)

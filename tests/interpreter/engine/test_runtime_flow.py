@@ -251,8 +251,8 @@ def test_a_forged_or_stale_message_for_a_step_this_process_lacks_is_refused_and_
     run_id = status.run.id
     runtime.engine.left.clear()
     # When a message names another tenant, or carries a token that is not the attempt's
-    assert runtime.engine.handle(run_id, "x", att.attempt, att.token, "globex") == ()
-    assert runtime.engine.handle(run_id, "x", att.attempt, att.token + 7, "default") == ()
+    assert runtime.engine.handle(run_id, "x", att.attempt, att.token, "globex").messages == ()
+    assert runtime.engine.handle(run_id, "x", att.attempt, att.token + 7, "default").messages == ()
     # Then each is refused by the claim and audited (as for a step this process could run), not taken for a
     # step left for a capable process: status does not say it waits for one on their word
     refused = [e.detail["reason"] for e in runtime.store.audit(run_id) if e.event == "message_refused"]

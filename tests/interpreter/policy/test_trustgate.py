@@ -56,11 +56,10 @@ def world(tmp_path, registry, clock):
         return {"paid": to}
 
     genuine, mallory = Signer(tmp_path / "genuine", "ops"), Signer(tmp_path / "mallory", "mallory")
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/gate.db"), registry, {}, clock=clock, rng=random.Random(7),
-                 worker_timeout_ms=20)
     # the worker: started with the genuine policy
-    rt.engine.trust_gate = TrustGate(policy=genuine.policy, actor=rt.engine.actor)
-    yield types.SimpleNamespace(rt=rt, paid=paid, genuine=genuine, mallory=mallory)
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/gate.db"), registry, {}, clock=clock, rng=random.Random(7),
+                 worker_timeout_ms=20, trust_gate=lambda actor: TrustGate(policy=genuine.policy, actor=actor))
+    yield types.SimpleNamespace(rt=rt, paid=paid, genuine=genuine, mallory=mallory, registry=registry)
     rt.close()
     rt.store.close()
 
@@ -144,16 +143,19 @@ def test_given_a_forged_version_refused_when_the_genuine_same_version_arrives_th
 
 
 def test_given_a_worker_without_a_policy_when_a_signed_run_arrives_then_it_leaves_it_for_one_with_a_policy(world):
-    # Given a worker with no trust policy, When a signed run arrives
-    world.rt.engine.trust_gate = TrustGate()
-    run_id = submit(world.rt, world.genuine, version=1, to="acme")
-    status = world.rt.drive(run_id)
+    # Given a worker with no trust policy (on the same store), When a signed run arrives
+    bare = Runtime(world.rt.store, world.registry, {}, clock=world.rt.clock, rng=random.Random(7),
+                   worker_timeout_ms=20, trust_gate=TrustGate())
+    try:
+        run_id = submit(bare, world.genuine, version=1, to="acme")
+        status = bare.drive(run_id)
+    finally:
+        bare.close()
     # Then it cannot verify it, so it leaves the step as it was (engine/capability.py): nothing paid, not failed
     assert status.state == "queued" and world.paid == [] and status.error == (None, None)
     [(kind, reason)] = status.waiting["lacks"]
     assert kind == "trust" and "no trust policy to verify" in reason
     # And a worker with the policy verifies and executes it
-    world.rt.engine.trust_gate = TrustGate(policy=world.genuine.policy, actor=world.rt.engine.actor)
     world.rt.clock.advance(world.rt.redeliver_after + 1)
     assert world.rt.drive(run_id).state == "completed" and world.paid == ["acme"]
 

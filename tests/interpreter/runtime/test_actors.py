@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from sealflow.engine.engine import NOTHING, Handled
 from sealflow.runtime.actors import declare_step_actor, embedded_broker
 from sealflow.store.errors import StoreUnavailable
 
@@ -14,7 +15,7 @@ class _Failing:
     def __init__(self, exc: BaseException):
         self.exc = exc
 
-    def handle(self, *message, carry=False):
+    def handle(self, *message, carry=False, claimed=None):
         raise self.exc
 
 
@@ -49,14 +50,13 @@ class _Recording:
 
     def __init__(self):
         self.handled: list[tuple] = []
-        self.telemetry = self
         self.refusals: list[str] = []
 
-    def handle(self, *message, carry=False):
+    def handle(self, *message, carry=False, claimed=None) -> Handled:
         self.handled.append(message)
-        return ()
+        return NOTHING
 
-    def refused(self, reason: str) -> None:
+    def claim_refused(self, reason: str) -> None:
         self.refusals.append(reason)
 
 

@@ -31,8 +31,8 @@ def test_given_another_process_runs_the_step_when_driving_then_drive_returns_onc
                      S("quick", "action", action="t.quick", args={}))
     url = f"sqlite:///{tmp_path}/shared.db"
     mine = Runtime(open_store(url), registry, providers, clock=SYSTEM, worker_timeout_ms=20)
-    other = Runtime(open_store(url), registry, providers, clock=SYSTEM, worker_timeout_ms=20)
-    other.owner = other.engine.owner = "otherhost:4242:1"  # another process (its own lease owner)
+    # another process (its own lease owner)
+    other = Runtime(open_store(url), registry, providers, clock=SYSTEM, worker_timeout_ms=20, owner="otherhost:4242:1")
     try:
         # Given a run whose first step another process has taken and is executing
         run_id = mine.submit(plan, {}, initiator="user:ana")
@@ -69,9 +69,8 @@ def test_given_another_process_took_the_step_and_left_it_when_driving_then_this_
 
     plan = make_plan(S("first", "action", action="t.only_here", args={}))
     mine = Runtime(store, registry, {}, clock=SYSTEM, worker_timeout_ms=20)
-    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)  # lacks t.only_here
-    other.owner = other.engine.owner = "otherhost:4242:1"
-    other.engine.actor = "worker:otherhost:4242:1"
+    # (lacks t.only_here)
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20, owner="otherhost:4242:1")
     try:
         # Given this process started (what it finds sent at start it sends again), then a run whose first step
         # another process took (its message) and left, lacking the action
@@ -101,9 +100,7 @@ def test_given_every_process_lacks_the_step_when_driving_then_drive_returns_sayi
 
     plan = make_plan(S("first", "action", action="t.nowhere", args={}))
     mine = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
-    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
-    other.owner = other.engine.owner = "otherhost:4242:1"
-    other.engine.actor = "worker:otherhost:4242:1"
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20, owner="otherhost:4242:1")
     try:
         # Given this process started, then a run another process took and left (neither has its action)
         mine.start()

@@ -8,6 +8,7 @@ import pytest
 from interp_helpers import S, make_plan, retry
 
 from sealflow.core.errors import StepError
+from sealflow.engine.engine import Handled
 from sealflow.execution.actions import action
 from sealflow.store import IdempotencyConflict, Message
 
@@ -45,7 +46,7 @@ def test_duplicate_messages_after_the_fact_cause_no_second_effect(runtime, count
     assert len(refused) == 4 and {e.detail["reason"] for e in refused} == {"stale_token"}
 
 
-def test_messages_duplicated_in_flight_cause_no_second_effect(runtime, counted):
+def test_messages_duplicated_in_flight_cause_no_second_effect(runtime, counted, monkeypatch):
     # Given a broker that delivers every message twice
     send = runtime.send
     runtime.dispatcher.send = lambda m, priority=None: (send(m, priority), send(m, priority))
@@ -53,7 +54,8 @@ def test_messages_duplicated_in_flight_cause_no_second_effect(runtime, counted):
     runtime.actor.send = lambda *m: (real(*m), real(*m))
     # (and every next-step message a commit makes due is duplicated too, so none is carried on in-thread)
     handle = runtime.engine.handle
-    runtime.engine.handle = lambda *a, carry=False: tuple(m for due in handle(*a) for m in (due, due))
+    monkeypatch.setattr(runtime.engine, "handle", lambda *a, carry=False, claimed=None: Handled(
+        tuple(m for due in handle(*a, claimed=claimed).messages for m in (due, due))))
     plan = make_plan(*[S(f"s{i}", "action", action="t.effect") for i in range(5)])
     # When a run goes through
     status = runtime.run(plan, {}, initiator="u")

@@ -24,9 +24,8 @@ def _left_by_other(store, registry):
     plan = make_plan(S("first", "action", action="t.only_here", args={}), S("second", "action",
                                                                                 action="t.only_here", args={}))
     mine = Runtime(store, registry, {}, clock=SYSTEM, worker_timeout_ms=20)
-    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)  # lacks t.only_here
-    other.owner = other.engine.owner = "otherhost:4242:1"
-    other.engine.actor = "worker:otherhost:4242:1"
+    # (lacks t.only_here)
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20, owner="otherhost:4242:1")
     run_id = mine.submit(plan, {}, initiator="user:ana")
     other.drive(run_id)  # it dispatches the message to itself, takes it and leaves the step
     return mine, other, run_id
@@ -89,9 +88,7 @@ def test_given_a_takeover_still_running_when_the_worker_closes_then_it_waits_onl
 
     plan = make_plan(S("first", "action", action="t.slow_here", args={}))
     mine = Runtime(store, registry, {}, clock=SYSTEM, worker_timeout_ms=20)
-    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20)
-    other.owner = other.engine.owner = "otherhost:4242:1"
-    other.engine.actor = "worker:otherhost:4242:1"
+    other = Runtime(store, Registry(), {}, clock=SYSTEM, worker_timeout_ms=20, owner="otherhost:4242:1")
     run_id = mine.submit(plan, {}, initiator="user:ana")
     other.drive(run_id)  # left there
     left = LeftSteps(mine)

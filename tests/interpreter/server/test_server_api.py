@@ -208,7 +208,7 @@ def test_readiness_fails_naming_a_notification_channel_s_missing_secret_never_it
         "finance": {"kind": "slack", "url": {"secret": "RDY_SLACK_URL"}},
         "ops": {"kind": "webhook", "url": "https://hooks.example.com/x", "secret": {"secret": "RDY_HOOK_SECRET"}}}}},
         source="/etc/sealflow/runtime.yaml")
-    rt.notify = notifications.install(rt)
+    rt.notify = notifications.load(rt.config)
     with TestClient(create_app(settings, rt), raise_server_exceptions=False) as client:
         # When /readyz is asked, Then it is a 503 naming each secret and its channel, without the file's path
         problem = problem_of(client.get("/readyz"), "not-ready", 503)
@@ -259,9 +259,7 @@ def test_a_step_a_worker_took_and_left_is_shown_with_who_left_it_and_what_it_lac
     plan = make_plan(S("act", "action", action="t.note", args={"text": "hi"}), name="act-flow")
     rt.store.put_plan(plan.digest, plan.name, plan.version, plan.to_json(indent=None), clock.now())
     worker = Runtime(rt.store, Registry(), {}, clock=clock, rng=random.Random(3), worker_timeout_ms=20,
-                     access=rt.access)
-    worker.owner = worker.engine.owner = "otherhost:77:1"
-    worker.engine.actor = "worker:otherhost:77:1"
+                     access=rt.access, owner="otherhost:77:1")
     try:
         alice = mint()
         run_id = client.post("/v1/runs", json={"workflow": "act-flow", "version": 1, "input": {}},

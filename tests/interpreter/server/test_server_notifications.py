@@ -4,9 +4,8 @@ Under the acme/globex access policy with ``user:root`` as its operator. Given / 
 from __future__ import annotations
 
 import pytest
-from security_helpers import ACME, PolicyFile, events
+from security_helpers import ACME, PolicyFile, events, secured_runtime
 
-from sealflow.operations.notifications import Notifier, load
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.server.problems import TYPE_PREFIX
 
@@ -26,10 +25,19 @@ def policy(tmp_path):
 
 
 @pytest.fixture
+def rt(tmp_path, registry, clock, policy):
+    """A runtime under ``policy`` whose approval notifications go to one channel, ``ops``, tried once."""
+    config = RuntimeConfig.from_dict({"notifications": {"max_attempts": 1, "channels": {
+        "ops": {"kind": "webhook", "url": "http://127.0.0.1:9/hook", "secret": {"secret": "HOOK_SECRET"}}}}})
+    runtime = secured_runtime(tmp_path, registry, clock, policy, config=config)
+    yield runtime
+    runtime.close()
+    runtime.store.close()
+
+
+@pytest.fixture
 def failed_delivery(client, mint, rt):
     """A run of acme waiting at its gate, whose one notification (channel ``ops``) failed for good."""
-    rt.engine.notifier = Notifier(load(RuntimeConfig.from_dict({"notifications": {"max_attempts": 1, "channels": {
-        "ops": {"kind": "webhook", "url": "http://127.0.0.1:9/hook", "secret": {"secret": "HOOK_SECRET"}}}}})))
     made = client.post("/v1/runs", json={"workflow": "approve-flow", "version": 1, "input": {"amount": 5}},
                        headers=mint("user:alice"))
     assert made.status_code == 201, made.text

@@ -3,6 +3,7 @@ conventional (parsed with prometheus_client's own parser)."""
 
 from __future__ import annotations
 
+import random
 import re
 
 from fastapi.testclient import TestClient
@@ -11,8 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sealflow.core.errors import StepError
 from sealflow.execution.actions import action
+from sealflow.runtime.facade import Runtime
 from sealflow.server.app import create_app
 from sealflow.server.settings import ServerSettings
+from sealflow.store import open_store
 
 
 def scrape(text: str) -> dict[str, list]:
@@ -143,16 +146,22 @@ def test_a_worker_serves_its_metrics_on_its_own_port(runtime):
     assert "sealflow_step_attempts_total" in text or "sealflow_runs" in scrape(text)
 
 
-def test_an_attempt_refused_by_policy_is_counted_as_a_denial(runtime, registry):
+def test_an_attempt_refused_by_policy_is_counted_as_a_denial(tmp_path, registry, clock):
     # Given a worker that executes only signed definitions, and an unsigned run
     from sealflow.policy.trustgate import TrustGate
 
-    runtime.engine.trust_gate = TrustGate(allow_unsigned=False, actor=runtime.engine.actor)
-    # When the run's first step is claimed
-    status = runtime.run(flaky_plan(registry), {}, initiator="user:ana", until="final")
+    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/gated.db"), registry, {}, clock=clock,
+                      rng=random.Random(7), worker_timeout_ms=20,
+                      trust_gate=lambda actor: TrustGate(allow_unsigned=False, actor=actor))
+    try:
+        # When the run's first step is claimed
+        status = runtime.run(flaky_plan(registry), {}, initiator="user:ana", until="final")
+        families = scrape(runtime.telemetry.metrics.exposition().decode())
+    finally:
+        runtime.close()
+        runtime.store.close()
     # Then the attempt was refused before it ran, and counted as a policy denial
     assert status.state == "failed"
-    families = scrape(runtime.telemetry.metrics.exposition().decode())
     assert value(families, "sealflow_policy_denials_total", error_class="unauthorized", via="attempt") == 1
 
 
@@ -167,10 +176,10 @@ def test_a_finished_runs_duration_is_counted_from_the_engines_record_without_rea
         asked.append(rid)
         return read(rid)
 
-    runtime.engine.telemetry.store = type("NoRuns", (), {"get_run": staticmethod(counting)})()
+    runtime.telemetry.store = type("NoRuns", (), {"get_run": staticmethod(counting)})()
     # When it runs to completion
     assert runtime.drive(run_id, until="final").state == "completed"
     # Then its duration was observed, from the submit time the engine held, with no read of the run for it
-    families = scrape(runtime.engine.telemetry.metrics.exposition().decode())
+    families = scrape(runtime.telemetry.metrics.exposition().decode())
     assert value(families, "sealflow_run_duration_seconds_count", state="completed") == 1
     assert asked == []

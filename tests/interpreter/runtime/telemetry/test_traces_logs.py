@@ -15,17 +15,26 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from sealflow.core.errors import StepError
 from sealflow.execution.actions import action
-from sealflow.runtime import telemetry
 from sealflow.runtime.telemetry import tracing
 from sealflow.runtime.telemetry.logging import JsonFormatter
 
 
 @pytest.fixture
-def spans(runtime):
-    exporter = InMemorySpanExporter()
+def exporter():
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer_provider(exporter):
+    """An OTel SDK provider exporting to memory; the ``runtime`` fixture is built with it (tests/interpreter/
+    conftest.py)."""
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    runtime.telemetry = telemetry.install(runtime, tracer_provider=provider)
+    return provider
+
+
+@pytest.fixture
+def spans(runtime, tracer_provider, exporter):
     return exporter
 
 
@@ -129,8 +138,7 @@ def test_the_next_steps_message_carries_the_previous_attempts_span(one_step_per_
 
 def test_without_a_tracer_sdk_no_span_is_started_and_logs_carry_the_runs_trace(runtime, plan, monkeypatch):
     # Given the runtime's telemetry on the global tracer, with no SDK provider installed (the default)
-    runtime.telemetry = telemetry.install(runtime)
-    assert not tracing.records(runtime.engine.telemetry.tracer)
+    assert not tracing.records(runtime.telemetry.tracer)
     started = []
     monkeypatch.setattr(tracing, "attempt_span", lambda *a: started.append(a))  # must not be reached
     # When a run logs from inside its steps (as JSON lines)
@@ -142,7 +150,7 @@ def test_without_a_tracer_sdk_no_span_is_started_and_logs_carry_the_runs_trace(r
     assert [(ln["trace_id"], ln["span_id"]) for ln in lines] == [
         (f"{root.trace_id:032x}", f"{root.span_id:016x}")] * 2
     # And the attempts were counted
-    assert runtime.engine.telemetry.metrics.registry.get_sample_value(
+    assert runtime.telemetry.metrics.registry.get_sample_value(
         "sealflow_step_attempts_total", {"kind": "action", "outcome": "succeeded", "error_class": ""}) == 2
 
 
