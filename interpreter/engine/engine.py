@@ -244,7 +244,8 @@ class Engine(Claiming):
         x.fencing_token = coordination.fencing_token(claimed.grants)
         refused = None
         for hook in self._before_execute:  # the trust gate, budgets, reauthorisation (engine.gates), ...
-            refused = hooks.observed(hook, "before_execute", lambda h=hook: h.before_execute(x))
+            refused = hook.before_execute(x) if hook.gating else \
+                hooks.observed(hook, "before_execute", lambda h=hook: h.before_execute(x))
             if refused is not None:
                 break
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
@@ -272,8 +273,8 @@ class Engine(Claiming):
         if outcome is None:
             outcome = poison.after_crash(x, self._execute_hooked(x))
             for hook in self._after_execute:  # budgets charged
-                outcome = hooks.observed(hook, "after_execute", lambda h=hook, o=outcome: h.after_execute(x, o),
-                                         outcome)
+                outcome = hook.after_execute(x, outcome) if hook.gating else \
+                    hooks.observed(hook, "after_execute", lambda h=hook, o=outcome: h.after_execute(x, o), outcome)
         counts = not resumed and refused is None and not isinstance(outcome, Skipped)
         return outcome, self._commit(x, outcome, actor=self.actor, counts_step=counts, carry=carry)
 
@@ -282,6 +283,8 @@ class Engine(Claiming):
         around = self._around_execute
         if not around:
             return self.execute(x)
+        if len(around) == 1 and around[0].gating:  # (the usual: the engine's circuit breakers alone)
+            return around[0].around_execute(x, self.execute)
 
         def call() -> Outcome:
             return self.execute(x)
