@@ -13,8 +13,8 @@ store; nothing is sent with a Dramatiq ``delay``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, MutableMapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -38,6 +38,20 @@ QUEUE = "sealflow"
 #: the longest run or step id a step message may carry (ids are far shorter; a fan-out child's grows with each
 #: level of nesting): a longer one is refused unread, as is anything else that is not a step message's shape
 MAX_ID_CHARS = 4096
+
+
+#: a step message's ``(run_id, step_id, attempt)``
+Ids = tuple[str, str, int]
+
+
+class CarryWatch(Protocol):
+    """Told what a step message's thread does (the worker's step log: cli/commands/worker.py), explicitly."""
+
+    def carried(self, first: Ids, now: Ids) -> None:
+        """The message ``first`` has carried its run on to step ``now`` (a later step of the same run)."""
+
+    def ended(self, first: Ids, state: str | None) -> None:
+        """The message ``first`` is done; ``state``: the one its last commit left the run in (None: none)."""
 
 
 class MalformedMessage(ValueError):
@@ -123,17 +137,17 @@ def redis_broker(url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "dra
 
 def carry(engine: Engine, message: Message, send: Callable[[Message], None], route: Callable[[Message], None] | None,
           limit: int = CONTINUE_LIMIT, *, claimed: Claimed | None = None,
-          carrying: MutableMapping[tuple[str, str, int], tuple[str, str, int]] | None = None) -> str | None:
+          watch: CarryWatch | None = None) -> str | None:
     """Handle ``message`` and carry its run on, in this thread, for up to ``limit`` consecutive steps: each step
     the run makes due next, alone, is claimed by the commit that made it due (the engine's ``carry``) and
     handled here; what else becomes due is sent (``send``: its run's own next step; ``route``: another run's,
     to its priority's queue; None: ``send``), as is the step after the last. ``claimed``: the message's attempt,
-    claimed already (a run's first, in its submit: runtime/inline.py). ``carrying``: where to say which step
-    the message has carried its run on to (keyed by the message's ``(run_id, step_id, attempt)``; removed at the
-    end). Returns the state the last commit left the run in (None: nothing was committed). Never raises: a
-    failure is logged, the store keeps the run, and the step's lease ends and it is retried."""
+    claimed already (a run's first, in its submit: runtime/inline.py). ``watch``: told each step the message
+    carries its run on to, and the run's state at the end. Returns the state the last commit left the run in
+    (None: nothing was committed). Never raises: a failure is logged, the store keeps the run, and the step's
+    lease ends and it is retried."""
     run_id = message.run_id
-    first = (message.run_id, message.step_id, message.attempt)
+    first: Ids = (message.run_id, message.step_id, message.attempt)
     state: str | None = None
     try:
         for i in range(limit):
@@ -155,8 +169,8 @@ def carry(engine: Engine, message: Message, send: Callable[[Message], None], rou
             # (not claimed yet) or its lease ends (claimed) and it is retried.
             if len(due) == 1 and due[0].run_id == message.run_id:
                 message = due[0]
-                if carrying is not None:
-                    carrying[first] = (message.run_id, message.step_id, message.attempt)
+                if watch is not None:
+                    watch.carried(first, (message.run_id, message.step_id, message.attempt))
                 # (DEBUG: a line per step would cost more than the step; the message's own lines are INFO)
                 log.debug("run %s: step %s attempt %s: carried on in this thread", message.run_id, message.step_id,
                           message.attempt)
@@ -174,14 +188,13 @@ def carry(engine: Engine, message: Message, send: Callable[[Message], None], rou
         send(message)
         return state
     finally:
-        if carrying is not None:
-            carrying.pop(first, None)
+        if watch is not None:
+            watch.ended(first, state)
 
 
 def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
                        priority: str = "normal", route: Callable[[Message], None] | None = None,
-                       carrying: MutableMapping[tuple[str, str, int], tuple[str, str, int]] | None = None,
-                       ) -> dramatiq.Actor:
+                       watch: CarryWatch | None = None) -> dramatiq.Actor:
     """Declare the step actor of ``priority`` on ``broker`` (one per broker and priority) bound to ``engine``,
     on the priority's queue (:mod:`sealflow.runtime.priority`). ``route`` sends a due message of
     another run to its own priority's actor (None: this actor).
@@ -190,20 +203,20 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     same worker thread (a run's steps are sequential: another worker could not take the next one sooner),
     then sends the rest through the broker so that one long run does not hold a thread from the others.
     The carried-on step's outbox row is written sent, as for a message handed to the broker: if this
-    process dies before claiming it, the sweeper sends it again after ``redeliver_after``. ``carrying``: see
-    :func:`carry`. The actor returns the state its last commit left the run in (None: it committed nothing), which
-    a Dramatiq middleware's ``after_process_message`` receives as ``result`` (cli/commands/worker.py logs it).
+    process dies before claiming it, the sweeper sends it again after ``redeliver_after``. ``watch``: see
+    :func:`carry` (the worker's step log, which names the step a message carried its run on to and the state it
+    left the run in).
     """
     limit = CONTINUE_LIMIT
 
-    def sealflow_step(*args, **kwargs) -> str | None:  # (run_id, step_id, attempt, token, tenant): checked first
+    def sealflow_step(*args, **kwargs) -> None:  # (run_id, step_id, attempt, token, tenant): checked first
         try:
             message = step_message(args, kwargs)
         except MalformedMessage as exc:  # acknowledged and dropped: no step is named, nothing to run or retry
             log.warning("refused a malformed step message %s: %s; nothing was read or run", _brief(args), exc)
             engine.claim_refused("malformed")
-            return None
-        return carry(engine, message, send, route, limit, carrying=carrying)
+            return
+        carry(engine, message, send, route, limit, watch=watch)
 
     def send(m: Message) -> None:
         step_actor.send(*m)
@@ -216,8 +229,7 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
 
 def declare_step_actors(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
                         route: Callable[[Message], None] | None = None,
-                        carrying: MutableMapping[tuple[str, str, int], tuple[str, str, int]] | None = None,
-                        ) -> dict[str, dramatiq.Actor]:
+                        watch: CarryWatch | None = None) -> dict[str, dramatiq.Actor]:
     """One step actor per run priority (``critical`` ... ``low``), each on its own queue."""
-    return {p: declare_step_actor(broker, engine, queue_name=queue_name, priority=p, route=route, carrying=carrying)
+    return {p: declare_step_actor(broker, engine, queue_name=queue_name, priority=p, route=route, watch=watch)
             for p in PRIORITIES}

@@ -42,7 +42,7 @@ from sealflow.policy.access import AccessProvider, OpenAccess, is_open
 from sealflow.policy.operations import Operation, authorize_run
 from sealflow.policy.trustgate import TrustGate
 from sealflow.runtime import approvals, liveness, outcomes, priority, readiness, telemetry
-from sealflow.runtime.actors import QUEUE, declare_step_actors, embedded_broker
+from sealflow.runtime.actors import QUEUE, CarryWatch, declare_step_actors, embedded_broker
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.dispatcher import Dispatcher
 from sealflow.runtime.driving import Driving
@@ -90,12 +90,13 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
                  access: AccessProvider | None = None, config: RuntimeConfig | None = None,
                  priorities: tuple[str, ...] | None = None, owner: str | None = None,
                  trust_gate: TrustGate | Callable[[str], TrustGate | None] | None = None,
-                 hooks: tuple[EngineHooks, ...] = (), tracer_provider: Any = None):
+                 hooks: tuple[EngineHooks, ...] = (), tracer_provider: Any = None, watch: CarryWatch | None = None):
         """``owner``: this process's lease owner name (default: ``host:pid:n``, :func:`recovery.owner_id`);
         ``trust_gate``: which signers' definitions this process executes, or a function of the engine's actor
         name making it (None: no check); ``hooks``: engine middleware after telemetry and notifications
         (:mod:`sealflow.engine.hooks`); ``tracer_provider``: the OpenTelemetry provider of the step spans
-        (None: the global one)."""
+        (None: the global one); ``watch``: told what each step message's thread does (which step it carried its
+        run on to, the run's state at its end: the worker's step log, :class:`~sealflow.runtime.actors.CarryWatch`)."""
         self._owns_store = not isinstance(store, Store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self.registry = registry if registry is not None else REGISTRY
@@ -135,12 +136,9 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         self.engine = Engine(self.store, engine_config, registry=self.registry, providers=self.providers,
                              clock=self.clock, rng=rng, runner=AttemptRunner(max_idle=max(16, worker_threads + 1)),
                              capabilities=self.capabilities)
-        #: the first message of each step message a worker thread carries its run on from -> the step it is at
-        #: now (a step log names the step a thread is in, not its message's first one: cli/commands/worker.py)
-        self.carrying: dict[tuple[str, str, int], tuple[str, str, int]] = {}
         #: run priority -> its step actor and queue (sealflow.runtime.priority)
         self.actors = declare_step_actors(self.broker, self.engine, queue_name=queue_name, route=self.send,
-                                          carrying=self.carrying)
+                                          watch=watch)
         self.actor = self.actors["normal"]
         self.priority_of = priority.PriorityOf(lambda run_id: self.store.get_run(run_id).priority)
         self.starvation_after = priority.starvation_after(self.config.extra)

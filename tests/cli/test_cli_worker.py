@@ -110,12 +110,13 @@ def test_given_a_step_message_handled_when_it_is_logged_then_its_run_state_is_th
     message = SimpleNamespace(message_id="m1", args=("r1", "a", 1, 5, "default"), kwargs={})
     other = SimpleNamespace(message_id="m2", args=("r2", "a", 1, 5, "default"), kwargs={})
     caplog.set_level("INFO", logger="sealflow.worker")
-    # When its message is handled (the step actor returns the state its last commit left run r1 in: completed),
-    # and one whose run it committed nothing of (it returns None)
-    for msg, result in ((message, "completed"), (other, None)):
+    # When its message is handled (the step actor tells it the state its last commit left run r1 in: completed),
+    # and one whose run it committed nothing of (it tells it None)
+    for msg, state in ((message, "completed"), (other, None)):
         steps.before_process_message(None, msg)
-        steps.after_process_message(None, msg, result=result)
+        steps.ended(tuple(msg.args[:3]), state)
+        steps.after_process_message(None, msg)
     # Then the first line says the state its commit left, with no read; the other reads the store
     lines = [r.getMessage() for r in caplog.records if "handled in" in r.getMessage()]
     assert lines[0].endswith("the run is completed") and lines[1].endswith("the run is running")
-    assert reads == ["r2"]
+    assert reads == ["r2"] and steps.states == {}

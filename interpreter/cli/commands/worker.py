@@ -80,15 +80,20 @@ def redact(url: str) -> str:
 
 def step_log():
     """A Dramatiq middleware that logs each step message this worker runs at INFO and remembers the
-    ones in progress (so a shutdown can name what it abandons). The run's state in the log line is the one the
-    step actor returns (the state its last commit left the run in), else read from its ``store`` when set.
-    (Built on call: the command line imports Dramatiq only when it runs.)"""
+    ones in progress (so a shutdown can name what it abandons). It is also the runtime's ``watch``
+    (:class:`~sealflow.runtime.actors.CarryWatch`): the step actor tells it which step a message carried its run on
+    to (:attr:`at`) and the state the message's last commit left the run in, which the log line says (else it is
+    read from its ``store`` when set). (Built on call: the command line imports Dramatiq only when it runs.)"""
     import dramatiq
 
     class StepLog(dramatiq.Middleware):
         def __init__(self) -> None:
             self.store = None
             self.running: dict[str, tuple[tuple, float]] = {}
+            #: a running message's ids -> the step it carried its run on to (when it did)
+            self.at: dict[tuple, tuple] = {}
+            #: a message's ids -> the state its last commit left the run in (until its line is logged)
+            self.states: dict[tuple, str] = {}
             self._lock = threading.Lock()
 
         def before_process_message(self, broker, message) -> None:
@@ -99,6 +104,14 @@ def step_log():
                 self.running[message.message_id] = (ids, time.monotonic())
             log.info("run %s: step %s attempt %s: started", *ids)
 
+        def carried(self, first: tuple, now: tuple) -> None:
+            self.at[first] = now
+
+        def ended(self, first: tuple, state: str | None) -> None:
+            self.at.pop(first, None)
+            if state is not None:
+                self.states[first] = state
+
         def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
             with self._lock:
                 ids, started = self.running.pop(message.message_id, (None, time.monotonic()))
@@ -106,7 +119,7 @@ def step_log():
             if ids is None:
                 return
             run_id, step_id, attempt = ids
-            state = result if isinstance(result, str) else None  # (the step actor's: its last commit's)
+            state = self.states.pop(ids, None)  # (the step actor's: its last commit's)
             try:
                 if state is None:  # this thread committed nothing of the run (a refused or left message): read it
                     state = self.store.get_run(run_id).state if self.store is not None else "?"
@@ -261,7 +274,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     try:
         rt = _wait_for_store(lambda: Runtime(url, access=provider, config=config, broker=broker, queue_name=queue_name,
                                              worker_threads=threads, redeliver_after=redeliver_after,
-                                             priorities=served, trust_gate=lambda actor: _trust_gate(
+                                             priorities=served, watch=steps, trust_gate=lambda actor: _trust_gate(
                                                  trust, allow_unsigned, actor)), url, stop)
     except StoreError as exc:
         fail_usage(str(exc))
@@ -301,7 +314,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     finally:
         rt.close(grace=grace)
     for args, _ in list(steps.running.values()):
-        run_id, step_id, attempt = rt.carrying.get(args, args)  # the step the run was carried on to, if it was
+        run_id, step_id, attempt = steps.at.get(args, args)  # the step the run was carried on to, if it was
         log.warning("run %s: step %s attempt %s: abandoned; its lease ends and another worker runs it again",
                     run_id, step_id, attempt)
     _forget_heartbeat(broker)

@@ -9,6 +9,7 @@ import pytest
 from sealflow.engine.engine import NOTHING, Handled
 from sealflow.runtime.actors import declare_step_actor, embedded_broker
 from sealflow.store.errors import StoreUnavailable
+from sealflow.store.records import Message
 
 
 class _Failing:
@@ -115,3 +116,44 @@ def test_a_step_message_of_the_right_shape_goes_to_the_engine(args, kwargs):
         broker.close()
     # Then the engine handles it, with its five ids
     assert engine.handled == [(*args, kwargs.get("tenant"))[:5]] and engine.refusals == []
+
+
+class _CarriesOnce:
+    """An engine whose first message makes its run's next step due (carried on), and whose second ends the run."""
+
+    def __init__(self):
+        self.handled: list[tuple] = []
+
+    def handle(self, *message, carry=False, claimed=None) -> Handled:
+        self.handled.append(message)
+        if len(self.handled) == 1:
+            return Handled((Message("run_1", "b", 1, 8, "default"),), None, "running")
+        return Handled((), None, "completed")
+
+
+class _Watch:
+    """A step log as the step actor sees it (runtime/actors.CarryWatch): what it was told, in order."""
+
+    def __init__(self):
+        self.told: list[tuple] = []
+
+    def carried(self, first, now) -> None:
+        self.told.append(("carried", first, now))
+
+    def ended(self, first, state) -> None:
+        self.told.append(("ended", first, state))
+
+
+def test_the_step_actor_tells_its_watch_the_step_it_carried_on_to_and_the_runs_state_at_the_end():
+    # Given a step actor with a watch, whose engine carries the message's run on to step b, which ends the run
+    broker = embedded_broker()
+    engine, watch = _CarriesOnce(), _Watch()
+    try:
+        # When a message of step a is handled
+        declare_step_actor(broker, engine, queue_name="t-actors-watch", watch=watch).fn("run_1", "a", 1, 7, "default")
+    finally:
+        broker.close()
+    # Then the watch heard that the message went on to step b, then that it ended with the run completed
+    assert [m[:2] for m in engine.handled] == [("run_1", "a"), ("run_1", "b")]
+    assert watch.told == [("carried", ("run_1", "a", 1), ("run_1", "b", 1)),
+                          ("ended", ("run_1", "a", 1), "completed")]
