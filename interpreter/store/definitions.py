@@ -171,8 +171,8 @@ class DefinitionsMixin:
                       (now, name, version))
         if reg.source is not None:
             src = reg.source
-            c.execute("INSERT OR IGNORE INTO definition_sources (digest, source_key, name, version, source, envelope, "
-                      "envelope_kind, refs, first_seen) VALUES (?,?,?,?,?,?,?,?,?)",
+            c.execute("INSERT INTO definition_sources (digest, source_key, name, version, source, envelope, "
+                      "envelope_kind, refs, first_seen) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                       (digest, src.key, name, version, src.source, src.envelope, src.kind,
                        src.refs_json() if src.refs else None, now))
         if reg.pin:

@@ -46,7 +46,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from sealflow.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import Store
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.store.postgres import schema
@@ -228,9 +228,6 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
     def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
         got = self._read("SELECT tokens, cost_usd FROM tenant_usage WHERE tenant = ? AND day = ?", (tenant, day))
         return (got[0][0], got[0][1]) if got else (0, 0.0)
-
-    def audit_chain(self, tenant: str | None) -> list[tuple]:
-        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[PgConn]:

@@ -41,6 +41,7 @@ from sealflow.store.errors import (
 )
 from sealflow.store.prune import PruneMixin
 from sealflow.store.records import LazyResults
+from sealflow.store.sql.statements import PLAN_PUT
 from sealflow.store.sqlite import admission as sqlite_admission
 from sealflow.store.sqlite import rows
 from sealflow.store.sqlite import slots as sqlite_slots
@@ -291,8 +292,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
     # -- plans and runs ----------------------------------------------------------------------------
     def put_plan(self, digest: str, workflow: str, version: int, body_json: str, now: float) -> None:
         with self._tx() as c:
-            c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
-                      (digest, workflow, version, body_json, now))
+            c.execute(PLAN_PUT, (digest, workflow, version, body_json, now))
 
     def get_plan(self, digest: str) -> str:
         got = self._read("SELECT body FROM plans WHERE digest = ?", (digest,))
@@ -369,8 +369,7 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
                 self._register(c, definition, now)
             if limits is not None:
                 sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
-            c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
-                      (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
+            c.execute(PLAN_PUT, (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
             # claimed for ``owner``: the run is running at its second revision, as its first claim leaves it
             state, rev = ("queued", 1) if owner is None else ("running", 2)
             created = c.execute(
