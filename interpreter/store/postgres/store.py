@@ -1,8 +1,9 @@
 """The PostgreSQL store (``postgresql://user:pass@host:5432/db``): psycopg 3 with a connection pool.
 
-It runs the SQLite store's statement code (claim, commit, cancel, redrive, the sweep's steps, the audit
-chain, admission, the definition registry) through :mod:`.dialect`, so both backends keep one
-implementation of every rule; what differs is here:
+It is the shared statement code (:class:`~sealflow.store.sql.store.SqlStore`: claim, commit, cancel, redrive,
+the sweep's steps, the audit chain, admission, the definition registry, in SQL both databases accept as it
+is) on PostgreSQL's transactions, so both backends keep one implementation of every rule; it does not
+inherit the SQLite store. What differs is here:
 
 * **Transactions.** Every state change is one transaction on a pooled connection, fenced by the claim token
   and the run's revision as on SQLite. Audit events are hash-chained inside the transaction that appends
@@ -50,7 +51,7 @@ from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import Store
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.store.postgres import schema
-from sealflow.store.postgres.batching import GroupCommit, InBatch
+from sealflow.store.postgres.batching import GroupCommit
 from sealflow.store.postgres.chainlink import PgChain
 from sealflow.store.postgres.connection import (
     StoreUnavailable,
@@ -74,8 +75,8 @@ from sealflow.store.postgres.pooling import StorePool
 from sealflow.store.postgres.sessions import PgSessionsMixin
 from sealflow.store.postgres.workers import WorkersMixin
 from sealflow.store.records import Due, Message, SweepReport
+from sealflow.store.sql.store import SqlStore
 from sealflow.store.sqlite import rows
-from sealflow.store.sqlite.store import SqliteStore
 
 _CURSOR = rows.CURSOR
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
@@ -104,7 +105,7 @@ def _io(method):
     return run
 
 
-class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
+class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, SqlStore):
     """:class:`~sealflow.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
@@ -215,7 +216,7 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
     def _illegal_in_batch(self, c: PgConn, exc: IllegalTransition) -> None:
         """The audit event of an illegal transition, in the batch transaction its operation was undone in."""
-        super()._audit_illegal(InBatch(c), exc)
+        self._chain.append(c, [self._illegal_event(exc)])
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._conn() as raw:

@@ -16,7 +16,7 @@ from sealflow.store.sqlite import rows
 
 
 class Reads:
-    """Read-only methods of :class:`~sealflow.store.sqlite.store.SqliteStore` (``_read`` and the
+    """Read-only methods of :class:`~sealflow.store.sql.store.SqlStore` (``_read`` and the
     row converters)."""
 
     def ledger_get(self, tenant: str, key: str) -> LedgerRecord | None:
