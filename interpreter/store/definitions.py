@@ -15,7 +15,7 @@ one is activated, and a dead-letter redrive runs the original.
 The exact definition bytes and their signature envelope (a DSSE envelope or a Sigstore bundle) are
 stored beside the registry (``definition_sources``, keyed by plan digest and a hash of bytes and
 envelope), written in the same transaction as the run they are first submitted with
-(:meth:`~sealflow.store.sqlite.store.SQLiteStore.submit` with ``definition=``). A
+(:meth:`~sealflow.store.sql.store.SqlStore.submit` with ``definition=``). A
 submitter's view of who signed is a *claim*: an executing process verifies the stored bytes and
 envelope against its own trust policy (:mod:`sealflow.policy.trustgate`). A version an
 executor refused (``refused``) neither counts as the highest recorded version nor becomes active,
@@ -171,8 +171,8 @@ class DefinitionsMixin:
                       (now, name, version))
         if reg.source is not None:
             src = reg.source
-            c.execute("INSERT OR IGNORE INTO definition_sources (digest, source_key, name, version, source, envelope, "
-                      "envelope_kind, refs, first_seen) VALUES (?,?,?,?,?,?,?,?,?)",
+            c.execute("INSERT INTO definition_sources (digest, source_key, name, version, source, envelope, "
+                      "envelope_kind, refs, first_seen) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                       (digest, src.key, name, version, src.source, src.envelope, src.kind,
                        src.refs_json() if src.refs else None, now))
         if reg.pin:

@@ -1,7 +1,7 @@
 """Retention: delete finished runs older than a cutoff, keeping the audit chain verifiable.
 
-A mixin of :class:`~sealflow.store.sqlite.store.SqliteStore` (and so of the PostgreSQL
-store, through the shared SQL). :meth:`PruneMixin.prune_runs` removes, in batches of one transaction
+A mixin of :class:`~sealflow.store.sql.store.SqlStore` (the statement code of both SQL
+backends). :meth:`PruneMixin.prune_runs` removes, in batches of one transaction
 each, the runs in a final state (completed, failed, cancelled, timed out, quarantined) whose last
 change is older than ``before``, with everything that hangs off them: attempts, results, outbox rows,
 timers, ledger entries, slot rows, and their dead letter once handled (a run still in the dead-letter

@@ -246,22 +246,3 @@ class GroupCommit:
                 pool.putconn(raw)
         finally:
             batch.done.set()
-
-
-class InBatch:
-    """The shared code's own transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) inside a batch that is already
-    one: those two statements are left out (the member's savepoint was undone before)."""
-
-    def __init__(self, c: PgConn):
-        self._c = c
-
-    def execute(self, sql: str, args=()):
-        if sql in ("BEGIN IMMEDIATE", "COMMIT"):
-            return None
-        return self._c.execute(sql, args)
-
-    def executemany(self, sql: str, seq):
-        return self._c.executemany(sql, seq)
-
-    def native(self, sql: str, args=()):
-        return self._c.native(sql, args)

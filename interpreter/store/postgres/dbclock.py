@@ -3,7 +3,7 @@ clock, so that clock skew between hosts cannot break a lease.
 
 The store measures the offset of the database's ``clock_timestamp()`` from this host every few seconds and
 shifts ``now`` and the due times the engine computed (``due_at``, deadlines) by it before the shared
-statement code (:class:`~sealflow.store.sqlite.store.SqliteStore`) runs. ``clock=caller`` takes
+statement code (:class:`~sealflow.store.sql.store.SqlStore`) runs. ``clock=caller`` takes
 ``now`` as given (tests on a fake clock). A mixin of
 :class:`~sealflow.store.postgres.store.PostgresStore`.
 """

@@ -1,53 +1,28 @@
-"""SQLite SQL -> PostgreSQL SQL, and a connection that speaks the sqlite3 interface the shared store code uses.
+"""A psycopg connection that speaks the sqlite3 interface the shared store code uses.
 
-The store's statements (claim, commit, cancel, redrive, the sweep's steps, the audit chain, admission,
-the definition registry) are written once, in :mod:`sealflow.store.sqlite.store` and its mixins,
-in a portable subset of SQL with ``?`` parameters. The Postgres store runs the *same* code through
-:class:`PgConn`, which rewrites the few SQLite-only forms (cached per statement string):
-
-* ``?`` -> ``%s`` (a literal ``%`` is doubled first);
-* ``INSERT OR IGNORE`` -> ``INSERT ... ON CONFLICT DO NOTHING``;
-* ``INSERT OR REPLACE INTO outbox`` -> an upsert on the outbox key (columns not listed become NULL, as a
-  SQLite REPLACE does);
-* ``x IS ?`` -> ``x IS NOT DISTINCT FROM %s``;
-* a statement ending in a derived table (``FROM (SELECT ...)``) gets it an alias;
-* in an upsert, ``col = col + excluded.col`` -> ``col = table.col + excluded.col`` (unqualified is ambiguous).
-
-Anything else SQLite-specific (``?1`` numbered parameters, PRAGMAs) is not translated: the Postgres store
-overrides the methods that use it.
+The statements the two backends share (claim, commit, cancel, redrive, the sweep's steps, the audit chain,
+admission, the definition registry) are written once, in :mod:`sealflow.store.sqlite` and its mixins, in SQL
+both databases accept as it is (upserts are ``ON CONFLICT ... DO``, derived tables are named, a nullable
+column is compared with ``IS NULL`` or ``=`` as the value asks; the shared statements of :mod:`sealflow.store.sql`).
+Nothing rewrites a statement: :class:`PgConn` hands psycopg each one with its parameter markers in psycopg's
+style (``?`` -> ``%s``, a literal ``%`` doubled), the one thing DB-API drivers disagree on. What only one
+database can say (SQLite's ``?1`` numbered parameters and PRAGMAs; PostgreSQL's ``FOR UPDATE SKIP LOCKED``,
+the ledger functions) is written by that backend in its own methods.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
-
-_OUTBOX_UPSERT = (" ON CONFLICT (run_id, step_id, attempt, token) DO UPDATE SET due_at = excluded.due_at, "
-                  "sent_at = excluded.sent_at")
-
-
-_json_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 @functools.lru_cache(maxsize=1024)
-def translate(sql: str) -> str:
-    """The PostgreSQL form of one statement of the shared store code."""
-    s = sql.replace("%", "%%")
-    if s.startswith("INSERT OR IGNORE "):
-        s = "INSERT " + s[len("INSERT OR IGNORE "):] + " ON CONFLICT DO NOTHING"
-    elif s.startswith("INSERT OR REPLACE INTO outbox "):
-        s = "INSERT " + s[len("INSERT OR REPLACE "):] + _OUTBOX_UPSERT
-    elif s.startswith("INSERT OR "):
-        raise NotImplementedError(f"no PostgreSQL form for {sql[:60]!r}; add one to store/postgres/dialect.py")
-    if " DO UPDATE SET " in s:  # `col = col + excluded.col`: PostgreSQL wants the table's column named
-        table = re.match(r"INSERT INTO (\w+)", s)
-        if table:
-            s = re.sub(r"= (\w+) \+ excluded\.", lambda m: f"= {table.group(1)}.{m.group(1)} + excluded.", s)
-    if "FROM (SELECT " in s and s.endswith(")"):  # a derived table needs an alias before PostgreSQL 16
-        s += " AS derived"
-    s = s.replace(" IS ?", " IS NOT DISTINCT FROM ?")
-    return s.replace("?", "%s")
+def markers(sql: str) -> str:
+    """``sql`` with psycopg's parameter markers: ``?`` -> ``%s`` (a literal ``%`` doubled first)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+_json_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 class PgConn:
@@ -61,12 +36,12 @@ class PgConn:
 
     def execute(self, sql: str, args=()):
         cur = self.raw.cursor()
-        cur.execute(translate(sql), tuple(args))
+        cur.execute(markers(sql), tuple(args))
         return cur
 
     def executemany(self, sql: str, seq):
         cur = self.raw.cursor()
-        cur.executemany(translate(sql), [tuple(a) for a in seq])
+        cur.executemany(markers(sql), [tuple(a) for a in seq])
         return cur
 
     def native(self, sql: str, args=()):
@@ -104,14 +79,17 @@ def _register_audit() -> None:
 
 _register_audit()
 
-#: an ``INSERT INTO t (cols) VALUES (?, ...)`` of one row (group 1: the row)
+#: PostgreSQL takes at most 65,535 parameters a statement
 _MAX_PARAMS = 65_535
-_VALUES = re.compile(r"^INSERT INTO \w+ \([^)]*\) VALUES (\(\?(?:, ?\?)*\))$")
 
 
 @functools.lru_cache(maxsize=64)
-def _one_row(sql: str) -> re.Match | None:
-    return _VALUES.search(sql)
+def _one_row(sql: str) -> tuple[str, str] | None:
+    """``(head, row)`` of an ``INSERT INTO t (cols) VALUES (?, ...)`` of one row of parameters, else None."""
+    head, sep, row = sql.partition(" VALUES ")
+    if not sep or not head.startswith("INSERT INTO ") or row.replace("?", "").replace(",", "").replace(" ", "") != "()":
+        return None
+    return head + sep, row
 
 
 class _PipedCursor:
@@ -157,7 +135,7 @@ class PipedConn(PgConn):
         self.pipe.sync()
 
     def execute(self, sql: str, args=()):
-        return self.native(translate(sql), tuple(args))
+        return self.native(markers(sql), tuple(args))
 
     def native(self, sql: str, args=()):
         cur = self.raw.cursor()
@@ -177,10 +155,10 @@ class PipedConn(PgConn):
         one_row = _one_row(sql)
         if one_row is not None and len(seq) > 1:
             cur = None
-            per = max(1, _MAX_PARAMS // len(seq[0]))  # PostgreSQL takes at most 65,535 parameters a statement
+            per = max(1, _MAX_PARAMS // len(seq[0]))
             for at in range(0, len(seq), per):
                 rows = seq[at:at + per]
-                many = sql[:one_row.start(1)] + ", ".join([one_row.group(1)] * len(rows))
+                many = one_row[0] + ", ".join([one_row[1]] * len(rows))
                 cur = self.execute(many, [v for args in rows for v in args])
             return cur
         cur = None

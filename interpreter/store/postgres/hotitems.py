@@ -90,7 +90,7 @@ def _step_end(commit: Commit, now: float) -> dict:
 
 
 def commit_events(commit: Commit, now: float) -> list[tuple]:
-    """The audit events the shared code queues for ``commit`` (``SqliteStore._commit_checked``), in its order:
+    """The audit events the shared code queues for ``commit`` (``SqlStore._commit_checked``), in its order:
     the step's end; then the next attempt scheduled and claimed in one row (carry) or the run's move (end);
     then the commit's own events."""
     step, nxt, run_id, actor = commit.step, commit.next, commit.run_id, commit.actor
@@ -138,7 +138,7 @@ def end_item(commit: Commit, now: float, events: list) -> dict:
 
 
 def fence_found(answer: dict) -> tuple | None:
-    """What the store holds (``SqliteStore._check_fence``'s ``got``) from a ``fence`` answer; None: no run."""
+    """What the store holds (``SqlStore._check_fence``'s ``got``) from a ``fence`` answer; None: no run."""
     found = answer.get("f")
     return None if found is None else tuple(found)
 
@@ -175,7 +175,7 @@ def claim_item(run_id: str, step_id: str, attempt: int, token: int, tenant: str,
 
 
 def claim_events(run_id: str, step_id: str, owner: str, now: float) -> tuple[list[tuple], list[tuple]]:
-    """The events of a claim (``SqliteStore._take``): when the run was queued, and when it was running."""
+    """The events of a claim (``SqlStore._take``): when the run was queued, and when it was running."""
     step = (run_id, step_id, "step.running", owner, "scheduled", "running", None, now, None)
     return [step, (run_id, None, "run.running", owner, "queued", "running", None, now, None)], [step]
 
@@ -188,7 +188,7 @@ def claim_result(answer: dict, results) -> Claimed:
 # -- a submit ---------------------------------------------------------------------------------------------
 
 def submit_events(new: NewRun, now: float) -> list[tuple]:
-    """The events of a submit (``SqliteStore._submit``): created, queued, its first step scheduled."""
+    """The events of a submit (``SqlStore._submit``): created, queued, its first step scheduled."""
     created = {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
                "tenant": new.tenant, "idempotency_key": new.idempotency_key,
                **({"acting_as": new.acting_as} if new.acting_as not in (None, new.initiator) else {}),

@@ -1,8 +1,9 @@
 """The PostgreSQL store (``postgresql://user:pass@host:5432/db``): psycopg 3 with a connection pool.
 
-It runs the SQLite store's statement code (claim, commit, cancel, redrive, the sweep's steps, the audit
-chain, admission, the definition registry) through :mod:`.dialect`, so both backends keep one
-implementation of every rule; what differs is here:
+It is the shared statement code (:class:`~sealflow.store.sql.store.SqlStore`: claim, commit, cancel, redrive,
+the sweep's steps, the audit chain, admission, the definition registry, in SQL both databases accept as it
+is) on PostgreSQL's transactions, so both backends keep one implementation of every rule; it does not
+inherit the SQLite store. What differs is here:
 
 * **Transactions.** Every state change is one transaction on a pooled connection, fenced by the claim token
   and the run's revision as on SQLite. Audit events are hash-chained inside the transaction that appends
@@ -46,11 +47,11 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from sealflow.store.auditchain import VERIFY_COLS, SqliteChain
+from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import Store
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.store.postgres import schema
-from sealflow.store.postgres.batching import GroupCommit, InBatch
+from sealflow.store.postgres.batching import GroupCommit
 from sealflow.store.postgres.chainlink import PgChain
 from sealflow.store.postgres.connection import (
     StoreUnavailable,
@@ -74,8 +75,8 @@ from sealflow.store.postgres.pooling import StorePool
 from sealflow.store.postgres.sessions import PgSessionsMixin
 from sealflow.store.postgres.workers import WorkersMixin
 from sealflow.store.records import Due, Message, SweepReport
+from sealflow.store.sql.store import SqlStore
 from sealflow.store.sqlite import rows
-from sealflow.store.sqlite.store import SqliteStore
 
 _CURSOR = rows.CURSOR
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
@@ -104,7 +105,7 @@ def _io(method):
     return run
 
 
-class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, SqliteStore):
+class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, SqlStore):
     """:class:`~sealflow.store.base.Store` on one PostgreSQL database (or schema)."""
 
     max_retries = 50
@@ -215,7 +216,7 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
     def _illegal_in_batch(self, c: PgConn, exc: IllegalTransition) -> None:
         """The audit event of an illegal transition, in the batch transaction its operation was undone in."""
-        super()._audit_illegal(InBatch(c), exc)
+        self._chain.append(c, [self._illegal_event(exc)])
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._conn() as raw:
@@ -228,9 +229,6 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
     def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
         got = self._read("SELECT tokens, cost_usd FROM tenant_usage WHERE tenant = ? AND day = ?", (tenant, day))
         return (got[0][0], got[0][1]) if got else (0, 0.0)
-
-    def audit_chain(self, tenant: str | None) -> list[tuple]:
-        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[PgConn]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from sealflow.core.clock import day_of, quota_reset_in
 from sealflow.store.errors import AdmissionRefused
+from sealflow.store.sql.statements import OUTBOX_PUT
 
 #: states of runs that count against ``max_queued_runs``
 NOT_FINAL = "('created','queued','running','waiting','cancelling','compensating')"
 USAGE_UPSERT = ("INSERT INTO tenant_usage (tenant, day, tokens, cost_usd) SELECT tenant, ?, ?, ? FROM runs "
-                "WHERE id = ? ON CONFLICT (tenant, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
-                "cost_usd = cost_usd + excluded.cost_usd")
+                "WHERE id = ? ON CONFLICT (tenant, day) DO UPDATE SET tokens = tenant_usage.tokens + excluded.tokens, "
+                "cost_usd = tenant_usage.cost_usd + excluded.cost_usd")
 _QUEUE_HINT_S = (1.0, 300.0, 5.0)  # retry-after bounds and default when nothing has finished yet
 
 
@@ -29,7 +30,7 @@ def _queue_estimate(c, tenant: str) -> float:
     """A rough wait for a queue slot: the mean duration of a sample of the tenant's finished runs."""
     low, high, default = _QUEUE_HINT_S
     got = c.execute("SELECT AVG(updated_at - created_at) FROM (SELECT updated_at, created_at FROM runs "
-                    "WHERE tenant = ? AND state = 'completed' LIMIT 50)", (tenant,)).fetchone()
+                    "WHERE tenant = ? AND state = 'completed' LIMIT 50) AS finished", (tenant,)).fetchone()
     mean = got[0] if got and got[0] is not None else default
     return float(min(max(mean, low), high))
 
@@ -83,6 +84,5 @@ def defer_if_full(c, now: float, tenant: str, run_id: str, step_id: str, attempt
     if busy < limit:
         return None
     delay = random.uniform(*DEFER_S)
-    c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
-              "VALUES (?,?,?,?,?,NULL)", (run_id, step_id, attempt, token, now + delay))
+    c.execute(OUTBOX_PUT, (run_id, step_id, attempt, token, now + delay, None))
     return delay

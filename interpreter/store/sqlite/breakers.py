@@ -27,7 +27,7 @@ class BreakersMixin:
         return None if got is None else BreakerRecord(*got)
 
     def _breaker_write(self, c, name: str, now: float, changes: dict) -> None:
-        c.execute("INSERT OR IGNORE INTO breakers (name, updated_at) VALUES (?, ?)", (name, now))
+        c.execute("INSERT INTO breakers (name, updated_at) VALUES (?, ?) ON CONFLICT DO NOTHING", (name, now))
         cols = ", ".join(f"{k} = ?" for k in changes)
         c.execute(f"UPDATE breakers SET {cols}, updated_at = ? WHERE name = ?", (*changes.values(), now, name))
 

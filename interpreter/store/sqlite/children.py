@@ -35,6 +35,7 @@ import hashlib
 from sealflow.core import states
 from sealflow.store.errors import ConcurrencyError
 from sealflow.store.records import ChildRecord, Message, NextAttempt, Spawn
+from sealflow.store.sql.statements import OUTBOX_PUT, PLAN_PUT
 from sealflow.store.sqlite import rows
 
 SCHEMA = """
@@ -115,8 +116,7 @@ class ChildrenMixin:
         parent = c.execute("SELECT tenant, workflow, workflow_version, NULL, initiator, input_hash, priority, "
                            "acting_as, access_mode, signer FROM runs WHERE id = ?", (run_id,)).fetchone()
         for digest, workflow, version, body in spawn.plans:
-            c.execute("INSERT OR IGNORE INTO plans (digest, workflow, version, body, created_at) VALUES (?,?,?,?,?)",
-                      (digest, workflow, version, body, now))
+            c.execute(PLAN_PUT, (digest, workflow, version, body, now))
         started = min(spawn.concurrency, len(spawn.children))
         # the waiting attempt is due only when its children wake it (_wake): no claim before that
         c.execute("UPDATE attempts SET due_at = NULL WHERE run_id = ? AND step_id = ? AND attempt = ?",
@@ -221,9 +221,8 @@ class ChildrenMixin:
     def _send(c, now: float, msg: Message, out: list[Message] | None) -> None:
         """An outbox row for ``msg``; with ``out`` (the messages of a commit that dispatches inline) written sent
         and added to them, else left for the dispatcher."""
-        c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
-                  "VALUES (?,?,?,?,?,?)", (msg.run_id, msg.step_id, msg.attempt, msg.token, now,
-                                           now if out is not None else None))
+        c.execute(OUTBOX_PUT, (msg.run_id, msg.step_id, msg.attempt, msg.token, now,
+                               now if out is not None else None))
         if out is not None:
             out.append(msg)
 

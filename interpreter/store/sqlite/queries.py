@@ -45,8 +45,8 @@ class QueriesMixin:
 
     def stored_plans(self) -> list[tuple[str, int, str, float]]:
         """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""
-        got = self._read("SELECT workflow, version, digest, created_at FROM plans WHERE workflow NOT LIKE '%#%' "
-                         "ORDER BY workflow, version, created_at")  # name#step: a fan-out's sub-flow
+        got = self._read("SELECT workflow, version, digest, created_at FROM plans WHERE workflow NOT LIKE ? "
+                         "ORDER BY workflow, version, created_at", ("%#%",))  # name#step: a fan-out's sub-flow
         return [(r[0], int(r[1]), r[2], float(r[3])) for r in got]
 
     def plan_digests(self, workflow: str, version: int | None = None) -> list[tuple[str, int, float]]:

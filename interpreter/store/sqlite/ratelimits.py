@@ -99,7 +99,7 @@ class RateLimitsMixin:
         edge = now - limit.window
         tokens = max(0, int(tokens))  # (a negative count, from a provider of one's own, would free capacity)
         with self._tx() as c:
-            c.execute("INSERT OR IGNORE INTO rate_limits (model, updated_at) VALUES (?, ?)", (model, now))
+            c.execute("INSERT INTO rate_limits (model, updated_at) VALUES (?, ?) ON CONFLICT DO NOTHING", (model, now))
             # the model's row, locked, with its totals and the part of them that left the window (few grants:
             # each leaves once)
             count, used, gone, gone_tokens = c.execute(

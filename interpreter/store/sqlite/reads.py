@@ -10,12 +10,13 @@ from sealflow.store.base import (
     OutboxRecord,
     TimerRecord,
 )
+from sealflow.store.sql.statements import tenant_args, tenant_is
 from sealflow.store.sqlite import admission as sqlite_admission
 from sealflow.store.sqlite import rows
 
 
 class Reads:
-    """Read-only methods of :class:`~sealflow.store.sqlite.store.SqliteStore` (``_read`` and the
+    """Read-only methods of :class:`~sealflow.store.sql.store.SqlStore` (``_read`` and the
     row converters)."""
 
     def ledger_get(self, tenant: str, key: str) -> LedgerRecord | None:
@@ -62,7 +63,7 @@ class Reads:
 
     # -- the audit chain and tenant usage ------------------------------------------------------------
     def audit_chain(self, tenant: str) -> list[tuple]:
-        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
+        return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE {tenant_is(tenant)} ORDER BY id", tenant_args(tenant))
 
     def audit_heads(self) -> dict[str, tuple[int, str]]:
         return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
@@ -70,8 +71,9 @@ class Reads:
     def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
         # one read transaction (SQLite: one WAL snapshot; PostgreSQL: REPEATABLE READ): both reads see one moment
         with self._reading() as c:
-            head = c.execute("SELECT seq, hash FROM audit_heads WHERE tenant IS ?", (tenant,)).fetchone()
-            chain = c.execute(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,)).fetchall()
+            where, args = tenant_is(tenant), tenant_args(tenant)
+            head = c.execute(f"SELECT seq, hash FROM audit_heads WHERE {where}", args).fetchone()
+            chain = c.execute(f"SELECT {VERIFY_COLS} FROM audit WHERE {where} ORDER BY id", args).fetchall()
         return (None if head is None else (head[0], head[1])), chain
 
     def audit_tenants(self) -> list[str | None]:

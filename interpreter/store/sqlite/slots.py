@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from sealflow.core import states
 from sealflow.store.coordination import RECHECK_S, Grant, SlotHolder, SlotRequest, SlotsBusy
+from sealflow.store.sql.statements import OUTBOX_PUT
 
 SCHEMA = """
 CREATE TABLE slot_names (
@@ -84,7 +85,7 @@ def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
                 grants.append(Grant(req.name, held[0], "run"))
                 continue
         _reap(c, now, req.name)
-        c.execute("INSERT OR IGNORE INTO slot_names (name, fence, ticket, lim) VALUES (?, 0, 0, ?)",
+        c.execute("INSERT INTO slot_names (name, fence, ticket, lim) VALUES (?, 0, 0, ?) ON CONFLICT DO NOTHING",
                   (req.name, req.limit))
         c.execute("UPDATE slot_names SET lim = ? WHERE name = ? AND lim <> ?", (req.limit, req.name, req.limit))
         holding = c.execute("SELECT COUNT(*) FROM slot_holders WHERE name = ?", (req.name,)).fetchone()[0]
@@ -102,8 +103,7 @@ def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
                 c.execute("INSERT INTO slot_waiters (name, ticket, run_id, step_id, attempt, arrived, since) "
                           "VALUES (?,?,?,?,?,?,?)", (req.name, nxt, run_id, step_id, attempt, when, now))
         due = _recheck_at(c, now, [b[0].name for b in busy])
-        c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at, sent_at) "
-                  "VALUES (?,?,?,?,?,NULL)", (run_id, step_id, attempt, token, due))
+        c.execute(OUTBOX_PUT, (run_id, step_id, attempt, token, due, None))
         req, _, position, _ = busy[0]
         what = "lock" if req.limit == 1 and req.name.startswith("lock:") else f"{req.limit} slot(s) of"
         return (), SlotsBusy(f"step {step_id!r} of run {run_id} waits for {what} {req.name!r} "

@@ -308,8 +308,9 @@ class StepPathMixin:
                                out, commit.undo_seen)
         if commit.ledger is not None:
             led = commit.ledger
-            c.execute("INSERT OR IGNORE INTO ledger (tenant, key, run_id, step_id, result, created_at) "
-                      "VALUES (?,?,?,?,?,?)", (led.tenant, led.key, led.run_id, led.step_id, led.result_json, now))
+            c.execute("INSERT INTO ledger (tenant, key, run_id, step_id, result, created_at) "
+                      "VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                      (led.tenant, led.key, led.run_id, led.step_id, led.result_json, now))
         messages: tuple[Message, ...] = ()
         cursor: tuple[str | None, int | None] = (None, None)
         if commit.run.state == "compensating" and run_state != "compensating":

@@ -17,6 +17,7 @@ from __future__ import annotations
 from sealflow.core import states
 from sealflow.core.fingerprints import fingerprint
 from sealflow.store.records import DeadLetterSpec, Due, Message, SweepReport
+from sealflow.store.sql.statements import OUTBOX_PUT
 from sealflow.store.sqlite import rows
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
@@ -167,8 +168,7 @@ class SweepMixin:
         else:
             self._audit(c, now, run_id, step_id, "timer_fired", "sweeper", None, None,
                         {"kind": kind, "attempt": attempt})
-        c.execute("INSERT OR REPLACE INTO outbox (run_id, step_id, attempt, token, due_at) VALUES (?,?,?,?,?)",
-                  (run_id, step_id, attempt, token, now))
+        c.execute(OUTBOX_PUT, (run_id, step_id, attempt, token, now, None))
         return 1
 
     def _time_out(self, c, now, run_id) -> int:
