@@ -85,8 +85,9 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
                  redeliver_after: float = 60.0, rng: random.Random | None = None,
                  access: AccessProvider | None = None, config: RuntimeConfig | None = None,
                  priorities: tuple[str, ...] | None = None):
-        self._owns_store = not isinstance(store, Store)
-        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        # a URL (or None: $SEALFLOW_STORE, else the embedded default) is opened, and closed with the runtime
+        self._owns_store = store is None or isinstance(store, str)
+        self.store: Store = open_store(store) if store is None or isinstance(store, str) else store
         self.registry = registry if registry is not None else REGISTRY
         #: tenant limits, temporary storage, secrets, models (sealflow.runtime.config);
         #: None: $SEALFLOW_CONFIG or defaults

@@ -33,8 +33,7 @@ from typing import Any
 
 from sealflow.core.clock import SYSTEM, Clock
 from sealflow.operations import outbound
-from sealflow.store.base import Store
-from sealflow.store.deliveries import DeliveryRecord
+from sealflow.store.deliveries import Deliveries, DeliveryRecord
 
 from . import bodies
 from .config import Channel, NotifyConfig
@@ -73,7 +72,7 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float, *,
 class Deliverer:
     """Posts due deliveries of one store per ``config`` (see the module docstring)."""
 
-    def __init__(self, store: Store, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
+    def __init__(self, store: Deliveries, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
                  rng: random.Random | None = None,
                  poster: Callable[[str, bytes, dict[str, str], float], int] | None = None,
                  batch: int = 20, metrics: Any = None):

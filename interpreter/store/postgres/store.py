@@ -47,7 +47,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sealflow.store.auditchain import VERIFY_COLS, SqliteChain
-from sealflow.store.base import Store
+from sealflow.store.base import operations
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.store.postgres import schema
 from sealflow.store.postgres.batching import GroupCommit, InBatch
@@ -311,12 +311,11 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
 
 # every public operation: retried whole on a serialization failure, I/O errors made clear. The operations are
-# the Store interface's (all of them: one added there is wrapped here without a list to forget it in) and the
-# ones only this backend and the SQLite one have (heartbeats, usage reservations, rate limits, pruning)
-_OPERATIONS = sorted({n for n, f in vars(Store).items() if callable(f) and not n.startswith("_")}
-                     - {"close", "schema_version"}
-                     | {"heartbeat", "dead_workers", "silent_brokers", "forget_broker", "prune_runs", "rate_settle",
-                        "rate_usage", "reserve_usage", "release_usage", "reserved_usage"})
+# the store protocols' (all of them, store/base.py PROTOCOLS: one added there is wrapped here without a list to
+# forget it in) and the optional capabilities this backend has (heartbeats, usage reservations)
+_OPERATIONS = sorted(operations() - {"close", "schema_version"}
+                     | {"heartbeat", "dead_workers", "silent_brokers", "forget_broker", "reserve_usage",
+                        "release_usage", "reserved_usage"})
 for _name in _OPERATIONS:
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

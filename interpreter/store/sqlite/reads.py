@@ -61,7 +61,7 @@ class Reads:
         return int(got[0][0] or 0)
 
     # -- the audit chain and tenant usage ------------------------------------------------------------
-    def audit_chain(self, tenant: str) -> list[tuple]:
+    def audit_chain(self, tenant: str | None) -> list[tuple]:
         return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE tenant IS ? ORDER BY id", (tenant,))
 
     def audit_heads(self) -> dict[str, tuple[int, str]]:

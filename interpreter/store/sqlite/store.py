@@ -28,7 +28,6 @@ from sealflow.store.base import (
     NewRun,
     NextAttempt,
     RunRecord,
-    Store,
 )
 from sealflow.store.definitions import DefinitionRefused, DefinitionsMixin
 from sealflow.store.errors import (
@@ -81,8 +80,12 @@ sqlite3.register_adapter(bool, int)
 
 class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin,
                   EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads,
-                  WalMixin, Store):
-    """:class:`Store` on one SQLite file."""
+                  WalMixin):
+    """The store on one SQLite file: every protocol of :data:`sealflow.store.base.PROTOCOLS` (the runtime's
+    :class:`~sealflow.store.base.Store` and the server's :class:`~sealflow.store.serverstate.ServerStore`)."""
+
+    url: str = ""
+    rides_out_outages = False  # a local file's disk full or read-only is not waited out (Store.rides_out_outages)
 
     def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
                  checkpoint_interval: float = 0.25, wal_limit: int = WAL_LIMIT):
