@@ -51,6 +51,7 @@ from __future__ import annotations
 import inspect
 from typing import Protocol, runtime_checkable
 
+from sealflow.core.clock import Clock
 from sealflow.store.audit import AuditLog
 from sealflow.store.definitions import DefinitionRegistry
 from sealflow.store.deliveries import Deliveries, DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
@@ -98,6 +99,9 @@ class Store(RunLedger, RunReads, AuditLog, DefinitionRegistry, Limits, Deliverie
     mutating method is one atomic operation. It declares nothing of its own besides the lifecycle below."""
 
     url: str
+    #: the clock the store stamps what it records with, given once when it is opened (``open_store(url,
+    #: clock=...)``); a method that can read it takes no ``now``
+    clock: Clock
     #: whether a caller waiting for a run should ride out this store's outages (a server that restarts or fails
     #: over comes back: PostgreSQL) rather than fail at once (a local file's disk full or read-only: SQLite)
     rides_out_outages: bool

@@ -46,6 +46,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from sealflow.core.clock import SYSTEM, Clock
 from sealflow.store.auditchain import VERIFY_COLS, SqliteChain
 from sealflow.store.base import operations
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
@@ -111,13 +112,14 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
     rides_out_outages = True  # a server that restarts or fails over comes back (Store.rides_out_outages)
     _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sqlite/steps.py)
 
-    def __init__(self, url: str, *, migrate: bool | None = None, clock: str | None = None,
-                 pool_max: int | None = None):
+    def __init__(self, url: str, *, migrate: bool | None = None, clock: Clock | None = None,
+                 clock_mode: str | None = None, pool_max: int | None = None):
         conninfo, own = split_url(url)
         self.url = mask(url)
-        self.clock = clock or own.get("clock", "db")
-        if self.clock not in ("db", "caller"):
-            raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock!r}; use clock=db or clock=caller")
+        self.clock: Clock = clock or SYSTEM  # the caller's clock (Store.clock); dbclock.py moves it onto the database's
+        self.clock_mode = clock_mode or own.get("clock", "db")
+        if self.clock_mode not in ("db", "caller"):
+            raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock_mode!r}; use clock=db or clock=caller")
         asked, own_pool = _own_params(own, self.url)
         if migrate is None:
             migrate = asked

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from sealflow.core import states
+from sealflow.core.clock import SYSTEM, Clock
 from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import (
     AttemptRecord,
@@ -87,8 +88,10 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
     url: str = ""
     rides_out_outages = False  # a local file's disk full or read-only is not waited out (Store.rides_out_outages)
 
-    def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
+    def __init__(self, path: str = ".sealflow/state.db", *, clock: Clock | None = None, busy_timeout_ms: int = 10_000,
                  checkpoint_interval: float = 0.25, wal_limit: int = WAL_LIMIT):
+        #: the clock this store stamps with, given once (Store.clock)
+        self.clock: Clock = clock or SYSTEM
         self.path = path
         self.url = f"sqlite:///{path}"
         if path != ":memory:":
@@ -148,6 +151,10 @@ class SqliteStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Br
 
     def schema_version(self) -> int:
         return self._version
+
+    def _now(self) -> float:
+        """Now on the store's clock (the PostgreSQL store: on the database's, store/postgres/dbclock.py)."""
+        return self.clock.now()
 
     def _unavailable(self, exc: BaseException, doing: str) -> StoreUnavailable:
         return StoreUnavailable(f"SQLite store {self.path}: {doing} failed, nothing was changed: {exc}; "

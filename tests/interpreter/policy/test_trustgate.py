@@ -56,7 +56,7 @@ def world(tmp_path, registry, clock):
         return {"paid": to}
 
     genuine, mallory = Signer(tmp_path / "genuine", "ops"), Signer(tmp_path / "mallory", "mallory")
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/gate.db"), registry, {}, clock=clock, rng=random.Random(7),
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/gate.db", clock=clock), registry, {}, rng=random.Random(7),
                  worker_timeout_ms=20)
     # the worker: started with the genuine policy
     rt.engine.trust_gate = TrustGate(policy=genuine.policy, actor=rt.engine.actor)

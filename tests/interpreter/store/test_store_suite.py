@@ -476,27 +476,28 @@ def test_each_tenants_audit_chain_verifies(store):
         assert heads[tenant] == (len(chain), chain[-1][4])
 
 
-def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(store):
+def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(store, clock):
     from sealflow.store.definitions import DefinitionRefused
 
     # Given v1 and then v2 of a definition loaded
-    store.register_definition("wf", 1, "d1", "ana@example.com", T0)
-    store.register_definition("wf", 2, "d2", "ana@example.com", T0 + 1)
+    store.register_definition("wf", 1, "d1", "ana@example.com")
+    clock.advance(1)
+    store.register_definition("wf", 2, "d2", "ana@example.com")
     # When v1 comes back with another digest / Then it is refused: a signed version never changes
     with pytest.raises(DefinitionRefused, match="already recorded") as got:
-        store.register_definition("wf", 1, "dX", "eve@example.com", T0 + 2)
+        store.register_definition("wf", 1, "dX", "eve@example.com")
     assert got.value.reason == "second-digest"
     # When v1 is loaded again without a pin / Then it is a rollback, refused
     with pytest.raises(DefinitionRefused) as got:
-        store.register_definition("wf", 1, "d1", "ana@example.com", T0 + 3)
+        store.register_definition("wf", 1, "d1", "ana@example.com")
     assert got.value.reason == "rollback"
     # When an operator pins it / Then v1 is the active version, pinned, and the pin is audited
-    store.register_definition("wf", 1, "d1", "ana@example.com", T0 + 4, pin=True, actor="ops")
+    store.register_definition("wf", 1, "d1", "ana@example.com", pin=True, actor="ops")
     assert [(d.version, d.active, d.pinned) for d in store.definitions("wf")] == [(1, True, True), (2, False, False)]
     assert [e.event for e in store.audit() if e.event in ("definition.recorded", "definition.pinned")] == [
         "definition.recorded", "definition.recorded", "definition.pinned"]
     # And loading the highest version again clears the pin
-    store.register_definition("wf", 2, "d2", "ana@example.com", T0 + 5)
+    store.register_definition("wf", 2, "d2", "ana@example.com")
     assert [(d.version, d.active, d.pinned) for d in store.definitions("wf")] == [(1, False, False), (2, True, False)]
 
 
