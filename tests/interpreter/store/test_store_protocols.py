@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from sealflow.store.audit import AuditLog
-from sealflow.store.base import AGGREGATES, PROTOCOLS, Store, methods, operations
-from sealflow.store.definitions import DefinitionRegistry
-from sealflow.store.deliveries import Deliveries
+from sealflow.store.base import AGGREGATES, PROTOCOLS, Store, methods
 from sealflow.store.errors import StoreError
-from sealflow.store.ledger import RunLedger
-from sealflow.store.limits import Limits
-from sealflow.store.runs import RunReads
-from sealflow.store.serverstate import ServerStore, SignedEvents, server_store
+from sealflow.store.serverstate import ServerStore, server_store
 from sealflow.testing.conformance import protocol_gaps
-from sealflow.testing.conformance.backends import postgres_conforms, sqlite_conforms
 
 #: the most methods one store protocol may declare
 MOST = 25
@@ -68,21 +61,6 @@ def test_given_the_aggregates_then_no_method_is_declared_by_two_of_the_runtime_s
             seen[name] = protocol.__name__
     # Then each method has one home
     assert twice == []
-
-
-def test_given_a_backend_then_it_satisfies_every_store_protocol(store):
-    # Given a store of each backend
-    # When it is checked against every protocol, at run time
-    gaps = protocol_gaps(store)
-    # Then nothing is missing, and it is an instance of each (runtime_checkable)
-    assert gaps == {}
-    for protocol in (Store, RunLedger, RunReads, AuditLog, DefinitionRegistry, Limits, Deliveries, ServerStore,
-                     SignedEvents):
-        assert isinstance(store, protocol), protocol.__name__
-    # And the type-level check's functions hand it back as each
-    conforms = postgres_conforms if type(store).__name__ == "PostgresStore" else sqlite_conforms
-    assert all(got is store for got in conforms(store))  # type: ignore[arg-type]
-    assert operations() == frozenset().union(*(methods(p) for p in PROTOCOLS))
 
 
 def test_given_an_object_lacking_methods_then_the_gaps_name_them():
