@@ -50,15 +50,17 @@ class DeliveryRecord:
 class Deliveries(Protocol):
     """Notification deliveries (one aggregate of the store): taken leased, settled, retried, listed."""
 
-    def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
-        """Due pending deliveries, each counted as one more attempt and leased for ``lease`` seconds."""
+    def take_deliveries(self, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
+        """Due pending deliveries (due now, on the store's clock), each counted as one more attempt and leased for
+        ``lease`` seconds."""
 
-    def settle_delivery(self, taken: DeliveryRecord, now: float, *, state: str, next_at: float | None = None,
+    def settle_delivery(self, taken: DeliveryRecord, *, state: str, next_at: float | None = None,
                         error: str | None = None, actor: str = "notifier") -> bool:
-        """Delivered, pending again at ``next_at``, or failed (audited); False if the row moved on meanwhile."""
+        """Delivered, pending again at ``next_at`` (on the store's clock), or failed (audited), now; False if the
+        row moved on meanwhile."""
 
-    def retry_delivery(self, delivery_id: str, now: float, *, actor: str) -> DeliveryRecord | None:
-        """Re-queue a failed delivery (audited); the row as it was, or None for an unknown id."""
+    def retry_delivery(self, delivery_id: str, *, actor: str) -> DeliveryRecord | None:
+        """Re-queue a failed delivery, due now (audited); the row as it was, or None for an unknown id."""
 
     def deliveries(self, *, state: str | None = None, run_id: str | None = None,
                    limit: int = 100) -> list[DeliveryRecord]:

@@ -17,11 +17,12 @@ from typing import Any
 
 from sealflow.policy.access import AccessProvider
 from sealflow.policy.operations import require_operator, visible_runs
+from sealflow.store.base import Store
 from sealflow.store.deliveries import Deliveries, DeliveryRecord
 from sealflow.store.errors import InvalidOperation, NotFound
 
 
-def listing(store: Deliveries, access: AccessProvider, principal: str, *, tenant: str | None = None,
+def listing(store: Store, access: AccessProvider, principal: str, *, tenant: str | None = None,
             failed: bool = False, run_id: str | None = None, limit: int = 100) -> list[DeliveryRecord]:
     """The deliveries ``principal`` may see (the principal is authorised, not the ``tenant`` it names)."""
     records = store.deliveries(state="failed" if failed else None, run_id=run_id, limit=limit)
@@ -30,10 +31,10 @@ def listing(store: Deliveries, access: AccessProvider, principal: str, *, tenant
     return [r for r in records if r.run_id in readable]
 
 
-def retry(store: Deliveries, access: AccessProvider, principal: str, delivery_id: str, now: float) -> DeliveryRecord:
+def retry(store: Deliveries, access: AccessProvider, principal: str, delivery_id: str) -> DeliveryRecord:
     """Re-queue the failed delivery ``delivery_id`` as ``principal`` (an operator); the row as it was."""
     require_operator(access, principal, "retry an approval notification")
-    before = store.retry_delivery(delivery_id, now, actor=principal)
+    before = store.retry_delivery(delivery_id, actor=principal)
     if before is None:
         raise NotFound(f"no notification delivery {delivery_id!r} in this store")
     if before.state != "failed":

@@ -103,7 +103,7 @@ class Deliverer:
         """One round: take the due deliveries and post each once."""
         report = Report()
         lease = self.config.timeout * 2 + 30.0
-        for taken in self.store.take_deliveries(self.clock.now(), self.batch, lease):
+        for taken in self.store.take_deliveries(self.batch, lease):
             self._deliver(taken, report)
         return report
 
@@ -127,7 +127,7 @@ class Deliverer:
             url, body, headers = self._request(channel, taken)
             status = self.poster(url, body, headers, self.config.timeout)
             if 200 <= status < 300:
-                self.store.settle_delivery(taken, self.clock.now(), state="delivered")
+                self.store.settle_delivery(taken, state="delivered")
                 report.delivered += 1
                 self._count(taken, "delivered")
                 return
@@ -139,13 +139,13 @@ class Deliverer:
             error = f"internal error ({type(exc).__name__})"
         now = self.clock.now()
         if taken.attempts >= self.config.max_attempts or channel is None:
-            self.store.settle_delivery(taken, now, state="failed", error=error)
+            self.store.settle_delivery(taken, state="failed", error=error)
             report.failed += 1
             self._count(taken, "failed")
             log.error("notification %s of run %s on channel %r failed for good after %d attempt(s): %s",
                       taken.id, taken.run_id, taken.channel, taken.attempts, error)
             return
-        self.store.settle_delivery(taken, now, state="pending", next_at=now + self.delay(taken.attempts), error=error)
+        self.store.settle_delivery(taken, state="pending", next_at=now + self.delay(taken.attempts), error=error)
         report.retried += 1
         self._count(taken, "retried")
         log.warning("notification %s on channel %r: attempt %d failed (%s); retrying", taken.id, taken.channel,

@@ -257,19 +257,15 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
     _LOCK_DELIVERIES = " FOR UPDATE SKIP LOCKED"
 
-    def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0):
-        now, _ = self._on_db_clock(now)
+    def take_deliveries(self, limit: int = 50, lease: float = 60.0):
+        now = self._now()
         with self._tx("READ COMMITTED") as c:  # touches only the rows it holds locked
             return self._take_deliveries(c, now, limit, lease)
 
-    def settle_delivery(self, taken, now: float, *, state: str, next_at: float | None = None,
-                        error: str | None = None, actor: str = "notifier") -> bool:
-        db, shift = self._on_db_clock(now)
-        return super().settle_delivery(taken, db, state=state, next_at=None if next_at is None else next_at + shift,
-                                       error=error, actor=actor)
-
-    def retry_delivery(self, delivery_id: str, now: float, *, actor: str):
-        return super().retry_delivery(delivery_id, self._on_db_clock(now)[0], actor=actor)
+    def settle_delivery(self, taken, *, state: str, next_at: float | None = None, error: str | None = None,
+                        actor: str = "notifier") -> bool:
+        db, shift = self._on_db_clock(self.clock.now())  # next_at: computed on the store's clock, moved with it
+        return self._settle_delivery(taken, db, state, None if next_at is None else next_at + shift, error, actor)
 
     # the sweep is the SQLite store's (sqlite/sweep.py), on the database clock, taking due rows with
     # FOR UPDATE ... SKIP LOCKED so that concurrent sweepers never take the same one

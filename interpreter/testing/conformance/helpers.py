@@ -37,3 +37,8 @@ def succeed_and_go(claimed, next_step="b", *, state=None, ledger=None, dead=None
 def snapshot(store, run_id):
     return (store.get_run(run_id), store.attempts(run_id), store.outbox(run_id), store.timers(run_id),
             store.audit(run_id), store.dead_letter(run_id))
+
+
+def at(clock, when: float) -> None:
+    """Move the fake ``clock`` the store was opened on forward to ``when`` (never back)."""
+    clock.advance(when - clock.now())
