@@ -25,11 +25,14 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sealflow.cli.exits import fail_usage, refuse
+
+if TYPE_CHECKING:
+    from sealflow.store.serverstate import ServerStore
 
 #: the demo world's action module, loaded by the embedded quick start
 DEMO = "sealflow.demo"
@@ -253,6 +256,18 @@ def open_store(store_url: str | None):
     try:
         return open_(store_location(store_url))
     except StoreError as exc:
+        fail_usage(str(exc))
+
+
+def server_of(store: Any) -> ServerStore:
+    """``store`` as the server's store (API tokens, sessions); one that keeps none is a usage error, said plainly."""
+    from sealflow.store import StoreError
+    from sealflow.store.serverstate import server_store
+
+    try:
+        return server_store(store)
+    except StoreError as exc:
+        store.close()
         fail_usage(str(exc))
 
 

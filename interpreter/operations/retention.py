@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sealflow.core.errors import ConfigError
+from sealflow.store.ledger import RunLedger
 
 log = logging.getLogger("sealflow.retention")
 _KEYS = {"finished_runs", "every", "dead_letters"}
@@ -55,7 +56,7 @@ class Retention:
             raise ConfigError("retention: finished_runs and every must be more than zero")
         return cls(older, every, bool(section.get("dead_letters", False)))
 
-    def maybe_prune(self, store: Any, now: float, actor: str) -> int:
+    def maybe_prune(self, store: RunLedger, now: float, actor: str) -> int:
         """Prune if it is time; how many runs went."""
         if time.monotonic() < self._next:
             return 0

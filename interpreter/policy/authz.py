@@ -31,6 +31,7 @@ from sealflow.core.kinds import traits_of
 from sealflow.core.outcomes import Failed
 from sealflow.policy.access import AccessPolicyError, AccessProvider, is_open, missing, mode_of
 from sealflow.policy.operations import Operation, authorize_run, unknown_run
+from sealflow.store.audit import AuditLog
 from sealflow.store.base import AuditEvent, RunRecord, Store
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def acting_identity(plan: Plan, initiator: str, run_as: str | None) -> str:
     return run_as
 
 
-def authorize_submit(store: Store, access: AccessProvider, now: float, plan: Plan, *, initiator: str,
+def authorize_submit(store: AuditLog, access: AccessProvider, now: float, plan: Plan, *, initiator: str,
                      tenant: str, run_as: str | None = None) -> str:
     """Check a submission; return the acting identity, or audit and raise :class:`Unauthorized`."""
     detail: dict[str, Any] = {"tenant": tenant, "workflow": plan.name, "version": plan.version,

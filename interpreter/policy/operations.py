@@ -33,8 +33,10 @@ from sealflow.policy.access import (
     holds,
     is_open,
 )
+from sealflow.store.audit import AuditLog
 from sealflow.store.base import AuditEvent, RunRecord, Store
 from sealflow.store.errors import NotFound
+from sealflow.store.runs import RunReads
 
 
 class Operation(StrEnum):
@@ -131,7 +133,7 @@ def may_see_tenant(access: AccessProvider, tenant: str | None, principal: str, o
         return False
 
 
-def visible_runs(store: Store, access: AccessProvider, run_ids: list[str], *, tenant: str | None,
+def visible_runs(store: RunReads, access: AccessProvider, run_ids: list[str], *, tenant: str | None,
                  actor: str | None, operation: Operation | str = Operation.READ) -> list[str]:
     """The ids of ``run_ids`` of ``tenant`` (None: any) that ``actor`` may ``operation`` (None: trusted code,
     all). Nothing is audited: a list hides, it does not refuse."""
@@ -145,7 +147,7 @@ def visible_runs(store: Store, access: AccessProvider, run_ids: list[str], *, te
     return out
 
 
-def readable_chains(store: Store, access: AccessProvider, principal: str, tenant: str | None = None
+def readable_chains(store: AuditLog, access: AccessProvider, principal: str, tenant: str | None = None
                     ) -> list[str | None] | None:
     """The audit chains ``principal`` may verify: every one (None) in open mode or for an operator; else the
     tenants with events where it holds ``audit:read`` (never the system chain nor unchained events), only

@@ -57,7 +57,7 @@ class TrustGate:
         """Who signed plan ``digest``, as this process verified it (None: not verified here)."""
         return self._verified.get(digest)
 
-    def refusal(self, run, store=None, now: float = 0.0) -> str | None:
+    def refusal(self, run, store=None) -> str | None:
         """Why this process must not execute ``run`` (None: it may)."""
         signer = getattr(run, "signer", None) or UNSIGNED
         what = f"{run.workflow} v{run.workflow_version}"
@@ -81,12 +81,12 @@ class TrustGate:
         if verified is not None:
             with self._lock:
                 self._verified[digest] = verified
-            store.mark_definition(run.workflow, run.workflow_version, digest, now, refused=None, actor=self.actor,
+            store.mark_definition(run.workflow, run.workflow_version, digest, refused=None, actor=self.actor,
                                   signer=verified)
             return None
         message = (f"run {run.id} executes {what} (plan {digest[:19]}...), claimed to be signed by {signer}; this "
                    f"worker's own trust policy refuses it: {reason}")
-        store.mark_definition(run.workflow, run.workflow_version, digest, now, refused=reason, actor=self.actor)
+        store.mark_definition(run.workflow, run.workflow_version, digest, refused=reason, actor=self.actor)
         return message
 
     def _verify(self, run, store) -> tuple[str, str | None]:
@@ -144,7 +144,7 @@ def check(gate: TrustGate | None, x, run=None) -> Failed | None:
     services = getattr(x, "services", None)
     store = getattr(services, "store", None)
     now = services.clock.now() if services is not None else 0.0
-    reason = gate.refusal(run or x.run, store, now)
+    reason = gate.refusal(run or x.run, store)
     if reason is None:
         return None
     if store is not None:

@@ -14,6 +14,7 @@ from sealflow.core import breakers as rules
 from sealflow.policy.access import AccessProvider
 from sealflow.policy.operations import require_operator
 from sealflow.store.base import AuditEvent, Store
+from sealflow.store.limits import Limits
 
 
 def settings_of(name: str, extra: Mapping[str, Any] | None, models: Any = None) -> rules.BreakerSettings:
@@ -25,7 +26,7 @@ def settings_of(name: str, extra: Mapping[str, Any] | None, models: Any = None) 
     return rules.settings_for(name, extra)
 
 
-def listing(store: Store, now: float, extra: Mapping[str, Any] | None = None, models: Any = None) -> list[dict]:
+def listing(store: Limits, now: float, extra: Mapping[str, Any] | None = None, models: Any = None) -> list[dict]:
     """Every breaker the store knows: state, failures in the window, when an open one may probe again."""
     out = []
     for rec in store.breakers():

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sealflow.core.clock import Clock
-from sealflow.store.base import Message, Store
+from sealflow.store.ledger import RunLedger
+from sealflow.store.records import Message
 
 
 class Dispatcher:
-    def __init__(self, store: Store, send: Callable[[Message, str | None], None], clock: Clock, *,
+    def __init__(self, store: RunLedger, send: Callable[[Message, str | None], None], clock: Clock, *,
                  batch: int = 256):
         self.store = store
         self.send = send

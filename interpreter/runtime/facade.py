@@ -29,7 +29,7 @@ import dramatiq
 from sealflow.core import breakers as breaker_rules
 from sealflow.core import states
 from sealflow.core.clock import SYSTEM, Clock
-from sealflow.core.errors import StepError
+from sealflow.core.errors import ConfigError, StepError
 from sealflow.core.jsonc import MAX_REASON_CHARS, clean_text
 from sealflow.engine import compensation, recovery
 from sealflow.engine.engine import Engine
@@ -80,6 +80,19 @@ def model_providers(config: RuntimeConfig) -> Any:
 
     return load_models(config.extra, secrets.chain_for(config), source=config.source)
 
+def _one_clock(store: Any, clock: Clock | None) -> Clock:
+    """The clock of a runtime on ``store``: the store's own (given when it was opened), which an explicit
+    ``clock`` must be; a store that keeps no clock (a test double) takes the runtime's."""
+    held = getattr(store, "clock", None)
+    if not callable(getattr(held, "now", None)):
+        return clock or SYSTEM
+    if clock is not None and clock is not held:
+        raise ConfigError(f"the store {getattr(store, 'url', '')!r} keeps time on another clock than the one given "
+                          "to the Runtime; open the store on that clock (open_store(url, clock=clock)) and give the "
+                          "Runtime the store alone, or the URL with the clock")
+    return held
+
+
 class Runtime(Submitting, Inline, Repair, Driving, Serving):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
@@ -97,15 +110,18 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving):
         (:mod:`sealflow.engine.hooks`); ``tracer_provider``: the OpenTelemetry provider of the step spans
         (None: the global one); ``watch``: told what each step message's thread does (which step it carried its
         run on to, the run's state at its end: the worker's step log, :class:`~sealflow.runtime.actors.CarryWatch`)."""
-        self._owns_store = not isinstance(store, Store)
-        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        # a URL (or None: $SEALFLOW_STORE, else the embedded default) is opened on this runtime's clock, and
+        # closed with the runtime; a store given keeps time on its own clock, which the runtime then keeps too
+        self._owns_store = store is None or isinstance(store, str)
+        self.store: Store = open_store(store, clock=clock) if store is None or isinstance(store, str) else store
+        clock = _one_clock(self.store, clock)
         self.registry = registry if registry is not None else REGISTRY
         #: tenant limits, temporary storage, secrets, models (sealflow.runtime.config);
         #: None: $SEALFLOW_CONFIG or defaults
         self.config: RuntimeConfig = config if config is not None else RuntimeConfig.from_env()
         #: which provider serves which model name: the configuration's ``models:`` section, else the local model
         self.providers = providers if providers is not None else model_providers(self.config)
-        self.clock = clock or SYSTEM
+        self.clock: Clock = clock
         self.owner = owner or recovery.owner_id()
         #: who holds what (sealflow.policy.access); none configured: open development mode
         self.access: AccessProvider = access if access is not None else OpenAccess()

@@ -9,7 +9,8 @@ from sealflow.core import states
 from sealflow.core.ids import split_step_id
 from sealflow.core.redaction import REDACTOR
 from sealflow.engine.poison import OUTCOME_UNKNOWN
-from sealflow.store.base import AttemptRecord, ChildRecord, RunRecord, Store
+from sealflow.store.records import AttemptRecord, ChildRecord, RunRecord
+from sealflow.store.runs import RunReads
 
 #: child runs per page of ``status --json`` (``children.next_offset`` gives the next page)
 CHILDREN_PAGE = 100
@@ -51,7 +52,7 @@ class RunStatus:
                 "children": [dataclasses.asdict(c) for c in self.children], "children_next": self.children_next}
 
 
-def run_status(store: Store, run_id: str, *, children_offset: int = 0,
+def run_status(store: RunReads, run_id: str, *, children_offset: int = 0,
                children_limit: int = CHILDREN_PAGE) -> RunStatus:
     """The run as the store has it now; ``waiting`` says what holds it (an approval, a wait, a retry, its
     fan-out's child runs); a run that fans out carries its items' counts and a page of its child runs."""
@@ -83,7 +84,7 @@ def run_status(store: Store, run_id: str, *, children_offset: int = 0,
     return status
 
 
-def _fanout(store: Store, status: RunStatus, offset: int, limit: int) -> None:
+def _fanout(store: RunReads, status: RunStatus, offset: int, limit: int) -> None:
     """Items by state per fan-out step (its latest attempt), the failures listed, and a page of child runs."""
     latest = {a.step_id: a.attempt for a in status.attempts if "fanout" in (a.data or {})}
     counts = store.child_counts(status.run.id)

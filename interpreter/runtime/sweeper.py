@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 
 from sealflow.core.clock import Clock
-from sealflow.store.base import Store, SweepReport
+from sealflow.store.ledger import RunLedger
+from sealflow.store.records import SweepReport
 
 
 class Sweeper:
-    def __init__(self, store: Store, clock: Clock, *, redeliver_after: float = 60.0,
+    def __init__(self, store: RunLedger, clock: Clock, *, redeliver_after: float = 60.0,
                  past_deadline: Callable[[str], bool] | None = None):
         self.store = store
         self.clock = clock

@@ -37,6 +37,7 @@ from sealflow.server.routes import (
 )
 from sealflow.server.schemas import Problem
 from sealflow.server.settings import ServerSettings
+from sealflow.store.serverstate import server_store
 
 log = logging.getLogger("sealflow.server")
 API_VERSION = "1"
@@ -152,15 +153,18 @@ def _bind(app: FastAPI, settings: ServerSettings, rt: Any, oidc: OidcVerifier | 
     /ui sessions and the started OIDC logins (whose client secret comes from the runtime's secret providers)."""
     from sealflow.server.ui.sessions import Sessions
 
-    app.state.authenticator = Authenticator(rt.store, rt.clock, oidc=oidc, allow_open=settings.allow_open,
-                                            limiter=RateLimiter(rt.store, rt.clock, settings.rate, settings.burst,
+    # the server's own store (tokens, sessions, logins, its rate limits): the runtime's store object, typed as
+    # the server's protocol once here (a store that keeps none is refused now, with a clear error)
+    server = app.state.server_store = server_store(rt.store)
+    app.state.authenticator = Authenticator(server, rt.clock, audit=rt.store, oidc=oidc, allow_open=settings.allow_open,
+                                            limiter=RateLimiter(server, rt.clock, settings.rate, settings.burst,
                                                                 name="principal"),
                                             metrics=getattr(getattr(rt, "telemetry", None), "metrics", None))
-    app.state.ui_sessions = Sessions(rt.store, rt.clock)
+    app.state.ui_sessions = Sessions(server, rt.clock)
     if login is not None:
         from sealflow.execution.secrets import chain_for
 
-        login.bind(rt.store, rt.clock, chain_for(rt.config))
+        login.bind(server, rt.clock, chain_for(rt.config))
 
 
 def from_env() -> FastAPI:

@@ -25,7 +25,9 @@ from sealflow.server.oidc import OidcVerifier
 from sealflow.server.problems import Problem
 from sealflow.server.ratelimit import RateLimiter
 from sealflow.server.tokens import TokenRejected
-from sealflow.store.base import AuditEvent, Store
+from sealflow.store.audit import AuditLog
+from sealflow.store.records import AuditEvent
+from sealflow.store.serverstate import ServerStore
 
 ANONYMOUS = "user:anonymous"
 OPEN_TENANT = "default"
@@ -46,9 +48,12 @@ class Credential:
 class Authenticator:
     """Turns a request's ``Authorization`` header into a :class:`Credential` or a 401/429 problem."""
 
-    def __init__(self, store: Store, clock: Clock, *, oidc: OidcVerifier | None = None, allow_open: bool = False,
-                 limiter: RateLimiter | None = None, failures: RateLimiter | None = None, metrics: Any = None):
+    def __init__(self, store: ServerStore, clock: Clock, *, audit: AuditLog, oidc: OidcVerifier | None = None,
+                 allow_open: bool = False, limiter: RateLimiter | None = None, failures: RateLimiter | None = None,
+                 metrics: Any = None):
+        #: the server's store (API tokens, its rate limits); refusals are audited in ``audit``
         self.store = store
+        self.audit = audit
         #: the runtime's :class:`~sealflow.runtime.telemetry.metrics.Metrics` (None: not counted)
         self.metrics = metrics
         self.clock = clock
@@ -108,6 +113,6 @@ class Authenticator:
         detail = {"reason": reason, "method": method, "client": client, "path": request.url.path}
         if token_id:
             detail["token"] = token_id
-        self.store.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"),
+        self.audit.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"),
                                 self.clock.now())
         return Problem("unauthenticated", message, headers={"WWW-Authenticate": _CHALLENGE}, reason=reason)

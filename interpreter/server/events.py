@@ -37,6 +37,7 @@ from typing import Any
 from sealflow.core import webhooks
 from sealflow.core.errors import ConfigError
 from sealflow.dsl.expressions import compile_cached, evaluate, truthy
+from sealflow.store.serverstate import SignedEvents
 
 DEFAULT_TOLERANCE_S = 300.0
 MAX_ID = 256
@@ -154,13 +155,14 @@ def receive(rt: Any, trust: Any, source_name: str, headers: Mapping[str, str], b
         raise EventRefused("internal", f"event source {source_name!r}: its secret {source.secret_name} is not "
                                        "available") from None
     event_id, _ = verify(secret, headers, body, now=time.time(), tolerance=source.tolerance)
-    seen = rt.store.event_answer(source.name, event_id)
+    store: SignedEvents = rt.store  # the server's signed events, kept in the runtime's store object
+    seen = store.event_answer(source.name, event_id)
     if seen is not None:
         return seen, True
     event_type, data = parse_body(body)
     results = [_apply(rt, trust, source, event_id, data, plan) for plan in _subscribers(rt, trust, source, event_type)]
     answer = {"id": event_id, "source": source.name, "type": event_type, "results": results}
-    recorded = rt.store.record_event(source.name, event_id, answer, rt.clock.now())
+    recorded = store.record_event(source.name, event_id, answer, rt.clock.now())
     return recorded, recorded is not answer
 
 
@@ -200,7 +202,8 @@ def _apply(rt: Any, trust: Any, source: Source, event_id: str, data: Any, resolv
             sequence = evaluate(compile_cached(order["sequence"]), context)
             if not isinstance(sequence, int) or isinstance(sequence, bool):
                 return {**result, "result": "refused", "error": f"order.sequence is {sequence!r}, not an integer"}
-            applied = rt.store.apply_sequence(f"{source.name}/{plan.name}", json.dumps(key), sequence, event_id,
+            store: SignedEvents = rt.store
+            applied = store.apply_sequence(f"{source.name}/{plan.name}", json.dumps(key), sequence, event_id,
                                               rt.clock.now())
             if applied is not None:
                 return {**result, "result": "out_of_order", "sequence": sequence, "applied": applied}

@@ -33,6 +33,7 @@ from typing import Any
 from sealflow.operations import outbound
 from sealflow.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
 from sealflow.server.tokens import TokenRejected
+from sealflow.store.serverstate import ServerStore
 
 log = logging.getLogger("sealflow.server")
 
@@ -112,10 +113,10 @@ class LoginFlow:
         #: where the client secret is resolved (set by the app from the runtime configuration)
         self.secrets = secrets_chain
         #: where started logins are kept, and the clock they expire on (set by the app: the runtime's)
-        self.store: Any = None
+        self.store: ServerStore | None = None
         self.clock: Any = None
 
-    def bind(self, store: Any, clock: Any, secrets_chain: Any) -> None:
+    def bind(self, store: ServerStore, clock: Any, secrets_chain: Any) -> None:
         self.store, self.clock, self.secrets = store, clock, secrets_chain
 
     # -- 1. to the issuer ----------------------------------------------------------------------------

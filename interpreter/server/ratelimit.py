@@ -19,8 +19,7 @@ import uuid
 
 from sealflow.core.clock import Clock
 from sealflow.core.ratelimits import Limit
-from sealflow.store.base import Store
-from sealflow.store.sqlite.sessions import RATE_PREFIX
+from sealflow.store.serverstate import RATE_PREFIX, ServerStore
 
 #: refusals remembered at most (the shortcut is forgotten beyond; the store still decides)
 MAX_KEYS = 10_000
@@ -31,7 +30,7 @@ SWEEP_EVERY = 1000
 class RateLimiter:
     """Per-key limits in ``store``; :meth:`take` answers 0 (allowed) or the seconds to wait."""
 
-    def __init__(self, store: Store, clock: Clock, rate: float, burst: float | None = None, *, name: str):
+    def __init__(self, store: ServerStore, clock: Clock, rate: float, burst: float | None = None, *, name: str):
         self.store = store
         self.clock = clock
         self.rate = float(rate)

@@ -11,8 +11,8 @@ import re
 import secrets
 import uuid
 
-from sealflow.store.base import Store
 from sealflow.store.records import ApiTokenRecord
+from sealflow.store.serverstate import ServerStore
 
 PREFIX = "sf_"
 _TOKEN = re.compile(r"^sf_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
@@ -41,7 +41,7 @@ def parse_duration(text: str) -> float:
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 
-def create(store: Store, principal: str, tenant: str, now: float, *, actor: str, expires_in: float | None = None,
+def create(store: ServerStore, principal: str, tenant: str, now: float, *, actor: str, expires_in: float | None = None,
            label: str | None = None) -> tuple[str, ApiTokenRecord]:
     """Mint a token: returns its text (shown once, never stored) and its record."""
     token_id = uuid.uuid4().hex[:16]
@@ -56,7 +56,7 @@ def looks_like_token(text: str) -> bool:
     return text.startswith(PREFIX)
 
 
-def check(store: Store, text: str, now: float) -> ApiTokenRecord:
+def check(store: ServerStore, text: str, now: float) -> ApiTokenRecord:
     """The record of a usable token ``text``, else :class:`TokenRejected` (unknown, wrong secret, revoked,
     expired)."""
     m = _TOKEN.match(text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from sealflow.core.clock import Clock
 from sealflow.store.base import (
     AttemptRecord,
     AuditEvent,
@@ -50,13 +51,17 @@ from sealflow.store.errors import (
 DEFAULT_URL = "sqlite:///.sealflow/state.db"
 
 
-def open_store(url: str | None = None, *, migrate: bool = False) -> Store:
+def open_store(url: str | None = None, *, migrate: bool = False, clock: Clock | None = None) -> Store:
     """Open the store at ``url``: ``sqlite:///PATH`` (``sqlite:////abs/path``, ``sqlite:///:memory:``) or
     ``postgresql://user:pass@host:5432/db`` (parameters: :mod:`sealflow.store.postgres.store`).
 
     A SQLite file is migrated on open, as always. A PostgreSQL database shared by many processes is
     migrated only when asked: ``migrate=True`` (a worker started with migration on), or
-    :func:`migrate_store` (``sealflow store migrate``); otherwise an older schema is refused."""
+    :func:`migrate_store` (``sealflow store migrate``); otherwise an older schema is refused.
+
+    ``clock``: the clock the store stamps what it records with (None: the system's), given once here: the
+    store's methods take no ``now`` where they can read it (``Store.clock``; a :class:`~sealflow.runtime.facade.
+    Runtime` on the store keeps time on the same clock)."""
     url = url or os.environ.get("SEALFLOW_STORE") or DEFAULT_URL
     if url.startswith("sqlite:///"):
         from sealflow.store.sqlite.store import SqliteStore
@@ -64,14 +69,14 @@ def open_store(url: str | None = None, *, migrate: bool = False) -> Store:
         path = url[len("sqlite:///"):]
         if not path:
             raise StoreURLError(f"store URL {url!r} names no file; write sqlite:///.sealflow/state.db")
-        return SqliteStore(path)
+        return SqliteStore(path, clock=clock)
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from sealflow.store.postgres import PostgresStore
         except ImportError as exc:  # psycopg is a dependency; a broken install says so
             raise StoreURLError(f"cannot open {url.split('@')[-1]!r}: the PostgreSQL driver is not installed "
                                 f"({exc}); pip install 'psycopg[binary]' psycopg-pool") from None
-        return PostgresStore(url, migrate=migrate or None)
+        return PostgresStore(url, migrate=migrate or None, clock=clock)
     if url.startswith(("redis://", "rediss://")):
         raise StoreURLError(f"the Redis store is not available in this build ({url!r}); use sqlite:///PATH, "
                             "or unset SEALFLOW_STORE for the embedded default")

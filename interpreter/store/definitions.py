@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Protocol, runtime_checkable
 
 from sealflow.store.errors import StoreError
 
@@ -115,12 +116,40 @@ ALTER TABLE definitions ADD COLUMN refused TEXT;
 
 
 
+@runtime_checkable
+class DefinitionRegistry(Protocol):
+    """The definition registry (one aggregate of the store: see this module)."""
+
+    def register_definition(self, name: str, version: int, digest: str, signer: str, *,
+                            pin: bool = False, actor: str = "system") -> DefinitionRecord:
+        """Record (now, on the store's clock) a loaded (name, version, digest) and its signer, atomically refusing
+        a second digest for a recorded (name, version) and a lower version than the highest without ``pin``;
+        returns the record."""
+
+    def definitions(self, name: str | None = None) -> list[DefinitionRecord]:
+        """Every recorded definition version (with ``active`` and ``pinned``), by name then version."""
+
+    def definition_sources(self, digest: str) -> list[DefinitionSource]:
+        """The submitted bytes and signature envelopes of plan ``digest``, oldest first."""
+
+    def mark_definition(self, name: str, version: int, digest: str, *, refused: str | None,
+                        actor: str, signer: str | None = None) -> bool:
+        """An executor's verdict on a recorded version, now: refused (why), or verified (``refused`` None)."""
+
+    def record_signer(self, run_id: str, signer: str) -> None:
+        """Record who signed the definition a run executes (``unsigned`` in development mode)."""
+
+    def run_signer(self, run_id: str) -> str | None:
+        """Who signed the definition run ``run_id`` executes (None: not recorded)."""
+
+
 class DefinitionsMixin:
     """SQLite implementation; expects ``_tx``, ``_read`` and ``_audit`` from the store."""
 
-    def register_definition(self, name: str, version: int, digest: str, signer: str, now: float, *,
+    def register_definition(self, name: str, version: int, digest: str, signer: str, *,
                             pin: bool = False, actor: str = "system") -> DefinitionRecord:
         reg = Registration(name, version, digest, signer, None, pin, actor)
+        now = self._now()
         try:
             with self._tx() as c:
                 self._register(c, reg, now)
@@ -132,7 +161,7 @@ class DefinitionsMixin:
     def audit_definition_refused(self, reg: Registration, exc: DefinitionRefused, now: float,
                                  tenant: str | None = None) -> None:
         """Audit a refused registration (after its transaction was rolled back: nothing else is written)."""
-        from sealflow.store.base import AuditEvent
+        from sealflow.store.records import AuditEvent
 
         self.append_audit(AuditEvent("definition.refused", None, reg.actor, tenant=tenant, detail={
             "name": reg.name, "version": reg.version, "digest": reg.digest, "signer": reg.signer,
@@ -193,10 +222,11 @@ class DefinitionsMixin:
         return [DefinitionSource(bytes(s), None if e is None else bytes(e), k, json.loads(r) if r else None)
                 for s, e, k, r in got]
 
-    def mark_definition(self, name: str, version: int, digest: str, now: float, *, refused: str | None,
+    def mark_definition(self, name: str, version: int, digest: str, *, refused: str | None,
                         actor: str, signer: str | None = None) -> bool:
         """An executor's verdict on a recorded version: ``refused`` (why) or verified (None, with the
         ``signer`` it verified). Returns whether the mark changed; a change is audited."""
+        now = self._now()
         with self._tx() as c:
             row = c.execute("SELECT refused FROM definitions WHERE name = ? AND version = ? AND digest = ?",
                             (name, version, digest)).fetchone()

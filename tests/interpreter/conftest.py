@@ -34,15 +34,16 @@ def pg_schema(_pg_session):
 
 
 @pytest.fixture(params=BACKENDS)
-def store(request, tmp_path):
-    """A fresh store of each backend (PostgreSQL: a schema of its own, the caller's clock, migrated)."""
+def store(request, tmp_path, clock):
+    """A fresh store of each backend on the test's fake clock (PostgreSQL: a schema of its own, the caller's
+    clock, migrated)."""
     if request.param == "sqlite":
-        s = open_store(f"sqlite:///{tmp_path}/state.db")
+        s = open_store(f"sqlite:///{tmp_path}/state.db", clock=clock)
         yield s
         s.close()
     elif request.param == "postgres":
         schema = request.getfixturevalue("pg_schema")
-        s = open_store(schema.url(clock="caller", migrate="1", pool_max="4"))
+        s = open_store(schema.url(clock="caller", migrate="1", pool_max="4"), clock=clock)
         yield s
         s.close()
     else:  # pragma: no cover - future backends
@@ -72,7 +73,7 @@ def runtime(request, tmp_path, registry, providers, clock):
         url = f"sqlite:///{tmp_path}/rt.db"
     # a test (module) that defines a ``tracer_provider`` fixture gets the runtime's spans recorded by it
     traced = request.getfixturevalue("tracer_provider") if "tracer_provider" in request.fixturenames else None
-    made = Runtime(open_store(url), registry, providers, clock=clock, rng=random.Random(7), worker_timeout_ms=20,
+    made = Runtime(open_store(url, clock=clock), registry, providers, rng=random.Random(7), worker_timeout_ms=20,
                    tracer_provider=traced)
     yield made
     made.close()

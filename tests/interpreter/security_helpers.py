@@ -61,7 +61,7 @@ class PolicyFile:
 
 def secured_runtime(tmp_path: Path, registry, clock, policy: PolicyFile, *, name: str = "secure.db",
                     **kw) -> Runtime:
-    return Runtime(open_store(f"sqlite:///{tmp_path}/{name}"), registry, {}, clock=clock, rng=random.Random(7),
+    return Runtime(open_store(f"sqlite:///{tmp_path}/{name}", clock=clock), registry, {}, rng=random.Random(7),
                    worker_timeout_ms=20, access=FileAccess(policy.path), **kw)
 
 

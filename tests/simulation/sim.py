@@ -206,6 +206,11 @@ class FaultyStore:
         return getattr(self._store, name)
 
 
+def clock_for(seed: int) -> FakeClock:
+    """The fake clock schedule ``seed`` runs on: open its store on it (``open_store(url, clock=clock_for(seed))``)."""
+    return FakeClock(1_700_000_000.0 + (seed % 1000) * 86_400)
+
+
 class World:
     """One schedule: the store, the control plane (submit, sweep, persons), workers, broker, receivers."""
 
@@ -213,7 +218,8 @@ class World:
         self.seed, self.tenant, self.store = seed, tenant, store
         self.rng = random.Random(seed)
         random.seed(seed)  # attempt tokens
-        self.clock = FakeClock(1_700_000_000.0 + (seed % 1000) * 86_400)
+        self.clock = store.clock  # the schedule's clock, which its store was opened on (clock_for)
+        assert isinstance(self.clock, FakeClock), "open the simulation's store on clock_for(seed)"
         self.trace: list[str] = []
         self.registry = Registry()
         self.config = RuntimeConfig.from_dict({"lost_attempts": LOST_ATTEMPTS, "outcome_unknown_timeout": "6h"})

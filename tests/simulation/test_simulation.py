@@ -14,7 +14,7 @@ import time
 from collections import Counter
 
 import pytest
-from sim import World, compile_plans, run_schedule
+from sim import World, clock_for, compile_plans, run_schedule
 from simsize import sim_seeds
 
 from sealflow.store import open_store
@@ -49,7 +49,7 @@ def test_given_seeded_schedules_on_sqlite_then_every_invariant_holds(request, tm
         for suffix in ("", "-wal", "-shm"):
             (tmp_path / f"state.db{suffix}").unlink(missing_ok=True)
         shutil.copy(template, path)
-        store = open_store(f"sqlite:///{path}")
+        store = open_store(f"sqlite:///{path}", clock=clock_for(seed))
         try:
             # When schedule `seed` runs, Then its invariants hold (check raises naming the seed otherwise)
             counts, _ = run_schedule(store, seed, tenant="sim", plans=plans)
@@ -61,18 +61,19 @@ def test_given_seeded_schedules_on_sqlite_then_every_invariant_holds(request, tm
 
 
 def test_given_seeded_schedules_on_postgres_then_every_invariant_holds(request, pg_schema, plans):
-    # Given a PostgreSQL store on its database's clock... no: on the caller's (the simulation's) clock
-    store = open_store(pg_schema.url(clock="caller", migrate="1", pool_max="4"))
+    # Given a PostgreSQL store on its database's clock... no: on the caller's (the simulation's) clock, opened
+    # on each schedule's own
     seeds = sim_seeds(request.config, "postgres")
     totals: Counter = Counter()
     started = time.monotonic()
-    try:
-        for seed in seeds:
+    for seed in seeds:
+        store = open_store(pg_schema.url(clock="caller", migrate="1", pool_max="4"), clock=clock_for(seed))
+        try:
             # each schedule in a tenant of its own: its audit chain is verified alone
             counts, _ = run_schedule(store, seed, tenant=f"sim{seed}", plans=plans)
-            totals.update(counts)
-    finally:
-        store.close()
+        finally:
+            store.close()
+        totals.update(counts)
     _report("postgres", seeds, totals, started)
     assert totals["runs"] >= len(seeds)
 
@@ -81,7 +82,7 @@ def test_a_schedule_replays_exactly(tmp_path, plans):
     # Given one seed, When it runs twice on fresh stores, Then the same events happen in the same order
     traces = []
     for name in ("a", "b"):
-        store = open_store(f"sqlite:///{tmp_path / name}.db")
+        store = open_store(f"sqlite:///{tmp_path / name}.db", clock=clock_for(4242))
         try:
             counts, trace = run_schedule(store, 4242, tenant="sim", plans=plans)
         finally:

@@ -149,7 +149,7 @@ def retry(delivery_id, store_url, principal, access_path, as_json):
     access = load_access(access_path)
     store = open_store(store_url)
     try:
-        before = admin.retry(store, access, principal, delivery_id, time.time())
+        before = admin.retry(store, access, principal, delivery_id)
     except OperatorOnly as exc:
         refuse(exc, hint="ask an operator of the access policy (its top-level `operators`) to do it")
     except NotFound as exc:

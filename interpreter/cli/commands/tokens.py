@@ -27,7 +27,7 @@ from sealflow.cli.options import (
     store_option,
     tenant_option,
 )
-from sealflow.cli.session import load_access, open_store
+from sealflow.cli.session import load_access, open_store, server_of
 
 
 def _when(ts: float | None) -> str:
@@ -92,7 +92,7 @@ def create(principal, tenant, expires, label, store_url, actor, access_path, as_
          tenant=tenant)
     store = open_store(store_url)
     try:
-        text, record = mint(store, principal, tenant, time.time(), actor=actor, expires_in=expires,
+        text, record = mint(server_of(store), principal, tenant, time.time(), actor=actor, expires_in=expires,
                             label=label)
     finally:
         store.close()
@@ -117,7 +117,7 @@ def list_(tenant, store_url, actor, access_path, as_json):
     everyone = _may(access_path, actor, "list the API tokens", own=True)
     store = open_store(store_url)
     try:
-        records = store.api_tokens(tenant)
+        records = server_of(store).api_tokens(tenant)
     finally:
         store.close()
     if not everyone:  # a principal that is no operator sees its own tokens
@@ -147,10 +147,11 @@ def revoke(token_id, store_url, actor, access_path):
     everyone = _may(access_path, actor, "revoke API tokens", own=True)
     store = open_store(store_url)
     try:
-        if not everyone and not any(r.id == token_id and r.principal == actor for r in store.api_tokens(None)):
+        server = server_of(store)
+        if not everyone and not any(r.id == token_id and r.principal == actor for r in server.api_tokens(None)):
             refuse(f"{actor} may not revoke API token {token_id!r}: it is not one of its own (an operator of the "
                    "access policy may revoke anyone's)", hint="`sealflow tokens list` shows your tokens")
-        record = store.revoke_api_token(token_id, time.time(), actor=actor)
+        record = server.revoke_api_token(token_id, time.time(), actor=actor)
     except InvalidOperation as exc:
         fail_usage(str(exc))
     finally:

@@ -18,7 +18,7 @@ from typing import Any
 from sealflow.policy.access import AccessProvider
 from sealflow.policy.operations import require_operator, visible_runs
 from sealflow.store.base import Store
-from sealflow.store.deliveries import DeliveryRecord
+from sealflow.store.deliveries import Deliveries, DeliveryRecord
 from sealflow.store.errors import InvalidOperation, NotFound
 
 
@@ -31,10 +31,10 @@ def listing(store: Store, access: AccessProvider, principal: str, *, tenant: str
     return [r for r in records if r.run_id in readable]
 
 
-def retry(store: Store, access: AccessProvider, principal: str, delivery_id: str, now: float) -> DeliveryRecord:
+def retry(store: Deliveries, access: AccessProvider, principal: str, delivery_id: str) -> DeliveryRecord:
     """Re-queue the failed delivery ``delivery_id`` as ``principal`` (an operator); the row as it was."""
     require_operator(access, principal, "retry an approval notification")
-    before = store.retry_delivery(delivery_id, now, actor=principal)
+    before = store.retry_delivery(delivery_id, actor=principal)
     if before is None:
         raise NotFound(f"no notification delivery {delivery_id!r} in this store")
     if before.state != "failed":

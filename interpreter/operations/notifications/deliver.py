@@ -33,8 +33,7 @@ from typing import Any
 
 from sealflow.core.clock import SYSTEM, Clock
 from sealflow.operations import outbound
-from sealflow.store.base import Store
-from sealflow.store.deliveries import DeliveryRecord
+from sealflow.store.deliveries import Deliveries, DeliveryRecord
 
 from . import bodies
 from .config import Channel, NotifyConfig
@@ -73,7 +72,7 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float, *,
 class Deliverer:
     """Posts due deliveries of one store per ``config`` (see the module docstring)."""
 
-    def __init__(self, store: Store, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
+    def __init__(self, store: Deliveries, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
                  rng: random.Random | None = None,
                  poster: Callable[[str, bytes, dict[str, str], float], int] | None = None,
                  batch: int = 20, metrics: Any = None):
@@ -104,7 +103,7 @@ class Deliverer:
         """One round: take the due deliveries and post each once."""
         report = Report()
         lease = self.config.timeout * 2 + 30.0
-        for taken in self.store.take_deliveries(self.clock.now(), self.batch, lease):
+        for taken in self.store.take_deliveries(self.batch, lease):
             self._deliver(taken, report)
         return report
 
@@ -128,7 +127,7 @@ class Deliverer:
             url, body, headers = self._request(channel, taken)
             status = self.poster(url, body, headers, self.config.timeout)
             if 200 <= status < 300:
-                self.store.settle_delivery(taken, self.clock.now(), state="delivered")
+                self.store.settle_delivery(taken, state="delivered")
                 report.delivered += 1
                 self._count(taken, "delivered")
                 return
@@ -140,13 +139,13 @@ class Deliverer:
             error = f"internal error ({type(exc).__name__})"
         now = self.clock.now()
         if taken.attempts >= self.config.max_attempts or channel is None:
-            self.store.settle_delivery(taken, now, state="failed", error=error)
+            self.store.settle_delivery(taken, state="failed", error=error)
             report.failed += 1
             self._count(taken, "failed")
             log.error("notification %s of run %s on channel %r failed for good after %d attempt(s): %s",
                       taken.id, taken.run_id, taken.channel, taken.attempts, error)
             return
-        self.store.settle_delivery(taken, now, state="pending", next_at=now + self.delay(taken.attempts), error=error)
+        self.store.settle_delivery(taken, state="pending", next_at=now + self.delay(taken.attempts), error=error)
         report.retried += 1
         self._count(taken, "retried")
         log.warning("notification %s on channel %r: attempt %d failed (%s); retrying", taken.id, taken.channel,

@@ -36,7 +36,7 @@ def retry(delivery_id: Annotated[str, Path(pattern=DELIVERY_ID)], caller: Caller
     """Pending again, due at once, its attempts counted afresh (audited ``notification_retried``); a delivery
     that is not ``failed`` is a 409 ``invalid-operation``, left as it is."""
     try:
-        before = admin.retry(rt.store, rt.access, caller.principal, delivery_id, rt.clock.now())
+        before = admin.retry(rt.store, rt.access, caller.principal, delivery_id)
     except OperatorOnly as exc:
         raise Problem("forbidden", str(exc)) from None
     return admin.retried(before)

@@ -67,7 +67,7 @@ def _session(request: Request) -> Session | None:
     if session is None or session.token_id is None:
         return session
     rt = request.app.state.runtime
-    record = rt.store.api_token(session.token_id)
+    record = request.app.state.server_store.api_token(session.token_id)
     now = rt.clock.now()
     if record is None or record.revoked_at is not None or (record.expires_at is not None and now >= record.expires_at):
         _sessions(request).end(session.id)
@@ -184,7 +184,7 @@ async def signin(request: Request) -> Response:
     try:
         if not tokens.looks_like_token(token):
             raise TokenRejected("malformed", "that is not a Sealflow API token (sf_<id>_<secret>)")
-        record = tokens.check(rt.store, token, rt.clock.now())
+        record = tokens.check(request.app.state.server_store, token, rt.clock.now())
     except TokenRejected as exc:
         sign_in_failed(request, exc.reason, "token", exc.token_id)
         csrf = secrets.token_urlsafe(32)

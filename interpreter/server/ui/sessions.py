@@ -18,8 +18,7 @@ import hmac
 import secrets
 
 from sealflow.core.clock import Clock
-from sealflow.store.base import Store
-from sealflow.store.sqlite.sessions import SessionRow
+from sealflow.store.serverstate import ServerStore, SessionRow
 
 COOKIE = "sealflow_session"
 #: a session ends after this many seconds without use (and at most after MAX_AGE)
@@ -53,7 +52,7 @@ class Session:
 class Sessions:
     """The sessions of every server process on ``store``."""
 
-    def __init__(self, store: Store, clock: Clock, idle: float = IDLE, max_age: float = MAX_AGE,
+    def __init__(self, store: ServerStore, clock: Clock, idle: float = IDLE, max_age: float = MAX_AGE,
                  touch: float = TOUCH):
         self.store = store
         self.clock = clock

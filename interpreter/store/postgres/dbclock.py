@@ -18,7 +18,8 @@ from typing import Any
 class DbClockMixin:
     """The database clock, and the state changes that take a ``now`` put on it (see this module)."""
 
-    clock: str
+    clock: Any
+    clock_mode: str
     _offset_at: float
     _offset_s: float
     _conn: Any
@@ -44,10 +45,14 @@ class DbClockMixin:
 
     def _on_db_clock(self, now: float) -> tuple[float, float]:
         """(the database's now, the shift from the caller's clock to it)."""
-        if self.clock != "db":
+        if self.clock_mode != "db":
             return now, 0.0
         db = time.time() + self._offset()
         return db, db - now
+
+    def _now(self) -> float:
+        """Now for the shared statement code: the database's clock (``clock=caller``: the store's clock)."""
+        return self._on_db_clock(self.clock.now())[0]
 
     # -- the clock on the other state changes ---------------------------------------------------------
     def _shifted_run(self, new, now: float):
@@ -127,13 +132,7 @@ class DbClockMixin:
     def put_plan(self, digest, workflow, version, body_json, now):
         return super().put_plan(digest, workflow, version, body_json, self._on_db_clock(now)[0])
 
-    def register_definition(self, name, version, digest, signer, now, *, pin=False, actor="system"):
-        return super().register_definition(name, version, digest, signer, self._on_db_clock(now)[0], pin=pin,
-                                           actor=actor)
-
-    def mark_definition(self, name, version, digest, now, *, refused, actor, signer=None):
-        return super().mark_definition(name, version, digest, self._on_db_clock(now)[0], refused=refused,
-                                       actor=actor, signer=signer)
+    # the definition registry takes no ``now``: the shared code reads :meth:`_now`, on the database clock
 
 
 def _shifted_commit(commit, shift: float):

@@ -47,8 +47,9 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from sealflow.core.clock import SYSTEM, Clock
 from sealflow.store.auditchain import SqliteChain
-from sealflow.store.base import Store
+from sealflow.store.base import operations
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.store.postgres import schema
 from sealflow.store.postgres.batching import GroupCommit
@@ -112,13 +113,14 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
     rides_out_outages = True  # a server that restarts or fails over comes back (Store.rides_out_outages)
     _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sqlite/steps.py)
 
-    def __init__(self, url: str, *, migrate: bool | None = None, clock: str | None = None,
-                 pool_max: int | None = None):
+    def __init__(self, url: str, *, migrate: bool | None = None, clock: Clock | None = None,
+                 clock_mode: str | None = None, pool_max: int | None = None):
         conninfo, own = split_url(url)
         self.url = mask(url)
-        self.clock = clock or own.get("clock", "db")
-        if self.clock not in ("db", "caller"):
-            raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock!r}; use clock=db or clock=caller")
+        self.clock: Clock = clock or SYSTEM  # the caller's clock (Store.clock); dbclock.py moves it onto the database's
+        self.clock_mode = clock_mode or own.get("clock", "db")
+        if self.clock_mode not in ("db", "caller"):
+            raise StoreError(f"PostgreSQL store {self.url}: clock={self.clock_mode!r}; use clock=db or clock=caller")
         asked, own_pool = _own_params(own, self.url)
         if migrate is None:
             migrate = asked
@@ -253,19 +255,15 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
     _LOCK_DELIVERIES = " FOR UPDATE SKIP LOCKED"
 
-    def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0):
-        now, _ = self._on_db_clock(now)
+    def take_deliveries(self, limit: int = 50, lease: float = 60.0):
+        now = self._now()
         with self._tx("READ COMMITTED") as c:  # touches only the rows it holds locked
             return self._take_deliveries(c, now, limit, lease)
 
-    def settle_delivery(self, taken, now: float, *, state: str, next_at: float | None = None,
-                        error: str | None = None, actor: str = "notifier") -> bool:
-        db, shift = self._on_db_clock(now)
-        return super().settle_delivery(taken, db, state=state, next_at=None if next_at is None else next_at + shift,
-                                       error=error, actor=actor)
-
-    def retry_delivery(self, delivery_id: str, now: float, *, actor: str):
-        return super().retry_delivery(delivery_id, self._on_db_clock(now)[0], actor=actor)
+    def settle_delivery(self, taken, *, state: str, next_at: float | None = None, error: str | None = None,
+                        actor: str = "notifier") -> bool:
+        db, shift = self._on_db_clock(self.clock.now())  # next_at: computed on the store's clock, moved with it
+        return self._settle_delivery(taken, db, state, None if next_at is None else next_at + shift, error, actor)
 
     # the sweep is the SQLite store's (sqlite/sweep.py), on the database clock, taking due rows with
     # FOR UPDATE ... SKIP LOCKED so that concurrent sweepers never take the same one
@@ -309,12 +307,11 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
 
 # every public operation: retried whole on a serialization failure, I/O errors made clear. The operations are
-# the Store interface's (all of them: one added there is wrapped here without a list to forget it in) and the
-# ones only this backend and the SQLite one have (heartbeats, usage reservations, rate limits, pruning)
-_OPERATIONS = sorted({n for n, f in vars(Store).items() if callable(f) and not n.startswith("_")}
-                     - {"close", "schema_version"}
-                     | {"heartbeat", "dead_workers", "silent_brokers", "forget_broker", "prune_runs", "rate_settle",
-                        "rate_usage", "reserve_usage", "release_usage", "reserved_usage"})
+# the store protocols' (all of them, store/base.py PROTOCOLS: one added there is wrapped here without a list to
+# forget it in) and the optional capabilities this backend has (heartbeats, usage reservations)
+_OPERATIONS = sorted(operations() - {"close", "schema_version"}
+                     | {"heartbeat", "dead_workers", "silent_brokers", "forget_broker", "reserve_usage",
+                        "release_usage", "reserved_usage"})
 for _name in _OPERATIONS:
     setattr(PostgresStore, _name, _io(getattr(PostgresStore, _name)))
 del _name

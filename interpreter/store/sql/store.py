@@ -32,7 +32,6 @@ from sealflow.store.base import (
     NewRun,
     NextAttempt,
     RunRecord,
-    Store,
 )
 from sealflow.store.definitions import DefinitionRefused, DefinitionsMixin
 from sealflow.store.errors import IdempotencyConflict, IllegalTransition, NotFound
@@ -60,9 +59,9 @@ _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
 
 
 class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin,
-               EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads,
-               Store):
-    """The statement code of the SQL backends (see the module); not a store by itself."""
+               EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads):
+    """The statement code of the SQL backends (see the module); not a store by itself. Its backends satisfy the
+    store's protocols structurally (sealflow.testing.conformance checks it)."""
 
     # -- audit helpers -----------------------------------------------------------------------------
     def _audit(self, c, now: float, run_id, step_id, event, actor="system", before=None, after=None,

@@ -59,17 +59,22 @@ class DeliveriesMixin:
                           "WHERE id = ?", [(now + lease, now, r.id) for r in rows])
         return [_taken(r, now + lease, now) for r in rows]
 
-    def take_deliveries(self, now: float, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
+    def take_deliveries(self, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
         """Due pending deliveries (oldest first), each counted as one more attempt and due again only after
         ``lease`` seconds: the deliverer settles it before then, or another deliverer retries it."""
+        now = self._now()
         with self._tx() as c:
             return self._take_deliveries(c, now, limit, lease)
 
-    def settle_delivery(self, taken: DeliveryRecord, now: float, *, state: str, next_at: float | None = None,
+    def settle_delivery(self, taken: DeliveryRecord, *, state: str, next_at: float | None = None,
                         error: str | None = None, actor: str = "notifier") -> bool:
-        """Record the outcome of posting ``taken`` (as :meth:`take_deliveries` returned it): ``delivered``;
+        """Record the outcome of posting ``taken`` (as :meth:`take_deliveries` returned it) now: ``delivered``;
         ``pending`` again at ``next_at``; or ``failed`` for good (audited as ``notification_failed``).
         False when the row moved on meanwhile (its lease ran out and another deliverer took it)."""
+        return self._settle_delivery(taken, self._now(), state, next_at, error, actor)
+
+    def _settle_delivery(self, taken: DeliveryRecord, now: float, state: str, next_at: float | None,
+                         error: str | None, actor: str) -> bool:
         if state not in DELIVERY_STATES:
             raise ValueError(f"a delivery is settled as one of {DELIVERY_STATES}, not {state!r}")
         with self._tx() as c:
@@ -84,10 +89,11 @@ class DeliveriesMixin:
                             chain={"tenant": taken.tenant})
         return bool(moved)
 
-    def retry_delivery(self, delivery_id: str, now: float, *, actor: str) -> DeliveryRecord | None:
-        """Re-queue the failed delivery ``delivery_id``: pending again, due at ``now``, its attempts counted
+    def retry_delivery(self, delivery_id: str, *, actor: str) -> DeliveryRecord | None:
+        """Re-queue the failed delivery ``delivery_id``: pending again, due now, its attempts counted
         from 0 (audited ``notification_retried`` by ``actor``). Returns the row as it was before; None for an
         unknown id; a row that was not ``failed`` (by then) is returned and left as it is."""
+        now = self._now()
         with self._tx() as c:
             got = c.execute(f"SELECT {_COLS} FROM notifications WHERE id = ?", (delivery_id,)).fetchall()
             if not got:

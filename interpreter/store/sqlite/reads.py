@@ -62,7 +62,7 @@ class Reads:
         return int(got[0][0] or 0)
 
     # -- the audit chain and tenant usage ------------------------------------------------------------
-    def audit_chain(self, tenant: str) -> list[tuple]:
+    def audit_chain(self, tenant: str | None) -> list[tuple]:
         return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE {tenant_is(tenant)} ORDER BY id", tenant_args(tenant))
 
     def audit_heads(self) -> dict[str, tuple[int, str]]:

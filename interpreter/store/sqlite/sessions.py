@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from sealflow.store.serverstate import RATE_PREFIX, SessionRow
+
 SCHEMA = """
 CREATE TABLE ui_sessions (
   id_hash TEXT PRIMARY KEY, principal TEXT NOT NULL, tenant TEXT NOT NULL, method TEXT NOT NULL,
@@ -33,28 +35,9 @@ CREATE INDEX oidc_logins_expires ON oidc_logins (expires_at);
 """
 PG_SCHEMA = SCHEMA.replace("REAL", "DOUBLE PRECISION")
 
+__all__ = ["RATE_PREFIX", "SessionRow", "SessionsMixin"]
+
 _COLS = "id_hash, principal, tenant, method, token_id, csrf, started_at, used_at, idle_s, expires_at"
-#: the prefix of the server's rate-limit keys (never a model's name: those start with a letter or digit)
-RATE_PREFIX = "@http:"
-
-
-@dataclasses.dataclass(frozen=True)
-class SessionRow:
-    """A ``/ui`` session as the store keeps it: the hash of its id, never the id."""
-
-    id_hash: str
-    principal: str
-    tenant: str
-    method: str
-    token_id: str | None
-    csrf: str
-    started_at: float
-    used_at: float
-    idle_s: float
-    expires_at: float
-
-    def live(self, now: float) -> bool:
-        return self.used_at + self.idle_s > now and self.expires_at > now
 
 
 class SessionsMixin:

@@ -18,6 +18,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 
+from sealflow.core.clock import SYSTEM, Clock
 from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import RunRecord
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError, StoreUnavailable
@@ -43,11 +44,17 @@ sqlite3.register_adapter(bool, int)
 
 
 class SqliteStore(WalMixin, SqlStore):
-    """:class:`~sealflow.store.base.Store` on one SQLite file: the shared statement code
-    (:class:`~sealflow.store.sql.store.SqlStore`) on one connection, its transactions ``BEGIN IMMEDIATE``."""
+    """The store on one SQLite file: the shared statement code (:class:`~sealflow.store.sql.store.SqlStore`) on one
+    connection, its transactions ``BEGIN IMMEDIATE``; every protocol of :data:`sealflow.store.base.PROTOCOLS` (the
+    runtime's :class:`~sealflow.store.base.Store` and the server's :class:`~sealflow.store.serverstate.ServerStore`)."""
 
-    def __init__(self, path: str = ".sealflow/state.db", *, busy_timeout_ms: int = 10_000,
+    url: str = ""
+    rides_out_outages = False  # a local file's disk full or read-only is not waited out (Store.rides_out_outages)
+
+    def __init__(self, path: str = ".sealflow/state.db", *, clock: Clock | None = None, busy_timeout_ms: int = 10_000,
                  checkpoint_interval: float = 0.25, wal_limit: int = WAL_LIMIT):
+        #: the clock this store stamps with, given once (Store.clock)
+        self.clock: Clock = clock or SYSTEM
         self.path = path
         self.url = f"sqlite:///{path}"
         if path != ":memory:":
@@ -107,6 +114,10 @@ class SqliteStore(WalMixin, SqlStore):
 
     def schema_version(self) -> int:
         return self._version
+
+    def _now(self) -> float:
+        """Now on the store's clock (the PostgreSQL store: on the database's, store/postgres/dbclock.py)."""
+        return self.clock.now()
 
     def _unavailable(self, exc: BaseException, doing: str) -> StoreUnavailable:
         return StoreUnavailable(f"SQLite store {self.path}: {doing} failed, nothing was changed: {exc}; "

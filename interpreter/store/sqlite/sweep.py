@@ -45,6 +45,10 @@ class SweepMixin:
                               "token = ?", [(now, *r[:4]) for r in got])
         return [Due(Message(*r[:5]), r[5]) for r in got]
 
+    def take_outbox(self, now: float, limit: int = 256) -> list[Message]:
+        """:meth:`take_due`'s messages, without their priorities."""
+        return [due.message for due in self.take_due(now, limit)]
+
     def reset_dispatch(self) -> int:
         with self._tx() as c:
             return c.execute("UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL").rowcount

@@ -47,7 +47,7 @@ def service(registry):
 
 def runtimes(tmp_path, registry, clock, n=2, providers=None):
     url = f"sqlite:///{tmp_path}/shared.db"
-    return [Runtime(open_store(url), registry, providers or {}, clock=clock, rng=random.Random(1), worker_timeout_ms=20,
+    return [Runtime(open_store(url, clock=clock), registry, providers or {}, rng=random.Random(1), worker_timeout_ms=20,
                     config=CONFIG) for _ in range(n)]
 
 

@@ -11,7 +11,6 @@ import re
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.core.clock import FakeClock
 from sealflow.core.errors import ConfigError, StepError
 from sealflow.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES, MAX_MESSAGE_CHARS
 from sealflow.execution.actions import Registry, action
@@ -29,7 +28,7 @@ def on_store(store):
 
     def make(registry, limit: int = LIMIT):
         config = RuntimeConfig.from_dict({"payloads": {"max_bytes": limit}})
-        rt = Runtime(store, registry, {}, clock=FakeClock(), rng=random.Random(7), worker_timeout_ms=20,
+        rt = Runtime(store, registry, {}, rng=random.Random(7), worker_timeout_ms=20,
                      config=config)
         made.append(rt)
         return rt

@@ -84,7 +84,7 @@ def test_a_worker_paused_past_its_lease_sees_cancelled_and_skips_its_effect(tmp_
                 f.write("new\n")
             return "new"
 
-        rt = Runtime(open_store(url), reg, {}, clock=FakeClock(time.time() + 3600), worker_timeout_ms=20)
+        rt = Runtime(open_store(url, clock=FakeClock(time.time() + 3600)), reg, {}, worker_timeout_ms=20)
         try:
             status = rt.drive(run_id, timeout=30)
             assert status.state == "completed" and status.output == "new"

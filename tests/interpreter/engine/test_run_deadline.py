@@ -31,7 +31,7 @@ def make_runtime(request, tmp_path, registry):
             url = request.getfixturevalue("pg_schema").url(clock="caller", migrate="1", pool_max="4")
         else:
             url = f"sqlite:///{tmp_path}/deadline.db"
-        rt = Runtime(open_store(url), registry, {}, clock=clock, rng=random.Random(7), worker_timeout_ms=20)
+        rt = Runtime(open_store(url, clock=clock), registry, {}, rng=random.Random(7), worker_timeout_ms=20)
         made.append(rt)
         return rt
 

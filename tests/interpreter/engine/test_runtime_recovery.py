@@ -147,7 +147,7 @@ def test_a_run_left_without_an_active_attempt_is_repaired(tmp_path):
 
     url = f"sqlite:///{tmp_path}/state.db"
     effects = tmp_path / "effects.txt"
-    first = Runtime(open_store(url), effect_registry(effects), {}, clock=FakeClock())
+    first = Runtime(open_store(url, clock=FakeClock()), effect_registry(effects), {})
     run_id = first.submit(three_steps(), {}, initiator="u")
     first.close()
     first.store.close()
@@ -156,7 +156,7 @@ def test_a_run_left_without_an_active_attempt_is_repaired(tmp_path):
     conn.execute("INSERT INTO results VALUES (?, 'one', 'succeeded', '\"one\"')", (run_id,))
     conn.execute("DELETE FROM outbox")
     conn.close()
-    with Runtime(open_store(url), effect_registry(effects), {}, clock=FakeClock()) as rt:
+    with Runtime(open_store(url, clock=FakeClock()), effect_registry(effects), {}) as rt:
         assert rt.store.stalled_runs() == [run_id]
         # When the runtime recovers
         report = rt.recover()

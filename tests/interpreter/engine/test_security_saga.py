@@ -222,7 +222,7 @@ def test_sigkill_mid_compensation_resumes_it_on_recovery(tmp_path):
             f.write(f"{what} {ctx.idempotency_key}\n")
         return {"undone": what}
 
-    rt = Runtime(open_store(url), reg, {}, clock=FakeClock(time.time() + 3600))
+    rt = Runtime(open_store(url, clock=FakeClock(time.time() + 3600)), reg, {})
     try:
         status = rt.drive(run_id)
         # Then the interrupted compensation ran again (a loss, not a failed try) under the same idempotency

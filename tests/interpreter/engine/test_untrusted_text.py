@@ -12,7 +12,6 @@ import random
 import pytest
 from interp_helpers import S, make_plan, retry
 
-from sealflow.core.clock import FakeClock
 from sealflow.core.errors import StepError
 from sealflow.execution.actions import Registry, action
 from sealflow.runtime.facade import Runtime
@@ -27,7 +26,7 @@ def on_store(store):
     made = []
 
     def make(registry):
-        rt = Runtime(store, registry, {}, clock=FakeClock(), rng=random.Random(7), worker_timeout_ms=20)
+        rt = Runtime(store, registry, {}, rng=random.Random(7), worker_timeout_ms=20)
         made.append(rt)
         return rt
 

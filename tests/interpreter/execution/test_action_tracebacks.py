@@ -132,7 +132,7 @@ def test_the_traceback_survives_reopening_the_store(tmp_path, registry, clock):
     # Given a SQLite store where an action failed
     register_greet(registry)
     url = f"sqlite:///{tmp_path}/kept.db"
-    with Runtime(open_store(url), registry, {}, clock=clock, rng=random.Random(7)) as first:
+    with Runtime(open_store(url, clock=clock), registry, {}, rng=random.Random(7)) as first:
         run_id = first.run(make_plan(S("greet", "action", action="t.greet", args={"name": "ann"})), {},
                            initiator="user:ana").run.id
         first.store.close()

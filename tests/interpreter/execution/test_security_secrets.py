@@ -63,7 +63,7 @@ def test_a_secret_is_resolved_from_a_file_and_the_environment_wins(runtime, seen
 
 def test_the_secrets_dir_can_come_from_the_runtime_configuration(tmp_path, registry, seen, clock):
     (tmp_path / "crm_api_key").write_text("configured-789")
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/c.db"), registry, {}, clock=clock,
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/c.db", clock=clock), registry, {},
                  config=RuntimeConfig(secrets_dir=str(tmp_path)))
     try:
         rt.run(make_plan(S("sync", "action", action="crm.sync")), {}, initiator="user:ana")
@@ -138,7 +138,7 @@ def test_a_secret_value_appears_in_no_log_record_error_message_audit_row_or_stor
         return {"echo": key, "nested": [f"Bearer {key}"]}
 
     path = tmp_path / "leak.db"
-    rt = Runtime(open_store(f"sqlite:///{path}"), registry, {}, clock=clock, rng=random.Random(1))
+    rt = Runtime(open_store(f"sqlite:///{path}", clock=clock), registry, {}, rng=random.Random(1))
     caplog.set_level(logging.DEBUG)
     try:
         ok = rt.run(make_plan(S("call", "action", action="crm.leaky", args={"fail": False}),

@@ -24,7 +24,7 @@ def root(tmp_path):
 
 @pytest.fixture
 def rt(tmp_path, registry, clock, root):
-    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/t.db"), registry, {}, clock=clock, rng=random.Random(1),
+    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/t.db", clock=clock), registry, {}, rng=random.Random(1),
                       worker_timeout_ms=20, config=RuntimeConfig(tempdir_max_bytes=4096, tempdir_root=root))
     yield runtime
     runtime.close()

@@ -61,7 +61,7 @@ def make_runtime(tmp_path, registry, clock):
         config = RuntimeConfig.from_dict({"secrets": {"dir": str(secrets)}, "notifications": {
             "public_url": PUBLIC + "/", "backoff": {"first": 1, "max": 4}, "timeout": 2, "channels": channels,
             **section}})
-        rt = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db"), registry, {}, clock=clock, rng=random.Random(7),
+        rt = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db", clock=clock), registry, {}, rng=random.Random(7),
                      worker_timeout_ms=20, config=config)
         made.append(rt)
         return rt

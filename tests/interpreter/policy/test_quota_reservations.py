@@ -19,7 +19,7 @@ from sealflow.store import open_store
 @pytest.fixture
 def quota_rt(tmp_path, registry, providers, clock):
     config = RuntimeConfig(tenant_limits={"acme": TenantLimits(daily_tokens=1000)})
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/q.db"), registry, providers, clock=clock,
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/q.db", clock=clock), registry, providers,
                  rng=random.Random(3), worker_timeout_ms=20, config=config)
     yield rt
     rt.close()

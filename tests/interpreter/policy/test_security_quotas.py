@@ -17,7 +17,7 @@ from sealflow.store import AdmissionRefused, open_store
 
 def limited(tmp_path, registry, providers, clock, **limits):
     config = RuntimeConfig(tenant_limits={"acme": TenantLimits(**limits)})
-    return Runtime(open_store(f"sqlite:///{tmp_path}/q.db"), registry, providers, clock=clock,
+    return Runtime(open_store(f"sqlite:///{tmp_path}/q.db", clock=clock), registry, providers,
                    rng=random.Random(3), worker_timeout_ms=20, config=config)
 
 
@@ -112,7 +112,7 @@ def test_a_submission_over_the_queued_run_limit_is_refused_until_a_run_finishes(
 def test_concurrent_submissions_cannot_both_take_the_last_queue_slot(tmp_path, registry, providers, clock):
     # Given two runtimes (two processes) on one store, and a tenant limited to one queued run
     config = RuntimeConfig(tenant_limits={"*": TenantLimits(max_queued_runs=1)})
-    rts = [Runtime(open_store(f"sqlite:///{tmp_path}/race.db"), registry, providers, clock=clock, config=config)
+    rts = [Runtime(open_store(f"sqlite:///{tmp_path}/race.db", clock=clock), registry, providers, config=config)
            for _ in range(2)]
     plan = make_plan(S("x", "succeed"))
     won, lost = [], []

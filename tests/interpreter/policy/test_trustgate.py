@@ -57,7 +57,7 @@ def world(tmp_path, registry, clock):
 
     genuine, mallory = Signer(tmp_path / "genuine", "ops"), Signer(tmp_path / "mallory", "mallory")
     # the worker: started with the genuine policy
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/gate.db"), registry, {}, clock=clock, rng=random.Random(7),
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/gate.db", clock=clock), registry, {}, rng=random.Random(7),
                  worker_timeout_ms=20, trust_gate=lambda actor: TrustGate(policy=genuine.policy, actor=actor))
     yield types.SimpleNamespace(rt=rt, paid=paid, genuine=genuine, mallory=mallory, registry=registry)
     rt.close()

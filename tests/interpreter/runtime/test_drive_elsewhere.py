@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from interp_helpers import S, make_plan
 
 from sealflow.core.clock import SYSTEM
 from sealflow.execution.actions import action
 from sealflow.runtime.facade import Runtime
 from sealflow.store import open_store
+
+
+@pytest.fixture
+def clock():
+    """These tests wait on real time: the store fixture is opened on the system's clock."""
+    return SYSTEM
 
 
 def test_given_another_process_runs_the_step_when_driving_then_drive_returns_once_the_run_ends(
@@ -30,9 +37,9 @@ def test_given_another_process_runs_the_step_when_driving_then_drive_returns_onc
     plan = make_plan(S("slow", "action", action="t.slow", args={}, timeout_ms=30_000),
                      S("quick", "action", action="t.quick", args={}))
     url = f"sqlite:///{tmp_path}/shared.db"
-    mine = Runtime(open_store(url), registry, providers, clock=SYSTEM, worker_timeout_ms=20)
+    mine = Runtime(open_store(url, clock=SYSTEM), registry, providers, worker_timeout_ms=20)
     # another process (its own lease owner)
-    other = Runtime(open_store(url), registry, providers, clock=SYSTEM, worker_timeout_ms=20, owner="otherhost:4242:1")
+    other = Runtime(open_store(url, clock=SYSTEM), registry, providers, worker_timeout_ms=20, owner="otherhost:4242:1")
     try:
         # Given a run whose first step another process has taken and is executing
         run_id = mine.submit(plan, {}, initiator="user:ana")

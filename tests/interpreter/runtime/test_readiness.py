@@ -21,9 +21,9 @@ def gated(step: dict):
 
 def other_process(runtime, registry=None, providers=None) -> Runtime:
     """A second process on the same store, with its own actions and models."""
-    return Runtime(open_store(runtime.store.url if hasattr(runtime.store, "url") else runtime.store._url),
-                   registry or Registry(), providers or {}, clock=runtime.clock, rng=random.Random(1),
-                   worker_timeout_ms=20)
+    url = runtime.store.url if hasattr(runtime.store, "url") else runtime.store._url
+    return Runtime(open_store(url, clock=runtime.clock), registry or Registry(), providers or {},
+                   rng=random.Random(1), worker_timeout_ms=20)
 
 
 def approvals_recorded(runtime, run_id: str) -> list:
@@ -76,7 +76,7 @@ def test_a_step_whose_model_key_is_missing_here_is_left_and_readiness_names_the_
     monkeypatch.delenv("SEALFLOW_SECRET_RDY_KEY", raising=False)
     config = RuntimeConfig.from_dict({"models": {"gpt": {"provider": "openai", "model": "gpt-4o-mini",
                                                          "api_key": {"secret": "RDY_KEY"}}}}, source="rt.yaml")
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/k.db"), Registry(), None, clock=clock, config=config,
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/k.db", clock=clock), Registry(), None, config=config,
                  worker_timeout_ms=20)
     try:
         # Then readiness names the secret and where it is referenced

@@ -107,8 +107,8 @@ def test_cancel_a_run_waiting_at_an_approval_cancels_the_gate_and_compensates(ru
 def test_cancel_from_another_process_is_seen_by_the_running_action(tmp_path, registry, providers, clock, world):
     # Given a run executing in one runtime and a second runtime (another process) on the same store
     url = f"sqlite:///{tmp_path}/shared.db"
-    mine = Runtime(open_store(url), registry, providers, clock=clock, rng=random.Random(1), worker_timeout_ms=20)
-    other = Runtime(open_store(url), registry, providers, clock=clock)
+    mine = Runtime(open_store(url, clock=clock), registry, providers, rng=random.Random(1), worker_timeout_ms=20)
+    other = Runtime(open_store(url, clock=clock), registry, providers)
     try:
         run_id = mine.submit(saga_with_a_long_middle(), {}, initiator="user:ana")
         driver = threading.Thread(target=mine.drive, args=(run_id,))

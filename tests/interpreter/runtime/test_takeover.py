@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from interp_helpers import S, make_plan
 
 from sealflow.core.clock import SYSTEM
@@ -13,6 +14,12 @@ from sealflow.engine.capability import LEFT_EVENT
 from sealflow.execution.actions import Registry, action
 from sealflow.runtime.facade import Runtime
 from sealflow.runtime.takeover import LeftSteps
+
+
+@pytest.fixture
+def clock():
+    """These tests wait on real time: the store fixture is opened on the system's clock."""
+    return SYSTEM
 
 
 def _left_by_other(store, registry):

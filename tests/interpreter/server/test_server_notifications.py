@@ -43,8 +43,8 @@ def failed_delivery(client, mint, rt):
     assert made.status_code == 201, made.text
     run_id = made.json()["run_id"]
     assert rt.drive(run_id).state == "waiting"
-    (taken,) = rt.store.take_deliveries(rt.clock.now())
-    assert rt.store.settle_delivery(taken, rt.clock.now(), state="failed", error="HTTP 500")
+    (taken,) = rt.store.take_deliveries()
+    assert rt.store.settle_delivery(taken, state="failed", error="HTTP 500")
     return run_id, taken.id
 
 

@@ -41,7 +41,7 @@ def store_url(request, tmp_path):
 @pytest.fixture
 def runtimes(store_url, registry, clock, policy):
     """Two runtimes, each with its own store connection, on one store and one fake clock."""
-    made = [Runtime(open_store(store_url), registry, {}, clock=clock, rng=random.Random(7), worker_timeout_ms=20,
+    made = [Runtime(open_store(store_url, clock=clock), registry, {}, rng=random.Random(7), worker_timeout_ms=20,
                     access=FileAccess(policy.path)) for _ in range(2)]
     yield made
     for rt in made:

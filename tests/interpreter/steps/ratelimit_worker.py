@@ -42,7 +42,7 @@ class FileClock(Clock):
 def main(url: str, base_url: str, clock_file: str, count: int, prefix: str, stop_file: str) -> None:
     models = {"models": {"shared": {"provider": "openai", "model": "shared", "base_url": base_url,
                                     "rate_limit": {"requests_per_minute": 3}}}}
-    rt = Runtime(open_store(url), Registry(), load_models(models), clock=FileClock(clock_file), worker_threads=2,
+    rt = Runtime(open_store(url, clock=FileClock(clock_file)), Registry(), load_models(models), worker_threads=2,
                  worker_timeout_ms=20)
     plan = make_plan(S("label", "ai", ai=AiPlan(model="shared", prompt_template="Label ${{ input.n }}",
                                                 output_schema=SCHEMA, max_tokens=20)), name="limited")

@@ -51,7 +51,7 @@ def make_rt(url, registry, clock, server):
     def make(models: dict, config: RuntimeConfig | None = None) -> Runtime:
         entries = {name: {"provider": "openai", "model": name, "base_url": server.base_url, **spec}
                    for name, spec in models.items()}
-        rt = Runtime(open_store(url), registry, load_models({"models": entries}), clock=clock,
+        rt = Runtime(open_store(url, clock=clock), registry, load_models({"models": entries}),
                      rng=random.Random(5), worker_timeout_ms=20, config=config)
         made.append(rt)
         return rt

@@ -38,7 +38,7 @@ from sealflow.store.postgres.chainlink import CALL as LINK
 
 @pytest.fixture
 def pg(pg_schema):
-    store = open_store(pg_schema.url(clock="caller", migrate="1", pool_max="4"))
+    store = open_store(pg_schema.url(clock="caller", migrate="1", pool_max="4"), clock=FakeClock(T0))
     yield store
     store.close()
 
@@ -74,7 +74,7 @@ def runtime_on(store) -> Runtime:
     def a(ctx, n=0):
         return {"n": n + 1, "text": "é \"quoted\" \\ back\nslash"}
 
-    return Runtime(store, registry, clock=FakeClock(T0))
+    return Runtime(store, registry)  # on the store's clock
 
 
 def three_steps():

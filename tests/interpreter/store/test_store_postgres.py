@@ -446,8 +446,8 @@ def pg_runtime(pg_schema):
     made = []
 
     def make(registry, *, clock=None, store_clock="caller"):
-        rt = Runtime(open_store(pg_schema.url(clock=store_clock, migrate="1")), registry, {},
-                     clock=clock or FakeClock(), rng=random.Random(7), worker_timeout_ms=20)
+        rt = Runtime(open_store(pg_schema.url(clock=store_clock, migrate="1"), clock=clock or FakeClock()), registry,
+                     {}, rng=random.Random(7), worker_timeout_ms=20)
         made.append(rt)
         return rt
 

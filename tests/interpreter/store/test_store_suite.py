@@ -2,13 +2,14 @@
 
 Given / When / Then in each test. Everything here goes through the abstract
 :class:`sealflow.store.base.Store` interface; backend-specific checks live in
-``test_store_sqlite.py``.
+``test_store_sqlite.py``. The checks a third party can run against its own backend move, one by one, into the
+conformance kit (:mod:`sealflow.testing.conformance.kit`, run here by ``test_store_conformance.py``): submit and
+idempotency, claim and fencing, and the definition registry so far.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
@@ -18,164 +19,21 @@ from sealflow.store import (
     ConcurrencyError,
     DeadLetterSpec,
     FencingError,
-    IdempotencyConflict,
     IllegalTransition,
     InvalidOperation,
     LedgerEntry,
     MessageRefused,
-    NewRun,
     NextAttempt,
     RunChange,
     StepChange,
 )
-
-T0 = 1_700_000_000.0
-
-
-def new_run(run_id="r1", *, key=None, value=None, deadline=None, tenant="default", first="a"):
-    value = {"n": 1} if value is None else value
-    return NewRun(id=run_id, tenant=tenant, workflow="wf", workflow_version=1, plan_digest="sha256:plan",
-                  plan_json='{"plan": true}', input_json=json.dumps(value),
-                  input_hash=json.dumps(value, sort_keys=True),
-                  initiator="user:ana", idempotency_key=key, deadline=deadline, first_step=first, first_lease_ms=30_000)
-
-
-def submit_and_claim(store, run_id="r1", now=T0):
-    store.submit(new_run(run_id), now)
-    (msg,) = store.take_outbox(now)
-    return store.claim(*msg, owner="w1", now=now), msg
-
-
-def succeed_and_go(claimed, next_step="b", *, state=None, ledger=None, dead=None, now=T0, rev=None):
-    att = claimed.attempt
-    return Commit(
-        run_id=att.run_id, expected_rev=claimed.run.rev if rev is None else rev,
-        step=StepChange(att.step_id, att.attempt, att.token, "succeeded", output_json='{"ok":true}'),
-        run=RunChange(state=state, add_steps=1), ledger=ledger, dead_letter=dead,
-        next=NextAttempt(next_step, 1, "scheduled", now, 30_000) if next_step else None, dispatch_inline=True)
-
-
-def snapshot(store, run_id):
-    return (store.get_run(run_id), store.attempts(run_id), store.outbox(run_id), store.timers(run_id),
-            store.audit(run_id), store.dead_letter(run_id))
-
-
-# -- submit and idempotency --------------------------------------------------------------------------
-
-def test_submit_queues_the_run_with_its_first_attempt_and_an_outbox_row(store):
-    # Given a new run / When it is submitted
-    run, created = store.submit(new_run(), T0)
-    # Then it is queued, its first attempt scheduled, one message due, and the audit says so
-    assert created and run.state == "queued" and run.rev == 1
-    (att,) = store.attempts("r1")
-    assert (att.step_id, att.attempt, att.try_no, att.state) == ("a", 1, 1, "scheduled")
-    (row,) = store.outbox("r1")
-    assert (row.step_id, row.attempt, row.token, row.sent_at) == ("a", 1, att.token, None)
-    events = [e.event for e in store.audit("r1")]
-    assert events == ["run.created", "run.queued", "step.scheduled"]
-    assert store.get_plan("sha256:plan") == '{"plan": true}'
-
-
-def test_same_idempotency_key_and_input_returns_the_existing_run(store):
-    # Given a run submitted with a key
-    first, _ = store.submit(new_run("r1", key="k"), T0)
-    # When the same key and input are submitted again
-    again, created = store.submit(new_run("r2", key="k"), T0 + 1)
-    # Then the existing run comes back and nothing new is created
-    assert not created and again.id == first.id == "r1"
-    assert store.list_runs() == [store.get_run("r1")]
-
-
-def test_same_idempotency_key_with_another_input_is_a_conflict(store):
-    store.submit(new_run("r1", key="k"), T0)
-    with pytest.raises(IdempotencyConflict, match="different input"):
-        store.submit(new_run("r2", key="k", value={"n": 2}), T0)
-    assert [r.id for r in store.list_runs()] == ["r1"]
-
-
-def test_idempotency_keys_are_scoped_by_tenant(store):
-    store.submit(new_run("r1", key="k", tenant="acme"), T0)
-    _, created = store.submit(new_run("r2", key="k", tenant="globex"), T0)
-    assert created
-
-
-def test_submit_claimed_creates_the_run_with_its_first_attempt_claimed(store):
-    # Given a new run / When it is submitted with its first attempt claimed for the caller
-    run, created, claimed = store.submit_claimed(new_run(), T0, owner="w1")
-    # Then the run is running, its first attempt claimed under a lease for w1, and no message is due
-    assert created and claimed is not None
-    assert claimed.run.id == run.id == "r1" and claimed.run.state == "running"
-    (att,) = store.attempts("r1")
-    assert (att.step_id, att.attempt, att.state, att.lease_owner, att.lease_expires) == ("a", 1, "running", "w1",
-                                                                                        T0 + 30)
-    assert claimed.attempt.token == att.token and store.outbox("r1") == []
-    # And the audit says the step was claimed (scheduled by the system) without a separate scheduling event
-    events = [(e.event, e.actor, e.state_before, e.state_after) for e in store.audit("r1")]
-    assert events[:2] == [("run.created", "user:ana", None, "created"), ("run.queued", "user:ana", "created",
-                                                                         "queued")]
-    assert [e[0] for e in events[2:]] == ["step.running", "run.running"]
-    assert events[2][1:] == ("w1", "pending", "running")
-
-
-def test_submit_claimed_again_returns_the_existing_run_unclaimed(store):
-    # Given a run submitted and claimed with an idempotency key
-    store.submit_claimed(new_run("r1", key="k"), T0, owner="w1")
-    # When the same key and input are submitted again for another caller
-    again, created, claimed = store.submit_claimed(new_run("r2", key="k"), T0 + 1, owner="w2")
-    # Then the existing run comes back, nothing is claimed for the second caller
-    assert not created and again.id == "r1" and claimed is None
-    (att,) = store.attempts("r1")
-    assert att.lease_owner == "w1"
-
-
-# -- claim and fencing -------------------------------------------------------------------------------
-
-def test_claim_takes_a_lease_with_a_new_token(store):
-    claimed, msg = submit_and_claim(store)
-    assert claimed.attempt.state == "running" and claimed.attempt.token == msg.token + 1
-    assert claimed.attempt.lease_owner == "w1" and claimed.attempt.lease_expires == T0 + 30
-    assert claimed.run.state == "running" and not claimed.resumed
-    assert store.outbox("r1") == []  # a claimed message leaves the outbox
-
-
-def test_duplicate_and_forged_messages_are_refused_and_audited(store):
-    # Given a claimed attempt
-    claimed, msg = submit_and_claim(store)
-    before = snapshot(store, "r1")[:4]
-    # When the same message arrives again, and a forged one with a made-up token
-    with pytest.raises(MessageRefused) as dup:
-        store.claim(*msg, owner="w2", now=T0)
-    with pytest.raises(MessageRefused) as forged:
-        store.claim(msg.run_id, msg.step_id, msg.attempt, 42, owner="w3", now=T0)
-    # Then nothing changes but the audit, which records both refusals with their reasons
-    assert snapshot(store, "r1")[:4] == before
-    assert (dup.value.reason, forged.value.reason) == ("stale_token", "stale_token")
-    refused = [e for e in store.audit("r1") if e.event == "message_refused"]
-    assert [e.actor for e in refused] == ["w2", "w3"]
-
-
-def test_a_stale_token_commit_fails_its_fence_and_changes_nothing(store):
-    # Given a claimed attempt whose lease expired and was requeued under a new token
-    claimed, _ = submit_and_claim(store)
-    report = store.sweep(T0 + 31)
-    assert report.leases_expired == 1
-    (att,) = store.attempts("r1")
-    assert att.state == "scheduled" and att.token == claimed.attempt.token + 1
-    before = snapshot(store, "r1")
-    # When the zombie commits with its old token
-    with pytest.raises(FencingError, match="no longer current"):
-        store.commit(succeed_and_go(claimed, ledger=LedgerEntry("default", "k", "r1", "a", "1")), T0 + 32)
-    # Then nothing changed: not the run, the attempts, the outbox, the audit, nor the ledger
-    assert snapshot(store, "r1") == before
-    assert store.ledger_get("default", "k") is None
-
-
-def test_a_stale_run_revision_is_a_concurrency_error(store):
-    claimed, _ = submit_and_claim(store)
-    before = snapshot(store, "r1")
-    with pytest.raises(ConcurrencyError, match="revision"):
-        store.commit(succeed_and_go(claimed, rev=claimed.run.rev - 1), T0)
-    assert snapshot(store, "r1") == before
+from sealflow.testing.conformance.helpers import (  # noqa: F401 - the other store tests import them from here
+    T0,
+    new_run,
+    snapshot,
+    submit_and_claim,
+    succeed_and_go,
+)
 
 
 def test_a_commit_applies_everything_together(store):
@@ -474,30 +332,6 @@ def test_each_tenants_audit_chain_verifies(store):
         chain = store.audit_chain(tenant)
         assert [row[2] for row in chain] == list(range(1, len(chain) + 1))
         assert heads[tenant] == (len(chain), chain[-1][4])
-
-
-def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(store):
-    from sealflow.store.definitions import DefinitionRefused
-
-    # Given v1 and then v2 of a definition loaded
-    store.register_definition("wf", 1, "d1", "ana@example.com", T0)
-    store.register_definition("wf", 2, "d2", "ana@example.com", T0 + 1)
-    # When v1 comes back with another digest / Then it is refused: a signed version never changes
-    with pytest.raises(DefinitionRefused, match="already recorded") as got:
-        store.register_definition("wf", 1, "dX", "eve@example.com", T0 + 2)
-    assert got.value.reason == "second-digest"
-    # When v1 is loaded again without a pin / Then it is a rollback, refused
-    with pytest.raises(DefinitionRefused) as got:
-        store.register_definition("wf", 1, "d1", "ana@example.com", T0 + 3)
-    assert got.value.reason == "rollback"
-    # When an operator pins it / Then v1 is the active version, pinned, and the pin is audited
-    store.register_definition("wf", 1, "d1", "ana@example.com", T0 + 4, pin=True, actor="ops")
-    assert [(d.version, d.active, d.pinned) for d in store.definitions("wf")] == [(1, True, True), (2, False, False)]
-    assert [e.event for e in store.audit() if e.event in ("definition.recorded", "definition.pinned")] == [
-        "definition.recorded", "definition.recorded", "definition.pinned"]
-    # And loading the highest version again clears the pin
-    store.register_definition("wf", 2, "d2", "ana@example.com", T0 + 5)
-    assert [(d.version, d.active, d.pinned) for d in store.definitions("wf")] == [(1, False, False), (2, True, False)]
 
 
 def test_admission_refuses_over_the_queue_limit_and_the_daily_quota_writing_nothing(store):
