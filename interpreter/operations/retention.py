@@ -16,11 +16,21 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sealflow.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from sealflow.store.prune import PruneReport
+
 log = logging.getLogger("sealflow.retention")
+
+
+class Prunable(Protocol):
+    """A store that prunes finished runs (:class:`~sealflow.store.prune.PruneMixin`)."""
+
+    def prune_runs(self, before: float, now: float, *, actor: str = ...,
+                   include_dead_letters: bool = ...) -> PruneReport: ...
 _KEYS = {"finished_runs", "every", "dead_letters"}
 
 
@@ -55,7 +65,7 @@ class Retention:
             raise ConfigError("retention: finished_runs and every must be more than zero")
         return cls(older, every, bool(section.get("dead_letters", False)))
 
-    def maybe_prune(self, store: Any, now: float, actor: str) -> int:
+    def maybe_prune(self, store: Prunable, now: float, actor: str) -> int:
         """Prune if it is time; how many runs went."""
         if time.monotonic() < self._next:
             return 0
