@@ -81,7 +81,7 @@ def through(x: Execution, name: str, settings: BreakerSettings, call: Callable[[
     return outcome
 
 
-def through_model(x: Execution, model: str, provider, call: Callable[[], Outcome]) -> Outcome:
+def through_model(x: Execution, model: str, provider: object, call: Callable[[], Outcome]) -> Outcome:
     """``call()`` (a model call) through breaker ``model:<model>`` when the provider's configuration
     (the ``models:`` section) has ``circuit_breaker:`` settings; else just ``call()``."""
     spec = getattr(getattr(provider, "config", None), "circuit_breaker", None)
