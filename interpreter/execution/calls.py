@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sealflow.core.errors import StepError
-from sealflow.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.core.outcomes import Failed, Succeeded
 from sealflow.core.tracebacks import failure
 from sealflow.execution import isolation, sandbox
 from sealflow.execution.actions import Action
@@ -30,7 +30,7 @@ def own_args(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def call(x: Execution, fn: Callable[[StepContext], Any], key: str | None, *, act: Action | None = None,
-         timeout_ms: int | None = None, cancellable: bool = True) -> Outcome:
+         timeout_ms: int | None = None, cancellable: bool = True) -> Succeeded | Failed:
     """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
 
     ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when

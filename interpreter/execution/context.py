@@ -117,7 +117,8 @@ class Services:
     runner: AttemptRunner
     rng: random.Random
     is_cancelled: Callable[[str], bool]
-    validators: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: (plan digest, step id, what) -> a compiled JSON Schema validator (steps.checks)
+    validators: dict[tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)
     #: the runtime configuration (:class:`sealflow.runtime.config.RuntimeConfig`; None: defaults)
     config: ExecutionConfig | None = None
     #: where declared secrets come from (:class:`sealflow.execution.secrets.SecretChain`;

@@ -40,7 +40,7 @@ from sealflow.core.errors import ConfigError
 from sealflow.core.tracebacks import failure
 
 if TYPE_CHECKING:
-    from sealflow.core.outcomes import Outcome
+    from sealflow.core.outcomes import Failed, Succeeded
 
 MODES = ("thread", "process")
 ENV = "SEALFLOW_ISOLATION"
@@ -199,7 +199,7 @@ def run_forked(body: Callable[[Callable[[], bool]], tuple[Any, ...]], timeout: f
 
 
 def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout: float,
-                  cancelled: Callable[[], bool], key: str | None) -> Outcome:
+                  cancelled: Callable[[], bool], key: str | None) -> Succeeded | Failed:
     """:func:`sealflow.execution.calls.call` under ``isolation: process``: ``fn(ctx)`` in a
     forked child inside its sandbox; the outcome, classified like a threaded attempt's."""
     from sealflow.core.outcomes import Failed, Succeeded
