@@ -28,11 +28,14 @@ import json
 import logging
 import secrets
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.operations import outbound
 from sealflow.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
 from sealflow.server.tokens import TokenRejected
+
+if TYPE_CHECKING:
+    from sealflow.execution.secrets import SecretChain
 
 log = logging.getLogger("sealflow.server")
 
@@ -97,7 +100,7 @@ def discover(issuer: str, timeout: float) -> dict[str, Any]:
 class LoginFlow:
     """Starts and finishes logins against one issuer (see the module docstring)."""
 
-    def __init__(self, oidc: OidcSettings, login: OidcLoginSettings, *, secrets_chain: Any = None):
+    def __init__(self, oidc: OidcSettings, login: OidcLoginSettings, *, secrets_chain: SecretChain | None = None):
         self.login = login
         self.issuer = oidc.issuer
         # the ID token's audience is this client: the bearer JWT verifier, with the client id as audience
@@ -115,7 +118,7 @@ class LoginFlow:
         self.store: Any = None
         self.clock: Any = None
 
-    def bind(self, store: Any, clock: Any, secrets_chain: Any) -> None:
+    def bind(self, store: Any, clock: Any, secrets_chain: SecretChain | None) -> None:
         self.store, self.clock, self.secrets = store, clock, secrets_chain
 
     # -- 1. to the issuer ----------------------------------------------------------------------------
@@ -132,7 +135,7 @@ class LoginFlow:
         return state, f"{self.authorization_endpoint}{sep}{query}"
 
     # -- 2. back from the issuer ---------------------------------------------------------------------
-    def finish(self, state: str | None, cookie_state: str | None, code: str | None) -> tuple[str, str, dict]:
+    def finish(self, state: str | None, cookie_state: str | None, code: str | None) -> tuple[str, str, dict[str, Any]]:
         """``(principal, tenant, ID token claims)`` of a completed login, else :class:`LoginRefused`."""
         if not state or not cookie_state or not hmac.compare_digest(state.encode(), cookie_state.encode()):
             raise LoginRefused("wrong-state", "the login's state does not match this browser's (start the sign-in "
@@ -149,7 +152,7 @@ class LoginFlow:
             principal, tenant, claims = self.verifier.verify(id_token)
         except TokenRejected as exc:
             raise LoginRefused(exc.reason, f"the ID token is refused: {exc}") from None
-        audiences = claims.get("aud") if isinstance(claims.get("aud"), list) else [claims.get("aud")]
+        audiences = aud if isinstance(aud := claims.get("aud"), list) else [aud]
         if (len(audiences) > 1 or "azp" in claims) and claims.get("azp") != self.login.client_id:
             raise LoginRefused("wrong-azp", "the ID token was not issued to this client (azp)")
         nonce = claims.get("nonce")
