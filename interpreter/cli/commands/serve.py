@@ -98,7 +98,7 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
           oidc_default_tenant, oidc_client_id, oidc_client_secret, oidc_redirect_uri, oidc_authorization_endpoint,
           oidc_token_endpoint, oidc_scopes, rate_limit, rate_burst, max_body, work, log_format):
     """Serve the HTTP API: runs, approvals, dead letters, definitions; OpenAPI at /openapi.json."""
-    from sealflow.cli.definition_files import load_trust_policy
+    from sealflow.cli.session import load_trust_policy
     from sealflow.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
     from sealflow.server.settings import ENV, ServerSettings
 
