@@ -12,7 +12,7 @@ import getpass
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import click
 
@@ -94,6 +94,14 @@ metrics_options = stack(
     click.option("--metrics-addr", default="127.0.0.1", show_default=True, metavar="ADDR",
                  help="The address --metrics-port listens on (0.0.0.0 for a scraper on another host)."),
 )
+
+
+@overload
+def check_principal(ctx: click.Context | None, param: click.Parameter | None, value: str) -> str: ...
+
+
+@overload
+def check_principal(ctx: click.Context | None, param: click.Parameter | None, value: None) -> None: ...
 
 
 def check_principal(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sealflow.core.errors import ConfigError
 
@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("sealflow.retention")
 
 
+@runtime_checkable
 class Prunable(Protocol):
-    """A store that prunes finished runs (:class:`~sealflow.store.prune.PruneMixin`)."""
+    """A store that prunes finished runs (:class:`~sealflow.store.prune.PruneMixin`: both backends; not yet in the
+    ``Store`` contract)."""
 
-    def prune_runs(self, before: float, now: float, *, actor: str = ...,
-                   include_dead_letters: bool = ...) -> PruneReport: ...
+    def prune_runs(self, before: float, now: float, *, actor: str = ..., include_dead_letters: bool = ...,
+                   dry_run: bool = ...) -> PruneReport: ...
 _KEYS = {"finished_runs", "every", "dead_letters"}
 
 
