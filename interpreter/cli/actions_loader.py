@@ -6,6 +6,11 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sealflow.dsl.model import ActionInfo
+    from sealflow.execution.actions import Action
 
 
 class ActionsLoadError(Exception):
@@ -49,7 +54,7 @@ def import_actions(specs: list[str] | tuple[str, ...]) -> None:
             raise ActionsLoadError(f"--actions {spec}: cannot import: {type(exc).__name__}: {exc}{where}") from None
 
 
-def load_actions(specs: list[str] | tuple[str, ...]):
+def load_actions(specs: list[str] | tuple[str, ...]) -> dict[str, ActionInfo]:
     """Import ``specs`` and return ``{name: sealflow.dsl.model.ActionInfo}`` for every registered action."""
     from sealflow.execution.actions import REGISTRY
 
@@ -57,7 +62,7 @@ def load_actions(specs: list[str] | tuple[str, ...]):
     return {name: action_info(a) for name, a in REGISTRY.items()}
 
 
-def action_info(act):
+def action_info(act: Action) -> ActionInfo:
     """The compiler's :class:`~sealflow.dsl.model.ActionInfo` of a registered action: its effect, permissions,
     secrets, input and output schemas, and where it is defined (relative to the current folder if inside it)."""
     from sealflow.dsl.model import ActionInfo
@@ -67,7 +72,7 @@ def action_info(act):
                      output_schema=act.output_schema, secrets=act.secrets, source=_source(act))
 
 
-def _source(act) -> str | None:
+def _source(act: Action) -> str | None:
     from sealflow.core.tracebacks import shown_path
     from sealflow.execution.action_schema import source_of
 

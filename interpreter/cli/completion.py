@@ -33,7 +33,7 @@ def _store_file(ctx: Any) -> str | None:
     return url[len("sqlite:///"):].split("?", 1)[0] or None
 
 
-def run_ids(ctx: Any, param: Any, incomplete: str) -> list:
+def run_ids(ctx: Any, param: Any, incomplete: str) -> list[Any]:
     """click's ``shell_complete`` for a RUN argument: the newest run ids starting with ``incomplete``, each
     with its workflow, version and state as help (shown by zsh and fish)."""
     from click.shell_completion import CompletionItem

@@ -21,7 +21,7 @@ import dataclasses
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -31,6 +31,8 @@ from sealflow.cli.session import load_action_metadata, load_trust_policy, projec
 
 if TYPE_CHECKING:  # the CLI imports the language lazily, per command
     from sealflow.dsl.plan import Plan
+    from sealflow.dsl.trust import Refused
+    from sealflow.runtime.facade import Runtime
     from sealflow.store.definitions import DefinitionSource
 
 UNSIGNED = "unsigned"
@@ -65,7 +67,7 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
     return out
 
 
-def compile_or_exit(path: str, actions, fmt: str = "text"):
+def compile_or_exit(path: str, actions: tuple[str, ...], fmt: str = "text") -> Plan:
     """The plan compiled from ``path``; an invalid definition prints its diagnostics and exits 1."""
     from sealflow.dsl.api import check_file
 
@@ -83,7 +85,7 @@ class NotLoaded(Exception):
     or a usage error (``usage``: no such file). :func:`load` prints it and exits; a caller that goes on without
     the file (``sealflow scheduler``) reads it instead."""
 
-    def __init__(self, message: str, *, reason: str, hint: str | None = None, results: list | None = None,
+    def __init__(self, message: str, *, reason: str, hint: str | None = None, results: list[Any] | None = None,
                  usage: bool = False):
         super().__init__(message)
         self.message, self.reason, self.hint, self.results, self.usage = message, reason, hint, results, usage
@@ -152,7 +154,7 @@ def try_load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bun
     return Loaded(verified.plan, verified.principal(), verified.who(), source)
 
 
-def _refusal_reason(exc) -> str:
+def _refusal_reason(exc: Refused) -> str:
     """A verification's refusal as a :class:`NotLoaded` reason: signed bytes that do not validate (their schedule,
     S209, or else), else untrusted."""
     if exc.reason != "invalid-definition":
@@ -160,7 +162,7 @@ def _refusal_reason(exc) -> str:
     return "invalid_schedule" if "error[S209]" in exc.message else "invalid_definition"
 
 
-def submit(rt, loaded: Loaded, value, *, initiator: str, tenant: str, idempotency_key: str | None = None,
+def submit(rt: Runtime, loaded: Loaded, value: Any, *, initiator: str, tenant: str, idempotency_key: str | None = None,
            pin: bool = False, run_as: str | None = None) -> str:
     """Submit a run of a loaded definition, recording a signed one (its bytes, envelope and any pin) in the
     store's registry in the same transaction; a refused registration (second digest, rollback) exits 1

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from sealflow.dsl.api import CheckResult
 
 
 def github_escape(text: str, *, prop: bool = False) -> str:
@@ -14,7 +19,7 @@ def github_escape(text: str, *, prop: bool = False) -> str:
     return text
 
 
-def emit_diagnostics(results, fmt: str) -> None:
+def emit_diagnostics(results: Sequence[CheckResult], fmt: str) -> None:
     if fmt == "json":
         files = []
         for r in results:
@@ -53,7 +58,7 @@ def emit_diagnostics(results, fmt: str) -> None:
     _summary(results)
 
 
-def _summary(results) -> None:
+def _summary(results: Sequence[CheckResult]) -> None:
     errors = sum(len(r.errors) for r in results)
     warnings = sum(len(r.warnings) for r in results)
     bad = sum(1 for r in results if not r.ok)

@@ -12,10 +12,11 @@ import getpass
 import os
 import re
 from collections.abc import Callable
+from typing import Any, overload
 
 import click
 
-Decorator = Callable[[Callable], Callable]
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -23,7 +24,7 @@ _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 def stack(*options: Decorator) -> Decorator:
     """Apply ``options`` as if written one above the other (the first is listed first in --help)."""
 
-    def decorate(fn):
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
             fn = option(fn)
         return fn
@@ -33,10 +34,10 @@ def stack(*options: Decorator) -> Decorator:
 
 # ---------------------------------------------------------------- the root group
 
-def config_option(fn):
+def config_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The root group's ``--config FILE`` (``$SEALFLOW_CONFIG``), kept in the click context."""
 
-    def remember(ctx, param, value):
+    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         if value is not None:
             from sealflow.cli.session import load_config
 
@@ -49,10 +50,10 @@ def config_option(fn):
                         help="Runtime configuration: tenant limits, temporary storage, secrets ($SEALFLOW_CONFIG).")(fn)
 
 
-def project_option(fn):
+def project_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The root group's ``--project FILE`` (``$SEALFLOW_PROJECT``; default: ``sealflow.yaml`` here or above)."""
 
-    def remember(ctx, param, value):
+    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         if value is not None:
             from sealflow.cli.session import project
 
@@ -95,7 +96,15 @@ metrics_options = stack(
 )
 
 
-def check_principal(ctx, param, value):
+@overload
+def check_principal(ctx: click.Context | None, param: click.Parameter | None, value: str) -> str: ...
+
+
+@overload
+def check_principal(ctx: click.Context | None, param: click.Parameter | None, value: None) -> None: ...
+
+
+def check_principal(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:
     """Validate ``--as`` (user:NAME or service:NAME, a full match: no control character, no trailing newline);
     attach with ``callback=``."""
     from sealflow.policy.access import InvalidPrincipal
@@ -123,7 +132,7 @@ as_option = click.option("--as", "principal", metavar="PRINCIPAL", default=defau
                               "user).")
 
 
-def _check_tenant(ctx, param, value):
+def _check_tenant(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Validate a tenant name with a full match (``re.match`` with ``$`` lets a trailing newline through)."""
     if value is not None and not _TENANT.fullmatch(value):
         raise click.BadParameter(f"{value!r} is not a tenant name: letters, digits, '.', '_' or '-', like acme")
@@ -148,7 +157,7 @@ idempotency_option = click.option("--idempotency-key", metavar="KEY",
                                   help="Submitting again with the same key returns the same run.")
 
 
-def trust_options(fn):
+def trust_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--trust POLICY, --bundle PATH, --pin-version: load only what a trusted signer signed (docs/trust.md)."""
     return stack(
         click.option("--trust", metavar="POLICY", envvar="SEALFLOW_TRUST",

@@ -42,7 +42,7 @@ class Project:
     access: str | None = None
     trust: str | None = None
     actions: tuple[str, ...] = ()
-    models: dict | None = None
+    models: dict[str, Any] | None = None
 
     @property
     def root(self) -> Path:
@@ -54,7 +54,7 @@ class Project:
         return f"sqlite:///{self.root / '.sealflow' / 'state.db'}"
 
 
-def find(start: str | os.PathLike | None = None) -> Path | None:
+def find(start: str | os.PathLike[str] | None = None) -> Path | None:
     """``sealflow.yaml`` in ``start`` (default: the current folder) or the nearest folder above it."""
     here = Path(start or os.getcwd()).resolve()
     for folder in (here, *here.parents):
@@ -92,7 +92,7 @@ def _action(spec: Any, root: Path, where: str) -> str:
     return spec
 
 
-def read(path: str | os.PathLike) -> Project:
+def read(path: str | os.PathLike[str]) -> Project:
     """Read and check the project file at ``path``; :class:`ProjectError` says what is wrong and where."""
     import yaml
 

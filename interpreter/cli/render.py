@@ -11,9 +11,15 @@ import json
 import os
 import sys
 import time
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from sealflow.runtime.facade import Runtime
+    from sealflow.runtime.status import RunStatus
+    from sealflow.store.base import AttemptRecord, AuditRecord, DeadLetterRecord
 
 FAILED_STATES = {"failed", "cancelled", "timed_out", "quarantined"}
 
@@ -23,7 +29,7 @@ CHAIN_BOOKKEEPING = ("tenant", "workflow", "workflow_version", "plan_digest", "s
 _ENDED = ("succeeded", "failed", "timed_out", "skipped", "cancelled", "retry_wait", "waiting")
 
 
-def _json(value, **kw) -> str:
+def _json(value: Any, **kw: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str, **kw)
 
 
@@ -60,7 +66,7 @@ def debugging() -> bool:
     return bool(os.environ.get("SEALFLOW_DEBUG"))
 
 
-def status_dict(status, *, traces: bool = False) -> dict:
+def status_dict(status: RunStatus, *, traces: bool = False) -> dict[str, Any]:
     """The run as one JSON object (docs/runtime.md names its fields; the HTTP API serves the same); ``traces``:
     with the tracebacks of its failed steps (only for a caller that was authorised to read the run)."""
     from sealflow.runtime.status import status_json
@@ -68,7 +74,7 @@ def status_dict(status, *, traces: bool = False) -> dict:
     return status_json(status, traces=traces)
 
 
-def print_traces(status) -> None:
+def print_traces(status: RunStatus) -> None:
     """The traceback each failed step's attempt kept (an exception in its code), indented under its step."""
     for step in status_dict(status, traces=True)["steps"]:
         trace = (step.get("error") or {}).get("trace")
@@ -103,13 +109,13 @@ def duration(seconds: float) -> str:
     return "".join(p for p in parts if p and not p.startswith("0"))
 
 
-def _ms(a) -> str:
+def _ms(a: AttemptRecord) -> str:
     if a.started_at and a.ended_at:
         return duration(a.ended_at - a.started_at)
     return ""
 
 
-def print_timeline(status, *, since: int = 0) -> None:
+def print_timeline(status: RunStatus, *, since: int = 0) -> None:
     """One line per attempt: step, attempt, state, duration, error, when it is due."""
     for a in status.attempts[since:]:
         tries = f"attempt {a.attempt}"
@@ -121,13 +127,13 @@ def print_timeline(status, *, since: int = 0) -> None:
         click.echo(line)
 
 
-def print_header(status) -> None:
+def print_header(status: RunStatus) -> None:
     run = status.run
     click.echo(f"run {run.id}  {run.workflow} v{run.workflow_version}  {run.plan_digest[:19]}...  "
                f"initiator {run.initiator}")
 
 
-def print_items(status) -> None:
+def print_items(status: RunStatus) -> None:
     """Per fan-out step: its items as a count by state, then its failures (``--json`` lists every child run)."""
     for step_id, items in getattr(status, "items", {}).items():
         counts = ", ".join(f"{n} {state}" for state, n in sorted(items["counts"].items()))
@@ -137,7 +143,7 @@ def print_items(status) -> None:
                        f"(sealflow status {f['run_id']})")
 
 
-def print_outcome(status) -> None:
+def print_outcome(status: RunStatus) -> None:
     """Where the run stands: its state, its error, what it waits for (and how to answer), its output."""
     run = status.run
     click.echo(f"state: {run.state}")
@@ -194,7 +200,7 @@ def print_outcome(status) -> None:
         click.echo("output: " + _json(run.output))
 
 
-def print_recovered(results: dict, report: dict) -> None:
+def print_recovered(results: dict[str, Any], report: dict[str, Any]) -> None:
     """``sealflow recover``: one summary line, the runs it drove on, and each run it left with what this process
     lacks to continue it and how to provide that."""
     left, unreadable = report["runs_left"], report["runs_left_unreadable"]
@@ -218,7 +224,7 @@ def print_recovered(results: dict, report: dict) -> None:
     print_refused(report)
 
 
-def print_refused(report: dict) -> None:
+def print_refused(report: dict[str, Any]) -> None:
     """``sealflow recover``: each run refused for its stored plan (engine/integrity.py), with the reason, what
     became of it and what to do."""
     from sealflow.runtime.readiness import PENDING_TAMPERED
@@ -241,7 +247,7 @@ def print_refused(report: dict) -> None:
                    "recover` names them")
 
 
-def lacks_names(lacks: list) -> str:
+def lacks_names(lacks: list[Any]) -> str:
     from sealflow.runtime.readiness import lacks_names as names
 
     return names(lacks)
@@ -252,7 +258,7 @@ def _flags() -> str:
     return f" {flags}" if flags else ""
 
 
-def finish(status, as_json: bool, *, header: bool = True, traces: bool = False) -> NoReturn:
+def finish(status: RunStatus, as_json: bool, *, header: bool = True, traces: bool = False) -> NoReturn:
     """Print the run (JSON, or text: its header and timeline unless ``header`` is False, then its outcome)
     and exit with the code its state means. ``traces``: the tracebacks its failed steps kept too (the caller was
     authorised to read the run); otherwise a failure that kept one says where to see it."""
@@ -278,7 +284,7 @@ class LiveTimeline:
     def __init__(self) -> None:
         self.shown: dict[tuple[str, int], str] = {}
 
-    def update(self, status) -> None:
+    def update(self, status: RunStatus) -> None:
         for a in status.attempts:
             key = (a.step_id, a.attempt)
             last = self.shown.get(key)
@@ -291,19 +297,20 @@ class LiveTimeline:
                 print_timeline(type(status)(status.run, [a], status.waiting))
 
 
-def drive_live(rt, run_id: str, *, until: str = "settled"):
+def drive_live(rt: Runtime, run_id: str, *, until: str = "settled") -> RunStatus:
     """Drive the run on a background thread, printing its steps as they start and end; the final status.
     ``until="final"`` (``run --follow``, ``status --watch``) sleeps through timers of any length: it stops
     only when the run ends or waits for a human."""
     import threading
 
-    done: dict = {}
+    ended: list[RunStatus] = []
+    errors: list[BaseException] = []
 
     def work() -> None:
         try:
-            done["status"] = rt.drive(run_id, until=until)
+            ended.append(rt.drive(run_id, until=until))
         except BaseException as exc:  # re-raised on the calling thread
-            done["error"] = exc
+            errors.append(exc)
 
     from sealflow.store.errors import StoreUnavailable
 
@@ -317,15 +324,15 @@ def drive_live(rt, run_id: str, *, until: str = "settled"):
                 timeline.update(rt.status(run_id))
             except StoreUnavailable:  # the driving thread says so and rides it out, or gives up with it
                 thread.join(1.0)
-    if "error" in done:
-        raise done["error"]
-    timeline.update(done["status"])
-    return done["status"]
+    if errors:
+        raise errors[0]
+    timeline.update(ended[0])
+    return ended[0]
 
 
 # ---------------------------------------------------------------- what names runs
 
-def print_audit(events, as_json: bool) -> None:
+def print_audit(events: Sequence[AuditRecord], as_json: bool) -> None:
     """A run's audit trail, oldest first: one line per event (``--json``: every field)."""
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(e) for e in events], indent=2, default=str))
@@ -339,7 +346,7 @@ def print_audit(events, as_json: bool) -> None:
                    f"{json.dumps(rest, default=str)}")
 
 
-def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: bool) -> None:
+def print_approvals(waiting: list[dict[str, Any]], principal: str, tenant: str, as_json: bool) -> None:
     """The approval gates ``principal`` may decide now, with the commands that answer them."""
     if as_json:
         click.echo(_json(waiting, indent=2))
@@ -362,7 +369,7 @@ def print_approvals(waiting: list[dict], principal: str, tenant: str, as_json: b
                    f"{w['run_id']} --as {principal} --tenant {tenant} --reason TEXT{flags}")
 
 
-def print_dead_letters(letters, as_json: bool) -> None:
+def print_dead_letters(letters: Sequence[DeadLetterRecord], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(x) for x in letters], indent=2, default=str))
         return
@@ -382,7 +389,7 @@ def when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def print_dead_letter(detail: dict, as_json: bool) -> None:
+def print_dead_letter(detail: dict[str, Any], as_json: bool) -> None:
     """``dlq show``: JSON for machines, else the dead letter, its failed attempts and its last audit events,
     with readable times and durations."""
     if as_json:

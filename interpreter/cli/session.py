@@ -25,13 +25,25 @@ import contextlib
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from sealflow.cli.exits import fail_usage, refuse
 
 if TYPE_CHECKING:
+    from sealflow.cli.project import Project
+    from sealflow.dsl.model import ActionInfo
+    from sealflow.dsl.trust import TrustPolicy
+    from sealflow.dsl.typecheck import ProjectFacts
+    from sealflow.policy.access import AccessProvider
+    from sealflow.policy.trustgate import TrustGate
+    from sealflow.providers.registry import ProviderRegistry
+    from sealflow.runtime.config import RuntimeConfig
+    from sealflow.runtime.facade import Runtime
+    from sealflow.runtime.status import RunStatus
+    from sealflow.store.base import Store
     from sealflow.store.serverstate import ServerStore
 
 #: the demo world's action module, loaded by the embedded quick start
@@ -45,7 +57,7 @@ def with_demo(actions: tuple[str, ...]) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- the project file
 
-def project():
+def project() -> Project | None:
     """This command's project (``--project``, else ``$SEALFLOW_PROJECT``, else ``sealflow.yaml`` in the current
     folder or above), read once per command; None when there is none. A broken file is a usage error."""
     from sealflow.cli.project import ProjectError, find, read
@@ -53,7 +65,8 @@ def project():
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().ensure_object(dict) if ctx is not None else {}
     if "project" in obj:
-        return obj["project"]
+        known: Project | None = obj["project"]
+        return known
     path = obj.get("project_path") or os.environ.get("SEALFLOW_PROJECT") or find()
     try:
         found = read(path) if path else None
@@ -64,7 +77,7 @@ def project():
     return found
 
 
-def _from_project(key: str):
+def _from_project(key: str) -> Any:
     found = project()
     return getattr(found, key) if found is not None else None
 
@@ -90,7 +103,7 @@ def project_actions(actions: tuple[str, ...]) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- configuration and access
 
-def load_config(path: str | None = None):
+def load_config(path: str | None = None) -> RuntimeConfig:
     """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else the project's
     ``config:``, else defaults), with the project's ``models:`` when that file has no ``models:`` section."""
     from sealflow.runtime.config import ConfigError, RuntimeConfig
@@ -106,17 +119,17 @@ def load_config(path: str | None = None):
         if models is not None and "models" not in config.extra:
             import yaml
 
-            raw: dict = {}
+            raw: dict[str, Any] = {}
             if path:
                 with open(path, encoding="utf-8") as fh:
                     raw = yaml.safe_load(fh) or {}
-            config = RuntimeConfig.from_dict({**raw, "models": models}, source=path or str(project().path))
+            config = RuntimeConfig.from_dict({**raw, "models": models}, source=path or str(_from_project("path")))
         return config
     except ConfigError as exc:
         fail_usage(str(exc))
 
 
-def load_access(path: str | None, *, quiet: bool = False):
+def load_access(path: str | None, *, quiet: bool = False) -> AccessProvider:
     """The access provider for ``path`` (None: ``$SEALFLOW_ACCESS``, else open development mode, announced
     on stderr); an unreadable or invalid policy prints its located diagnostics and exits 2."""
     from sealflow.policy.access import AccessPolicyError, access_provider, is_open
@@ -159,7 +172,7 @@ def is_shared_store(url: str | None) -> bool:
     return url is not None and url != "" and not url.startswith("sqlite:///")
 
 
-def require_policy(provider, what: str) -> None:
+def require_policy(provider: AccessProvider, what: str) -> None:
     """Exit 1 when ``what`` (a worker, a server, a submit to a shared store) would start in open mode.
     The hook for ``sealflow worker`` and ``sealflow serve``: call it before starting."""
     from sealflow.policy.authz import PolicyRequired
@@ -186,7 +199,7 @@ def import_actions(actions: tuple[str, ...], *, demo: bool) -> None:
         fail_usage(str(exc))
 
 
-def load_action_metadata(actions: tuple[str, ...]):
+def load_action_metadata(actions: tuple[str, ...]) -> dict[str, ActionInfo] | None:
     """The compiler's view of the actions ``actions`` (and the project's) register (None when none are named)."""
     actions = project_actions(actions)
     if not actions:
@@ -199,7 +212,7 @@ def load_action_metadata(actions: tuple[str, ...]):
         fail_usage(str(exc))
 
 
-def project_facts(*, secrets: bool = False):
+def project_facts(*, secrets: bool = False) -> ProjectFacts:
     """What the project around the definitions provides, for the compiler's type checks: the configured model
     names when a project file or a runtime configuration is in use (else None: models are not checked), and
     with ``secrets`` whether each secret resolves here (``validate`` warns, C427; ``lint`` does not, since CI
@@ -220,15 +233,17 @@ def project_facts(*, secrets: bool = False):
         models = frozenset({"default", *parse_models(config.extra.get("models"), source=config.source)})
     except ConfigError as exc:
         fail_usage(str(exc))
-    secret_known = None
+    secret_known: Callable[[str], bool] | None = None
     if secrets:
         from sealflow.engine.capability import secrets_missing
         from sealflow.execution.secrets import chain_for
 
         chain = chain_for(config)
 
-        def secret_known(name: str) -> bool:
+        def known_here(name: str) -> bool:
             return not secrets_missing([name], chain)
+
+        secret_known = known_here
     return ProjectFacts(models=models, secret_known=secret_known)
 
 
@@ -248,7 +263,7 @@ def store_location(store_url: str | None) -> str | None:
     return url
 
 
-def open_store(store_url: str | None):
+def open_store(store_url: str | None) -> Store:
     """The bare store (no runtime, no actions): for commands that only read it."""
     from sealflow.store import StoreError
     from sealflow.store import open_store as open_
@@ -274,7 +289,7 @@ def server_of(store: Any) -> ServerStore:
 @contextlib.contextmanager
 def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access: Any = None, demo: bool = True,
                  trust: str | None = None, record: str | None = None, replay: str | None = None,
-                 gate: bool = True):
+                 gate: bool = True) -> Iterator[Runtime]:
     """A Runtime on the given store, with the ``--actions`` modules (and the demo world when ``demo``)
     registered, under the access policy ``access`` (a file, a provider; None: ``$SEALFLOW_ACCESS``, else open
     development mode). The steps this process executes pass the trust gate of ``trust`` (else
@@ -295,7 +310,7 @@ def open_runtime(store_url: str | None, actions: tuple[str, ...] = (), *, access
 
 @contextlib.contextmanager
 def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, demo: bool, trust: str | None,
-             record: str | None, replay: str | None, gate: bool = True):
+             record: str | None, replay: str | None, gate: bool = True) -> Iterator[Runtime]:
     provider = access if access is not None and not isinstance(access, str) else load_access(access)
     import_actions(actions, demo=demo)
     from sealflow.runtime.facade import Runtime
@@ -325,7 +340,7 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
         rt.close()
 
 
-def model_calls(config, record: str | None, replay: str | None):
+def model_calls(config: RuntimeConfig, record: str | None, replay: str | None) -> ProviderRegistry | None:
     """The providers for ``--record FILE`` / ``--replay FILE`` (None: the configuration's, as usual)."""
     if record and replay:
         fail_usage("--record and --replay exclude each other: record a run first, then replay it")
@@ -343,13 +358,14 @@ def model_calls(config, record: str | None, replay: str | None):
         fail_usage(str(exc))
 
 
-def no_run(run_id: str):
+def no_run(run_id: str) -> NoReturn:
     """Exit 2 with the one answer for a run that is unknown *or* that the caller may not see."""
     fail_usage(f"no run {run_id!r} in this store; `sealflow runs list` lists the runs you may see (a run of another "
                "store: --store URL, or run the command in its project's folder)")
 
 
-def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = None, *, children_offset: int = 0):
+def find_run(rt: Runtime, run_id: str, tenant: str | None = None, actor: str | None = None, *,
+             children_offset: int = 0) -> RunStatus:
     """The status of ``run_id`` as ``actor`` in ``tenant`` (a fan-out's child runs from ``children_offset``); an
     unknown run -- or one ``actor`` may not read -- is a usage error."""
     from sealflow.store import NotFound
@@ -360,7 +376,8 @@ def find_run(rt, run_id: str, tenant: str | None = None, actor: str | None = Non
         no_run(run_id)
 
 
-def act_then_drive(rt, run_id: str, principal: str, tenant: str, as_json: bool, act) -> None:
+def act_then_drive(rt: Runtime, run_id: str, principal: str, tenant: str, as_json: bool,
+                   act: Callable[[Runtime], object]) -> None:
     """Do ``act(rt)`` on a run as ``principal`` -- the runtime authorises it: a run the principal may not act
     on is "no run" (exit 2), a refusal exits 1, a request the runtime refuses as it is written (a reason too
     long) exits 2 -- then drive the run on and show it."""
@@ -400,7 +417,7 @@ def trust_policy_problem(trust: str) -> str | None:
     return None
 
 
-def load_trust_policy(trust: str):
+def load_trust_policy(trust: str) -> TrustPolicy:
     """The trust policy at ``trust``; an invalid or unreadable one is a usage error with located diagnostics."""
     from sealflow.dsl.errors import DefinitionError
     from sealflow.dsl.trust import load_policy
@@ -418,7 +435,7 @@ def load_trust_policy(trust: str):
         fail_usage(f"--trust {trust}: {exc.strerror or exc}")
 
 
-def executor_gate(trust: str | None, actor: str):
+def executor_gate(trust: str | None, actor: str) -> TrustGate | None:
     """The trust gate of a command that executes steps in its own process (``run``, ``approve``, ``reject``,
     ``cancel``, ``recover``, ``dlq redrive``, ``scheduler``): with a trust policy (``trust``, else
     ``$SEALFLOW_TRUST``) it executes only runs whose stored signed bytes verify against *that* policy, like a

@@ -25,7 +25,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, overload
 
 from sealflow.core.jsonc import dumps
 
@@ -89,6 +89,15 @@ class Redactor:
             self._forms.clear()
             self._pattern = None
 
+    @overload
+    def text(self, value: str) -> str: ...
+
+    @overload
+    def text(self, value: None) -> None: ...
+
+    @overload
+    def text(self, value: str | None) -> str | None: ...
+
     def text(self, value: str | None) -> str | None:
         pattern = self._pattern
         if pattern is None or not value or not pattern.search(value):
@@ -116,6 +125,15 @@ class Redactor:
                 return value
             return type(value)(walked)
         return value
+
+    @overload
+    def json_text(self, text: str) -> str: ...
+
+    @overload
+    def json_text(self, text: None) -> None: ...
+
+    @overload
+    def json_text(self, text: str | None) -> str | None: ...
 
     def json_text(self, text: str | None) -> str | None:
         """JSON ``text`` (as :func:`~sealflow.core.jsonc.dumps` writes it) with secrets redacted

@@ -100,6 +100,7 @@ Helpers for tests and for ``sealflow`` to show what the demo did: :func:`configu
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from sealflow.demo import actions, docs, media, reports, support  # noqa: F401  (importing registers the actions)
 from sealflow.demo.store import TABLES, configure, db_path, reset, rows
@@ -108,31 +109,31 @@ __all__ = ["configure", "db_path", "reset", "outbox", "notes", "notifications", 
            "archived_reports", "rows", "TABLES"]
 
 
-def outbox(path: str | os.PathLike | None = None) -> list[dict]:
+def outbox(path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Every email ``email.send`` wrote, oldest first: message_id, to, template, subject, body, vars, run_id."""
     return rows("outbox", path)
 
 
-def notes(lead_id: str, path: str | os.PathLike | None = None) -> list[dict]:
+def notes(lead_id: str, path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """The notes ``crm.add_note`` added to ``lead_id``, oldest first: note_id, note, run_id."""
     return rows("lead_notes", path, lead_id=lead_id)
 
 
-def notifications(path: str | os.PathLike | None = None) -> list[dict]:
+def notifications(path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Every notification ``notifications.send`` wrote, oldest first."""
     return rows("notifications", path)
 
 
-def publications(path: str | os.PathLike | None = None) -> list[dict]:
+def publications(path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Every CDN publication ``images.publish`` made, oldest first."""
     return rows("publications", path)
 
 
-def replies(ticket_id: str | None = None, path: str | os.PathLike | None = None) -> list[dict]:
+def replies(ticket_id: str | None = None, path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Replies and internal notes posted on tickets (all, or ``ticket_id``'s), oldest first."""
     return rows("ticket_replies", path) if ticket_id is None else rows("ticket_replies", path, ticket_id=ticket_id)
 
 
-def archived_reports(path: str | os.PathLike | None = None) -> list[dict]:
+def archived_reports(path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Every report ``reports.archive`` kept, oldest first."""
     return rows("report_archive", path)

@@ -17,7 +17,7 @@ from sealflow.demo import store
 from sealflow.execution.actions import action
 
 
-def _weekly_body(report: dict) -> str:
+def _weekly_body(report: dict[str, Any]) -> str:
     """The weekly report's body from the composed report (headline, status, highlights, risks, numbers)."""
     def get(key: str) -> Any:
         return report.get(key, "?")
@@ -44,27 +44,28 @@ EMAIL_TEMPLATES: dict[str, tuple[str, Any]] = {
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-def _lead(conn: Any, lead_id: Any) -> dict:
+def _lead(conn: Any, lead_id: Any) -> dict[str, Any]:
     row = conn.execute("SELECT record FROM leads WHERE lead_id = ?", (str(lead_id),)).fetchone()
     if row is None:
         raise StepError("invalid_request", f"no lead {lead_id!r} in the demo CRM")
-    return json.loads(row["record"])
+    lead: dict[str, Any] = json.loads(row["record"])
+    return lead
 
 
 @action("crm.get_lead", permissions=["crm:read"], effect="read")
-def get_lead(ctx: Any, lead_id: str) -> dict:
+def get_lead(ctx: Any, lead_id: str) -> dict[str, Any]:
     """The lead record: lead_id, name, title, company, email, industry, country, employees, budget_usd, notes."""
     with store.connect() as conn:
         return _lead(conn, lead_id)
 
 
 @action("crm.add_note", permissions=["crm:write"], effect="write")
-def add_note(ctx: Any, lead_id: str, note: str) -> dict:
+def add_note(ctx: Any, lead_id: str, note: str) -> dict[str, Any]:
     """Append ``note`` to the lead's notes; returns ``{note_id}``. Once per idempotency key."""
     if not isinstance(note, str) or not note.strip():
         raise StepError("invalid_request", "a note needs some text")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         _lead(conn, lead_id)
         n, note_id = store.next_id(conn, "lead_notes", "note")
         conn.execute("INSERT INTO lead_notes VALUES (?, ?, ?, ?, ?, ?)",
@@ -76,7 +77,7 @@ def add_note(ctx: Any, lead_id: str, note: str) -> dict:
 
 @action("email.send", permissions=["email:send"], effect="irreversible")
 def send(ctx: Any, to: str, template: str, subject: str | None = None, body: str | None = None,
-         vars: dict | None = None) -> dict:
+         vars: dict[str, Any] | None = None) -> dict[str, Any]:
     """Send an email (into the demo outbox); returns ``{message_id}``. Once per idempotency key.
 
     ``template`` is a known template (``sales_followup``, ``welcome``, ``weekly_ai_report``);
@@ -89,18 +90,22 @@ def send(ctx: Any, to: str, template: str, subject: str | None = None, body: str
     if vars is not None and not isinstance(vars, dict):
         raise StepError("invalid_request", "email.send: vars must be a map")
     known = EMAIL_TEMPLATES.get(template)
-    if known is None and (subject is None or body is None):
-        raise StepError("invalid_request", f"email.send: unknown template {template!r}; known: "
-                        f"{', '.join(sorted(EMAIL_TEMPLATES))} (or give subject and body)")
+    if known is None:
+        if subject is None or body is None:
+            raise StepError("invalid_request", f"email.send: unknown template {template!r}; known: "
+                            f"{', '.join(sorted(EMAIL_TEMPLATES))} (or give subject and body)")
+    else:
+        if body is None:
+            body = known[1](vars or {}) if callable(known[1]) else known[1]
+        if subject is None:
+            subject = known[0]
     values = {"name": "there", "company": "your team"}
     values.update({k: str(v) for k, v in (vars or {}).items() if not isinstance(v, (dict, list))})
-    if body is None:
-        body = known[1](vars or {}) if callable(known[1]) else known[1]
-    subject = Template(subject if subject is not None else known[0]).safe_substitute(values)
+    subject = Template(subject).safe_substitute(values)
     body = Template(body).safe_substitute(values)
     args = {"to": to, "template": template, "subject": subject, "body": body, "vars": vars}
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         n, message_id = store.next_id(conn, "outbox", "msg")
         conn.execute("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (n, message_id, to, template, subject, body, store.dumps(vars or {}), store.run_id(ctx),

@@ -15,6 +15,7 @@ import html
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from sealflow.core.errors import StepError
@@ -26,7 +27,7 @@ NAMESPACES = ("kb-public", "kb-internal")
 TEXT_TYPES = ("text/html", "text/markdown", "text/plain")
 
 
-def _document(conn: Any, document_id: Any, revision: Any) -> dict:
+def _document(conn: Any, document_id: Any, revision: Any) -> dict[str, Any]:
     row = conn.execute("SELECT * FROM documents WHERE document_id = ?", (str(document_id),)).fetchone()
     if row is None:
         raise StepError("invalid_request", f"no document {document_id!r} in the demo document store")
@@ -36,16 +37,17 @@ def _document(conn: Any, document_id: Any, revision: Any) -> dict:
     return dict(row)
 
 
-def _blob(doc: dict, revision: int) -> str:
+def _blob(doc: dict[str, Any], revision: int) -> str:
     return f"blobs/{doc['document_id']}/r{revision}"
 
 
-def _content(doc: dict, revision: int) -> str:
-    return doc["body"] + ("" if revision == 1 else f"\n\nRevision {revision}.")
+def _content(doc: dict[str, Any], revision: int) -> str:
+    body: str = doc["body"]
+    return body + ("" if revision == 1 else f"\n\nRevision {revision}.")
 
 
 @action("docs.fetch", permissions=["docs:read"], effect="read")
-def fetch(ctx: Any, document_id: str, revision: int) -> dict:
+def fetch(ctx: Any, document_id: str, revision: int) -> dict[str, Any]:
     """Metadata of a document revision: title, content_type, blob_key, source_url, size_bytes."""
     with store.connect() as conn:
         doc = _document(conn, document_id, revision)
@@ -54,7 +56,12 @@ def fetch(ctx: Any, document_id: str, revision: int) -> dict:
             "size_bytes": len(_content(doc, revision).encode())}
 
 
-def _extract(ctx: Any, document_id: str, revision: int, blob_key: str, extractor: str, to_text) -> dict:
+#: a document's text and its page count (None: not paged) from its record and its content
+ToText = Callable[[dict[str, Any], str], tuple[str, int | None]]
+
+
+def _extract(ctx: Any, document_id: str, revision: int, blob_key: str, extractor: str,
+             to_text: ToText) -> dict[str, Any]:
     with store.connect(write=True) as conn:
         doc = _document(conn, document_id, revision)
         if blob_key != _blob(doc, revision):
@@ -68,9 +75,9 @@ def _extract(ctx: Any, document_id: str, revision: int, blob_key: str, extractor
 
 
 @action("docs.extract_pdf", permissions=["docs:read", "docs:write"], effect="write")
-def extract_pdf(ctx: Any, document_id: str, revision: int, blob_key: str, ocr: bool = False) -> dict:
+def extract_pdf(ctx: Any, document_id: str, revision: int, blob_key: str, ocr: bool = False) -> dict[str, Any]:
     """Extract the text of a PDF revision into the document store; returns text_key, chars, pages."""
-    def to_text(doc: dict, content: str):
+    def to_text(doc: dict[str, Any], content: str) -> tuple[str, int | None]:
         if doc["content_type"] != "application/pdf":
             raise StepError("invalid_request", f"{document_id!r} is {doc['content_type']}, not a PDF")
         return content, max(1, math.ceil(len(content) / 1800))
@@ -79,9 +86,9 @@ def extract_pdf(ctx: Any, document_id: str, revision: int, blob_key: str, ocr: b
 
 
 @action("docs.extract_text", permissions=["docs:read", "docs:write"], effect="write")
-def extract_text(ctx: Any, document_id: str, revision: int, blob_key: str, content_type: str) -> dict:
+def extract_text(ctx: Any, document_id: str, revision: int, blob_key: str, content_type: str) -> dict[str, Any]:
     """Extract plain text from an HTML, Markdown or text revision into the document store."""
-    def to_text(doc: dict, content: str):
+    def to_text(doc: dict[str, Any], content: str) -> tuple[str, int | None]:
         if content_type not in TEXT_TYPES or content_type != doc["content_type"]:
             raise StepError("invalid_request", f"cannot extract text from {content_type!r} "
                             f"(document is {doc['content_type']}; text types: {', '.join(TEXT_TYPES)})")
@@ -93,7 +100,7 @@ def extract_text(ctx: Any, document_id: str, revision: int, blob_key: str, conte
 
 
 @action("docs.chunk", permissions=["docs:read", "docs:write"], effect="write")
-def chunk(ctx: Any, document_id: str, revision: int, max_tokens: int = 512, overlap: int = 0) -> dict:
+def chunk(ctx: Any, document_id: str, revision: int, max_tokens: int = 512, overlap: int = 0) -> dict[str, Any]:
     """Split the extracted text into chunks of about ``max_tokens`` (4 characters a token); returns
     chunks_key, chunk_count and a preview of the opening text."""
     if not isinstance(max_tokens, int) or max_tokens < 1 or not isinstance(overlap, int) \
@@ -125,7 +132,8 @@ def _vector(model: str, text: str, dims: int) -> list[float]:
 
 
 @action("embeddings.create", permissions=["embeddings:invoke"], effect="read")
-def create_embeddings(ctx: Any, chunks_key: str, model: str = "text-embedding-small", batch_size: int = 64) -> dict:
+def create_embeddings(ctx: Any, chunks_key: str, model: str = "text-embedding-small",
+                      batch_size: int = 64) -> dict[str, Any]:
     """Embed every chunk under ``chunks_key`` (deterministic pseudo-embeddings); returns vectors_key,
     count, dimensions, batches, model. No outside effect: vectors are cached under their key."""
     dims = EMBEDDING_MODELS.get(model)
@@ -147,7 +155,7 @@ def create_embeddings(ctx: Any, chunks_key: str, model: str = "text-embedding-sm
 
 
 @action("embeddings.embed_chunk", permissions=["embeddings:invoke"], effect="read")
-def embed_chunk(ctx: Any, chunks_key: str, index: int, model: str = "text-embedding-small") -> dict:
+def embed_chunk(ctx: Any, chunks_key: str, index: int, model: str = "text-embedding-small") -> dict[str, Any]:
     """Embed the chunk at ``index`` under ``chunks_key`` (one item of a ``map``); returns vectors_key, index,
     dimensions. Its vector is stored under (vectors_key, index): a retry or a redelivery writes it again."""
     dims = EMBEDDING_MODELS.get(model)
@@ -166,7 +174,7 @@ def embed_chunk(ctx: Any, chunks_key: str, index: int, model: str = "text-embedd
 
 
 def _namespace(namespace: Any) -> str:
-    if namespace not in NAMESPACES:
+    if not isinstance(namespace, str) or namespace not in NAMESPACES:
         raise StepError("invalid_request", f"unknown index namespace {namespace!r}; the demo index has "
                         f"{', '.join(NAMESPACES)}")
     return namespace
@@ -174,12 +182,12 @@ def _namespace(namespace: Any) -> str:
 
 @action("index.upsert", permissions=["index:write"], effect="write")
 def upsert(ctx: Any, namespace: str, document_id: str, revision: int, vectors_key: str,
-           metadata: dict | None = None) -> dict:
+           metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a revision's vectors and metadata into the index namespace (replacing that revision's
     entries); returns namespace, document_id, revision, upserted. Once per idempotency key."""
     _namespace(namespace)
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         vectors = conn.execute("SELECT idx, vector FROM vectors WHERE vectors_key = ? ORDER BY idx",
                                (vectors_key,)).fetchall()
         if not vectors:
@@ -196,11 +204,11 @@ def upsert(ctx: Any, namespace: str, document_id: str, revision: int, vectors_ke
 
 
 @action("index.delete_stale", permissions=["index:write"], effect="write")
-def delete_stale(ctx: Any, namespace: str, document_id: str, keep_revision: int) -> dict:
+def delete_stale(ctx: Any, namespace: str, document_id: str, keep_revision: int) -> dict[str, Any]:
     """Delete the document's entries from revisions older than ``keep_revision``; returns deleted."""
     _namespace(namespace)
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         cur = conn.execute("DELETE FROM index_entries WHERE namespace = ? AND document_id = ? AND revision < ?",
                            (namespace, document_id, keep_revision))
         return {"namespace": namespace, "document_id": document_id, "kept_revision": keep_revision,
@@ -211,12 +219,12 @@ def delete_stale(ctx: Any, namespace: str, document_id: str, keep_revision: int)
 
 
 @action("docs.set_status", permissions=["docs:write"], effect="write")
-def set_status(ctx: Any, document_id: str, revision: int, status: str, detail: str = "") -> dict:
+def set_status(ctx: Any, document_id: str, revision: int, status: str, detail: str = "") -> dict[str, Any]:
     """Record the indexing status of a document revision (e.g. indexed, unsupported)."""
     if not isinstance(status, str) or not re.match(r"^[a-z][a-z_]{0,31}$", status):
         raise StepError("invalid_request", f"status {status!r} must be a lower-case word such as 'indexed'")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         _document(conn, document_id, revision)
         conn.execute("INSERT OR REPLACE INTO doc_status VALUES (?, ?, ?, ?, ?)",
                      (document_id, revision, status, detail, store.run_id(ctx)))

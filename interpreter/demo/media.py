@@ -26,14 +26,14 @@ def _sha256(object_key: str) -> str:
     return hashlib.sha256(f"demo-upload:{object_key}".encode()).hexdigest()
 
 
-def _upload(conn: Any, object_key: Any) -> dict:
+def _upload(conn: Any, object_key: Any) -> dict[str, Any]:
     row = conn.execute("SELECT * FROM uploads WHERE object_key = ?", (str(object_key),)).fetchone()
     if row is None:
         raise StepError("invalid_request", f"no object {object_key!r} in the demo upload bucket")
     return dict(row)
 
 
-def _quarantined(conn: Any, quarantine_key: Any) -> dict:
+def _quarantined(conn: Any, quarantine_key: Any) -> dict[str, Any]:
     row = conn.execute("SELECT * FROM quarantine WHERE quarantine_key = ?", (str(quarantine_key),)).fetchone()
     if row is None:
         raise StepError("invalid_request", f"nothing in quarantine under {quarantine_key!r}")
@@ -41,7 +41,7 @@ def _quarantined(conn: Any, quarantine_key: Any) -> dict:
 
 
 @action("images.validate", permissions=["uploads:read"], effect="read")
-def validate(ctx: Any, object_key: str, declared_type: str, max_bytes: int, max_pixels: int) -> dict:
+def validate(ctx: Any, object_key: str, declared_type: str, max_bytes: int, max_pixels: int) -> dict[str, Any]:
     """Check an upload's real type and size against the declared type and the limits;
     returns sha256, width, height, bytes, content_type."""
     with store.connect() as conn:
@@ -58,9 +58,9 @@ def validate(ctx: Any, object_key: str, declared_type: str, max_bytes: int, max_
 
 
 @action("images.quarantine", permissions=["quarantine:write"], effect="write")
-def quarantine(ctx: Any, image_id: str, object_key: str, sha256: str) -> dict:
+def quarantine(ctx: Any, image_id: str, object_key: str, sha256: str) -> dict[str, Any]:
     """Move an upload into quarantine (nothing reads its pixels before the scan); returns quarantine_key."""
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         _upload(conn, object_key)
         if sha256 != _sha256(object_key):
             raise StepError("invalid_request", f"sha256 of {object_key!r} changed since it was validated")
@@ -73,7 +73,7 @@ def quarantine(ctx: Any, image_id: str, object_key: str, sha256: str) -> dict:
                       perform)
 
 
-def _refuse_malware(conn: Any, quarantine_key: str) -> dict:
+def _refuse_malware(conn: Any, quarantine_key: str) -> dict[str, Any]:
     held = _quarantined(conn, quarantine_key)
     signature = _upload(conn, held["object_key"])["malware"]
     if signature:
@@ -82,15 +82,18 @@ def _refuse_malware(conn: Any, quarantine_key: str) -> dict:
 
 
 @action("images.scan", permissions=["malware:scan"], effect="read")
-def scan(ctx: Any, quarantine_key: str) -> dict:
+def scan(ctx: Any, quarantine_key: str) -> dict[str, Any]:
     """Scan a quarantined upload; malware is ``policy_denied`` (never retried). Returns the verdict."""
     with store.connect() as conn:
         _refuse_malware(conn, quarantine_key)
     return {"quarantine_key": quarantine_key, "verdict": "clean", "engine": "demo-scanner 1.0"}
 
 
-def _resize(width: int, height: int, variant: dict) -> tuple[int, int]:
-    w, h, fit = variant.get("width"), variant.get("height"), variant.get("fit", "inside")
+def _resize(width: int, height: int, variant: dict[str, Any]) -> tuple[int, int]:
+    # process() has checked the variant: width an int > 0, height None or an int > 0
+    w: int = variant["width"]
+    h: int | None = variant.get("height")
+    fit = variant.get("fit", "inside")
     if fit == "cover":
         return w, h or w
     scale = min(w / width, (h / height) if h else 1.0, 1.0)
@@ -98,7 +101,7 @@ def _resize(width: int, height: int, variant: dict) -> tuple[int, int]:
 
 
 @action("images.process", permissions=["images:process"], effect="write")
-def process(ctx: Any, quarantine_key: str, variants: list, strip_metadata: bool = True) -> dict:
+def process(ctx: Any, quarantine_key: str, variants: list[Any], strip_metadata: bool = True) -> dict[str, Any]:
     """Render the requested variants (``{name, width, height?, fit: cover|inside}``) of a scanned upload;
     returns variants (name, key, width, height, bytes) and a preview_url."""
     if not isinstance(variants, list) or not variants:
@@ -128,12 +131,13 @@ def process(ctx: Any, quarantine_key: str, variants: list, strip_metadata: bool 
 
 
 @action("storage.put", permissions=["storage:write"], effect="irreversible")
-def put(ctx: Any, image_id: str, version: str, variants: list, metadata: dict | None = None) -> dict:
+def put(ctx: Any, image_id: str, version: str, variants: list[Any],
+        metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """Store the processed variants and their metadata as a version of the image; returns keys."""
     if not isinstance(variants, list) or not all(isinstance(v, dict) and "name" in v for v in variants):
         raise StepError("invalid_request", "storage.put needs the variants from images.process")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         keys = []
         for v in variants:
             ext = str(v.get("key", "x.bin")).rsplit(".", 1)[-1]
@@ -148,7 +152,7 @@ def put(ctx: Any, image_id: str, version: str, variants: list, metadata: dict | 
 
 
 @action("storage.delete", permissions=["storage:write"], effect="write")
-def delete(ctx: Any, image_id: str, version: str) -> dict:
+def delete(ctx: Any, image_id: str, version: str) -> dict[str, Any]:
     """Delete a stored version of the image (the compensation of ``storage.put``); returns deleted."""
     with store.connect(write=True) as conn:
         cur = conn.execute("DELETE FROM stored_images WHERE image_id = ? AND version = ?", (image_id, version))
@@ -156,12 +160,12 @@ def delete(ctx: Any, image_id: str, version: str) -> dict:
 
 
 @action("images.publish", permissions=["cdn:publish"], effect="irreversible")
-def publish(ctx: Any, image_id: str, version: str, keys: list, alt_text: str) -> dict:
+def publish(ctx: Any, image_id: str, version: str, keys: list[Any], alt_text: str) -> dict[str, Any]:
     """Publish stored variants on the CDN; returns url (the largest variant), urls, publication_id."""
     if not isinstance(keys, list) or not keys:
         raise StepError("invalid_request", "images.publish needs the keys returned by storage.put")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         stored = {r["key"] for r in conn.execute("SELECT key FROM stored_images WHERE image_id = ? AND version = ?",
                                                  (image_id, version))}
         missing = [k for k in keys if k not in stored]
@@ -179,9 +183,9 @@ def publish(ctx: Any, image_id: str, version: str, keys: list, alt_text: str) ->
 
 
 @action("images.reject", permissions=["quarantine:write"], effect="write")
-def reject(ctx: Any, image_id: str, quarantine_key: str, reason: str, retain_days: int = 90) -> dict:
+def reject(ctx: Any, image_id: str, quarantine_key: str, reason: str, retain_days: int = 90) -> dict[str, Any]:
     """Mark a quarantined upload rejected and keep it ``retain_days`` for forensics."""
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         _quarantined(conn, quarantine_key)
         conn.execute("UPDATE quarantine SET status = 'rejected', reason = ?, retain_days = ? WHERE quarantine_key = ?",
                      (reason, retain_days, quarantine_key))
@@ -193,7 +197,7 @@ def reject(ctx: Any, image_id: str, quarantine_key: str, reason: str, retain_day
 
 
 @action("notifications.send", permissions=["notify:send"], effect="irreversible")
-def notify(ctx: Any, user_id: str, template: str, data: dict | None = None) -> dict:
+def notify(ctx: Any, user_id: str, template: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """Send an in-app notification (into the demo notifications table); returns notification_id."""
     if template not in NOTIFICATION_TEMPLATES:
         raise StepError("invalid_request", f"unknown notification template {template!r}; known: "
@@ -201,7 +205,7 @@ def notify(ctx: Any, user_id: str, template: str, data: dict | None = None) -> d
     if not isinstance(user_id, str) or not user_id:
         raise StepError("invalid_request", "notifications.send needs a user_id")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         n, notification_id = store.next_id(conn, "notifications", "ntf")
         conn.execute("INSERT INTO notifications VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (n, notification_id, user_id, template, store.dumps(data or {}), store.run_id(ctx),

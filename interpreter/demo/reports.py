@@ -53,7 +53,7 @@ def _digest(*parts: Any) -> bytes:
 
 
 @action("metrics.query", permissions=["metrics:read"], effect="read")
-def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list | None = None) -> dict:
+def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list[Any] | None = None) -> dict[str, Any]:
     """Aggregate ``metric`` (llm_usage: calls, tokens, cost_usd; workflow_runs: runs) over the window,
     grouped by ``group_by``; returns {metric, since, until, rows, totals}. workflow_runs totals also
     count failed runs."""
@@ -71,7 +71,7 @@ def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list | None =
         found = conn.execute('SELECT dims, "values" FROM metric_baselines WHERE metric = ? ORDER BY rowid', (metric,))
         baselines = [(json.loads(r["dims"]), json.loads(r["values"])) for r in found]
     scaled = [(d, {name: _scaled(v, scale) for name, v in values.items()}) for d, values in baselines]
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     totals: dict[str, Any] = {}
     for d, values in scaled:
         key = tuple(d[g] for g in group_by)
@@ -86,7 +86,7 @@ def query(ctx: Any, metric: str, since: Any, until: Any, group_by: list | None =
     return {"metric": metric, "since": _iso(start), "until": _iso(end), "rows": rows, "totals": totals}
 
 
-def _rounded(values: dict) -> dict:
+def _rounded(values: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
 
 
@@ -95,7 +95,7 @@ def _scaled(value: Any, scale: float) -> Any:
 
 
 @action("incidents.list", permissions=["incidents:read"], effect="read")
-def list_incidents(ctx: Any, since: Any, until: Any, min_severity: str = "sev4") -> dict:
+def list_incidents(ctx: Any, since: Any, until: Any, min_severity: str = "sev4") -> dict[str, Any]:
     """Incidents that started in the window with severity ``min_severity`` or worse:
     {items: [{incident_id, severity, title, workflow, started_at, duration_minutes}], count}."""
     if min_severity not in SEVERITIES:
@@ -117,12 +117,12 @@ def list_incidents(ctx: Any, since: Any, until: Any, min_severity: str = "sev4")
 
 
 @action("reports.archive", permissions=["reports:write"], effect="irreversible")
-def archive(ctx: Any, kind: str, period: Any, report: Any, message_id: str | None = None) -> dict:
+def archive(ctx: Any, kind: str, period: Any, report: Any, message_id: str | None = None) -> dict[str, Any]:
     """Keep ``report`` as the report of record for (kind, period); returns archive_id."""
     if not isinstance(kind, str) or not kind:
         raise StepError("invalid_request", "reports.archive needs a kind")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         n, archive_id = store.next_id(conn, "report_archive", "rep")
         conn.execute("INSERT INTO report_archive VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                      (n, archive_id, kind, str(period), store.dumps(report), message_id, store.run_id(ctx),

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
-LEADS = [
+LEADS: list[dict[str, Any]] = [
     {"lead_id": "lead_acme", "name": "Ada Park", "title": "VP Operations", "company": "Acme Corporation",
      "email": "ada.park@acme.example", "industry": "manufacturing", "country": "US",
      "employees": 5000, "budget_usd": 250000,
@@ -123,13 +124,14 @@ def load(conn: sqlite3.Connection) -> None:
 
 # --- support desk (support-triage) ---------------------------------------------------------
 
-def _ticket(ticket_id, customer_id, customer_name, subject, body, status="open", category=None, priority=None):
+def _ticket(ticket_id: str, customer_id: str, customer_name: str, subject: str, body: str, status: str = "open",
+            category: str | None = None, priority: str | None = None) -> dict[str, Any]:
     return {"ticket_id": ticket_id, "customer_id": customer_id, "customer_name": customer_name, "subject": subject,
             "body": body, "status": status, "channel": "email", "category": category, "priority": priority,
             "tags": [], "queue": None}
 
 
-TICKETS = [
+TICKETS: list[dict[str, Any]] = [
     _ticket("tkt_1001", "cus_0042", "Lena Novak", "Where is my order?",
             "Hi, I ordered a desk lamp (order ord_5521) ten days ago and the tracking page has not changed "
             "since Monday. Can you tell me when it will arrive?"),
@@ -150,7 +152,7 @@ TICKETS = [
             status="closed", category="billing", priority="normal"),
 ]
 
-ORDERS = [
+ORDERS: list[dict[str, Any]] = [
     {"order_id": "ord_5521", "customer_id": "cus_0042", "status": "shipped", "carrier": "DemoPost",
      "tracking_number": "DP123456789", "shipped_on": "2024-05-06", "estimated_delivery": "2024-05-14",
      "items": [{"sku": "LAMP-01", "name": "Desk lamp", "quantity": 1}], "total_usd": 49.0},

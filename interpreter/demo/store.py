@@ -76,7 +76,7 @@ _ready: set[str] = set()
 _lock = threading.Lock()
 
 
-def configure(path: str | os.PathLike | None) -> Path:
+def configure(path: str | os.PathLike[str] | None) -> Path:
     """Use ``path`` for the demo database from now on (``None``: back to the env var or default)."""
     global _configured
     _configured = Path(path) if path is not None else None
@@ -118,7 +118,7 @@ def _ensure(path: Path) -> None:
 
 
 @contextmanager
-def connect(path: str | os.PathLike | None = None, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+def connect(path: str | os.PathLike[str] | None = None, *, write: bool = False) -> Iterator[sqlite3.Connection]:
     """A connection to the (created and seeded) database; ``write`` wraps it in one transaction."""
     target = Path(path) if path is not None else db_path()
     _ensure(target)
@@ -138,7 +138,7 @@ def connect(path: str | os.PathLike | None = None, *, write: bool = False) -> It
         conn.close()
 
 
-def reset(path: str | os.PathLike | None = None) -> None:
+def reset(path: str | os.PathLike[str] | None = None) -> None:
     """Empty the demo database and seed it again."""
     target = Path(path) if path is not None else db_path()
     if target.exists():
@@ -153,7 +153,8 @@ def reset(path: str | os.PathLike | None = None) -> None:
     _ensure(target)
 
 
-def once(ctx: Any, action: str, args: dict, perform: Callable[[sqlite3.Connection], dict]) -> dict:
+def once(ctx: Any, action: str, args: dict[str, Any],
+         perform: Callable[[sqlite3.Connection], dict[str, Any]]) -> dict[str, Any]:
     """Run ``perform(conn)`` at most once per ``(action, ctx.idempotency_key)``.
 
     A repeated key returns the recorded result and performs nothing (the arguments of
@@ -165,7 +166,8 @@ def once(ctx: Any, action: str, args: dict, perform: Callable[[sqlite3.Connectio
         if key is not None:
             row = conn.execute("SELECT result FROM effects WHERE action = ? AND key = ?", (action, key)).fetchone()
             if row is not None:
-                return json.loads(row["result"])
+                recorded: dict[str, Any] = json.loads(row["result"])
+                return recorded
         result = perform(conn)
         if key is not None:
             conn.execute("INSERT INTO effects VALUES (?, ?, ?, ?, ?)",
@@ -179,7 +181,7 @@ def next_id(conn: sqlite3.Connection, table: str, prefix: str) -> tuple[int, str
     return n, f"{prefix}_{n:06d}"
 
 
-def rows(table: str, path: str | os.PathLike | None = None, **where: Any) -> list[dict]:
+def rows(table: str, path: str | os.PathLike[str] | None = None, **where: Any) -> list[dict[str, Any]]:
     """Rows of ``table`` (filtered by equality on ``where``) as dicts, JSON columns decoded."""
     if table not in TABLES:
         raise ValueError(f"no demo table {table!r}; tables: {', '.join(TABLES)}")
@@ -189,7 +191,7 @@ def rows(table: str, path: str | os.PathLike | None = None, **where: Any) -> lis
         return [_decode(dict(r)) for r in conn.execute(sql, tuple(where.values()))]
 
 
-def _decode(row: dict) -> dict:
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
     for k in _JSON_COLUMNS & row.keys():
         if isinstance(row[k], str):
             row[k] = json.loads(row[k])

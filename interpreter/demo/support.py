@@ -21,19 +21,20 @@ PRIORITIES = ("low", "normal", "high", "urgent")
 QUEUES = ("tier1", "tier2", "billing", "on-call")
 
 
-def _ticket(conn: Any, ticket_id: Any) -> dict:
+def _ticket(conn: Any, ticket_id: Any) -> dict[str, Any]:
     row = conn.execute("SELECT record FROM tickets WHERE ticket_id = ?", (str(ticket_id),)).fetchone()
     if row is None:
         raise StepError("invalid_request", f"no ticket {ticket_id!r} in the demo helpdesk")
-    return json.loads(row["record"])
+    ticket: dict[str, Any] = json.loads(row["record"])
+    return ticket
 
 
-def _save(conn: Any, ticket: dict) -> None:
+def _save(conn: Any, ticket: dict[str, Any]) -> None:
     conn.execute("UPDATE tickets SET record = ? WHERE ticket_id = ?", (store.dumps(ticket), ticket["ticket_id"]))
 
 
 @action("tickets.get", permissions=["tickets:read"], effect="read")
-def get_ticket(ctx: Any, ticket_id: str) -> dict:
+def get_ticket(ctx: Any, ticket_id: str) -> dict[str, Any]:
     """The ticket: ticket_id, customer_id, customer_name, subject, body, status, channel, category,
     priority, tags, queue."""
     with store.connect() as conn:
@@ -41,7 +42,7 @@ def get_ticket(ctx: Any, ticket_id: str) -> dict:
 
 
 @action("tickets.history", permissions=["tickets:read"], effect="read")
-def history(ctx: Any, customer_id: str, limit: int = 10) -> dict:
+def history(ctx: Any, customer_id: str, limit: int = 10) -> dict[str, Any]:
     """The customer's tickets, newest id first: {tickets: [{ticket_id, subject, status, category}], count}."""
     with store.connect() as conn:
         found = [json.loads(r["record"]) for r in conn.execute("SELECT record FROM tickets ORDER BY ticket_id DESC")]
@@ -51,7 +52,7 @@ def history(ctx: Any, customer_id: str, limit: int = 10) -> dict:
 
 
 @action("orders.lookup", permissions=["orders:read"], effect="read")
-def lookup(ctx: Any, order_id: str | None = None, customer_id: str | None = None) -> dict:
+def lookup(ctx: Any, order_id: str | None = None, customer_id: str | None = None) -> dict[str, Any]:
     """Orders by ``order_id`` or by ``customer_id``: {orders: [order records], count}."""
     if not order_id and not customer_id:
         raise StepError("invalid_request", "orders.lookup needs an order_id or a customer_id")
@@ -68,7 +69,7 @@ def lookup(ctx: Any, order_id: str | None = None, customer_id: str | None = None
 
 
 @action("kb.search", permissions=["kb:read"], effect="read")
-def search(ctx: Any, query: str, limit: int = 3) -> dict:
+def search(ctx: Any, query: str, limit: int = 3) -> dict[str, Any]:
     """Knowledge-base articles ranked by shared words with ``query``:
     {results: [{article_id, title, snippet, score}], count}."""
     terms = set(re.findall(r"[a-z0-9]+", str(query).lower()))
@@ -87,13 +88,13 @@ def search(ctx: Any, query: str, limit: int = 3) -> dict:
 
 
 @action("tickets.update", permissions=["tickets:write"], effect="write")
-def update(ctx: Any, ticket_id: str, category: str, priority: str, tags: list | None = None) -> dict:
+def update(ctx: Any, ticket_id: str, category: str, priority: str, tags: list[Any] | None = None) -> dict[str, Any]:
     """Set the ticket's category, priority and (added) tags; returns the new values."""
     if category not in CATEGORIES or priority not in PRIORITIES:
         raise StepError("invalid_request", f"category must be one of {', '.join(CATEGORIES)} and priority one of "
                         f"{', '.join(PRIORITIES)}; got {category!r}, {priority!r}")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         ticket = _ticket(conn, ticket_id)
         ticket.update(category=category, priority=priority,
                       tags=sorted(set(ticket.get("tags") or []) | {str(t) for t in tags or []}))
@@ -105,14 +106,14 @@ def update(ctx: Any, ticket_id: str, category: str, priority: str, tags: list | 
 
 
 @action("tickets.reply", permissions=["tickets:reply"], effect="irreversible")
-def reply(ctx: Any, ticket_id: str, body: str, visibility: str = "public") -> dict:
+def reply(ctx: Any, ticket_id: str, body: str, visibility: str = "public") -> dict[str, Any]:
     """Post a reply on the ticket (public: the customer sees it); returns reply_id."""
     if not isinstance(body, str) or not body.strip():
         raise StepError("invalid_request", "a reply needs a body")
     if visibility not in ("public", "internal"):
         raise StepError("invalid_request", f"visibility must be public or internal, not {visibility!r}")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         ticket = _ticket(conn, ticket_id)
         n, reply_id = store.next_id(conn, "ticket_replies", "rpl")
         conn.execute("INSERT INTO ticket_replies VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -126,12 +127,12 @@ def reply(ctx: Any, ticket_id: str, body: str, visibility: str = "public") -> di
 
 
 @action("tickets.assign", permissions=["tickets:write"], effect="write")
-def assign(ctx: Any, ticket_id: str, queue: str, note: str | None = None) -> dict:
+def assign(ctx: Any, ticket_id: str, queue: str, note: str | None = None) -> dict[str, Any]:
     """Hand the ticket to a human queue (tier1, tier2, billing, on-call) with an internal note."""
     if queue not in QUEUES:
         raise StepError("invalid_request", f"unknown queue {queue!r}; queues: {', '.join(QUEUES)}")
 
-    def perform(conn: Any) -> dict:
+    def perform(conn: Any) -> dict[str, Any]:
         ticket = _ticket(conn, ticket_id)
         ticket.update(queue=queue, status="assigned")
         _save(conn, ticket)

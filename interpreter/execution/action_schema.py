@@ -49,7 +49,7 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-def parameters_schema(fn: Callable[..., Any], *, kwargs_open: bool = False) -> dict:
+def parameters_schema(fn: Callable[..., Any], *, kwargs_open: bool = False) -> dict[str, Any]:
     """The JSON Schema of ``fn``'s keyword arguments after ``ctx``; with ``kwargs_open`` a function taking
     ``**kwargs`` accepts other arguments (what it can be called with); without, only those it names (what a
     model is offered as a tool)."""
@@ -72,7 +72,7 @@ def parameters_schema(fn: Callable[..., Any], *, kwargs_open: bool = False) -> d
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": open_}
 
 
-def return_schema(fn: Callable[..., Any]) -> dict | None:
+def return_schema(fn: Callable[..., Any]) -> dict[str, Any] | None:
     """The schema of ``fn``'s return annotation, or None when it has none (or it says nothing: ``Any``)."""
     hint = _hints(fn).get("return", inspect.Parameter.empty)
     if hint is inspect.Parameter.empty:
@@ -81,7 +81,7 @@ def return_schema(fn: Callable[..., Any]) -> dict | None:
     return schema or None
 
 
-def type_schema(hint: Any, depth: int = 0) -> dict:
+def type_schema(hint: Any, depth: int = 0) -> dict[str, Any]:
     """The JSON Schema of one type hint (see the module docstring)."""
     if depth > _MAX_DEPTH or hint is Any or hint is inspect.Parameter.empty:
         return {}
@@ -132,7 +132,7 @@ def type_schema(hint: Any, depth: int = 0) -> dict:
     return {}
 
 
-def _typed_dict(hint: Any, depth: int) -> dict:
+def _typed_dict(hint: Any, depth: int) -> dict[str, Any]:
     try:
         fields = typing.get_type_hints(hint, include_extras=True)
     except Exception:  # noqa: BLE001 - as for a function: unresolvable means any value
@@ -162,7 +162,7 @@ def _is_pydantic_model(hint: type) -> bool:
     return issubclass(hint, BaseModel)
 
 
-def _pydantic_schema(hint: type) -> dict:
+def _pydantic_schema(hint: type) -> dict[str, Any]:
     """A pydantic model's or a dataclass's schema, with its ``$defs`` inlined (unknown where they recurse)."""
     try:
         from pydantic import TypeAdapter
@@ -173,7 +173,7 @@ def _pydantic_schema(hint: type) -> dict:
     return inline_refs(raw)
 
 
-def inline_refs(schema: dict) -> dict:
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with every local ``#/$defs/NAME`` reference replaced by its definition; a reference inside its
     own definition (a recursive type) becomes ``{}``, any value."""
     defs = schema.get("$defs", {})
@@ -191,7 +191,8 @@ def inline_refs(schema: dict) -> dict:
             return [walk(v, seen) for v in node]
         return node
 
-    return walk(schema, ())
+    inlined: dict[str, Any] = walk(schema, ())
+    return inlined
 
 
 _PARAM_LINE = re.compile(r"^\s*(?::param\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*:\s*(?P<text>.+)$")

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sealflow.core.errors import ActionRegistrationError
@@ -35,7 +35,7 @@ class Action:
     #: API: a lost attempt may or may not have acted, and waits for a person: engine/poison.py)
     honours_idempotency_key: bool = True
     #: ``@action(output_schema=...)``: what it returns, when its return annotation does not say
-    declared_output: dict | None = None
+    declared_output: dict[str, Any] | None = None
 
     def __call__(self, ctx: Any, **kwargs: Any) -> Any:
         return self.fn(ctx, **kwargs)
@@ -46,14 +46,14 @@ class Action:
         return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
     @functools.cached_property
-    def input_schema(self) -> dict:
+    def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of its ``with:`` arguments, from the signature and type hints (action_schema)."""
         from sealflow.execution.action_schema import parameters_schema
 
         return parameters_schema(self.fn, kwargs_open=True)
 
     @functools.cached_property
-    def output_schema(self) -> dict | None:
+    def output_schema(self) -> dict[str, Any] | None:
         """The JSON Schema of what it returns (``output_schema=``, else the return annotation), or None."""
         if self.declared_output is not None:
             return self.declared_output
@@ -104,10 +104,10 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         return name in self._actions
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._actions))
 
-    def items(self):
+    def items(self) -> list[tuple[str, Action]]:
         return sorted(self._actions.items())
 
 
@@ -123,7 +123,7 @@ def action(
     registry: Registry | None = None,
     isolation: str | None = None,
     honours_idempotency_key: bool = True,
-    output_schema: dict | None = None,
+    output_schema: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Action]:
     """Register a function as the action ``name``.
 

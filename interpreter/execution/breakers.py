@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from sealflow.core import breakers as rules
 from sealflow.core.breakers import BreakerSettings
 from sealflow.core.outcomes import Failed, Outcome, Skipped
 from sealflow.execution.context import Execution
 from sealflow.store.records import AuditEvent
+
+#: what the guarded call returns (a step's outcome; a model call's Succeeded or Failed)
+OutcomeT = TypeVar("OutcomeT", bound=Outcome)
 
 log = logging.getLogger("sealflow.breakers")
 
@@ -40,8 +44,8 @@ def guarded(x: Execution, execute: Callable[[Execution], Outcome]) -> Outcome:
     return through(x, found[0], found[1], lambda: execute(x), what=f"step {x.step.id!r}")
 
 
-def through(x: Execution, name: str, settings: BreakerSettings, call: Callable[[], Outcome], *,
-            what: str) -> Outcome:
+def through(x: Execution, name: str, settings: BreakerSettings, call: Callable[[], OutcomeT], *,
+            what: str) -> OutcomeT | Failed:
     """``call()`` if breaker ``name`` admits it, its outcome recorded; else ``circuit_open``."""
     store, clock = x.services.store, x.services.clock
     try:
@@ -81,7 +85,7 @@ def through(x: Execution, name: str, settings: BreakerSettings, call: Callable[[
     return outcome
 
 
-def through_model(x: Execution, model: str, provider, call: Callable[[], Outcome]) -> Outcome:
+def through_model(x: Execution, model: str, provider: object, call: Callable[[], OutcomeT]) -> OutcomeT | Failed:
     """``call()`` (a model call) through breaker ``model:<model>`` when the provider's configuration
     (the ``models:`` section) has ``circuit_breaker:`` settings; else just ``call()``."""
     spec = getattr(getattr(provider, "config", None), "circuit_breaker", None)

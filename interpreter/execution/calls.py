@@ -10,24 +10,27 @@ traceback with the failed attempt, and its message names where in the action's c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from sealflow.core.errors import StepError
-from sealflow.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.core.outcomes import Failed, Succeeded
 from sealflow.core.tracebacks import failure
 from sealflow.execution import isolation, sandbox
+from sealflow.execution.actions import Action
 from sealflow.execution.context import Execution, StepContext
 from sealflow.execution.leasewatch import LeaseWatch
 from sealflow.execution.timeouts import AttemptTimedOut, WaitInterrupted
 
 
-def own_args(args: dict) -> dict:
+def own_args(args: dict[str, Any]) -> dict[str, Any]:
     """Arguments the action may mutate freely: maps and lists taken from earlier outputs are copied
     (they are shared with the engine's decoded-output cache)."""
     return {k: json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v for k, v in args.items()}
 
 
-def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None = None,
-         cancellable: bool = True) -> Outcome:
+def call(x: Execution, fn: Callable[[StepContext], Any], key: str | None, *, act: Action | None = None,
+         timeout_ms: int | None = None, cancellable: bool = True) -> Succeeded | Failed:
     """Run ``fn(ctx)`` on a runner thread within the attempt's deadline; classify what goes wrong.
 
     ``act``'s declared secrets are resolved into ``ctx.secrets`` and ``ctx.tempdir`` is removed when
@@ -38,7 +41,7 @@ def call(x: Execution, fn, key: str | None, *, act=None, timeout_ms: int | None 
     child process (:mod:`~sealflow.execution.isolation`)."""
     services = x.services
     run_id = x.run.id
-    job_box: list = []
+    job_box: list[Any] = []
     lease = LeaseWatch(services.store, services.clock, x.attempt)  # a replaced attempt knows it
 
     def cancelled() -> bool:

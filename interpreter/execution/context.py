@@ -68,7 +68,7 @@ class OutputCache:
 
 
 def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | None]],
-                       cache: OutputCache | None = None) -> dict:
+                       cache: OutputCache | None = None) -> dict[str, Any]:
     if cache is None:
         steps = {sid: {"status": status, "output": None if out is None else json.loads(out)}
                  for sid, (status, out) in results.items()}
@@ -117,7 +117,8 @@ class Services:
     runner: AttemptRunner
     rng: random.Random
     is_cancelled: Callable[[str], bool]
-    validators: dict = dataclasses.field(default_factory=dict)
+    #: (plan digest, step id, what) -> a compiled JSON Schema validator (steps.checks)
+    validators: dict[tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)
     #: the runtime configuration (:class:`sealflow.runtime.config.RuntimeConfig`; None: defaults)
     config: ExecutionConfig | None = None
     #: where declared secrets come from (:class:`sealflow.execution.secrets.SecretChain`;
@@ -147,7 +148,7 @@ class Execution:
                  "_context", "fencing_token")
 
     def __init__(self, services: Services, plan: Plan, step: PlanStep, run: RunRecord, attempt: AttemptRecord,
-                 context: dict | None, now: float, *, resumed: bool = False, gate: bool = False,
+                 context: dict[str, Any] | None, now: float, *, resumed: bool = False, gate: bool = False,
                  results: Mapping[str, tuple[str, str | None]] | None = None, outputs: OutputCache | None = None):
         self.services, self.plan, self.step, self.run, self.attempt = services, plan, step, run, attempt
         self.now = now
@@ -160,7 +161,7 @@ class Execution:
         self.fencing_token: int | None = None
 
     @property
-    def context(self) -> dict:
+    def context(self) -> dict[str, Any]:
         if self._context is None:
             self._context = expression_context(self.run, self._results or {}, self._outputs)
         return self._context
@@ -219,11 +220,11 @@ class StepContext:
         self.secrets: Mapping[str, str] = _EMPTY
         # execution.tempfiles.TempArea, attached by execution.sandbox
         self._temp = None
-        self._log: logging.LoggerAdapter | None = None
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
         self._cancelled = cancelled
 
     @property
-    def log(self) -> logging.LoggerAdapter:
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger that tags records with the run and step ids."""
         if self._log is None:
             self._log = logging.LoggerAdapter(logging.getLogger("sealflow.action"),

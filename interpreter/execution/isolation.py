@@ -33,11 +33,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core import redacted_output
 from sealflow.core.errors import ConfigError
 from sealflow.core.tracebacks import failure
+
+if TYPE_CHECKING:
+    from sealflow.core.outcomes import Failed, Succeeded
 
 MODES = ("thread", "process")
 ENV = "SEALFLOW_ISOLATION"
@@ -48,7 +51,7 @@ _RESULT_SLACK = 64 * 1024
 
 
 def check_mode(value: Any, where: str) -> str:
-    if value not in MODES:
+    if not isinstance(value, str) or value not in MODES:
         raise ConfigError(f"{where}: isolation {value!r} must be one of {', '.join(MODES)}")
     return value
 
@@ -104,7 +107,7 @@ def _flush_output() -> None:
             pass
 
 
-def _child(body: Callable[[Callable[[], bool]], tuple], out_fd: int, cancel_fd: int) -> None:
+def _child(body: Callable[[Callable[[], bool]], tuple[Any, ...]], out_fd: int, cancel_fd: int) -> None:
     """In the child: run, send ``pickle((kind, value))``, write out what the action printed (redacted, as in the
     worker) and exit at once (never returns)."""
     code = 0
@@ -138,8 +141,8 @@ class ChildTooLarge(Exception):
     """The child sent back more than the parent reads; it was killed."""
 
 
-def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
-               should_cancel: Callable[[], bool] = lambda: False, max_bytes: int | None = None) -> tuple:
+def run_forked(body: Callable[[Callable[[], bool]], tuple[Any, ...]], timeout: float,
+               should_cancel: Callable[[], bool] = lambda: False, max_bytes: int | None = None) -> tuple[Any, ...]:
     """Run ``body(cancelled)`` in a forked child; return what it returned (a picklable tuple).
 
     :class:`ChildTimedOut` after ``timeout`` seconds (the child is killed), :class:`ChildDied` when
@@ -189,19 +192,20 @@ def run_forked(body: Callable[[Callable[[], bool]], tuple], timeout: float,
     if not chunks:
         raise ChildDied(_describe(status))
     try:
-        return pickle.loads(b"".join(chunks))
+        result: tuple[Any, ...] = pickle.loads(b"".join(chunks))
+        return result
     except Exception as exc:  # noqa: BLE001 - a child killed while writing
         raise ChildDied(f"{_describe(status)} (its result was cut short: {exc})") from None
 
 
 def call_isolated(x: Any, box: Any, fn: Callable[[Any], Any], ctx: Any, timeout: float,
-                  cancelled: Callable[[], bool], key: str | None) -> Any:
+                  cancelled: Callable[[], bool], key: str | None) -> Succeeded | Failed:
     """:func:`sealflow.execution.calls.call` under ``isolation: process``: ``fn(ctx)`` in a
     forked child inside its sandbox; the outcome, classified like a threaded attempt's."""
     from sealflow.core.outcomes import Failed, Succeeded
     from sealflow.execution.context import payload_limit
 
-    def body(child_cancelled: Callable[[], bool]) -> tuple:
+    def body(child_cancelled: Callable[[], bool]) -> tuple[Any, ...]:
         ctx._cancelled = child_cancelled
         try:
             out = box.run(fn, ctx)

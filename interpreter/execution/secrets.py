@@ -42,10 +42,10 @@ import os
 import re
 import types
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sealflow.core.errors import StepError
-from sealflow.core.redaction import (  # noqa: F401 - re-exported: the secrets API
+from sealflow.core.redaction import (  # re-exported: the secrets API (__all__)
     KNOWN_LOGGERS,
     MIN_REDACT_LENGTH,
     REDACTOR,
@@ -53,6 +53,13 @@ from sealflow.core.redaction import (  # noqa: F401 - re-exported: the secrets A
     Redactor,
     install_log_filter,
 )
+
+if TYPE_CHECKING:
+    from sealflow.store.base import Commit
+
+__all__ = ["ENV_PREFIX", "DIR_ENV", "SecretProvider", "env_name", "EnvSecrets", "FileSecrets", "SecretChain",
+           "redact_commit", "chain_for", "KNOWN_LOGGERS", "MIN_REDACT_LENGTH", "REDACTOR", "RedactingFilter",
+           "Redactor", "install_log_filter"]
 
 ENV_PREFIX = "SEALFLOW_SECRET_"
 DIR_ENV = "SEALFLOW_SECRETS_DIR"
@@ -92,7 +99,7 @@ class EnvSecrets:
 class FileSecrets:
     """One file per secret in a directory (``None``: ``$SEALFLOW_SECRETS_DIR``, read at each lookup)."""
 
-    def __init__(self, directory: str | os.PathLike | None = None):
+    def __init__(self, directory: str | os.PathLike[str] | None = None):
         self._dir = None if directory is None else os.fspath(directory)
 
     @property
@@ -153,7 +160,7 @@ class SecretChain:
 
 # -- redaction (core.redaction) and commits ------------------------------------------------------
 
-def redact_commit(commit):
+def redact_commit(commit: Commit) -> Commit:
     """``commit`` (a :class:`~sealflow.store.base.Commit`) with secret values blanked out of what
     it records: JSON (outputs, ledger results) leaf by leaf and then as text, structures (attempt data,
     audit details) leaf by leaf, messages as text, in every form a secret takes (see
@@ -164,9 +171,9 @@ def redact_commit(commit):
     step, run, dead, nxt = commit.step, commit.run, commit.dead_letter, commit.next
     changes: dict[str, Any] = {}
     if step is not None:
-        fields = {"error_message": red.text(step.error_message), "error_trace": red.text(step.error_trace),
-                  "output_json": red.json_text(step.output_json),
-                  "data": red.value(step.data) if step.data else step.data}
+        fields: dict[str, Any] = {
+            "error_message": red.text(step.error_message), "error_trace": red.text(step.error_trace),
+            "output_json": red.json_text(step.output_json), "data": red.value(step.data) if step.data else step.data}
         if any(value is not getattr(step, key) for key, value in fields.items()):
             changes["step"] = dataclasses.replace(step, **fields)
     error, output = red.text(run.error_message), red.json_text(run.output_json)

@@ -42,6 +42,10 @@ class WaitInterrupted(Exception):
         self.interrupt = interrupt
 
 
+def _ran() -> Any:
+    raise RuntimeError("this attempt's function has already run")
+
+
 class Job:
     __slots__ = ("fn", "done", "guard", "result", "error", "finished", "abandoned")
 
@@ -60,7 +64,7 @@ class _Runner(threading.Thread):
     def __init__(self, pool: AttemptRunner, number: int):
         super().__init__(name=f"sealflow-attempt-{number}", daemon=True)
         self.pool = pool
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
 
     def run(self) -> None:
         while True:
@@ -75,7 +79,7 @@ class _Runner(threading.Thread):
                 job.finished = True
                 late = job.abandoned
             job.done.release()
-            job.fn = None
+            job.fn = _ran  # let go of what the function holds
             if late:
                 log.warning("a timed-out attempt returned late; its result was discarded")
             if not self.pool._give_back(self):

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: what ``socket.connect`` takes for AF_INET (host, port) and AF_INET6 (host, port, flowinfo, scope id)
+SocketAddress = tuple[str, int] | tuple[str, int, int, int]
 
 #: instance metadata and platform endpoints of cloud providers: refused even where the address looks public
 #: (Oracle's 192.0.0.192, Azure's WireServer 168.63.129.16) or is inside an allowed private range
@@ -118,7 +120,7 @@ class AddressGuard:
             return None
         return address_kind(address)
 
-    def resolve(self, host: str, port: int) -> list[tuple[int, Any]]:
+    def resolve(self, host: str, port: int) -> list[tuple[int, SocketAddress]]:
         """``(family, socket address)`` of every address ``host`` has, resolved once, each allowed; else
         :class:`AddressRefused` (or :class:`OutboundError` when the name does not resolve), before any
         connection is made."""
@@ -127,15 +129,16 @@ class AddressGuard:
         except ValueError:
             literal = None
         if literal is not None:  # no resolver asked
-            found = [(socket.AF_INET6 if literal.version == 6 else socket.AF_INET,
-                      (str(literal), port, 0, 0) if literal.version == 6 else (str(literal), port))]
+            found: list[tuple[int, SocketAddress]] = [
+                (socket.AF_INET6 if literal.version == 6 else socket.AF_INET,
+                 (str(literal), port, 0, 0) if literal.version == 6 else (str(literal), port))]
         else:
             try:
                 infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except (OSError, UnicodeError):
                 raise OutboundError("the URL's host name does not resolve") from None
             found = list(dict.fromkeys((family, sockaddr) for family, _, _, _, sockaddr in infos
-                                       if family in (socket.AF_INET, socket.AF_INET6)))
+                                       if family in (socket.AF_INET, socket.AF_INET6) and isinstance(sockaddr[0], str)))
             if not found:
                 raise OutboundError("the URL's host name does not resolve")
         for _, sockaddr in found:
@@ -147,7 +150,7 @@ class AddressGuard:
         return found
 
 
-def _pinned(addresses: list[tuple[int, Any]]) -> Any:
+def _pinned(addresses: list[tuple[int, SocketAddress]]) -> Any:
     """A stand-in for ``socket.create_connection`` that connects to the checked addresses only (in order, the
     first that answers), whatever address http.client asks for: it never resolves a name again."""
 

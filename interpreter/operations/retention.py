@@ -16,12 +16,24 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sealflow.core.errors import ConfigError
 from sealflow.store.ledger import RunLedger
 
+if TYPE_CHECKING:
+    from sealflow.store.prune import PruneReport
+
 log = logging.getLogger("sealflow.retention")
+
+
+@runtime_checkable
+class Prunable(Protocol):
+    """A store that prunes finished runs (:class:`~sealflow.store.prune.PruneMixin`: both backends; not yet in the
+    ``Store`` contract)."""
+
+    def prune_runs(self, before: float, now: float, *, actor: str = ..., include_dead_letters: bool = ...,
+                   dry_run: bool = ...) -> PruneReport: ...
 _KEYS = {"finished_runs", "every", "dead_letters"}
 
 

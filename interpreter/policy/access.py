@@ -36,11 +36,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sealflow.core.errors import SealflowError
+
+if TYPE_CHECKING:
+    from sealflow.dsl.document import Document
 
 PRINCIPAL = re.compile(r"^(user|service):[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 ROLE = re.compile(r"^role:[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -59,7 +62,7 @@ ACCESS_CODES: dict[str, tuple[str, str]] = {
 class AccessPolicyError(SealflowError):
     """The access policy cannot be used (unreadable or invalid); carries located diagnostics."""
 
-    def __init__(self, message: str, diagnostics: list | None = None):
+    def __init__(self, message: str, diagnostics: list[Any] | None = None):
         super().__init__(message)
         self.message = message
         self.diagnostics = list(diagnostics or ())
@@ -160,7 +163,7 @@ class Policy:
     operators: frozenset[str] = frozenset()
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> Policy:
+    def from_dict(cls, data: Mapping[str, Any]) -> Policy:
         """A policy from plain data (already schema-valid); unknown roles of a member grant nothing."""
         tenants = {}
         for name, body in (data.get("tenants") or {}).items():
@@ -194,7 +197,7 @@ class PolicyAccess:
 
     mode = POLICY
 
-    def __init__(self, policy: Policy | Mapping):
+    def __init__(self, policy: Policy | Mapping[str, Any]):
         self.policy = policy if isinstance(policy, Policy) else Policy.from_dict(policy)
 
     def permissions(self, tenant: str, principal: str) -> frozenset[str]:
@@ -223,10 +226,10 @@ class FileAccess:
     mode = POLICY
     SETTLE_S = 2.0
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = str(path)
         self._lock = threading.Lock()
-        self._stat: tuple | None = None
+        self._stat: tuple[Any, ...] | None = None
         self._stable = False
         self._digest: str | None = None
         self._policy: Policy | None = None
@@ -287,7 +290,7 @@ class FileAccess:
 
 # ---------------------------------------------------------------- loading
 
-def _schema_diagnostics(doc) -> list:
+def _schema_diagnostics(doc: Document) -> list[Any]:
     from jsonschema import Draft202012Validator
 
     from sealflow import schemas
@@ -298,7 +301,7 @@ def _schema_diagnostics(doc) -> list:
         Draft202012Validator(schema).iter_errors(doc.data))
 
 
-def _check(doc) -> Policy:
+def _check(doc: Document) -> Policy:
     from sealflow.dsl.errors import Diagnostic
 
     diags = _schema_diagnostics(doc)
@@ -322,7 +325,7 @@ def _check(doc) -> Policy:
     return Policy.from_dict(doc.data)
 
 
-def _loaded(load, path: str):
+def _loaded(load: Callable[[], Document], path: str) -> Document:
     from sealflow.dsl.errors import DefinitionError
 
     try:
@@ -331,11 +334,11 @@ def _loaded(load, path: str):
         raise AccessPolicyError(f"access policy {path} is invalid: {exc}", exc.diagnostics) from None
 
 
-def load_access_policy(path: str | os.PathLike) -> Policy:
+def load_access_policy(path: str | os.PathLike[str]) -> Policy:
     """Load and check an access policy file; :class:`AccessPolicyError` with every located problem."""
     from sealflow.dsl.loader import load_file
 
-    return _check(_loaded(lambda: load_file(path), str(path)))
+    return _check(_loaded(lambda: load_file(os.fspath(path)), str(path)))
 
 
 def parse_access_policy_bytes(data: bytes, path: str = "<access policy>") -> Policy:
@@ -344,7 +347,7 @@ def parse_access_policy_bytes(data: bytes, path: str = "<access policy>") -> Pol
     return _check(_loaded(lambda: load_bytes(data, path), path))
 
 
-def access_provider(path: str | os.PathLike | None) -> AccessProvider:
+def access_provider(path: str | os.PathLike[str] | None) -> AccessProvider:
     """The provider for a configured policy file, or open development mode when there is none."""
     return OpenAccess() if not path else FileAccess(path)
 

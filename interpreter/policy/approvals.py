@@ -37,7 +37,7 @@ from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
 from sealflow.policy import access as acc
 from sealflow.policy.authz import Unauthorized
-from sealflow.store.base import AuditEvent
+from sealflow.store.base import AttemptRecord, AuditEvent, RunRecord
 from sealflow.store.errors import InvalidOperation
 
 if TYPE_CHECKING:
@@ -74,10 +74,14 @@ def show_hash(shown: Any) -> str:
 
 def plan_of(x: Execution) -> ApprovalPlan:
     if x.gate:
-        return x.step.gate
-    if x.step.agent is not None:  # a tool call an agent step waits on (steps/agent/approval)
-        return x.step.agent.approval
-    return x.step.approval
+        found = x.step.gate
+    elif x.step.agent is not None:  # a tool call an agent step waits on (steps/agent/approval)
+        found = x.step.agent.approval
+    else:
+        found = x.step.approval
+    if found is None:  # the engine decides only gates and approvals a step declares
+        raise InvalidOperation(f"step {x.step_id!r} of run {x.run.id} has no approval to decide")
+    return found
 
 
 def render_show(x: Execution, ap: ApprovalPlan) -> Any:
@@ -93,7 +97,7 @@ def render_show(x: Execution, ap: ApprovalPlan) -> Any:
     return None
 
 
-def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict:
+def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict[str, Any]:
     """The attempt data of a freshly opened gate: what is approved, bound by hash and plan digest."""
     shown = render_show(x, ap)
     return {"opened_at": now, "approvers": list(ap.approvers), "quorum": ap.quorum, "show": shown,
@@ -102,9 +106,10 @@ def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict:
             "gate_for": x.step.id if x.gate else None}
 
 
-def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict | None:
+def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict[str, Any] | None:
     """What changed since the gate opened (None: the binding holds)."""
     data = x.attempt.data
+    now_hash: str | None
     try:
         now_hash = show_hash(render_show(x, ap))
     except DslError as exc:
@@ -114,7 +119,7 @@ def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict | None:
     recorded_hash, recorded_plan = data.get("show_hash"), data.get("plan_digest")
     if x.gate and not ap.show and data.get("show") is None:
         now_hash = recorded_hash  # a gate opened before gates showed the step's arguments: bound to nothing
-    changes = {}
+    changes: dict[str, Any] = {}
     if now_hash != recorded_hash:
         changes["show_hash"] = {"recorded": recorded_hash, "now": now_hash}
     if x.run.plan_digest != recorded_plan or x.plan.digest != x.run.plan_digest:
@@ -180,7 +185,7 @@ def _check_decider(x: Execution, ap: ApprovalPlan, actor: str, roles: frozenset[
 # ---------------------------------------------------------------- decisions
 
 def grant(x: Execution, actor: str, roles: frozenset[str], comment: str | None,
-          void: list) -> tuple[Outcome, tuple[AuditEvent, ...]]:
+          void: list[Any]) -> tuple[Outcome, tuple[AuditEvent, ...]]:
     """Record ``actor``'s approval (succeed at quorum), or re-open the gate if its binding changed.
     ``roles``: what ``actor`` acts under in the run's tenant (:func:`acting_roles`)."""
     ap = plan_of(x)
@@ -231,7 +236,8 @@ def deny(x: Execution, actor: str, roles: frozenset[str],
     return Failed("policy_denied", f"rejected by {actor}: {reason}"), (event,)
 
 
-def may_decide(run, att, principal: str, roles: frozenset[str], now: float) -> str | None:
+def may_decide(run: RunRecord, att: AttemptRecord | None, principal: str, roles: frozenset[str],
+               now: float) -> str | None:
     """The approver entry through which ``principal`` may decide the open gate ``att`` of ``run`` now
     (None: it may not: no open gate, expired, separation of duties, already approved, not an approver)."""
     if att is None or att.state != "waiting" or "opened_at" not in att.data:

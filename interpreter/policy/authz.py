@@ -62,7 +62,7 @@ def require_policy(access: AccessProvider, what: str) -> None:
                              "SEALFLOW_ACCESS")
 
 
-def member_permissions(access: AccessProvider, tenant: str, principal: str) -> tuple[frozenset, bool]:
+def member_permissions(access: AccessProvider, tenant: str, principal: str) -> tuple[frozenset[Any], bool]:
     """(permissions held, is a member of the tenant); an unusable policy raises :class:`Unauthorized`."""
     try:
         perms = access.permissions(tenant, principal)

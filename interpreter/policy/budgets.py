@@ -38,13 +38,15 @@ from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl.durations import format_ms
 
 if TYPE_CHECKING:
+    from sealflow.dsl.plan import BudgetPlan, PlanStep
     from sealflow.execution.context import Execution
+    from sealflow.store.base import RunRecord
 
-def _run_over(message: str, **usage) -> Failed:
-    return Failed("budget_exceeded", message, ends_run="failed", **usage)
+def _run_over(message: str, *, retry_after: float | None = None) -> Failed:
+    return Failed("budget_exceeded", message, ends_run="failed", retry_after=retry_after)
 
 
-def worst_case(step) -> tuple[int | None, int | None]:
+def worst_case(step: PlanStep) -> tuple[int | None, int | None]:
     """The most tokens and tool calls one attempt of ``step`` may use (None: unknown).
 
     An ``ai`` step's is its ``max_tokens``. An ``agent`` step's is left unknown: its loop checks
@@ -117,7 +119,7 @@ def _tenant_quota(x: Execution, worst_tokens: int | None) -> Failed | None:
     return None
 
 
-def _run_spent(run, budget, tokens: int, cost: float, calls: int) -> bool:
+def _run_spent(run: RunRecord, budget: BudgetPlan, tokens: int, cost: float, calls: int) -> bool:
     return ((budget.max_tokens is not None and run.tokens + tokens >= budget.max_tokens)
             or (budget.max_cost_usd is not None and run.cost_usd + cost >= budget.max_cost_usd)
             or (budget.max_tool_calls is not None and run.tool_calls + calls >= budget.max_tool_calls))
@@ -177,8 +179,9 @@ def _charged(x: Execution, outcome: Outcome) -> Outcome:
         if outcome.ends_run is None and _run_spent(run, budget, tokens, cost, calls):
             outcome.ends_run = "failed"
         return outcome
-    usage = {"tokens": tokens, "cost_usd": cost, "tool_calls": calls}
     message, ends = None, None
+    cap: float | None  # a count of tokens or tool calls, or a cost in USD
+    used: float
     for name, cap, spent, used in (("max_tokens", budget.max_tokens, run.tokens, tokens),
                                    ("max_tool_calls", budget.max_tool_calls, run.tool_calls, calls)):
         if cap is not None and used and spent + used > cap:
@@ -196,7 +199,7 @@ def _charged(x: Execution, outcome: Outcome) -> Outcome:
                 break
     if message is None:
         return outcome
-    failed = Failed("budget_exceeded", message, ends_run=ends, **usage)
+    failed = Failed("budget_exceeded", message, ends_run=ends, tokens=tokens, cost_usd=cost, tool_calls=calls)
     if isinstance(outcome, Succeeded):
         # the effect happened: record it so a later attempt under the same key does not repeat it
         failed.ledger_key, failed.ledger_output = outcome.ledger_key, outcome.output

@@ -30,7 +30,7 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sealflow.core import ratelimits as rules
 from sealflow.core.outcomes import Failed, Waiting
@@ -42,6 +42,13 @@ log = logging.getLogger("sealflow.limits")
 DATA_KEY = "rate_limit"
 #: the store's timer kind of the wait (a ``wait`` timer: the attempt's data says what it waits for)
 TIMER = "wait"
+
+
+@runtime_checkable
+class RateSettling(Protocol):
+    """A store that lowers a grant to what its call used (both backends; not yet in the ``Store`` contract)."""
+
+    def rate_settle(self, key: str, tokens: int) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +115,11 @@ def settle(x: Execution, grant: Grant | None, used_tokens: Any) -> None:
     the request itself still counts)."""
     if grant is None:
         return
+    store = x.services.store
     try:
-        x.services.store.rate_settle(grant.key, int(used_tokens or 0))
+        if not isinstance(store, RateSettling):
+            raise TypeError(f"{type(store).__name__} has no rate_settle")
+        store.rate_settle(grant.key, int(used_tokens or 0))
     except Exception:  # noqa: BLE001 - the grant keeps its worst case: the limit errs on the safe side
         log.exception("rate limit of model %r: could not settle call %s", grant.model, grant.key)
 
@@ -138,7 +148,7 @@ def _at(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def waiting(x: Execution, parked: list[Parked], data: dict | None = None, **usage: Any) -> Waiting:
+def waiting(x: Execution, parked: list[Parked], data: dict[str, Any] | None = None, **usage: Any) -> Waiting:
     """The attempt's outcome when every model it may call is over its limit: wait, durably, for the first
     to free (``data`` joins the attempt's data, e.g. an agent's conversation; ``usage`` is charged now)."""
     first = min(parked, key=lambda p: p.free_at)

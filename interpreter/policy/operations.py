@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from enum import StrEnum
+from typing import Any
 
 from sealflow.core.errors import SealflowError
 from sealflow.policy.access import (
@@ -185,7 +186,7 @@ def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str,
     ``actor=None`` (trusted in-process code) only the tenant claim is checked."""
     operation = Operation(operation)
     run = store.get_run(run_id)  # an unknown id raises NotFound itself
-    detail: dict = {"operation": operation.value}
+    detail: dict[str, Any] = {"operation": operation.value}
     if tenant is not None and run.tenant != tenant:
         event, detail["tenant"], detail["reason"] = "tenant_denied", tenant, "another_tenant"
     elif actor is None:

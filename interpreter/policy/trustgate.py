@@ -29,10 +29,13 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.outcomes import Failed
-from sealflow.store.base import AuditEvent
+from sealflow.store.base import AuditEvent, RunRecord, Store
+
+if TYPE_CHECKING:
+    from sealflow.execution.context import Execution
 
 UNSIGNED = "unsigned"
 
@@ -42,7 +45,7 @@ log = logging.getLogger("sealflow.trust")
 class TrustGate:
     """The trust decision of one executing process (thread-safe; see the module docstring)."""
 
-    def __init__(self, *, allow_unsigned: bool = False, policy: Any = None, actions: dict | None = None,
+    def __init__(self, *, allow_unsigned: bool = False, policy: Any = None, actions: dict[str, Any] | None = None,
                  actor: str = "worker"):
         self.allow_unsigned = allow_unsigned
         #: the process's own sealflow.dsl.trust.TrustPolicy; None: nothing can be verified
@@ -57,7 +60,7 @@ class TrustGate:
         """Who signed plan ``digest``, as this process verified it (None: not verified here)."""
         return self._verified.get(digest)
 
-    def refusal(self, run, store=None) -> str | None:
+    def refusal(self, run: RunRecord, store: Store | None = None) -> str | None:
         """Why this process must not execute ``run`` (None: it may)."""
         signer = getattr(run, "signer", None) or UNSIGNED
         what = f"{run.workflow} v{run.workflow_version}"
@@ -89,7 +92,7 @@ class TrustGate:
         store.mark_definition(run.workflow, run.workflow_version, digest, refused=reason, actor=self.actor)
         return message
 
-    def _verify(self, run, store) -> tuple[str, str | None]:
+    def _verify(self, run: RunRecord, store: Store) -> tuple[str, str | None]:
         """(why not, None) or ("", the verified signer) for the run's stored definition bytes."""
         from sealflow.dsl.trust import Refused, verify_bytes
 
@@ -100,9 +103,12 @@ class TrustGate:
         refusals: list[str] = []
         for src in sources:
             label = f"{run.workflow}.v{run.workflow_version}.yaml (as stored)"
+            envelope = src.envelope
+            if envelope is None:  # (filtered out above; said again for the type checker)
+                continue
             try:
                 with _referenced_files(src.refs) as root:
-                    v = verify_bytes(src.source, label, src.envelope, self.policy, actions=self.actions, root=root)
+                    v = verify_bytes(src.source, label, envelope, self.policy, actions=self.actions, root=root)
             except Refused as exc:
                 refusals.append(f"[{exc.reason}] {exc.message}")
                 continue
@@ -135,7 +141,7 @@ def _referenced_files(refs: dict[str, str] | None) -> Iterator[Path]:
         yield root
 
 
-def check(gate: TrustGate | None, x, run=None) -> Failed | None:
+def check(gate: TrustGate | None, x: Execution, run: RunRecord | None = None) -> Failed | None:
     """The refusal of the claimed attempt's run (or ``run``: a fan-out child is trusted as its parent run,
     whose verified plan it derives from) by ``gate`` (the process's trust gate), if there is one; a refusal
     is audited (``trust_refused``) and logged once per run."""

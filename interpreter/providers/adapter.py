@@ -13,7 +13,7 @@ or the adapter's ``repr``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from sealflow.core.errors import StepError
 from sealflow.providers.base import ModelRequest, ModelResult, ToolCall, remaining_seconds
@@ -42,7 +42,7 @@ class ApiKey:
 
     __str__ = __repr__
 
-    def __reduce__(self):  # never pickled with its value
+    def __reduce__(self) -> NoReturn:  # never pickled with its value
         raise TypeError("an ApiKey cannot be pickled")
 
 

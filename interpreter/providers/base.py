@@ -75,7 +75,7 @@ class ToolCall:
     arguments: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "arguments": dict(self.arguments)}
         if self.id is not None:
             out["id"] = self.id
@@ -95,13 +95,13 @@ class ModelRequest:
     model: str
     prompt: str
     system: str | None = None
-    output_schema: dict | None = None
+    output_schema: dict[str, Any] | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     idempotency_key: str | None = None
     deadline: float | None = None
     tools: tuple[ToolSpec, ...] = ()
-    transcript: tuple[dict, ...] = ()
+    transcript: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def _number(value: Any, where: str, *, integer: bool = False, positive: bool = T
     return value
 
 
-def _map(raw: Any, keys: tuple[str, ...], where: str) -> dict:
+def _map(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
     return config_map(raw, keys, where)
 
 

@@ -65,7 +65,7 @@ class _HTTPS(_NoDelay, http.client.HTTPSConnection):
 
 
 def _connection(scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnection:
-    pool: dict = getattr(_local, "pool", None) or {}
+    pool: dict[tuple[str, str], http.client.HTTPConnection] = getattr(_local, "pool", None) or {}
     _local.pool = pool
     conn = pool.get((scheme, netloc))
     if conn is None:

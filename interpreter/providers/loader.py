@@ -98,7 +98,7 @@ def load_models(config: Mapping[str, Any] | None, secrets: Secrets | Mapping[str
 def list_models(config: Mapping[str, Any] | None, *, source: str | None = None) -> list[dict[str, Any]]:
     """One row per logical model (``default`` first), for ``sealflow models list``; no secret values."""
     models = _models(config, source)
-    rows = []
+    rows: list[dict[str, Any]] = []
     if "default" not in models:
         rows.append({"name": "default", "provider": "local", "model": "local", "endpoint": "", "price": "free",
                      "rate_limit": None})

@@ -41,7 +41,7 @@ from typing import Any
 
 from sealflow.core.errors import StepError
 from sealflow.providers.base import ModelRequest, ModelResult
-from sealflow.providers.synth import NOTHING, fit, phrase, synthesize
+from sealflow.providers.synth import NOTHING, Hook, fit, phrase, synthesize
 
 HIGH_EMPLOYEES = 1_000
 HIGH_BUDGET_USD = 100_000
@@ -122,8 +122,8 @@ def _has_rating_enum(schema: Any) -> bool:
     return isinstance(props, dict) and any(_has_rating_enum(p) for p in props.values())
 
 
-def _lead_hook(lead: LeadAssessment):
-    def hook(name: Any, schema: dict) -> Any:
+def _lead_hook(lead: LeadAssessment) -> Hook:
+    def hook(name: Any, schema: dict[str, Any]) -> Any:
         enum = schema.get("enum")
         if isinstance(enum, list) and {"high", "low"} <= {e for e in enum if isinstance(e, str)}:
             for label in (lead.label, "medium", "low", "high"):

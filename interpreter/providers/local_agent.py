@@ -120,11 +120,11 @@ def next_call(request: ModelRequest) -> ToolCall | None:
     return None
 
 
-def ground(parameters: Any, goal: str, results: list) -> dict | None:
+def ground(parameters: Any, goal: str, results: list[Any]) -> dict[str, Any] | None:
     """Arguments for a tool with JSON Schema ``parameters``, or None when it cannot be grounded."""
     if not isinstance(parameters, dict):
         return None
-    props = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+    props = found if isinstance(found := parameters.get("properties"), dict) else {}
     required = [r for r in parameters.get("required", []) if isinstance(r, str)]
     out: dict[str, Any] = {}
     for name, schema in props.items():
@@ -164,7 +164,7 @@ def id_tokens(text: str) -> list[str]:
     return [m.group(0) for m in _ID_TOKEN.finditer(text) if m.group(2).lower() not in _NOT_ID_TAILS]
 
 
-def _find_id(name: str, goal: str, results: list) -> str | None:
+def _find_id(name: str, goal: str, results: list[Any]) -> str | None:
     noun = name[:-3]
     nouns = {noun, noun.split("_")[-1], noun.replace("_", "")}
     for token in id_tokens(goal):
@@ -272,7 +272,7 @@ def _has_data(result: Any) -> bool:
     return result not in (None, "", [], False)
 
 
-def records(result: Any) -> list[dict]:
+def records(result: Any) -> list[dict[str, Any]]:
     """The records of a tool result: its first list of maps, else the result itself when a map."""
     if isinstance(result, list):
         return [r for r in result if isinstance(r, dict)]
@@ -284,7 +284,7 @@ def records(result: Any) -> list[dict]:
     return []
 
 
-def _primary_id(record: dict, tool: str) -> tuple[str, str] | None:
+def _primary_id(record: dict[str, Any], tool: str) -> tuple[str, str] | None:
     """The record's own id: the ``<noun>_id`` whose noun names the tool's area (``order_id`` from
     ``orders.lookup``), else its first ``<noun>_id``."""
     ids = [(k[:-3], v) for k, v in record.items()

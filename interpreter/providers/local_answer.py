@@ -37,7 +37,7 @@ class Answer:
         self.found = findings(request)
         self.parts = labelled_parts(request.prompt)
         self.choices: dict[Any, str] = {}
-        self.cited: list[tuple[str, str, dict]] = []  # (tool, noun, record) cited by the reply
+        self.cited: list[tuple[str, str, dict[str, Any]]] = []  # (tool, noun, record) cited by the reply
 
     def output(self, schema: Any) -> Any:
         self._choose_enums(schema)
@@ -47,7 +47,7 @@ class Answer:
         return synthesize(schema, self.request.prompt, self.hook)
 
     # the hook synth calls for every value: NOTHING means "build it as usual"
-    def hook(self, name: Any, schema: dict) -> Any:
+    def hook(self, name: Any, schema: dict[str, Any]) -> Any:
         if not isinstance(name, str):
             return NOTHING
         key = name.lower()
@@ -85,7 +85,7 @@ class Answer:
                 self._choose_enums(sub, depth + 1)
 
     @staticmethod
-    def _bounded(schema: dict, value: float) -> Any:
+    def _bounded(schema: dict[str, Any], value: float) -> Any:
         """``value`` (a share, 0..1) within the schema's bounds; an integer schema of 0..100 gets a percentage."""
         high = schema.get("maximum", schema.get("exclusiveMaximum"))
         if schema.get("type") == "integer":
@@ -102,8 +102,8 @@ class Answer:
             return NOTHING
         return value
 
-    def _sources(self, schema: dict) -> Any:
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+    def _sources(self, schema: dict[str, Any]) -> Any:
+        items = found if isinstance(found := schema.get("items"), dict) else {}
         pattern, low, high = items.get("pattern"), items.get("minLength", 0), items.get("maxLength")
         chosen: list[str] = []
         candidates = [(tool, r) for tool, res in self.found.useful for r in records(res)[:1]]
@@ -210,7 +210,7 @@ def _sentences(text: Any) -> str:
     return clean[:end + 1] if end > 0 else clean + "..."
 
 
-def _record_fact(ident: tuple[str, str], record: dict) -> str:
+def _record_fact(ident: tuple[str, str], record: dict[str, Any]) -> str:
     noun, value = ident
     preferred = ("status", "estimated", "delivery", "carrier", "tracking")
     keys = [k for k, v in record.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)

@@ -91,7 +91,7 @@ def _file_lock(path: Path) -> threading.Lock:
 class RecordingProvider:
     """``inner``, with every call appended to ``path`` (see the module docstring)."""
 
-    def __init__(self, inner: Provider, path: str | os.PathLike):
+    def __init__(self, inner: Provider, path: str | os.PathLike[str]):
         self.inner = inner
         self.name = f"recording:{inner.name}"
         # the inner model's configuration (rate limit, breaker) and price still apply to recorded calls
@@ -126,7 +126,7 @@ class ReplayProvider:
 
     name = "replay"
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self._answers: dict[str, list[dict[str, Any]]] = {}
         self._served: dict[str, int] = {}
@@ -184,7 +184,7 @@ class ReplayRegistry(ProviderRegistry):
 class RecordingRegistry(ProviderRegistry):
     """``inner``'s providers, each wrapped in a :class:`RecordingProvider` writing to ``path``."""
 
-    def __init__(self, inner: ProviderRegistry, path: str | os.PathLike):
+    def __init__(self, inner: ProviderRegistry, path: str | os.PathLike[str]):
         super().__init__()
         self.inner = inner
         self.path = Path(path)

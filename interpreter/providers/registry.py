@@ -75,7 +75,9 @@ def provider_lookup(providers: Any) -> Callable[[str], Any]:
             return found
         return from_mapping
     if hasattr(providers, "get"):
-        return providers.get
+        get: Callable[[str], Any] = providers.get
+        return get
     if callable(providers):
-        return providers
+        call: Callable[[str], Any] = providers
+        return call
     raise TypeError("providers must be a ProviderRegistry, a mapping of model name to provider, or a callable")

@@ -43,7 +43,7 @@ def is_object_schema(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "object"
 
 
-def wrap(schema: dict) -> dict:
+def wrap(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` itself when it describes an object, else an object holding it under ``value``."""
     if is_object_schema(schema):
         return schema
@@ -51,13 +51,13 @@ def wrap(schema: dict) -> dict:
             "additionalProperties": False}
 
 
-def unwrap(schema: dict, value: Any) -> Any:
+def unwrap(schema: dict[str, Any], value: Any) -> Any:
     if is_object_schema(schema) or not isinstance(value, dict) or WRAP_KEY not in value:
         return value
     return value[WRAP_KEY]
 
 
-def _nullable(schema: dict) -> dict:
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     kind = schema.get("type")
     if isinstance(kind, str):
         return {**schema, "type": [kind, "null"]} if kind != "null" else schema
@@ -70,7 +70,7 @@ def _nullable(schema: dict) -> dict:
     raise NotStrict("an optional property without a type")
 
 
-def _strict(node: Any, where: str) -> dict:
+def _strict(node: Any, where: str) -> dict[str, Any]:
     if not isinstance(node, dict) or not node:
         raise NotStrict(f"{where} accepts any value")
     for key in _SHAPE:
@@ -100,12 +100,12 @@ def _strict(node: Any, where: str) -> dict:
     return out
 
 
-def strict_schema(schema: dict) -> dict:
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The strict-mode form of an object schema; :class:`NotStrict` when there is none."""
     return _strict(copy.deepcopy(schema), "output_schema")
 
 
-def openai_response_format(schema: dict, *, strict: bool = True, name: str = "output") -> dict:
+def openai_response_format(schema: dict[str, Any], *, strict: bool = True, name: str = "output") -> dict[str, Any]:
     """OpenAI's ``response_format`` for ``schema`` (wrapped), strict when it can be."""
     wrapped = wrap(schema)
     if strict:
@@ -151,7 +151,7 @@ def _allows_null(schema: Any) -> bool:
     return True
 
 
-def parse_output(text: str, schema: dict | None, *, model: str) -> Any:
+def parse_output(text: str, schema: dict[str, Any] | None, *, model: str) -> Any:
     """The answer's value: its text without a schema, else its JSON (``invalid_output`` if not JSON; whether
     the JSON satisfies the schema is checked by the step)."""
     if schema is None:
@@ -164,7 +164,7 @@ def parse_output(text: str, schema: dict | None, *, model: str) -> Any:
     return finish_output(schema, value, model=model)
 
 
-def finish_output(schema: dict, value: Any, *, model: str) -> Any:
+def finish_output(schema: dict[str, Any], value: Any, *, model: str) -> Any:
     """``value`` unwrapped and without strict mode's nulls. It is not checked against ``schema`` here: the
     step does that (``invalid_output``), so the tokens of a wrong answer are still charged."""
     return drop_optional_nulls(schema, unwrap(schema, value))

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 NOTHING = object()
-Hook = Callable[[Any, dict], Any]
+Hook = Callable[[Any, dict[str, Any]], Any]
 
 _MAX_DEPTH = 32
 _PAD = "local model output"
@@ -129,8 +129,8 @@ class _Synth:
             return None
         return self.string(schema, name, index, item)
 
-    def object(self, schema: dict, depth: int) -> dict:
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    def object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+        props = found if isinstance(found := schema.get("properties"), dict) else {}
         names = [n for n in schema.get("required", []) if isinstance(n, str)]
         for n in props:
             if len(names) >= schema.get("minProperties", 0):
@@ -144,12 +144,12 @@ class _Synth:
             out[n] = self.value(sub, n, depth + 1, 0, False)
         return out
 
-    def array(self, schema: dict, name: Any, depth: int) -> list:
+    def array(self, schema: dict[str, Any], name: Any, depth: int) -> list[Any]:
         high = schema.get("maxItems")
         count = max(schema.get("minItems", 0), 0 if high == 0 else 1)
-        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+        prefix = found if isinstance(found := schema.get("prefixItems"), list) else []
         items = schema.get("items", {})
-        out: list = []
+        out: list[Any] = []
         for i in range(count):
             sub = prefix[i] if i < len(prefix) else items
             value = self.value(sub, name, depth + 1, i, True)
@@ -160,7 +160,7 @@ class _Synth:
             out.append(value)
         return out
 
-    def string(self, schema: dict, name: Any, index: int, item: bool) -> str:
+    def string(self, schema: dict[str, Any], name: Any, index: int, item: bool) -> str:
         low, high = schema.get("minLength", 0), schema.get("maxLength")
         pattern = schema.get("pattern")
         candidates = []
@@ -182,7 +182,7 @@ class _Synth:
         numbered = f"{valid[0]}{index}"
         return numbered if _string_ok(numbered, low, high, pattern) else valid[index % len(valid)]
 
-    def _resolve(self, ref: Any) -> dict:
+    def _resolve(self, ref: Any) -> dict[str, Any]:
         if not isinstance(ref, str) or not ref.startswith("#"):
             return {}
         node: Any = self.root
@@ -192,7 +192,7 @@ class _Synth:
         return node if isinstance(node, dict) else {}
 
 
-def _type_of(schema: dict) -> str:
+def _type_of(schema: dict[str, Any]) -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null" if kind else None)
@@ -207,7 +207,7 @@ def _type_of(schema: dict) -> str:
     return "string"
 
 
-def _merge(a: dict, b: dict) -> dict:
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     out = {**a, **b}
     if isinstance(a.get("properties"), dict) and isinstance(b.get("properties"), dict):
         out["properties"] = {**a["properties"], **b["properties"]}
@@ -216,7 +216,7 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
-def _contains(values: list, value: Any) -> bool:
+def _contains(values: list[Any], value: Any) -> bool:
     return any(type(v) is type(value) and v == value for v in values)
 
 
@@ -231,7 +231,7 @@ def _string_ok(text: str, low: int, high: int | None, pattern: Any) -> bool:
     return True
 
 
-def _number(schema: dict, integer: bool, index: int) -> int | float:
+def _number(schema: dict[str, Any], integer: bool, index: int) -> int | float:
     lo, hi = schema.get("minimum"), schema.get("maximum")
     xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
     if isinstance(xlo, bool):  # draft 4: a flag on minimum
@@ -240,8 +240,8 @@ def _number(schema: dict, integer: bool, index: int) -> int | float:
         hi, xhi = (None, hi) if xhi else (hi, None)
     unit = schema.get("multipleOf") or (1 if integer else None)
     if unit is None:
-        lower = max((b for b in (lo, xlo) if b is not None), default=None)
-        upper = min((b for b in (hi, xhi) if b is not None), default=None)
+        lower: float | None = max((b for b in (lo, xlo) if b is not None), default=None)
+        upper: float | None = min((b for b in (hi, xhi) if b is not None), default=None)
         if lower is not None and upper is not None:
             return lower + (upper - lower) * (index + 1) / (index + 2)
         if lower is not None:
@@ -272,8 +272,8 @@ def sample_pattern(pattern: str) -> str:
         from re import _constants as c  # Python >= 3.11
         from re import _parser as parser
     except ImportError:  # pragma: no cover - older Pythons
-        import sre_constants as c  # type: ignore[no-redef]
-        import sre_parse as parser  # type: ignore[no-redef]
+        import sre_constants as c
+        import sre_parse as parser
     try:
         return _emit(parser.parse(pattern), c)
     except Exception:  # an unusual construct: the caller checks the result anyway
@@ -305,7 +305,7 @@ def _emit(seq: Any, c: Any) -> str:
     return "".join(out)
 
 
-def _one_of(items: list, c: Any) -> str:
+def _one_of(items: list[Any], c: Any) -> str:
     if items and items[0][0] is c.NEGATE:
         for ch in "aA0_-x ":
             if not any(_in_item(op, av, ch, c) for op, av in items[1:]):
@@ -323,7 +323,9 @@ def _in_item(op: Any, av: Any, ch: str, c: Any) -> bool:
     if op is c.LITERAL:
         return ch == chr(av)
     if op is c.RANGE:
-        return av[0] <= ord(ch) <= av[1]
+        low: int = av[0]
+        high: int = av[1]
+        return low <= ord(ch) <= high
     if op is c.CATEGORY:
         return re.match(_CATEGORY_RE.get(str(av), "."), ch) is not None
     return False

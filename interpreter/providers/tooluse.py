@@ -48,7 +48,7 @@ class ToolNames:
         return self.sealflow[wire_name]
 
 
-def names_for(tools: Iterable[ToolSpec], transcript: Iterable[dict]) -> ToolNames:
+def names_for(tools: Iterable[ToolSpec], transcript: Iterable[dict[str, Any]]) -> ToolNames:
     names = ToolNames(t.name for t in tools)
     for turn in transcript:
         call = turn.get("call") if isinstance(turn, dict) else None
@@ -57,17 +57,17 @@ def names_for(tools: Iterable[ToolSpec], transcript: Iterable[dict]) -> ToolName
     return names
 
 
-def as_map(value: Any) -> dict:
+def as_map(value: Any) -> dict[str, Any]:
     """``value`` when it is a map, else an empty one (answers and transcripts are untrusted JSON)."""
     return value if isinstance(value, dict) else {}
 
 
-def call_id(turn_index: int, call: dict) -> str:
+def call_id(turn_index: int, call: dict[str, Any]) -> str:
     ident = call.get("id")
     return ident if isinstance(ident, str) and ident else f"call_{turn_index + 1}"
 
 
-def result_text(turn: dict) -> str:
+def result_text(turn: dict[str, Any]) -> str:
     """What the model reads as a call's outcome: the result, or the error, as JSON."""
     if turn.get("status") == "ok":
         body: Any = turn.get("result")
@@ -76,11 +76,11 @@ def result_text(turn: dict) -> str:
     return json.dumps(body, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def is_error(turn: dict) -> bool:
+def is_error(turn: dict[str, Any]) -> bool:
     return turn.get("status") != "ok"
 
 
-def parse_arguments(raw: Any, *, model: str, tool: str) -> dict:
+def parse_arguments(raw: Any, *, model: str, tool: str) -> dict[str, Any]:
     """A call's arguments: a map, or a JSON text of one (OpenAI); else ``invalid_output``."""
     if isinstance(raw, dict):
         return raw

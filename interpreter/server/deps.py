@@ -18,7 +18,8 @@ def trust(request: Request) -> Any:
 
 
 def credential(request: Request) -> Credential:
-    return request.app.state.authenticator(request)
+    found: Credential = request.app.state.authenticator(request)
+    return found
 
 
 Caller = Annotated[Credential, Depends(credential)]

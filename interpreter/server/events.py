@@ -142,7 +142,8 @@ def parse_body(body: bytes) -> tuple[str, Any]:
     return doc["type"], doc.get("data", {})
 
 
-def receive(rt: Any, trust: Any, source_name: str, headers: Mapping[str, str], body: bytes) -> tuple[dict, bool]:
+def receive(rt: Any, trust: Any, source_name: str, headers: Mapping[str, str],
+            body: bytes) -> tuple[dict[str, Any], bool]:
     """Verify and apply one delivery; return ``(answer, duplicate)``. Raises :class:`EventRefused`."""
     source = sources(rt.config).get(source_name)
     if source is None:
@@ -166,7 +167,7 @@ def receive(rt: Any, trust: Any, source_name: str, headers: Mapping[str, str], b
     return recorded, recorded is not answer
 
 
-def _subscribers(rt: Any, trust: Any, source: Source, event_type: str) -> list:
+def _subscribers(rt: Any, trust: Any, source: Source, event_type: str) -> list[Any]:
     """The latest trusted plan of every definition with a ``trigger.event`` for this type and source."""
     from sealflow.server.schemas import SubmitRequest
     from sealflow.server.submitting import resolve
@@ -188,7 +189,7 @@ def _subscribers(rt: Any, trust: Any, source: Source, event_type: str) -> list:
     return found
 
 
-def _apply(rt: Any, trust: Any, source: Source, event_id: str, data: Any, resolved: Any) -> dict:
+def _apply(rt: Any, trust: Any, source: Source, event_id: str, data: Any, resolved: Any) -> dict[str, Any]:
     plan = resolved.plan
     event = plan.trigger.event
     result: dict[str, Any] = {"workflow": plan.name, "version": plan.version}

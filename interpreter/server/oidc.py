@@ -34,7 +34,7 @@ ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 _EC_CURVES = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 
 
-def fitting(jwk: dict) -> frozenset[str]:
+def fitting(jwk: dict[str, Any]) -> frozenset[str]:
     """The algorithms a JWK's key can verify: its declared ``alg`` when it has one (if that is asymmetric),
     else those of its key type (and curve). Empty: none (a shared secret, an unknown type or curve)."""
     kty, crv, declared = jwk.get("kty"), jwk.get("crv"), jwk.get("alg")
@@ -123,7 +123,7 @@ class OidcVerifier:
                                                           "pinned key it names")
         return key, alg
 
-    def verify(self, token: str) -> tuple[str, str, dict]:
+    def verify(self, token: str) -> tuple[str, str, dict[str, Any]]:
         """``(principal, tenant, claims)`` of a valid token, else :class:`TokenRejected` (never another
         exception: see the module docstring)."""
         try:
@@ -134,7 +134,7 @@ class OidcVerifier:
             log.warning("OIDC: a JWT was refused on an unexpected error of the JWT library (%s)", type(exc).__name__)
             raise TokenRejected("invalid-jwt", "the JWT cannot be verified") from None
 
-    def _verify(self, token: str) -> tuple[str, str, dict]:
+    def _verify(self, token: str) -> tuple[str, str, dict[str, Any]]:
         s = self.settings
         key, alg = self._key(token)
         try:

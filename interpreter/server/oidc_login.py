@@ -28,12 +28,15 @@ import json
 import logging
 import secrets
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.operations import outbound
 from sealflow.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
 from sealflow.server.tokens import TokenRejected
 from sealflow.store.serverstate import ServerStore
+
+if TYPE_CHECKING:
+    from sealflow.execution.secrets import SecretChain
 
 log = logging.getLogger("sealflow.server")
 
@@ -98,7 +101,7 @@ def discover(issuer: str, timeout: float) -> dict[str, Any]:
 class LoginFlow:
     """Starts and finishes logins against one issuer (see the module docstring)."""
 
-    def __init__(self, oidc: OidcSettings, login: OidcLoginSettings, *, secrets_chain: Any = None):
+    def __init__(self, oidc: OidcSettings, login: OidcLoginSettings, *, secrets_chain: SecretChain | None = None):
         self.login = login
         self.issuer = oidc.issuer
         # the ID token's audience is this client: the bearer JWT verifier, with the client id as audience
@@ -116,15 +119,21 @@ class LoginFlow:
         self.store: ServerStore | None = None
         self.clock: Any = None
 
-    def bind(self, store: ServerStore, clock: Any, secrets_chain: Any) -> None:
+    def bind(self, store: ServerStore, clock: Any, secrets_chain: SecretChain | None) -> None:
         self.store, self.clock, self.secrets = store, clock, secrets_chain
+
+    def _logins(self) -> ServerStore:
+        """Where started logins are kept; the app binds it before serving (a login unbound is a wiring bug)."""
+        if self.store is None:
+            raise RuntimeError("the OIDC login flow is not bound to the server's store (OidcLogin.bind)")
+        return self.store
 
     # -- 1. to the issuer ----------------------------------------------------------------------------
     def begin(self) -> tuple[str, str]:
         """``(state, the authorization URL)`` of a new login."""
         state, nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(48)
         now = self.clock.now()
-        self.store.oidc_login_put(_state_hash(state), nonce, verifier, now, now + PENDING_FOR)
+        self._logins().oidc_login_put(_state_hash(state), nonce, verifier, now, now + PENDING_FOR)
         query = urllib.parse.urlencode({
             "response_type": "code", "client_id": self.login.client_id, "redirect_uri": self.login.redirect_uri,
             "scope": " ".join(self.login.scopes), "state": state, "nonce": nonce,
@@ -133,12 +142,12 @@ class LoginFlow:
         return state, f"{self.authorization_endpoint}{sep}{query}"
 
     # -- 2. back from the issuer ---------------------------------------------------------------------
-    def finish(self, state: str | None, cookie_state: str | None, code: str | None) -> tuple[str, str, dict]:
+    def finish(self, state: str | None, cookie_state: str | None, code: str | None) -> tuple[str, str, dict[str, Any]]:
         """``(principal, tenant, ID token claims)`` of a completed login, else :class:`LoginRefused`."""
         if not state or not cookie_state or not hmac.compare_digest(state.encode(), cookie_state.encode()):
             raise LoginRefused("wrong-state", "the login's state does not match this browser's (start the sign-in "
                                               "again from this browser)")
-        pending = self.store.oidc_login_spend(_state_hash(state), self.clock.now()) if len(state) <= 128 else None
+        pending = self._logins().oidc_login_spend(_state_hash(state), self.clock.now()) if len(state) <= 128 else None
         if pending is None:
             raise LoginRefused("unknown-state", "this login is unknown, already used or older than 10 minutes "
                                                 "(start the sign-in again)")
@@ -150,7 +159,7 @@ class LoginFlow:
             principal, tenant, claims = self.verifier.verify(id_token)
         except TokenRejected as exc:
             raise LoginRefused(exc.reason, f"the ID token is refused: {exc}") from None
-        audiences = claims.get("aud") if isinstance(claims.get("aud"), list) else [claims.get("aud")]
+        audiences = aud if isinstance(aud := claims.get("aud"), list) else [aud]
         if (len(audiences) > 1 or "azp" in claims) and claims.get("azp") != self.login.client_id:
             raise LoginRefused("wrong-azp", "the ID token was not issued to this client (azp)")
         nonce = claims.get("nonce")

@@ -58,7 +58,7 @@ class Problem(Exception):
         self.headers = headers or {}
         self.extra = extra
 
-    def body(self, instance: str | None = None) -> dict:
+    def body(self, instance: str | None = None) -> dict[str, Any]:
         out = {"type": TYPE_PREFIX + self.kind, "title": TYPES[self.kind][1], "status": self.status,
                "detail": self.detail}
         if instance:
@@ -199,7 +199,7 @@ def internal(request: Request, exc: BaseException) -> JSONResponse:
     return Problem("internal", "an internal error occurred; it was logged on the server").response(request)
 
 
-def documented() -> dict[int | str, dict]:
+def documented() -> dict[int | str, dict[str, Any]]:
     """The error responses every operation may give, for the OpenAPI document."""
     statuses = sorted({status for status, _ in TYPES.values()})
     return {status: {"description": ", ".join(k for k, (s, _) in TYPES.items() if s == status),

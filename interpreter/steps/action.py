@@ -16,10 +16,11 @@ from sealflow.execution import arguments
 from sealflow.execution.calls import call, own_args
 from sealflow.execution.context import Execution
 from sealflow.execution.idempotency import ledger_lookup
+from sealflow.steps.sections import section
 
 
 def execute(x: Execution) -> Outcome:
-    name = x.step.action
+    name = section(x, x.step.action, "action")
     act = x.services.registry.get(name)
     if act is None:
         return Failed("configuration", f"unknown action {name!r}: load the module that defines it "

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.errors import FALLS_BACK, StepError
 from sealflow.core.outcomes import Failed, Outcome, Succeeded
@@ -49,6 +49,12 @@ from sealflow.execution.calls import call
 from sealflow.execution.context import Execution
 from sealflow.policy import budgets, limits
 from sealflow.steps.checks import schema_failure, validation_failure
+from sealflow.steps.sections import section
+
+if TYPE_CHECKING:
+    from sealflow.dsl.plan import AiPlan
+    from sealflow.execution.context import StepContext
+    from sealflow.providers.base import ModelRequest, ModelResult, Provider
 
 #: the validation layers a refused answer is recorded under
 LAYERS = ("schema", "types", "business_rule", "permission", "risk")
@@ -56,7 +62,7 @@ LAYERS = ("schema", "types", "business_rule", "permission", "risk")
 DEFAULT_MAX_TOKENS = 4096
 
 
-def max_tokens_for(ai, provider=None) -> int:
+def max_tokens_for(ai: AiPlan, provider: object = None) -> int:
     """The most output tokens one call of ``ai`` may use: its ``max_tokens``, else the model's configured
     ``max_tokens`` (``models:`` section), else :data:`DEFAULT_MAX_TOKENS`."""
     if ai.max_tokens is not None:
@@ -65,7 +71,7 @@ def max_tokens_for(ai, provider=None) -> int:
     return configured if isinstance(configured, int) and configured > 0 else DEFAULT_MAX_TOKENS
 
 
-def schema_digest(schema: dict | None) -> str | None:
+def schema_digest(schema: dict[str, Any] | None) -> str | None:
     """``sha256:`` of the output schema as canonical JSON (None without a schema)."""
     if schema is None:
         return None
@@ -79,33 +85,33 @@ class _Usage:
 
     def __init__(self) -> None:
         self.tokens, self.cost_usd = 0, 0.0
-        self.calls: list[dict] = []
+        self.calls: list[dict[str, Any]] = []
         self.prompt = ""  # the first request's prompt (a different one is the repair)
 
     def add(self, tokens: Any, cost: Any) -> None:
         self.tokens += int(tokens or 0)
         self.cost_usd += float(cost or 0.0)
 
-    def call(self, x: Execution, model: str, request, *, answered: str | None, tokens: Any, cost: Any,
+    def call(self, x: Execution, model: str, request: ModelRequest, *, answered: str | None, tokens: Any, cost: Any,
              error: str | None = None) -> None:
         self.add(tokens, cost)
-        ai = x.step.ai
-        entry = {"model": model, "provider_model": answered, "prompt": ai.prompt_ref,
+        ai = section(x, x.step.ai, "ai")
+        entry: dict[str, Any] = {"model": model, "provider_model": answered, "prompt": ai.prompt_ref,
                  "schema_digest": schema_digest(ai.output_schema), "max_tokens": request.max_tokens,
                  "tokens": int(tokens or 0), "cost_usd": float(cost or 0.0), "repair": request.prompt != self.prompt}
         if error is not None:
             entry["error"] = error
         self.calls.append(entry)
 
-    def as_kw(self) -> dict:
+    def as_kw(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "cost_usd": self.cost_usd,
                 "data": {"usage": {"tokens": self.tokens, "cost_usd": self.cost_usd, "calls": len(self.calls)}}}
 
-    def detail(self, **more) -> dict:
+    def detail(self, **more: Any) -> dict[str, Any]:
         return {**more, "calls": self.calls}
 
 
-def worst_case(provider, request) -> tuple[int, float]:
+def worst_case(provider: object, request: ModelRequest) -> tuple[int, float]:
     """The most tokens and USD one call of ``request`` may cost: an upper bound of its input (a token is
     at least one byte of the text sent, plus per-message overhead) plus ``max_tokens``, at the provider's
     price (0 when it has none)."""
@@ -118,7 +124,8 @@ def worst_case(provider, request) -> tuple[int, float]:
     return tokens_in + tokens_out, cost
 
 
-def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) -> Outcome | limits.Parked:
+def _ask(x: Execution, model: str, provider: Provider, request: ModelRequest, usage: _Usage,
+         box: dict[str, Any]) -> Succeeded | Failed | limits.Parked:
     worst_t, worst_c = worst_case(provider, request)
     refused = budgets.reserve(x, usage.tokens + worst_t, usage.cost_usd + worst_c)
     if refused is not None:
@@ -127,7 +134,7 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
     if isinstance(grant, (Failed, limits.Parked)):
         return _with_usage(grant, usage) if isinstance(grant, Failed) else grant
 
-    def complete(ctx):
+    def complete(ctx: StepContext) -> ModelResult:
         box["called"] = True
         try:
             return provider.complete(request)
@@ -154,7 +161,7 @@ def _ask(x: Execution, model: str, provider, request, usage: _Usage, box: dict) 
 def execute(x: Execution) -> Outcome:
     from sealflow.providers.base import ModelRequest
 
-    ai = x.step.ai
+    ai = section(x, x.step.ai, "ai")
     prompt = expressions.to_text(x.render(ai.prompt_template or ""))
     system = expressions.to_text(x.render(ai.system)) if ai.system else None
     usage = _Usage()
@@ -172,7 +179,7 @@ def execute(x: Execution) -> Outcome:
         request = ModelRequest(model=model, prompt=prompt, system=system, output_schema=ai.output_schema,
                                max_tokens=max_tokens_for(ai, provider), temperature=ai.temperature,
                                idempotency_key=f"{x.run.id}:{x.step_id}:{x.attempt.attempt}", deadline=x.deadline())
-        box: dict = {}
+        box: dict[str, Any] = {}
         outcome = _ask(x, model, provider, request, usage, box)
         if isinstance(outcome, limits.Parked):
             parked.append(outcome)
@@ -204,7 +211,7 @@ def _with_usage(failed: Failed, usage: _Usage) -> Failed:
     return failed
 
 
-def _provider_refusal(outcome: Failed, box: dict) -> tuple[str, str] | None:
+def _provider_refusal(outcome: Failed, box: dict[str, Any]) -> tuple[str, str] | None:
     """A provider's ``invalid_output`` worth repairing (not JSON), as (layer, error); None otherwise."""
     if outcome.error_class != "invalid_output" or "error" not in box:
         return None
@@ -215,7 +222,7 @@ def _provider_refusal(outcome: Failed, box: dict) -> tuple[str, str] | None:
 
 def _check(x: Execution, output: Any) -> tuple[str, str] | None:
     """The first check ``output`` fails, as (layer, error); None when it passes them all."""
-    schema = x.step.ai.output_schema
+    schema = section(x, x.step.ai, "ai").output_schema
     problem = schema_failure(x, schema, output)
     if problem is not None:
         return _schema_layer(x, output), problem
@@ -240,15 +247,15 @@ def repair_prompt(prompt: str, layer: str, error: str) -> str:
             f"- {error}\nAnswer again, correcting this; answer only with the corrected output.")
 
 
-def _repair(x: Execution, model: str, provider, request, usage: _Usage, refused: tuple[str, str],
-            answered: str | None) -> Outcome:
+def _repair(x: Execution, model: str, provider: Provider, request: ModelRequest, usage: _Usage,
+            refused: tuple[str, str], answered: str | None) -> Outcome:
     from dataclasses import replace
 
     layer, error = refused
     again = replace(request, prompt=repair_prompt(request.prompt, layer, error),
                     idempotency_key=f"{request.idempotency_key}:repair" if request.idempotency_key else None)
-    record: dict = {"layer": layer, "error": error}
-    box: dict = {}
+    record: dict[str, Any] = {"layer": layer, "error": error}
+    box: dict[str, Any] = {}
     outcome = _ask(x, model, provider, again, usage, box)
     if isinstance(outcome, limits.Parked):  # the repair call must wait: the attempt starts over when it may
         return limits.waiting(x, [outcome], tokens=usage.tokens, cost_usd=usage.cost_usd)

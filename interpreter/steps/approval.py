@@ -14,6 +14,8 @@ There is no auto-approve.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sealflow.core.outcomes import Failed, Outcome, Waiting
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.plan import ApprovalPlan
@@ -23,7 +25,7 @@ from sealflow.policy import approvals
 plan_of = approvals.plan_of
 
 
-def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict:
+def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict[str, Any]:
     """The attempt data of a freshly opened gate (see :func:`sealflow.policy.approvals.opening`)."""
     return approvals.opening(x, ap, now)
 

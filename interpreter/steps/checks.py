@@ -12,7 +12,7 @@ from sealflow.dsl import expressions
 from sealflow.execution.context import Execution
 
 
-def schema_failure(x: Execution, schema: dict | None, output: Any) -> str | None:
+def schema_failure(x: Execution, schema: dict[str, Any] | None, output: Any) -> str | None:
     """The best-matching schema error for ``output``, or None when it conforms."""
     if schema is None:
         return None

@@ -5,9 +5,10 @@ from __future__ import annotations
 from sealflow.core.outcomes import EndRun, Outcome
 from sealflow.dsl.expressions import to_text
 from sealflow.execution.context import Execution
+from sealflow.steps.sections import section
 
 
 def execute(x: Execution) -> Outcome:
-    spec = x.step.fail
+    spec = section(x, x.step.fail, "fail")
     message = to_text(x.render(spec.message)) if spec.message else spec.error
     return EndRun("failed", error_class=spec.error, message=message)

@@ -97,7 +97,8 @@ def start(x: Execution) -> Outcome:
         plan = child_plan(x.plan, step)
         first = leases.lease_ms(plan.step(plan.start).timeout_ms)
         children = tuple(ChildSpec(i, plan.digest, plan.start, first, e) for i, e in enumerate(encoded))
-        plans = ((plan.digest, subflow_name(x.plan, step), plan.version, plan.to_json(indent=None)),)
+        plans: tuple[tuple[str, str, int, str], ...] = (
+            (plan.digest, subflow_name(x.plan, step), plan.version, plan.to_json(indent=None)),)
         concurrency, tolerated = step.map.concurrency, step.map.tolerated(len(items))
     else:
         assert step.parallel is not None

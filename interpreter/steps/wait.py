@@ -13,6 +13,7 @@ from typing import Any
 
 from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.execution.context import Execution
+from sealflow.steps.sections import section
 
 
 def to_epoch(value: Any) -> float:
@@ -42,12 +43,12 @@ def execute(x: Execution) -> Outcome:
     fire_at = x.attempt.data.get("fire_at")
     if x.resumed and fire_at is not None:
         return Succeeded({"until": fire_at})
-    spec = x.step.wait
+    spec = section(x, x.step.wait, "wait")
     if spec.for_ms is not None:
         fire_at = x.now + spec.for_ms / 1000.0
     else:
         try:
-            fire_at = to_epoch(x.evaluate(spec.until))
+            fire_at = to_epoch(x.evaluate(section(x, spec.until, "wait.until")))
         except ValueError as exc:
             return Failed("invalid_request", str(exc))
     if fire_at <= x.now:

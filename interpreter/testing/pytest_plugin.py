@@ -21,9 +21,9 @@ instead (``record_with``, a registry or a function returning one) and rewrites t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import pytest
 
@@ -33,12 +33,19 @@ from sealflow.providers.registry import ProviderRegistry
 RECORD_ENV = "SEALFLOW_RECORD_MODELS"
 
 
+class ModelReplay(Protocol):
+    """``model_replay``'s value: ``(path, record_with=None) -> ProviderRegistry``."""
+
+    def __call__(self, path: str | os.PathLike[str],
+                 record_with: ProviderRegistry | Callable[[], ProviderRegistry] | None = None) -> ProviderRegistry: ...
+
+
 @pytest.fixture
-def model_replay(request: pytest.FixtureRequest):
+def model_replay(request: pytest.FixtureRequest) -> Iterator[ModelReplay]:
     """``model_replay(path, record_with=None) -> ProviderRegistry`` (see the module docstring)."""
     replays: list[ReplayProvider] = []
 
-    def make(path: str | os.PathLike, record_with: ProviderRegistry | Callable[[], ProviderRegistry] | None = None
+    def make(path: str | os.PathLike[str], record_with: ProviderRegistry | Callable[[], ProviderRegistry] | None = None
              ) -> ProviderRegistry:
         target = Path(path)
         if not target.is_absolute():
@@ -46,7 +53,7 @@ def model_replay(request: pytest.FixtureRequest):
         if os.environ.get(RECORD_ENV) == "1":
             if record_with is None:
                 pytest.fail(f"{RECORD_ENV}=1 but model_replay({str(path)!r}) was given no record_with registry")
-            live: Any = record_with() if callable(record_with) else record_with
+            live = record_with() if callable(record_with) else record_with
             target.unlink(missing_ok=True)
             return RecordingRegistry(live, target)
         replay = ReplayProvider(target)

@@ -9,6 +9,7 @@ them (docs/language.md, "Type checks"); ``sealflow schema`` puts them in the edi
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,8 +17,11 @@ from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import actions_option, json_flag
 from sealflow.cli.session import project_actions
 
+if TYPE_CHECKING:
+    from sealflow.execution.actions import Action
 
-def _registered(actions: tuple[str, ...]) -> dict:
+
+def _registered(actions: tuple[str, ...]) -> dict[str, Action]:
     """The actions the project and ``--actions`` register, by name (a usage error if they cannot be imported)."""
     from sealflow.cli.actions_loader import ActionsLoadError, import_actions
     from sealflow.execution.actions import REGISTRY
@@ -29,7 +33,7 @@ def _registered(actions: tuple[str, ...]) -> dict:
     return dict(REGISTRY.items())
 
 
-def _described(act) -> dict:
+def _described(act: Action) -> dict[str, Any]:
     from sealflow.cli.actions_loader import action_info
 
     out = act.describe()
@@ -38,14 +42,14 @@ def _described(act) -> dict:
 
 
 @click.group()
-def actions():
+def actions() -> None:
     """The actions this project registers (actions: in sealflow.yaml, or --actions), with their schemas."""
 
 
 @actions.command("list")
 @actions_option
 @json_flag("Print a JSON list, one object per action.")
-def list_(actions, as_json):
+def list_(actions: tuple[str, ...], as_json: bool) -> None:
     """Each action: name, effect, permissions, and its arguments (* required)."""
     found = _registered(actions)
     rows = [_described(a) for a in found.values()]
@@ -66,7 +70,7 @@ def list_(actions, as_json):
 @click.argument("name")
 @actions_option
 @json_flag("Print one JSON object.")
-def show(name, actions, as_json):
+def show(name: str, actions: tuple[str, ...], as_json: bool) -> None:
     """One action in full: description, effect, permissions, secrets, input and output schemas, source."""
     found = _registered(actions)
     act = found.get(name)
@@ -100,7 +104,7 @@ def show(name, actions, as_json):
         click.echo(json.dumps(row["output_schema"], indent=2))
 
 
-def _type(schema) -> str:
+def _type(schema: dict[str, Any] | None) -> str:
     from sealflow.dsl.jsontypes import from_schema
 
     return from_schema(schema).describe() if schema else "any value"
@@ -109,7 +113,7 @@ def _type(schema) -> str:
 @click.command("schema")
 @actions_option
 @click.option("--out", "out", metavar="FILE", help="Write the schema to FILE (default: print it).")
-def schema(actions, out):
+def schema(actions: tuple[str, ...], out: str | None) -> None:
     """Print the workflow JSON Schema extended with the project's actions (names, with: arguments), for editors.
 
     In VS Code (the YAML extension), map it to your definitions: "yaml.schemas": {"FILE": "definitions/*.yaml"}.

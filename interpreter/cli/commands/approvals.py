@@ -17,7 +17,7 @@ from sealflow.cli.session import open_runtime
 
 
 @click.group()
-def approvals():
+def approvals() -> None:
     """Approvals waiting for you."""
 
 
@@ -28,7 +28,8 @@ def approvals():
 @access_option
 @store_option
 @json_flag("Print a JSON list.")
-def approvals_list(principal, tenant, access_path, store_url, as_json):
+def approvals_list(principal: str | None, tenant: str, access_path: str | None, store_url: str | None,
+                   as_json: bool) -> None:
     """List the approval gates of the tenant that you may decide now: you are an approver (by name or
     by a role you hold), the run is not yours (separation of duties), you have not approved it yet."""
     principal = principal or check_principal(None, None, default_principal())

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,22 +25,29 @@ from sealflow.cli.exits import fail, fail_usage, refuse
 from sealflow.cli.options import access_option, any_tenant_option, as_option, json_option, on_a_store, store_option
 from sealflow.cli.session import load_access, no_run, open_runtime, open_store
 
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
+    from sealflow.policy.access import AccessProvider
+    from sealflow.store.auditverify import ChainReport
+    from sealflow.store.base import Store
+
 
 class _AuditGroup(click.Group):
     """``audit RUN`` is ``audit show RUN``; ``audit verify`` and ``audit head`` are the chain's commands."""
 
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = ["show", *args]
         return super().parse_args(ctx, args)
 
-    def shell_complete(self, ctx, incomplete):
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
         """`audit <TAB>`: its commands and the newest run ids (`audit RUN` is `audit show RUN`)."""
         return super().shell_complete(ctx, incomplete) + run_ids(ctx, None, incomplete)
 
 
 @click.group(cls=_AuditGroup)
-def audit():
+def audit() -> None:
     """The audit trail: `audit RUN` prints a run's events; `audit verify` checks the hash chains; `audit head`
     prints their heads (an anchor to keep elsewhere)."""
 
@@ -47,7 +55,8 @@ def audit():
 @audit.command("show")
 @click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store()
-def show(run_id, store_url, principal, tenant, access_path, as_json):
+def show(run_id: str, store_url: str | None, principal: str, tenant: str, access_path: str | None,
+         as_json: bool) -> None:
     """Print a run's audit trail, oldest first (needs audit:read in the run's tenant)."""
     from sealflow.store import NotFound
 
@@ -59,7 +68,7 @@ def show(run_id, store_url, principal, tenant, access_path, as_json):
         render.print_audit(events, as_json)
 
 
-def _verify_readable(store, access, principal: str, tenant: str | None):
+def _verify_readable(store: Store, access: AccessProvider, principal: str, tenant: str | None) -> ChainReport:
     """The chain report over the chains ``principal`` may read (operators and open mode: all)."""
     from sealflow.policy.operations import readable_chains
     from sealflow.store.auditchain import ChainReport
@@ -84,7 +93,7 @@ def _read(path: str, what: str) -> bytes:
         fail_usage(f"{what} {path}: {exc.strerror or exc}")
 
 
-def _load_anchor(anchor_path, public_key):
+def _load_anchor(anchor_path: str | None, public_key: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """The anchor document (its signature checked when a public key is given) and the signer's key id."""
     from sealflow.dsl.trust.signing import SigningError
     from sealflow.store import auditanchor
@@ -102,7 +111,7 @@ def _load_anchor(anchor_path, public_key):
     return anchor, signer
 
 
-def _check_anchor(store, report, anchor, tenant) -> None:
+def _check_anchor(store: Store, report: ChainReport, anchor: dict[str, Any], tenant: str | None) -> None:
     """Add to ``report`` each anchored tenant that was cut, wiped or rewritten since the anchor."""
     from sealflow.store import auditanchor
 
@@ -122,7 +131,8 @@ def _check_anchor(store, report, anchor, tenant) -> None:
 @click.option("--public-key", "public_key", metavar="PUB",
               help="Check the anchor's signature with this Ed25519 public key (sealflow keygen's .pub.pem).")
 @json_option
-def verify(store_url, principal, tenant, access_path, anchor_path, public_key, as_json):
+def verify(store_url: str | None, principal: str, tenant: str | None, access_path: str | None, anchor_path: str | None,
+           public_key: str | None, as_json: bool) -> None:
     """Verify the audit chains you may read (audit:read in their tenant; an operator: all): exit 0 when
     intact, 1 naming the first edited, deleted, inserted or reordered event (with --anchor: or a tenant
     cut, wiped or rewritten since the anchor)."""
@@ -181,7 +191,8 @@ def verify(store_url, principal, tenant, access_path, anchor_path, public_key, a
 @click.option("--key", "key_path", metavar="KEY",
               help="Sign the anchor with this Ed25519 private key (sealflow keygen's .pem); needs --json.")
 @json_option
-def head(store_url, principal, tenant, access_path, key_path, as_json):
+def head(store_url: str | None, principal: str, tenant: str | None, access_path: str | None, key_path: str | None,
+         as_json: bool) -> None:
     """Print the head (hash, event count, time) of each chain you may read (audit:read in its tenant; an
     operator: all): with --json, an anchor document to keep outside the store (`audit verify --anchor FILE`
     checks the chains still extend it)."""
@@ -207,7 +218,7 @@ def head(store_url, principal, tenant, access_path, key_path, as_json):
         fail(str(exc))
     finally:
         store.close()
-    if key is not None:
+    if key is not None and key_path:  # (a key is read only from a --key path)
         try:
             doc = auditanchor.sign(doc, key, key_path)
         except SigningError as exc:

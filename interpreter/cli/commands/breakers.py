@@ -15,13 +15,13 @@ _HINT = "ask an operator of the access policy (its top-level `operators`) to do 
 
 
 @click.group()
-def breakers():
+def breakers() -> None:
     """Circuit breakers: closed, open (calls fail at once with circuit_open) or half-open (one probe)."""
 
 
 @breakers.command("list")
 @on_a_store()
-def breakers_list(store_url, principal, tenant, access_path, as_json):
+def breakers_list(store_url: str | None, principal: str, tenant: str, access_path: str | None, as_json: bool) -> None:
     """List every breaker with its state, failures and settings (operators only under an access policy)."""
     from sealflow.policy.operations import OperatorOnly, require_operator
     from sealflow.runtime.breakers import listing
@@ -51,7 +51,8 @@ def breakers_list(store_url, principal, tenant, access_path, as_json):
 @breakers.command("reset")
 @click.argument("name")
 @on_a_store()
-def breakers_reset(name, store_url, principal, tenant, access_path, as_json):
+def breakers_reset(name: str, store_url: str | None, principal: str, tenant: str, access_path: str | None,
+                   as_json: bool) -> None:
     """Close breaker NAME and forget its failures (audited as circuit_reset; operators only under an access
     policy, since a breaker guards every tenant's calls)."""
     from sealflow.policy.operations import OperatorOnly

@@ -30,7 +30,7 @@ def _when(ts: float) -> str:
 
 
 @click.group()
-def definitions():
+def definitions() -> None:
     """The definitions a store has loaded: versions, digests, signers, the active one, pins."""
 
 
@@ -39,7 +39,7 @@ def definitions():
 @as_option
 @access_option
 @json_flag(None)
-def list_(store_url, principal, access_path, as_json):
+def list_(store_url: str | None, principal: str, access_path: str | None, as_json: bool) -> None:
     """Every (name, version) loaded for a run, with its digest and signer (under a policy: operators only)."""
     _operators_only(principal, access_path)
     store = open_store(store_url)
@@ -63,7 +63,7 @@ def list_(store_url, principal, access_path, as_json):
 @as_option
 @access_option
 @json_flag(None)
-def show(name, store_url, principal, access_path, as_json):
+def show(name: str, store_url: str | None, principal: str, access_path: str | None, as_json: bool) -> None:
     """The versions of one definition: digests, signers, first and last load, pins (under a policy: operators
     only)."""
     _operators_only(principal, access_path)

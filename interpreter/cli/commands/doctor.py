@@ -25,7 +25,8 @@ from sealflow.cli.session import open_runtime, project, project_actions, trust_p
 @access_option
 @trust_options
 @json_flag(None)
-def doctor(actions, store_url, access_path, trust, bundle, pin_version, as_json) -> None:
+def doctor(actions: tuple[str, ...], store_url: str | None, access_path: str | None, trust: str | None,
+           bundle: str | None, pin_version: bool, as_json: bool) -> None:
     """Check that this project is ready here: project file, store, access and trust policies, actions, models,
     notification channels and the secrets they need. Exit 1 when a secret (or anything else) is missing."""
     from sealflow.policy.access import is_open

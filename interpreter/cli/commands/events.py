@@ -17,7 +17,7 @@ from sealflow.cli.exits import fail_usage
 
 
 @click.group()
-def events():
+def events() -> None:
     """Signed events from webhook providers (docs/operations.md "Events from a webhook provider")."""
 
 
@@ -33,7 +33,8 @@ def events():
 @click.option("--id", "event_id", default=None, metavar="ID", help="The webhook-id (default: a new one); send the "
               "same id again to see the first answer returned.")
 @click.option("--timestamp", type=int, default=None, help="The webhook-timestamp (default: now).")
-def send(source, event_type, data, secret_name, url, event_id, timestamp):
+def send(source: str, event_type: str, data: str, secret_name: str, url: str, event_id: str | None,
+         timestamp: int | None) -> None:
     """Sign and post one event of TYPE from SOURCE; print the server's answer."""
     import urllib.error
     import urllib.request

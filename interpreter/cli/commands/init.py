@@ -40,7 +40,7 @@ def _editor_schema(actions_file: Path) -> str:
 @click.option("--as", "principal", metavar="PRINCIPAL", default=None, callback=check_principal,
               help="The member the access policy names (default: user:$SEALFLOW_USER, else the local user).")
 @click.option("--force", is_flag=True, help="Overwrite files that exist.")
-def init(directory, principal, force):
+def init(directory: str, principal: str | None, force: bool) -> None:
     """Scaffold a Sealflow project in DIR (default: here): sealflow.yaml, a definition, an action, an access
     policy, the CI workflow and a .gitignore."""
     from sealflow.cli.scaffold import files

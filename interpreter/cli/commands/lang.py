@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,8 +16,12 @@ from sealflow.cli.session import load_action_metadata, project_actions, project_
 
 FORMATS = click.Choice(["text", "json", "github"])
 
+if TYPE_CHECKING:
+    from sealflow.dsl.api import CheckResult
+    from sealflow.dsl.plan import PlanStep
 
-def _check_paths(paths, actions, lint: bool):
+
+def _check_paths(paths: tuple[str, ...], actions: tuple[str, ...], lint: bool) -> list[CheckResult]:
     from sealflow.dsl.api import check_file
 
     metadata = load_action_metadata(actions)
@@ -23,7 +29,7 @@ def _check_paths(paths, actions, lint: bool):
     return [check_file(p, actions=metadata, lint=lint, facts=facts) for p in expand_paths(paths)]
 
 
-def _report(results, fmt: str, strict_warnings: bool) -> int:
+def _report(results: list[CheckResult], fmt: str, strict_warnings: bool) -> int:
     emit_diagnostics(results, fmt)
     errors = sum(len(r.errors) for r in results)
     warnings = sum(len(r.warnings) for r in results)
@@ -34,7 +40,7 @@ def _report(results, fmt: str, strict_warnings: bool) -> int:
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @actions_option
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
-def validate(paths, actions, fmt):
+def validate(paths: tuple[str, ...], actions: tuple[str, ...], fmt: str) -> None:
     """Validate definitions (files or folders): YAML, schema, expressions, compile checks.
 
     Exit 0 when every file is valid, 1 when any has an error, 2 on a usage error.
@@ -47,7 +53,7 @@ def validate(paths, actions, fmt):
     sys.exit(code)
 
 
-def _calls_actions(result) -> bool:
+def _calls_actions(result: CheckResult) -> bool:
     """Whether a checked definition names any action (what --actions would have checked)."""
     plan = result.plan
     return plan is not None and any(s.action for _, s in plan.all_steps())
@@ -58,7 +64,7 @@ def _calls_actions(result) -> bool:
 @actions_option
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @click.option("--explain", metavar="CODE", help="Print the rationale of a lint rule and exit.")
-def lint(paths, actions, fmt, explain):
+def lint(paths: tuple[str, ...], actions: tuple[str, ...], fmt: str, explain: str | None) -> None:
     """Validate, then apply the safety lint rules (L5xx).
 
     Exit 0 when clean (info notes allowed), 1 on any error or warning, 2 on a usage error.
@@ -80,7 +86,7 @@ def lint(paths, actions, fmt, explain):
 @click.argument("file", metavar="FILE")
 @actions_option
 @click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON (digest first).")
-def plan(file, actions, as_json):
+def plan(file: str, actions: tuple[str, ...], as_json: bool) -> None:
     """Compile a definition and print its plan (and digest)."""
     compiled = compile_or_exit(file, actions)
     if as_json:
@@ -101,7 +107,7 @@ def plan(file, actions, as_json):
     _print_steps(compiled.steps, "  ")
 
 
-def _print_steps(steps, indent: str) -> None:
+def _print_steps(steps: Sequence[PlanStep], indent: str) -> None:
     """One line per step and one for its edges; a fan-out step's sub-flows indented below it."""
     from sealflow.dsl.durations import format_ms
     from sealflow.dsl.kinds import traits_of
@@ -133,7 +139,7 @@ def _print_steps(steps, indent: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot", "svg", "png"]), default="mermaid",
               show_default=True, help="svg and png are drawn by Graphviz's `dot`, which must be installed.")
 @click.option("--out", "out", metavar="FILE", help="Write the drawing to FILE (required for png).")
-def graph(file, fmt, out):
+def graph(file: str, fmt: str, out: str | None) -> None:
     """Draw a definition's control flow: steps, switches, approval gates (also those of
     requires_approval_if), waits, error routes (dashed) and the end of the run."""
     from sealflow.dsl import graph as g

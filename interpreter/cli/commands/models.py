@@ -8,6 +8,8 @@ The configuration is the runtime config file (``--config FILE`` before the comma
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,19 +17,22 @@ from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import json_flag
 from sealflow.cli.session import load_config
 
+if TYPE_CHECKING:
+    from sealflow.runtime.config import RuntimeConfig
 
-def _section(config):
+
+def _section(config: RuntimeConfig) -> Mapping[str, Any] | None:
     return config.extra if "models" in config.extra else None
 
 
 @click.group()
-def models():
+def models() -> None:
     """The models the runtime configuration names (its models: section; docs/models.md)."""
 
 
 @models.command("list")
 @json_flag(None)
-def list_(as_json):
+def list_(as_json: bool) -> None:
     """Each logical model name, its provider, the provider's model id, price, rate limit and endpoint."""
     from sealflow.core.errors import ConfigError
     from sealflow.providers.loader import list_models, rate_limit_text
@@ -52,7 +57,7 @@ def list_(as_json):
 @models.command("check")
 @click.option("--no-probe", is_flag=True, help="Check secrets and prices only; send no request.")
 @json_flag(None)
-def check(no_probe, as_json):
+def check(no_probe: bool, as_json: bool) -> None:
     """Check each configured model: its API key resolves, its price is known, and (unless --no-probe) a
     one-token request is answered. Exit 1 when any model has a problem."""
     from sealflow.core.errors import ConfigError

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,13 +23,17 @@ from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import access_option, as_option, json_flag, metrics_options, store_option
 from sealflow.cli.session import load_access, load_config, open_store
 
+if TYPE_CHECKING:
+    from sealflow.runtime.telemetry.metrics import Metrics
+    from sealflow.store.base import Store
+
 
 def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 @click.group()
-def notifications():
+def notifications() -> None:
     """Approval notifications (webhook, Slack): list deliveries, deliver what is due."""
 
 
@@ -41,7 +46,8 @@ def notifications():
 @as_option
 @access_option
 @json_flag("Print a JSON list.")
-def list_(failed, run_id, tenant, limit, store_url, principal, access_path, as_json):
+def list_(failed: bool, run_id: str | None, tenant: str | None, limit: int, store_url: str | None, principal: str,
+          access_path: str | None, as_json: bool) -> None:
     """Deliveries, newest first: id, state, channel, run, gate, attempts, next try, last error (only those
     of runs you may read: runs:read, or your own runs; an operator sees every tenant's)."""
     from sealflow.operations.notifications import admin
@@ -72,7 +78,8 @@ def list_(failed, run_id, tenant, limit, store_url, principal, access_path, as_j
 @access_option
 @json_flag("Print the counts as one JSON object (with --once).")
 @metrics_options
-def deliver(once, interval, store_url, principal, access_path, as_json, metrics_port, metrics_addr):
+def deliver(once: bool, interval: float, store_url: str | None, principal: str, access_path: str | None, as_json: bool,
+            metrics_port: int | None, metrics_addr: str) -> None:
     """Post the due approval notifications of the store per the configuration's notifications: section
     (every tenant's: operators only under an access policy)."""
     from sealflow.core.errors import ConfigError
@@ -117,7 +124,7 @@ def deliver(once, interval, store_url, principal, access_path, as_json, metrics_
         click.echo(f"{report.delivered} delivered, {report.retried} to retry later, {report.failed} failed for good")
 
 
-def _metrics(store, port: int | None, addr: str):
+def _metrics(store: Store, port: int | None, addr: str) -> Metrics | None:
     """The deliverer's metrics served on ``addr:port`` (None without ``--metrics-port``): its attempts counted
     as a worker's deliverer counts them, and the store's state read at each scrape."""
     if port is None:
@@ -139,7 +146,7 @@ def _metrics(store, port: int | None, addr: str):
 @as_option
 @access_option
 @json_flag("Print the re-queued delivery as one JSON object.")
-def retry(delivery_id, store_url, principal, access_path, as_json):
+def retry(delivery_id: str, store_url: str | None, principal: str, access_path: str | None, as_json: bool) -> None:
     """Re-queue the failed delivery ID (see `list --failed`): due at once, with its attempts counted afresh
     (operators only under an access policy; audited notification_retried)."""
     from sealflow.operations.notifications import admin

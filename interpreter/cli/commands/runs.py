@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +31,11 @@ from sealflow.cli.session import (
     trust_path,
     with_demo,
 )
+
+if TYPE_CHECKING:
+    from sealflow.cli.definition_files import Loaded
+    from sealflow.dsl.plan import Plan
+    from sealflow.runtime.facade import Runtime
 
 
 def parse_input(raw: str | None) -> Any:
@@ -68,7 +73,8 @@ def _finite(text: str) -> float:
     return value
 
 
-def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: str | None, pin_version: bool) -> str:
+def _submit(rt: Runtime, loaded: Loaded, value: Any, *, principal: str, tenant: str, idempotency_key: str | None,
+            pin_version: bool) -> str:
     """Submit a run of the loaded definition (recording it, atomically); refusals exit 1, invalid input exits 2."""
     from sealflow.core.errors import StepError
     from sealflow.policy.authz import Unauthorized
@@ -86,7 +92,7 @@ def _submit(rt, loaded, value, *, principal: str, tenant: str, idempotency_key: 
         refuse(exc)
 
 
-def _ready(rt, plan) -> None:
+def _ready(rt: Runtime, plan: Plan) -> None:
     """Refuse (exit 1, nothing created) a run this process would execute but lacks a secret, model or action for."""
     from sealflow.runtime.readiness import NotReady, require_ready_plan
 
@@ -96,7 +102,7 @@ def _ready(rt, plan) -> None:
         refuse(exc)
 
 
-def _load(file, actions, trust, bundle):
+def _load(file: str, actions: tuple[str, ...], trust: str | None, bundle: str | None) -> Loaded:
     import_actions(actions, demo=True)
     return definition_files.load(file, with_demo(project_actions(actions)), trust=trust_path(trust), bundle=bundle)
 
@@ -117,8 +123,9 @@ detach_option = click.option("--detach", is_flag=True, help="Queue the run and r
 @click.argument("file", metavar="FILE")
 @input_option
 @on_a_store(idempotency_option, trust_options, follow_option, detach_option, *models_options, actions=True)
-def run(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
-        pin_version, follow, detach, record, replay, as_json):
+def run(file: str, raw_input: str | None, actions: tuple[str, ...], store_url: str | None, principal: str, tenant: str,
+        access_path: str | None, idempotency_key: str | None, trust: str | None, bundle: str | None, pin_version: bool,
+        follow: bool, detach: bool, record: str | None, replay: str | None, as_json: bool) -> None:
     """Run a definition to its end (or until it waits for a person or a long timer), whichever process
     executes its steps; --detach queues it and returns at once."""
     value = parse_input(raw_input)
@@ -144,8 +151,9 @@ def run(file, raw_input, actions, store_url, principal, tenant, access_path, ide
 @click.argument("file", metavar="FILE")
 @input_option
 @on_a_store(idempotency_option, trust_options, actions=True)
-def submit(file, raw_input, actions, store_url, principal, tenant, access_path, idempotency_key, trust, bundle,
-           pin_version, as_json):
+def submit(file: str, raw_input: str | None, actions: tuple[str, ...], store_url: str | None, principal: str,
+           tenant: str, access_path: str | None, idempotency_key: str | None, trust: str | None, bundle: str | None,
+           pin_version: bool, as_json: bool) -> None:
     """Queue a run without driving it; `sealflow recover` (or a worker) drives it."""
     value = parse_input(raw_input)
     provider = load_access(access_path)
@@ -164,7 +172,8 @@ def submit(file, raw_input, actions, store_url, principal, tenant, access_path, 
                          "or waits for a human."),
             click.option("--children-offset", type=click.IntRange(min=0), default=0, metavar="N",
                          help="With --json: list a fan-out's child runs from the N-th (100 per page)."), actions=True)
-def status(run_id, actions, store_url, principal, tenant, access_path, watch, children_offset, as_json):
+def status(run_id: str, actions: tuple[str, ...], store_url: str | None, principal: str, tenant: str,
+           access_path: str | None, watch: bool, children_offset: int, as_json: bool) -> None:
     """Show a run: its state, steps, attempts, errors and what it waits for; a map or parallel step's items
     as a count by state with the failures listed (--json: every child run, 100 per page). A step due but
     waiting for a process that has what it needs says what this process lacks too."""
@@ -186,7 +195,8 @@ def status(run_id, actions, store_url, principal, tenant, access_path, watch, ch
 @click.option("--step", "step_id", metavar="STEP", help="The approval step (default: the one waiting).")
 @click.option("--comment", help="Why you approve (recorded in the audit trail).")
 @on_a_store(actions=True)
-def approve(run_id, step_id, comment, actions, store_url, principal, tenant, access_path, as_json):
+def approve(run_id: str, step_id: str | None, comment: str | None, actions: tuple[str, ...], store_url: str | None,
+            principal: str, tenant: str, access_path: str | None, as_json: bool) -> None:
     """Approve a run waiting at an approval gate, then drive it on."""
     with open_runtime(store_url, actions, access=access_path) as rt:
         act_then_drive(rt, run_id, principal, tenant, as_json,
@@ -198,7 +208,8 @@ def approve(run_id, step_id, comment, actions, store_url, principal, tenant, acc
 @click.option("--step", "step_id", metavar="STEP")
 @click.option("--reason", required=True, help="Why (required; recorded in the audit trail).")
 @on_a_store(actions=True)
-def reject(run_id, step_id, reason, actions, store_url, principal, tenant, access_path, as_json):
+def reject(run_id: str, step_id: str | None, reason: str, actions: tuple[str, ...], store_url: str | None,
+           principal: str, tenant: str, access_path: str | None, as_json: bool) -> None:
     """Reject a run waiting at an approval gate (the step fails with policy_denied), then drive it on."""
     with open_runtime(store_url, actions, access=access_path) as rt:
         act_then_drive(rt, run_id, principal, tenant, as_json,
@@ -216,7 +227,8 @@ def reject(run_id, step_id, reason, actions, store_url, principal, tenant, acces
               "@file), checked as the step's output is.")
 @click.option("--reason", required=True, help="What you checked (required; recorded in the audit trail).")
 @on_a_store(actions=True)
-def resolve(run_id, decision, output_text, reason, actions, store_url, principal, tenant, access_path, as_json):
+def resolve(run_id: str, decision: str | None, output_text: str | None, reason: str, actions: tuple[str, ...],
+            store_url: str | None, principal: str, tenant: str, access_path: str | None, as_json: bool) -> None:
     """Decide the outcome of a lost attempt that waits for a person: an action that cannot deduplicate
     (honours_idempotency_key=False) whose worker was lost mid-call may or may not have acted. Needs
     runs:resolve in the run's tenant. Then drive the run on."""
@@ -237,7 +249,8 @@ def resolve(run_id, decision, output_text, reason, actions, store_url, principal
 @click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--reason", default="")
 @on_a_store(actions=True)
-def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, as_json):
+def cancel(run_id: str, reason: str, actions: tuple[str, ...], store_url: str | None, principal: str, tenant: str,
+           access_path: str | None, as_json: bool) -> None:
     """Cancel a run: no new step starts; a running action sees ctx.cancelled(). Exit 0 when the cancel is
     accepted, 1 when it is refused (the run has ended; it says so), 2 for a run you may not see."""
     from sealflow.core.errors import StepError
@@ -264,7 +277,8 @@ def cancel(run_id, reason, actions, store_url, principal, tenant, access_path, a
 
 @click.command()
 @on_a_store(actions=True)
-def recover(actions, store_url, principal, tenant, access_path, as_json):
+def recover(actions: tuple[str, ...], store_url: str | None, principal: str, tenant: str, access_path: str | None,
+            as_json: bool) -> None:
     """Find runs in flight (after a crash, or with due timers) and drive the tenant's on. A run this process
     cannot continue (it lacks an action module, a model, a secret or the trust policy) is left as it is and
     listed with what it lacks; a run whose stored plan does not match its digest is refused (its due step

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
@@ -16,7 +17,7 @@ STATES = ("queued", "running", "waiting", "cancelling", "compensating", "complet
 
 
 @click.group()
-def runs():
+def runs() -> None:
     """Browse runs."""
 
 
@@ -26,7 +27,8 @@ def runs():
             click.option("--workflow", metavar="NAME", help="Only runs of this workflow."),
             click.option("--initiator", metavar="PRINCIPAL", help="Only runs this principal submitted."),
             click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500)))
-def list_(store_url, principal, tenant, access_path, states, workflow, initiator, limit, as_json):
+def list_(store_url: str | None, principal: str, tenant: str, access_path: str | None, states: tuple[str, ...],
+          workflow: str | None, initiator: str | None, limit: int, as_json: bool) -> None:
     """The runs of the tenant, newest first (a principal who is not a member of it sees none)."""
     from sealflow.policy.authz import Unauthorized, member_permissions
     from sealflow.store.records import RunQuery
@@ -41,8 +43,9 @@ def list_(store_url, principal, tenant, access_path, states, workflow, initiator
                                           initiator=initiator, limit=limit)) if member else []
     finally:
         store.close()
-    rows = [{"run_id": r.id, "workflow": r.workflow, "version": r.workflow_version, "state": r.state,
-             "initiator": r.initiator, "created_at": r.created_at} for r in found]
+    rows: list[dict[str, Any]] = [
+        {"run_id": r.id, "workflow": r.workflow, "version": r.workflow_version, "state": r.state,
+         "initiator": r.initiator, "created_at": r.created_at} for r in found]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -8,6 +8,9 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +27,10 @@ from sealflow.cli.options import (
 )
 from sealflow.cli.session import open_runtime, project_actions, trust_path, with_demo
 
+if TYPE_CHECKING:
+    from sealflow.runtime.facade import Runtime
+    from sealflow.runtime.telemetry.metrics import Metrics
+
 SCHEDULER = "service:sealflow-scheduler"
 
 
@@ -37,7 +44,7 @@ def _parse_at(value: str | None) -> dt.datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
-def _may_be_scheduled(path) -> bool:
+def _may_be_scheduled(path: Path) -> bool:
     """Whether the file may declare a ``trigger.schedule``: an unscheduled definition beside the scheduled ones
     (an unsigned draft, say) is not loaded, so it is neither verified nor a reason to refuse. A file that is not
     plain YAML is loaded anyway, to report its error."""
@@ -60,7 +67,7 @@ class Entry:
 
     path: str
     loaded: definition_files.Loaded
-    schedule: dict
+    schedule: dict[str, Any]
 
 
 class Schedules:
@@ -72,7 +79,7 @@ class Schedules:
         self.entries = entries
         #: definitions skipped so far (at load and since)
         self.skipped = 0
-        self._metrics = None
+        self._metrics: Metrics | None = None
         self._uncounted: list[str] = []
 
     def skip(self, path: str, reason: str, why: str, hint: str | None = None, *, later: bool = False) -> None:
@@ -85,13 +92,13 @@ class Schedules:
         else:
             self._metrics.schedule_error(reason)
 
-    def drop(self, entry: Entry, exc) -> None:
+    def drop(self, entry: Entry, exc: Exception) -> None:
         """Stop scheduling ``entry``: a slot of it could not be computed (:class:`ScheduleError`)."""
         if entry in self.entries:
             self.entries.remove(entry)
             self.skip(entry.path, "slot_failed", f"its next slot cannot be computed: {exc}", later=True)
 
-    def count_on(self, metrics) -> None:
+    def count_on(self, metrics: Metrics) -> None:
         self._metrics = metrics
         for reason in self._uncounted:
             metrics.schedule_error(reason)
@@ -113,7 +120,7 @@ class Schedules:
         return found
 
 
-def _load(paths, actions, trust) -> Schedules:
+def _load(paths: tuple[str, ...], actions: tuple[str, ...], trust: str | None) -> Schedules:
     entries: list[Entry] = []
     schedules = Schedules(entries)
     for path in expand_paths(paths):
@@ -135,8 +142,8 @@ def _load(paths, actions, trust) -> Schedules:
     return schedules
 
 
-def fire(rt, schedules: Schedules, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta,
-         drive: bool) -> list[dict]:
+def fire(rt: Runtime, schedules: Schedules, now: dt.datetime, *, tenant: str, catch_up: dt.timedelta,
+         drive: bool) -> list[dict[str, Any]]:
     """Submit every definition whose latest slot is due (idempotently, per slot); return what was done. A
     definition whose slot cannot be computed is skipped from now on (:meth:`Schedules.drop`)."""
     from sealflow.core.errors import StepError
@@ -173,8 +180,8 @@ def fire(rt, schedules: Schedules, now: dt.datetime, *, tenant: str, catch_up: d
     return done
 
 
-def serve(rt, schedules: Schedules, stop, *, tenant: str, catch_up: dt.timedelta, drive: bool, as_json: bool,
-          now=lambda: dt.datetime.now(dt.UTC)) -> int:
+def serve(rt: Runtime, schedules: Schedules, stop: threading.Event, *, tenant: str, catch_up: dt.timedelta,
+          drive: bool, as_json: bool, now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> int:
     """Fire what is due, then sleep until the next slot (at most a minute), until ``stop`` is set; the exit code
     (1 when every definition was skipped: nothing is left to schedule)."""
     while not stop.is_set():
@@ -203,8 +210,9 @@ def serve(rt, schedules: Schedules, stop, *, tenant: str, catch_up: dt.timedelta
 @click.option("--no-drive", is_flag=True, help="Only submit: workers drive the runs.")
 @metrics_options
 @json_flag(None)
-def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s, once, at, no_drive, metrics_port,
-              metrics_addr, as_json):
+def scheduler(paths: tuple[str, ...], actions: tuple[str, ...], store_url: str | None, tenant: str,
+              access_path: str | None, trust: str | None, catch_up_s: float, once: bool, at: str | None,
+              no_drive: bool, metrics_port: int | None, metrics_addr: str, as_json: bool) -> None:
     """Submit scheduled definitions at their cron slots, each run acting as the schedule's run_as.
 
     Each slot is submitted once (its idempotency key names the definition, version and slot), so
@@ -250,7 +258,7 @@ def scheduler(paths, actions, store_url, tenant, access_path, trust, catch_up_s,
     sys.exit(code)
 
 
-def _report(done: list[dict], as_json: bool) -> None:
+def _report(done: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(done))
         return

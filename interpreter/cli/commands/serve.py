@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import TYPE_CHECKING
 
 import click
 
@@ -32,6 +33,10 @@ from sealflow.cli.session import (
     store_location,
     trust_path,
 )
+
+if TYPE_CHECKING:
+    from sealflow.server.oidc import OidcSettings
+    from sealflow.server.oidc_login import OidcLoginSettings
 
 
 def _config_path() -> str | None:
@@ -93,12 +98,15 @@ def _config_path() -> str | None:
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               envvar="SEALFLOW_LOG_FORMAT",
               help="Log lines on stderr: text, or one JSON object a line with run, step, attempt and trace ids.")
-def serve(host, port, workers, store_url, access_path, trust, actions, allow_open, oidc_issuer, oidc_audience,
-          oidc_jwks, oidc_algorithms, oidc_leeway, oidc_principal_claim, oidc_principal_prefix, oidc_tenant_claim,
-          oidc_default_tenant, oidc_client_id, oidc_client_secret, oidc_redirect_uri, oidc_authorization_endpoint,
-          oidc_token_endpoint, oidc_scopes, rate_limit, rate_burst, max_body, work, log_format):
+def serve(host: str, port: int, workers: int, store_url: str | None, access_path: str | None, trust: str | None,
+          actions: tuple[str, ...], allow_open: bool, oidc_issuer: str | None, oidc_audience: str | None,
+          oidc_jwks: str | None, oidc_algorithms: tuple[str, ...], oidc_leeway: float, oidc_principal_claim: str,
+          oidc_principal_prefix: str, oidc_tenant_claim: str, oidc_default_tenant: str | None,
+          oidc_client_id: str | None, oidc_client_secret: str | None, oidc_redirect_uri: str | None,
+          oidc_authorization_endpoint: str | None, oidc_token_endpoint: str | None, oidc_scopes: tuple[str, ...],
+          rate_limit: float, rate_burst: int | None, max_body: int, work: bool, log_format: str) -> None:
     """Serve the HTTP API: runs, approvals, dead letters, definitions; OpenAPI at /openapi.json."""
-    from sealflow.cli.definition_files import load_trust_policy
+    from sealflow.cli.session import load_trust_policy
     from sealflow.server.oidc import OidcConfigError, OidcSettings, OidcVerifier
     from sealflow.server.settings import ENV, ServerSettings
 
@@ -124,7 +132,7 @@ def serve(host, port, workers, store_url, access_path, trust, actions, allow_ope
     oidc = None
     given = [o for o in (oidc_issuer, oidc_audience, oidc_jwks) if o]
     if given:
-        if len(given) < 3:
+        if not (oidc_issuer and oidc_audience and oidc_jwks):  # some given, not all three
             fail_usage("OIDC needs all of --oidc-issuer, --oidc-audience and --oidc-jwks")
         oidc = OidcSettings(issuer=oidc_issuer, audience=oidc_audience, jwks_path=os.path.abspath(oidc_jwks),
                             algorithms=tuple(oidc_algorithms) or ("RS256", "ES256", "EdDSA"), leeway=oidc_leeway,
@@ -190,7 +198,9 @@ def _check_listen(host: str, port: int) -> None:
             fail(f"cannot listen on {host}:{port}: {why.get(exc.errno or 0) or exc.strerror or exc}")
 
 
-def _login_settings(oidc, client_id, client_secret, redirect_uri, authorization_endpoint, token_endpoint, scopes):
+def _login_settings(oidc: OidcSettings | None, client_id: str | None, client_secret: str | None,
+                    redirect_uri: str | None, authorization_endpoint: str | None, token_endpoint: str | None,
+                    scopes: tuple[str, ...]) -> OidcLoginSettings | None:
     """The /ui OIDC login flow's settings (None without --oidc-client-id), checked now: its discovery document
     is read and its redirect URI and endpoints must be http(s) URLs."""
     from sealflow.server.oidc import OidcConfigError

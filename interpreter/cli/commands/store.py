@@ -20,17 +20,18 @@ import click
 
 from sealflow.cli.exits import fail_usage, refuse
 from sealflow.cli.options import access_option, as_option, json_flag, store_option
+from sealflow.operations.retention import Prunable
 
 
 @click.group()
-def store():
+def store() -> None:
     """The state store itself: schema migrations, retention."""
 
 
 @store.command()
 @store_option
 @json_flag(None)
-def migrate(store_url, as_json):
+def migrate(store_url: str | None, as_json: bool) -> None:
     """Apply the store's missing schema migrations; running it again changes nothing."""
     from sealflow.store import StoreError, migrate_store
 
@@ -46,7 +47,7 @@ def migrate(store_url, as_json):
         click.echo(f"schema version {version}: up to date, nothing to apply")
 
 
-def _older_than(ctx, param, value):
+def _older_than(ctx: click.Context, param: click.Parameter, value: str) -> float:
     from sealflow.dsl.durations import DurationError, parse_ms
 
     try:
@@ -74,7 +75,8 @@ _MOST_MS = 36_500 * 86_400_000
 @as_option
 @access_option
 @json_flag(None)
-def prune(store_url, older_than, include_dead_letters, dry_run, principal, access_path, as_json):
+def prune(store_url: str | None, older_than: float, include_dead_letters: bool, dry_run: bool, principal: str,
+          access_path: str | None, as_json: bool) -> None:
     """Delete finished runs older than --older-than; the audit chain keeps a checkpoint of what went
     (operators only under an access policy: it deletes every tenant's runs)."""
     from sealflow.cli.session import load_access, open_store, store_location
@@ -88,6 +90,8 @@ def prune(store_url, older_than, include_dead_letters, dry_run, principal, acces
     now = time.time()
     st = open_store(store_location(store_url))
     try:
+        if not isinstance(st, Prunable):
+            refuse(f"this store ({type(st).__name__}) cannot prune runs")
         report = st.prune_runs(now - older_than, now, actor=principal,
                                include_dead_letters=include_dead_letters, dry_run=dry_run)
     finally:

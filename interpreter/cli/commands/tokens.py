@@ -34,7 +34,7 @@ def _when(ts: float | None) -> str:
     return "never" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def _check_expires(ctx, param, value):
+def _check_expires(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
     from sealflow.server.tokens import parse_duration
@@ -68,7 +68,7 @@ def _may(access_path: str | None, actor: str, what: str, *, own: bool, tenant: s
 
 
 @click.group()
-def tokens():
+def tokens() -> None:
     """API tokens for `sealflow serve`: create (the secret is shown once), list, revoke."""
 
 
@@ -83,7 +83,8 @@ def tokens():
 @actor_option
 @access_option
 @json_flag()
-def create(principal, tenant, expires, label, store_url, actor, access_path, as_json):
+def create(principal: str, tenant: str, expires: float | None, label: str | None, store_url: str | None, actor: str,
+           access_path: str | None, as_json: bool) -> None:
     """Create a token acting as PRINCIPAL in TENANT; print it once (it cannot be shown again). Operators only
     under an access policy."""
     from sealflow.server.tokens import create as mint
@@ -111,7 +112,7 @@ def create(principal, tenant, expires, label, store_url, actor, access_path, as_
 @actor_option
 @access_option
 @json_flag("Print a JSON list.")
-def list_(tenant, store_url, actor, access_path, as_json):
+def list_(tenant: str | None, store_url: str | None, actor: str, access_path: str | None, as_json: bool) -> None:
     """Every token: id, principal, tenant, created, expires, revoked (never the secret). Operators only under
     an access policy."""
     everyone = _may(access_path, actor, "list the API tokens", own=True)
@@ -140,7 +141,7 @@ def list_(tenant, store_url, actor, access_path, as_json):
 @store_option
 @actor_option
 @access_option
-def revoke(token_id, store_url, actor, access_path):
+def revoke(token_id: str, store_url: str | None, actor: str, access_path: str | None) -> None:
     """Revoke token ID: its next request is refused. Operators only under an access policy."""
     from sealflow.store import InvalidOperation
 

@@ -23,7 +23,10 @@ from sealflow.cli.options import actions_option
 from sealflow.cli.session import load_action_metadata
 
 if TYPE_CHECKING:  # the CLI imports the language lazily, per command
+    from sealflow.dsl.api import CheckResult
+    from sealflow.dsl.diff import Finding, Side
     from sealflow.dsl.plan import Plan
+    from sealflow.dsl.trust import Refused, Verified
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -54,7 +57,7 @@ def _work_tree(folder: Path) -> Path | None:
 @click.option("--out", "prefix", required=True, metavar="PREFIX",
               help="Write PREFIX.pem (private, mode 0600) and PREFIX.pub.pem.")
 @click.option("--force", is_flag=True, help="Write the private key even inside a git work tree.")
-def keygen(prefix, force):
+def keygen(prefix: str, force: bool) -> None:
     """Make an Ed25519 key pair for offline signing (sign --key).
 
     Never overwrites a file, and refuses to write a private key inside a git work tree (where one
@@ -110,7 +113,7 @@ class _Item:
     plan: Plan
 
 
-def _validated(paths: tuple[str, ...], actions) -> list[_Item]:
+def _validated(paths: tuple[str, ...], actions: tuple[str, ...]) -> list[_Item]:
     """Read each file once and check those bytes; refuse (exit 1) when any is invalid."""
     from sealflow.dsl.api import check_bytes
 
@@ -139,7 +142,8 @@ def _validated(paths: tuple[str, ...], actions) -> list[_Item]:
 @click.option("--key-id", help="The keyid written in the envelope (default: sha256 of the public key).")
 @click.option("--staging", is_flag=True, help="Keyless: use Sigstore's staging instance (for testing the job).")
 @actions_option
-def sign(paths, key_path, key_id, staging, actions):
+def sign(paths: tuple[str, ...], key_path: str | None, key_id: str | None, staging: bool,
+         actions: tuple[str, ...]) -> None:
     """Sign definitions, after validating them: keyless with Sigstore (CI), or offline with --key.
 
     Without --key, signs with the CI's ambient OIDC identity (Sigstore keyless) and writes
@@ -221,7 +225,7 @@ def _sign_keyless(items: list[_Item], staging: bool) -> None:
               help="The signature file (DSSE envelope or Sigstore bundle); default FILE.sigstore.json or "
                    "FILE.dsse.json beside FILE.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def verify(paths, policy_path, bundle, as_json):
+def verify(paths: tuple[str, ...], policy_path: str, bundle: str | None, as_json: bool) -> None:
     """Verify signed definitions against a trust policy, offline.
 
     Exit 0 when every file verifies (prints who signed), 1 when any is refused (prints why), 2 usage.
@@ -238,7 +242,7 @@ def verify(paths, policy_path, bundle, as_json):
             click.echo(d.format())
         fail(f"refused: the trust policy {policy_path} is invalid ({len(exc.diagnostics)} "
              f"error{'s' if len(exc.diagnostics) != 1 else ''}); nothing verified")
-    results = []
+    results: list[Verified | tuple[str, Refused]] = []
     for f in files:
         try:
             results.append(verify_file(f, policy, bundle=bundle))
@@ -274,7 +278,8 @@ def verify(paths, policy_path, bundle, as_json):
               show_default=True, help="Output format (markdown: for a CI job summary).")
 @click.option("--severity", "overrides", multiple=True, metavar="CODE=review|info",
               help="Change the severity of a finding code (e.g. D615=review). Repeatable.")
-def diff(paths, base, actions, fmt, overrides):
+def diff(paths: tuple[str, ...], base: str | None, actions: tuple[str, ...], fmt: str,
+         overrides: tuple[str, ...]) -> None:
     """The security diff: per workflow, the changes that matter for safety.
 
     `sealflow diff OLD NEW` compares two files (or folders); `sealflow diff --base REF [PATH...]`
@@ -314,8 +319,9 @@ def diff(paths, base, actions, fmt, overrides):
         fail(f"cannot diff: {len(invalid)} invalid definition{'s' if len(invalid) != 1 else ''} "
              "(fix them, or validate each side)")
 
-    def sides(results):
-        return [Side(r.plan, r.path, r.document.locate if r.document else None) for r in results]
+    def sides(results: list[CheckResult]) -> list[Side]:
+        # (every result has its plan: the invalid ones were refused above)
+        return [Side(r.plan, r.path, r.document.locate if r.document else None) for r in results if r.plan is not None]
 
     findings = diff_sides(sides(old_results), sides(new_results))
     findings = [dataclasses.replace(f, severity=levels[f.code]) if f.code in levels else f for f in findings]
@@ -323,7 +329,7 @@ def diff(paths, base, actions, fmt, overrides):
     sys.exit(2 if any(f.severity == "review" for f in findings) else 0)
 
 
-def _emit_findings(findings, fmt: str, base: str | None) -> None:
+def _emit_findings(findings: list[Finding], fmt: str, base: str | None) -> None:
     review = sum(1 for f in findings if f.severity == "review")
     info = len(findings) - review
     summary = (f"{len(findings)} change{'s' if len(findings) != 1 else ''} that matter for safety: {review} "

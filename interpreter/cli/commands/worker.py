@@ -173,7 +173,7 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
             log.warning("no --trust: signatures are not verified; this worker executes every run "
                         "(--allow-unsigned, development only)")
         return TrustGate(allow_unsigned=allow_unsigned, actor=actor)
-    from sealflow.cli.definition_files import load_trust_policy
+    from sealflow.cli.session import load_trust_policy
 
     return TrustGate(allow_unsigned=allow_unsigned, policy=load_trust_policy(trust), actor=actor)
 

@@ -29,7 +29,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.clock import SYSTEM, Clock
 from sealflow.operations import outbound
@@ -37,6 +37,9 @@ from sealflow.store.deliveries import Deliveries, DeliveryRecord
 
 from . import bodies
 from .config import Channel, NotifyConfig
+
+if TYPE_CHECKING:
+    from sealflow.execution.secrets import SecretChain
 
 log = logging.getLogger("sealflow.notifications")
 
@@ -72,7 +75,7 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float, *,
 class Deliverer:
     """Posts due deliveries of one store per ``config`` (see the module docstring)."""
 
-    def __init__(self, store: Deliveries, config: NotifyConfig, secrets: Any, *, clock: Clock = SYSTEM,
+    def __init__(self, store: Deliveries, config: NotifyConfig, secrets: SecretChain, *, clock: Clock = SYSTEM,
                  rng: random.Random | None = None,
                  poster: Callable[[str, bytes, dict[str, str], float], int] | None = None,
                  batch: int = 20, metrics: Any = None):
@@ -96,7 +99,7 @@ class Deliverer:
 
     def delay(self, attempts: int) -> float:
         """Seconds before the next try after ``attempts`` failed ones: exponential, capped, jittered."""
-        base = min(self.config.backoff_max, self.config.backoff_first * 2 ** max(attempts - 1, 0))
+        base = min(self.config.backoff_max, self.config.backoff_first * 2.0 ** max(attempts - 1, 0))
         return base * self.rng.uniform(0.5, 1.0)
 
     def deliver_once(self) -> Report:

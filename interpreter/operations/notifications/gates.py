@@ -32,7 +32,7 @@ def iso(ts: float | None) -> str | None:
     return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def opened_gate(commit: Commit, before: dict | None) -> tuple[str, dict, float | None] | None:
+def opened_gate(commit: Commit, before: dict[str, Any] | None) -> tuple[str, dict[str, Any], float | None] | None:
     """``(step id, gate data, expiry)`` of the gate ``commit`` opens (``before``: the attempt's data as read),
     else None."""
     nxt = commit.next
@@ -48,7 +48,7 @@ def opened_gate(commit: Commit, before: dict | None) -> tuple[str, dict, float |
     return None
 
 
-def payload(config: NotifyConfig, run: RunRecord, step_id: str, data: dict, due_at: float | None,
+def payload(config: NotifyConfig, run: RunRecord, step_id: str, data: dict[str, Any], due_at: float | None,
             now: float) -> dict[str, Any]:
     """The body every channel renders: ``{"type", "timestamp", "data"}`` (the Standard Webhooks shape)."""
     unknown = data.get(OUTCOME_UNKNOWN)
@@ -69,7 +69,7 @@ def payload(config: NotifyConfig, run: RunRecord, step_id: str, data: dict, due_
         "url": config.link(f"/ui/approvals#gate-{run.id}-{step_id}"), "run_url": config.link(f"/ui/runs/{run.id}")}}
 
 
-def _outcome_unknown(config: NotifyConfig, run: RunRecord, step_id: str, gate: dict, due_at: float | None,
+def _outcome_unknown(config: NotifyConfig, run: RunRecord, step_id: str, gate: dict[str, Any], due_at: float | None,
                      now: float) -> dict[str, Any]:
     summary = (f"Decision needed: step {step_id!r} of {run.workflow} v{run.workflow_version} (run {run.id}, tenant "
                f"{run.tenant}) lost its attempt and its action {gate.get('action')} cannot deduplicate, so it may or "
@@ -93,7 +93,7 @@ class Notifier(EngineHooks):
     def before_commit(self, x: Any, commit: Commit) -> Commit:
         return self.amend(x.run, x.attempt.data, commit, x.now)
 
-    def amend(self, run: RunRecord, before: dict | None, commit: Commit, now: float) -> Commit:
+    def amend(self, run: RunRecord, before: dict[str, Any] | None, commit: Commit, now: float) -> Commit:
         gate = opened_gate(commit, before)
         if gate is None:
             return commit

@@ -18,7 +18,8 @@ router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 @router.get("", response_model=list[dict[str, Any]], summary="The approval gates waiting for me")
 def waiting(caller: Caller, rt: Runtime) -> list[dict[str, Any]]:
     """The gates of the caller's tenant the caller may decide now (with each ``show_hash``)."""
-    return rt.approvals_waiting(caller.principal, caller.tenant)
+    gates: list[dict[str, Any]] = rt.approvals_waiting(caller.principal, caller.tenant)
+    return gates
 
 
 @router.post("/{run_id}/{step_id}", response_model=dict[str, Any], summary="Approve or reject a waiting gate")

@@ -58,7 +58,8 @@ def _page(name: str, status: int = 200, **values: Any) -> Response:
 
 
 def _sessions(request: Request) -> Sessions:
-    return request.app.state.ui_sessions
+    sessions: Sessions = request.app.state.ui_sessions
+    return sessions
 
 
 def _session(request: Request) -> Session | None:
@@ -241,7 +242,7 @@ async def decide(request: Request, run_id: str, step_id: str) -> Response:
     assert session is not None
     rt = request.app.state.runtime
     try:
-        body = Decision(decision=form.get("decision", ""), reason=form.get("reason", ""),  # type: ignore[arg-type]
+        body = Decision(decision=form.get("decision", ""), reason=form.get("reason", ""),
                         payload_hash=form.get("payload_hash", ""))
     except ValueError:
         return _page("approvals.html", 422, session=session, gates=_gates(rt, session),

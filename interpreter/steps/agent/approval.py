@@ -27,13 +27,16 @@ Every call that needs approval opens its own gate: an approval covers one call, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.outcomes import Failed, Waiting
 from sealflow.dsl.durations import format_ms
 from sealflow.policy.approvals import show_hash
+from sealflow.steps.agent.conversation import Conversation, Tool
+from sealflow.steps.sections import section
 
-AgentLoop = Tool = Any  # steps.agent.loop's classes (that module imports this one)
+if TYPE_CHECKING:
+    from sealflow.dsl.plan import AgentPlan
 
 #: the attempt-data key holding the waiting conversation (read by engine.decide)
 RESUME = "agent_resume"
@@ -41,18 +44,19 @@ _STATE = ("transcript", "calls", "tokens", "cost", "tool_calls", "turns", "refus
           "base_key", "model", "billed")
 
 
-def needs_approval(agent: Any, name: str, effect: str) -> bool:
+def needs_approval(agent: AgentPlan, name: str, effect: str) -> bool:
     return name in agent.approval_required or effect == "irreversible"
 
 
-def call_hash(name: str, arguments: dict) -> str:
+def call_hash(name: str, arguments: dict[str, Any]) -> str:
     """What an approval of this call binds to: the sha256 of the canonical ``{tool, arguments}``."""
     return show_hash({"tool": name, "arguments": arguments})
 
 
-def open_gate(loop: AgentLoop, tool: Tool, arguments: dict, entry: dict, turn: dict) -> Waiting:
+def open_gate(loop: Conversation, tool: Tool, arguments: dict[str, Any], entry: dict[str, Any],
+              turn: dict[str, Any]) -> Waiting:
     """End the attempt waiting for a person to decide ``tool(**arguments)``."""
-    x, ap = loop.x, loop.agent.approval
+    x, ap = loop.x, section(loop.x, loop.agent.approval, "agent.approval")
     shown = {"tool": tool.name, "arguments": arguments, "hash": call_hash(tool.name, arguments)}
     entry["outcome"] = "awaiting_approval"
     state = {k: getattr(loop, k) for k in _STATE}
@@ -64,7 +68,7 @@ def open_gate(loop: AgentLoop, tool: Tool, arguments: dict, entry: dict, turn: d
     return Waiting(x.now + ap.timeout_ms / 1000.0, "approval_timeout", data)
 
 
-def timed_out(loop: AgentLoop) -> Failed:
+def timed_out(loop: Conversation) -> Failed:
     """No quorum in time: the call is not run and the step fails closed."""
     data, ap = loop.x.attempt.data, loop.agent.approval
     restore(loop, data.get(RESUME) or {})
@@ -80,19 +84,19 @@ def timed_out(loop: AgentLoop) -> Failed:
     return failed
 
 
-def restore(loop: AgentLoop, state: dict) -> None:
+def restore(loop: Conversation, state: dict[str, Any]) -> None:
     for k in _STATE:
         if k in state:
             setattr(loop, k, state[k])
 
 
-def resume(loop: AgentLoop, state: dict) -> Failed | None:
+def resume(loop: Conversation, state: dict[str, Any]) -> Failed | None:
     """Continue a conversation after a person decided its pending call: run it if approved (after checking
     it is the call that was approved), else tell the model it was rejected."""
     restore(loop, state)
     pending, decision = state.get("pending") or {}, state.get("decision") or {}
     name, arguments, turn = pending.get("tool"), pending.get("arguments"), dict(pending.get("turn") or {})
-    entry = loop.calls[-1] if loop.calls else {"n": 0}
+    entry: dict[str, Any] = loop.calls[-1] if loop.calls else {"n": 0}
     if not decision.get("approved"):
         entry["outcome"] = "rejected"
         loop.refusals += 1
@@ -102,7 +106,8 @@ def resume(loop: AgentLoop, state: dict) -> Failed | None:
         loop.transcript.append(turn)
         return None
     tool = loop.tools.get(name) if isinstance(name, str) else None
-    if tool is None or not isinstance(arguments, dict) or call_hash(name, arguments) != pending.get("hash"):
+    if tool is None or not isinstance(name, str) or not isinstance(arguments, dict) \
+            or call_hash(name, arguments) != pending.get("hash"):
         entry["outcome"] = "denied:approval_mismatch"
         return loop.fail("policy_denied", "the approved tool call is not the call waiting to run; nothing was run")
     entry["approved_by"] = list(decision.get("by") or ())

@@ -61,7 +61,7 @@ import copy
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.errors import StepError
 from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
@@ -69,12 +69,17 @@ from sealflow.core.redaction import REDACTOR
 from sealflow.dsl import expressions
 from sealflow.execution.breakers import through_model
 from sealflow.execution.calls import call
-from sealflow.execution.context import Execution
+from sealflow.execution.context import Execution, StepContext
 from sealflow.execution.idempotency import ledger_lookup
 from sealflow.policy import limits as rate_limits
 from sealflow.steps.agent import approval, pacing
-from sealflow.steps.agent.tools import Tool, digest, safe_name, tools_for  # noqa: F401 - re-exported
+from sealflow.steps.agent.conversation import Tool
+from sealflow.steps.agent.tools import digest, safe_name, tools_for
 from sealflow.steps.checks import jsonschema_best, schema_failure, validation_failure
+from sealflow.steps.sections import section
+
+if TYPE_CHECKING:
+    from sealflow.providers.base import ModelRequest, ModelResult, Provider
 
 log = logging.getLogger("sealflow.agent")
 
@@ -88,9 +93,9 @@ class AgentLoop:
 
     def __init__(self, x: Execution):
         self.x = x
-        self.agent = x.step.agent
-        self.transcript: list[dict] = []
-        self.calls: list[dict] = []  # the minimised record of each proposed call
+        self.agent = section(x, x.step.agent, "agent")  # run() refuses a step without one first
+        self.transcript: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []  # the minimised record of each proposed call
         self.tokens = 0
         self.cost = 0.0
         self.tool_calls = 0
@@ -132,6 +137,7 @@ class AgentLoop:
             return Failed(exc.error_class, exc.message, exc.retry_after)
         if x.resumed and pacing.PARKED in x.attempt.data:  # it waited for the model's rate limit: go on
             pacing.resume(self)
+        stop: Outcome | None
         if approval.RESUME in x.attempt.data:  # a person decided the call this conversation waited on
             stop = approval.resume(self, x.attempt.data[approval.RESUME])
             if stop is not None:
@@ -154,7 +160,8 @@ class AgentLoop:
                 return taken
             made: list[bool] = []
 
-            def ask(ctx, p=provider, r=request, made=made):
+            def ask(ctx: StepContext, p: Provider = provider, r: ModelRequest = request,
+                    made: list[bool] = made) -> ModelResult:
                 made.append(True)
                 return p.complete(r)
 
@@ -201,6 +208,8 @@ class AgentLoop:
         self.tokens += int(getattr(result, "total_tokens", 0) or 0)
         self.cost += float(getattr(result, "cost_usd", 0.0) or 0.0)
         new_tokens, new_cost, _ = self.unbilled()
+        cap: float | None  # a count of tokens, then a cost in USD
+        spent: float
         for scope, cap, spent in (("run", x.plan.budget.max_tokens, x.run.tokens + new_tokens),
                                   ("step", x.step.budget.max_tokens, self.tokens)):
             if cap is not None and spent > cap:
@@ -268,7 +277,8 @@ class AgentLoop:
             return approval.open_gate(self, tool, arguments, entry, turn)
         return self.execute(tool, arguments, entry, turn)
 
-    def execute(self, tool: Tool, arguments: dict, entry: dict, turn: dict) -> Failed | None:
+    def execute(self, tool: Tool, arguments: dict[str, Any], entry: dict[str, Any],
+                turn: dict[str, Any]) -> Failed | None:
         x = self.x
         signature = f"{tool.name}:{entry['args']}"
         self.seen[signature] = occurrence = self.seen.get(signature, 0) + 1
@@ -278,7 +288,12 @@ class AgentLoop:
         own = json.loads(json.dumps(arguments, default=repr))
         self.tool_calls += 1
         self.in_a_row = 0
-        outcome = call(x, lambda ctx, a=tool.action, kw=own: a(ctx, **kw), key, act=tool.action)
+        act = tool.action
+
+        def run_tool(ctx: StepContext) -> Any:
+            return act(ctx, **own)
+
+        outcome = call(x, run_tool, key, act=act)
         if isinstance(outcome, Failed):
             if outcome.timed_out:
                 entry["outcome"] = "timeout"
@@ -309,7 +324,7 @@ class AgentLoop:
         self.transcript.append(turn)
         return None
 
-    def refuse(self, entry: dict, turn: dict, reason: str, message: str) -> Failed | None:
+    def refuse(self, entry: dict[str, Any], turn: dict[str, Any], reason: str, message: str) -> Failed | None:
         entry["outcome"] = f"refused:{reason}"
         turn.update(status="refused", error={"class": reason, "message": message})
         self.transcript.append(turn)
@@ -351,7 +366,7 @@ class AgentLoop:
             failed.ends_run = "failed"
         return failed
 
-    def summary(self, finish: str) -> dict:
+    def summary(self, finish: str) -> dict[str, Any]:
         out = {"turns": self.turns, "tool_calls": self.tool_calls, "refused": self.refusals, "finish": finish,
                "calls": [dict(c) for c in self.calls]}
         withheld = {t.name: t.denied for t in self.tools.values() if t.denied is not None}

@@ -16,13 +16,16 @@ tool calls already made are not made again, and only what is used after the wait
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sealflow.core.outcomes import Failed, Waiting
 from sealflow.policy import budgets, limits
+from sealflow.steps.agent.conversation import Conversation
 from sealflow.steps.ai import DEFAULT_MAX_TOKENS
 
-AgentLoop = Any  # steps.agent.loop's class (that module imports this one)
+if TYPE_CHECKING:
+    from sealflow.dsl.plan import AgentPlan
+    from sealflow.providers.base import ModelRequest
 
 #: the attempt-data key holding a conversation that waits for its model's rate limit
 PARKED = "agent_parked"
@@ -30,7 +33,7 @@ _STATE = ("transcript", "calls", "tokens", "cost", "tool_calls", "turns", "refus
           "base_key", "model")  # and "billed"
 
 
-def max_tokens(agent: Any, provider: Any) -> int:
+def max_tokens(agent: AgentPlan, provider: object) -> int:
     """The most output tokens one turn may use (sent with the request, and reserved)."""
     if agent.max_tokens is not None:
         return int(agent.max_tokens)
@@ -38,7 +41,7 @@ def max_tokens(agent: Any, provider: Any) -> int:
     return configured if isinstance(configured, int) and configured > 0 else DEFAULT_MAX_TOKENS
 
 
-def worst_case(provider: Any, request: Any) -> tuple[int, float]:
+def worst_case(provider: object, request: ModelRequest) -> tuple[int, float]:
     """The most tokens and USD one turn may cost: every byte sent counts as a token (an upper bound), plus
     per-message overhead, plus ``max_tokens``."""
     sent = json.dumps([request.system, request.prompt, request.output_schema,
@@ -51,7 +54,7 @@ def worst_case(provider: Any, request: Any) -> tuple[int, float]:
     return tokens_in + tokens_out, cost
 
 
-def before_turn(loop: AgentLoop, provider: Any, request: Any) -> limits.Grant | Failed | Waiting | None:
+def before_turn(loop: Conversation, provider: object, request: ModelRequest) -> limits.Grant | Failed | Waiting | None:
     """Reserve and take the rate limit for one turn: a grant (or None: no limit) lets it be made; a failure
     ends the attempt (budget, quota, a turn that can never fit); a :class:`Waiting` parks the conversation."""
     x = loop.x
@@ -74,7 +77,7 @@ def before_turn(loop: AgentLoop, provider: Any, request: Any) -> limits.Grant | 
     return taken
 
 
-def resume(loop: AgentLoop) -> None:
+def resume(loop: Conversation) -> None:
     """Continue a conversation that waited for its model's rate limit (what it used so far is charged)."""
     state = loop.x.attempt.data.get(PARKED) or {}
     for k in _STATE:

@@ -6,7 +6,6 @@ The argument schema is the action's input schema, built from its Python signatur
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -17,6 +16,8 @@ from sealflow.execution.action_schema import parameters_schema
 from sealflow.execution.context import Execution
 from sealflow.providers.base import ToolSpec
 from sealflow.steps.agent.approval import needs_approval
+from sealflow.steps.agent.conversation import Tool
+from sealflow.steps.sections import section
 
 
 def tool_spec(action: Any) -> ToolSpec:
@@ -26,18 +27,6 @@ def tool_spec(action: Any) -> ToolSpec:
 
 # -- the step's tools ---------------------------------------------------------------------------------
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-
-
-@dataclasses.dataclass
-class Tool:
-    """An allow-listed action, its spec for the model, and why it may not run (None: it may)."""
-
-    name: str
-    action: Any
-    spec: Any
-    validator: Any
-    denied: str | None = None
-    approval: bool = False  # each call waits for a person's approval
 
 
 def digest(value: Any) -> str:
@@ -60,7 +49,8 @@ def tools_for(x: Execution) -> dict[str, Tool] | Failed:
     """The step's allow-listed tools, or a ``configuration`` failure naming an unknown one."""
     held = set(x.step.permissions)
     out: dict[str, Tool] = {}
-    for name in x.step.agent.tools:
+    agent = section(x, x.step.agent, "agent")
+    for name in agent.tools:
         act = x.services.registry.get(name)
         if act is None:
             return Failed("configuration", f"agent tool {name!r} is not a registered action: load the module that "
@@ -73,7 +63,7 @@ def tools_for(x: Execution) -> dict[str, Tool] | Failed:
             spec = tool_spec(act)
             known = _validators[key] = (spec, jsonschema.Draft202012Validator(dict(spec.parameters)))
         spec, validator = known
-        denied, gated = None, x.step.agent.approval is not None and needs_approval(x.step.agent, name, act.effect)
+        denied, gated = None, agent.approval is not None and needs_approval(agent, name, act.effect)
         if act.effect == "irreversible" and not gated:
             denied = "irreversible"
         elif not set(act.permissions) <= held:

@@ -4,14 +4,21 @@ snapshot of what a run holds. The repository's own store tests use them too."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from sealflow.store.records import Commit, NewRun, NextAttempt, RunChange, StepChange
+
+if TYPE_CHECKING:
+    from sealflow.core.clock import FakeClock
+    from sealflow.store.base import Store
+    from sealflow.store.records import Claimed, Message
 
 #: the time the kit's runs are stamped with (the start of a default FakeClock)
 T0 = 1_700_000_000.0
 
 
-def new_run(run_id="r1", *, key=None, value=None, deadline=None, tenant="default", first="a"):
+def new_run(run_id: str = "r1", *, key: str | None = None, value: Any = None, deadline: float | None = None,
+            tenant: str = "default", first: str = "a") -> NewRun:
     value = {"n": 1} if value is None else value
     return NewRun(id=run_id, tenant=tenant, workflow="wf", workflow_version=1, plan_digest="sha256:plan",
                   plan_json='{"plan": true}', input_json=json.dumps(value),
@@ -19,13 +26,14 @@ def new_run(run_id="r1", *, key=None, value=None, deadline=None, tenant="default
                   initiator="user:ana", idempotency_key=key, deadline=deadline, first_step=first, first_lease_ms=30_000)
 
 
-def submit_and_claim(store, run_id="r1", now=T0):
+def submit_and_claim(store: Store, run_id: str = "r1", now: float = T0) -> tuple[Claimed, Message]:
     store.submit(new_run(run_id), now)
     (msg,) = store.take_outbox(now)
     return store.claim(*msg, owner="w1", now=now), msg
 
 
-def succeed_and_go(claimed, next_step="b", *, state=None, ledger=None, dead=None, now=T0, rev=None):
+def succeed_and_go(claimed: Claimed, next_step: str | None = "b", *, state: str | None = None, ledger: Any = None,
+                   dead: Any = None, now: float = T0, rev: int | None = None) -> Commit:
     att = claimed.attempt
     return Commit(
         run_id=att.run_id, expected_rev=claimed.run.rev if rev is None else rev,
@@ -34,11 +42,11 @@ def succeed_and_go(claimed, next_step="b", *, state=None, ledger=None, dead=None
         next=NextAttempt(next_step, 1, "scheduled", now, 30_000) if next_step else None, dispatch_inline=True)
 
 
-def snapshot(store, run_id):
+def snapshot(store: Store, run_id: str) -> tuple[Any, ...]:
     return (store.get_run(run_id), store.attempts(run_id), store.outbox(run_id), store.timers(run_id),
             store.audit(run_id), store.dead_letter(run_id))
 
 
-def at(clock, when: float) -> None:
+def at(clock: FakeClock, when: float) -> None:
     """Move the fake ``clock`` the store was opened on forward to ``when`` (never back)."""
     clock.advance(when - clock.now())

@@ -57,27 +57,27 @@ class StoreConformance:
 
     # -- the protocols and the capabilities ---------------------------------------------------------------
 
-    def test_it_implements_every_store_protocol(self, store):
+    def test_it_implements_every_store_protocol(self, store: Store) -> None:
         # Given the backend's store / When it is checked against every store protocol
         gaps = protocol_gaps(store)
         # Then nothing is missing, and it is an instance of each
         assert gaps == {}
         assert [p.__name__ for p in PROTOCOLS if not isinstance(store, p)] == []
 
-    def test_it_declares_the_capabilities_it_says(self, store):
+    def test_it_declares_the_capabilities_it_says(self, store: Store) -> None:
         # Given the backend's store / When its optional capabilities are decided
         caps = Capabilities.of(store)
         # Then they are exactly the declared ones, each the store itself
         assert set(caps.names()) == set(self.capabilities)
         assert all(getattr(caps, name) is store for name in caps.names())
 
-    def test_it_keeps_time_on_the_clock_it_was_opened_on(self, store, clock):
+    def test_it_keeps_time_on_the_clock_it_was_opened_on(self, store: Store, clock: FakeClock) -> None:
         # Given the backend's store opened on the kit's clock / Then that is its clock
         assert store.clock is clock
 
     # -- submit and idempotency --------------------------------------------------------------------------
 
-    def test_submit_queues_the_run_with_its_first_attempt_and_an_outbox_row(self, store):
+    def test_submit_queues_the_run_with_its_first_attempt_and_an_outbox_row(self, store: Store) -> None:
         # Given a new run / When it is submitted
         run, created = store.submit(new_run(), T0)
         # Then it is queued, its first attempt scheduled, one message due, and the audit says so
@@ -90,7 +90,7 @@ class StoreConformance:
         assert events == ["run.created", "run.queued", "step.scheduled"]
         assert store.get_plan("sha256:plan") == '{"plan": true}'
 
-    def test_same_idempotency_key_and_input_returns_the_existing_run(self, store):
+    def test_same_idempotency_key_and_input_returns_the_existing_run(self, store: Store) -> None:
         # Given a run submitted with a key
         first, _ = store.submit(new_run("r1", key="k"), T0)
         # When the same key and input are submitted again
@@ -99,7 +99,7 @@ class StoreConformance:
         assert not created and again.id == first.id == "r1"
         assert store.list_runs() == [store.get_run("r1")]
 
-    def test_same_idempotency_key_with_another_input_is_a_conflict(self, store):
+    def test_same_idempotency_key_with_another_input_is_a_conflict(self, store: Store) -> None:
         # Given a run submitted with a key
         store.submit(new_run("r1", key="k"), T0)
         # When the same key comes with another input / Then it is a conflict, and nothing new is written
@@ -107,7 +107,7 @@ class StoreConformance:
             store.submit(new_run("r2", key="k", value={"n": 2}), T0)
         assert [r.id for r in store.list_runs()] == ["r1"]
 
-    def test_idempotency_keys_are_scoped_by_tenant(self, store):
+    def test_idempotency_keys_are_scoped_by_tenant(self, store: Store) -> None:
         # Given a run submitted with a key in one tenant
         store.submit(new_run("r1", key="k", tenant="acme"), T0)
         # When another tenant submits with the same key
@@ -115,7 +115,7 @@ class StoreConformance:
         # Then its run is created: keys do not cross tenants
         assert created
 
-    def test_submit_claimed_creates_the_run_with_its_first_attempt_claimed(self, store):
+    def test_submit_claimed_creates_the_run_with_its_first_attempt_claimed(self, store: Store) -> None:
         # Given a new run / When it is submitted with its first attempt claimed for the caller
         run, created, claimed = store.submit_claimed(new_run(), T0, owner="w1")
         # Then the run is running, its first attempt claimed under a lease for w1, and no message is due
@@ -132,7 +132,7 @@ class StoreConformance:
         assert [e[0] for e in events[2:]] == ["step.running", "run.running"]
         assert events[2][1:] == ("w1", "pending", "running")
 
-    def test_submit_claimed_again_returns_the_existing_run_unclaimed(self, store):
+    def test_submit_claimed_again_returns_the_existing_run_unclaimed(self, store: Store) -> None:
         # Given a run submitted and claimed with an idempotency key
         store.submit_claimed(new_run("r1", key="k"), T0, owner="w1")
         # When the same key and input are submitted again for another caller
@@ -144,7 +144,7 @@ class StoreConformance:
 
     # -- claim and fencing -------------------------------------------------------------------------------
 
-    def test_claim_takes_a_lease_with_a_new_token(self, store):
+    def test_claim_takes_a_lease_with_a_new_token(self, store: Store) -> None:
         # Given a submitted run / When its message is claimed
         claimed, msg = submit_and_claim(store)
         # Then the attempt runs under a lease for the claimant, with a new token, and its message is gone
@@ -153,7 +153,7 @@ class StoreConformance:
         assert claimed.run.state == "running" and not claimed.resumed
         assert store.outbox("r1") == []  # a claimed message leaves the outbox
 
-    def test_duplicate_and_forged_messages_are_refused_and_audited(self, store):
+    def test_duplicate_and_forged_messages_are_refused_and_audited(self, store: Store) -> None:
         # Given a claimed attempt
         claimed, msg = submit_and_claim(store)
         before = snapshot(store, "r1")[:4]
@@ -168,7 +168,7 @@ class StoreConformance:
         refused = [e for e in store.audit("r1") if e.event == "message_refused"]
         assert [e.actor for e in refused] == ["w2", "w3"]
 
-    def test_a_stale_token_commit_fails_its_fence_and_changes_nothing(self, store):
+    def test_a_stale_token_commit_fails_its_fence_and_changes_nothing(self, store: Store) -> None:
         # Given a claimed attempt whose lease expired and was requeued under a new token
         claimed, _ = submit_and_claim(store)
         report = store.sweep(T0 + 31)
@@ -183,7 +183,7 @@ class StoreConformance:
         assert snapshot(store, "r1") == before
         assert store.ledger_get("default", "k") is None
 
-    def test_a_stale_run_revision_is_a_concurrency_error(self, store):
+    def test_a_stale_run_revision_is_a_concurrency_error(self, store: Store) -> None:
         # Given a claimed attempt
         claimed, _ = submit_and_claim(store)
         before = snapshot(store, "r1")
@@ -192,7 +192,8 @@ class StoreConformance:
             store.commit(succeed_and_go(claimed, rev=claimed.run.rev - 1), T0)
         assert snapshot(store, "r1") == before
 
-    def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(self, store, clock):
+    def test_the_definition_registry_refuses_a_second_digest_and_a_rollback_without_a_pin(
+            self, store: Store, clock: FakeClock) -> None:
         from sealflow.store.definitions import DefinitionRefused
 
         # Given v1 and then v2 of a definition loaded
