@@ -1,0 +1,297 @@
+"""Running one case of a workflow test: the real engine on a fresh embedded store, in virtual time.
+
+Each case gets its own SQLite store in a temporary folder, a :class:`~sealflow.core.clock.FakeClock` that only
+moves when the runner (or a timer it sleeps through) moves it, and the real engine driving the run inline,
+as ``sealflow run`` does. Around the definition's actions sits a script: an action answers what the case says
+for its step (``steps:``), else for its name (``actions:``), else the action registered by the project runs
+(the demo world's for the definitions shipped here); a fault fails the first ``times`` calls at a step with
+its error class. Models never leave the process: an ``ai`` step answers what the case gives for it
+(``answers:``), else the local model (the embedded default's deterministic model) answers. Approval gates are
+answered as the case says (``expire`` moves the clock past the gate's timeout; no one waits).
+
+What must hold (``expect:``) is compared at the end; each difference becomes a message naming the case, the
+step and the difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from sealflow.core.clock import FakeClock
+from sealflow.core.errors import SealflowError, StepError
+from sealflow.dsl.errors import Location
+from sealflow.dsl.plan import Plan
+from sealflow.execution.actions import REGISTRY, Action, Registry
+from sealflow.providers.base import ModelRequest, ModelResult, Provider
+from sealflow.providers.local import LocalModel
+from sealflow.providers.registry import ProviderRegistry
+from sealflow.runtime.config import RuntimeConfig
+from sealflow.runtime.facade import Runtime
+from sealflow.runtime.status import RunStatus
+from sealflow.testing.workflows.spec import Answer, Case
+
+INITIATOR = "user:sealflow-test"
+#: approvers are distinct people, one more for each approval a quorum needs
+APPROVER = "user:sealflow-test-approver-{n}"
+#: a run that still moves after this many rounds of answering gates is reported, not followed further
+MAX_ROUNDS = 50
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """One case's verdict: the differences found, each ``file:line:column: what`` (none: it passed), and what
+    the run did."""
+
+    name: str
+    location: Location
+    failures: list[str]
+    state: str | None = None
+    run_id: str | None = None
+    steps: list[str] = dataclasses.field(default_factory=list)
+    #: virtual seconds the run's clock moved (approval expiries, waits, backoffs)
+    virtual_seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+@dataclasses.dataclass
+class _Calls:
+    """Every call the script answered: (step id, action name, idempotency key, returned?)."""
+
+    made: list[tuple[str, str, str | None, bool]] = dataclasses.field(default_factory=list)
+
+    def count(self, name: str, *, applied: bool) -> int:
+        rows = [c for c in self.made if name in (c[0], c[1]) and (c[3] or not applied)]
+        if not applied:
+            return len(rows)
+        # a target that honours the idempotency key applies each key once; a call without a key applies each time
+        keyed = {(c[1], c[2]) for c in rows if c[2] is not None}
+        return len(keyed) + sum(1 for c in rows if c[2] is None)
+
+
+class _Script:
+    """The case's answers, faults and cancellation, applied around each action call."""
+
+    def __init__(self, case: Case, calls: _Calls, cancel: Callable[[str], None]):
+        self.case, self.calls, self.cancel = case, calls, cancel
+        self.faults_left: Counter[str] = Counter()
+        for f in case.faults:
+            self.faults_left[f.step] += f.times
+        self.fault_class = {f.step: f.error for f in case.faults}
+
+    def wrap(self, real: Action) -> Action:
+        script = self
+
+        @functools.wraps(real.fn)  # its signature is the action's: the engine and agents pass arguments by it
+        def scripted(ctx: Any, **kwargs: Any) -> Any:
+            step = str(ctx.step_id).split("@", 1)[0]
+            key = getattr(ctx, "idempotency_key", None)
+            if script.faults_left[step] > 0:
+                script.faults_left[step] -= 1
+                script.calls.made.append((step, real.name, key, False))
+                raise StepError(script.fault_class[step], f"injected by the test: {script.fault_class[step]}")
+            answer: Answer | None = script.case.steps.get(step) or script.case.actions.get(real.name)
+            if answer is not None and answer.error is not None:
+                script.calls.made.append((step, real.name, key, False))
+                raise StepError(answer.error, f"the test's answer for {step}: {answer.error}")
+            value = answer.value if answer is not None else real.fn(ctx, **kwargs)
+            script.calls.made.append((step, real.name, key, True))
+            if script.case.cancel_at == step:
+                script.cancel(ctx.run_id)
+            return value
+
+        mock = dataclasses.replace(real, fn=scripted)
+        # the action's declared parameters and result still apply: the runtime checks arguments and answers
+        mock.__dict__["input_schema"] = real.input_schema
+        mock.__dict__["output_schema"] = real.output_schema
+        return mock
+
+
+class _ScriptedModel:
+    """A model that answers what the case gives for the step, else the local model's answer."""
+
+    def __init__(self, answers: dict[str, Any], local: Provider):
+        self.answers, self.local = answers, local
+
+    def models(self) -> list[str]:
+        return ["*"]
+
+    def complete(self, request: ModelRequest) -> ModelResult:
+        step = _step_of(request)
+        if step in self.answers:
+            output = self.answers[step]
+            text = output if isinstance(output, str) else json.dumps(output)
+            return ModelResult(output=output, text=text, input_tokens=max(1, len(request.prompt) // 4),
+                               output_tokens=max(1, len(text) // 4), model=request.model)
+        return self.local.complete(request)
+
+
+def _step_of(request: ModelRequest) -> str | None:
+    # an ai step's call is keyed run:step:attempt (steps/ai.py); the step id is the middle part
+    parts = (request.idempotency_key or "").split(":")
+    return parts[1].split("@", 1)[0] if len(parts) >= 3 else None
+
+
+class _ScriptedProviders(ProviderRegistry):
+    def __init__(self, model: _ScriptedModel):
+        super().__init__()
+        self.model = model
+
+    def get(self, model: str) -> Provider:
+        return self.model  # type: ignore[return-value]
+
+    def known(self) -> list[str]:
+        return ["*"]
+
+
+#: sets up the world the real actions act on for one case, in the case's own folder (the CLI's: a fresh demo
+#: world), and tears it down
+World = Callable[[Path], AbstractContextManager[None]]
+
+
+def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: World | None = None) -> CaseResult:
+    """Run ``case`` against ``plan`` and compare what happened with what it expects."""
+    result = CaseResult(case.name, case.location, [])
+    calls = _Calls()
+    clock = FakeClock()
+    started = clock.now()
+    with tempfile.TemporaryDirectory(prefix="sealflow-test-") as tmp, \
+            (world(Path(tmp)) if world is not None else contextlib.nullcontext()):
+        holder: dict[str, Runtime] = {}
+
+        def cancel(run_id: str) -> None:
+            holder["rt"].cancel(run_id, actor=INITIATOR, reason="the test cancels here")
+
+        script = _Script(case, calls, cancel)
+        scripted = Registry()
+        for _, real in registry.items():
+            scripted.register(script.wrap(real))
+        providers = _ScriptedProviders(_ScriptedModel(case.answers, LocalModel()))
+        # cases run in open access (every principal holds every permission); the warning is said once in the docs
+        access_log = logging.getLogger("sealflow.access")
+        quiet, access_log.disabled = access_log.disabled, True
+        try:
+            rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock,
+                         config=RuntimeConfig())
+        finally:
+            access_log.disabled = quiet
+        holder["rt"] = rt
+        try:
+            status = _drive(rt, plan, case, clock, result)
+            audit = rt.audit(status.run.id) if status is not None else []
+        finally:
+            rt.close()
+    result.virtual_seconds = clock.now() - started
+    if status is None:
+        if case.expect.get("state") == "refused":
+            result.failures.clear()
+        result.state = "refused"
+        return result
+    result.state, result.run_id = status.state, status.run.id
+    result.steps = sorted({a.step_id.split("@", 1)[0] for a in status.attempts})
+    result.failures += [f"{case.expect_at.get(key, case.location)}: {key}: {what}"
+                        for key, what in _compare(case, status, audit, calls)]
+    return result
+
+
+def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseResult) -> RunStatus | None:
+    try:
+        status = rt.run(plan, case.input, initiator=INITIATOR, until="final")
+    except SealflowError as exc:  # refused at submit (its input, a limit): `expect: {state: refused}` says so
+        result.failures.append(f"{case.location}: the run was refused at submit: {exc}")
+        return None
+    approvals: Counter[str] = Counter()
+    for _ in range(MAX_ROUNDS):
+        waiting = status.waiting
+        if status.state != "waiting" or waiting is None or waiting.get("kind") != "approval":
+            return status
+        step = str(waiting["step"]).split("@", 1)[0]
+        decision = case.approvals.get(step)
+        if decision is None:
+            result.failures.append(f"{case.location}: the run waits for an approval at {step}; the case does not say "
+                                   f"how to answer it (approvals: {{{step}: approve | reject | expire}})")
+            return status
+        approvals[step] += 1
+        approver = APPROVER.format(n=approvals[step])
+        if decision == "approve":
+            rt.approve(status.run.id, waiting["step"], actor=approver)
+        elif decision == "reject":
+            rt.reject(status.run.id, waiting["step"], actor=approver, reason="rejected by the test")
+        else:
+            due = waiting.get("due_at")
+            clock.advance(max(0.0, (due or clock.now()) - clock.now()) + 1.0)
+        status = rt.drive(status.run.id, until="final")
+    result.failures.append(f"{case.location}: the run still waits after {MAX_ROUNDS} answered approvals")
+    return status
+
+
+def _compare(case: Case, status: RunStatus, audit: list[Any], calls: _Calls) -> list[tuple[str, str]]:
+    """Each difference from ``expect:`` as (the expectation's key, what differs)."""
+    want = case.expect
+    out: list[tuple[str, str]] = []
+    ran = {a.step_id.split("@", 1)[0] for a in status.attempts if a.state not in ("pending", "skipped")}
+    if "state" in want and status.state != want["state"]:
+        error = status.run.error_class
+        why = f" ({error}: {status.run.error_message})" if error else ""
+        out.append(("state", f"expected {want['state']}, got {status.state}{why}"))
+    if "error" in want and status.run.error_class != want["error"]:
+        out.append(("error", f"expected {want['error']}, got {status.run.error_class or 'none'}"))
+    if "output" in want and status.output != want["output"]:
+        out.append(("output", f"expected {_show(want['output'])}, got {_show(status.output)}"))
+    if "output_includes" in want:
+        out += [("output_includes", f"output{where}: {what}")
+                for where, what in _subset(want["output_includes"], status.output, "")]
+    for step in want.get("ran", []):
+        if step not in ran:
+            out.append(("ran", f"step {step} did not run"))
+    for step in want.get("not_ran", []):
+        if step in ran:
+            out.append(("not_ran", f"step {step} ran"))
+    for name, n in want.get("effects", {}).items():
+        got = calls.count(name, applied=True)
+        if got != n:
+            out.append(("effects", f"{name} applied its effect {got} time(s), expected {n}"))
+    for name, n in want.get("calls", {}).items():
+        got = calls.count(name, applied=False)
+        if got != n:
+            out.append(("calls", f"{name} was called {got} time(s), expected {n}"))
+    events = {r.event for r in audit}
+    for event in want.get("audit", []):
+        if event not in events:
+            out.append(("audit", f"no {event!r} event in the run's trail (it has: {', '.join(sorted(events))})"))
+    if "max_tokens" in want and status.run.tokens > want["max_tokens"]:
+        out.append(("max_tokens", f"the run used {status.run.tokens} tokens, more than {want['max_tokens']}"))
+    if "max_cost_usd" in want and status.run.cost_usd > want["max_cost_usd"]:
+        out.append(("max_cost_usd", f"the run cost ${status.run.cost_usd:.6f}, more than ${want['max_cost_usd']}"))
+    return out
+
+
+def _subset(want: Any, got: Any, at: str) -> list[tuple[str, str]]:
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [(at, f"expected a map including {_show(want)}, got {_show(got)}")]
+        found: list[tuple[str, str]] = []
+        for key, value in want.items():
+            if key not in got:
+                found.append((f"{at}.{key}", f"missing (expected {_show(value)})"))
+            else:
+                found += _subset(value, got[key], f"{at}.{key}")
+        return found
+    return [] if want == got else [(at, f"expected {_show(want)}, got {_show(got)}")]
+
+
+def _show(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
