@@ -41,7 +41,7 @@ def test(paths, actions, fmt, junit_path):
         fail_usage(f"no *.test.yaml file under {', '.join(str(p) for p in chosen)}")
     import_actions(actions, demo=True)
     meta = load_action_metadata(actions)
-    results = [run_file(f, actions=meta, world=_demo_world) for f in files]
+    results = [run_file(f, actions=meta, world=demo_world) for f in files]
     if fmt == "json":
         click.echo(json.dumps(report.as_json(results), indent=2))
     else:
@@ -57,7 +57,7 @@ def test(paths, actions, fmt, junit_path):
 
 
 @contextlib.contextmanager
-def _demo_world(folder: Path) -> Iterator[None]:
+def demo_world(folder: Path) -> Iterator[None]:
     """A fresh demo world for each case (its CRM, outbox, documents...), in the case's folder."""
     from sealflow.demo import store as demo_store
 

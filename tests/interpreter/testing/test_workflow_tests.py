@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
 
+from sealflow.cli.commands.test import demo_world
 from sealflow.cli.session import import_actions
-from sealflow.demo import store as demo_store
 from sealflow.testing.workflows import report, run_file
 from sealflow.testing.workflows.spec import TestFileError, load
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFINITIONS = ROOT / "definitions"
 LEAD = DEFINITIONS / "lead-qualification.v1.yaml"
-
-
-@contextlib.contextmanager
-def demo_world(folder: Path) -> Iterator[None]:
-    demo_store.configure(folder / "demo.db")
-    try:
-        yield
-    finally:
-        demo_store.configure(None)
 
 
 @pytest.fixture(autouse=True)
