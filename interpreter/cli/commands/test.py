@@ -25,11 +25,18 @@ from sealflow.cli.options import actions_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="How to print the verdicts.")
 @click.option("--junit", "junit_path", metavar="FILE", help="Also write JUnit XML to FILE (for CI).")
-def test(paths, actions, fmt, junit_path):
+@click.option("--matrix", "matrix", is_flag=True,
+              help="PATH names definitions: run the failures every step must survive, derived from each definition "
+                   "(docs/testing.md, \"The matrix\"), and print a table, step by scenario.")
+def test(paths, actions, fmt, junit_path, matrix):
     """Run workflow test files: PATH is a *.test.yaml file or a folder searched for them (default:
-    definitions/tests)."""
+    definitions/tests). With --matrix, PATH names definitions instead."""
     from sealflow.cli.session import import_actions, load_action_metadata
     from sealflow.testing.workflows import discover, report, run_file
+
+    if matrix:
+        import_actions(actions, demo=True)
+        sys.exit(_matrix(paths, load_action_metadata(actions), fmt))
 
     chosen = [Path(p) for p in paths] or [Path("definitions") / "tests"]
     missing = [str(p) for p in chosen if not p.exists()]
@@ -54,6 +61,33 @@ def test(paths, actions, fmt, junit_path):
     if any(f.errors for f in results):
         sys.exit(2)
     sys.exit(0 if all(f.passed for f in results) else 1)
+
+
+def _matrix(paths: tuple[str, ...], meta, fmt: str) -> int:
+    from sealflow.cli.definition_files import expand_paths
+    from sealflow.dsl.api import compile_file
+    from sealflow.dsl.errors import DefinitionError
+    from sealflow.testing.workflows import matrix as derived
+    from sealflow.testing.workflows.spec import cases_for
+
+    if not paths:
+        fail_usage("--matrix needs the definitions to test: sealflow test --matrix definitions/x.v1.yaml")
+    tables = []
+    for path in expand_paths(paths):
+        try:
+            plan = compile_file(path, actions=meta)
+        except DefinitionError as exc:
+            for d in exc.diagnostics:
+                click.echo(d.format(), err=True)
+            return 2
+        tables.append(derived.derive(plan, cases_for(path), world=demo_world))
+    if fmt == "json":
+        click.echo(json.dumps([{"definition": m.definition, "ok": m.ok, "problems": m.problems(),
+                                "rows": {step: {s: {"outcome": c.outcome, "ok": c.ok} for s, c in row.items()}
+                                         for step, row in m.rows.items()}} for m in tables], indent=2))
+    else:
+        click.echo("\n\n".join(derived.render(m) for m in tables))
+    return 0 if all(m.ok for m in tables) else 1
 
 
 @contextlib.contextmanager

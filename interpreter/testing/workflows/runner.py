@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from sealflow.core import states
 from sealflow.core.clock import FakeClock
 from sealflow.core.errors import SealflowError, StepError
 from sealflow.dsl.errors import Location
@@ -38,6 +39,7 @@ from sealflow.providers.registry import ProviderRegistry
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.facade import Runtime
 from sealflow.runtime.status import RunStatus
+from sealflow.store import auditverify
 from sealflow.testing.workflows.spec import Answer, Case
 
 INITIATOR = "user:sealflow-test"
@@ -60,6 +62,10 @@ class CaseResult:
     steps: list[str] = dataclasses.field(default_factory=list)
     #: virtual seconds the run's clock moved (approval expiries, waits, backoffs)
     virtual_seconds: float = 0.0
+    #: the engine's invariants this run broke (:func:`invariants`; also in ``failures``)
+    violations: list[str] = dataclasses.field(default_factory=list)
+    #: step id -> how many attempts it had, and the attempts' states in order
+    attempts: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -91,6 +97,19 @@ class _Script:
             self.faults_left[f.step] += f.times
         self.fault_class = {f.step: f.error for f in case.faults}
 
+    def before(self, step: str, name: str, key: str | None) -> None:
+        """Raise the fault still due at ``step`` (recording the failed call)."""
+        if self.faults_left[step] > 0:
+            self.faults_left[step] -= 1
+            self.calls.made.append((step, name, key, False))
+            raise StepError(self.fault_class[step], f"injected by the test: {self.fault_class[step]}")
+
+    def after(self, step: str, name: str, key: str | None, run_id: str) -> None:
+        """Record a call that returned; cancel the run if the case says so here."""
+        self.calls.made.append((step, name, key, True))
+        if self.case.cancel_at == step:
+            self.cancel(run_id)
+
     def wrap(self, real: Action) -> Action:
         script = self
 
@@ -98,18 +117,13 @@ class _Script:
         def scripted(ctx: Any, **kwargs: Any) -> Any:
             step = str(ctx.step_id).split("@", 1)[0]
             key = getattr(ctx, "idempotency_key", None)
-            if script.faults_left[step] > 0:
-                script.faults_left[step] -= 1
-                script.calls.made.append((step, real.name, key, False))
-                raise StepError(script.fault_class[step], f"injected by the test: {script.fault_class[step]}")
+            script.before(step, real.name, key)
             answer: Answer | None = script.case.steps.get(step) or script.case.actions.get(real.name)
             if answer is not None and answer.error is not None:
                 script.calls.made.append((step, real.name, key, False))
                 raise StepError(answer.error, f"the test's answer for {step}: {answer.error}")
             value = answer.value if answer is not None else real.fn(ctx, **kwargs)
-            script.calls.made.append((step, real.name, key, True))
-            if script.case.cancel_at == step:
-                script.cancel(ctx.run_id)
+            script.after(step, real.name, key, ctx.run_id)
             return value
 
         mock = dataclasses.replace(real, fn=scripted)
@@ -120,28 +134,38 @@ class _Script:
 
 
 class _ScriptedModel:
-    """A model that answers what the case gives for the step, else the local model's answer."""
+    """A model that answers what the case gives for the step, else the local model's answer; the case's faults
+    and cancellation at an ``ai`` step apply to its model call."""
 
-    def __init__(self, answers: dict[str, Any], local: Provider):
-        self.answers, self.local = answers, local
+    def __init__(self, script: _Script, local: Provider):
+        self.script, self.answers, self.local = script, script.case.answers, local
 
     def models(self) -> list[str]:
         return ["*"]
 
     def complete(self, request: ModelRequest) -> ModelResult:
-        step = _step_of(request)
-        if step in self.answers:
+        step, run_id = _step_of(request)
+        if step is None or run_id is None:
+            return self.local.complete(request)
+        self.script.before(step, f"model:{request.model}", None)
+        if step in self.answers and not request.tools:  # an agent's turns are the local model's
             output = self.answers[step]
             text = output if isinstance(output, str) else json.dumps(output)
-            return ModelResult(output=output, text=text, input_tokens=max(1, len(request.prompt) // 4),
-                               output_tokens=max(1, len(text) // 4), model=request.model)
-        return self.local.complete(request)
+            result = ModelResult(output=output, text=text, input_tokens=max(1, len(request.prompt) // 4),
+                                 output_tokens=max(1, len(text) // 4), model=request.model)
+        else:
+            result = self.local.complete(request)
+        self.script.after(step, f"model:{request.model}", None, run_id)
+        return result
 
 
-def _step_of(request: ModelRequest) -> str | None:
-    # an ai step's call is keyed run:step:attempt (steps/ai.py); the step id is the middle part
+def _step_of(request: ModelRequest) -> tuple[str | None, str | None]:
+    # an ai step's call is keyed run:step:attempt (steps/ai.py), an agent's turn run:step:attempt:turnN
+    # (steps/agent/loop.py): (step id, run id)
     parts = (request.idempotency_key or "").split(":")
-    return parts[1].split("@", 1)[0] if len(parts) >= 3 else None
+    if len(parts) >= 3:
+        return parts[1].split("@", 1)[0], parts[0]
+    return None, None
 
 
 class _ScriptedProviders(ProviderRegistry):
@@ -178,19 +202,21 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         scripted = Registry()
         for _, real in registry.items():
             scripted.register(script.wrap(real))
-        providers = _ScriptedProviders(_ScriptedModel(case.answers, LocalModel()))
+        providers = _ScriptedProviders(_ScriptedModel(script, LocalModel()))
         # cases run in open access (every principal holds every permission); the warning is said once in the docs
         access_log = logging.getLogger("sealflow.access")
         quiet, access_log.disabled = access_log.disabled, True
         try:
+            # the run is driven inline (Runtime.run); the embedded worker's threads only idle, so they poll briefly
             rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock,
-                         config=RuntimeConfig())
+                         config=RuntimeConfig(), worker_threads=1, worker_timeout_ms=10)
         finally:
             access_log.disabled = quiet
         holder["rt"] = rt
         try:
             status = _drive(rt, plan, case, clock, result)
             audit = rt.audit(status.run.id) if status is not None else []
+            chain = auditverify.verify(rt.store, status.run.tenant) if status is not None else None
         finally:
             rt.close()
     result.virtual_seconds = clock.now() - started
@@ -201,9 +227,43 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         return result
     result.state, result.run_id = status.state, status.run.id
     result.steps = sorted({a.step_id.split("@", 1)[0] for a in status.attempts})
+    for a in status.attempts:
+        result.attempts.setdefault(a.step_id, []).append(a.state)
     result.failures += [f"{case.expect_at.get(key, case.location)}: {key}: {what}"
                         for key, what in _compare(case, status, audit, calls)]
+    result.violations = invariants(plan, case, status, audit, calls)
+    if chain is not None and not chain.ok:
+        result.violations.append(f"the audit chain does not verify: {chain.first}")
+    result.failures += [f"{case.location}: invariant: {v}" for v in result.violations]
     return result
+
+
+def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], calls: _Calls) -> list[str]:
+    """What must hold of every run, whatever the case expects: the engine's own promises."""
+    out: list[str] = []
+    run = status.run
+    if run.state not in states.RUN_FINAL and case.expect.get("state") != "waiting":
+        out.append(f"the run ended {run.state}, not in a final state")
+    injected = {f.error for f in case.faults} | {a.error for a in (*case.steps.values(), *case.actions.values())
+                                                  if a.error}
+    internal = [a for a in status.attempts if a.error_class == "internal" and "internal" not in injected]
+    if internal:
+        out.append(f"step {internal[0].step_id} failed as internal (an engine bug): {internal[0].error_message}")
+    for step in plan.steps:
+        tries = [a.try_no for a in status.attempts if a.step_id == step.id]
+        if tries and max(tries) > max(step.retry.max_attempts, 1):
+            out.append(f"step {step.id} ran try {max(tries)}, over its max_attempts {step.retry.max_attempts}")
+    if plan.budget.max_steps is not None and run.steps_executed > plan.budget.max_steps:
+        out.append(f"{run.steps_executed} steps executed, over max_steps {plan.budget.max_steps}")
+    done = Counter((c[1], c[2]) for c in calls.made if c[3] and c[2] is not None)
+    again = [key for key, n in done.items() if n > 1]
+    if again:
+        out.append(f"{again[0][0]} completed twice with the same idempotency key {again[0][1]!r}: a completed "
+                   f"effect was run again")
+    illegal = [r for r in audit if r.event == "illegal_transition"]
+    if illegal:
+        out.append(f"an illegal transition was attempted: {illegal[0].detail}")
+    return out
 
 
 def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseResult) -> RunStatus | None:

@@ -144,3 +144,17 @@ def discover(paths: list[Path]) -> list[Path]:
         else:
             found.append(p)
     return found
+
+
+def cases_for(definition: Path) -> tuple[Case, ...]:
+    """The cases of the test file beside ``definition`` (``tests/*.test.yaml`` in its folder) that tests it;
+    none if there is no such file (or it cannot be loaded: ``sealflow test`` reports that)."""
+    target = Path(definition).resolve()
+    for candidate in sorted((target.parent / "tests").glob("*.test.y*ml")):
+        try:
+            spec = load(candidate)
+        except TestFileError:
+            continue
+        if spec.definition == target:
+            return spec.cases
+    return ()
