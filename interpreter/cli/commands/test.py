@@ -22,13 +22,16 @@ from sealflow.cli.options import actions_option
 @click.command("test")
 @click.argument("paths", nargs=-1, metavar="[PATH]...")
 @actions_option
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="How to print the verdicts.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text", show_default=True,
+              help="How to print the verdicts (github: an annotation on each failing expectation's line).")
 @click.option("--junit", "junit_path", metavar="FILE", help="Also write JUnit XML to FILE (for CI).")
 @click.option("--matrix", "matrix", is_flag=True,
               help="PATH names definitions: run the failures every step must survive, derived from each definition "
                    "(docs/testing.md, \"The matrix\"), and print a table, step by scenario.")
-def test(paths, actions, fmt, junit_path, matrix):
+@click.option("--coverage", "show_coverage", is_flag=True,
+              help="Also print, per definition, the steps, switch branches, error routes and compensations no case "
+                   "reached.")
+def test(paths, actions, fmt, junit_path, matrix, show_coverage):
     """Run workflow test files: PATH is a *.test.yaml file or a folder searched for them (default:
     definitions/tests). With --matrix, PATH names definitions instead."""
     from sealflow.cli.session import import_actions, load_action_metadata
@@ -49,10 +52,19 @@ def test(paths, actions, fmt, junit_path, matrix):
     import_actions(actions, demo=True)
     meta = load_action_metadata(actions)
     results = [run_file(f, actions=meta, world=demo_world) for f in files]
+    covered = _coverage(results) if show_coverage else []
     if fmt == "json":
-        click.echo(json.dumps(report.as_json(results), indent=2))
+        data = report.as_json(results)
+        if show_coverage:
+            data["coverage"] = [{"definition": c.definition, **{name: {"total": p.total, "not_reached": p.missing}
+                                                                 for name, p in c.parts.items()}} for c in covered]
+        click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(report.text(results))
+        click.echo(_github(results) if fmt == "github" else report.text(results))
+        if covered:
+            from sealflow.testing.workflows.coverage import render
+
+            click.echo("\n".join(render(c) for c in covered))
     if junit_path:
         try:
             Path(junit_path).write_bytes(report.junit(results))
@@ -61,6 +73,35 @@ def test(paths, actions, fmt, junit_path, matrix):
     if any(f.errors for f in results):
         sys.exit(2)
     sys.exit(0 if all(f.passed for f in results) else 1)
+
+
+def _github(results) -> str:
+    """GitHub annotations: each difference on the line of the test file that states it, then the summary."""
+    from sealflow.cli.diagnostics import github_escape
+    from sealflow.testing.workflows.report import text
+
+    lines: list[str] = []
+    for f in results:
+        for d in f.errors:
+            lines.append(f"::error file={github_escape(d.location.path, prop=True)},line={d.location.line},"
+                         f"col={d.location.column},title={d.code}::{github_escape(d.message)}")
+        for c in f.cases:
+            for where, what in c.problems:
+                title = github_escape(f"sealflow test: {c.name}", prop=True)
+                lines.append(f"::error file={github_escape(where.path, prop=True)},line={where.line},"
+                             f"col={where.column},title={title}::{github_escape(what)}")
+    return "\n".join([*lines, text(results).splitlines()[-1]])
+
+
+def _coverage(results):
+    """Coverage per definition, over every test file that tests it."""
+    from sealflow.testing.workflows.coverage import coverage
+
+    by_definition: dict = {}
+    for f in results:
+        if f.plan is not None:
+            by_definition.setdefault(f.definition, (f.plan, []))[1].extend(f.cases)
+    return [coverage(plan, cases) for plan, cases in by_definition.values()]
 
 
 def _matrix(paths: tuple[str, ...], meta, fmt: str) -> int:

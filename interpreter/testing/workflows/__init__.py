@@ -12,6 +12,7 @@ from pathlib import Path
 from sealflow.dsl.api import compile_file
 from sealflow.dsl.errors import DefinitionError, Diagnostic
 from sealflow.dsl.model import ActionInfo
+from sealflow.dsl.plan import Plan
 from sealflow.execution.actions import REGISTRY, Registry
 from sealflow.testing.workflows.runner import CaseResult, World, run_case
 from sealflow.testing.workflows.spec import TestFileError, discover, load
@@ -25,6 +26,7 @@ class FileResult:
 
     path: Path
     definition: Path | None = None
+    plan: Plan | None = None
     cases: list[CaseResult] = dataclasses.field(default_factory=list)
     errors: list[Diagnostic] = dataclasses.field(default_factory=list)
 
@@ -44,5 +46,5 @@ def run_file(path: Path, *, actions: dict[str, ActionInfo] | None = None, regist
         plan = compile_file(spec.definition, actions=actions)
     except DefinitionError as exc:
         return FileResult(path, spec.definition, errors=list(exc.diagnostics))
-    return FileResult(path, spec.definition,
+    return FileResult(path, spec.definition, plan,
                       [run_case(plan, case, registry=registry, world=world) for case in spec.cases])

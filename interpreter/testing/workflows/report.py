@@ -63,3 +63,4 @@ def junit(results: list[FileResult]) -> bytes:
             if not c.passed:
                 ET.SubElement(case, "failure", message=c.failures[0]).text = "\n".join(c.failures)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+

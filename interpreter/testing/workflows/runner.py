@@ -43,7 +43,8 @@ from sealflow.store import auditverify
 from sealflow.testing.workflows.spec import Answer, Case
 
 INITIATOR = "user:sealflow-test"
-#: approvers are distinct people, one more for each approval a quorum needs
+#: approvers are distinct people, one more for each approval a quorum needs: the gate's named users first, then
+#: these (who hold every role in open access)
 APPROVER = "user:sealflow-test-approver-{n}"
 #: a run that still moves after this many rounds of answering gates is reported, not followed further
 MAX_ROUNDS = 50
@@ -56,7 +57,8 @@ class CaseResult:
 
     name: str
     location: Location
-    failures: list[str]
+    #: each difference: where in the test file it is written, and what differs
+    problems: list[tuple[Location, str]] = dataclasses.field(default_factory=list)
     state: str | None = None
     run_id: str | None = None
     steps: list[str] = dataclasses.field(default_factory=list)
@@ -69,7 +71,15 @@ class CaseResult:
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.problems
+
+    @property
+    def failures(self) -> list[str]:
+        """Each difference as ``file:line:column: what``."""
+        return [f"{where}: {what}" for where, what in self.problems]
+
+    def fail(self, where: Location, what: str) -> None:
+        self.problems.append((where, what))
 
 
 @dataclasses.dataclass
@@ -187,7 +197,7 @@ World = Callable[[Path], AbstractContextManager[None]]
 
 def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: World | None = None) -> CaseResult:
     """Run ``case`` against ``plan`` and compare what happened with what it expects."""
-    result = CaseResult(case.name, case.location, [])
+    result = CaseResult(case.name, case.location)
     calls = _Calls()
     clock = FakeClock()
     started = clock.now()
@@ -222,19 +232,20 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
     result.virtual_seconds = clock.now() - started
     if status is None:
         if case.expect.get("state") == "refused":
-            result.failures.clear()
+            result.problems.clear()
         result.state = "refused"
         return result
     result.state, result.run_id = status.state, status.run.id
     result.steps = sorted({a.step_id.split("@", 1)[0] for a in status.attempts})
     for a in status.attempts:
         result.attempts.setdefault(a.step_id, []).append(a.state)
-    result.failures += [f"{case.expect_at.get(key, case.location)}: {key}: {what}"
-                        for key, what in _compare(case, status, audit, calls)]
+    for key, what in _compare(case, status, audit, calls):
+        result.fail(case.expect_at.get(key, case.location), f"{key}: {what}")
     result.violations = invariants(plan, case, status, audit, calls)
     if chain is not None and not chain.ok:
         result.violations.append(f"the audit chain does not verify: {chain.first}")
-    result.failures += [f"{case.location}: invariant: {v}" for v in result.violations]
+    for violation in result.violations:
+        result.fail(case.location, f"invariant: {violation}")
     return result
 
 
@@ -270,7 +281,7 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
     try:
         status = rt.run(plan, case.input, initiator=INITIATOR, until="final")
     except SealflowError as exc:  # refused at submit (its input, a limit): `expect: {state: refused}` says so
-        result.failures.append(f"{case.location}: the run was refused at submit: {exc}")
+        result.fail(case.location, f"the run was refused at submit: {exc}")
         return None
     approvals: Counter[str] = Counter()
     for _ in range(MAX_ROUNDS):
@@ -280,21 +291,34 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
         step = str(waiting["step"]).split("@", 1)[0]
         decision = case.approvals.get(step)
         if decision is None:
-            result.failures.append(f"{case.location}: the run waits for an approval at {step}; the case does not say "
-                                   f"how to answer it (approvals: {{{step}: approve | reject | expire}})")
+            result.fail(case.location, f"the run waits for an approval at {step}; the case does not say how to answer "
+                                       f"it (approvals: {{{step}: approve | reject | expire}})")
             return status
+        approver = _approver(waiting.get("approvers") or [], approvals[step])
         approvals[step] += 1
-        approver = APPROVER.format(n=approvals[step])
-        if decision == "approve":
-            rt.approve(status.run.id, waiting["step"], actor=approver)
-        elif decision == "reject":
-            rt.reject(status.run.id, waiting["step"], actor=approver, reason="rejected by the test")
-        else:
+        try:
+            if decision == "approve":
+                rt.approve(status.run.id, waiting["step"], actor=approver)
+            elif decision == "reject":
+                rt.reject(status.run.id, waiting["step"], actor=approver, reason="rejected by the test")
+        except SealflowError as exc:
+            result.fail(case.location, f"{decision} at {step} as {approver} was refused: {exc}")
+            return status
+        if decision == "expire":
             due = waiting.get("due_at")
             clock.advance(max(0.0, (due or clock.now()) - clock.now()) + 1.0)
         status = rt.drive(status.run.id, until="final")
-    result.failures.append(f"{case.location}: the run still waits after {MAX_ROUNDS} answered approvals")
+    result.fail(case.location, f"the run still waits after {MAX_ROUNDS} answered approvals")
     return status
+
+
+def _approver(approvers: list[str], n: int) -> str:
+    """The n-th distinct approver (from 0) a gate accepts: its named users in order, else a person holding its
+    roles (in open access everyone does)."""
+    users = [a for a in approvers if a.startswith("user:") and a != INITIATOR]
+    if n < len(users):
+        return users[n]
+    return APPROVER.format(n=n + 1 - len(users))
 
 
 def _compare(case: Case, status: RunStatus, audit: list[Any], calls: _Calls) -> list[tuple[str, str]]:
