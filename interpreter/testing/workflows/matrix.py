@@ -14,6 +14,9 @@ conditional gate opens. Every gate is approved unless the scenario says otherwis
                   the run fails (to the dead letters) unless ``on_error`` routes the class
 ``fatal``         ``invalid_request`` (never retryable): the step fails at its first attempt
 ``cancel``        the run cancelled while the step runs: it ends cancelled (compensations run)
+``revoked``       (a step that re-authorises: by default one whose action writes) the initiator loses the
+                  step's permissions after submit: the step is refused (``unauthorized``) before its action
+                  runs, and the run fails
 ``reject``, ``expire``   a gate rejected, or left to expire: the run fails closed, and nothing after the gate runs
 
 Each run is also held to the engine's invariants (:func:`~.runner.invariants`: a declared end state, bounded
@@ -35,7 +38,7 @@ from sealflow.execution.actions import REGISTRY, Registry
 from sealflow.testing.workflows.runner import CaseResult, World, run_case
 from sealflow.testing.workflows.spec import Case, Fault
 
-SCENARIOS = ("normal", "retry", "exhausted", "fatal", "cancel", "reject", "expire")
+SCENARIOS = ("normal", "retry", "exhausted", "fatal", "cancel", "revoked", "reject", "expire")
 
 
 @dataclasses.dataclass
@@ -166,6 +169,19 @@ def _calls_out(plan: Plan, step: PlanStep, base: Case, registry: Registry, world
                              step_state="failed", tries=1)
     case = _case(base, "cancel", cancel_at=step.id)
     out["cancel"] = _cell(run_case(plan, case, registry=registry, world=world), ("cancelled",))
+    registered = registry.get(step.action) if step.action else None
+    meta = plan.actions.get(step.action or "")
+    effect = registered.effect if registered is not None else meta.effect if meta is not None else None
+    if step.permissions and step.needs_reauthorization(effect):
+        case = _case(base, "revoked", revoke_before=step.id)
+        result = run_case(plan, case, registry=registry, world=world)
+        routed = _routed(step, "unauthorized")
+        cell = _cell(result, ("failed", *(("completed", "cancelled") if routed else ())), step=step.id,
+                     step_state="failed")
+        if result.calls_at(step.id):
+            cell.problems.append(f"the action of {step.id} ran after its permissions were revoked")
+            cell.ok = False
+        out["revoked"] = cell
     return out
 
 

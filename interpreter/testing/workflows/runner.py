@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import functools
 import json
-import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from sealflow.core.errors import SealflowError, StepError
 from sealflow.dsl.errors import Location
 from sealflow.dsl.plan import Plan
 from sealflow.execution.actions import REGISTRY, Action, Registry
+from sealflow.policy.access import ALL, POLICY
 from sealflow.providers.base import ModelRequest, ModelResult, Provider
 from sealflow.providers.local import LocalModel
 from sealflow.providers.registry import ProviderRegistry
@@ -68,6 +68,11 @@ class CaseResult:
     violations: list[str] = dataclasses.field(default_factory=list)
     #: step id -> how many attempts it had, and the attempts' states in order
     attempts: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    #: step id -> how many times its action or model was called (failures included)
+    called: Counter[str] = dataclasses.field(default_factory=Counter)
+
+    def calls_at(self, step: str) -> int:
+        return self.called[step]
 
     @property
     def passed(self) -> bool:
@@ -143,6 +148,35 @@ class _Script:
         return mock
 
 
+class _Access:
+    """Who holds what in a case: every principal every permission and role (as in open development mode, but
+    checked as under a policy, so re-authorisation happens), until the initiator loses the permissions of the
+    case's ``revoke_before`` step once the run is submitted."""
+
+    mode = POLICY
+    _EVERYTHING = frozenset({ALL})
+
+    def __init__(self, plan: Plan, case: Case):
+        step = next((s for s in plan.steps if s.id == case.revoke_before), None)
+        self.revoked = frozenset(step.permissions) if step is not None else frozenset()
+        self.kept = frozenset(p for s in plan.steps for p in s.permissions) | frozenset(plan.permissions)
+        self.armed = False
+
+    def permissions(self, tenant: str, principal: str) -> frozenset[str]:
+        if self.armed and self.revoked and principal == INITIATOR:
+            return self.kept - self.revoked
+        return self._EVERYTHING
+
+    def roles(self, tenant: str, principal: str) -> frozenset[str]:
+        return self._EVERYTHING
+
+    def is_operator(self, principal: str) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return "sealflow test: every principal holds every permission and role, unless the case revokes one"
+
+
 class _ScriptedModel:
     """A model that answers what the case gives for the step, else the local model's answer; the case's faults
     and cancellation at an ``ai`` step apply to its model call."""
@@ -213,23 +247,19 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         for _, real in registry.items():
             scripted.register(script.wrap(real))
         providers = _ScriptedProviders(_ScriptedModel(script, LocalModel()))
-        # cases run in open access (every principal holds every permission); the warning is said once in the docs
-        access_log = logging.getLogger("sealflow.access")
-        quiet, access_log.disabled = access_log.disabled, True
-        try:
-            # the run is driven inline (Runtime.run); the embedded worker's threads only idle, so they poll briefly
-            rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock,
-                         config=RuntimeConfig(), worker_threads=1, worker_timeout_ms=10)
-        finally:
-            access_log.disabled = quiet
+        access = _Access(plan, case)
+        # the run is driven in this thread; the embedded worker's threads only idle, so they poll briefly
+        rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock, access=access,
+                     config=RuntimeConfig(), worker_threads=1, worker_timeout_ms=10)
         holder["rt"] = rt
         try:
-            status = _drive(rt, plan, case, clock, result)
+            status = _drive(rt, plan, case, clock, result, access)
             audit = rt.audit(status.run.id) if status is not None else []
             chain = auditverify.verify(rt.store, status.run.tenant) if status is not None else None
         finally:
             rt.close()
     result.virtual_seconds = clock.now() - started
+    result.called = Counter(c[0] for c in calls.made)
     if status is None:
         if case.expect.get("state") == "refused":
             result.problems.clear()
@@ -277,9 +307,15 @@ def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], call
     return out
 
 
-def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseResult) -> RunStatus | None:
+def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseResult,
+           access: _Access) -> RunStatus | None:
     try:
-        status = rt.run(plan, case.input, initiator=INITIATOR, until="final")
+        if case.revoke_before is None:
+            status = rt.run(plan, case.input, initiator=INITIATOR, until="final")
+        else:  # submitted with every permission, then the step's are revoked before it runs
+            run_id = rt.submit(plan, case.input, initiator=INITIATOR)
+            access.armed = True
+            status = rt.drive(run_id, until="final")
     except SealflowError as exc:  # refused at submit (its input, a limit): `expect: {state: refused}` says so
         result.fail(case.location, f"the run was refused at submit: {exc}")
         return None

@@ -62,6 +62,8 @@ class Case:
     expect: dict[str, Any]
     #: where each expectation is written (for messages): key -> location
     expect_at: dict[str, Location]
+    #: the step whose declared permissions the initiator loses once the run is submitted
+    revoke_before: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +133,7 @@ def load(path: str | Path) -> TestFile:
             answers=dict(raw.get("answers", {})),
             faults=tuple(Fault(f["step"], f["error"], f.get("times", 1)) for f in raw.get("faults", [])),
             approvals=dict(raw.get("approvals", {})), cancel_at=raw.get("cancel_at"), expect=dict(expect),
-            expect_at={k: doc.locate((*at, "expect", k)) for k in expect}))
+            expect_at={k: doc.locate((*at, "expect", k)) for k in expect}, revoke_before=raw.get("revoke_before")))
     return TestFile(path=path, definition=definition, cases=tuple(cases))
 
 
