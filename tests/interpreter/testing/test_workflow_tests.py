@@ -191,7 +191,8 @@ def test_junit_xml_has_a_testcase_per_case_and_the_failure(tmp_path: Path) -> No
 def test_a_permission_revoked_before_a_write_refuses_it_before_its_action_runs(tmp_path: Path) -> None:
     # Given the initiator losing email:send once the run is submitted
     path = write(tmp_path, "cases:\n  - name: revoked\n" + MEDIUM + "    revoke_before: follow_up\n"
-                 "    expect: {state: failed, error: unauthorized, calls: {follow_up: 0}, effects: {crm.add_note: 1}}\n")
+                 "    expect: {state: failed, error: unauthorized, calls: {follow_up: 0},\n"
+                 "             effects: {crm.add_note: 1}}\n")
     # When it runs
     (case,) = run_file(path, world=demo_world).cases
     # Then the note (written before) stands, and the email is refused without being called
