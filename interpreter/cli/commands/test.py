@@ -12,11 +12,19 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import actions_option
+
+if TYPE_CHECKING:
+    from sealflow.dsl.model import ActionInfo
+    from sealflow.dsl.plan import Plan
+    from sealflow.testing.workflows import FileResult
+    from sealflow.testing.workflows.coverage import Coverage
+    from sealflow.testing.workflows.runner import CaseResult
 
 
 @click.command("test")
@@ -31,7 +39,8 @@ from sealflow.cli.options import actions_option
 @click.option("--coverage", "show_coverage", is_flag=True,
               help="Also print, per definition, the steps, switch branches, error routes and compensations no case "
                    "reached.")
-def test(paths, actions, fmt, junit_path, matrix, show_coverage):
+def test(paths: tuple[str, ...], actions: tuple[str, ...], fmt: str, junit_path: str | None, matrix: bool,
+         show_coverage: bool) -> None:
     """Run workflow test files: PATH is a *.test.yaml file or a folder searched for them (default:
     definitions/tests). With --matrix, PATH names definitions instead."""
     from sealflow.cli.session import import_actions, load_action_metadata
@@ -75,7 +84,7 @@ def test(paths, actions, fmt, junit_path, matrix, show_coverage):
     sys.exit(0 if all(f.passed for f in results) else 1)
 
 
-def _github(results) -> str:
+def _github(results: list[FileResult]) -> str:
     """GitHub annotations: each difference on the line of the test file that states it, then the summary."""
     from sealflow.cli.diagnostics import github_escape
     from sealflow.testing.workflows.report import text
@@ -93,18 +102,18 @@ def _github(results) -> str:
     return "\n".join([*lines, text(results).splitlines()[-1]])
 
 
-def _coverage(results):
+def _coverage(results: list[FileResult]) -> list[Coverage]:
     """Coverage per definition, over every test file that tests it."""
     from sealflow.testing.workflows.coverage import coverage
 
-    by_definition: dict = {}
+    by_definition: dict[Path | None, tuple[Plan, list[CaseResult]]] = {}
     for f in results:
         if f.plan is not None:
             by_definition.setdefault(f.definition, (f.plan, []))[1].extend(f.cases)
     return [coverage(plan, cases) for plan, cases in by_definition.values()]
 
 
-def _matrix(paths: tuple[str, ...], meta, fmt: str) -> int:
+def _matrix(paths: tuple[str, ...], meta: dict[str, ActionInfo] | None, fmt: str) -> int:
     from sealflow.cli.definition_files import expand_paths
     from sealflow.dsl.api import compile_file
     from sealflow.dsl.errors import DefinitionError

@@ -28,7 +28,6 @@ step without one).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 
 from sealflow.core.errors import ERROR_CLASSES
 from sealflow.dsl.errors import Location
@@ -71,8 +70,13 @@ class Matrix:
                 for p in cell.problems]
 
 
-def _case(base: Case, name: str, **changes: object) -> Case:
-    return dataclasses.replace(base, name=name, expect={"state": "completed"}, expect_at={}, **changes)
+def _case(base: Case, name: str, *, approvals: dict[str, str] | None = None, faults: tuple[Fault, ...] | None = None,
+          cancel_at: str | None = None, revoke_before: str | None = None) -> Case:
+    """``base`` as a scenario: its input and answers, with the scenario's approvals and one injection."""
+    return dataclasses.replace(base, name=name, expect={"state": "completed"}, expect_at={},
+                               approvals=base.approvals if approvals is None else approvals,
+                               faults=() if faults is None else faults, cancel_at=cancel_at,
+                               revoke_before=revoke_before)
 
 
 def _gates(plan: Plan) -> set[str]:
@@ -87,7 +91,7 @@ def _end(result: CaseResult) -> str:
     return result.state or "not started"
 
 
-def _cell(result: CaseResult, wanted: Iterable[str], *, step: str | None = None,
+def _cell(result: CaseResult, wanted: tuple[str, ...], *, step: str | None = None,
           step_state: str | None = None, tries: int | None = None, at_most: int | None = None) -> Cell:
     problems = list(result.violations)
     states = result.attempts.get(step or "", [])

@@ -62,5 +62,6 @@ def junit(results: list[FileResult]) -> bytes:
                                  file=c.location.path, line=str(c.location.line))
             if not c.passed:
                 ET.SubElement(case, "failure", message=c.failures[0]).text = "\n".join(c.failures)
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    data: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    return data
 
