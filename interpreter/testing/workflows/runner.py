@@ -35,6 +35,7 @@ from sealflow.execution.actions import REGISTRY, Action, Registry
 from sealflow.policy.access import ALL, POLICY
 from sealflow.providers.base import ModelRequest, ModelResult, Provider
 from sealflow.providers.local import LocalModel
+from sealflow.providers.recording import ReplayMiss, ReplayProvider
 from sealflow.providers.registry import ProviderRegistry
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.facade import Runtime
@@ -111,6 +112,8 @@ class _Script:
         for f in case.faults:
             self.faults_left[f.step] += f.times
         self.fault_class = {f.step: f.error for f in case.faults}
+        #: model calls the case's recording does not hold
+        self.misses: list[str] = []
 
     def before(self, step: str, name: str, key: str | None) -> None:
         """Raise the fault still due at ``step`` (recording the failed call)."""
@@ -192,13 +195,17 @@ class _ScriptedModel:
         if step is None or run_id is None:
             return self.local.complete(request)
         self.script.before(step, f"model:{request.model}", None)
-        if step in self.answers and not request.tools:  # an agent's turns are the local model's
+        if step in self.answers and not request.tools:  # an agent's turns are the recording's or the local model's
             output = self.answers[step]
             text = output if isinstance(output, str) else json.dumps(output)
             result = ModelResult(output=output, text=text, input_tokens=max(1, len(request.prompt) // 4),
                                  output_tokens=max(1, len(text) // 4), model=request.model)
         else:
-            result = self.local.complete(request)
+            try:
+                result = self.local.complete(request)
+            except ReplayMiss as miss:  # the case fails saying so; the step fails as a misconfigured model would
+                self.script.misses.append(f"step {step}: {miss}")
+                raise StepError("configuration", f"no recorded answer for step {step}") from None
         self.script.after(step, f"model:{request.model}", None, run_id)
         return result
 
@@ -246,7 +253,8 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         scripted = Registry()
         for _, real in registry.items():
             scripted.register(script.wrap(real))
-        providers = _ScriptedProviders(_ScriptedModel(script, LocalModel()))
+        fallback: Provider = ReplayProvider(case.recording) if case.recording is not None else LocalModel()
+        providers = _ScriptedProviders(_ScriptedModel(script, fallback))
         access = _Access(plan, case)
         # the run is driven in this thread; the embedded worker's threads only idle, so they poll briefly
         rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock, access=access,
@@ -259,6 +267,8 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         finally:
             rt.close()
     result.virtual_seconds = clock.now() - started
+    for miss in script.misses:
+        result.fail(case.location, f"recording: {miss}")
     result.called = Counter(c[0] for c in calls.made)
     if status is None:
         if case.expect.get("state") == "refused":

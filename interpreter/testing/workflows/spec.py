@@ -64,6 +64,8 @@ class Case:
     expect_at: dict[str, Location]
     #: the step whose declared permissions the initiator loses once the run is submitted
     revoke_before: str | None = None
+    #: the model recording that serves the calls the case does not answer (None: the local model)
+    recording: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +97,17 @@ def _answer(doc: Document, pointer: tuple, raw: dict[str, Any], base: Path) -> A
             raise TestFileError([_diag(doc, (*pointer, "return_file"),
                                        f"{raw['return_file']} is not JSON: {exc}")]) from None
     return Answer(value=raw.get("return"))
+
+
+def _recording(doc: Document, at: tuple[Any, ...], value: str | None, base: Path) -> Path | None:
+    if value is None:
+        return None
+    path = (base / value).resolve()
+    if not path.is_file():
+        where = (*at, "recording") if "recording" in doc.data["cases"][at[1]] else ("recording",)
+        raise TestFileError([_diag(doc, where, f"no model recording at {value} (record one with sealflow run "
+                                               f"--record {value}; docs/models.md)")])
+    return path
 
 
 def _diag(doc: Document, pointer: tuple, message: str, code: str = "T101") -> Diagnostic:
@@ -133,7 +146,8 @@ def load(path: str | Path) -> TestFile:
             answers=dict(raw.get("answers", {})),
             faults=tuple(Fault(f["step"], f["error"], f.get("times", 1)) for f in raw.get("faults", [])),
             approvals=dict(raw.get("approvals", {})), cancel_at=raw.get("cancel_at"), expect=dict(expect),
-            expect_at={k: doc.locate((*at, "expect", k)) for k in expect}, revoke_before=raw.get("revoke_before")))
+            expect_at={k: doc.locate((*at, "expect", k)) for k in expect}, revoke_before=raw.get("revoke_before"),
+            recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base)))
     return TestFile(path=path, definition=definition, cases=tuple(cases))
 
 

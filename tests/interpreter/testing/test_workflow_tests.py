@@ -197,3 +197,29 @@ def test_a_permission_revoked_before_a_write_refuses_it_before_its_action_runs(t
     (case,) = run_file(path, world=demo_world).cases
     # Then the note (written before) stands, and the email is refused without being called
     assert case.passed, case.failures
+
+
+def test_a_recording_serves_the_model_calls_and_a_call_it_lacks_fails_the_case(tmp_path: Path) -> None:
+    # Given a recording of the lead definition's model call for one lead, made by `sealflow run --record`
+    from sealflow.cli import main
+
+    recording = tmp_path / "lead.jsonl"
+    assert main(["run", str(LEAD), "--input", '{"lead_id": "lead_midco"}', "--record", str(recording)]) == 0
+    path = tmp_path / "lead.test.yaml"
+    path.write_text(f"sealflow_test: 1\ndefinition: {LEAD}\nrecording: lead.jsonl\ncases:\n"
+                    "  - name: replayed\n    input: {lead_id: lead_midco}\n    expect: {state: completed}\n"
+                    "  - name: unseen\n    input: {lead_id: lead_acme}\n    expect: {state: completed}\n")
+    # When the test file runs
+    replayed, unseen = run_file(path, world=demo_world).cases
+    # Then the recorded call is answered, and the one it lacks fails its case, naming the step and the recording
+    assert replayed.passed, replayed.failures
+    assert any("recording: step classify: model call not in the recording" in f for f in unseen.failures)
+
+
+def test_a_recording_that_does_not_exist_is_a_located_error(tmp_path: Path) -> None:
+    # Given a test file naming a recording nobody made
+    path = write(tmp_path, "recording: nope.jsonl\ncases:\n  - name: a\n    expect: {state: completed}\n")
+    # When it is loaded / Then the error points at the line and says how to make one
+    with pytest.raises(TestFileError) as caught:
+        load(path)
+    assert f"{path}:3:" in str(caught.value) and "sealflow run --record nope.jsonl" in str(caught.value)
