@@ -47,6 +47,9 @@ INITIATOR = "user:sealflow-test"
 #: approvers are distinct people, one more for each approval a quorum needs: the gate's named users first, then
 #: these (who hold every role in open access)
 APPROVER = "user:sealflow-test-approver-{n}"
+#: the fault that returns a malformed answer instead of raising, and the answer it returns
+MALFORMED = "malformed"
+MALFORMED_VALUE = "Sure! Here is the answer you asked for {"
 #: a run that still moves after this many rounds of answering gates is reported, not followed further
 MAX_ROUNDS = 50
 
@@ -115,12 +118,19 @@ class _Script:
         #: model calls the case's recording does not hold
         self.misses: list[str] = []
 
-    def before(self, step: str, name: str, key: str | None) -> None:
-        """Raise the fault still due at ``step`` (recording the failed call)."""
-        if self.faults_left[step] > 0:
-            self.faults_left[step] -= 1
-            self.calls.made.append((step, name, key, False))
-            raise StepError(self.fault_class[step], f"injected by the test: {self.fault_class[step]}")
+    def before(self, step: str, name: str, key: str | None) -> bool:
+        """Raise the fault still due at ``step`` (recording the failed call); True when the call's answer is to
+        come back malformed instead."""
+        if self.faults_left[step] <= 0:
+            return False
+        self.faults_left[step] -= 1
+        fault = self.fault_class[step]
+        if fault == MALFORMED:
+            return True
+        self.calls.made.append((step, name, key, False))
+        if fault == "refused":
+            raise StepError("policy_denied", f"injected by the test: {name} refused to answer (content policy)")
+        raise StepError(fault, f"injected by the test: {fault}")
 
     def after(self, step: str, name: str, key: str | None, run_id: str) -> None:
         """Record a call that returned; cancel the run if the case says so here."""
@@ -135,7 +145,9 @@ class _Script:
         def scripted(ctx: Any, **kwargs: Any) -> Any:
             step = str(ctx.step_id).split("@", 1)[0]
             key = getattr(ctx, "idempotency_key", None)
-            script.before(step, real.name, key)
+            if script.before(step, real.name, key):
+                script.calls.made.append((step, real.name, key, False))
+                return MALFORMED_VALUE
             answer: Answer | None = script.case.steps.get(step) or script.case.actions.get(real.name)
             if answer is not None and answer.error is not None:
                 script.calls.made.append((step, real.name, key, False))
@@ -194,7 +206,10 @@ class _ScriptedModel:
         step, run_id = _step_of(request)
         if step is None or run_id is None:
             return self.local.complete(request)
-        self.script.before(step, f"model:{request.model}", None)
+        if self.script.before(step, f"model:{request.model}", None):
+            self.script.calls.made.append((step, f"model:{request.model}", None, False))
+            return ModelResult(output=MALFORMED_VALUE, text=MALFORMED_VALUE, input_tokens=1, output_tokens=1,
+                               model=request.model)
         if step in self.answers and not request.tools:  # an agent's turns are the recording's or the local model's
             output = self.answers[step]
             text = output if isinstance(output, str) else json.dumps(output)

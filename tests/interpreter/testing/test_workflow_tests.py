@@ -223,3 +223,18 @@ def test_a_recording_that_does_not_exist_is_a_located_error(tmp_path: Path) -> N
     with pytest.raises(TestFileError) as caught:
         load(path)
     assert f"{path}:3:" in str(caught.value) and "sealflow run --record nope.jsonl" in str(caught.value)
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ("{step: classify, error: malformed}", "{state: completed, calls: {classify: 2}}"),
+    ("{step: classify, error: refused}", "{state: failed, error: policy_denied, calls: {classify: 1}}"),
+    ("{step: fetch_lead, error: malformed, times: 2}", "{state: completed, calls: {fetch_lead: 3}}"),
+])
+def test_a_malformed_answer_meets_the_steps_checks_and_a_refusal_is_not_retried(tmp_path: Path, fault: str,
+                                                                                 expect: str) -> None:
+    # Given a model answer that is not JSON, a content-policy refusal, or an action's garbage result
+    path = write(tmp_path, f"cases:\n  - name: f\n    input: {{lead_id: lead_midco}}\n    faults: [{fault}]\n"
+                           f"    expect: {expect}\n")
+    # When it runs / Then the step's own repair or retry meets it, and a refusal fails at once
+    (case,) = run_file(path, world=demo_world).cases
+    assert case.passed, case.failures
