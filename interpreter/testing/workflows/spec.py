@@ -21,6 +21,8 @@ from sealflow.dsl.loader import load_file
 from sealflow.dsl.schema_errors import SchemaErrorMapper
 
 SCHEMA = "workflow-test.schema.json"
+#: the largest answer file read (``return_file``): an answer is a value, not a data set
+MAX_ANSWER_BYTES = 8 * 2**20
 
 
 class TestFileError(Exception):
@@ -89,11 +91,18 @@ def _answer(doc: Document, pointer: tuple, raw: dict[str, Any], base: Path) -> A
     if "return_file" in raw:
         path = (base / raw["return_file"]).resolve()
         try:
-            return Answer(value=json.loads(path.read_text(encoding="utf-8")))
+            if not path.is_file():
+                raise TestFileError([_diag(doc, (*pointer, "return_file"), f"{raw['return_file']} is not a file")])
+            with path.open("rb") as f:
+                data = f.read(MAX_ANSWER_BYTES + 1)
+            if len(data) > MAX_ANSWER_BYTES:
+                raise TestFileError([_diag(doc, (*pointer, "return_file"), f"{raw['return_file']} is larger than "
+                                                                          f"{MAX_ANSWER_BYTES // 2**20} MiB")])
+            return Answer(value=json.loads(data.decode("utf-8")))
         except OSError as exc:
             raise TestFileError([_diag(doc, (*pointer, "return_file"), f"cannot read {raw['return_file']}: "
                                        f"{exc.strerror or exc}")]) from None
-        except ValueError as exc:
+        except ValueError as exc:  # not UTF-8, or not JSON
             raise TestFileError([_diag(doc, (*pointer, "return_file"),
                                        f"{raw['return_file']} is not JSON: {exc}")]) from None
     return Answer(value=raw.get("return"))
@@ -128,7 +137,8 @@ def load(path: str | Path) -> TestFile:
     base = path.parent
     definition = (base / data["definition"]).resolve()
     if not definition.is_file():
-        raise TestFileError([_diag(doc, ("definition",), f"definition {data['definition']} does not exist "
+        what = "is not a file" if definition.exists() else "does not exist"
+        raise TestFileError([_diag(doc, ("definition",), f"definition {data['definition']} {what} "
                                                          f"(a path relative to the test file)")])
     cases: list[Case] = []
     names: set[str] = set()

@@ -151,6 +151,8 @@ def test_an_input_refused_at_submit_is_expected_as_refused(tmp_path: Path) -> No
     ("cases:\n  - name: a\n    steps: {x: {return_file: nope.json}}\n    expect: {state: completed}\n",
      "cannot read nope.json"),
     ("cases:\n  - name: a\n    faults: [{step: x, error: boom}]\n    expect: {state: completed}\n", "faults[0].error"),
+    ("cases:\n  - name: a\n    steps: {x: {return_file: /dev/zero}}\n    expect: {state: completed}\n",
+     "/dev/zero is not a file"),
 ])
 def test_a_broken_test_file_is_refused_with_a_located_error(tmp_path: Path, body: str, message: str) -> None:
     # Given a test file with one mistake
