@@ -91,7 +91,7 @@ def _answer(doc: Document, pointer: tuple, raw: dict[str, Any], base: Path) -> A
     if "return_file" in raw:
         path = (base / raw["return_file"]).resolve()
         try:
-            if not path.is_file():
+            if path.exists() and not path.is_file():
                 raise TestFileError([_diag(doc, (*pointer, "return_file"), f"{raw['return_file']} is not a file")])
             with path.open("rb") as f:
                 data = f.read(MAX_ANSWER_BYTES + 1)
