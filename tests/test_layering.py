@@ -54,7 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     # the HTTP API, the pages and their auth: above the runtime
     "server": _BELOW_RUNTIME | {"runtime", "dsl", "schemas"},
     # test doubles (the pytest plugin of recorded models) and the backend conformance kit
-    "testing": _BELOW_RUNTIME | {"runtime", "dsl"},
+    "testing": _BELOW_RUNTIME | {"runtime", "dsl", "schemas"},
     # the public face: `from sealflow import Runtime, open_store, action, Context, StepError`
     "root": {"core", "execution", "store", "runtime"},
     "cli": _BELOW_RUNTIME | {"runtime", "server", "testing", "dsl", "schemas", "root", "demo"},

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
         "breakers", "events", "init", "notifications", "doctor")},
     "runs": "commands.runs_list",
     **dict.fromkeys(("actions", "schema"), "commands.actions"),
+    "test": "commands.test",
 }
 
 

@@ -27,6 +27,7 @@ import click
 
 from sealflow.cli.diagnostics import emit_diagnostics
 from sealflow.cli.exits import fail_usage, refuse
+from sealflow.cli.git_files import is_definition_name
 from sealflow.cli.session import load_action_metadata, load_trust_policy, project_facts
 
 if TYPE_CHECKING:  # the CLI imports the language lazily, per command
@@ -51,12 +52,13 @@ class Loaded:
 
 
 def expand_paths(paths: tuple[str, ...]) -> list[Path]:
-    """Files as given; folders expanded to the *.yaml / *.yml files under them, sorted."""
+    """Files as given; folders expanded to the *.yaml / *.yml files under them, sorted, leaving out workflow
+    test files (``*.test.yaml``: ``sealflow test`` reads them, docs/testing.md)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
+            found = sorted(q for q in p.rglob("*") if is_definition_name(q.name) and q.is_file())
             if not found:
                 fail_usage(f"{raw}: no .yaml files in this folder")
             out.extend(found)

@@ -6,6 +6,13 @@ import subprocess
 from pathlib import Path
 
 YAML_SUFFIXES = (".yaml", ".yml")
+#: workflow test files (``sealflow test``, docs/testing.md) live beside definitions but are not definitions
+TEST_SUFFIXES = (".test.yaml", ".test.yml")
+
+
+def is_definition_name(name: str) -> bool:
+    """Whether a file named ``name`` under a definitions folder is a definition (a .yaml that is not a test)."""
+    return name.endswith(YAML_SUFFIXES) and not name.endswith(TEST_SUFFIXES)
 
 
 class GitError(Exception):
@@ -23,7 +30,7 @@ def _git(args: list[str], cwd: Path) -> bytes:
 
 
 def files_at_ref(ref: str, paths: list[str]) -> tuple[Path, list[tuple[str, bytes]]]:
-    """The repository root and the (repo-relative path, bytes) of every .yaml file under ``paths`` at ``ref``."""
+    """The repository root and the (repo-relative path, bytes) of every definition under ``paths`` at ``ref``."""
     cwd = Path.cwd()
     top = Path(_git(["rev-parse", "--show-toplevel"], cwd).decode().strip()).resolve()
     try:
@@ -39,17 +46,17 @@ def files_at_ref(ref: str, paths: list[str]) -> tuple[Path, list[tuple[str, byte
         specs.append(rel.as_posix() if str(rel) != "." else ".")
     listed = _git(["ls-tree", "-r", "-z", "--name-only", "--full-tree", ref, "--", *specs], top)
     names = sorted({n for n in listed.decode("utf-8", "surrogateescape").split("\0")
-                    if n.endswith(YAML_SUFFIXES)})
+                    if is_definition_name(n)})
     return top, [(n, _git(["show", f"{ref}:{n}"], top)) for n in names]
 
 
 def working_files(paths: list[str]) -> list[Path]:
-    """The .yaml files under ``paths`` in the working tree (missing paths are skipped: a deleted folder)."""
+    """The definitions under ``paths`` in the working tree (missing paths are skipped: a deleted folder)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            out.extend(sorted(q for q in p.rglob("*") if q.suffix in YAML_SUFFIXES and q.is_file()))
+            out.extend(sorted(q for q in p.rglob("*") if is_definition_name(q.name) and q.is_file()))
         elif p.is_file():
             out.append(p)
     return out

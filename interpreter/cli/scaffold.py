@@ -35,6 +35,32 @@ steps:
     succeed: {{output: "${{{{ steps.greet.output.greeting }}}}"}}
 """
 
+TEST = """\
+# hello's tests: `sealflow test` runs every case on the real engine, in virtual time (docs/testing.md).
+sealflow_test: 1
+definition: ../hello.v1.yaml
+cases:
+  - name: greets by name
+    input: {name: Ada}
+    expect:
+      state: completed
+      output: "hello, Ada"
+      effects: {hello.greet: 1}
+
+  - name: the greeter is unavailable once, and the run fails (hello declares no retry class)
+    input: {name: Ada}
+    faults:
+      - {step: greet, error: unavailable}
+    expect:
+      state: failed
+      error: unavailable
+
+  - name: an empty name is refused before anything runs
+    input: {name: ""}
+    expect:
+      state: refused
+"""
+
 ACTIONS = '''\
 """The project's actions: each @action is a step a definition may name (docs/runtime.md)."""
 
@@ -126,6 +152,8 @@ jobs:
         run: sealflow validate definitions/ --format github
       - name: Lint
         run: sealflow lint definitions/ --format github
+      - name: Test
+        run: sealflow test definitions/tests
 """
 
 
@@ -135,6 +163,7 @@ def files(principal: str) -> dict[str, str]:
     return {
         "sealflow.yaml": PROJECT,
         "definitions/hello.v1.yaml": DEFINITION.format(user=user),
+        "definitions/tests/hello.test.yaml": TEST,
         "actions/hello.py": ACTIONS,
         "access.yaml": ACCESS.format(principal=principal),
         ".gitignore": GITIGNORE,

@@ -72,8 +72,9 @@ def init(directory: str, principal: str | None, force: bool) -> None:
         step += 1
     click.echo(f"  {step}. sealflow validate definitions/")
     click.echo(f"  {step + 1}. sealflow run definitions/hello.v1.yaml --input '{{\"name\": \"world\"}}'")
+    click.echo(f"  {step + 2}. sealflow test   (definitions/tests/hello.test.yaml: docs/testing.md)")
     if step == 1:
-        click.echo("  3. sealflow runs list")
+        click.echo("  4. sealflow runs list")
 
 
 def register(group: click.Group) -> None:

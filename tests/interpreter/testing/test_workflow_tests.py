@@ -1,0 +1,242 @@
+"""`sealflow test` (issue 34): test files beside definitions, run on the real engine in virtual time."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from sealflow.cli.commands.test import demo_world
+from sealflow.cli.session import import_actions
+from sealflow.testing.workflows import report, run_file
+from sealflow.testing.workflows.spec import TestFileError, load
+
+ROOT = Path(__file__).resolve().parents[3]
+DEFINITIONS = ROOT / "definitions"
+LEAD = DEFINITIONS / "lead-qualification.v1.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _demo_actions() -> None:
+    import_actions((), demo=True)
+
+
+def write(tmp_path: Path, body: str, name: str = "lead.test.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(f"sealflow_test: 1\ndefinition: {LEAD}\n{body}", encoding="utf-8")
+    return path
+
+
+MEDIUM = "    input: {lead_id: lead_midco}\n    answers: {classify: {classification: medium, reason: mid}}\n"
+
+
+def test_every_definition_has_a_test_file_that_passes() -> None:
+    # Given the definitions shipped and their test files
+    tests = {p.name.removesuffix(".test.yaml") for p in (DEFINITIONS / "tests").glob("*.test.yaml")}
+    shipped = {p.name.removesuffix(".v1.yaml") for p in DEFINITIONS.glob("*.yaml")}
+    # Then each definition has one
+    assert shipped <= tests, f"definitions without a test file: {sorted(shipped - tests)}"
+    # When every test file runs
+    results = [run_file(p, world=demo_world) for p in sorted((DEFINITIONS / "tests").glob("*.test.yaml"))]
+    # Then every case passes
+    failed = [f"{f.path.name}::{c.name}: {c.failures}" for f in results for c in f.cases if not c.passed]
+    assert not failed and all(not f.errors for f in results), failed or [f.errors for f in results]
+
+
+def test_a_wrong_output_fails_naming_the_case_the_expectation_and_the_difference(tmp_path: Path) -> None:
+    # Given a case that expects an output the run does not produce
+    path = write(tmp_path, "cases:\n  - name: wrong\n" + MEDIUM + "    expect:\n      state: completed\n"
+                 "      output_includes: {sent: true}\n      not_ran: [follow_up]\n")
+    # When it runs
+    result = run_file(path, world=demo_world)
+    # Then it fails, each difference located at its expectation's line, saying what differs
+    (case,) = result.cases
+    assert not case.passed
+    assert any(f.startswith(f"{path}:9:") and "output_includes" in f and "expected a map including" in f
+               for f in case.failures), case.failures
+    assert any(f.startswith(f"{path}:10:") and "not_ran: step follow_up ran" in f for f in case.failures)
+    # and the text report names the case
+    assert "FAIL" in report.text([result]) and "::wrong" in report.text([result])
+
+
+def test_a_24_hour_approval_expiry_takes_virtual_time_not_real_sleep(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a high lead whose approval nobody answers, and every real sleep recorded
+    slept: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (slept.append(s), real_sleep(min(s, 0.001))))
+    path = write(tmp_path, "cases:\n  - name: expire\n    input: {lead_id: lead_midco}\n"
+                 "    answers: {classify: {classification: high, reason: big}}\n"
+                 "    approvals: {record: expire}\n    expect: {state: timed_out}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the run's clock moved past its budget while the process asked for almost no real sleep
+    assert case.passed, case.failures
+    assert case.virtual_seconds >= 600
+    assert sum(slept) < 5, slept
+
+
+def test_a_fault_fails_the_first_calls_and_the_effect_is_applied_once(tmp_path: Path) -> None:
+    # Given a CRM write that fails twice with a retryable class, then answers
+    path = write(tmp_path, "cases:\n  - name: flaky\n" + MEDIUM +
+                 "    faults: [{step: record, error: unavailable, times: 2}]\n"
+                 "    expect: {state: completed, calls: {record: 3}, effects: {crm.add_note: 1}}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the step was called three times and applied its effect once
+    assert case.passed, case.failures
+
+
+def test_a_fault_beyond_the_retry_class_fails_the_run_with_that_class(tmp_path: Path) -> None:
+    # Given the email (retry: once) failing with a timeout
+    path = write(tmp_path, "cases:\n  - name: once\n" + MEDIUM +
+                 "    faults: [{step: follow_up, error: timeout}]\n"
+                 "    expect: {state: failed, error: timeout, effects: {email.send: 0}}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the run failed with the injected class and sent nothing
+    assert case.passed, case.failures
+
+
+def test_an_action_answer_replaces_the_action_and_must_fit_its_declared_output(tmp_path: Path) -> None:
+    # Given a case answering for the CRM lookup with a lead record
+    lead = {"lead_id": "lead_x", "email": "x@example.com", "company": "X", "employees": 5}
+    path = write(tmp_path, "cases:\n  - name: answered\n" + MEDIUM +
+                 f"    steps: {{fetch_lead: {{return: {json.dumps(lead)}}}}}\n"
+                 "    expect: {state: completed, effects: {email.send: 1}}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the run used it
+    assert case.passed, case.failures
+
+
+def test_an_unanswered_approval_gate_fails_the_case_saying_how_to_answer_it(tmp_path: Path) -> None:
+    # Given a high lead and no approvals: in the case
+    path = write(tmp_path, "cases:\n  - name: silent\n    input: {lead_id: lead_midco}\n"
+                 "    answers: {classify: {classification: high, reason: big}}\n    expect: {state: completed}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the case fails, naming the gate and the fix
+    assert any("waits for an approval at record" in f and "approve | reject | expire" in f for f in case.failures)
+
+
+def test_a_cancel_at_a_step_cancels_the_run_after_its_call(tmp_path: Path) -> None:
+    # Given a cancel while the note is written
+    path = write(tmp_path, "cases:\n  - name: cancel\n" + MEDIUM + "    cancel_at: record\n"
+                 "    expect: {state: cancelled, not_ran: [follow_up], effects: {crm.add_note: 1}}\n")
+    # When it runs / Then the run is cancelled after the note and before the email
+    (case,) = run_file(path, world=demo_world).cases
+    assert case.passed, case.failures
+
+
+def test_an_input_refused_at_submit_is_expected_as_refused(tmp_path: Path) -> None:
+    # Given an input that breaks the definition's pattern
+    path = write(tmp_path, "cases:\n  - name: bad input\n    input: {lead_id: NOPE}\n    expect: {state: refused}\n"
+                 "  - name: expected to run\n    input: {lead_id: NOPE}\n    expect: {state: completed}\n")
+    # When it runs
+    refused, ran = run_file(path, world=demo_world).cases
+    # Then the first passes and the second says why it failed
+    assert refused.passed, refused.failures
+    assert not ran.passed and "refused at submit" in ran.failures[0]
+
+
+@pytest.mark.parametrize("body, message", [
+    ("cases:\n  - name: a\n    expect: {stat: completed}\n", "unknown field 'stat'"),
+    ("cases:\n  - name: a\n    expect: {state: done}\n", "cases[0].expect.state"),
+    ("cases:\n  - name: a\n    expect: {state: completed}\n  - name: a\n    expect: {state: completed}\n",
+     "two cases are named 'a'"),
+    ("cases:\n  - name: a\n    steps: {x: {return_file: nope.json}}\n    expect: {state: completed}\n",
+     "cannot read nope.json"),
+    ("cases:\n  - name: a\n    faults: [{step: x, error: boom}]\n    expect: {state: completed}\n", "faults[0].error"),
+    ("cases:\n  - name: a\n    steps: {x: {return_file: /dev/zero}}\n    expect: {state: completed}\n",
+     "/dev/zero is not a file"),
+])
+def test_a_broken_test_file_is_refused_with_a_located_error(tmp_path: Path, body: str, message: str) -> None:
+    # Given a test file with one mistake
+    path = write(tmp_path, body)
+    # When it is loaded
+    with pytest.raises(TestFileError) as caught:
+        load(path)
+    # Then the error is located in the file and says what is wrong
+    text = str(caught.value)
+    assert text.startswith(f"{path}:") and message in text, text
+
+
+def test_a_test_file_naming_a_missing_definition_is_refused(tmp_path: Path) -> None:
+    # Given a test file whose definition path leads nowhere
+    path = tmp_path / "x.test.yaml"
+    path.write_text("sealflow_test: 1\ndefinition: nowhere.yaml\ncases:\n  - {name: a, expect: {state: completed}}\n")
+    # When it runs
+    result = run_file(path)
+    # Then the file is reported with the definition's line
+    assert result.errors and f"{path}:2:" in result.errors[0].format() and "does not exist" in result.errors[0].message
+
+
+def test_junit_xml_has_a_testcase_per_case_and_the_failure(tmp_path: Path) -> None:
+    # Given one passing and one failing case
+    path = write(tmp_path, "cases:\n  - name: good\n" + MEDIUM + "    expect: {state: completed}\n"
+                 "  - name: bad\n" + MEDIUM + "    expect: {state: failed}\n")
+    results = [run_file(path, world=demo_world)]
+    # When the JUnit XML is written
+    root = ET.fromstring(report.junit(results))
+    # Then it holds both, the failing one with its message
+    cases = root.findall(".//testcase")
+    assert [c.get("name") for c in cases] == ["good", "bad"]
+    assert cases[0].find("failure") is None
+    assert "expected failed, got completed" in cases[1].find("failure").get("message")
+    assert root.find("testsuite").get("failures") == "1"
+
+
+def test_a_permission_revoked_before_a_write_refuses_it_before_its_action_runs(tmp_path: Path) -> None:
+    # Given the initiator losing email:send once the run is submitted
+    path = write(tmp_path, "cases:\n  - name: revoked\n" + MEDIUM + "    revoke_before: follow_up\n"
+                 "    expect: {state: failed, error: unauthorized, calls: {follow_up: 0},\n"
+                 "             effects: {crm.add_note: 1}}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the note (written before) stands, and the email is refused without being called
+    assert case.passed, case.failures
+
+
+def test_a_recording_serves_the_model_calls_and_a_call_it_lacks_fails_the_case(tmp_path: Path) -> None:
+    # Given a recording of the lead definition's model call for one lead, made by `sealflow run --record`
+    from sealflow.cli import main
+
+    recording = tmp_path / "lead.jsonl"
+    assert main(["run", str(LEAD), "--input", '{"lead_id": "lead_midco"}', "--record", str(recording)]) == 0
+    path = tmp_path / "lead.test.yaml"
+    path.write_text(f"sealflow_test: 1\ndefinition: {LEAD}\nrecording: lead.jsonl\ncases:\n"
+                    "  - name: replayed\n    input: {lead_id: lead_midco}\n    expect: {state: completed}\n"
+                    "  - name: unseen\n    input: {lead_id: lead_acme}\n    expect: {state: completed}\n")
+    # When the test file runs
+    replayed, unseen = run_file(path, world=demo_world).cases
+    # Then the recorded call is answered, and the one it lacks fails its case, naming the step and the recording
+    assert replayed.passed, replayed.failures
+    assert any("recording: step classify: model call not in the recording" in f for f in unseen.failures)
+
+
+def test_a_recording_that_does_not_exist_is_a_located_error(tmp_path: Path) -> None:
+    # Given a test file naming a recording nobody made
+    path = write(tmp_path, "recording: nope.jsonl\ncases:\n  - name: a\n    expect: {state: completed}\n")
+    # When it is loaded / Then the error points at the line and says how to make one
+    with pytest.raises(TestFileError) as caught:
+        load(path)
+    assert f"{path}:3:" in str(caught.value) and "sealflow run --record nope.jsonl" in str(caught.value)
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ("{step: classify, error: malformed}", "{state: completed, calls: {classify: 2}}"),
+    ("{step: classify, error: refused}", "{state: failed, error: policy_denied, calls: {classify: 1}}"),
+    ("{step: fetch_lead, error: malformed, times: 2}", "{state: completed, calls: {fetch_lead: 3}}"),
+])
+def test_a_malformed_answer_meets_the_steps_checks_and_a_refusal_is_not_retried(tmp_path: Path, fault: str,
+                                                                                 expect: str) -> None:
+    # Given a model answer that is not JSON, a content-policy refusal, or an action's garbage result
+    path = write(tmp_path, f"cases:\n  - name: f\n    input: {{lead_id: lead_midco}}\n    faults: [{fault}]\n"
+                           f"    expect: {expect}\n")
+    # When it runs / Then the step's own repair or retry meets it, and a refusal fails at once
+    (case,) = run_file(path, world=demo_world).cases
+    assert case.passed, case.failures
