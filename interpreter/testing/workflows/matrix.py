@@ -13,6 +13,8 @@ conditional gate opens. Every gate is approved unless the scenario says otherwis
 ``exhausted``     the first listed class on every attempt: the step fails after exactly ``max_attempts``, and
                   the run fails (to the dead letters) unless ``on_error`` routes the class
 ``fatal``         ``invalid_request`` (never retryable): the step fails at its first attempt
+``duplicate``     once the run has ended, the step's messages delivered again: each is refused, the action is not
+                  called again, the run does not change (it ends as ``normal`` did)
 ``cancel``        the run cancelled while the step runs: it ends cancelled (compensations run)
 ``revoked``       (a step that re-authorises: by default one whose action writes) the initiator loses the
                   step's permissions after submit: the step is refused (``unauthorized``) before its action
@@ -37,7 +39,7 @@ from sealflow.execution.actions import REGISTRY, Registry
 from sealflow.testing.workflows.runner import CaseResult, World, run_case
 from sealflow.testing.workflows.spec import Case, Fault
 
-SCENARIOS = ("normal", "retry", "exhausted", "fatal", "cancel", "revoked", "reject", "expire")
+SCENARIOS = ("normal", "retry", "exhausted", "fatal", "duplicate", "cancel", "revoked", "reject", "expire")
 
 
 @dataclasses.dataclass
@@ -171,6 +173,9 @@ def _calls_out(plan: Plan, step: PlanStep, base: Case, registry: Registry, world
         case = _case(base, "fatal", faults=(Fault(step.id, "invalid_request", 1),))
         out["fatal"] = _cell(run_case(plan, case, registry=registry, world=world), ("failed",), step=step.id,
                              step_state="failed", tries=1)
+    case = _case(base, "duplicate", faults=(Fault(step.id, "duplicate", 1),))
+    out["duplicate"] = _cell(run_case(plan, case, registry=registry, world=world),
+                             ("completed", "failed", "cancelled", "timed_out"))
     case = _case(base, "cancel", cancel_at=step.id)
     out["cancel"] = _cell(run_case(plan, case, registry=registry, world=world), ("cancelled",))
     registered = registry.get(step.action) if step.action else None

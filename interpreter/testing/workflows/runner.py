@@ -50,6 +50,8 @@ APPROVER = "user:sealflow-test-approver-{n}"
 #: the fault that returns a malformed answer instead of raising, and the answer it returns
 MALFORMED = "malformed"
 MALFORMED_VALUE = "Sure! Here is the answer you asked for {"
+#: the fault that delivers a step's messages again once the run has ended
+DUPLICATE = "duplicate"
 #: a run that still moves after this many rounds of answering gates is reported, not followed further
 MAX_ROUNDS = 50
 
@@ -113,7 +115,8 @@ class _Script:
         self.case, self.calls, self.cancel = case, calls, cancel
         self.faults_left: Counter[str] = Counter()
         for f in case.faults:
-            self.faults_left[f.step] += f.times
+            if f.error != DUPLICATE:  # delivered again after the run (run_case), not a call's failure
+                self.faults_left[f.step] += f.times
         self.fault_class = {f.step: f.error for f in case.faults}
         #: model calls the case's recording does not hold
         self.misses: list[str] = []
@@ -277,6 +280,11 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         holder["rt"] = rt
         try:
             status = _drive(rt, plan, case, clock, result, access)
+            if status is not None:
+                for fault in case.faults:
+                    if fault.error == DUPLICATE:
+                        result.violations += _redeliver(rt, status, fault.step, calls)
+                status = rt.status(status.run.id) if status is not None else None
             audit = rt.audit(status.run.id) if status is not None else []
             chain = auditverify.verify(rt.store, status.run.tenant) if status is not None else None
         finally:
@@ -296,7 +304,7 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         result.attempts.setdefault(a.step_id, []).append(a.state)
     for key, what in _compare(case, status, audit, calls):
         result.fail(case.expect_at.get(key, case.location), f"{key}: {what}")
-    result.violations = invariants(plan, case, status, audit, calls)
+    result.violations = invariants(plan, case, status, audit, calls) + result.violations
     if chain is not None and not chain.ok:
         result.violations.append(f"the audit chain does not verify: {chain.first}")
     for violation in result.violations:
@@ -371,6 +379,29 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
         status = rt.drive(status.run.id, until="final")
     result.fail(case.location, f"the run still waits after {MAX_ROUNDS} answered approvals")
     return status
+
+
+def _redeliver(rt: Runtime, status: RunStatus, step: str, calls: _Calls) -> list[str]:
+    """Deliver ``step``'s messages again (each attempt's claimed token and the one before it: a redelivery and a
+    copy): each must be refused, without calling the step's action and without changing the run."""
+    problems: list[str] = []
+    attempts = [a for a in status.attempts if a.step_id == step]
+    if not attempts:
+        return [f"duplicate: step {step} never ran, so nothing could be delivered again"]
+    before, made = rt.status(status.run.id).run, len(calls.made)
+    for a in attempts:
+        for token in (a.token - 1, a.token):
+            handled = rt.engine.handle(a.run_id, a.step_id, a.attempt, token, status.run.tenant or "")
+            if handled.run_state is not None or handled.messages:
+                problems.append(f"duplicate: a delivery of step {step} attempt {a.attempt} (token {token}) again "
+                                f"was not refused: it committed")
+    after = rt.status(status.run.id).run
+    if len(calls.made) != made:
+        problems.append(f"duplicate: step {step}'s action ran again on a repeated delivery")
+    if (after.state, after.rev) != (before.state, before.rev):
+        problems.append(f"duplicate: a repeated delivery of step {step} changed the run ({before.state} rev "
+                        f"{before.rev} -> {after.state} rev {after.rev})")
+    return problems
 
 
 def _approver(approvers: list[str], n: int) -> str:

@@ -240,3 +240,15 @@ def test_a_malformed_answer_meets_the_steps_checks_and_a_refusal_is_not_retried(
     # When it runs / Then the step's own repair or retry meets it, and a refusal fails at once
     (case,) = run_file(path, world=demo_world).cases
     assert case.passed, case.failures
+
+
+def test_a_step_delivered_again_after_the_run_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    # Given the note and the email delivered again once the run has completed
+    path = write(tmp_path, "cases:\n  - name: again\n" + MEDIUM +
+                 "    faults: [{step: record, error: duplicate}, {step: follow_up, error: duplicate}]\n"
+                 "    expect: {state: completed, calls: {record: 1, follow_up: 1}, audit: [message_refused]}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then each copy was refused (audited), neither action ran again, and no invariant broke
+    assert case.passed, case.failures
+    assert not case.violations
