@@ -105,7 +105,7 @@ def world(request, tmp_path, registry, clock):
         return {"ok": True}
 
     hooks = request.param
-    rt = Runtime(open_store(f"sqlite:///{tmp_path}/hooks.db"), registry, {}, clock=clock, rng=random.Random(7),
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/hooks.db", clock=clock), registry, {}, rng=random.Random(7),
                  worker_timeout_ms=20, hooks=hooks)
     yield World(rt, calls)
     rt.close()

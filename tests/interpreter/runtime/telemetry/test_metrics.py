@@ -150,7 +150,7 @@ def test_an_attempt_refused_by_policy_is_counted_as_a_denial(tmp_path, registry,
     # Given a worker that executes only signed definitions, and an unsigned run
     from sealflow.policy.trustgate import TrustGate
 
-    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/gated.db"), registry, {}, clock=clock,
+    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/gated.db", clock=clock), registry, {},
                       rng=random.Random(7), worker_timeout_ms=20,
                       trust_gate=lambda actor: TrustGate(allow_unsigned=False, actor=actor))
     try:
