@@ -63,7 +63,14 @@ from sealflow.steps import EXECUTORS
 from sealflow.steps.checks import validation_failure
 from sealflow.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
 from sealflow.store.capabilities import Capabilities
-from sealflow.store.errors import ClaimDeferred, FencingError, InvalidOperation, MessageRefused, NotFound
+from sealflow.store.errors import (
+    ClaimDeferred,
+    FencingError,
+    InvalidOperation,
+    MessageRefused,
+    NotFound,
+    StoreUnavailable,
+)
 from sealflow.store.records import Committed, LazyResults
 
 log = logging.getLogger("sealflow.engine")
@@ -313,6 +320,10 @@ class Engine(Claiming):
             return Failed("invalid_request", f"an expression of step {step.id!r} failed: {exc}")
         except StepError as exc:
             return Failed(exc.error_class, exc.message, exc.retry_after)
+        except StoreUnavailable:
+            # the store went away under the step's own reads (a server restarting): the worker's outage, not the
+            # step's failure; the attempt stays claimed and runs again when its lease ends, as after a crash
+            raise
         except Exception as exc:  # noqa: BLE001 - a bug must fail the step, not the worker
             log.exception("engine error in step %r of run %s", step.id, x.run.id)
             return Failed("internal", f"engine error in step {step.id!r}: {type(exc).__name__}: {exc}",

@@ -436,3 +436,50 @@ def test_an_unknown_outcome_marked_succeeded_must_fit_the_actions_declared_outpu
         assert rt.store.get_run(run_id).state == "completed"
     finally:
         rt.close()
+
+
+def test_a_store_outage_inside_a_step_is_not_the_steps_failure_and_the_attempt_runs_again(store, registry, clock,
+                                                                                          monkeypatch):
+    # Given a keyed step whose own read of the store (the idempotency ledger) meets an outage once, as when a
+    # PostgreSQL restart lands inside the step (found by the chaos suite: it failed the run as `internal`)
+    from sealflow.store.errors import StoreUnavailable
+
+    calls = []
+
+    @action("t.work", registry=registry)
+    def work(ctx):
+        calls.append(ctx.attempt)
+        return "done"
+
+    real = store.ledger_get
+    outages = [1]
+
+    def flaky(*args, **kwargs):
+        if outages:
+            outages.pop()
+            raise StoreUnavailable("the server closed the connection (a restart)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "ledger_get", flaky)
+    rt = runtime_with(store, registry, clock)
+    try:
+        plan = make_plan(S("one", "action", action="t.work", idempotency_key="${{ run.id }}:one"),
+                         output="${{ steps.one.output }}")
+        run_id = rt.submit(plan, {}, initiator="u")
+        (message,) = rt.store.take_outbox(clock.now())
+        # When a worker handles it: the outage goes up (the worker's, not the step's), leaving the attempt claimed
+        with pytest.raises(StoreUnavailable):
+            rt.engine.handle(*message)
+        assert rt.store.get_run(run_id).state == "running"
+        # and once its lease ends the sweeper hands it on and the next worker runs it
+        clock.advance(60)
+        assert rt.sweeper.sweep().leases_expired == 1
+        (requeued,) = rt.store.take_outbox(clock.now())
+        rt.engine.handle(*requeued)
+        # Then the run completed, the step never failed as internal, and the action ran once
+        run = rt.store.get_run(run_id)
+        assert run.state == "completed" and run.output == "done", (run.state, run.error_class, run.error_message)
+        assert [a.error_class for a in rt.store.attempts(run_id)] == [None]
+        assert calls == [1]
+    finally:
+        rt.close()
