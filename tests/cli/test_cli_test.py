@@ -118,7 +118,8 @@ def test_the_matrix_prints_a_table_and_exits_by_its_verdict(project: Path, capsy
     out = capsys.readouterr().out
     # Then it holds: exit 0, a row per step that calls out or waits for approval
     assert code == 0, out
-    header = ["step", "normal", "retry", "exhausted", "fatal", "duplicate", "cancel", "revoked", "reject", "expire"]
+    header = ["step", "normal", "retry", "exhausted", "fatal", "duplicate", "crash", "cancel", "revoked", "reject",
+              "expire"]
     assert out.splitlines()[1].split() == header
     assert any(line.startswith("review ") and "failed" in line for line in out.splitlines())
 

@@ -15,9 +15,12 @@ conditional gate opens. Every gate is approved unless the scenario says otherwis
 ``fatal``         ``invalid_request`` (never retryable): the step fails at its first attempt
 ``duplicate``     once the run has ended, the step's messages delivered again: each is refused, the action is not
                   called again, the run does not change (it ends as ``normal`` did)
+``crash``         the worker running the step dies after the step's work and before its result is committed: the
+                  attempt's lease ends and it runs again, and the run ends as ``normal`` did, no completed effect
+                  applied twice (an action whose target cannot deduplicate waits for a person instead: ``held``)
 ``cancel``        the run cancelled while the step runs: it ends cancelled (compensations run)
 ``revoked``       (a step that re-authorises: by default one whose action writes) the initiator loses the
-                  step's permissions after submit: the step is refused (``unauthorized``) before its action
+                  step's permissions as the run reaches it: the step is refused (``unauthorized``) before its action
                   runs, and the run fails
 ``reject``, ``expire``   a gate rejected, or left to expire: the run fails closed, and nothing after the gate runs
 
@@ -30,6 +33,7 @@ step without one).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sealflow.core.errors import ERROR_CLASSES
 from sealflow.dsl.errors import Location
@@ -39,7 +43,8 @@ from sealflow.execution.actions import REGISTRY, Registry
 from sealflow.testing.workflows.runner import CaseResult, World, run_case
 from sealflow.testing.workflows.spec import Case, Fault
 
-SCENARIOS = ("normal", "retry", "exhausted", "fatal", "duplicate", "cancel", "revoked", "reject", "expire")
+SCENARIOS = ("normal", "retry", "exhausted", "fatal", "duplicate", "crash", "cancel", "revoked", "reject",
+             "expire")
 
 
 @dataclasses.dataclass
@@ -73,9 +78,10 @@ class Matrix:
 
 
 def _case(base: Case, name: str, *, approvals: dict[str, str] | None = None, faults: tuple[Fault, ...] | None = None,
-          cancel_at: str | None = None, revoke_before: str | None = None) -> Case:
+          cancel_at: str | None = None, revoke_before: str | None = None,
+          expect: dict[str, Any] | None = None) -> Case:
     """``base`` as a scenario: its input and answers, with the scenario's approvals and one injection."""
-    return dataclasses.replace(base, name=name, expect={"state": "completed"}, expect_at={},
+    return dataclasses.replace(base, name=name, expect=expect or {"state": "completed"}, expect_at={},
                                approvals=base.approvals if approvals is None else approvals,
                                faults=() if faults is None else faults, cancel_at=cancel_at,
                                revoke_before=revoke_before)
@@ -137,6 +143,7 @@ def derive(plan: Plan, cases: tuple[Case, ...] = (), *, registry: Registry = REG
         row["normal"] = _cell(normal, ("completed", "failed", "cancelled", "timed_out"))
         if calls:
             row.update(_calls_out(plan, step, base, registry, world))
+        row["crash"] = _crash(plan, step, base, normal, registry, world)
         if step.id in gates:
             opener = next((b for b, written, (_, r) in zip(bases, cases, normals, strict=False)
                            if written.approvals.get(step.id) == "approve" and step.id in r.steps), base)
@@ -192,6 +199,29 @@ def _calls_out(plan: Plan, step: PlanStep, base: Case, registry: Registry, world
             cell.ok = False
         out["revoked"] = cell
     return out
+
+
+def _crash(plan: Plan, step: PlanStep, base: Case, normal: CaseResult, registry: Registry,
+           world: World | None) -> Cell:
+    """The worker dies at ``step`` once, after its work and before its commit: the run must end as it did without
+    the crash; an action whose target cannot deduplicate must wait for a person instead of acting again."""
+    registered = registry.get(step.action) if step.action else None
+    if registered is not None and not registered.honours_idempotency_key:
+        case = _case(base, "crash", faults=(Fault(step.id, "crash", 1),), expect={"state": "waiting"})
+        result = run_case(plan, case, registry=registry, world=world)
+        cell = _cell(result, ("waiting",))
+        if cell.ok:
+            cell.outcome = "held"
+        return cell
+    case = _case(base, "crash", faults=(Fault(step.id, "crash", 1),))
+    result = run_case(plan, case, registry=registry, world=world)
+    ended = normal.attempts[step.id][-1] if normal.attempts.get(step.id) else None
+    cell = _cell(result, (normal.state or "completed",), step=step.id, step_state=ended)
+    for problem in result.problems:  # the crash not injected (the step committed nothing here)
+        if "not injected" in problem[1]:
+            cell.problems.append(problem[1])
+    cell.ok = not cell.problems
+    return cell
 
 
 def _gate(plan: Plan, step: PlanStep, base: Case, registry: Registry, world: World | None) -> dict[str, Cell]:

@@ -7,7 +7,10 @@ for its step (``steps:``), else for its name (``actions:``), else the action reg
 (the demo world's for the definitions shipped here); a fault fails the first ``times`` calls at a step with
 its error class. Models never leave the process: an ``ai`` step answers what the case gives for it
 (``answers:``), else the local model (the embedded default's deterministic model) answers. Approval gates are
-answered as the case says (``expire`` moves the clock past the gate's timeout; no one waits).
+answered as the case says (``expire`` moves the clock past the gate's timeout; no one waits). A ``crash`` at a
+step stops the attempt after the step's work and before its result is committed, as a worker that dies there
+(:class:`_Crashes`): nothing of it is committed, its lease ends in virtual time, and the engine's own recovery
+runs it again.
 
 What must hold (``expect:``) is compared at the end; each difference becomes a message naming the case, the
 step and the difference.
@@ -19,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -31,6 +35,7 @@ from sealflow.core.clock import FakeClock
 from sealflow.core.errors import SealflowError, StepError
 from sealflow.dsl.errors import Location
 from sealflow.dsl.plan import Plan
+from sealflow.engine.hooks import EngineHooks
 from sealflow.execution.actions import REGISTRY, Action, Registry
 from sealflow.policy.access import ALL, POLICY
 from sealflow.providers.base import ModelRequest, ModelResult, Provider
@@ -52,6 +57,10 @@ MALFORMED = "malformed"
 MALFORMED_VALUE = "Sure! Here is the answer you asked for {"
 #: the fault that delivers a step's messages again once the run has ended
 DUPLICATE = "duplicate"
+#: the fault that kills the worker running the step after the step's work, before its result is committed
+CRASH = "crash"
+#: faults that are not a call failing (the script does not raise them at the call)
+_NOT_AT_THE_CALL = (DUPLICATE, CRASH)
 #: a run that still moves after this many rounds of answering gates is reported, not followed further
 MAX_ROUNDS = 50
 
@@ -95,9 +104,12 @@ class CaseResult:
 
 @dataclasses.dataclass
 class _Calls:
-    """Every call the script answered: (step id, action name, idempotency key, returned?)."""
+    """Every call the script answered: (step id, action name, idempotency key, returned?); and which of them
+    returned into an attempt that crashed before committing (indexes into ``made``): the target acted, the
+    engine never heard."""
 
     made: list[tuple[str, str, str | None, bool]] = dataclasses.field(default_factory=list)
+    lost: set[int] = dataclasses.field(default_factory=set)
 
     def count(self, name: str, *, applied: bool) -> int:
         rows = [c for c in self.made if name in (c[0], c[1]) and (c[3] or not applied)]
@@ -115,7 +127,7 @@ class _Script:
         self.case, self.calls, self.cancel = case, calls, cancel
         self.faults_left: Counter[str] = Counter()
         for f in case.faults:
-            if f.error != DUPLICATE:  # delivered again after the run (run_case), not a call's failure
+            if f.error not in _NOT_AT_THE_CALL:  # delivered again after the run, or a crash: not a call's failure
                 self.faults_left[f.step] += f.times
         self.fault_class = {f.step: f.error for f in case.faults}
         #: model calls the case's recording does not hold
@@ -164,6 +176,69 @@ class _Script:
         mock.__dict__["input_schema"] = real.input_schema
         mock.__dict__["output_schema"] = real.output_schema
         return mock
+
+
+class SimulatedCrash(Exception):
+    """The worker running an attempt died here (a ``crash`` fault): nothing after this point happens."""
+
+
+class _Faults(EngineHooks):
+    """What the case injects at the commits of the run's steps.
+
+    * ``revoke_before``: the commit that makes that step due next revokes its permissions (so the steps before
+      it, which may need the same ones, still run; the step's re-authorisation then refuses it).
+    * ``crash``: at a named step, the attempt's commit is never made, as if the worker running it died after the
+      step's work (its action called, its model answered) and before the store heard of it. The hook raises where
+      the commit would begin; the worker thread logs the loss and moves on, the attempt stays claimed under its
+      lease, and the engine's own recovery takes over: the lease ends (virtual time), the sweeper counts the loss
+      and the attempt runs again (or, lost ``lost_attempts`` times in a row, the run is quarantined; an action
+      whose target cannot deduplicate waits for a person). A crash fault's ``times`` is how many attempts in a
+      row die so.
+    """
+
+    name = "sealflow-test-faults"
+    gating = True  # (its exception must go up as a dead worker's would, not be logged away as an observer's)
+
+    def __init__(self, case: Case, calls: _Calls, access: _Access):
+        self.left: Counter[str] = Counter()
+        for f in case.faults:
+            if f.error == CRASH:
+                self.left[f.step] += f.times
+        self.calls, self.access, self.revoke_before = calls, access, case.revoke_before
+        #: (run, step, attempt) -> where its calls begin in ``calls.made``
+        self.began: dict[tuple[str, str, int], int] = {}
+        #: step id -> how many of its attempts died
+        self.crashed: Counter[str] = Counter()
+
+    def before_execute(self, x: Any) -> None:
+        self.began[(x.run.id, x.step_id, x.attempt.attempt)] = len(self.calls.made)
+        return None
+
+    def before_commit(self, x: Any, commit: Any) -> Any:
+        step = x.step.id
+        if self.revoke_before is not None and commit.next is not None \
+                and commit.next.step_id.split("@", 1)[0] == self.revoke_before:
+            self.access.armed = True
+        if self.left[step] <= 0 or x.attempt.state != "running":
+            return commit
+        self.left[step] -= 1
+        self.crashed[step] += 1
+        start = self.began.pop((x.run.id, x.step_id, x.attempt.attempt), len(self.calls.made))
+        self.calls.lost.update(i for i in range(start, len(self.calls.made))
+                               if self.calls.made[i][0] == step and self.calls.made[i][3])
+        raise SimulatedCrash(f"injected by the test: the worker running step {x.step_id!r} attempt "
+                             f"{x.attempt.attempt} died before committing its result")
+
+
+class _QuietCrashes(logging.Filter):
+    """Keeps a simulated crash's traceback out of the test's output (the worker logs it as a real loss)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], SimulatedCrash))
+
+
+#: the loggers a simulated crash reaches (the worker thread that loses the attempt)
+_CRASH_LOGGERS = ("sealflow.actors", "sealflow.worker", "dramatiq")
 
 
 class _Access:
@@ -274,10 +349,14 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         fallback: Provider = ReplayProvider(case.recording) if case.recording is not None else LocalModel()
         providers = _ScriptedProviders(_ScriptedModel(script, fallback))
         access = _Access(plan, case)
+        faults = _Faults(case, calls, access)
         # the run is driven in this thread; the embedded worker's threads only idle, so they poll briefly
         rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock, access=access,
-                     config=RuntimeConfig(), worker_threads=1, worker_timeout_ms=10)
+                     config=RuntimeConfig(), worker_threads=1, worker_timeout_ms=10, hooks=(faults,))
         holder["rt"] = rt
+        quiet = _QuietCrashes()
+        for name in _CRASH_LOGGERS:
+            logging.getLogger(name).addFilter(quiet)
         try:
             status = _drive(rt, plan, case, clock, result, access)
             if status is not None:
@@ -289,9 +368,15 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
             chain = auditverify.verify(rt.store, status.run.tenant) if status is not None else None
         finally:
             rt.close()
+            for name in _CRASH_LOGGERS:
+                logging.getLogger(name).removeFilter(quiet)
     result.virtual_seconds = clock.now() - started
     for miss in script.misses:
         result.fail(case.location, f"recording: {miss}")
+    for step, left in faults.left.items():
+        if left > 0 and status is not None:
+            result.fail(case.location, f"crash: step {step} committed no attempt that could die there "
+                                       f"({left} crash(es) not injected): is it reached?")
     result.called = Counter(c[0] for c in calls.made)
     if status is None:
         if case.expect.get("state") == "refused":
@@ -304,7 +389,7 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         result.attempts.setdefault(a.step_id, []).append(a.state)
     for key, what in _compare(case, status, audit, calls):
         result.fail(case.expect_at.get(key, case.location), f"{key}: {what}")
-    result.violations = invariants(plan, case, status, audit, calls) + result.violations
+    result.violations = invariants(plan, case, status, audit, calls, registry) + result.violations
     if chain is not None and not chain.ok:
         result.violations.append(f"the audit chain does not verify: {chain.first}")
     for violation in result.violations:
@@ -312,7 +397,8 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
     return result
 
 
-def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], calls: _Calls) -> list[str]:
+def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], calls: _Calls,
+               registry: Registry = REGISTRY) -> list[str]:
     """What must hold of every run, whatever the case expects: the engine's own promises."""
     out: list[str] = []
     run = status.run
@@ -329,11 +415,23 @@ def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], call
             out.append(f"step {step.id} ran try {max(tries)}, over its max_attempts {step.retry.max_attempts}")
     if plan.budget.max_steps is not None and run.steps_executed > plan.budget.max_steps:
         out.append(f"{run.steps_executed} steps executed, over max_steps {plan.budget.max_steps}")
-    done = Counter((c[1], c[2]) for c in calls.made if c[3] and c[2] is not None)
+    # a call whose attempt crashed before committing was never completed as far as the engine knows: running it
+    # again under the same key is recovery (its target applies the key once), not a completed effect repeated
+    done = Counter((c[1], c[2]) for i, c in enumerate(calls.made) if c[3] and c[2] is not None
+                   and i not in calls.lost)
     again = [key for key, n in done.items() if n > 1]
     if again:
         out.append(f"{again[0][0]} completed twice with the same idempotency key {again[0][1]!r}: a completed "
                    f"effect was run again")
+    for i in sorted(calls.lost):
+        at, name, key, _ = calls.made[i]
+        act = registry.get(name)
+        if key is None and act is not None and act.effect != "read" \
+                and any(c[0] == at and c[1] == name and c[3] for c in calls.made[i + 1:]):
+            out.append(f"step {at}: {name} ({act.effect}) acted, its worker crashed before the result was "
+                       f"committed, and it acted again: the effect was applied twice (give the step an "
+                       f"idempotency_key: its target then applies it once)")
+            break
     illegal = [r for r in audit if r.event == "illegal_transition"]
     if illegal:
         out.append(f"an illegal transition was attempted: {illegal[0].detail}")
@@ -345,9 +443,9 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
     try:
         if case.revoke_before is None:
             status = rt.run(plan, case.input, initiator=INITIATOR, until="final")
-        else:  # submitted with every permission, then the step's are revoked before it runs
+        else:  # submitted with every permission; the step's are revoked once the run is about to reach it
             run_id = rt.submit(plan, case.input, initiator=INITIATOR)
-            access.armed = True
+            access.armed = access.armed or case.revoke_before == plan.start  # (else by the commit before: _Faults)
             status = rt.drive(run_id, until="final")
     except SealflowError as exc:  # refused at submit (its input, a limit): `expect: {state: refused}` says so
         result.fail(case.location, f"the run was refused at submit: {exc}")

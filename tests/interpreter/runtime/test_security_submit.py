@@ -80,7 +80,7 @@ def test_a_member_of_another_tenant_is_an_outsider_here(rt, charges):
 
 def test_a_caller_holding_every_permission_gets_a_run_that_records_who_it_acts_as(rt, charges):
     status = rt.run(charge_plan(), {"amount": 5}, initiator="user:alice", tenant="acme")
-    assert status.state == "completed" and charges == [5]
+    assert (status.state, status.error, charges) == ("completed", (None, None), [5])
     run = status.run
     assert (run.initiator, run.acting_as, run.access_mode) == ("user:alice", "user:alice", "policy")
     (created,) = events(rt, "run.created", run.id)

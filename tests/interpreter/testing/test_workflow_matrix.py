@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sealflow.cli.actions_loader import action_info
 from sealflow.cli.commands.test import demo_world
 from sealflow.cli.session import import_actions
@@ -27,6 +29,27 @@ def fetch(ctx: object, key: str) -> dict:
 @action("t.send", effect="write", registry=LOCAL)
 def send(ctx: object, key: str) -> dict:
     return {"sent": key}
+
+
+@action("t.sms", effect="write", honours_idempotency_key=False, registry=LOCAL)
+def sms(ctx: object, key: str) -> dict:
+    return {"texted": key}
+
+
+#: a write without an idempotency key, and a text message whose gateway cannot deduplicate
+UNKEYED = """\
+sealflow: 1
+name: unkeyed
+version: 1
+owner: team:t
+steps:
+  - id: send
+    action: t.send
+    with: {key: k}
+  - id: text
+    action: t.sms
+    with: {key: k}
+"""
 
 
 ESCALATING = """\
@@ -64,6 +87,8 @@ def test_the_matrix_of_the_lead_definition_holds_in_every_scenario() -> None:
     assert table.rows["fetch_lead"]["retry"].outcome == "ok x5"
     assert table.rows["follow_up"]["retry"].outcome == "-"  # retry: once
     assert table.rows["record"]["reject"].outcome == "failed"
+    # a crash at each step is recovered: the run completes as it did without it
+    assert {step: row["crash"].outcome for step, row in table.rows.items()} == dict.fromkeys(table.rows, "completed")
     assert table.ok, table.problems()
     assert "every scenario holds" in matrix.render(table)
 
@@ -96,3 +121,31 @@ def test_coverage_names_what_no_case_reached(tmp_path: Path) -> None:
     assert set(cov.parts["steps"].missing) == {"record", "follow_up"}
     assert cov.parts["branches"].missing == ["route -> record"]
     assert not cov.complete
+
+
+def test_a_crash_flags_a_write_without_a_key_and_holds_an_action_that_cannot_deduplicate() -> None:
+    # Given a write with no idempotency key, then a text message whose gateway cannot deduplicate
+    plan = compile_bytes(UNKEYED.encode(), "<unkeyed>",
+                         actions={name: action_info(act) for name, act in LOCAL.items()})
+    # When its matrix is derived
+    table = matrix.derive(plan, registry=LOCAL)
+    # Then a crash after the write is flagged: it wrote again, with no key for its target to apply it once
+    crash = table.rows["send"]["crash"]
+    assert not crash.ok and any("applied twice" in p and "idempotency_key" in p for p in crash.problems), \
+        crash.problems
+    # And a crash after the text message is held for a person (outcome unknown), not sent again
+    held = table.rows["text"]["crash"]
+    assert held.ok and held.outcome == "held", held.problems
+    assert "!completed" in matrix.render(table)
+
+
+@pytest.mark.parametrize("definition", sorted(p.name for p in (ROOT / "definitions").glob("*.yaml")
+                                              if p.name != LEAD.name))
+def test_every_shipped_definition_survives_its_matrix(definition: str) -> None:
+    # Given a definition shipped in definitions/, with its test file's cases as bases
+    import_actions((), demo=True)
+    path = ROOT / "definitions" / definition
+    # When its matrix is derived
+    table = matrix.derive(compile_file(path), cases_for(path), world=demo_world)
+    # Then every scenario of every step holds (a crash, a revocation, a rejected gate, ...)
+    assert table.ok, table.problems()

@@ -252,3 +252,73 @@ def test_a_step_delivered_again_after_the_run_is_refused_and_changes_nothing(tmp
     # Then each copy was refused (audited), neither action ran again, and no invariant broke
     assert case.passed, case.failures
     assert not case.violations
+
+
+def test_a_crash_after_a_keyed_write_reruns_it_under_the_same_key_and_applies_it_once(tmp_path: Path) -> None:
+    # Given the worker writing the note dying after the CRM took it, before its result was committed
+    path = write(tmp_path, "cases:\n  - name: crash\n" + MEDIUM +
+                 "    faults: [{step: record, error: crash}]\n"
+                 "    expect: {state: completed, calls: {record: 2}, effects: {crm.add_note: 1, email.send: 1}}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the attempt was lost and run again (its lease ended in virtual time), the CRM was called twice under
+    # one key and applied the note once, and no invariant broke (the lost call is not a completed one repeated)
+    assert case.passed, case.failures
+    assert not case.violations
+    assert case.calls_at("record") == 2
+    assert case.virtual_seconds >= 20  # the step's lease (its 20 s timeout and a margin) ran out in virtual time
+
+
+def test_a_crash_after_a_write_without_an_idempotency_key_is_reported_as_an_effect_applied_twice(
+        tmp_path: Path) -> None:
+    # Given a definition whose note has no idempotency key, and its worker dying after the CRM took the note
+    definition = tmp_path / "notes.yaml"
+    definition.write_text(
+        "sealflow: 1\nname: notes\nversion: 1\nowner: team:test\npermissions: [crm:write]\n"
+        "input: {schema: {type: object}}\n"
+        "steps:\n  - id: note\n    action: crm.add_note\n"
+        "    with: {lead_id: lead_midco, note: hello}\n    permissions: [crm:write]\n", encoding="utf-8")
+    path = tmp_path / "notes.test.yaml"
+    path.write_text(f"sealflow_test: 1\ndefinition: {definition}\ncases:\n  - name: crash\n    input: {{}}\n"
+                    "    faults: [{step: note, error: crash}]\n    expect: {state: completed}\n", encoding="utf-8")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the run completes, but the case fails: the effect was applied twice, and the message says how to fix it
+    assert case.state == "completed"
+    assert any("applied twice" in v and "idempotency_key" in v for v in case.violations), case.violations
+    assert not case.passed
+
+
+def test_a_step_lost_lost_attempts_times_in_a_row_quarantines_the_run(tmp_path: Path) -> None:
+    # Given the note's worker dying on three attempts in a row (the runtime's lost_attempts, 3)
+    path = write(tmp_path, "cases:\n  - name: poison\n" + MEDIUM +
+                 "    faults: [{step: record, error: crash, times: 3}]\n"
+                 "    expect: {state: quarantined, error: worker_lost, not_ran: [follow_up],"
+                 " effects: {crm.add_note: 1, email.send: 0}}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then it is poison: not run a fourth time, the run quarantined for an operator, the email never sent
+    assert case.passed, case.failures
+    # (three attempts ran and died; the fourth is judged poison at its claim, before its action runs)
+    assert case.calls_at("record") == 3
+
+
+def test_a_crash_at_a_model_step_reruns_the_call_and_the_run_completes(tmp_path: Path) -> None:
+    # Given the worker dying after the model answered the classification
+    path = write(tmp_path, "cases:\n  - name: crash\n" + MEDIUM +
+                 "    faults: [{step: classify, error: crash}]\n"
+                 "    expect: {state: completed, calls: {classify: 2}, effects: {email.send: 1}}\n")
+    # When it runs / Then the model was asked again and the run went on once
+    (case,) = run_file(path, world=demo_world).cases
+    assert case.passed, case.failures
+
+
+def test_a_crash_at_a_step_the_run_never_reaches_fails_the_case_saying_so(tmp_path: Path) -> None:
+    # Given a low lead (it ends before the note) and a crash asked for at the note
+    path = write(tmp_path, "cases:\n  - name: unreached\n    input: {lead_id: lead_midco}\n"
+                 "    answers: {classify: {classification: low, reason: tiny}}\n"
+                 "    faults: [{step: record, error: crash}]\n    expect: {state: completed}\n")
+    # When it runs
+    (case,) = run_file(path, world=demo_world).cases
+    # Then the case fails: the crash was never injected, so it proved nothing
+    assert any("crash: step record" in f and "not injected" in f for f in case.failures), case.failures
