@@ -15,7 +15,7 @@ from sealflow.dsl.model import ActionInfo
 from sealflow.dsl.plan import Plan
 from sealflow.execution.actions import REGISTRY, Registry
 from sealflow.testing.workflows.runner import CaseResult, World, run_case
-from sealflow.testing.workflows.spec import TestFileError, discover, load
+from sealflow.testing.workflows.spec import TestFileError, discover, load, unknown_names
 
 __all__ = ["FileResult", "run_file", "discover"]
 
@@ -46,5 +46,8 @@ def run_file(path: Path, *, actions: dict[str, ActionInfo] | None = None, regist
         plan = compile_file(spec.definition, actions=actions)
     except DefinitionError as exc:
         return FileResult(path, spec.definition, errors=list(exc.diagnostics))
+    unknown = unknown_names(spec, plan)
+    if unknown:
+        return FileResult(path, spec.definition, plan, errors=unknown)
     return FileResult(path, spec.definition, plan,
                       [run_case(plan, case, registry=registry, world=world) for case in spec.cases])

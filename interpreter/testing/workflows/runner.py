@@ -38,6 +38,7 @@ from sealflow.dsl.plan import Plan
 from sealflow.engine.hooks import EngineHooks
 from sealflow.execution.actions import REGISTRY, Action, Registry
 from sealflow.policy.access import ALL, POLICY
+from sealflow.policy.coordination import ANY_POOL, DEFAULT_POOL_LIMIT
 from sealflow.providers.base import ModelRequest, ModelResult, Provider
 from sealflow.providers.local import LocalModel
 from sealflow.providers.recording import ReplayMiss, ReplayProvider
@@ -352,7 +353,9 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         faults = _Faults(case, calls, access)
         # the run is driven in this thread; the embedded worker's threads only idle, so they poll briefly
         rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock, access=access,
-                     config=RuntimeConfig(), worker_threads=1, worker_timeout_ms=10, hooks=(faults,))
+                     # (one run at a time: every pool at the default limit, said so, so nothing warns of it)
+                     config=RuntimeConfig(pools={ANY_POOL: DEFAULT_POOL_LIMIT}), worker_threads=1, worker_timeout_ms=10,
+                     hooks=(faults,))
         holder["rt"] = rt
         quiet = _QuietCrashes()
         for name in _CRASH_LOGGERS:

@@ -8,6 +8,7 @@ faults injected at named steps, how approval gates are answered, and what must h
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from sealflow import schemas
 from sealflow.dsl.document import Document
 from sealflow.dsl.errors import DefinitionError, Diagnostic, Location
 from sealflow.dsl.loader import load_file
+from sealflow.dsl.plan import Plan
 from sealflow.dsl.schema_errors import SchemaErrorMapper
 
 SCHEMA = "workflow-test.schema.json"
@@ -68,6 +70,9 @@ class Case:
     revoke_before: str | None = None
     #: the model recording that serves the calls the case does not answer (None: the local model)
     recording: Path | None = None
+    #: every name the case gives that the definition must have: (what it must be, the name, where it is written);
+    #: what: ``step``, ``action``, ``call`` (a step or an action), ``ai`` (an ``ai`` step), ``gate``
+    refs: tuple[tuple[str, str, Location], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +154,7 @@ def load(path: str | Path) -> TestFile:
                                                            f"unique in a file")])
         names.add(raw["name"])
         expect = raw["expect"]
+        refs = [(what, name, doc.locate((*at, *where))) for what, name, where in _named(raw)]
         cases.append(Case(
             name=raw["name"], location=doc.locate(at), input=raw.get("input", {}),
             actions={k: _answer(doc, (*at, "actions", k), v, base) for k, v in raw.get("actions", {}).items()},
@@ -157,8 +163,68 @@ def load(path: str | Path) -> TestFile:
             faults=tuple(Fault(f["step"], f["error"], f.get("times", 1)) for f in raw.get("faults", [])),
             approvals=dict(raw.get("approvals", {})), cancel_at=raw.get("cancel_at"), expect=dict(expect),
             expect_at={k: doc.locate((*at, "expect", k)) for k in expect}, revoke_before=raw.get("revoke_before"),
-            recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base)))
+            recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base), refs=tuple(refs)))
     return TestFile(path=path, definition=definition, cases=tuple(cases))
+
+
+def _named(raw: dict[str, Any]) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """The names a case gives (what each must be, the name, its path in the case)."""
+    out: list[tuple[str, str, tuple[Any, ...]]] = []
+    out += [("action", k, ("actions", k)) for k in raw.get("actions", {})]
+    out += [("step", k, ("steps", k)) for k in raw.get("steps", {})]
+    out += [("ai", k, ("answers", k)) for k in raw.get("answers", {})]
+    out += [("step", f["step"], ("faults", i, "step")) for i, f in enumerate(raw.get("faults", []))]
+    out += [("gate", k, ("approvals", k)) for k in raw.get("approvals", {})]
+    out += [("step", raw[k], (k,)) for k in ("cancel_at", "revoke_before") if raw.get(k) is not None]
+    expect = raw["expect"]
+    for key in ("ran", "not_ran"):
+        out += [("step", name, ("expect", key, i)) for i, name in enumerate(expect.get(key, []))]
+    for key in ("calls", "effects"):
+        out += [("call", name, ("expect", key, name)) for name in expect.get(key, {})]
+    return out
+
+
+def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
+    """A located error for each name a case gives that the definition does not have (a step, an action, an
+    ``ai`` step, an approval gate): a typo would otherwise inject nothing, answer nothing, or expect nothing."""
+    steps: dict[str, str] = {}
+    gates: set[str] = set()
+    actions: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("id"), str) and isinstance(node.get("kind"), str):
+                steps[node["id"]] = node["kind"]
+                if node.get("approval") is not None or node.get("requires_approval_if") is not None:
+                    gates.add(node["id"])
+            if isinstance(node.get("action"), str):
+                actions.add(node["action"])
+            if isinstance(node.get("tools"), list):
+                actions.update(t for t in node["tools"] if isinstance(t, str))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(plan.model_dump(mode="json"))
+    known = {"step": set(steps), "action": actions, "call": set(steps) | actions,
+             "ai": {k for k, kind in steps.items() if kind == "ai"}, "gate": gates}
+    what_is = {"step": "step", "action": "action", "call": "step or action", "ai": "ai step",
+               "gate": "approval gate"}
+    out: list[Diagnostic] = []
+    for case in spec.cases:
+        for what, name, where in case.refs:
+            if name in known[what]:
+                continue
+            wrong_kind = what in ("ai", "gate") and name in steps
+            message = (f"step {name!r} of {plan.name} is not an {what_is[what]}" if wrong_kind else
+                       f"{plan.name} has no {what_is[what]} {name!r}")
+            close = difflib.get_close_matches(name, sorted(known[what]), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else \
+                f"its {what_is[what]}s: {', '.join(sorted(known[what])) or 'none'}"
+            out.append(Diagnostic(code="T102", message=f"{message}; {hint}", location=where))
+    return out
 
 
 def discover(paths: list[Path]) -> list[Path]:

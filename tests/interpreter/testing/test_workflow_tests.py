@@ -165,6 +165,30 @@ def test_a_broken_test_file_is_refused_with_a_located_error(tmp_path: Path, body
     assert text.startswith(f"{path}:") and message in text, text
 
 
+@pytest.mark.parametrize(("case", "line", "message"), [
+    ("    faults: [{step: recrod, error: crash}]\n", 6, "has no step 'recrod'; did you mean 'record'?"),
+    ("    steps: {fetch_led: {return: {}}}\n", 6, "has no step 'fetch_led'; did you mean 'fetch_lead'?"),
+    ("    actions: {crm.add_nte: {return: {}}}\n", 6, "has no action 'crm.add_nte'; did you mean 'crm.add_note'?"),
+    ("    answers: {route: {}}\n", 6, "step 'route' of lead-qualification is not an ai step"),
+    ("    approvals: {follow_up: approve}\n", 6, "step 'follow_up' of lead-qualification is not an approval gate"),
+    ("    cancel_at: nowhere\n", 6, "has no step 'nowhere'"),
+    ("    revoke_before: nowhere\n", 6, "has no step 'nowhere'"),
+    ("    expect: {not_ran: [folow_up]}\n", 6, "has no step 'folow_up'; did you mean 'follow_up'?"),
+    ("    expect: {effects: {email.sned: 1}}\n", 6, "has no step or action 'email.sned'"),
+])
+def test_a_name_the_definition_lacks_is_a_located_error_not_a_silent_no_op(tmp_path: Path, case: str, line: int,
+                                                                            message: str) -> None:
+    # Given a case naming a step, action or gate the definition does not have (a typo)
+    expect = "" if "expect:" in case else "    expect: {state: completed}\n"
+    path = write(tmp_path, "cases:\n  - name: typo\n    input: {lead_id: lead_midco}\n" + case + expect)
+    # When the file runs
+    result = run_file(path, world=demo_world)
+    # Then nothing runs: the file is refused at the name's line, saying what is wrong and what was meant
+    assert not result.cases and len(result.errors) == 1, result.errors
+    (error,) = result.errors
+    assert error.format().startswith(f"{path}:{line}:") and message in error.message, error.format()
+
+
 def test_a_test_file_naming_a_missing_definition_is_refused(tmp_path: Path) -> None:
     # Given a test file whose definition path leads nowhere
     path = tmp_path / "x.test.yaml"
