@@ -56,6 +56,8 @@ APPROVER = "user:sealflow-test-approver-{n}"
 #: the fault that returns a malformed answer instead of raising, and the answer it returns
 MALFORMED = "malformed"
 MALFORMED_VALUE = "Sure! Here is the answer you asked for {"
+#: the actions of this package act on the demo world, which each case makes afresh: they may run unanswered
+DEMO_PACKAGE = "sealflow.demo."
 #: the fault that delivers a step's messages again once the run has ended
 DUPLICATE = "duplicate"
 #: the fault that kills the worker running the step after the step's work, before its result is committed
@@ -133,6 +135,14 @@ class _Script:
         self.fault_class = {f.step: f.error for f in case.faults}
         #: model calls the case's recording does not hold
         self.misses: list[str] = []
+        #: write and irreversible calls the case left unanswered and may not make for real (not called)
+        self.unanswered: list[str] = []
+
+    def may_act(self, act: Action) -> bool:
+        """Whether ``act`` may run for real when the case does not answer it: it only reads, it acts on the demo
+        world (fresh for each case), or the test file lists it in ``real_actions``."""
+        return act.effect == "read" or act.name in self.case.real_actions \
+            or str(getattr(act.fn, "__module__", "")).startswith(DEMO_PACKAGE)
 
     def before(self, step: str, name: str, key: str | None) -> bool:
         """Raise the fault still due at ``step`` (recording the failed call); True when the call's answer is to
@@ -168,6 +178,14 @@ class _Script:
             if answer is not None and answer.error is not None:
                 script.calls.made.append((step, real.name, key, False))
                 raise StepError(answer.error, f"the test's answer for {step}: {answer.error}")
+            if answer is None and not script.may_act(real):
+                script.unanswered.append(f"step {step} calls {real.name} ({real.effect}) and the case gives no "
+                                         f"answer for it: a test does not act on the world. Answer it (steps: "
+                                         f"{{{step}: {{return: ...}}}} or actions: {{{real.name}: ...}}), or let it "
+                                         f"act on a world the test owns (real_actions: [{real.name}])")
+                script.calls.made.append((step, real.name, key, False))
+                raise StepError("invalid_request", f"sealflow test: {real.name} has no answer and is not in "
+                                                   f"real_actions; it was not called")
             value = answer.value if answer is not None else real.fn(ctx, **kwargs)
             script.after(step, real.name, key, ctx.run_id)
             return value
@@ -376,6 +394,8 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
     result.virtual_seconds = clock.now() - started
     for miss in script.misses:
         result.fail(case.location, f"recording: {miss}")
+    for call in dict.fromkeys(script.unanswered):
+        result.fail(case.location, f"unanswered: {call}")
     for step, left in faults.left.items():
         if left > 0 and status is not None:
             result.fail(case.location, f"crash: step {step} committed no attempt that could die there "

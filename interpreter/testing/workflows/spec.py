@@ -73,6 +73,9 @@ class Case:
     #: every name the case gives that the definition must have: (what it must be, the name, where it is written);
     #: what: ``step``, ``action``, ``call`` (a step or an action), ``ai`` (an ``ai`` step), ``gate``
     refs: tuple[tuple[str, str, Location], ...] = ()
+    #: write and irreversible actions that may act for real when the case leaves them unanswered (the file's
+    #: ``real_actions``)
+    real_actions: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +150,7 @@ def load(path: str | Path) -> TestFile:
                                                          f"(a path relative to the test file)")])
     cases: list[Case] = []
     names: set[str] = set()
+    real = list(data.get("real_actions", []))
     for i, raw in enumerate(data["cases"]):
         at = ("cases", i)
         if raw["name"] in names:
@@ -155,6 +159,7 @@ def load(path: str | Path) -> TestFile:
         names.add(raw["name"])
         expect = raw["expect"]
         refs = [(what, name, doc.locate((*at, *where))) for what, name, where in _named(raw)]
+        refs += [("action", name, doc.locate(("real_actions", j))) for j, name in enumerate(real)] if i == 0 else []
         cases.append(Case(
             name=raw["name"], location=doc.locate(at), input=raw.get("input", {}),
             actions={k: _answer(doc, (*at, "actions", k), v, base) for k, v in raw.get("actions", {}).items()},
@@ -163,7 +168,8 @@ def load(path: str | Path) -> TestFile:
             faults=tuple(Fault(f["step"], f["error"], f.get("times", 1)) for f in raw.get("faults", [])),
             approvals=dict(raw.get("approvals", {})), cancel_at=raw.get("cancel_at"), expect=dict(expect),
             expect_at={k: doc.locate((*at, "expect", k)) for k in expect}, revoke_before=raw.get("revoke_before"),
-            recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base), refs=tuple(refs)))
+            recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base), refs=tuple(refs),
+            real_actions=frozenset(real)))
     return TestFile(path=path, definition=definition, cases=tuple(cases))
 
 

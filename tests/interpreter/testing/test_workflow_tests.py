@@ -9,8 +9,10 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from sealflow.cli.actions_loader import action_info
 from sealflow.cli.commands.test import demo_world
 from sealflow.cli.session import import_actions
+from sealflow.execution.actions import Registry, action
 from sealflow.testing.workflows import report, run_file
 from sealflow.testing.workflows.spec import TestFileError, load
 
@@ -346,3 +348,64 @@ def test_a_crash_at_a_step_the_run_never_reaches_fails_the_case_saying_so(tmp_pa
     (case,) = run_file(path, world=demo_world).cases
     # Then the case fails: the crash was never injected, so it proved nothing
     assert any("crash: step record" in f and "not injected" in f for f in case.failures), case.failures
+
+
+OWN = Registry()
+SENT: list[str] = []
+
+
+@action("own.lookup", registry=OWN)
+def own_lookup(ctx: object, key: str) -> dict:
+    return {"found": key}
+
+
+@action("own.send", effect="irreversible", registry=OWN)
+def own_send(ctx: object, key: str) -> dict:
+    SENT.append(key)
+    return {"sent": key}
+
+
+def _own_definition(tmp_path: Path, real_actions: str = "") -> Path:
+    definition = tmp_path / "own.yaml"
+    definition.write_text(
+        "sealflow: 1\nname: own\nversion: 1\nowner: team:test\ninput: {schema: {type: object}}\nsteps:\n"
+        "  - id: look\n    action: own.lookup\n    with: {key: k}\n"
+        "  - id: send\n    action: own.send\n    with: {key: k}\n    idempotency_key: \"${{ run.id }}:send\"\n",
+        encoding="utf-8")
+    path = tmp_path / "own.test.yaml"
+    path.write_text(f"sealflow_test: 1\ndefinition: {definition}\n{real_actions}cases:\n  - name: as is\n"
+                    "    input: {}\n    expect: {state: completed}\n", encoding="utf-8")
+    return path
+
+
+def _compiled_with_own(path: Path):
+    return run_file(path, registry=OWN, actions={name: action_info(act) for name, act in OWN.items()})
+
+
+def test_a_projects_irreversible_action_left_unanswered_is_not_called_and_fails_the_case(tmp_path: Path) -> None:
+    # Given a project's own irreversible action, which the case does not answer
+    SENT.clear()
+    path = _own_definition(tmp_path)
+    # When the file runs
+    (case,) = _compiled_with_own(path).cases
+    # Then it was never called (the read before it was), and the case fails saying how to answer it
+    assert SENT == []
+    assert any("unanswered: step send calls own.send (irreversible)" in f and "real_actions: [own.send]" in f
+               for f in case.failures), case.failures
+
+
+def test_an_action_listed_in_real_actions_acts_for_real(tmp_path: Path) -> None:
+    # Given the same action listed as acting on a world the test owns
+    SENT.clear()
+    path = _own_definition(tmp_path, "real_actions: [own.send]\n")
+    # When the file runs / Then it acted, and the case passes
+    (case,) = _compiled_with_own(path).cases
+    assert case.passed, case.failures
+    assert SENT == ["k"]
+
+
+def test_real_actions_naming_an_action_the_definition_lacks_is_a_located_error(tmp_path: Path) -> None:
+    path = _own_definition(tmp_path, "real_actions: [own.sned]\n")
+    result = _compiled_with_own(path)
+    assert not result.cases and "has no action 'own.sned'; did you mean 'own.send'?" in result.errors[0].message
+    assert result.errors[0].format().startswith(f"{path}:3:")
