@@ -191,3 +191,17 @@ def test_given_the_table_when_read_then_it_is_a_dag():
 
     for p in ALLOWED:
         visit(p, ())
+
+
+def test_given_the_server_when_its_code_is_read_then_it_never_reaches_past_the_runtime_facade():
+    # Given every module of the server room (HTTP API, pages, auth, signed events)
+    reaching = []
+    for path in sorted((ROOT / "interpreter" / "server").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            # When an attribute named store or engine is read off anything but the server's own objects (self)
+            if isinstance(node, ast.Attribute) and node.attr in ("store", "engine") \
+                    and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                reaching.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    # Then there is none: the server talks to the runtime's facade (runtime/reading.py grows what it needs)
+    assert not reaching, reaching

@@ -48,6 +48,7 @@ from sealflow.runtime.dispatcher import Dispatcher
 from sealflow.runtime.driving import Driving
 from sealflow.runtime.inline import Inline
 from sealflow.runtime.liveness import BrokerUnavailable
+from sealflow.runtime.reading import Reading
 from sealflow.runtime.repair import Repair
 from sealflow.runtime.serving import Serving
 from sealflow.runtime.status import RunStatus, run_status
@@ -93,7 +94,7 @@ def _one_clock(store: Any, clock: Clock | None) -> Clock:
     return held
 
 
-class Runtime(Submitting, Inline, Repair, Driving, Serving):
+class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,

@@ -37,7 +37,6 @@ from sealflow.server.routes import (
 )
 from sealflow.server.schemas import Problem
 from sealflow.server.settings import ServerSettings
-from sealflow.store.serverstate import server_store
 
 log = logging.getLogger("sealflow.server")
 API_VERSION = "1"
@@ -155,8 +154,9 @@ def _bind(app: FastAPI, settings: ServerSettings, rt: Any, oidc: OidcVerifier | 
 
     # the server's own store (tokens, sessions, logins, its rate limits): the runtime's store object, typed as
     # the server's protocol once here (a store that keeps none is refused now, with a clear error)
-    server = app.state.server_store = server_store(rt.store)
-    app.state.authenticator = Authenticator(server, rt.clock, audit=rt.store, oidc=oidc, allow_open=settings.allow_open,
+    server = app.state.server_store = rt.server_state()
+    app.state.authenticator = Authenticator(server, rt.clock, audit=rt.record, oidc=oidc,
+                                            allow_open=settings.allow_open,
                                             limiter=RateLimiter(server, rt.clock, settings.rate, settings.burst,
                                                                 name="principal"),
                                             metrics=getattr(getattr(rt, "telemetry", None), "metrics", None))

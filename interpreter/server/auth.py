@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
@@ -25,7 +26,6 @@ from sealflow.server.oidc import OidcVerifier
 from sealflow.server.problems import Problem
 from sealflow.server.ratelimit import RateLimiter
 from sealflow.server.tokens import TokenRejected
-from sealflow.store.audit import AuditLog
 from sealflow.store.records import AuditEvent
 from sealflow.store.serverstate import ServerStore
 
@@ -48,10 +48,12 @@ class Credential:
 class Authenticator:
     """Turns a request's ``Authorization`` header into a :class:`Credential` or a 401/429 problem."""
 
-    def __init__(self, store: ServerStore, clock: Clock, *, audit: AuditLog, oidc: OidcVerifier | None = None,
+    def __init__(self, store: ServerStore, clock: Clock, *, audit: Callable[[AuditEvent], None],
+                 oidc: OidcVerifier | None = None,
                  allow_open: bool = False, limiter: RateLimiter | None = None, failures: RateLimiter | None = None,
                  metrics: Any = None):
-        #: the server's store (API tokens, its rate limits); refusals are audited in ``audit``
+        #: the server's store (API tokens, its rate limits); refusals are audited through ``audit`` (the runtime's
+        #: ``record``, which stamps them)
         self.store = store
         self.audit = audit
         #: the runtime's :class:`~sealflow.runtime.telemetry.metrics.Metrics` (None: not counted)
@@ -113,6 +115,5 @@ class Authenticator:
         detail = {"reason": reason, "method": method, "client": client, "path": request.url.path}
         if token_id:
             detail["token"] = token_id
-        self.audit.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"),
-                                self.clock.now())
+        self.audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"))
         return Problem("unauthenticated", message, headers={"WWW-Authenticate": _CHALLENGE}, reason=reason)

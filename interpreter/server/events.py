@@ -156,7 +156,7 @@ def receive(rt: Any, trust: Any, source_name: str, headers: Mapping[str, str],
         raise EventRefused("internal", f"event source {source_name!r}: its secret {source.secret_name} is not "
                                        "available") from None
     event_id, _ = verify(secret, headers, body, now=time.time(), tolerance=source.tolerance)
-    store: SignedEvents = rt.store  # the server's signed events, kept in the runtime's store object
+    store: SignedEvents = rt.signed_events()  # the server's signed events, kept in the runtime's store object
     seen = store.event_answer(source.name, event_id)
     if seen is not None:
         return seen, True
@@ -173,9 +173,9 @@ def _subscribers(rt: Any, trust: Any, source: Source, event_type: str) -> list[A
     from sealflow.server.submitting import resolve
 
     if trust is not None:
-        names = sorted({d.name for d in rt.store.definitions() if d.active})
+        names = sorted({d.name for d in rt.definitions() if d.active})
     else:
-        names = sorted({name for name, _, _, _ in rt.store.stored_plans()})
+        names = sorted({name for name, _, _, _ in rt.stored_plans()})
     found = []
     for name in names:
         try:
@@ -203,7 +203,7 @@ def _apply(rt: Any, trust: Any, source: Source, event_id: str, data: Any, resolv
             sequence = evaluate(compile_cached(order["sequence"]), context)
             if not isinstance(sequence, int) or isinstance(sequence, bool):
                 return {**result, "result": "refused", "error": f"order.sequence is {sequence!r}, not an integer"}
-            store: SignedEvents = rt.store
+            store: SignedEvents = rt.signed_events()
             applied = store.apply_sequence(f"{source.name}/{plan.name}", json.dumps(key), sequence, event_id,
                                               rt.clock.now())
             if applied is not None:

@@ -40,12 +40,12 @@ def resolve(rt: Any, body: SubmitRequest, trust: Any, actor: str) -> Resolved:
         raise Problem("invalid-request", "name the definition: workflow (and version), or definition and signature")
     if trust is not None:
         return _registered(rt, body.workflow, body.version)
-    found = rt.store.plan_digests(body.workflow, body.version)
+    found = rt.plan_digests(body.workflow, body.version)
     if not found:
         raise Problem("not-found", f"no definition {_named(body.workflow, body.version)} was ever submitted to this "
                                    "store; submit it once with `sealflow submit FILE`")
     digest = max(found, key=lambda f: (f[1], f[2]))[0]
-    return Resolved(rt.engine.plan(digest), UNSIGNED)
+    return Resolved(rt.plan(digest), UNSIGNED)
 
 
 def _named(name: str, version: int | None) -> str:
@@ -53,13 +53,13 @@ def _named(name: str, version: int | None) -> str:
 
 
 def _registered(rt: Any, name: str, version: int | None) -> Resolved:
-    records = [d for d in rt.store.definitions(name) if (d.version == version if version is not None else d.active)]
+    records = [d for d in rt.definitions(name) if (d.version == version if version is not None else d.active)]
     if not records:
         raise Problem("not-found", f"no signed definition {_named(name, version)} is registered in this store; load it "
                                    "once with `sealflow submit --trust POLICY FILE` or POST its signed bytes")
     record = records[0]
     try:
-        plan = rt.engine.plan(record.digest)
+        plan = rt.plan(record.digest)
     except NotFound:
         raise Problem("not-found", f"{name} v{record.version} is registered but its plan is not in this store; "
                                    "POST its signed bytes once") from None

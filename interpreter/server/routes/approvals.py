@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from sealflow.policy.operations import Operation, authorize_run
+from sealflow.policy.operations import Operation
 from sealflow.runtime.status import status_json
 from sealflow.server.deps import Caller, Runtime
 from sealflow.server.problems import Problem
@@ -30,8 +30,7 @@ def decide(run_id: Annotated[str, Path(pattern=RUN_ID)], step_id: Annotated[str,
     # deciding needs membership of the run's tenant (runs:decide), not runs:read: an outsider gets the unknown-run
     # answer (audited); the gate itself then decides who may approve, and says why it refuses (e.g. separation
     # of duties)
-    authorize_run(rt.store, rt.access, rt.clock.now(), run_id, actor=caller.principal, tenant=caller.tenant,
-                  operation=Operation.DECIDE)
+    rt.authorize(run_id, actor=caller.principal, tenant=caller.tenant, operation=Operation.DECIDE)
     status = rt.status(run_id)
     gate = status.waiting if status.waiting and status.waiting.get("kind") == "approval" else None
     if gate is None or gate.get("step") != step_id:

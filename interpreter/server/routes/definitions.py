@@ -24,6 +24,6 @@ def definitions(caller: Caller, rt: Runtime, trust: Trust) -> list[dict[str, Any
     except OperatorOnly as exc:
         raise Problem("forbidden", str(exc)) from None
     if trust is not None:
-        return [dataclasses.asdict(d) for d in rt.store.definitions()]
+        return [dataclasses.asdict(d) for d in rt.definitions()]
     return [{"name": name, "version": version, "digest": digest, "signer": "unsigned", "stored_at": at}
-            for name, version, digest, at in rt.store.stored_plans()]
+            for name, version, digest, at in rt.stored_plans()]

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Request
 from sealflow.runtime.readiness import describe_missing_secrets, missing_secrets
 from sealflow.server.problems import Problem
 from sealflow.server.schemas import Health
-from sealflow.store.records import RunQuery
 
 router = APIRouter(tags=["health"])
 
@@ -22,7 +21,7 @@ def healthz() -> Health:
 def readyz(request: Request) -> Health:
     rt = request.app.state.runtime
     try:
-        rt.store.query_runs(RunQuery(tenant="", limit=1))
+        rt.check_store()
     except Exception:  # noqa: BLE001 - any failure means not ready
         raise Problem("not-ready", "the state store does not answer", headers={"Retry-After": "1"}) from None
     # a model's api_key, an action's declared secret: their steps would wait for another process; named (no

@@ -26,8 +26,7 @@ def deliveries(caller: Caller, rt: Runtime,
     """The caller's tenant's deliveries of runs it may read (``runs:read``, or its own runs), as
     `sealflow notifications list --json`: no URL, secret or response body, only a status code or an error
     class as the last error."""
-    records = admin.listing(rt.store, rt.access, caller.principal, tenant=caller.tenant, failed=failed, run_id=run,
-                            limit=limit)
+    records = rt.notifications(caller.principal, tenant=caller.tenant, failed=failed, run_id=run, limit=limit)
     return [admin.as_dict(r) for r in records]
 
 
@@ -36,7 +35,7 @@ def retry(delivery_id: Annotated[str, Path(pattern=DELIVERY_ID)], caller: Caller
     """Pending again, due at once, its attempts counted afresh (audited ``notification_retried``); a delivery
     that is not ``failed`` is a 409 ``invalid-operation``, left as it is."""
     try:
-        before = admin.retry(rt.store, rt.access, caller.principal, delivery_id)
+        before = rt.retry_notification(caller.principal, delivery_id)
     except OperatorOnly as exc:
         raise Problem("forbidden", str(exc)) from None
     return admin.retried(before)

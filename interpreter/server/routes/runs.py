@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from sealflow.policy.authz import member_permissions
 from sealflow.runtime import readiness
 from sealflow.runtime.status import status_json
 from sealflow.server import submitting
@@ -55,7 +54,7 @@ def submit(body: SubmitRequest, caller: Caller, rt: Runtime, trust: Trust, respo
     resolved = submitting.resolve(rt, body, trust, caller.principal)
     run_id = rt.submit(resolved.plan, value, initiator=caller.principal, tenant=caller.tenant,
                        idempotency_key=idempotency_key, signer=resolved.signer, source=resolved.source)
-    run = rt.store.get_run(run_id)
+    run = rt.submitted(run_id, initiator=caller.principal, tenant=caller.tenant)
     response.headers["Location"] = f"/v1/runs/{run_id}"
     return Submitted(run_id=run.id, state=run.state, workflow=run.workflow, version=run.workflow_version,
                      plan_digest=run.plan_digest)
@@ -102,16 +101,13 @@ def list_runs(caller: Caller, rt: Runtime,
     after = _cursor(cursor)
     if tenant is not None and tenant != caller.tenant:  # another tenant's runs look like none
         return RunPage(runs=[])
-    _, member = member_permissions(rt.access, caller.tenant, caller.principal)
-    if not member:
-        return RunPage(runs=[])
     try:
         query = RunQuery(tenant=caller.tenant, workflow=workflow, states=tuple(state) if state else None,
                          initiator=initiator, created_after=_epoch(created_after),
                          created_before=_epoch(created_before), after=after, limit=limit)
     except (OverflowError, ValueError):
         raise Problem("invalid-request", "created_after/created_before: not a time this API can compare") from None
-    runs = rt.store.query_runs(query)
+    runs = rt.runs(query, actor=caller.principal)
     page = [RunSummary(run_id=r.id, workflow=r.workflow, version=r.workflow_version, state=r.state, tenant=r.tenant,
                        initiator=r.initiator, created_at=r.created_at, updated_at=r.updated_at,
                        error_class=r.error_class) for r in runs]

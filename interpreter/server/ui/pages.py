@@ -18,7 +18,6 @@ import jinja2
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from sealflow.policy.authz import member_permissions
 from sealflow.runtime import readiness
 from sealflow.server import problems, tokens
 from sealflow.server.auth import Credential
@@ -126,7 +125,7 @@ def sign_in_failed(request: Request, reason: str, method: str, token_id: str | N
     detail = {"reason": reason, "method": method, "client": client, "path": request.url.path}
     if token_id:
         detail["token"] = token_id
-    rt.store.append_audit(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"), rt.clock.now())
+    rt.record(AuditEvent("auth_failed", None, "anonymous", detail=detail, decision="deny"))
 
 
 def _audit_session(request: Request, event: str, session: Session) -> None:
@@ -137,8 +136,7 @@ def _audit_session(request: Request, event: str, session: Session) -> None:
               "client": request.client.host if request.client is not None else "unknown"}
     if session.token_id:
         detail["token"] = session.token_id
-    rt.store.append_audit(AuditEvent(event, None, session.principal, detail=detail, tenant=session.tenant),
-                          rt.clock.now())
+    rt.record(AuditEvent(event, None, session.principal, detail=detail, tenant=session.tenant))
 
 
 def open_session(request: Request, response: Response, principal: str, tenant: str, method: str,
@@ -267,8 +265,7 @@ def runs(request: Request) -> Response:
     if session is None:
         return _to_signin()
     rt = request.app.state.runtime
-    _, member = member_permissions(rt.access, session.tenant, session.principal)
-    found = rt.store.query_runs(RunQuery(tenant=session.tenant, limit=100)) if member else []
+    found = rt.runs(RunQuery(tenant=session.tenant, limit=100), actor=session.principal)
     rows = [{"id": r.id, "workflow": r.workflow, "workflow_version": r.workflow_version, "state": r.state,
              "initiator": r.initiator, "created": _when(r.created_at)} for r in found]
     return _page("runs.html", session=session, runs=rows)
@@ -278,7 +275,7 @@ def _graph(rt: Any, digest: str) -> str:
     from sealflow.dsl.graph import adjacency
 
     try:
-        plan = rt.engine.plan(digest)
+        plan = rt.plan(digest)
     except PlanTampered:  # nothing of a plan that is not what its digest says is shown (engine/integrity.py)
         return "(not shown: the run's stored plan does not match its digest, so it is not to be trusted)"
     except Exception:  # noqa: BLE001 - a page still shows the run without its graph
