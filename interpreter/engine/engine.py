@@ -438,7 +438,8 @@ class Engine(Claiming):
         return self.commit(x, outcome, actor="recovery", counts_step=False)
 
     # -- human decisions on a waiting attempt ------------------------------------------------------
-    def resolve(self, run_id: str, step_id: str | None, decide: Callable[[Execution], Outcome], *,
+    def resolve(self, run_id: str, step_id: str | None,
+                decide: Callable[[Execution], Outcome | tuple[Outcome, tuple[AuditEvent, ...]]], *,
                 actor: str, lost: bool = False) -> tuple[Message, ...]:
         """Apply an approval or rejection to the run's waiting approval (fenced, re-read on conflict); with
         ``lost``, a person's decision on a lost attempt whose outcome is unknown (engine.poison)."""

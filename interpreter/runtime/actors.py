@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -59,7 +59,7 @@ class MalformedMessage(ValueError):
     the right types: forged, corrupt, or sent by something else. It is refused before anything reads it."""
 
 
-def step_message(args: tuple, kwargs: dict) -> Message:
+def step_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Message:
     """A step message's arguments as a :class:`Message`; :class:`MalformedMessage` saying what is wrong."""
     if kwargs.keys() - {"tenant"} or len(args) not in (4, 5) or len(args) == 5 and kwargs:
         raise MalformedMessage(f"{len(args)} arguments and keywords {sorted(kwargs)}, not (run_id, step_id, "
@@ -194,7 +194,7 @@ def carry(engine: Engine, message: Message, send: Callable[[Message], None], rou
 
 def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
                        priority: str = "normal", route: Callable[[Message], None] | None = None,
-                       watch: CarryWatch | None = None) -> dramatiq.Actor:
+                       watch: CarryWatch | None = None) -> dramatiq.Actor[..., None]:
     """Declare the step actor of ``priority`` on ``broker`` (one per broker and priority) bound to ``engine``,
     on the priority's queue (:mod:`sealflow.runtime.priority`). ``route`` sends a due message of
     another run to its own priority's actor (None: this actor).
@@ -209,7 +209,7 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     """
     limit = CONTINUE_LIMIT
 
-    def sealflow_step(*args, **kwargs) -> None:  # (run_id, step_id, attempt, token, tenant): checked first
+    def sealflow_step(*args: Any, **kwargs: Any) -> None:  # (run_id, step_id, attempt, token, tenant): checked first
         try:
             message = step_message(args, kwargs)
         except MalformedMessage as exc:  # acknowledged and dropped: no step is named, nothing to run or retry
@@ -221,15 +221,15 @@ def declare_step_actor(broker: dramatiq.Broker, engine: Engine, *, queue_name: s
     def send(m: Message) -> None:
         step_actor.send(*m)
 
-    step_actor = dramatiq.actor(sealflow_step, broker=broker, actor_name=actor_name_for(ACTOR_NAME, priority),
+    step_actor = dramatiq.actor(broker=broker, actor_name=actor_name_for(ACTOR_NAME, priority),
                                 queue_name=queue_for(queue_name, priority), max_retries=0,
-                                priority=ACTOR_PRIORITY[priority])
+                                priority=ACTOR_PRIORITY[priority])(sealflow_step)
     return step_actor
 
 
 def declare_step_actors(broker: dramatiq.Broker, engine: Engine, *, queue_name: str = QUEUE,
                         route: Callable[[Message], None] | None = None,
-                        watch: CarryWatch | None = None) -> dict[str, dramatiq.Actor]:
+                        watch: CarryWatch | None = None) -> dict[str, dramatiq.Actor[..., None]]:
     """One step actor per run priority (``critical`` ... ``low``), each on its own queue."""
     return {p: declare_step_actor(broker, engine, queue_name=queue_name, priority=p, route=route, watch=watch)
             for p in PRIORITIES}

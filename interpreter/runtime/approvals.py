@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.clock import Clock
 from sealflow.core.ids import split_step_id
@@ -64,7 +64,7 @@ def _decide(desk: Desk, run_id: str, step_id: str | None, *, actor: str, tenant:
 def approve(desk: Desk, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
             roles: Iterable[str] | None = None, comment: str | None = None) -> None:
     claimed = None if roles is None else tuple(roles)
-    void: list = []
+    void: list[Any] = []
     _decide(desk, run_id, step_id, actor=actor, tenant=tenant, verb="approve",
             decide=lambda x: grant(x, actor, acting_roles(desk.access, x.run.tenant, actor, claimed), comment, void))
     if void:
@@ -86,7 +86,7 @@ def reject(desk: Desk, run_id: str, step_id: str | None = None, *, actor: str, t
 
 # ---------------------------------------------------------------- what waits for whom
 
-def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
+def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict[str, Any]]:
     """The gates of ``tenant`` that ``principal`` may decide now, oldest run first: none unless it is a
     member of ``tenant`` (an approver named by principal but no member sees nothing, as it could decide
     nothing). Each carries what the approver needs: the run's input and the gate's ``show``, redacted."""
@@ -102,7 +102,7 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
     for run in desk.store.list_runs(states=("waiting",), tenant=tenant, limit=limit):
         att = desk.store.active_attempt(run.id)
         via = may_decide(run, att, principal, roles, now)
-        if via is None:
+        if via is None or att is None:  # (no attempt: no gate to decide, via is None)
             continue
         data = att.data
         out.append({"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version,
@@ -120,7 +120,7 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
     return out
 
 
-def withheld_from(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict]:
+def withheld_from(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -> list[dict[str, Any]]:
     """The open gates of ``tenant`` that ``principal`` is an approver of but may not decide, because it
     started the run (or the run acts as it): separation of duties. ``approvals list`` explains them, so an
     initiator who sees nothing knows why and whom to ask."""

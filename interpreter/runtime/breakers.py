@@ -26,7 +26,8 @@ def settings_of(name: str, extra: Mapping[str, Any] | None, models: Any = None) 
     return rules.settings_for(name, extra)
 
 
-def listing(store: Limits, now: float, extra: Mapping[str, Any] | None = None, models: Any = None) -> list[dict]:
+def listing(store: Limits, now: float, extra: Mapping[str, Any] | None = None,
+            models: Any = None) -> list[dict[str, Any]]:
     """Every breaker the store knows: state, failures in the window, when an open one may probe again."""
     out = []
     for rec in store.breakers():

@@ -72,8 +72,11 @@ def rabbitmq_broker(url: str = "amqp://guest:guest@127.0.0.1:5672/%2F") -> drama
         broker = RabbitmqBroker(url=url, confirm_delivery=True, middleware=[Retries(max_retries=0)])
     except ValueError as exc:
         raise ValueError(f"{exc}; a RabbitMQ URL reads amqp://USER:PASSWORD@HOST:5672/VHOST") from None
-    if "blocked_connection_timeout" not in parse_qs(urlsplit(url).query):
-        broker.parameters.blocked_connection_timeout = BLOCKED_TIMEOUT
+    # one URL, or several separated by ";" (hosts tried in turn: Dramatiq keeps a list of their parameters)
+    held = broker.parameters
+    for parameters, one in zip(held if isinstance(held, list) else [held], url.split(";"), strict=True):
+        if "blocked_connection_timeout" not in parse_qs(urlsplit(one).query):
+            parameters.blocked_connection_timeout = BLOCKED_TIMEOUT
     return broker
 
 

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sealflow.core.config_maps import config_map
-from sealflow.core.errors import ConfigError
+from sealflow.core.errors import ConfigError as ConfigError  # re-exported: callers catch it from here
 from sealflow.core.jsonc import DEFAULT_MAX_PAYLOAD_BYTES
 from sealflow.engine.poison import (
     DEFAULT_LOST_ATTEMPTS,
@@ -142,7 +142,7 @@ class RuntimeConfig:
                    pools=pools, lost_attempts=lost, outcome_unknown_timeout_ms=unknown)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> RuntimeConfig:
+    def load(cls, path: str | os.PathLike[str]) -> RuntimeConfig:
         import yaml
 
         try:
@@ -158,7 +158,7 @@ class RuntimeConfig:
         return cls.from_dict(data, source=os.fspath(path))
 
     @classmethod
-    def from_env(cls, path: str | os.PathLike | None = None) -> RuntimeConfig:
+    def from_env(cls, path: str | os.PathLike[str] | None = None) -> RuntimeConfig:
         """``path``, else ``$SEALFLOW_CONFIG``, else the defaults."""
         path = path or os.environ.get("SEALFLOW_CONFIG")
         return cls.load(path) if path else cls()
@@ -195,7 +195,7 @@ def _duration_ms(raw: Any, default: int, where: str) -> int:
     return ms
 
 
-def _section(raw: Any, keys: tuple[str, ...], where: str) -> dict:
+def _section(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
     return config_map(raw, keys, where, optional=True)
 
 

@@ -12,14 +12,14 @@ the run is quarantined (it leaves the automatic path; an operator reads it).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.fingerprints import fingerprint, normalise  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from sealflow.store.base import Store
 
-def show(store: Store, run_id: str) -> dict:
+def show(store: Store, run_id: str) -> dict[str, Any]:
     """A dead letter with its run, its failed attempts and the last 20 audit events."""
     from sealflow.store.errors import InvalidOperation
 

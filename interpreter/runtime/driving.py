@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from dramatiq.brokers.stub import StubBroker
 
@@ -13,7 +14,16 @@ from sealflow.engine.poison import OUTCOME_UNKNOWN
 from sealflow.runtime import readiness
 from sealflow.runtime.status import RunStatus
 from sealflow.store.errors import StoreUnavailable
-from sealflow.store.records import Message
+from sealflow.store.records import AttemptRecord, Message, RunRecord
+
+if TYPE_CHECKING:
+    import dramatiq
+
+    from sealflow.core.clock import Clock
+    from sealflow.engine.engine import Engine
+    from sealflow.runtime.dispatcher import Dispatcher
+    from sealflow.runtime.sweeper import Sweeper
+    from sealflow.store.base import Store
 
 log = logging.getLogger("sealflow.run")
 
@@ -40,6 +50,24 @@ class Driving:
     #: :data:`STORE_OUTAGE_S`); a step whose commit the store lost is then also waited for until its lease ends
     store_outage_s: float = 0.0
 
+    if TYPE_CHECKING:  # the facade's (runtime/facade.py), which these methods use
+        store: Store
+        engine: Engine
+        broker: dramatiq.Broker
+        clock: Clock
+        owner: str
+        dispatcher: Dispatcher
+        sweeper: Sweeper
+        redeliver_after: float
+        sleep_threshold: float
+
+        @property
+        def queue_names(self) -> tuple[str, ...]: ...
+        def start(self) -> None: ...
+        def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None,
+                   children_offset: int = 0) -> RunStatus: ...
+        def send(self, message: Message, priority: str | None = None) -> None: ...
+
     def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
               sleep_threshold: float | None = None) -> RunStatus:
         """Dispatch, work and sweep until the run settles: it is final, waits for a human (an
@@ -52,7 +80,8 @@ class Driving:
         threshold = self.sleep_threshold if sleep_threshold is None else sleep_threshold
         stop_at = None if timeout is None else time.monotonic() + timeout
         idle_rounds = 0
-        left_looked, taken_over = 0.0, set()
+        left_looked = 0.0
+        taken_over: set[tuple[str, int, int]] = set()
         outage: list[float] = []  # when the store stopped answering, and the next pause
         while True:
             try:
@@ -92,7 +121,7 @@ class Driving:
         outage[1] = min(pause * 2, _OUTAGE_MAX_S)
 
     def _drive_round(self, run_id: str, until: str, threshold: float, stop_at: float | None, idle_rounds: int,
-                     left_looked: float, taken_over: set) -> tuple[int, float] | None:
+                     left_looked: float, taken_over: set[tuple[str, int, int]]) -> tuple[int, float] | None:
         """One look at the run (see :meth:`drive`): None when it has settled (or the time is up), else the
         idle rounds and when the left step was looked at, for the next round."""
         while True:
@@ -156,14 +185,14 @@ class Driving:
                 due = got if due is None else min(due, got)
         return due
 
-    def _worked_elsewhere(self, run_id: str, active) -> bool:
+    def _worked_elsewhere(self, run_id: str, active: AttemptRecord | None) -> bool:
         """Another process executes the run's step now (its ``active`` attempt runs under another lease owner),
         or took its message to do so: `run` waits for that to end instead of returning with the run mid-way."""
         if active is not None and active.state == "running" and active.lease_owner != self.owner:
             return True
         return any(row.sent_at is not None for row in self.store.outbox(run_id))
 
-    def _take_over_left(self, run, taken_over: set) -> str | None:
+    def _take_over_left(self, run: RunRecord, taken_over: set[tuple[str, int, int]]) -> str | None:
         """When the run's next attempt is due and was left by another process (it took the message but lacks
         what the step needs: audited ``step.left``): ``"taken"`` once this process, which executes its own
         messages and has what the step needs, sent the attempt to itself (the claim is fenced: whoever claims

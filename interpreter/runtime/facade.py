@@ -22,7 +22,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import dramatiq
 
@@ -41,7 +41,7 @@ from sealflow.operations import notifications
 from sealflow.policy.access import AccessProvider, OpenAccess, is_open
 from sealflow.policy.operations import Operation, authorize_run
 from sealflow.policy.trustgate import TrustGate
-from sealflow.runtime import approvals, liveness, outcomes, priority, readiness, telemetry
+from sealflow.runtime import approvals, liveness, outcomes, priority, readiness, takeover, telemetry
 from sealflow.runtime.actors import QUEUE, CarryWatch, declare_step_actors, embedded_broker
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.dispatcher import Dispatcher
@@ -55,7 +55,7 @@ from sealflow.runtime.status import RunStatus, run_status
 from sealflow.runtime.submitting import Submitting
 from sealflow.runtime.sweeper import Sweeper
 from sealflow.store import open_store
-from sealflow.store.base import AuditEvent, AuditRecord, Message, Store
+from sealflow.store.base import AuditEvent, AuditRecord, Message, RunRecord, Store
 from sealflow.store.capabilities import Capabilities
 from sealflow.store.errors import IllegalTransition, InvalidOperation, PlanTampered
 
@@ -91,7 +91,7 @@ def _one_clock(store: Any, clock: Clock | None) -> Clock:
         raise ConfigError(f"the store {getattr(store, 'url', '')!r} keeps time on another clock than the one given "
                           "to the Runtime; open the store on that clock (open_store(url, clock=clock)) and give the "
                           "Runtime the store alone, or the URL with the clock")
-    return held
+    return cast(Clock, held)  # (a clock: it has a callable ``now``)
 
 
 class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading):
@@ -171,7 +171,8 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading):
         self._heartbeats: liveness.Heartbeats | None = None
         self._start_lock = threading.Lock()
         self._dispatch_reset = self._recovered = False
-        self._left_steps: Any = None  # a serving worker's takeovers (service/takeover.py), closed with it
+        #: a serving worker's takeovers (service/takeover.py), closed with it
+        self._left_steps: takeover.LeftSteps | None = None
         self._input_validators: dict[str, Any] = {}
         self._plan_json: dict[str, str] = {}
 
@@ -248,7 +249,7 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading):
         self.close()
 
     # -- runs --------------------------------------------------------------------------------------
-    def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: Operation):
+    def _scoped(self, run_id: str, tenant: str | None, actor: str | None, operation: Operation) -> RunRecord:
         """The run, if ``actor`` may do ``operation`` to it and ``tenant`` (a claim) owns it; otherwise the
         answer for an unknown run, audited (:func:`sealflow.policy.operations.authorize_run`).
         ``actor=None`` is trusted in-process code: only ``tenant`` narrows."""
@@ -300,11 +301,11 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading):
         readiness.require_trusted(self, run_id, verb)  # PlanTampered: its plan is not what its digest says
         readiness.require_ready(self, run_id, verb)
 
-    def approvals_waiting(self, principal: str, tenant: str) -> list[dict]:
+    def approvals_waiting(self, principal: str, tenant: str) -> list[dict[str, Any]]:
         """The approval gates of ``tenant`` that ``principal`` may decide now (none unless it is a member)."""
         return approvals.waiting_for(self._desk(), principal, tenant)
 
-    def approvals_withheld(self, principal: str, tenant: str) -> list[dict]:
+    def approvals_withheld(self, principal: str, tenant: str) -> list[dict[str, Any]]:
         """The gates ``principal`` approves but may not decide: its own runs (separation of duties)."""
         return approvals.withheld_from(self._desk(), principal, tenant)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dramatiq.brokers.stub import StubBroker
 
@@ -30,6 +30,15 @@ from sealflow.runtime import actors, readiness
 from sealflow.runtime.status import RunStatus
 from sealflow.store.records import Claimed, Message
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import dramatiq
+
+    from sealflow.engine.engine import Engine
+    from sealflow.runtime.sweeper import Sweeper
+    from sealflow.store.definitions import DefinitionSource
+
 #: a run that ended in the caller's thread is returned without a drive round when the last sweep of this process
 #: is younger than this (seconds): a drive round sweeps (timers, expired leases of other runs) as it goes
 _SWEPT_WITHIN_S = 1.0
@@ -37,6 +46,24 @@ _SWEPT_WITHIN_S = 1.0
 
 class Inline:
     """Methods of :class:`~sealflow.runtime.facade.Runtime` (see this module)."""
+
+    if TYPE_CHECKING:  # the facade's (runtime/facade.py), which these methods use
+        engine: Engine
+        broker: dramatiq.Broker
+        owner: str
+        sweeper: Sweeper
+
+        def start(self) -> None: ...
+        def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None,
+                   children_offset: int = 0) -> RunStatus: ...
+        def send(self, message: Message, priority: str | None = None) -> None: ...
+        def drive(self, run_id: str, *, until: str = "settled", timeout: float | None = None,
+                  sleep_threshold: float | None = None) -> RunStatus: ...
+        def _submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
+                    idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
+                    source: DefinitionSource | None = None, pin: bool = False,
+                    claim_for: Callable[[Plan, str | None], str | None] | None = None
+                    ) -> tuple[str, Claimed | None]: ...
 
     def run(self, plan: Plan, input: Any, *, initiator: str, until: str = "settled", **kw: Any) -> RunStatus:
         """Submit and drive (see :meth:`drive` for ``until``); on the embedded default the caller's thread runs

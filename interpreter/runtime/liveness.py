@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from sealflow.core.errors import SealflowError
@@ -37,7 +38,7 @@ class BrokerUnavailable(SealflowError):
     message's outbox row stays in the store and is sent again once the broker answers."""
 
 
-def backoff_delays(first: float = 0.5, factor: float = 2.0, most: float = 30.0):
+def backoff_delays(first: float = 0.5, factor: float = 2.0, most: float = 30.0) -> Iterator[float]:
     """0.5, 1, 2, 4 ... seconds, never more than ``most``: how long to wait between tries."""
     delay = first
     while True:

@@ -70,7 +70,7 @@ def decision(decision: str, *, actor: str, reason: str,
     return decide
 
 
-def _succeeded(x: Execution, output: Any, data: dict) -> Succeeded:
+def _succeeded(x: Execution, output: Any, data: dict[str, Any]) -> Succeeded:
     """The step's success with ``output``, refused (nothing changed) unless it is an output the step may have."""
     candidate, _ = as_json(x, Succeeded(output))
     if isinstance(candidate, Failed):

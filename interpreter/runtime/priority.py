@@ -82,7 +82,7 @@ def starvation_after(extra: Mapping[str, Any] | None) -> float:
     return float(seconds)
 
 
-class AgingQueue(PriorityQueue):
+class AgingQueue(PriorityQueue[Any]):
     """Dramatiq's work queue with the starvation guard: items in priority order, except that an item
     older than ``starvation_after`` seconds goes first (the oldest such)."""
 

@@ -14,7 +14,7 @@ that has their actions (:mod:`sealflow.engine.capability`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.states import RUN_FINAL, STEP_ACTIVE
 from sealflow.engine.capability import (
@@ -29,6 +29,9 @@ from sealflow.engine.capability import (
     step_lacks,
 )
 from sealflow.store.errors import InvalidOperation, PlanTampered
+
+if TYPE_CHECKING:
+    from sealflow.runtime.status import RunStatus
 
 __all__ = ["HOW", "NotReady", "describe", "lacks", "plan_actions", "plan_models", "require_ready"]
 
@@ -68,7 +71,7 @@ def describe(run: Any, verb: str, missing: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def note_left(runtime: Any, status: Any, *, here: bool = True) -> Any:
+def note_left(runtime: Any, status: RunStatus, *, here: bool = True) -> RunStatus:
     """``status`` with what it waits for when its next step waits for a process that can run it
     (:mod:`sealflow.engine.capability`): ``{"kind": "process", "step", "lacks", "how",
     "left_here", "left_by", "lacks_here"}``. ``left_here``: this process left the step itself (while
@@ -152,7 +155,8 @@ def require_ready_plan(runtime: Any, plan: Any) -> None:
         raise NotReady("\n".join(lines + [f"  {describe_lack(kind, name)}" for kind, name in missing]), missing)
 
 
-def unready(runtime: Any, run_ids: list[str], visible: list[str]) -> tuple[list[dict], list[tuple[str, str]], set[str]]:
+def unready(runtime: Any, run_ids: list[str],
+            visible: list[str]) -> tuple[list[dict[str, Any]], list[tuple[str, str]], set[str]]:
     """The runs of ``run_ids`` this process would execute but cannot continue (``recover`` leaves them as they
     are): one entry per run the caller may read (``run_id``, ``workflow``, ``version``, ``lacks``, ``how``), and
     what the others (runs the caller may not read, never named) lack, once each, and the ids of them all.
@@ -160,7 +164,7 @@ def unready(runtime: Any, run_ids: list[str], visible: list[str]) -> tuple[list[
     if not executes_here(runtime):
         return [], [], set()
     shown = set(visible)
-    left: list[dict] = []
+    left: list[dict[str, Any]] = []
     hidden: dict[tuple[str, str], None] = {}
     ids: set[str] = set()
     for run_id in run_ids:
@@ -207,7 +211,7 @@ def require_trusted(runtime: Any, run_id: str, verb: str) -> None:
         raise refusal.refusing(f"{verb} run {run.id} ({run.workflow} v{run.workflow_version})")
 
 
-def refused_entry(run: Any, exc: PlanTampered) -> dict:
+def refused_entry(run: Any, exc: PlanTampered) -> dict[str, Any]:
     """``recover``'s entry for a run refused for its tampered plan."""
     return {"run_id": run.id, "workflow": run.workflow, "version": run.workflow_version, "plan": exc.digest,
             "reason": str(exc), "how": HOW_TAMPERED.format(run=run.id)}

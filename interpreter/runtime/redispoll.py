@@ -28,6 +28,7 @@ import threading
 from typing import Any
 
 import redis
+from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
@@ -41,7 +42,9 @@ class _WakingConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer with an interruptible, longer idle sleep (see the module docstring)."""
 
     def __init__(self, broker: WakingRedisBroker, queue_name: str, prefetch: int, timeout: int):
-        super().__init__(broker, queue_name, prefetch, timeout)
+        # (Dramatiq's Redis consumer, its errors and its broker's constructor are unannotated: their calls are
+        # ignored for no-untyped-call)
+        super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
         self._waking = broker
         self._woken = threading.Event()
         #: the last look did not fetch: as many messages as the prefetch allows were outstanding
@@ -51,7 +54,7 @@ class _WakingConsumer(_RedisConsumer):
         self.misses = 0  # the next sleep, if this look finds nothing, is the shortest again
         self._woken.set()
 
-    def __next__(self):
+    def __next__(self) -> MessageProxy | None:
         if not self.message_cache:
             room = self.prefetch - self.outstanding_message_count
             self.full = room <= 0
@@ -59,9 +62,10 @@ class _WakingConsumer(_RedisConsumer):
                 try:
                     self.message_cache = self.broker.do_fetch(self.queue_name, room)
                 except redis.ConnectionError as exc:  # as Dramatiq's own: the consumer thread reconnects
-                    raise ConnectionClosed(exc) from None
+                    raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
         if self.message_cache:
-            return super().__next__()  # Dramatiq's own: takes the first cached message
+            got: MessageProxy | None = super().__next__()  # type: ignore[no-untyped-call]
+            return got  # Dramatiq's own: takes the first cached message
         cap = self.timeout if self._waking.stopping else max(self.timeout, self._waking.idle_poll_ms)
         self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=cap)
         self._woken.wait(backoff_ms / 1000)
@@ -93,7 +97,7 @@ class WakingRedisBroker(RedisBroker):
     process sends to their queue or frees a worker thread (module docstring)."""
 
     def __init__(self, *args: Any, idle_poll_ms: int = IDLE_POLL_MS, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self.idle_poll_ms = idle_poll_ms
         self.stopping = False
         self._consumers: dict[str, _WakingConsumer] = {}
@@ -114,8 +118,8 @@ class WakingRedisBroker(RedisBroker):
         ``full_only``: only if its last look could not fetch because its prefetch was full (a message it
         finished frees room; a consumer that found its queue empty has no reason to look again sooner)."""
         if queue_name is None:
-            for consumer in list(self._consumers.values()):
-                consumer.wake()
+            for each in list(self._consumers.values()):
+                each.wake()
             return
         consumer = self._consumers.get(queue_name)
         if consumer is not None and (consumer.full or not full_only):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dramatiq.brokers.stub import StubBroker
 
 from sealflow.core.ids import split_step_id
@@ -17,12 +19,40 @@ from sealflow.store.base import (
 )
 from sealflow.store.errors import PlanTampered
 
+if TYPE_CHECKING:
+    import dramatiq
+
+    from sealflow.core.clock import Clock
+    from sealflow.engine.engine import Engine
+    from sealflow.policy.access import AccessProvider
+    from sealflow.runtime.dispatcher import Dispatcher
+    from sealflow.runtime.sweeper import Sweeper
+    from sealflow.store.base import Message, RunRecord, Store
+
 
 class Repair:
     """Methods of :class:`~sealflow.runtime.facade.Runtime` (see its module); they use its store,
     engine, broker and clock."""
 
-    def recover(self, *, actor: str | None = None, tenant: str | None = None, leave_unready: bool = False) -> dict:
+    if TYPE_CHECKING:  # the facade's (runtime/facade.py), which these methods use
+        store: Store
+        engine: Engine
+        broker: dramatiq.Broker
+        access: AccessProvider
+        clock: Clock
+        owner: str
+        dispatcher: Dispatcher
+        sweeper: Sweeper
+        _dispatch_reset: bool
+
+        def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None,
+                   children_offset: int = 0) -> RunStatus: ...
+        def send(self, message: Message, priority: str | None = None) -> None: ...
+        def _scoped(self, run_id: str, tenant: str | None, actor: str | None,
+                    operation: Operation) -> RunRecord: ...
+
+    def recover(self, *, actor: str | None = None, tenant: str | None = None,
+                leave_unready: bool = False) -> dict[str, Any]:
         """Find runs in flight and drive them on (see :mod:`sealflow.engine.recovery`). The
         report's run ids are those ``actor`` may read in ``tenant`` (an operator: every tenant's; no actor,
         trusted code: all, narrowed to ``tenant`` if given); the counts are the store's. With ``leave_unready``
@@ -41,10 +71,10 @@ class Repair:
         def visible(run_ids: list[str]) -> list[str]:
             return visible_runs(self.store, self.access, run_ids, tenant=tenant, actor=actor)
 
-        left: list[dict] = []
+        left: list[dict[str, Any]] = []
         hidden: list[tuple[str, str]] = []
         unready: set[str] = set()
-        tampered: dict[str, tuple] = {}  # run id -> (its record, PlanTampered)
+        tampered: dict[str, tuple[RunRecord, PlanTampered]] = {}  # run id -> (its record, PlanTampered)
         if leave_unready:
             active = self.store.active_runs()
             for run_id in active:
@@ -93,7 +123,7 @@ class Repair:
                                 actor=actor, operation=Operation.DLQ_READ))
         return [d for d in letters if d.run_id in keep]
 
-    def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict:
+    def dlq_show(self, run_id: str, *, tenant: str | None = None, actor: str | None = None) -> dict[str, Any]:
         """A dead letter with its run, its failed attempts and the end of its audit trail (``dlq:read``; the
         audit events only with ``audit:read`` too, the attempts' tracebacks only with ``runs:read``)."""
         run = self._scoped(run_id, tenant, actor, Operation.DLQ_READ)
@@ -120,6 +150,7 @@ class Repair:
         if gate:
             cursor = next(a for a in reversed(self.store.attempts(run_id)) if a.step_id == step_id)
             x = self.engine.execution(run, cursor, self.store.results(run_id), resumed=False)
+            assert step.gate is not None  # (a gate's step id names a step that has one)
             data = approval.opening(x, step.gate, now)
             data["then"] = cursor.data.get("then")
             nxt = NextAttempt(step_id, 1, "waiting", now + step.gate.timeout_ms / 1000.0, lease_ms(step),

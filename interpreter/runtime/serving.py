@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from sealflow.engine import recovery
 from sealflow.operations import notifications
@@ -19,10 +20,45 @@ from sealflow.runtime import liveness, takeover
 from sealflow.runtime.liveness import BrokerUnavailable
 from sealflow.store.errors import StoreError
 
+if TYPE_CHECKING:
+    import dramatiq
+
+    from sealflow.core.clock import Clock
+    from sealflow.engine.engine import Engine
+    from sealflow.operations.notifications.config import NotifyConfig
+    from sealflow.operations.retention import Retention
+    from sealflow.policy.access import AccessProvider
+    from sealflow.runtime.config import RuntimeConfig
+    from sealflow.runtime.dispatcher import Dispatcher
+    from sealflow.runtime.sweeper import Sweeper
+    from sealflow.store.base import Store
+    from sealflow.store.capabilities import Capabilities
+
 
 class Serving:
     """Methods of :class:`~sealflow.runtime.facade.Runtime` (see its module); they use its store,
     broker, dispatcher, sweeper, configuration and clock."""
+
+    if TYPE_CHECKING:  # the facade's (runtime/facade.py), which these methods use
+        store: Store
+        engine: Engine
+        broker: dramatiq.Broker
+        access: AccessProvider
+        capabilities: Capabilities
+        clock: Clock
+        config: RuntimeConfig
+        notify: NotifyConfig
+        owner: str
+        dispatcher: Dispatcher
+        sweeper: Sweeper
+        heartbeat_every: float
+        _heartbeats: liveness.Heartbeats | None
+        _recovered: bool
+        _left_steps: takeover.LeftSteps | None
+
+        def start(self) -> None: ...
+        def recover(self, *, actor: str | None = None, tenant: str | None = None,
+                    leave_unready: bool = False) -> dict[str, Any]: ...
 
     def serve(self, stop: threading.Event, *, interval: float = 0.2, allow_open: bool = False,
               dead_owner_check: float = 1.0, heartbeat_every: float = 2.0, dead_after: float = 15.0,
@@ -61,7 +97,8 @@ class Serving:
         left = self._left_steps = takeover.LeftSteps(self)  # steps others left for want of what they need
         self._serve_rounds(stop, watch, retention, left, rounds, listening, interval, dead_owner_check, silent_for)
 
-    def _serve_rounds(self, stop: threading.Event, watch, retention, left, rounds, listening, interval: float,
+    def _serve_rounds(self, stop: threading.Event, watch: liveness.BrokerWatch, retention: Retention | None,
+                      left: takeover.LeftSteps, rounds: liveness.Outage, listening: liveness.Outage, interval: float,
                       dead_owner_check: float, silent_for: float | None) -> None:
         check_at = time.monotonic() + dead_owner_check
         sweep_at = 0.0

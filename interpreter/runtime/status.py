@@ -22,9 +22,9 @@ class RunStatus:
 
     run: RunRecord
     attempts: list[AttemptRecord]
-    waiting: dict | None = None
+    waiting: dict[str, Any] | None = None
     #: fan-out steps: step id -> its latest attempt's items (``total``, ``counts`` by state, ``failures``)
-    items: dict[str, dict] = dataclasses.field(default_factory=dict)
+    items: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     #: one page of the child runs (index order across steps), and where the next page starts (None: last)
     children: list[ChildRecord] = dataclasses.field(default_factory=list)
     children_offset: int = 0
@@ -46,7 +46,7 @@ class RunStatus:
         """Step id -> state of its latest attempt."""
         return {a.step_id: a.state for a in self.attempts}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"run": dataclasses.asdict(self.run), "attempts": [dataclasses.asdict(a) for a in self.attempts],
                 "waiting": self.waiting, "items": self.items,
                 "children": [dataclasses.asdict(c) for c in self.children], "children_next": self.children_next}
@@ -101,7 +101,7 @@ def _fanout(store: RunReads, status: RunStatus, offset: int, limit: int) -> None
     status.children_next = offset + limit if len(page) > limit else None
 
 
-def _gate(data: dict) -> dict:
+def _gate(data: dict[str, Any]) -> dict[str, Any]:
     """What an approver needs of a gate (opened or decided): what it showed (redacted), its binding, who
     may and who did decide."""
     return {"show": REDACTOR.value(data.get("show")), "show_hash": data.get("show_hash"),
@@ -109,10 +109,10 @@ def _gate(data: dict) -> dict:
             "approvals": [{"actor": a.get("actor"), "as": a.get("as")} for a in data.get("approvals", ())]}
 
 
-def _steps(status: RunStatus, traces: bool) -> list[dict]:
+def _steps(status: RunStatus, traces: bool) -> list[dict[str, Any]]:
     """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``, a
     failure its attempt's traceback when ``traces`` (the caller may read the run) and the attempt kept one."""
-    steps: dict[str, dict] = {}
+    steps: dict[str, dict[str, Any]] = {}
     for a in status.attempts:
         entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
         entry["attempts"] = max(entry["attempts"], a.attempt)
@@ -135,7 +135,7 @@ def _steps(status: RunStatus, traces: bool) -> list[dict]:
     return list(steps.values())
 
 
-def status_json(status: RunStatus, *, traces: bool = False) -> dict:
+def status_json(status: RunStatus, *, traces: bool = False) -> dict[str, Any]:
     """The run as one JSON object: what ``sealflow status --json`` prints and ``GET /v1/runs/{id}`` answers
     (docs/runtime.md names its fields); the input and what gates showed are redacted. ``traces``: a failed
     step's ``error`` carries the traceback its attempt kept (``error.trace``), for callers that were authorised

@@ -11,7 +11,8 @@ import hashlib
 import json
 import secrets
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.errors import ConfigError, StepError
 from sealflow.core.jsonc import NotUnicode, dumps, over_payload_limit, short_message
@@ -24,6 +25,14 @@ from sealflow.runtime.readiness import plan_models
 from sealflow.store.base import AuditEvent, Claimed, NewRun
 from sealflow.store.definitions import DefinitionSource, Registration
 from sealflow.store.errors import AdmissionRefused
+
+if TYPE_CHECKING:
+    from sealflow.core.clock import Clock
+    from sealflow.engine.engine import Engine
+    from sealflow.policy.access import AccessProvider
+    from sealflow.runtime.config import RuntimeConfig
+    from sealflow.runtime.priority import PriorityOf
+    from sealflow.store.base import Store
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
@@ -60,6 +69,17 @@ def _said(message: str) -> str:
 class Submitting:
     """Methods of :class:`~sealflow.runtime.facade.Runtime` (see this module)."""
 
+    if TYPE_CHECKING:  # the facade's (runtime/facade.py), which these methods use
+        store: Store
+        engine: Engine
+        access: AccessProvider
+        clock: Clock
+        config: RuntimeConfig
+        providers: Any
+        priority_of: PriorityOf
+        _input_validators: dict[str, Any]
+        _plan_json: dict[str, str]
+
     def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
                idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
                source: DefinitionSource | None = None, pin: bool = False) -> str:
@@ -78,7 +98,7 @@ class Submitting:
     def _submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
                 idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
                 source: DefinitionSource | None = None, pin: bool = False,
-                claim_for: Any = None) -> tuple[str, Claimed | None]:
+                claim_for: Callable[[Plan, str | None], str | None] | None = None) -> tuple[str, Claimed | None]:
         """:meth:`submit`; ``claim_for(plan, signer)``: the owner to claim the new run's first attempt for in
         the same transaction (:mod:`.inline`), or None; returns the run's id and that claim."""
         if not plan.digest:
@@ -109,7 +129,7 @@ class Submitting:
         if pin:
             self._authorize_pin(plan, initiator, tenant)
         registration = Registration(plan.name, plan.version, plan.digest, signer, source, pin, initiator) \
-            if signed else None
+            if signed and signer is not None else None  # (signed: it has a signer)
         coordination.check_plan(plan, self.config.pools)  # warns about a pool the configuration does not list
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms

@@ -49,7 +49,7 @@ class LeftSteps:
         self._after: int | None = None  # the last audit id read
         self._running: set[tuple[str, str, int]] = set()  # queued or running
         self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUED)
+        self._queue: queue.Queue[tuple[tuple[str, str, int], Message] | None] = queue.Queue(maxsize=_QUEUED)
         # daemon threads: a takeover still running when the process exits is abandoned like any attempt past
         # the worker's grace (its lease ends and the step runs again elsewhere)
         self._threads = [threading.Thread(target=self._serve, name=f"sealflow-takeover-{i}", daemon=True)

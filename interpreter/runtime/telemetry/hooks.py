@@ -47,10 +47,10 @@ class Telemetry(EngineHooks):
                 return got
         with tracing.attempt_span(x, self.tracer) as span:
             sc = span.get_span_context()
-            ids = {"run_id": x.run.id, "step_id": x.step_id, "attempt": x.attempt.attempt}
+            context: dict[str, Any] = {"run_id": x.run.id, "step_id": x.step_id, "attempt": x.attempt.attempt}
             if sc.is_valid:
-                ids.update(trace_id=format(sc.trace_id, "032x"), span_id=format(sc.span_id, "016x"))
-            with jsonlog.attempt_context(**ids):
+                context.update(trace_id=format(sc.trace_id, "032x"), span_id=format(sc.span_id, "016x"))
+            with jsonlog.attempt_context(**context):
                 got = run()
                 outcome = got[0]
                 seconds = self._counted(x, outcome, refused, began)

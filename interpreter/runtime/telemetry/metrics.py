@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -59,7 +59,7 @@ def model_of(step: Any) -> str | None:
     for attr in ("ai", "agent"):
         spec = getattr(step, attr, None)
         if spec is not None:
-            return spec.model
+            return cast(str | None, spec.model)
     return None
 
 
@@ -116,7 +116,7 @@ class Metrics:
         if store is not None:
             r.register(StoreCollector(store, broker, queues, capabilities=capabilities))
         #: (metric, label values) -> its child: ``labels()`` takes a lock and checks the values at every call
-        self._children: dict[tuple, Any] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *values: str) -> Any:
         key = (metric, *values)
@@ -208,7 +208,7 @@ class StoreCollector(Collector):
         self.store, self.broker, self.queues = store, broker, queues
         self.capabilities = capabilities if capabilities is not None else Capabilities.of(store)
 
-    def describe(self) -> list:
+    def describe(self) -> list[GaugeMetricFamily]:
         return []  # families are produced at collect time only
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -56,6 +56,22 @@ def test_given_an_amqp_url_when_the_broker_is_built_then_publisher_confirms_are_
     assert own.parameters.blocked_connection_timeout == 5
 
 
+def test_given_an_amqp_url_of_several_hosts_when_the_broker_is_built_then_each_host_blocks_for_a_bounded_time():
+    pytest.importorskip("pika")
+    # Given a URL naming two RabbitMQ hosts separated by ";" (Dramatiq tries them in turn), the second with a
+    # blocked-connection timeout of its own
+    url = "amqp://guest:guest@h1:5672/%2F;amqp://guest:guest@h2:5672/%2F?blocked_connection_timeout=5"
+    # When the broker is built (connecting is lazy)
+    broker = brokers.broker_from_url(url)
+    # Then each host's parameters are bounded: the first by the default, the second by its own setting
+    first, second = broker.parameters
+    assert (first.host, first.blocked_connection_timeout) == ("h1", brokers.BLOCKED_TIMEOUT)
+    assert (second.host, second.blocked_connection_timeout) == ("h2", 5)
+    # and without a setting of its own anywhere, building it does not fail and every host gets the default
+    plain = brokers.broker_from_url("amqp://h1/%2F;amqp://h2/%2F")
+    assert [p.blocked_connection_timeout for p in plain.parameters] == [brokers.BLOCKED_TIMEOUT] * 2
+
+
 @pytest.mark.parametrize("url, said", [
     ("http://user:s3cret@127.0.0.1:6379/0", "the scheme 'http://' is not a broker's"),
     ("kafka://broker:9092", "the scheme 'kafka://' is not a broker's"),
