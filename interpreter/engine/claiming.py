@@ -17,16 +17,27 @@ These are methods of :class:`~sealflow.engine.engine.Engine` (a mixin, as
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from sealflow.core.errors import StepError
 from sealflow.core.ids import StepRef, split_step_id
+from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.engine import capability
 from sealflow.execution.context import Execution
 from sealflow.policy import coordination
-from sealflow.store.base import AuditEvent, Claimed, RunRecord
+from sealflow.store.base import AttemptRecord, AuditEvent, Claimed, NextAttempt, RunRecord
 from sealflow.store.errors import NotFound, StoreError
+
+if TYPE_CHECKING:
+    from sealflow.core.clock import Clock
+    from sealflow.engine.fanout import Parents
+    from sealflow.execution.context import OutputCache, Services
+    from sealflow.store.base import Store
+    from sealflow.store.coordination import SlotRequest
+
+#: a run's results as a claim reads them: step id -> (status, output JSON text or None)
+Results = Mapping[str, tuple[str, str | None]]
 
 log = logging.getLogger("sealflow.engine")
 
@@ -42,6 +53,31 @@ class _PlanNeeded(Exception):
 class Claiming:
     """Methods of :class:`~sealflow.engine.engine.Engine` (see this module)."""
 
+    if TYPE_CHECKING:  # what they use of the Engine they are mixed into (engine.py sets them)
+        store: Store
+        clock: Clock
+        services: Services
+        outputs: OutputCache
+        parents: Parents
+        left: dict[str, list[capability.Lack]]
+        _plans: dict[str, Plan]
+        _steps: dict[str, dict[str, PlanStep]]
+        _runs: dict[str, RunRecord]
+
+        @property
+        def owner(self) -> str: ...
+
+        @property
+        def actor(self) -> str: ...
+
+        @property
+        def running_limit(self) -> Callable[[str], int | None] | None: ...
+
+        @property
+        def pools(self) -> Mapping[str, int]: ...
+
+        def plan(self, digest: str) -> Plan: ...
+
     @staticmethod
     def _carried(got: Claimed, run_id: str, step_id: str, attempt: int, token: int) -> Claimed | None:
         """The claim the caller carries (``claimed``), if it is this message's attempt's."""
@@ -52,7 +88,7 @@ class Claiming:
             return None
         return got
 
-    def _may_carry(self, x: Execution, nxt, inline: bool) -> bool:
+    def _may_carry(self, x: Execution, nxt: NextAttempt | None, inline: bool) -> bool:
         """Whether a commit making ``nxt`` due (``inline``: dispatched with it) may claim it for the caller, who
         asked to carry the run on: it is scheduled now, and neither a bulkhead nor a lock or pool stands in the
         way (those claims wait in line: not here)."""
@@ -66,7 +102,7 @@ class Claiming:
         step = self._steps.get(x.run.plan_digest, {}).get(split_step_id(nxt.step_id)[0])
         return step is not None and self.may_claim_at_once(x.plan, step, x.run, nxt.step_id)
 
-    def may_claim_at_once(self, plan, step, run, step_id: str) -> bool:
+    def may_claim_at_once(self, plan: Plan, step: PlanStep, run: RunRecord, step_id: str) -> bool:
         """Whether this process may claim attempt ``step_id`` (of ``step``) of ``run`` for the thread at hand
         without a message: no bulkhead, lock or pool to wait in line for, and nothing it needs missing here.
         A commit that carries its run on asks it of the next step; ``Runtime.run`` of a new run's first."""
@@ -104,7 +140,7 @@ class Claiming:
         self.left[run_id] = missing
         return True
 
-    def _record_left(self, run: RunRecord, step_id: str, attempt: int, missing: list) -> None:
+    def _record_left(self, run: RunRecord, step_id: str, attempt: int, missing: list[capability.Lack]) -> None:
         """Say in the store that this process left the attempt and what it lacks (audited ``step.left``, once
         per process and attempt): ``sealflow status`` and the HTTP API in any process show why the step waits,
         and a ``sealflow run`` waiting for its own run takes the step over when it has what is needed
@@ -148,10 +184,13 @@ class Claiming:
         if run is None:
             return False
         plan, steps = self._plans.get(run.plan_digest), self._steps.get(run.plan_digest)
-        step = None if plan is None or steps is None else steps.get(split_step_id(step_id)[0])
+        if plan is None or steps is None:
+            return False
+        step = steps.get(split_step_id(step_id)[0])
         return step is not None and not coordination.needs_slots(plan, step)
 
-    def _slots(self, run: RunRecord, att, results: Callable[[], Any], errors: list[StepError]) -> tuple:
+    def _slots(self, run: RunRecord, att: AttemptRecord, results: Callable[[], Results],
+               errors: list[StepError]) -> tuple[SlotRequest, ...]:
         """Locks and pools (:mod:`sealflow.policy.coordination`): the slots the attempt needs,
         called by the store inside the claim; a failure is noted in ``errors`` (the attempt then fails).
         The plan must be cached already (no store read inside the claim's transaction)."""

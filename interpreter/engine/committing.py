@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from sealflow.core.clock import Clock
 from sealflow.store.base import Commit, Store
@@ -87,20 +87,28 @@ def _apply(store: Store, clock: Clock, commit: Commit,
                 raise
 
 
+class _Waiting(TypedDict):
+    """What :func:`outlast` keeps between failures: until when to try, and the next wait."""
+
+    until: float | None
+    delay: float
+
+
 def outlast(clock: Clock, lease_end: float | None, what: str) -> Callable[[StoreUnavailable], bool]:
     """An ``unavailable`` handler for :func:`commit_retrying`: while the attempt's lease lasts (``lease_end``, on
     ``clock``), wait for a store that could not take its commit (disk full, read-only, the database away) and
     try again, so that a short outage costs the step nothing. Past it, give up: the lease runs out, the sweeper
     requeues the attempt and it runs again (a loss, not a failure: engine.poison). Waits on ``clock``."""
-    state: dict = {"until": None, "delay": RETRY_FIRST_S}
+    state: _Waiting = {"until": None, "delay": RETRY_FIRST_S}
 
     def wait(exc: StoreUnavailable) -> bool:
         now = clock.now()
-        if state["until"] is None:  # first failure: the lease's time left
+        until = state["until"]
+        if until is None:  # first failure: the lease's time left
             left = (lease_end - now) if lease_end is not None else 0.0
-            state["until"] = now + min(left - MARGIN_S, RETRY_MAX_S)
+            until = state["until"] = now + min(left - MARGIN_S, RETRY_MAX_S)
             log.warning("%s: the store could not take its commit (%s); trying again while its lease lasts", what, exc)
-        if now + state["delay"] >= state["until"]:
+        if now + state["delay"] >= until:
             log.error("%s: the store still could not take its commit (%s); giving up: its lease will run out and "
                       "the step will run again", what, exc)
             return False

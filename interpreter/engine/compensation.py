@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Any, cast
 
 from sealflow.core import leases
 from sealflow.core.clock import Clock
@@ -47,7 +48,7 @@ from sealflow.core.ids import compensation_id, is_compensation
 from sealflow.core.jsonc import dumps_or_none
 from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl.errors import DslError
-from sealflow.dsl.plan import Plan, PlanStep
+from sealflow.dsl.plan import CompensationPlan, Plan, PlanStep
 from sealflow.engine.committing import AGAIN, commit_retrying
 from sealflow.engine.decide import schedule_retry
 from sealflow.execution import arguments
@@ -56,12 +57,14 @@ from sealflow.execution.context import Execution
 from sealflow.execution.idempotency import ledger_lookup
 from sealflow.policy import budgets
 from sealflow.store.base import (
+    AttemptRecord,
     AuditEvent,
     Commit,
     DeadLetterSpec,
     LedgerEntry,
     NextAttempt,
     RunChange,
+    RunRecord,
     StepChange,
     Store,
 )
@@ -84,8 +87,13 @@ def has_compensations(plan: Plan) -> bool:
     return got
 
 
+def _undoing(step: PlanStep) -> CompensationPlan:
+    """The ``compensate`` of a step that is being undone: only steps that declare one are queued (:func:`queue`)."""
+    return cast(CompensationPlan, step.compensate)
+
+
 def lease_for(step: PlanStep) -> int:
-    return leases.lease_ms(step.compensate.timeout_ms)
+    return leases.lease_ms(_undoing(step).timeout_ms)
 
 
 def queue(store: Store, run_id: str, plan: Plan, newest: str | None = None) -> list[str]:
@@ -98,7 +106,7 @@ def queue(store: Store, run_id: str, plan: Plan, newest: str | None = None) -> l
     return list(dict.fromkeys(reversed(done)))
 
 
-def _first(plan: Plan, order: list[str], data: dict, now: float) -> NextAttempt:
+def _first(plan: Plan, order: list[str], data: dict[str, Any], now: float) -> NextAttempt:
     step = plan.step(order[0])
     return NextAttempt(compensation_id(order[0]), 1, "scheduled", now, lease_for(step), None,
                        {**data, "queue": order[1:]})
@@ -145,9 +153,11 @@ def amend(x: Execution, commit: Commit) -> Commit:
 
 
 Plans = Callable[[str], Plan]
+#: ``build(run, plan, active, order, now)``: the commit that starts compensation of an idle run
+Build = Callable[[RunRecord, Plan, AttemptRecord | None, list[str], float], Commit]
 
 
-def _start_while_idle(store: Store, plans: Plans, clock: Clock, run_id: str, build, *,
+def _start_while_idle(store: Store, plans: Plans, clock: Clock, run_id: str, build: Build, *,
                       needs_deadline: bool = False) -> bool:
     """Start compensation of an active run none of whose attempts is running, with the commit
     ``build(run, plan, active, order, now)`` makes; False when there is nothing to undo, an attempt
@@ -178,7 +188,7 @@ def cancel(store: Store, plans: Plans, clock: Clock, run_id: str, *, actor: str,
     starts compensation)."""
     why = reason or f"cancelled by {actor}"
 
-    def build(run, plan, active, order, now) -> Commit:
+    def build(run: RunRecord, plan: Plan, active: AttemptRecord | None, order: list[str], now: float) -> Commit:
         step = None if active is None else StepChange(active.step_id, active.attempt, active.token, "cancelled")
         return Commit(run_id=run_id, expected_rev=run.rev, step=step,
                       run=RunChange(state="compensating", error_class="cancelled", error_message=why),
@@ -196,7 +206,7 @@ def deadline(store: Store, plans: Plans, clock: Clock, run_id: str) -> bool:
     ``timed_out`` (dead-lettered), in one commit. False when it does not apply (nothing to undo, an
     attempt is running, the run is no longer active): the sweeper then times the run out as usual."""
 
-    def build(run, plan, active, order, now) -> Commit:
+    def build(run: RunRecord, plan: Plan, active: AttemptRecord | None, order: list[str], now: float) -> Commit:
         limit = plan.budget.max_runtime_ms
         why = "the run passed " + (f"its budget.max_runtime of {limit // 1000}s" if limit else "its deadline")
         step_id = None if active is None else active.step_id
@@ -216,7 +226,7 @@ def deadline(store: Store, plans: Plans, clock: Clock, run_id: str) -> bool:
 
 def execute(x: Execution) -> Outcome:
     """Call the step's compensate action (or replay its recorded result)."""
-    comp = x.step.compensate
+    comp = _undoing(x.step)
     key = key_for(x.run.id, x.step.id)
     recorded = ledger_lookup(x, key)
     if recorded is not None:
@@ -237,7 +247,7 @@ def execute(x: Execution) -> Outcome:
 
 def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
     """The commit for a compensation attempt's outcome: next compensation, the run's end, a retry, or quarantine."""
-    run, att, comp = x.run, x.attempt, x.step.compensate
+    run, att, comp = x.run, x.attempt, _undoing(x.step)
     data = dict(att.data)
     base = x.step.id
     info = {"step": base, "action": comp.action, "try": att.try_no}
@@ -250,8 +260,8 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
                             actor, detail=info)]
         rest = list(data.get("queue") or ())
         if rest:
-            nxt = x.plan.step(rest[0])
-            following = NextAttempt(compensation_id(rest[0]), 1, "scheduled", x.now, lease_for(nxt), None,
+            undo_next = x.plan.step(rest[0])
+            following = NextAttempt(compensation_id(rest[0]), 1, "scheduled", x.now, lease_for(undo_next), None,
                                     {**data, "queue": rest[1:]})
             return Commit(run_id=run.id, expected_rev=run.rev, step=step, next=following, ledger=ledger,
                           audit=tuple(audit), actor=actor, dispatch_inline=True)
@@ -282,14 +292,14 @@ def decide(x: Execution, outcome: Outcome, *, actor: str) -> Commit:
               f"{had}; the run is quarantined: undo what is left by hand, then close it")
     spec = DeadLetterSpec(att.step_id, reason, failed.error_class,
                           fingerprint(att.step_id, failed.error_class, failed.message))
-    audit = (AuditEvent("compensation.failed", att.step_id, actor,
-                        detail={**info, "error_class": failed.error_class, "left": list(data.get("queue") or ())}),)
+    failure = AuditEvent("compensation.failed", att.step_id, actor,
+                         detail={**info, "error_class": failed.error_class, "left": list(data.get("queue") or ())})
     return Commit(run_id=run.id, expected_rev=run.rev, step=step,
                   run=RunChange(state="quarantined", error_class=failed.error_class, error_message=reason),
-                  dead_letter=spec, audit=audit, actor=actor, dispatch_inline=True)
+                  dead_letter=spec, audit=(failure,), actor=actor, dispatch_inline=True)
 
 
-def check_redrive(run) -> None:
+def check_redrive(run: RunRecord) -> None:
     """Refuse to redrive a run whose completed steps were compensated: rerunning its failed step would
     build on effects that were undone. Submit a new run instead."""
     from sealflow.store.errors import InvalidOperation

@@ -17,8 +17,9 @@ concurrency conflict, and tests can check decisions without a store.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from sealflow.core import leases, retry
 from sealflow.core.fingerprints import fingerprint
@@ -28,7 +29,7 @@ from sealflow.core.kinds import traits_of
 from sealflow.core.outcomes import EndRun, Failed, Outcome, Skipped, Succeeded, Waiting
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.expressions import truthy
-from sealflow.dsl.plan import END, PlanStep
+from sealflow.dsl.plan import END, ApprovalPlan, PlanStep, RetryPolicy
 from sealflow.execution.context import Execution, payload_limit
 from sealflow.policy.approvals import opening
 from sealflow.store.base import (
@@ -38,8 +39,14 @@ from sealflow.store.base import (
     LedgerEntry,
     NextAttempt,
     RunChange,
+    Spawn,
     StepChange,
 )
+
+#: ``amend(step, next, inline, expected_rev)``: more fields of the commit (the engine's: :meth:`Engine._commit`)
+Amend = Callable[[StepChange | None, NextAttempt | None, bool, int], dict[str, Any]]
+#: the expression context of a decision (``steps``, ``input``, ``run``, ...), built when it is needed
+Context = Callable[[], dict[str, Any]]
 
 
 def lease_ms(step: PlanStep) -> int:
@@ -55,8 +62,9 @@ def skip_target(step: PlanStep) -> str:
     return step.next or "end"
 
 
-def schedule_retry(policy, step_id: str, try_no: int, failed: Failed, *, rng, now: float, lease: int, actor: str,
-                   data: dict | None = None) -> tuple[NextAttempt, AuditEvent] | None:
+def schedule_retry(policy: RetryPolicy, step_id: str, try_no: int, failed: Failed, *, rng: random.Random | None,
+                   now: float, lease: int, actor: str,
+                   data: dict[str, Any] | None = None) -> tuple[NextAttempt, AuditEvent] | None:
     """The next try of a failed attempt and its ``retry_scheduled`` event, when ``policy`` (a step's or a
     compensation's ``retry``) allows one; None when it does not. The one retry scheduler."""
     if failed.no_retry or failed.ends_run or not retry.should_retry(policy, failed.error_class, try_no):
@@ -101,6 +109,15 @@ def _over_limit(x: Execution, text: str) -> str | None:
 _CLAIM_CHECK = "keep large documents outside the run, e.g. in an object store, and pass their key"
 
 
+class _Counters(TypedDict, total=False):
+    """What a commit adds to the run's counters (:class:`RunChange`'s ``add_*`` fields)."""
+
+    add_steps: int
+    add_tokens: int
+    add_cost_usd: float
+    add_tool_calls: int
+
+
 class _Decision:
     def __init__(self, x: Execution, actor: str, counts_step: bool):
         self.x = x
@@ -113,23 +130,23 @@ class _Decision:
         self.ledger: LedgerEntry | None = None
         self.dead: DeadLetterSpec | None = None
         self.audit: list[AuditEvent] = []
-        self.counters = {"add_steps": 1 if counts_step else 0}
-        self.spawn = None
+        self.counters: _Counters = {"add_steps": 1 if counts_step else 0}
+        self.spawn: Spawn | None = None
 
     def change(self, state: str, **kw: Any) -> None:
         a = self.x.attempt
         self.step = StepChange(a.step_id, a.attempt, a.token, state, **kw)
 
-    def usage(self, outcome: Succeeded | Failed) -> None:
-        self.counters.update(add_tokens=outcome.tokens, add_cost_usd=outcome.cost_usd,
-                             add_tool_calls=outcome.tool_calls)
+    def usage(self, outcome: Succeeded | Failed | Waiting) -> None:
+        self.counters.update({"add_tokens": outcome.tokens, "add_cost_usd": outcome.cost_usd,
+                              "add_tool_calls": outcome.tool_calls})
 
     def record(self, key: str | None, output_json: str | None) -> None:
         if key is not None and output_json is not None:
             x = self.x
             self.ledger = LedgerEntry(x.run.tenant, key, x.run.id, x.step_id, output_json)
 
-    def go(self, target: str | None, context: Callable[[], dict]) -> None:
+    def go(self, target: str | None, context: Context) -> None:
         x = self.x
         if target is None or target == END:
             try:
@@ -162,7 +179,7 @@ class _Decision:
         reason = message if state == "quarantined" else f"step {x.step_id!r} failed with {error_class}: {message}"
         self.dead = DeadLetterSpec(x.step_id, reason, error_class, fingerprint(x.step_id, error_class, message))
 
-    def commit(self, inline: bool, amend: Callable[..., dict] | None = None) -> Commit:
+    def commit(self, inline: bool, amend: Amend | None = None) -> Commit:
         x = self.x
         if x.run.state == "cancelling":
             # the run was cancelled while this attempt ran: keep the result, stop the run
@@ -172,21 +189,21 @@ class _Decision:
             self.error = (None, None)
         change = RunChange(state=self.run_state, output_json=self.output_json, error_class=self.error[0],
                            error_message=self.error[1], **self.counters)
-        extra = {} if amend is None else amend(self.step, self.next, inline, x.run.rev)
+        extra: dict[str, Any] = {} if amend is None else amend(self.step, self.next, inline, x.run.rev)
         return Commit(run_id=x.run.id, expected_rev=x.run.rev, step=self.step, run=change, next=self.next,
                       ledger=self.ledger, dead_letter=self.dead, audit=tuple(self.audit), actor=self.actor,
                       dispatch_inline=inline, spawn=None if x.run.state == "cancelling" else self.spawn,
                       close_fanout=traits_of(x.step.kind).fans_out and not x.gate, **extra)
 
 
-def _render(x: Execution, value: Any, context: dict) -> Any:
+def _render(x: Execution, value: Any, context: dict[str, Any]) -> Any:
     from sealflow.dsl.expressions import templates
 
     return templates.render_value(value, context, clock=x.services.clock.now)
 
 
 def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = True, inline: bool = True,
-           amend: Callable[..., dict] | None = None) -> Commit:
+           amend: Amend | None = None) -> Commit:
     """The commit that applies ``outcome`` of attempt ``x``; ``amend(step, next, inline, expected_rev)`` gives
     more of its fields (the engine's: which slots it holds, whether it carries on, its view of the run)."""
     outcome, out_json = as_json(x, outcome)
@@ -202,12 +219,13 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
             d.audit.append(AuditEvent("idempotent_replay", x.step_id, actor, detail=outcome.detail))
         elif outcome.detail:
             d.audit.append(AuditEvent("step.detail", x.step_id, actor, detail=outcome.detail))
-        def context() -> dict:
+        def context() -> dict[str, Any]:
             return _with_result(x, "succeeded", outcome.output)
 
         target = (x.attempt.data.get("then") or step.next) if x.gate else (outcome.next or step.next)
-        if not x.gate and step.gate is not None and step.requires_approval_if and _gate_needed(x, outcome.output):
-            _open_gate(d, x, context(), target)
+        condition = step.requires_approval_if
+        if not x.gate and step.gate is not None and condition and _gate_needed(x, condition, outcome.output):
+            _open_gate(d, x, step.gate, context(), target)
         else:
             d.go(target, context)
     elif isinstance(outcome, Skipped):
@@ -219,8 +237,7 @@ def decide(x: Execution, outcome: Outcome, *, actor: str, counts_step: bool = Tr
                  timer_kind=outcome.timer_kind if fresh else None)
         d.run_state = "waiting"
         if outcome.tokens or outcome.cost_usd or outcome.tool_calls:  # used before a rate limit stopped it
-            d.counters.update(add_tokens=outcome.tokens, add_cost_usd=outcome.cost_usd,
-                              add_tool_calls=outcome.tool_calls)
+            d.usage(outcome)
         if outcome.event:
             d.audit.append(AuditEvent(outcome.event, x.step_id, actor, detail=outcome.detail))
         d.spawn = outcome.spawn
@@ -259,7 +276,7 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
                                   detail={"attempt": x.attempt.attempt, "try": x.attempt.try_no,
                                           "lost": (f.data or {}).get("lost_before"), "message": f.message}))
         return
-    def context() -> dict:
+    def context() -> dict[str, Any]:
         return _with_result(x, "timed_out" if f.timed_out else "failed", None)
 
     if f.route is not None:
@@ -283,7 +300,7 @@ def _failed(d: _Decision, x: Execution, f: Failed) -> None:
     d.fail_run(f.error_class, f.message)
 
 
-def _with_result(x: Execution, status: str, output: Any) -> dict:
+def _with_result(x: Execution, status: str, output: Any) -> dict[str, Any]:
     if x.gate:
         return x.context
     steps = dict(x.context["steps"])
@@ -314,15 +331,14 @@ def _tool_call_decided(d: _Decision, x: Execution, outcome: Succeeded | Failed) 
     d.run_state = "running"
 
 
-def _gate_needed(x: Execution, output: Any) -> bool:
+def _gate_needed(x: Execution, condition: str, output: Any) -> bool:
     try:
-        return truthy(x.evaluate(x.step.requires_approval_if, output=output, with_output=True))
+        return truthy(x.evaluate(condition, output=output, with_output=True))
     except DslError:
         return True  # cannot tell: fail closed, a human decides
 
 
-def _open_gate(d: _Decision, x: Execution, context: dict, then: str | None) -> None:
-    gate = x.step.gate
+def _open_gate(d: _Decision, x: Execution, gate: ApprovalPlan, context: dict[str, Any], then: str | None) -> None:
     gx = Execution(x.services, x.plan, x.step, x.run, x.attempt, context, x.now, gate=True)
     data = opening(gx, gate, x.now)
     data["then"] = then  # where control goes once approved

@@ -31,6 +31,7 @@ lines loses nothing the store does not know how to redo.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -49,7 +50,7 @@ from sealflow.dsl.expressions import truthy
 from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.engine import capability, compensation, fanout, gates, hooks, integrity, poison, recovery
 from sealflow.engine import decide as flow
-from sealflow.engine.claiming import Claiming
+from sealflow.engine.claiming import Claiming, Results
 from sealflow.engine.committing import commit_retrying, outlast
 from sealflow.engine.hooks import EngineConfig, EngineHooks
 from sealflow.engine.reads import named_results
@@ -61,7 +62,17 @@ from sealflow.policy.access import AccessProvider
 from sealflow.providers.registry import provider_lookup
 from sealflow.steps import EXECUTORS
 from sealflow.steps.checks import validation_failure
-from sealflow.store.base import AuditEvent, Claimed, Commit, Message, RunRecord, Store
+from sealflow.store.base import (
+    AttemptRecord,
+    AuditEvent,
+    Claimed,
+    Commit,
+    Message,
+    NextAttempt,
+    RunRecord,
+    StepChange,
+    Store,
+)
 from sealflow.store.capabilities import Capabilities
 from sealflow.store.errors import (
     ClaimDeferred,
@@ -69,6 +80,7 @@ from sealflow.store.errors import (
     InvalidOperation,
     MessageRefused,
     NotFound,
+    PlanTampered,
     StoreUnavailable,
 )
 from sealflow.store.records import Committed, LazyResults
@@ -115,7 +127,7 @@ class Engine(Claiming):
         self.parents = fanout.Parents(store)  # what a fan-out child sees of its parent run
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled, config=config.settings,
-                                 capabilities=capabilities)
+                                 capabilities=capabilities if capabilities is not None else Capabilities.of(store))
         #: run id -> what this process lacks for the step it left unclaimed (engine.capability); drive reads it
         self.left: dict[str, list[capability.Lack]] = {}
         self._runs: dict[str, RunRecord] = {}  # run id -> its record as first read (digest, signer: immutable)
@@ -201,7 +213,7 @@ class Engine(Claiming):
     def note_cancelled(self, run_id: str) -> None:
         self._cancel_seen[run_id] = (time.monotonic(), True)
 
-    def execution(self, run: RunRecord, attempt, results, *, resumed: bool) -> Execution:
+    def execution(self, run: RunRecord, attempt: AttemptRecord, results: Results, *, resumed: bool) -> Execution:
         plan = self.plan(run.plan_digest)
         base, gate = split_step_id(attempt.step_id)
         step = self._steps_of(run.plan_digest)[base]
@@ -232,7 +244,7 @@ class Engine(Claiming):
                 return NOTHING  # (a carried claim is never made for a step this process lacks: _may_carry)
             if claimed is None:  # (the first message of a plan here loads it outside the claim: .claiming)
                 claimed = self._claim(run_id, step_id, attempt, token, tenant, slot_errors)
-        except integrity.PlanTampered as exc:  # refused once: the run fails into the dead letters (.integrity)
+        except PlanTampered as exc:  # refused once: the run fails into the dead letters (.integrity)
             done, run = integrity.refuse(self.store, self.clock, exc, run_id, step_id, attempt, token, tenant,
                                          owner=self.owner, actor=self.actor, running_limit=self.running_limit)
             return self._done(run_id, done, created_at=run.created_at if run is not None else None)
@@ -243,7 +255,7 @@ class Engine(Claiming):
         except ClaimDeferred as exc:  # a bulkhead, lock or pool is full: the message comes back later
             log.debug("%s", exc)
             for hook in self._on_deferred:
-                hooks.observed(hook, "claim_deferred", lambda h=hook, e=exc: h.claim_deferred(e))
+                hooks.observed(hook, "claim_deferred", functools.partial(hook.claim_deferred, exc))
             return NOTHING
         if StepRef.parse(step_id).is_compensation:
             return self.compensate(claimed)
@@ -252,7 +264,7 @@ class Engine(Claiming):
         refused = None
         for hook in self._before_execute:  # the trust gate, budgets, reauthorisation (engine.gates), ...
             refused = hook.before_execute(x) if hook.gating else \
-                hooks.observed(hook, "before_execute", lambda h=hook: h.before_execute(x))
+                hooks.observed(hook, "before_execute", functools.partial(hook.before_execute, x))
             if refused is not None:
                 break
         if slot_errors and refused is None:  # a lock template failed, or a pool has no limit: not started
@@ -263,14 +275,14 @@ class Engine(Claiming):
             return self._run_attempt(x, refused, resumed, carry)
 
         for hook in reversed(self._around_attempt):  # the first hook outermost: a span, the log context, metrics
-            proceed = hooks.wrap(hook, "around_attempt",
-                                 lambda p, h=hook: h.around_attempt(x, refused, began, p), proceed)
+            proceed = hooks.wrap(hook, "around_attempt", functools.partial(hook.around_attempt, x, refused, began),
+                                 proceed)
         return proceed()[1]
 
     def claim_refused(self, reason: str) -> None:
         """Tell the hooks a message was refused before anything ran (the step actor's malformed ones too)."""
         for hook in self._on_refused:
-            hooks.observed(hook, "claim_refused", lambda h=hook: h.claim_refused(reason))
+            hooks.observed(hook, "claim_refused", functools.partial(hook.claim_refused, reason))
 
     def _run_attempt(self, x: Execution, refused: Failed | None, resumed: bool,
                      carry: bool) -> tuple[Outcome, Handled]:
@@ -281,7 +293,7 @@ class Engine(Claiming):
             outcome = poison.after_crash(x, self._execute_hooked(x))
             for hook in self._after_execute:  # budgets charged
                 outcome = hook.after_execute(x, outcome) if hook.gating else \
-                    hooks.observed(hook, "after_execute", lambda h=hook, o=outcome: h.after_execute(x, o), outcome)
+                    hooks.observed(hook, "after_execute", functools.partial(hook.after_execute, x, outcome), outcome)
         counts = not resumed and refused is None and not isinstance(outcome, Skipped)
         return outcome, self._commit(x, outcome, actor=self.actor, counts_step=counts, carry=carry)
 
@@ -297,7 +309,10 @@ class Engine(Claiming):
             return self.execute(x)
 
         for hook in reversed(around):
-            call = hooks.wrap(hook, "around_execute", lambda p, h=hook: h.around_execute(x, lambda _x: p()), call)
+            def call_hook(p: Callable[[], Outcome], h: EngineHooks = hook) -> Outcome:
+                return h.around_execute(x, lambda _x: p())
+
+            call = hooks.wrap(hook, "around_execute", call_hook, call)
         return call()
 
     def execute(self, x: Execution) -> Outcome:
@@ -338,7 +353,8 @@ class Engine(Claiming):
                 carry: bool = False) -> Handled:
         tries = 0
 
-        def amendments(step, nxt, inline: bool, expected_rev: int) -> dict:
+        def amendments(step: StepChange | None, nxt: NextAttempt | None, inline: bool,
+                       expected_rev: int) -> dict[str, Any]:
             """What the engine adds to the store's part of the commit (every key, so that it replaces)."""
             a = x.attempt
             carried = carry and self._may_carry(x, nxt, inline)
@@ -377,7 +393,7 @@ class Engine(Claiming):
         """``commit`` as the ``before_commit`` hooks amend it (the notifications of the gate it opens); an
         observer that fails leaves it as it was."""
         for hook in self._before_commit:
-            commit = hooks.observed(hook, "before_commit", lambda h=hook, c=commit: h.before_commit(x, c), commit)
+            commit = hooks.observed(hook, "before_commit", functools.partial(hook.before_commit, x, commit), commit)
         return commit
 
     def _done(self, run_id: str, done: Committed | None, *, created_at: float | None = None) -> Handled:
@@ -387,10 +403,10 @@ class Engine(Claiming):
         if state in RUN_FINAL:
             self.outputs.forget(run_id)
             for hook in self._run_ended:
-                hooks.observed(hook, "run_ended", lambda h=hook: h.run_ended(run_id, state, created_at))
+                hooks.observed(hook, "run_ended", functools.partial(hook.run_ended, run_id, state, created_at))
         return Handled(done.messages, done.claimed, state)
 
-    def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict | None = None) -> None:
+    def _fenced(self, exc: FencingError, x: Execution, actor: str, detail: dict[str, Any] | None = None) -> None:
         """A late result (the lease expired and the attempt moved on, or the run timed out): audited only."""
         log.warning("%s", exc)
         self.store.append_audit(AuditEvent(
@@ -432,7 +448,7 @@ class Engine(Claiming):
             return store.commit(recovery.start_commit(run, plan, self.clock.now()), self.clock.now()).messages
         last = recovery.last_finished(attempts)
         outcome = recovery.outcome_of(last, plan.step(split_step_id(last.step_id)[0]))
-        if not recovery.may_decide_again(run, last, outcome):
+        if not recovery.may_decide_again(run, last, outcome) or outcome is None:  # (None: it said no)
             return ()
         x = self.execution(run, last, store.results(run_id), resumed=False)
         return self.commit(x, outcome, actor="recovery", counts_step=False)

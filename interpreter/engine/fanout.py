@@ -32,10 +32,13 @@ from sealflow.engine import compensation
 from sealflow.execution.context import Execution
 from sealflow.policy import trustgate
 from sealflow.steps.fanout import child_plan
-from sealflow.store.base import Commit, RunRecord, Store
+from sealflow.store.base import Commit, NextAttempt, RunRecord, Store
 
 _FAILED = ("failed", "timed_out")
 _NO_BUDGET = BudgetPlan()
+
+#: a run's results: step id -> (status, output JSON text or None)
+_Results = dict[str, tuple[str, str | None]]
 
 
 class Parents:
@@ -44,10 +47,11 @@ class Parents:
 
     def __init__(self, store: Store, size: int = 256):
         self.store = store
-        self._seen: dict[tuple, tuple[dict, Any]] = {}
+        #: (parent run, its fan-out step, that step's attempt) -> (the parent's results, the parent's input)
+        self._seen: dict[tuple[str | None, str | None, int | None], tuple[_Results, Any]] = {}
         self._size = size
 
-    def adopt(self, child: RunRecord) -> dict:
+    def adopt(self, child: RunRecord) -> _Results:
         """The parent's results, and ``child.input`` set to the parent's input: both fixed while the fan-out
         attempt waits, so read once per (parent, step, attempt) in this process."""
         key = (child.parent_run_id, child.parent_step_id, child.parent_attempt)
@@ -61,7 +65,7 @@ class Parents:
         child.input = got[1]
         return got[0]
 
-    def child_view(self, child: RunRecord, plan: Plan, results: Mapping) -> dict:
+    def child_view(self, child: RunRecord, plan: Plan, results: Mapping[str, tuple[str, str | None]]) -> _Results:
         """``results`` with the parent's before them; under a budget ``child`` carries the parent's counters
         (every child's usage is added to them by the store) and deadline from here on."""
         if plan.budget != _NO_BUDGET:
@@ -82,7 +86,7 @@ def trusted(gate: trustgate.TrustGate | None, store: Store, plan_of: Callable[[s
         return refused
     plan = plan_of(parent.plan_digest)
     fan = plan.step_map().get(x.run.parent_step_id or "")
-    branches: tuple | range = (None,) if fan is None or fan.map is not None else \
+    branches: tuple[None] | tuple[()] | range = (None,) if fan is None or fan.map is not None else \
         range(len(fan.parallel.branches)) if fan.parallel is not None else ()
     if fan is None or x.run.plan_digest not in {child_plan(plan, fan, b).digest for b in branches}:
         return Failed("unauthorized", f"run {x.run.id}: its plan is not a sub-flow of its parent run's verified "
@@ -96,7 +100,8 @@ def undo_completed(x: Execution, commit: Commit) -> Commit:
     if not commit.close_fanout or step is None or step.state not in _FAILED:
         return commit
     store = x.services.store
-    undo, seen, undoable = [], 0, False
+    undo: list[tuple[str, NextAttempt]] = []
+    seen, undoable = 0, False
     why = (f"{x.step.kind} step {x.step.id!r} of run {x.run.id} failed ({step.error_class}); this item's steps "
            "are undone")
     for child in store.children(x.run.id, step.step_id, step.attempt):

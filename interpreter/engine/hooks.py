@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from sealflow.core.outcomes import Failed, Outcome
 from sealflow.policy.access import AccessProvider, OpenAccess
@@ -98,7 +98,15 @@ def overrides(hooks: tuple[EngineHooks, ...], method: str) -> tuple[EngineHooks,
     return tuple(h for h in hooks if getattr(type(h), method, default) is not default)
 
 
-def observed(hook: EngineHooks, what: str, call: Callable[[], Any], fallback: Any = None) -> Any:
+@overload
+def observed(hook: EngineHooks, what: str, call: Callable[[], T], fallback: T) -> T: ...
+
+
+@overload
+def observed(hook: EngineHooks, what: str, call: Callable[[], T]) -> T | None: ...
+
+
+def observed(hook: EngineHooks, what: str, call: Callable[[], T], fallback: T | None = None) -> T | None:
     """``call()``; for an observer, an exception is logged (naming the hook) and ``fallback`` returned."""
     if hook.gating:
         return call()
@@ -119,7 +127,7 @@ def wrap(hook: EngineHooks, what: str, call_hook: Callable[[Callable[[], T]], T]
         return lambda: call_hook(proceed)
 
     def wrapped() -> T:
-        ran: list = []  # [result] once proceed returned; [None, exc] if it raised
+        ran: list[Any] = []  # [result] once proceed returned; [None, exc] if it raised
 
         def inner() -> T:
             try:

@@ -24,13 +24,12 @@ An action whose target honours keys runs again under the same idempotency key, a
 
 from __future__ import annotations
 
-from typing import Any
-
 from sealflow.core.ids import is_compensation
 from sealflow.core.kinds import traits_of
 from sealflow.core.outcomes import Failed, Outcome, Waiting
 from sealflow.dsl.durations import format_ms
 from sealflow.execution.context import Execution
+from sealflow.store.base import AttemptRecord
 from sealflow.store.errors import InvalidOperation
 
 #: consecutive losses of one step's attempt after which it is poison (the runtime configuration's default)
@@ -45,7 +44,7 @@ LOST_BEFORE = "lost_before"
 OUTCOME_UNKNOWN = "outcome_unknown"
 
 
-def losses(attempt: Any) -> int:
+def losses(attempt: AttemptRecord) -> int:
     """How many times in a row this step's current try was lost, this attempt's own losses included."""
     before = (attempt.data or {}).get(LOST_BEFORE, 0)
     return attempt.leases_lost + (before if isinstance(before, int) else 0)
@@ -107,6 +106,8 @@ def unknown_outcome(x: Execution) -> bool:
     """Whether a lost attempt of ``x``'s step may have acted on a target that cannot deduplicate: an action
     registered ``honours_idempotency_key=False``."""
     if x.step.kind != "action" or x.gate or is_compensation(x.step_id):  # (a compensation reruns: keyed)
+        return False
+    if x.step.action is None:  # (an action step names its action; none: nothing registered under it)
         return False
     act = x.services.registry.get(x.step.action)
     return act is not None and not act.honours_idempotency_key

@@ -51,6 +51,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -58,13 +61,20 @@ from sealflow.cli.exits import fail_usage
 from sealflow.cli.options import access_option, actions_option, metrics_options
 from sealflow.cli.session import import_actions, load_access, load_config, require_policy, store_location, trust_path
 
+if TYPE_CHECKING:
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    from sealflow.policy.trustgate import TrustGate
+    from sealflow.runtime.facade import Runtime
+
 log = logging.getLogger("sealflow.worker")
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 _QUEUE = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,127}$")
 
 
-def _check_queue(ctx, param, value):
+def _check_queue(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if not _QUEUE.match(value) or value.endswith((".DQ", ".XQ")):
         raise click.BadParameter(f"{value!r} is not a queue name: a letter or '_', then letters, digits, '.', '_' "
                                  "or '-' (not ending in .DQ or .XQ), like sealflow")
@@ -78,25 +88,29 @@ def redact(url: str) -> str:
     return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
 
 
-def step_log():
+def step_log() -> Any:
     """A Dramatiq middleware that logs each step message this worker runs at INFO and remembers the
     ones in progress (so a shutdown can name what it abandons). It is also the runtime's ``watch``
     (:class:`~sealflow.runtime.actors.CarryWatch`): the step actor tells it which step a message carried its run on
     to (:attr:`at`) and the state the message's last commit left the run in, which the log line says (else it is
-    read from its ``store`` when set). (Built on call: the command line imports Dramatiq only when it runs.)"""
+    read from its ``store`` when set). (Built on call: the command line imports Dramatiq only when it runs; so its
+    class, a ``dramatiq.Middleware`` and a ``CarryWatch``, is not a type this module can name: ``Any``.)"""
     import dramatiq
+
+    from sealflow.runtime.actors import Ids
+    from sealflow.store.base import Store
 
     class StepLog(dramatiq.Middleware):
         def __init__(self) -> None:
-            self.store = None
-            self.running: dict[str, tuple[tuple, float]] = {}
+            self.store: Store | None = None
+            self.running: dict[str, tuple[Ids, float]] = {}
             #: a running message's ids -> the step it carried its run on to (when it did)
-            self.at: dict[tuple, tuple] = {}
+            self.at: dict[Ids, Ids] = {}
             #: a message's ids -> the state its last commit left the run in (until its line is logged)
-            self.states: dict[tuple, str] = {}
+            self.states: dict[Ids, str] = {}
             self._lock = threading.Lock()
 
-        def before_process_message(self, broker, message) -> None:
+        def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.MessageProxy) -> None:
             ids = _ids(message)
             if ids is None:  # not a step message's shape: the actor refuses it, and says so
                 return
@@ -104,15 +118,16 @@ def step_log():
                 self.running[message.message_id] = (ids, time.monotonic())
             log.info("run %s: step %s attempt %s: started", *ids)
 
-        def carried(self, first: tuple, now: tuple) -> None:
+        def carried(self, first: Ids, now: Ids) -> None:
             self.at[first] = now
 
-        def ended(self, first: tuple, state: str | None) -> None:
+        def ended(self, first: Ids, state: str | None) -> None:
             self.at.pop(first, None)
             if state is not None:
                 self.states[first] = state
 
-        def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
+        def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.MessageProxy, *,
+                                  result: Any = None, exception: BaseException | None = None) -> None:
             with self._lock:
                 ids, started = self.running.pop(message.message_id, (None, time.monotonic()))
             ids = ids or _ids(message)  # (checked when it started; a message skipped before that, here)
@@ -130,7 +145,7 @@ def step_log():
 
         after_skip_message = after_process_message
 
-    def _ids(message) -> tuple[str, str, int] | None:
+    def _ids(message: dramatiq.MessageProxy) -> Ids | None:
         from sealflow.runtime.actors import MalformedMessage, step_message
 
         try:
@@ -151,7 +166,7 @@ def _setup_logging(log_format: str = "text", level: str = "info") -> None:
 
 
 def _install_signals(stop: threading.Event) -> None:
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             os.write(2, f"sealflow worker: second {signal.Signals(signum).name}: exiting now, abandoning the "
                         "running attempts (their leases end and other workers take them)\n".encode())
@@ -163,7 +178,7 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, on_signal)
 
 
-def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
+def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker") -> TrustGate:
     """This worker's own trust decision: with --trust it verifies every run's stored definition bytes and
     signature against *this* policy (never the submitter's); unsigned runs only with --allow-unsigned."""
     from sealflow.policy.trustgate import TrustGate
@@ -217,8 +232,10 @@ def _trust_gate(trust: str | None, allow_unsigned: bool, actor: str = "worker"):
               show_default=True, envvar="SEALFLOW_LOG_LEVEL",
               help="The least severe lines logged: info names each step message (started, handled); debug "
                    "also each step a message's thread carries its run on to.")
-def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow_unsigned, threads, queue_name,
-           priorities, grace, redeliver_after, metrics_port, metrics_addr, log_format, log_level):
+def worker(broker_url: str, store_url: str | None, actions: tuple[str, ...], access_path: str | None, allow_open: bool,
+           trust: str | None, allow_unsigned: bool, threads: int, queue_name: str, priorities: str | None,
+           grace: float, redeliver_after: float, metrics_port: int | None, metrics_addr: str, log_format: str,
+           log_level: str) -> None:
     """Run steps from a Redis or RabbitMQ broker until SIGTERM/SIGINT (the distributed deployment).
 
     Every worker of one deployment loads the same --actions (only those: the demo world's actions too
@@ -304,7 +321,8 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
                         exc)
             lost = exc if isinstance(exc, BrokerUnavailable) else None
         if hasattr(broker, "broker_id"):  # Redis: the id of this worker's heartbeat (a test removes it)
-            log.info("dramatiq broker id %s (namespace %s)", broker.broker_id, broker.namespace)
+            redis = cast("RedisBroker", broker)
+            log.info("dramatiq broker id %s (namespace %s)", redis.broker_id, redis.namespace)
         click.echo(f"worker ready: broker {shown}, store {getattr(rt.store, 'url', url)}, "
                    f"queue {queue_name}, {threads} thread{'s' if threads != 1 else ''}"
                    + ("" if len(served) == 4 else f", priorities {','.join(served)}"))
@@ -321,7 +339,7 @@ def worker(broker_url, store_url, actions, access_path, allow_open, trust, allow
     log.info("worker stopped")
 
 
-def _wait_for_broker(broker, shown: str, stop: threading.Event) -> bool:
+def _wait_for_broker(broker: dramatiq.Broker, shown: str, stop: threading.Event) -> bool:
     """Ping the broker until it answers, with backoff (0.5 s doubling to 30 s), logging each miss; False if
     ``stop`` was set first. A broker that is down at start is an outage to ride out, not a usage error."""
     from sealflow.runtime.brokers import describe, ping
@@ -345,7 +363,7 @@ def _wait_for_broker(broker, shown: str, stop: threading.Event) -> bool:
     return False  # pragma: no cover - backoff_delays never ends
 
 
-def _wait_for_store(make, url: str | None, stop: threading.Event):
+def _wait_for_store(make: Callable[[], Runtime], url: str | None, stop: threading.Event) -> Runtime | None:
     """``make()`` (the runtime, which opens the store), retried with backoff (0.5 s doubling to 30 s) while a
     network store (PostgreSQL) cannot be reached, logging each miss; None if ``stop`` was set first. A
     database that is down or restarting is an outage to ride out; a SQLite file that cannot be opened, a bad
@@ -371,7 +389,7 @@ def _wait_for_store(make, url: str | None, stop: threading.Event):
     return None  # pragma: no cover - backoff_delays never ends
 
 
-def _forget_heartbeat(broker) -> None:
+def _forget_heartbeat(broker: Any) -> None:
     """Remove this worker's Dramatiq heartbeat when it holds no unacknowledged message (a clean stop
     leaves nothing in Redis); with one left (an abandoned attempt) keep it, so Dramatiq requeues it
     once the heartbeat is old. RabbitMQ keeps no heartbeats: it requeues a closed connection's messages."""
