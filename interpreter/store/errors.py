@@ -36,6 +36,8 @@ class ConcurrencyError(StoreError):
 class IllegalTransition(StoreError):
     """A state change not listed in ``sealflow.core.states``; refused, audited, not applied."""
 
+    info: dict[str, object]  #: what was refused (kind, run, step, before, after, ...), set where it is raised
+
 
 class IdempotencyConflict(StoreError):
     """An idempotency key was reused with a different input."""

@@ -23,6 +23,6 @@ def tenant_is(tenant: str | None) -> str:
     return "tenant IS NULL" if tenant is None else "tenant = ?"
 
 
-def tenant_args(tenant: str | None) -> tuple:
+def tenant_args(tenant: str | None) -> tuple[str, ...]:
     """The parameters of :func:`tenant_is`."""
     return () if tenant is None else (tenant,)

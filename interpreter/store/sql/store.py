@@ -22,7 +22,8 @@ under ``store/sqlite/``, where the code was first written for SQLite.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core import states
 from sealflow.store.base import (
@@ -33,10 +34,12 @@ from sealflow.store.base import (
     NextAttempt,
     RunRecord,
 )
-from sealflow.store.definitions import DefinitionRefused, DefinitionsMixin
+from sealflow.store.coordination import SlotHolder
+from sealflow.store.definitions import DefinitionRefused, DefinitionsMixin, Registration
 from sealflow.store.errors import IdempotencyConflict, IllegalTransition, NotFound
 from sealflow.store.prune import PruneMixin
-from sealflow.store.records import LazyResults
+from sealflow.store.records import LazyResults, Message
+from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import PLAN_PUT
 from sealflow.store.sqlite import admission as sqlite_admission
 from sealflow.store.sqlite import rows
@@ -63,16 +66,20 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
     """The statement code of the SQL backends (see the module); not a store by itself. Its backends satisfy the
     store's protocols structurally (sealflow.testing.conformance checks it)."""
 
+    if TYPE_CHECKING:  # given by each backend
+        url: str
+
     # -- audit helpers -----------------------------------------------------------------------------
-    def _audit(self, c, now: float, run_id, step_id, event, actor="system", before=None, after=None,
-               detail=None, chain=None) -> None:
+    def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str, actor: str = "system",
+               before: str | None = None, after: str | None = None, detail: Mapping[str, Any] | None = None,
+               chain: Mapping[str, Any] | None = None) -> None:
         """Queue an audit event; it is written with the transaction it belongs to, or not at all.
         ``chain``: chain columns set explicitly (tenant, decision, tool, summary, error)."""
         self._pending.append((run_id, step_id, event, actor, before, after,
                               None if detail is None else dumps(detail), now, chain))
 
     @staticmethod
-    def _illegal_event(exc: IllegalTransition) -> tuple:
+    def _illegal_event(exc: IllegalTransition) -> Row:
         """The audit row of an illegal transition (written by each backend in a transaction of its own, after
         the one that tried it was undone)."""
         info = getattr(exc, "info", {})
@@ -81,7 +88,8 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
                 info.get("now", 0.0))
 
     @staticmethod
-    def _illegal(kind: str, run_id, step_id, before, after, now, actor="system") -> IllegalTransition:
+    def _illegal(kind: str, run_id: str, step_id: str | None, before: str, after: str, now: float,
+                 actor: str = "system") -> IllegalTransition:
         what = f"run {run_id}" if kind == "run" else f"step {step_id!r} of run {run_id}"
         exc = IllegalTransition(f"{what} cannot go from {before!r} to {after!r}; see interpreter/states.py for the "
                                 f"legal transitions")
@@ -89,7 +97,8 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
                     "now": now, "actor": actor}
         return exc
 
-    def _step_to(self, c, now, run_id, step_id, before, after, actor="system", detail=None, chain=None, *,
+    def _step_to(self, c: Conn, now: float, run_id: str, step_id: str, before: str, after: str, actor: str = "system",
+                 detail: Mapping[str, Any] | None = None, chain: Mapping[str, Any] | None = None, *,
                  slots: bool = True) -> None:
         """Move a step (``slots``: False when the attempt can hold no lock or pool slot, see Commit.holds_slots)."""
         if not states.step_can(before, after):
@@ -99,7 +108,8 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
         if slots and before == "running" and after != "running":  # locks and pools: the attempt's slots go back
             sqlite_slots.release_attempt(c, now, run_id, step_id)
 
-    def _run_to(self, c, now, run_id, before, after, actor="system", detail=None, out=None) -> None:
+    def _run_to(self, c: Conn, now: float, run_id: str, before: str, after: str, actor: str = "system",
+                detail: Mapping[str, Any] | None = None, out: list[Message] | None = None) -> None:
         """Move a run. ``out``: the messages of the commit in progress that dispatches inline (a fan-out's
         promoted child, its woken parent: store/sqlite/children.py), else None."""
         if not states.run_can(before, after) or (before == "completed" and after != before and c.execute(
@@ -116,7 +126,7 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
             # children in flight stop too (store/sqlite/children.py)
             self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor, out)
 
-    def slots(self, now: float, name: str | None = None) -> list:
+    def slots(self, now: float, name: str | None = None) -> list[SlotHolder]:
         """Who holds, then who waits for, the slots of lock/pool ``name`` (every name: None), in order."""
         with self._tx() as c:  # stale holders and waiters are dropped on the way
             return sqlite_slots.listing(c, now, name)
@@ -135,9 +145,10 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
         got = self._read("SELECT body FROM plans WHERE digest = ?", (digest,))
         if not got:
             raise NotFound(f"no plan with digest {digest} in {self.url}; was the run submitted to another store?")
-        return got[0][0]
+        body: str = got[0][0]
+        return body
 
-    def _get_run(self, c, run_id: str) -> RunRecord:
+    def _get_run(self, c: Conn, run_id: str) -> RunRecord:
         row = c.execute(f"SELECT {rows.RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id!r} in {self.url}; list runs with `sealflow status`")
@@ -171,23 +182,27 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
                              f"({', '.join('?' * len(names))})", (run_id, *names))
         return {r[0]: (r[1], r[2]) for r in got}
 
-    def submit(self, new: NewRun, now: float, limits=None, definition=None) -> tuple[RunRecord, bool]:
+    def submit(self, new: NewRun, now: float, limits: sqlite_admission.Quota | None = None,
+               definition: Registration | None = None) -> tuple[RunRecord, bool]:
         return self._submit_recorded(new, now, limits, definition, None)[:2]
 
-    def submit_claimed(self, new: NewRun, now: float, limits=None, definition=None, *, owner: str
+    def submit_claimed(self, new: NewRun, now: float, limits: sqlite_admission.Quota | None = None,
+                       definition: Registration | None = None, *, owner: str
                        ) -> tuple[RunRecord, bool, Claimed | None]:
         return self._submit_recorded(new, now, limits, definition, owner)
 
-    def _submit_recorded(self, new: NewRun, now: float, limits, definition, owner: str | None
+    def _submit_recorded(self, new: NewRun, now: float, limits: sqlite_admission.Quota | None,
+                         definition: Registration | None, owner: str | None
                          ) -> tuple[RunRecord, bool, Claimed | None]:
         try:
             return self._submit(new, now, limits, definition, owner)
         except DefinitionRefused as exc:  # the transaction was rolled back: only the refusal is recorded
+            assert definition is not None  # (only a definition's registration is refused)
             self.audit_definition_refused(definition, exc, now, tenant=new.tenant)
             raise
 
-    def _submit(self, new: NewRun, now: float, limits, definition, owner: str | None
-                ) -> tuple[RunRecord, bool, Claimed | None]:
+    def _submit(self, new: NewRun, now: float, limits: sqlite_admission.Quota | None,
+                definition: Registration | None, owner: str | None) -> tuple[RunRecord, bool, Claimed | None]:
         with self._tx() as c:
             if new.idempotency_key is not None:
                 got = c.execute("SELECT id, input_hash FROM runs WHERE tenant = ? AND workflow = ? AND "

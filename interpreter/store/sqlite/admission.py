@@ -9,8 +9,12 @@ tenant for the UTC day, in the commit's own transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 from sealflow.core.clock import day_of, quota_reset_in
 from sealflow.store.errors import AdmissionRefused
+from sealflow.store.sql.conn import Conn
 from sealflow.store.sql.statements import OUTBOX_PUT
 
 #: states of runs that count against ``max_queued_runs``
@@ -21,12 +25,25 @@ USAGE_UPSERT = ("INSERT INTO tenant_usage (tenant, day, tokens, cost_usd) SELECT
 _QUEUE_HINT_S = (1.0, 300.0, 5.0)  # retry-after bounds and default when nothing has finished yet
 
 
-def usage(c, tenant: str, day: int) -> tuple[int, float]:
+class Quota(Protocol):
+    """A tenant's limits as admission reads them (:class:`sealflow.runtime.config.TenantLimits`); None: none."""
+
+    @property
+    def max_queued_runs(self) -> int | None: ...
+
+    @property
+    def daily_tokens(self) -> int | None: ...
+
+    @property
+    def daily_cost_usd(self) -> float | None: ...
+
+
+def usage(c: Conn, tenant: str, day: int) -> tuple[int, float]:
     got = c.execute("SELECT tokens, cost_usd FROM tenant_usage WHERE tenant = ? AND day = ?", (tenant, day)).fetchone()
     return (got[0], got[1]) if got else (0, 0.0)
 
 
-def _queue_estimate(c, tenant: str) -> float:
+def _queue_estimate(c: Conn, tenant: str) -> float:
     """A rough wait for a queue slot: the mean duration of a sample of the tenant's finished runs."""
     low, high, default = _QUEUE_HINT_S
     got = c.execute("SELECT AVG(updated_at - created_at) FROM (SELECT updated_at, created_at FROM runs "
@@ -35,7 +52,7 @@ def _queue_estimate(c, tenant: str) -> float:
     return float(min(max(mean, low), high))
 
 
-def admit(c, tenant: str, now: float, limits) -> None:
+def admit(c: Conn, tenant: str, now: float, limits: Quota) -> None:
     """Raise :class:`AdmissionRefused` when a new run of ``tenant`` is over one of its ``limits``."""
     cap = limits.max_queued_runs
     if cap is not None:
@@ -68,8 +85,8 @@ def admit(c, tenant: str, now: float, limits) -> None:
 DEFER_S = (0.05, 0.25)
 
 
-def defer_if_full(c, now: float, tenant: str, run_id: str, step_id: str, attempt: int, token: int,
-                  running_limit) -> float | None:
+def defer_if_full(c: Conn, now: float, tenant: str, run_id: str, step_id: str, attempt: int, token: int,
+                  running_limit: Callable[[str], int | None]) -> float | None:
     """Bulkhead: when ``tenant`` has ``running_limit(tenant)`` attempts running, put the message off
     (its outbox row is due again after a short random delay) and return the delay; else None."""
     import random

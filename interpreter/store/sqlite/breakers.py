@@ -7,8 +7,12 @@ through. The rules are :mod:`sealflow.core.breakers`.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
 from sealflow.core import breakers as rules
 from sealflow.core.breakers import Admission, BreakerRecord, BreakerSettings
+from sealflow.store.sql.conn import Conn, Row
 
 SCHEMA = """
 CREATE TABLE breakers (
@@ -22,11 +26,15 @@ _COLS = "name, state, failures, window_start, opened_at, probe_until, last_error
 
 
 class BreakersMixin:
-    def _breaker_row(self, c, name: str) -> BreakerRecord | None:
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+
+    def _breaker_row(self, c: Conn, name: str) -> BreakerRecord | None:
         got = c.execute(f"SELECT {_COLS} FROM breakers WHERE name = ?", (name,)).fetchone()
         return None if got is None else BreakerRecord(*got)
 
-    def _breaker_write(self, c, name: str, now: float, changes: dict) -> None:
+    def _breaker_write(self, c: Conn, name: str, now: float, changes: dict[str, Any]) -> None:
         c.execute("INSERT INTO breakers (name, updated_at) VALUES (?, ?) ON CONFLICT DO NOTHING", (name, now))
         cols = ", ".join(f"{k} = ?" for k in changes)
         c.execute(f"UPDATE breakers SET {cols}, updated_at = ? WHERE name = ?", (*changes.values(), now, name))

@@ -31,10 +31,13 @@ recovered like any, its compensations replayed from the ledger, never redone) an
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core import states
 from sealflow.store.errors import ConcurrencyError
-from sealflow.store.records import ChildRecord, Message, NextAttempt, Spawn
+from sealflow.store.records import ChildRecord, Message, NextAttempt, RunRecord, Spawn
+from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import OUTBOX_PUT, PLAN_PUT
 from sealflow.store.sqlite import rows
 
@@ -69,6 +72,23 @@ def child_id(parent: str, step_id: str, attempt: int, index: int) -> str:
 
 
 class ChildrenMixin:
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its step path's (sealflow.store.sqlite.steps)
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+        def _get_run(self, c: Conn, run_id: str) -> RunRecord: ...
+        def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: Mapping[str, Any] | None = None, chain: Mapping[str, Any] | None = None) -> None: ...
+        def _step_to(self, c: Conn, now: float, run_id: str, step_id: str, before: str, after: str,
+                     actor: str = "system", detail: Mapping[str, Any] | None = None,
+                     chain: Mapping[str, Any] | None = None, *, slots: bool = True) -> None: ...
+        def _run_to(self, c: Conn, now: float, run_id: str, before: str, after: str, actor: str = "system",
+                    detail: Mapping[str, Any] | None = None, out: list[Message] | None = None) -> None: ...
+        def _insert_attempt(self, c: Conn, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
+                            actor: str = "system", *, tenant: str | None = None,
+                            first: bool = False) -> tuple[int, Message | None]: ...
+        def _cancel_in(self, c: Conn, now: float, run: RunRecord, actor: str, reason: str,
+                       out: list[Message] | None = None) -> None: ...
+
     # -- reads -----------------------------------------------------------------------------------
     def children(self, run_id: str, step_id: str | None = None, attempt: int | None = None, *,
                  offset: int = 0, limit: int = 100_000) -> list[ChildRecord]:
@@ -100,7 +120,7 @@ class ChildrenMixin:
             raise NotFound(f"no run {run_id!r}")
         return got[0][0], got[0][1], got[0][2], got[0][3], got[0][4]
 
-    def fanout(self, run_id: str, step_id: str, attempt: int) -> dict | None:
+    def fanout(self, run_id: str, step_id: str, attempt: int) -> dict[str, Any] | None:
         """The counters of a fan-out attempt: total, concurrency, tolerated, started, ended, failed, state."""
         got = self._read("SELECT total, concurrency, tolerated, started, ended, failed, state FROM fanouts "
                          "WHERE run_id = ? AND step_id = ? AND attempt = ?", (run_id, step_id, attempt))
@@ -110,7 +130,7 @@ class ChildrenMixin:
                         strict=True))
 
     # -- inside a transaction ----------------------------------------------------------------------
-    def _spawn(self, c, now: float, run_id: str, step_id: str, attempt: int, spawn: Spawn, actor: str,
+    def _spawn(self, c: Conn, now: float, run_id: str, step_id: str, attempt: int, spawn: Spawn, actor: str,
                inline: bool) -> list[Message]:
         """Create the children of a fan-out attempt (the caller's commit makes that attempt ``waiting``)."""
         parent = c.execute("SELECT tenant, workflow, workflow_version, NULL, initiator, input_hash, priority, "
@@ -151,7 +171,7 @@ class ChildrenMixin:
                           (cid, child.first_step, rows.new_token(), child.first_lease_ms, now))
         return messages
 
-    def _fanout_moved(self, c, now: float, run_id: str, state: str, ended: bool, error_class: str | None,
+    def _fanout_moved(self, c: Conn, now: float, run_id: str, state: str, ended: bool, error_class: str | None,
                       actor: str, out: list[Message] | None = None) -> None:
         """A run ended or is stopping. A child that ended: count it, promote its next pending sibling, and wake
         the parent's attempt once every child ended, more failed than tolerated, or one failed with
@@ -184,7 +204,7 @@ class ChildrenMixin:
         if wake:
             self._wake(c, now, parent, step_id, attempt, out)
 
-    def _promote(self, c, now: float, parent: str, step_id: str, attempt: int, started: int, total: int,
+    def _promote(self, c: Conn, now: float, parent: str, step_id: str, attempt: int, started: int, total: int,
                  out: list[Message] | None) -> int:
         """Queue the next pending child (skipping any cancelled meanwhile); return the new ``started``."""
         while started < total:
@@ -206,7 +226,7 @@ class ChildrenMixin:
             return started
         return started
 
-    def _wake(self, c, now: float, parent: str, step_id: str, attempt: int, out: list[Message] | None) -> None:
+    def _wake(self, c: Conn, now: float, parent: str, step_id: str, attempt: int, out: list[Message] | None) -> None:
         """Make the parent's waiting fan-out attempt due now (a worker claims it and decides the step)."""
         got = c.execute("SELECT a.state, a.token, r.tenant FROM attempts a JOIN runs r ON r.id = a.run_id "
                         "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?", (parent, step_id, attempt)).fetchone()
@@ -218,7 +238,7 @@ class ChildrenMixin:
         self._send(c, now, Message(parent, step_id, attempt, got[1], got[2]), out)
 
     @staticmethod
-    def _send(c, now: float, msg: Message, out: list[Message] | None) -> None:
+    def _send(c: Conn, now: float, msg: Message, out: list[Message] | None) -> None:
         """An outbox row for ``msg``; with ``out`` (the messages of a commit that dispatches inline) written sent
         and added to them, else left for the dispatcher."""
         c.execute(OUTBOX_PUT, (msg.run_id, msg.step_id, msg.attempt, msg.token, now,
@@ -226,8 +246,9 @@ class ChildrenMixin:
         if out is not None:
             out.append(msg)
 
-    def _close_fanout(self, c, now: float, run_id: str, step_id: str, attempt: int, actor: str,
-                      undo: tuple = (), out: list[Message] | None = None, undo_seen: int | None = None) -> None:
+    def _close_fanout(self, c: Conn, now: float, run_id: str, step_id: str, attempt: int, actor: str,
+                      undo: tuple[tuple[str, NextAttempt], ...] = (), out: list[Message] | None = None,
+                      undo_seen: int | None = None) -> None:
         """The fan-out attempt ended: no child starts any more; those in flight are cancelled; the completed
         children in ``undo`` (child id, first compensation attempt: engine/fanout.py) are queued to be undone,
         one at a time, newest completed first (:meth:`_undo_next`). The undo was decided on ``undo_seen``
@@ -249,7 +270,7 @@ class ChildrenMixin:
         if undo:
             self._undo_next(c, now, run_id, step_id, attempt, None, actor, out)
 
-    def _queue_undo(self, c, now: float, child: str, first: NextAttempt) -> None:
+    def _queue_undo(self, c: Conn, now: float, child: str, first: NextAttempt) -> None:
         """A completed child's first compensation attempt, ``pending`` (no worker can claim it) until
         :meth:`_undo_next` starts it: the child stays ``completed`` meanwhile (nothing of it is undone yet)."""
         got = c.execute("SELECT state, parent_run_id, rev FROM runs WHERE id = ?", (child,)).fetchone()
@@ -262,7 +283,7 @@ class ChildrenMixin:
                   (child, first.step_id, number, rows.new_token(), first.lease_ms, now,
                    None if first.data is None else rows.dumps(first.data), got[2] + 1))
 
-    def _undo_next(self, c, now: float, parent: str, step_id: str, attempt: int, ending: str | None,
+    def _undo_next(self, c: Conn, now: float, parent: str, step_id: str, attempt: int, ending: str | None,
                    actor: str, out: list[Message] | None) -> None:
         """Start the undoing of the newest completed child of the fan-out attempt whose undo is queued, unless a
         sibling (other than ``ending``, the child whose end calls this) is compensating: children of a failed
@@ -294,13 +315,14 @@ class ChildrenMixin:
                   (now, why, comp_step, number, cid))
         self._send(c, now, Message(cid, comp_step, number, token, tenant), out)
 
-    def _cancel_children(self, c, now: float, run_id: str, actor: str, out: list[Message] | None) -> None:
+    def _cancel_children(self, c: Conn, now: float, run_id: str, actor: str, out: list[Message] | None) -> None:
         """The parent run was cancelled or timed out: every child still in flight is cancelled."""
         if c.execute("UPDATE fanouts SET state = 'closed' WHERE run_id = ? AND state <> 'closed'",
                      (run_id,)).rowcount:
             self._cancel_open(c, now, "parent_run_id = ?", (run_id,), actor, out)
 
-    def _cancel_open(self, c, now: float, where: str, args: tuple, actor: str, out: list[Message] | None) -> None:
+    def _cancel_open(self, c: Conn, now: float, where: str, args: tuple[Any, ...], actor: str,
+                     out: list[Message] | None) -> None:
         ids = [r[0] for r in c.execute(f"SELECT id FROM runs WHERE {where} AND state IN {_OPEN} ORDER BY item_index",
                                        args).fetchall()]
         for cid in ids:

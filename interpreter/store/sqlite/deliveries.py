@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from sealflow.store.deliveries import DELIVERY_STATES, DeliveryRecord, NewDelivery
+from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sqlite.rows import where
 
 _COLS = "id, channel, kind, run_id, step_id, tenant, payload, state, attempts, next_at, created_at, updated_at, " \
@@ -33,13 +37,13 @@ _DUE = (f"SELECT {_COLS} FROM notifications WHERE state = 'pending' AND next_at 
         "LIMIT ?")
 
 
-def _record(row) -> DeliveryRecord:
+def _record(row: Row) -> DeliveryRecord:
     values = list(row)
     values[6] = json.loads(values[6])
     return DeliveryRecord(*values)
 
 
-def insert(c, now: float, run_id: str, deliveries: tuple[NewDelivery, ...]) -> None:
+def insert(c: Conn, now: float, run_id: str, deliveries: tuple[NewDelivery, ...]) -> None:
     """Write ``deliveries`` of run ``run_id`` in the transaction ``c`` (due at once)."""
     c.executemany(_INSERT, [(d.id, d.channel, d.kind, run_id, d.step_id, d.tenant,
                              json.dumps(d.payload, sort_keys=True, separators=(",", ":")), now, now, now)
@@ -49,10 +53,18 @@ def insert(c, now: float, run_id: str, deliveries: tuple[NewDelivery, ...]) -> N
 class DeliveriesMixin:
     """Expects ``_tx``, ``_read`` and ``_audit`` from the store."""
 
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _now(self) -> float: ...
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+        def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: Mapping[str, Any] | None = None, chain: Mapping[str, Any] | None = None) -> None: ...
+
     #: how due rows are locked while taken (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: the write lock)
     _LOCK_DELIVERIES = ""
 
-    def _take_deliveries(self, c, now: float, limit: int, lease: float) -> list[DeliveryRecord]:
+    def _take_deliveries(self, c: Conn, now: float, limit: int, lease: float) -> list[DeliveryRecord]:
         rows = [_record(r) for r in c.execute(_DUE + self._LOCK_DELIVERIES, (now, limit)).fetchall()]
         if rows:
             c.executemany("UPDATE notifications SET attempts = attempts + 1, next_at = ?, updated_at = ? "

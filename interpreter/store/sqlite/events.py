@@ -8,7 +8,10 @@ Shared by both backends (the PostgreSQL store runs this SQL through its dialect)
 from __future__ import annotations
 
 import json
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from sealflow.store.sql.conn import Conn, Row
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -32,6 +35,10 @@ CREATE TABLE IF NOT EXISTS event_order (
 class EventsMixin:
     """Expects ``_tx`` and ``_read`` from the store."""
 
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+
     def event_answer(self, source: str, event_id: str) -> dict[str, Any] | None:
         """The answer recorded for event ``event_id`` of ``source`` (None: not seen)."""
         got = self._read("SELECT answer FROM events WHERE source = ? AND event_id = ?", (source, event_id))
@@ -43,7 +50,8 @@ class EventsMixin:
             row = c.execute("SELECT answer FROM events WHERE source = ? AND event_id = ?",
                             (source, event_id)).fetchone()
             if row is not None:
-                return json.loads(row[0])
+                first: dict[str, Any] = json.loads(row[0])
+                return first
             c.execute("INSERT INTO events (source, event_id, received_at, answer) VALUES (?, ?, ?, ?)",
                       (source, event_id, now, json.dumps(answer, sort_keys=True)))
         return answer

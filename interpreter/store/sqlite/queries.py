@@ -8,7 +8,10 @@ both backends (the PostgreSQL store runs this SQL through its dialect).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sealflow.store.records import RunQuery, RunRecord
+from sealflow.store.sql.conn import Row
 from sealflow.store.sqlite import rows
 
 #: the most runs one page may hold
@@ -18,8 +21,12 @@ MAX_PAGE = 500
 class QueriesMixin:
     """Expects ``_read`` from the store."""
 
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+
     def query_runs(self, query: RunQuery) -> list[RunRecord]:
-        where, args = ["tenant = ? AND parent_run_id IS NULL"], [query.tenant]  # fan-out children: in status
+        where = ["tenant = ? AND parent_run_id IS NULL"]  # fan-out children: in status
+        args: list[object] = [query.tenant]
         if query.workflow is not None:
             where.append("workflow = ?")
             args.append(query.workflow)

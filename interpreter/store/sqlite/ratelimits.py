@@ -19,7 +19,11 @@ any number of hosts, together never pass a limit.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
 from sealflow.core import ratelimits as rules
+from sealflow.store.sql.conn import Conn, Row
 
 SCHEMA = """
 CREATE TABLE rate_limits (model TEXT PRIMARY KEY, updated_at REAL NOT NULL);
@@ -93,6 +97,10 @@ class RateLimitsMixin:
     #: how the model's row is locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer at a time)
     _LOCK_LIMIT = ""
 
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+
     def rate_take(self, model: str, key: str, now: float, limit: rules.Limit, tokens: int) -> float | None:
         """Grant call ``key`` of ``tokens`` (its worst case) to ``model`` at ``now`` unless it would pass
         ``limit``: None when granted (recorded), else when it would fit (nothing is written then)."""
@@ -120,7 +128,7 @@ class RateLimitsMixin:
         return None
 
     @staticmethod
-    def _rate_free_at(c, model: str, now: float, limit: rules.Limit, tokens: int, count: int) -> float | None:
+    def _rate_free_at(c: Conn, model: str, now: float, limit: rules.Limit, tokens: int, count: int) -> float | None:
         """When a call that does not fit by the live totals (``count`` grants in the window) would."""
         edge = now - limit.window
         if limit.tokens is None and limit.requests is not None:  # requests alone: the grant whose leaving frees

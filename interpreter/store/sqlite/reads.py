@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
 from sealflow.store.auditchain import VERIFY_COLS
 from sealflow.store.base import (
     AuditRecord,
@@ -10,14 +14,29 @@ from sealflow.store.base import (
     OutboxRecord,
     TimerRecord,
 )
+from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import tenant_args, tenant_is
 from sealflow.store.sqlite import admission as sqlite_admission
 from sealflow.store.sqlite import rows
 
 
+class _OneConnection(Protocol):
+    """A store on one connection under a lock (the SQLite store; the PostgreSQL store reads usage its own way)."""
+
+    @property
+    def _lock(self) -> AbstractContextManager[object]: ...
+
+    @property
+    def _conn(self) -> sqlite3.Connection: ...
+
+
 class Reads:
     """Read-only methods of :class:`~sealflow.store.sql.store.SqlStore` (``_read`` and the
     row converters)."""
+
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+        def _reading(self) -> AbstractContextManager[Conn]: ...
 
     def ledger_get(self, tenant: str, key: str) -> LedgerRecord | None:
         got = self._read("SELECT tenant, key, run_id, step_id, result, created_at FROM ledger WHERE tenant = ? AND "
@@ -62,13 +81,13 @@ class Reads:
         return int(got[0][0] or 0)
 
     # -- the audit chain and tenant usage ------------------------------------------------------------
-    def audit_chain(self, tenant: str | None) -> list[tuple]:
+    def audit_chain(self, tenant: str | None) -> list[Row]:
         return self._read(f"SELECT {VERIFY_COLS} FROM audit WHERE {tenant_is(tenant)} ORDER BY id", tenant_args(tenant))
 
     def audit_heads(self) -> dict[str, tuple[int, str]]:
         return {r[0]: (r[1], r[2]) for r in self._read("SELECT tenant, seq, hash FROM audit_heads")}
 
-    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
+    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[Row]]:
         # one read transaction (SQLite: one WAL snapshot; PostgreSQL: REPEATABLE READ): both reads see one moment
         with self._reading() as c:
             where, args = tenant_is(tenant), tenant_args(tenant)
@@ -80,6 +99,6 @@ class Reads:
         """Every tenant with audit events (None: events that name no tenant, i.e. were not chained)."""
         return [r[0] for r in self._read("SELECT DISTINCT tenant FROM audit")]
 
-    def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
+    def tenant_usage(self: _OneConnection, tenant: str, day: int) -> tuple[int, float]:
         with self._lock:
             return sqlite_admission.usage(self._conn, tenant, day)

@@ -11,6 +11,11 @@ The step's commit charges the real usage and drops the attempt's reservation in 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from sealflow.store.sql.conn import Conn, Row
+
 SCHEMA = """
 CREATE TABLE usage_reservations (
   key TEXT PRIMARY KEY, run_id TEXT NOT NULL, tenant TEXT NOT NULL, day INTEGER NOT NULL,
@@ -29,6 +34,10 @@ def key_of(run_id: str, step_id: str, attempt: int) -> str:
 
 
 class ReservationsMixin:
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+
     def reserve_usage(self, key: str, run_id: str, tenant: str, day: int, tokens: int, cost_usd: float, now: float,
                       expires_at: float, *, max_tokens: int | None, max_cost_usd: float | None
                       ) -> tuple[int, float] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 from sealflow.core.jsonc import dumps_record
 from sealflow.store.base import (
@@ -15,6 +16,7 @@ from sealflow.store.base import (
     RunRecord,
     TimerRecord,
 )
+from sealflow.store.sql.conn import Row
 
 loads = json.loads
 
@@ -57,7 +59,7 @@ def new_token() -> int:
     return random.getrandbits(40) + 1
 
 
-def run(row) -> RunRecord:
+def run(row: Row) -> RunRecord:
     r = list(row)
     r[5] = loads(r[5])
     r[14] = None if r[14] is None else loads(r[14])
@@ -65,7 +67,7 @@ def run(row) -> RunRecord:
     return RunRecord(*r)
 
 
-def run_over(base: RunRecord, row) -> RunRecord:
+def run_over(base: RunRecord, row: Row) -> RunRecord:
     """``base`` (a record of the same run) with its changing columns as ``row`` (:data:`RUN_CHANGING`) has them."""
     (state, rev, updated_at, deadline, output, error_class, error_message, steps_executed, tokens, cost_usd,
      tool_calls, redrives, cursor_step, cursor_attempt, signer) = row
@@ -77,43 +79,44 @@ def run_over(base: RunRecord, row) -> RunRecord:
                      base.item_index, base.item)
 
 
-def attempt(row) -> AttemptRecord:
+def attempt(row: Row) -> AttemptRecord:
     r = list(row)
     r[13] = None if r[13] is None else loads(r[13])
     r[16] = {} if r[16] is None else loads(r[16])
     return AttemptRecord(*r)
 
 
-def audit(row) -> AuditRecord:
+def audit(row: Row) -> AuditRecord:
     r = list(row)
     r[7] = None if r[7] is None else loads(r[7])
     return AuditRecord(*r)
 
 
-def dead_letter(row) -> DeadLetterRecord:
+def dead_letter(row: Row) -> DeadLetterRecord:
     r = list(row)
     r[6] = bool(r[6])
     return DeadLetterRecord(*r)
 
 
-def timer(row) -> TimerRecord:
+def timer(row: Row) -> TimerRecord:
     return TimerRecord(*row)
 
 
-def outbox(row) -> OutboxRecord:
+def outbox(row: Row) -> OutboxRecord:
     return OutboxRecord(*row)
 
 
-def ledger(row) -> LedgerRecord:
+def ledger(row: Row) -> LedgerRecord:
     r = list(row)
     r[4] = None if r[4] is None else loads(r[4])
     return LedgerRecord(*r)
 
 
-def where(*terms: tuple[str, object]) -> tuple[str, tuple]:
+def where(*terms: tuple[str, object]) -> tuple[str, tuple[Any, ...]]:
     """``(" WHERE a = ? AND b > ?", args)`` of the ``(condition, value)`` terms whose value is not None (a tuple
     value fills a condition of several ``?``); ``("", ())`` when none is. The filters of the list reads."""
-    sql, args = [], []
+    sql: list[str] = []
+    args: list[object] = []
     for condition, value in terms:
         if value is None:
             continue

@@ -16,8 +16,11 @@ Every sweep is bounded (``limit`` rows a call): it is run as new rows are writte
 from __future__ import annotations
 
 import dataclasses
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from sealflow.store.serverstate import RATE_PREFIX, SessionRow
+from sealflow.store.sql.conn import Conn, Row
 
 SCHEMA = """
 CREATE TABLE ui_sessions (
@@ -42,6 +45,10 @@ _COLS = "id_hash, principal, tenant, method, token_id, csrf, started_at, used_at
 
 class SessionsMixin:
     """Expects ``_tx`` and ``_read`` from the store."""
+
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
 
     def session_put(self, row: SessionRow, *, sweep: int = 100) -> None:
         """Record a new session (and remove up to ``sweep`` ended sessions and logins)."""
@@ -106,7 +113,7 @@ class SessionsMixin:
         return gone
 
 
-def _sweep(c, now: float, limit: int) -> int:
+def _sweep(c: Conn, now: float, limit: int) -> int:
     gone = c.execute("DELETE FROM ui_sessions WHERE id_hash IN (SELECT id_hash FROM ui_sessions WHERE "
                      "expires_at <= ? OR used_at + idle_s <= ? LIMIT ?)", (now, now, limit)).rowcount
     return gone + c.execute("DELETE FROM oidc_logins WHERE state_hash IN (SELECT state_hash FROM oidc_logins "

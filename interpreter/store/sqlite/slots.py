@@ -13,8 +13,11 @@ claimable run.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sealflow.core import states
 from sealflow.store.coordination import RECHECK_S, Grant, SlotHolder, SlotRequest, SlotsBusy
+from sealflow.store.sql.conn import Conn
 from sealflow.store.sql.statements import OUTBOX_PUT
 
 SCHEMA = """
@@ -49,12 +52,12 @@ _REAP_WAITERS = (
     f"a.attempt = slot_waiters.attempt AND a.state = 'scheduled' AND r.state IN {_CLAIMABLE})")
 
 
-def _reap(c, now: float, name: str) -> None:
+def _reap(c: Conn, now: float, name: str) -> None:
     c.execute(_REAP_HOLDERS, (name, now))
     c.execute(_REAP_WAITERS, (name,))
 
 
-def _ahead(c, name: str, run_id: str, step_id: str, attempt: int, arrived: float) -> tuple[int | None, int]:
+def _ahead(c: Conn, name: str, run_id: str, step_id: str, attempt: int, arrived: float) -> tuple[int | None, int]:
     """(the claimant's ticket or None, how many live waiters of ``name`` arrived before it: earlier
     ``arrived``, then earlier ticket)."""
     got = c.execute("SELECT ticket FROM slot_waiters WHERE name = ? AND run_id = ? AND step_id = ? AND attempt = ?",
@@ -65,8 +68,8 @@ def _ahead(c, name: str, run_id: str, step_id: str, attempt: int, arrived: float
     return ticket, before
 
 
-def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
-         requests: tuple[SlotRequest, ...] | list[SlotRequest], *,
+def take(c: Conn, now: float, run_id: str, step_id: str, attempt: int, token: int,
+         requests: Iterable[SlotRequest], *,
          arrived: tuple[float, float]) -> tuple[tuple[Grant, ...], SlotsBusy | None]:
     """All of ``requests`` for the attempt, or none: (grants, None), or ((), the :class:`SlotsBusy` to raise
     after the transaction commits: the attempt joined the waiting list of each busy name and its outbox row
@@ -75,7 +78,7 @@ def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
     the order work became ready, not the order messages happened to be claimed)."""
     grants: list[Grant] = []
     todo: list[tuple[SlotRequest, str, int]] = []
-    busy: list[tuple[SlotRequest, int | None, int]] = []
+    busy: list[tuple[SlotRequest, int | None, int, float]] = []
     for req in sorted(set(requests), key=lambda r: r.name):
         holder = (run_id, "", 0) if req.scope == "run" else (run_id, step_id, attempt)
         if req.scope == "run":
@@ -120,7 +123,7 @@ def take(c, now: float, run_id: str, step_id: str, attempt: int, token: int,
     return tuple(sorted(grants, key=lambda g: g.name)), None
 
 
-def _recheck_at(c, now: float, names: list[str]) -> float:
+def _recheck_at(c: Conn, now: float, names: list[str]) -> float:
     """When a waiter checks again without being woken: when the earliest holder's lease ends (a dead
     holder gives its slot back then), at most :data:`RECHECK_S` from now."""
     due = now + RECHECK_S
@@ -133,7 +136,7 @@ def _recheck_at(c, now: float, names: list[str]) -> float:
     return due
 
 
-def _wake(c, now: float, name: str) -> None:
+def _wake(c: Conn, now: float, name: str) -> None:
     """Make the first waiters of ``name`` due now, as many as there are free slots."""
     _reap(c, now, name)
     got = c.execute("SELECT lim FROM slot_names WHERE name = ?", (name,)).fetchone()
@@ -151,7 +154,7 @@ def _wake(c, now: float, name: str) -> None:
                   "sent_at IS NULL AND due_at > ?", (now, run_id, step_id, attempt, now))
 
 
-def release_attempt(c, now: float, run_id: str, step_id: str) -> None:
+def release_attempt(c: Conn, now: float, run_id: str, step_id: str) -> None:
     """The step's running attempt ended (any way): give back its attempt-scope slots, wake waiters."""
     names = [r[0] for r in c.execute("SELECT name FROM slot_holders WHERE run_id = ? AND step_id = ?",
                                      (run_id, step_id)).fetchall()]
@@ -161,7 +164,7 @@ def release_attempt(c, now: float, run_id: str, step_id: str) -> None:
             _wake(c, now, name)
 
 
-def release_run(c, now: float, run_id: str) -> None:
+def release_run(c: Conn, now: float, run_id: str) -> None:
     """The run is final: give back every slot it holds, leave every waiting list, wake waiters."""
     names = [r[0] for r in c.execute("SELECT name FROM slot_holders WHERE run_id = ?", (run_id,)).fetchall()]
     c.execute("DELETE FROM slot_waiters WHERE run_id = ?", (run_id,))
@@ -171,7 +174,7 @@ def release_run(c, now: float, run_id: str) -> None:
             _wake(c, now, name)
 
 
-def listing(c, now: float, name: str | None = None) -> list[SlotHolder]:
+def listing(c: Conn, now: float, name: str | None = None) -> list[SlotHolder]:
     """Live holders, then waiters in order, of ``name`` (or of every name)."""
     names = [name] if name else [r[0] for r in c.execute("SELECT name FROM slot_names ORDER BY name").fetchall()]
     out: list[SlotHolder] = []

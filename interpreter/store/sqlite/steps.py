@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core import states
 from sealflow.core.clock import day_of
 from sealflow.core.ids import StepRef, StepRole
 from sealflow.store.auditchain import output_summary
+from sealflow.store.coordination import Grant, SlotRequest
 from sealflow.store.errors import (
     ClaimDeferred,
     ConcurrencyError,
@@ -28,6 +32,7 @@ from sealflow.store.errors import (
     NotFound,
 )
 from sealflow.store.records import (
+    AttemptRecord,
     Claimed,
     Commit,
     Committed,
@@ -36,7 +41,10 @@ from sealflow.store.records import (
     Message,
     NextAttempt,
     RunRecord,
+    Spawn,
+    StepChange,
 )
+from sealflow.store.sql.conn import Conn, Cursor, Row
 from sealflow.store.sqlite import admission as sqlite_admission
 from sealflow.store.sqlite import deliveries, reservations, rows
 from sealflow.store.sqlite import slots as sqlite_slots
@@ -68,12 +76,13 @@ class _Carried:
 
     __slots__ = ("_cursor", "_row", "token")
 
-    def __init__(self, cursor, token: int):
-        self._cursor, self._row, self.token = cursor, None, token
+    def __init__(self, cursor: Cursor, token: int):
+        self._cursor, self.token = cursor, token
+        self._row: Row | None = None
 
-    def row(self) -> tuple:
+    def row(self) -> Row:
         if self._row is None:
-            self._row = self._cursor.fetchone()
+            self._row = self._cursor.fetchone()  # (the insert returns its row: never None)
         return self._row
 
 
@@ -82,7 +91,27 @@ class StepPathMixin:
     #: reading it first costs a round trip (PostgreSQL); SQLite reads it first, for nothing
     _fence_late = False
 
-    def _insert_attempt(self, c, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its fan-out's (sealflow.store.sqlite.children)
+        @property
+        def _pending(self) -> list[Row]: ...  # the audit rows of the transaction in progress
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _get_run(self, c: Conn, run_id: str) -> RunRecord: ...
+        def results(self, run_id: str, only: Iterable[str] | None = None) -> dict[str, tuple[str, str | None]]: ...
+        def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: Mapping[str, Any] | None = None, chain: Mapping[str, Any] | None = None) -> None: ...
+        def _step_to(self, c: Conn, now: float, run_id: str, step_id: str, before: str, after: str,
+                     actor: str = "system", detail: Mapping[str, Any] | None = None,
+                     chain: Mapping[str, Any] | None = None, *, slots: bool = True) -> None: ...
+        def _run_to(self, c: Conn, now: float, run_id: str, before: str, after: str, actor: str = "system",
+                    detail: Mapping[str, Any] | None = None, out: list[Message] | None = None) -> None: ...
+        def _spawn(self, c: Conn, now: float, run_id: str, step_id: str, attempt: int, spawn: Spawn, actor: str,
+                   inline: bool) -> list[Message]: ...
+        def _close_fanout(self, c: Conn, now: float, run_id: str, step_id: str, attempt: int, actor: str,
+                          undo: tuple[tuple[str, NextAttempt], ...] = (), out: list[Message] | None = None,
+                          undo_seen: int | None = None) -> None: ...
+
+    def _insert_attempt(self, c: Conn, now: float, run_id: str, nxt: NextAttempt, inline: bool, seq: int,
                         actor: str = "system", *, tenant: str | None = None,
                         first: bool = False) -> tuple[int, Message | None]:
         """Insert the run's next attempt (with its outbox row or timer); the caller moves the cursor.
@@ -113,7 +142,7 @@ class StepPathMixin:
                       (run_id, nxt.step_id, number, token, nxt.timer_kind, nxt.due_at))
         return number, None
 
-    def _insert_claimed(self, c, now: float, run_id: str, nxt: NextAttempt, seq: int, actor: str,
+    def _insert_claimed(self, c: Conn, now: float, run_id: str, nxt: NextAttempt, seq: int, actor: str,
                         owner: str) -> _Carried:
         """Insert the run's next attempt (scheduled now) already claimed by ``owner``, the worker that goes on
         with the run: as :meth:`claim` would leave it (``running`` under its lease, the next token), with the
@@ -136,11 +165,14 @@ class StepPathMixin:
 
     # -- the step path -----------------------------------------------------------------------------
     def claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None = None, *, owner: str,
-              now: float, running_limit=None, slots=None, slotless: bool = False) -> Claimed:
+              now: float, running_limit: Callable[[str], int | None] | None = None,
+              slots: Callable[[RunRecord, AttemptRecord, Callable[[], dict[str, tuple[str, str | None]]]],
+                              Iterable[SlotRequest]] | None = None,
+              slotless: bool = False) -> Claimed:
         refused: tuple[str, str] | None = None
         deferred: float | None = None
         busy: ClaimDeferred | None = None
-        grants: tuple = ()
+        grants: tuple[Grant, ...] = ()
         with self._tx() as c:
             row = c.execute(f"SELECT {_A_COLS}, {_R_COLS} FROM attempts a JOIN runs r ON r.id = a.run_id "
                             "WHERE a.run_id = ? AND a.step_id = ? AND a.attempt = ?",
@@ -185,7 +217,7 @@ class StepPathMixin:
             raise busy
         return Claimed(run, att, results, before == "waiting", grants)
 
-    def _take(self, c, now: float, run: RunRecord, att, before: str, owner: str) -> None:
+    def _take(self, c: Conn, now: float, run: RunRecord, att: AttemptRecord, before: str, owner: str) -> None:
         """The claim's writes: the attempt runs under ``owner``'s lease with the next token; its outbox row goes."""
         run_id, step_id = run.id, att.step_id
         att.state, att.token, att.lease_owner = "running", att.token + 1, owner
@@ -201,7 +233,7 @@ class StepPathMixin:
             c.execute("UPDATE runs SET state = 'running', rev = rev + 1, updated_at = ? WHERE id = ?", (now, run_id))
             run.state, run.rev, run.updated_at = "running", run.rev + 1, now
 
-    def _claim_carried(self, c, now: float, msg: Message, owner: str) -> Claimed | None:
+    def _claim_carried(self, c: Conn, now: float, msg: Message, owner: str) -> Claimed | None:
         """Claim the attempt a commit just scheduled, for the worker that goes on with the run (same checks as
         :meth:`claim` makes of a message; None, nothing written, when one fails: the message goes out as usual)."""
         row = c.execute(f"SELECT {_A_COLS}, {_R_COLS} FROM attempts a JOIN runs r ON r.id = a.run_id "
@@ -223,7 +255,7 @@ class StepPathMixin:
         ``pending -> running`` and names who scheduled it (``detail.scheduled_by``, with the retry's attempt,
         try and due time when there were some). Nothing is lost: the two rows could never be apart (one
         transaction, one time), and the chain covers the merged row like any other."""
-        pending = self._pending  # type: ignore[attr-defined]
+        pending = self._pending
         running = pending[-1] if pending else None
         if running is None or running[1] != step_id or running[2] != "step.running":
             return
@@ -237,7 +269,7 @@ class StepPathMixin:
                 return
 
     @staticmethod
-    def _results_of(c, run_id: str) -> dict:
+    def _results_of(c: Conn, run_id: str) -> dict[str, tuple[str, str | None]]:
         return {r[0]: (r[1], r[2]) for r in
                 c.execute("SELECT step_id, status, output FROM results WHERE run_id = ?", (run_id,))}
 
@@ -245,7 +277,7 @@ class StepPathMixin:
         return self._commit(commit, now)
 
     @staticmethod
-    def _check_fence(got, commit: Commit, seen: tuple | None = None) -> None:
+    def _check_fence(got: Row | None, commit: Commit, seen: Row | None = None) -> None:
         """Refuse the commit unless its attempt's token and its run's revision are current (and, for a commit
         written on the engine's view, unless that view is what the store holds)."""
         run_id, step = commit.run_id, commit.step
@@ -288,7 +320,7 @@ class StepPathMixin:
             self._check_fence(fence.fetchone(), commit, seen)
             return done
 
-    def _commit_checked(self, c, now: float, commit: Commit, got: tuple) -> Committed:
+    def _commit_checked(self, c: Conn, now: float, commit: Commit, got: Row) -> Committed:
         """The commit's writes, its fence ``got`` (run state, revision, attempt state, token, tenant, parent)."""
         run_id = commit.run_id
         step = commit.step
@@ -345,8 +377,8 @@ class StepPathMixin:
                 c.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
                 c.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
         moves = final_state != run_state
-        set_run = (now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps, ch.add_tokens,
-                   ch.add_cost_usd, ch.add_tool_calls, cursor[0])
+        set_run: tuple[Any, ...] = (now, ch.output_json, ch.error_class, ch.error_message, ch.add_steps,
+                                    ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, cursor[0])
         if moves:
             set_run = (final_state, *set_run)
         if carried is None:
@@ -377,6 +409,7 @@ class StepPathMixin:
         claimed = None
         if carried is not None:  # inserted claimed (above): both rows read back now, in one round trip
             att = rows.attempt(carried.row())
+            assert run_after is not None  # (updated with the attempt inserted claimed, above)
             row = run_after.fetchone()
             run = rows.run(row) if base is None else rows.run_over(base, row)  # (unchanging fields: the engine's)
             claimed = Claimed(run, att, LazyResults(functools.partial(self.results, run_id)))
@@ -388,7 +421,8 @@ class StepPathMixin:
             return Committed(rev + 1, final_state, messages + tuple(spawned) + tuple(out), claimed)
         return Committed(rev + 1, final_state, messages + tuple(spawned), claimed)
 
-    def _apply_step(self, c, now: float, run_id: str, before: str, step, actor: str, slots: bool = True) -> None:
+    def _apply_step(self, c: Conn, now: float, run_id: str, before: str, step: StepChange, actor: str,
+                    slots: bool = True) -> None:
         after = step.state
         self._step_to(c, now, run_id, step.step_id, before, after, actor,
                       {"error_class": step.error_class, "message": step.error_message} if step.error_class else None,
@@ -415,7 +449,7 @@ class StepPathMixin:
                       "ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status, output = excluded.output",
                       (run_id, step.step_id, after, step.output_json))
 
-    def _dead_letter(self, c, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str,
+    def _dead_letter(self, c: Conn, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str,
                      out: list[Message] | None = None) -> str:
         """Record the dead letter; quarantine when a redriven run fails the same way again (a run
         going ``quarantined`` itself, after a failed compensation, gets a quarantined letter)."""
@@ -450,7 +484,7 @@ class StepPathMixin:
             self._cancel_in(c, now, run, actor, reason)
             return self._get_run(c, run_id)
 
-    def _cancel_in(self, c, now: float, run: RunRecord, actor: str, reason: str,
+    def _cancel_in(self, c: Conn, now: float, run: RunRecord, actor: str, reason: str,
                    out: list[Message] | None = None) -> None:
         """Cancel ``run`` (not cancelled, cancelling or compensating) inside the transaction ``c`` (``out``: the
         messages of the commit in progress that dispatches inline, if it is one)."""

@@ -17,11 +17,13 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from sealflow.core.clock import SYSTEM, Clock
 from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import RunRecord
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError, StoreUnavailable
+from sealflow.store.sql.conn import Row
 from sealflow.store.sql.store import SqlStore
 from sealflow.store.sqlite.disk import (  # noqa: F401 - wal_size re-exported (tests, benchmarks)
     WAL_LIMIT,
@@ -69,7 +71,7 @@ class SqliteStore(WalMixin, SqlStore):
                 raise StoreUnavailable(f"cannot open SQLite store {path}: it is a folder, not a file; name the "
                                        f"store's file, e.g. sqlite:///{os.path.join(path, 'state.db')}")
         self._lock = threading.RLock()
-        self._pending: list[tuple] = []  # audit rows of the transaction in progress
+        self._pending: list[Row] = []  # audit rows of the transaction in progress
         self._chain = SqliteChain()  # appends them hash-chained per tenant (sealflow.store.auditchain)
         try:
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
@@ -190,7 +192,7 @@ class SqliteStore(WalMixin, SqlStore):
                     raise self._unavailable(exc, "a read") from None
                 raise
 
-    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]:
         with self._lock:
             if self._conn is None:
                 raise InvalidOperation("the store is closed; open it again with open_store(url)")
@@ -201,7 +203,7 @@ class SqliteStore(WalMixin, SqlStore):
                     raise self._unavailable(exc, "a read") from None
                 raise
 
-    def _audit_illegal(self, c, exc: IllegalTransition) -> None:
+    def _audit_illegal(self, c: sqlite3.Connection, exc: IllegalTransition) -> None:
         c.execute("BEGIN IMMEDIATE")
         self._chain.append(c, [self._illegal_event(exc)])
         c.execute("COMMIT")

@@ -14,9 +14,14 @@ found again; a duplicate is refused by the claim).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
 from sealflow.core import states
 from sealflow.core.fingerprints import fingerprint
 from sealflow.store.records import DeadLetterSpec, Due, Message, SweepReport
+from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import OUTBOX_PUT
 from sealflow.store.sqlite import rows
 
@@ -32,6 +37,20 @@ class SweepMixin:
 
     #: is an outbox row due (a read, before a write transaction is begun for nothing)
     _OUTBOX_DUE = "SELECT 1 FROM outbox WHERE sent_at IS NULL AND due_at <= ? LIMIT 1"
+
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its step path's (sealflow.store.sqlite.steps)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+        def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: Mapping[str, Any] | None = None, chain: Mapping[str, Any] | None = None) -> None: ...
+        def _step_to(self, c: Conn, now: float, run_id: str, step_id: str, before: str, after: str,
+                     actor: str = "system", detail: Mapping[str, Any] | None = None,
+                     chain: Mapping[str, Any] | None = None, *, slots: bool = True) -> None: ...
+        def _run_to(self, c: Conn, now: float, run_id: str, before: str, after: str, actor: str = "system",
+                    detail: Mapping[str, Any] | None = None, out: list[Message] | None = None) -> None: ...
+        def _dead_letter(self, c: Conn, now: float, run_id: str, run_state: str, spec: DeadLetterSpec, actor: str,
+                         out: list[Message] | None = None) -> str: ...
 
     def take_due(self, now: float, limit: int = 256) -> list[Due]:
         if not self._read(self._OUTBOX_DUE, (now,)):  # nothing due: no write transaction (nor the write lock)
@@ -86,7 +105,8 @@ class SweepMixin:
             f" UNION ALL SELECT a.lease_expires FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.id = ?1 "
             "AND a.state = 'running')",
             (run_id, redeliver_after))
-        return got[0][0]
+        due: float | None = got[0][0]
+        return due
 
     def sweep_due(self, now: float, *, redeliver_after: float = 60.0) -> bool:
         """Whether :meth:`sweep` would find anything now: an expired lease, a due timer, or an outbox row sent
@@ -127,7 +147,8 @@ class SweepMixin:
                 (now - redeliver_after,)).rowcount
         return report
 
-    def _expire(self, c, now, run_id, step_id, attempt, token, owner, run_state, why: str | None = None) -> None:
+    def _expire(self, c: Conn, now: float, run_id: str, step_id: str, attempt: int, token: int, owner: str | None,
+                run_state: str, why: str | None = None) -> None:
         # what was observed, no more: a lease that ran out is not a process known dead (it may have stalled, or
         # failed to reach the store to commit); recovery, which can tell, says so (``why``)
         observed = f"worker {owner}: {why}" if why else (
@@ -155,7 +176,7 @@ class SweepMixin:
             self._run_to(c, now, run_id, "cancelling", "cancelled", "sweeper")
             c.execute("UPDATE runs SET state = 'cancelled', rev = rev + 1, updated_at = ? WHERE id = ?", (now, run_id))
 
-    def _fire(self, c, now, run_id, step_id, attempt, token, kind) -> int:
+    def _fire(self, c: Conn, now: float, run_id: str, step_id: str, attempt: int, token: int, kind: str) -> int:
         row = c.execute("SELECT state, token FROM attempts WHERE run_id = ? AND step_id = ? AND attempt = ?",
                         (run_id, step_id, attempt)).fetchone()
         if row is None or row[1] != token:
@@ -175,7 +196,7 @@ class SweepMixin:
         c.execute(OUTBOX_PUT, (run_id, step_id, attempt, token, now, None))
         return 1
 
-    def _time_out(self, c, now, run_id) -> int:
+    def _time_out(self, c: Conn, now: float, run_id: str) -> int:
         run_state = c.execute("SELECT state FROM runs WHERE id = ?", (run_id,)).fetchone()
         if run_state is None or run_state[0] not in ("queued", "running", "waiting", "cancelling"):
             return 0

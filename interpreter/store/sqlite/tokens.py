@@ -6,8 +6,13 @@ Shared by both backends (the PostgreSQL store runs this SQL through its dialect)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
 from sealflow.store.errors import InvalidOperation
 from sealflow.store.records import ApiTokenRecord
+from sealflow.store.sql.conn import Conn, Row
 
 _COLS = "id, principal, tenant, created_at, created_by, expires_at, revoked_at, label, secret_hash"
 
@@ -20,12 +25,19 @@ CREATE INDEX IF NOT EXISTS runs_tenant_created ON runs(tenant, created_at, id);
 """
 
 
-def _record(row) -> ApiTokenRecord:
+def _record(row: Row) -> ApiTokenRecord:
     return ApiTokenRecord(*row)
 
 
 class TokensMixin:
     """Expects ``_tx``, ``_read`` and ``_audit`` from the store."""
+
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store)
+        def _tx(self) -> AbstractContextManager[Conn]: ...
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
+        def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: Mapping[str, Any] | None = None, chain: Mapping[str, Any] | None = None) -> None: ...
 
     def create_api_token(self, token: ApiTokenRecord, now: float) -> ApiTokenRecord:
         with self._tx() as c:
