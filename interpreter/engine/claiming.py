@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sealflow.core.errors import StepError
 from sealflow.core.ids import StepRef, split_step_id
@@ -48,6 +48,17 @@ class _PlanNeeded(Exception):
     def __init__(self, digest: str):
         super().__init__(digest)
         self.digest = digest
+
+
+class RunIdentity(Protocol):
+    """What deciding where a run's attempt may run reads of the run: its plan and who signed it (a run record, or
+    the run about to be written)."""
+
+    @property
+    def plan_digest(self) -> str: ...
+
+    @property
+    def signer(self) -> str | None: ...
 
 
 class Claiming:
@@ -102,7 +113,7 @@ class Claiming:
         step = self._steps.get(x.run.plan_digest, {}).get(split_step_id(nxt.step_id)[0])
         return step is not None and self.may_claim_at_once(x.plan, step, x.run, nxt.step_id)
 
-    def may_claim_at_once(self, plan: Plan, step: PlanStep, run: RunRecord, step_id: str) -> bool:
+    def may_claim_at_once(self, plan: Plan, step: PlanStep, run: RunIdentity, step_id: str) -> bool:
         """Whether this process may claim attempt ``step_id`` (of ``step``) of ``run`` for the thread at hand
         without a message: no bulkhead, lock or pool to wait in line for, and nothing it needs missing here.
         A commit that carries its run on asks it of the next step; ``Runtime.run`` of a new run's first."""
