@@ -17,10 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("interpreter/engine", "interpreter/store")
 
 #: file -> why it may hold thread-local state (each one a debt, not a design)
-ALLOWED = {
-    "interpreter/store/postgres/store.py": "the PostgreSQL store's audit rows of the thread's transaction in "
-                                           "progress (store/postgres: the hot path's owner's slice of issue 33)",
-}
+ALLOWED: dict[str, str] = {}
 
 _THREAD_IDS = {"get_ident", "get_native_id", "current_thread"}
 _DICT_READS = {"get", "pop", "setdefault", "__getitem__", "__setitem__", "__delitem__"}

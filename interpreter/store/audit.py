@@ -3,7 +3,7 @@ appends each event (:mod:`sealflow.store.auditchain`), verified by :mod:`sealflo
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from sealflow.store.records import AuditEvent, AuditRecord
 
@@ -23,14 +23,14 @@ class AuditLog(Protocol):
     def audit_last_id(self) -> int:
         """The id of the newest audit event (0: none): where a reader of events from now on starts."""
 
-    def audit_chain(self, tenant: str | None) -> list[tuple]:
+    def audit_chain(self, tenant: str | None) -> list[tuple[Any, ...]]:
         """A tenant's audit events in append order, as
         :data:`sealflow.store.auditchain.VERIFY_COLS` tuples."""
 
     def audit_heads(self) -> dict[str, tuple[int, str]]:
         """Tenant -> (seq, hash) of its chain's last event, as recorded when it was appended."""
 
-    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple]]:
+    def audit_snapshot(self, tenant: str | None) -> tuple[tuple[int, str] | None, list[tuple[Any, ...]]]:
         """A tenant's head (None: none) and its chain (as :meth:`audit_chain`), read at one moment: on a live
         store, what workers append meanwhile is in neither (read apart, a chain read after its head holds
         events the head does not, and looks cut)."""

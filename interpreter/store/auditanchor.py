@@ -29,10 +29,14 @@ import base64
 import binascii
 import json
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl.trust import signing
 from sealflow.store.auditchain import Break, verify_tenant
+
+if TYPE_CHECKING:
+    from sealflow.store.audit import AuditLog
 
 ANCHOR_TYPE = "application/vnd.sealflow.audit-anchor+json"
 FORMAT = 1
@@ -49,16 +53,18 @@ def _canonical(doc: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def take(store, now: float, tenant: str | None = None, *, only: list[str | None] | None = None) -> dict[str, Any]:
+def take(store: AuditLog, now: float, tenant: str | None = None, *, only: list[str | None] | None = None
+         ) -> dict[str, Any]:
     """The anchor of every tenant's chain in ``store`` (or of ``tenant``'s, or of the chains ``only`` names);
     :class:`AnchorError` naming the first break when a chain does not verify."""
     heads = store.audit_heads()
+    names: Sequence[str | None]
     if only is not None:
         names = list(only)
     else:
         names = [tenant] if tenant is not None else sorted(
             set(heads) | {t for t in store.audit_tenants() if t is not None})
-    tenants: dict[str, dict[str, Any]] = {}
+    tenants: dict[str | None, dict[str, Any]] = {}
     for name in names:
         head, rows = store.audit_snapshot(name)  # read together: a live store appends meanwhile
         count, last, broken = verify_tenant(name, rows, head)
@@ -135,7 +141,7 @@ def check_signature(doc: dict[str, Any], public_pem: bytes, source: str = "ancho
     return signing.key_id(key)
 
 
-def check(store, doc: dict[str, Any], tenant: str | None = None) -> list[Break]:
+def check(store: AuditLog, doc: dict[str, Any], tenant: str | None = None) -> list[Break]:
     """Per anchored tenant (only ``tenant`` when given), a :class:`Break` when its chain no longer holds the
     anchored head at the anchored count. The chain's own integrity is :func:`auditchain.verify`'s job."""
     breaks: list[Break] = []

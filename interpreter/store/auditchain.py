@@ -48,10 +48,11 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sealflow.core.ids import compensation_id
 from sealflow.core.redaction import REDACTOR
-from sealflow.store.auditverify import (  # noqa: F401 - re-exported: verifying is part of the chain's API
+from sealflow.store.auditverify import (  # re-exported (__all__): verifying is part of the chain's API
     CHAIN_V,
     GENESIS,
     UNCHAINED,
@@ -67,6 +68,9 @@ from sealflow.store.auditverify import (  # noqa: F401 - re-exported: verifying 
 )
 from sealflow.store.auditverify import canonical as _canonical
 from sealflow.store.auditverify import canonical_json as _dumps
+
+if TYPE_CHECKING:
+    import sqlite3
 
 #: columns the chain adds to the audit table, in hash order after the original ones
 CHAIN_COLUMNS = (("tenant", "TEXT"), ("workflow", "TEXT"), ("workflow_version", "INTEGER"), ("plan_digest", "TEXT"),
@@ -84,6 +88,32 @@ _DENY_WORDS = ("_denied", "_refused", "refused", "illegal_transition")
 _sha256 = hashlib.sha256
 
 
+class Fetched(Protocol):
+    """A statement's result as the chain reads it (a sqlite3 or psycopg cursor)."""
+
+    def fetchone(self) -> Any: ...
+
+
+class Reads(Protocol):
+    """A connection as the chain reads through it (``?`` parameters): sqlite3's, the PostgreSQL store's
+    :class:`~sealflow.store.postgres.dialect.PgConn`, its pooled reads outside a transaction."""
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ..., /) -> Fetched: ...
+
+
+class Written(Fetched, Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+
+class Writes(Protocol):
+    """A connection in the transaction that appends events (:meth:`SqliteChain.append`)."""
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ..., /) -> Written: ...
+
+    def executemany(self, sql: str, seq: list[tuple[Any, ...]], /) -> object: ...
+
+
 def output_summary(output_json: str | None) -> str | None:
     """What the audit keeps of a step's output: its size and a truncated sha256."""
     if output_json is None:
@@ -97,16 +127,17 @@ _EVENT_DECISION: dict[str, str | None] = {"run.created": "allow", "approval_gran
                                           "approval_rejected": "deny"}
 
 
-def _decision(event: str, detail: dict | None) -> str | None:
-    if detail and isinstance(detail.get("decision"), str):
-        return detail["decision"]
+def _decision(event: str, detail: dict[str, Any] | None) -> str | None:
+    decided = detail.get("decision") if detail else None
+    if isinstance(decided, str):
+        return decided
     got = _EVENT_DECISION.get(event, "?")
     if got == "?":
         got = _EVENT_DECISION[event] = "deny" if any(w in event for w in _DENY_WORDS) else None
     return got
 
 
-def _error(detail: dict | None) -> str | None:
+def _error(detail: dict[str, Any] | None) -> str | None:
     if not detail or not detail.get("error_class"):
         return None
     text = f"{detail['error_class']}: {detail.get('message') or ''}".rstrip(": ")
@@ -137,8 +168,8 @@ def tools_of_plan(body: str) -> dict[str, str]:
 class SqliteChain:
     """Appends a transaction's audit events to their tenants' chains (SQLite)."""
 
-    def __init__(self, max_cached: int = 8192, *, cache_heads: bool = True):
-        self._runs: dict[str, tuple] = {}
+    def __init__(self, max_cached: int = 8192, *, cache_heads: bool = True) -> None:
+        self._runs: dict[str, tuple[Any, ...]] = {}
         self._tools: dict[str, dict[str, str]] = {}
         #: tenant -> (seq, hash) this process last wrote; used only through a compare-and-set
         self._heads: dict[str, tuple[int, str]] = {}
@@ -148,7 +179,7 @@ class SqliteChain:
         self._max = max_cached
         self._lock = threading.Lock()
 
-    def _run_meta(self, c, run_id: str | None) -> tuple:
+    def _run_meta(self, c: Reads, run_id: str | None) -> tuple[Any, ...]:
         if run_id is None:
             return (None, None, None, None)
         meta = self._runs.get(run_id)
@@ -162,7 +193,7 @@ class SqliteChain:
             meta = self._runs[run_id] = tuple(row)
         return meta
 
-    def _tool(self, c, digest: str | None, step_id: str | None) -> str | None:
+    def _tool(self, c: Reads, digest: str | None, step_id: str | None) -> str | None:
         if digest is None or step_id is None:
             return None
         tools = self._tools.get(digest)
@@ -174,12 +205,12 @@ class SqliteChain:
             self._tools[digest] = tools
         return tools.get(step_id)
 
-    def bodies(self, c, pending: Iterable[tuple]) -> list[list]:
+    def bodies(self, c: Reads, pending: Iterable[tuple[Any, ...]]) -> list[list[Any]]:
         """The chain's view of ``pending`` events ``(run_id, step_id, event, actor, before, after, detail_json,
         ts[, extra])``: each as ``[run_id, step_id, event, actor, before, after, detail, ts, tenant, workflow,
         version, digest, decision, tool, summary, error, body]`` (``body``: its content's hash, format 2), all
         but its place in its tenant's chain, which :meth:`link` (or the database) gives it."""
-        out = []
+        out: list[list[Any]] = []
         redact = REDACTOR.active
         runs, all_tools, decisions = self._runs, self._tools, _EVENT_DECISION
         canonical, sha256 = _canonical, _sha256
@@ -195,6 +226,7 @@ class SqliteChain:
                     and (extra is None or len(extra) == 1 and "summary" in extra)):
                 # the common case (a step or run event of a known run, its detail if any naming no error or
                 # decision, as a step scheduled and claimed in one commit): nothing to parse or look up
+                assert meta is not None  # (tools were found by it)
                 tenant, workflow, version, digest = meta
                 tool = tools.get(step_id) if step_id is not None else None
                 summary = extra["summary"] if extra is not None else None
@@ -226,13 +258,13 @@ class SqliteChain:
                         decision, tool, summary, error, body])  # (= auditverify.body_hash, inlined)
         return out
 
-    def link(self, c, bodies: list[list], known: dict | None = None
-             ) -> tuple[list[tuple], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+    def link(self, c: Reads, bodies: list[list[Any]], known: dict[str, tuple[int, str]] | None = None
+             ) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
         """The rows to insert for :meth:`bodies`, each placed in its tenant's chain (format 2), the tenants' new
         heads, and the heads they were chained to (taken from ``known`` when there, else read)."""
         heads: dict[str, tuple[int, str]] = {}
         based: dict[str, tuple[int, str]] = {}
-        out = []
+        out: list[tuple[Any, ...]] = []
         sha256 = _sha256
         for b in bodies:
             tenant = b[8]
@@ -250,12 +282,12 @@ class SqliteChain:
             out.append((*b[:16], seq, prev, digest, CHAIN_V))
         return out, heads, based
 
-    def rows(self, c, pending: Iterable[tuple], known: dict | None = None
-             ) -> tuple[list[tuple], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+    def rows(self, c: Reads, pending: Iterable[tuple[Any, ...]], known: dict[str, tuple[int, str]] | None = None
+             ) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
         """:meth:`link` of :meth:`bodies`: the chained rows, the new heads, the heads they were chained to."""
         return self.link(c, self.bodies(c, pending), known)
 
-    def append(self, c, pending: list[tuple]) -> None:
+    def append(self, c: Writes, pending: list[tuple[Any, ...]]) -> None:
         """Write ``pending`` events chained, and move the heads (inside the caller's transaction).
 
         A tenant's head this process wrote last is not read again: the head row is moved with a
@@ -312,7 +344,7 @@ _TRIGGER = ("CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN SELECT 
             "append-only: append a new event instead'); END")
 
 
-def migrate(conn) -> None:
+def migrate(conn: sqlite3.Connection) -> None:
     """Schema changes of the chain: new audit columns, heads, tenant usage; backfill existing events."""
     have = {r[1] for r in conn.execute("PRAGMA table_info(audit)")}
     for name, kind in CHAIN_COLUMNS:
@@ -343,3 +375,11 @@ def migrate(conn) -> None:
                      updates)
     conn.execute(_TRIGGER)
     conn.executemany(_HEAD_UPSERT, [(t, s, h) for t, (s, h) in heads.items()])
+
+
+#: the module's own names and those it re-exports
+__all__ = [
+    "CHAIN_COLUMNS", "INSERT", "Fetched", "Reads", "Written", "Writes", "output_summary", "tools_of_plan",
+    "SqliteChain", "migrate", "CHAIN_V", "GENESIS", "UNCHAINED", "VERIFY_COLS", "Break", "ChainReport", "body_hash",
+    "event_hash", "link_hash", "row_hash", "verify", "verify_tenant",
+]

@@ -22,8 +22,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sealflow.store.audit import AuditLog
 
 GENESIS = ""
 #: how a report names events that carry no tenant (appended outside sealflow)
@@ -42,29 +45,37 @@ def _refuse(value: Any) -> Any:
     raise TypeError(f"an audit field of type {type(value).__name__} is not JSON")
 
 
+_c_list: Callable[[list[Any], int], Iterable[str]] | None
 try:  # the C encoder itself, made once: what canonical_json runs, without its per-call set-up
-    from json.encoder import c_encode_basestring, c_make_encoder
+    from json.encoder import (  # type: ignore[attr-defined]  # the json accelerator's, not in typeshed
+        c_encode_basestring,
+        c_make_encoder,
+    )
 
     _c_list = c_make_encoder(None, _refuse, c_encode_basestring, None, ":", ",", False, False, False)
 except (ImportError, TypeError):  # pragma: no cover - a Python without the json accelerator
     _c_list = None
 
 
-def canonical(fields: list) -> str:
+def canonical(fields: list[Any]) -> str:
     """``fields`` as canonical JSON (what an event's hash is taken of)."""
     return "".join(_c_list(fields, 0)) if _c_list is not None else canonical_json(fields)
 
 
-def event_hash(tenant: str, seq: int, prev_hash: str, ts: float, workflow, version, digest, run_id, step_id,
-               event, actor, before, after, decision, tool, summary, error, detail) -> str:
+def event_hash(tenant: str | None, seq: int, prev_hash: str, ts: float, workflow: str | None, version: int | None,
+               digest: str | None, run_id: str | None, step_id: str | None, event: str, actor: str,
+               before: str | None, after: str | None, decision: str | None, tool: str | None, summary: str | None,
+               error: str | None, detail: str | None) -> str:
     """The hash of one event of format 1 (its fields: :mod:`sealflow.store.auditchain`)."""
     body = canonical([tenant, seq, prev_hash, ts, workflow, version, digest, run_id, step_id, event, actor, before,
                       after, decision, tool, summary, error, detail])
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def body_hash(tenant: str, ts: float, workflow, version, digest, run_id, step_id, event, actor, before, after,
-              decision, tool, summary, error, detail) -> str:
+def body_hash(tenant: str | None, ts: float, workflow: str | None, version: int | None, digest: str | None,
+              run_id: str | None, step_id: str | None, event: str, actor: str, before: str | None, after: str | None,
+              decision: str | None, tool: str | None, summary: str | None, error: str | None,
+              detail: str | None) -> str:
     """The hash of one event's content (format 2): everything but its place in the chain."""
     body = canonical([tenant, ts, workflow, version, digest, run_id, step_id, event, actor, before, after, decision,
                       tool, summary, error, detail])
@@ -77,7 +88,7 @@ def link_hash(prev_hash: str, seq: int, body: str) -> str:
     return hashlib.sha256(f"{prev_hash}\n{seq}\n{body}".encode()).hexdigest()
 
 
-def row_hash(row: tuple) -> str:
+def row_hash(row: tuple[Any, ...]) -> str:
     """The hash a :data:`VERIFY_COLS` row should carry, by its format."""
     (_id, tenant, seq, prev_hash, _stored, ts, workflow, version, digest, run_id, step_id, event, actor, before, after,
      decision, tool, summary, error, detail, chain_v) = row
@@ -94,7 +105,8 @@ def row_hash(row: tuple) -> str:
 class Break:
     """The first event of a tenant's chain that does not hold."""
 
-    tenant: str
+    #: None: the events that name no tenant (:data:`UNCHAINED`)
+    tenant: str | None
     event_id: int | None
     seq: int | None
     #: edited | deleted | inserted | reordered | truncated | unchained; against an anchor: cut | wiped | rewritten
@@ -119,12 +131,12 @@ class ChainReport:
         return min(self.breaks, key=lambda b: (b.event_id is None, b.event_id or 0)) if self.breaks else None
 
 
-def _where(row: tuple) -> str:
+def _where(row: tuple[Any, ...]) -> str:
     event_id, seq, event, run_id = row[0], row[2], row[11], row[9]
     return f"event {event_id} (seq {seq}, {event!r}" + (f", run {run_id})" if run_id else ")")
 
 
-def verify_tenant(tenant: str | None, rows: Iterable[tuple], head: tuple[int, str] | None
+def verify_tenant(tenant: str | None, rows: Iterable[tuple[Any, ...]], head: tuple[int, str] | None
                   ) -> tuple[int, str, Break | None]:
     """Walk one tenant's rows (``VERIFY_COLS``, in id order); return (events, last hash, first break)."""
     rows = list(rows)
@@ -170,11 +182,11 @@ def verify_tenant(tenant: str | None, rows: Iterable[tuple], head: tuple[int, st
     return count, prev, None
 
 
-def verify(store, tenant: str | None = None) -> ChainReport:
+def verify(store: AuditLog, tenant: str | None = None) -> ChainReport:
     """Verify the chain of ``tenant`` (None: every tenant) in ``store``."""
     report = ChainReport()
     heads = store.audit_heads()
-    tenants = [tenant] if tenant is not None else \
+    tenants: list[str | None] = [tenant] if tenant is not None else \
         sorted(set(heads) | set(store.audit_tenants()), key=lambda t: (t is None, t or ""))
     for name in tenants:
         head, rows = store.audit_snapshot(name)  # read together: a live store appends meanwhile

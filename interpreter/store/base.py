@@ -54,10 +54,10 @@ from typing import Protocol, runtime_checkable
 from sealflow.core.clock import Clock
 from sealflow.store.audit import AuditLog
 from sealflow.store.definitions import DefinitionRegistry
-from sealflow.store.deliveries import Deliveries, DeliveryRecord, NewDelivery  # noqa: F401 - re-exported
+from sealflow.store.deliveries import Deliveries, DeliveryRecord, NewDelivery  # re-exported (__all__)
 from sealflow.store.ledger import RunLedger
 from sealflow.store.limits import Limits
-from sealflow.store.records import (  # noqa: F401 - re-exported: the records are part of the interface
+from sealflow.store.records import (  # re-exported (__all__): the records are part of the interface
     ApiTokenRecord,
     AttemptRecord,
     AuditEvent,
@@ -124,3 +124,13 @@ def methods(protocol: type) -> frozenset[str]:
 def operations() -> frozenset[str]:
     """Every public method of every store protocol (:data:`PROTOCOLS`): what a backend implements."""
     return frozenset().union(*(methods(p) for p in PROTOCOLS))
+
+
+#: the module's own names and those it re-exports
+__all__ = [
+    "AGGREGATES", "PROTOCOLS", "Store", "methods", "operations", "Deliveries", "DeliveryRecord", "NewDelivery",
+    "ApiTokenRecord", "AttemptRecord", "AuditEvent", "AuditRecord", "ChildRecord", "ChildSpec", "Claimed", "Commit",
+    "Committed", "DeadLetterRecord", "DeadLetterSpec", "Due", "LedgerEntry", "LedgerRecord", "Message", "NewRun",
+    "NextAttempt", "OutboxRecord", "RunChange", "RunQuery", "RunRecord", "Spawn", "StepChange", "SweepReport",
+    "TimerRecord",
+]

@@ -71,7 +71,7 @@ class UsageReservations(Protocol):
 class SqlReads(Protocol):
     """Raw ``SELECT`` reads on the store's database (an SQL backend's own reader)."""
 
-    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """The rows of ``sql`` (``?`` placeholders) with ``args``."""
 
 

@@ -53,7 +53,7 @@ class StepChange:
     #: when the attempt goes ``waiting``: when its timer fires (None: waits for a human only)
     due_at: float | None = None
     #: replaces the attempt's ``data`` when not None
-    data: dict | None = None
+    data: dict[str, Any] | None = None
     #: a timer on this same attempt: ``wait`` or ``approval_timeout``
     timer_kind: str | None = None
 
@@ -69,7 +69,7 @@ class NextAttempt:
     lease_ms: int
     #: backoff (retry_wait), approval_timeout (a gate opened in waiting), or None
     timer_kind: str | None = None
-    data: dict | None = None
+    data: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ class AuditEvent:
     actor: str = "system"
     state_before: str | None = None
     state_after: str | None = None
-    detail: dict | None = None
+    detail: dict[str, Any] | None = None
     run_id: str | None = None  # only for standalone appends; commits use their run
     #: the audit chain's columns (:mod:`sealflow.store.auditchain`); the tenant defaults to the run's,
     #: else ``detail["tenant"]``; the decision to ``deny`` for ``*_denied`` / ``*_refused`` events
@@ -118,7 +118,7 @@ class AuditEvent:
     summary: str | None = None
     error: str | None = None
 
-    def chain_fields(self) -> dict | None:
+    def chain_fields(self) -> dict[str, Any] | None:
         """The chain columns this event sets explicitly (None: all derived)."""
         if self.tenant is None and self.decision is None and self.tool is None and self.summary is None \
                 and self.error is None:

@@ -28,9 +28,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Protocol, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sealflow.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from sealflow.store.auditchain import Writes
+    from sealflow.store.changes import AuditEvent
 
 
 class DefinitionRefused(StoreError):
@@ -146,6 +151,19 @@ class DefinitionRegistry(Protocol):
 class DefinitionsMixin:
     """SQLite implementation; expects ``_tx``, ``_read`` and ``_audit`` from the store."""
 
+    if TYPE_CHECKING:  # the store's, which this is mixed into (sealflow.store.sql.store.SqlStore)
+        def _tx(self) -> AbstractContextManager[Any]: ...
+
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+        def _audit(self, c: Any, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: dict[str, Any] | None = None, chain: dict[str, Any] | None = None) -> None: ...
+
+        def _now(self) -> float: ...
+
+        def append_audit(self, event: AuditEvent, now: float) -> None: ...
+
     def register_definition(self, name: str, version: int, digest: str, signer: str, *,
                             pin: bool = False, actor: str = "system") -> DefinitionRecord:
         reg = Registration(name, version, digest, signer, None, pin, actor)
@@ -167,7 +185,7 @@ class DefinitionsMixin:
             "name": reg.name, "version": reg.version, "digest": reg.digest, "signer": reg.signer,
             "reason": exc.reason}), now)
 
-    def _register(self, c, reg: Registration, now: float) -> None:
+    def _register(self, c: Writes, reg: Registration, now: float) -> None:
         """Record ``reg`` on connection ``c`` (inside the caller's transaction); :class:`DefinitionRefused`
         leaves the transaction to be rolled back by the caller."""
         name, version, digest, signer, actor = reg.name, reg.version, reg.digest, reg.signer, reg.actor

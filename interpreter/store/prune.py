@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from sealflow.core.states import RUN_FINAL
 
@@ -48,7 +50,7 @@ class PruneReport:
         return sum(self.runs.values())
 
 
-def digest(rows: list[tuple]) -> str:
+def digest(rows: list[tuple[Any, ...]]) -> str:
     """The sha256 of pruned run rows (canonical JSON, in id order): what a checkpoint event carries."""
     body = json.dumps(sorted(rows, key=lambda r: r[0]), separators=(",", ":"), ensure_ascii=False, default=str)
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
@@ -56,6 +58,15 @@ def digest(rows: list[tuple]) -> str:
 
 class PruneMixin:
     """Expects ``_tx``, ``_read`` and ``_audit`` from the store."""
+
+    if TYPE_CHECKING:  # the store's, which this is mixed into (sealflow.store.sql.store.SqlStore)
+        def _tx(self) -> AbstractContextManager[Any]: ...
+
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+        def _audit(self, c: Any, now: float, run_id: str | None, step_id: str | None, event: str,
+                   actor: str = "system", before: str | None = None, after: str | None = None,
+                   detail: dict[str, Any] | None = None, chain: dict[str, Any] | None = None) -> None: ...
 
     def prune_runs(self, before: float, now: float, *, actor: str = "system", include_dead_letters: bool = False,
                    batch: int = BATCH, dry_run: bool = False) -> PruneReport:
@@ -85,7 +96,7 @@ class PruneMixin:
                 for table in _DEPENDENT:
                     c.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", ids)
                 c.execute(f"DELETE FROM runs WHERE id IN ({marks})", ids)
-                by_tenant: dict[str, list[tuple]] = {}
+                by_tenant: dict[str, list[tuple[Any, ...]]] = {}
                 for r in rows:
                     by_tenant.setdefault(r[1], []).append(r)
                 for tenant, got in sorted(by_tenant.items()):

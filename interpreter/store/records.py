@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sealflow.store.changes import (  # noqa: F401 - re-exported: the records of a write
+from sealflow.store.changes import (  # re-exported (__all__): the records of a write
     AuditEvent,
     ChildSpec,
     Commit,
@@ -22,6 +22,9 @@ from sealflow.store.changes import (  # noqa: F401 - re-exported: the records of
     Spawn,
     StepChange,
 )
+
+if TYPE_CHECKING:
+    from sealflow.store.coordination import Grant
 
 
 class Message(NamedTuple):
@@ -107,7 +110,7 @@ class AttemptRecord:
     output: Any
     error_class: str | None
     error_message: str | None
-    data: dict
+    data: dict[str, Any]
     #: how many times this attempt's lease expired (its worker died or stalled): a claim of an attempt
     #: that lost its lease records ``worker_lost`` instead of running it again
     leases_lost: int = 0
@@ -164,7 +167,7 @@ class Claimed:
     #: the attempt was ``waiting`` (its timer fired), not freshly scheduled
     resumed: bool = False
     #: the lock and pool slots taken for this attempt (:class:`~sealflow.store.coordination.Grant`)
-    grants: tuple = ()
+    grants: tuple[Grant, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -196,7 +199,7 @@ class SweepReport:
     timers_fired: int = 0
     redelivered: int = 0
     runs_timed_out: int = 0
-    runs_touched: set = dataclasses.field(default_factory=set)
+    runs_touched: set[str] = dataclasses.field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.leases_expired or self.timers_fired or self.redelivered or self.runs_timed_out)
@@ -256,7 +259,7 @@ class AuditRecord:
     actor: str
     state_before: str | None
     state_after: str | None
-    detail: dict | None
+    detail: dict[str, Any] | None
     ts: float
     #: the audit chain (:mod:`sealflow.store.auditchain`)
     tenant: str | None = None
@@ -304,3 +307,12 @@ class RunQuery:
     created_before: float | None = None
     after: tuple[float, str] | None = None
     limit: int = 50
+
+
+#: the module's own names and those it re-exports
+__all__ = [
+    "Message", "Due", "RunRecord", "AttemptRecord", "LazyResults", "Claimed", "ChildRecord", "Committed",
+    "SweepReport", "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord",
+    "ApiTokenRecord", "RunQuery", "AuditEvent", "ChildSpec", "Commit", "DeadLetterSpec", "LedgerEntry", "NewRun",
+    "NextAttempt", "RunChange", "Spawn", "StepChange",
+]

@@ -114,11 +114,13 @@ def _load_anchor(anchor_path: str | None, public_key: str | None) -> tuple[dict[
 def _check_anchor(store: Store, report: ChainReport, anchor: dict[str, Any], tenant: str | None) -> None:
     """Add to ``report`` each anchored tenant that was cut, wiped or rewritten since the anchor."""
     from sealflow.store import auditanchor
+    from sealflow.store.auditverify import UNCHAINED
 
     for b in auditanchor.check(store, anchor, tenant):
         report.breaks.append(b)
-        report.events.setdefault(b.tenant, 0)  # a wiped tenant has no chain left to list
-        report.heads.setdefault(b.tenant, "")
+        label = UNCHAINED if b.tenant is None else b.tenant  # (as verify names them; an anchor's are all named)
+        report.events.setdefault(label, 0)  # a wiped tenant has no chain left to list
+        report.heads.setdefault(label, "")
 
 
 @audit.command("verify")

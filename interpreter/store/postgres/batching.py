@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from sealflow.store.errors import IllegalTransition
-from sealflow.store.postgres.dialect import PgConn, PipedConn
+from sealflow.store.postgres.dialect import PendingEvent, PgConn, PipedConn
 
 #: the session advisory lock every write transaction holds from before its snapshot to after its commit (an
 #: arbitrary constant key: "sealflow" in ASCII)
@@ -72,7 +73,7 @@ class _Batch:
     def __init__(self) -> None:
         self.conn: psycopg.Connection | None = None
         self.pipe: psycopg.Pipeline | None = None
-        self.piping: contextlib.AbstractContextManager | None = None
+        self.piping: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
         self.ready = threading.Event()
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -82,15 +83,15 @@ class _Batch:
         #: the leader is done: nobody joins any more, and the last one done commits
         self.closed = False
         #: the audit events of the members that succeeded, chained together before the commit
-        self.events: list = []
+        self.events: list[PendingEvent] = []
 
 
 class GroupCommit:
     """The batches of one store (see the module docstring)."""
 
-    def __init__(self, pool: Callable[[], object], chain_append: Callable[[PgConn, list], None],
-                 pending: Callable[[], list], illegal: Callable[[PgConn, IllegalTransition], None]):
-        self._pool, self._append, self._pending, self._illegal = pool, chain_append, pending, illegal
+    def __init__(self, pool: Callable[[], ConnectionPool], chain_append: Callable[[PgConn, list[PendingEvent]], None],
+                 illegal: Callable[[PgConn, IllegalTransition], None]) -> None:
+        self._pool, self._append, self._illegal = pool, chain_append, illegal
         self._lock = threading.Lock()
         self._open: _Batch | None = None
 
@@ -124,7 +125,7 @@ class GroupCommit:
         if own is not None:
             raise own
 
-    def _leave(self, pool, batch: _Batch, leader: bool) -> None:
+    def _leave(self, pool: ConnectionPool, batch: _Batch, leader: bool) -> None:
         """A member is done. The leader closes the batch to newcomers when it is done; whoever is done last
         once it is closed (the leader, or the member done after it) commits it, on its own thread, while it
         runs anyway (no other thread to wake first, under the writers' lock); the others wait for that."""
@@ -140,7 +141,7 @@ class GroupCommit:
         else:
             batch.done.wait()
 
-    def _begin(self, pool, batch: _Batch) -> None:
+    def _begin(self, pool: ConnectionPool, batch: _Batch) -> None:
         try:
             raw = pool.getconn()
         except BaseException as exc:
@@ -165,13 +166,13 @@ class GroupCommit:
             pool.putconn(raw)  # closed: the pool drops it
         batch.ready.set()
 
-    def _member(self, batch: _Batch):
-        """Run one member's operation (the caller's ``with`` body) in a savepoint; return its exception."""
+    def _member(self, batch: _Batch) -> Generator[PgConn, None, BaseException | None]:
+        """Run one member's operation (the caller's ``with`` body) in a savepoint; return its exception. Its audit
+        events are queued on its own connection object (``c.pending``)."""
         raw, pipe = batch.conn, batch.pipe
         assert raw is not None and pipe is not None
         c = PipedConn(raw, pipe)
-        pending = self._pending()
-        pending.clear()
+        pending = c.pending
         if batch.error is not None:  # an earlier member broke the transaction: fail with it
             try:
                 yield c
@@ -214,7 +215,7 @@ class GroupCommit:
         except BaseException as exc:  # noqa: BLE001 - the transaction is lost: the batch fails as a whole
             batch.error = exc
 
-    def _commit(self, pool, batch: _Batch) -> None:
+    def _commit(self, pool: ConnectionPool, batch: _Batch) -> None:
         raw, pipe, piping = batch.conn, batch.pipe, batch.piping
         try:
             if raw is None or pipe is None or piping is None:

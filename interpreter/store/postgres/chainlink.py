@@ -14,6 +14,11 @@ Every writer holds the writers' lock (:mod:`.batching`) when it calls it, so no 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sealflow.store.auditchain import SqliteChain
+    from sealflow.store.postgres.dialect import PendingEvent, PgConn
 
 #: PostgreSQL migration 19: the audit table's format column and the function (its argument: the events as
 #: :meth:`SqliteChain.bodies` gives them, a JSON array of arrays)
@@ -83,10 +88,10 @@ dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", "
 class PgChain:
     """Appends a transaction's audit events on PostgreSQL: their content hashed here, linked by the database."""
 
-    def __init__(self, chain):
+    def __init__(self, chain: SqliteChain) -> None:
         #: the :class:`~sealflow.store.auditchain.SqliteChain` that hashes the content (its run and
         #: plan caches)
         self.chain = chain
 
-    def append(self, c, pending: list[tuple]) -> None:
+    def append(self, c: PgConn, pending: list[PendingEvent]) -> None:
         c.native(CALL, (dumps(self.chain.bodies(c, pending)),))

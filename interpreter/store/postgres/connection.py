@@ -8,12 +8,14 @@ masked.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from sealflow.store.errors import StoreError, StoreUnavailable  # noqa: F401 - re-exported
+from sealflow.store.errors import StoreError
+from sealflow.store.errors import StoreUnavailable as StoreUnavailable  # re-exported
 
 _OWN_PARAMS = ("schema", "clock", "migrate", "pool_max")
 
@@ -22,7 +24,7 @@ _OWN_PARAMS = ("schema", "clock", "migrate", "pool_max")
 _SECRET_PARAMS = ("password", "sslpassword")
 
 
-def _parts(url: str):
+def _parts(url: str) -> SplitResult:
     try:
         return urlsplit(url)
     except ValueError:  # an unclosed IPv6 bracket: nothing of the URL is repeated, it may hold a password
@@ -83,15 +85,15 @@ def own_params(own: dict[str, str], where: str) -> tuple[bool, int | None]:
     return _MIGRATE[migrate], int(pool_max)
 
 
-def conn_kwargs(own: dict[str, str]) -> dict:
+def conn_kwargs(own: dict[str, str]) -> dict[str, Any]:
     """psycopg connection options for sealflow's URL parameters (autocommit; ``schema`` as search path)."""
-    kwargs: dict = {"autocommit": True}
+    kwargs: dict[str, Any] = {"autocommit": True}
     if own.get("schema"):
         kwargs["options"] = f"-c search_path={own['schema']}"
     return kwargs
 
 
-def connect(conninfo: str, kwargs: dict, where: str) -> psycopg.Connection:
+def connect(conninfo: str, kwargs: dict[str, Any], where: str) -> psycopg.Connection:
     """One connection, or :class:`StoreUnavailable` naming the store ``where`` and the cause."""
     try:
         return psycopg.connect(conninfo, connect_timeout=10, **kwargs)
@@ -111,7 +113,7 @@ def _hint(exc: BaseException, conninfo: str) -> str:
     if not name:
         return ""
     args = [f"{flag} {info[key]}" for flag, key in (("-h", "host"), ("-p", "port"), ("-U", "user")) if info.get(key)]
-    return f"; create it first (createdb {' '.join([*args, name])}), then the schema (sealflow store migrate)"
+    return f"; create it first (createdb {' '.join([*args, str(name)])}), then the schema (sealflow store migrate)"
 
 
 def cause(exc: BaseException) -> str:

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+import psycopg
+from psycopg.abc import Params
 
 
 @functools.lru_cache(maxsize=1024)
@@ -24,27 +29,52 @@ def markers(sql: str) -> str:
 
 _json_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
+#: a row as psycopg gives it back (its default row factory)
+Row = tuple[Any, ...]
+#: an audit event queued by a write transaction, before its chain fields: ``(run_id, step_id, event, actor,
+#: state_before, state_after, detail JSON text, ts[, chain fields given explicitly])``
+#: (:meth:`~sealflow.store.auditchain.SqliteChain.bodies`)
+PendingEvent = tuple[Any, ...]
+
+
+class Rows(Protocol):
+    """What a statement gives back, as the shared code reads it: a psycopg cursor, or :class:`_PipedCursor`."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Row | None: ...
+
+    def fetchall(self) -> list[Row]: ...
+
+    def __iter__(self) -> Iterator[Row]: ...
+
 
 class PgConn:
     """A psycopg connection seen through the part of the sqlite3 interface the shared code uses:
-    ``execute`` (returning a cursor with ``fetchone``/``fetchall``/``rowcount``, iterable) and ``executemany``."""
+    ``execute`` (returning a cursor with ``fetchone``/``fetchall``/``rowcount``, iterable) and ``executemany``.
 
-    __slots__ = ("raw",)
+    ``pending``: the audit events the transaction it is in queued (``SqlStore._audit``), appended to their chains
+    before its commit; each transaction has its own (a :class:`PgConn` of its own), so no thread's events are
+    another's."""
 
-    def __init__(self, raw):
+    __slots__ = ("raw", "pending")
+
+    def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
+        self.pending: list[PendingEvent] = []
 
-    def execute(self, sql: str, args=()):
+    def execute(self, sql: str, args: Iterable[Any] = ()) -> Rows:
         cur = self.raw.cursor()
         cur.execute(markers(sql), tuple(args))
         return cur
 
-    def executemany(self, sql: str, seq):
+    def executemany(self, sql: str, seq: Iterable[Iterable[Any]]) -> Rows | None:
         cur = self.raw.cursor()
         cur.executemany(markers(sql), [tuple(a) for a in seq])
         return cur
 
-    def native(self, sql: str, args=()):
+    def native(self, sql: str, args: Params | None = ()) -> Rows:
         """Run PostgreSQL SQL as written (``%s`` parameters), untranslated."""
         cur = self.raw.cursor()
         cur.execute(sql, args)
@@ -98,10 +128,10 @@ class _PipedCursor:
 
     __slots__ = ("_cur", "_conn")
 
-    def __init__(self, cur, conn: PipedConn):
+    def __init__(self, cur: psycopg.Cursor[Row], conn: PipedConn) -> None:
         self._cur, self._conn = cur, conn
 
-    def _ready(self):
+    def _ready(self) -> psycopg.Cursor[Row]:
         if self._cur.pgresult is None:
             self._conn.sync()
         return self._cur
@@ -110,13 +140,13 @@ class _PipedCursor:
     def rowcount(self) -> int:
         return self._ready().rowcount
 
-    def fetchone(self):
+    def fetchone(self) -> Row | None:
         return self._ready().fetchone()
 
-    def fetchall(self):
+    def fetchall(self) -> list[Row]:
         return self._ready().fetchall()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Row]:
         return iter(self._ready())
 
 
@@ -127,41 +157,42 @@ class PipedConn(PgConn):
 
     __slots__ = ("pipe", "sent")
 
-    def __init__(self, raw, pipe):
+    def __init__(self, raw: psycopg.Connection, pipe: psycopg.Pipeline) -> None:
         self.raw, self.pipe, self.sent = raw, pipe, False
+        self.pending: list[PendingEvent] = []
 
     def sync(self) -> None:
         self.sent = False
         self.pipe.sync()
 
-    def execute(self, sql: str, args=()):
+    def execute(self, sql: str, args: Iterable[Any] = ()) -> _PipedCursor:
         return self.native(markers(sql), tuple(args))
 
-    def native(self, sql: str, args=()):
+    def native(self, sql: str, args: Params | None = ()) -> _PipedCursor:
         cur = self.raw.cursor()
         cur.execute(sql, args)
         self.sent = True
         return _PipedCursor(cur, self)
 
-    def executemany(self, sql: str, seq):
+    def executemany(self, sql: str, seq: Iterable[Iterable[Any]]) -> _PipedCursor | None:
         """One statement (an ``INSERT ... VALUES (...)`` of all the rows at once), or each queued (psycopg's own
         ``executemany`` would end with a sync: a round trip)."""
-        seq = [tuple(a) for a in seq]
-        if not seq:
+        rows_of: list[tuple[Any, ...]] = [tuple(a) for a in seq]
+        if not rows_of:
             return None
         bulk = BULK.get(sql)
         if bulk is not None:  # every row in one JSON text (one parameter, whatever the rows)
-            return self.native(bulk, (_json_dumps(seq),))
+            return self.native(bulk, (_json_dumps(rows_of),))
         one_row = _one_row(sql)
-        if one_row is not None and len(seq) > 1:
+        if one_row is not None and len(rows_of) > 1:
             cur = None
-            per = max(1, _MAX_PARAMS // len(seq[0]))
-            for at in range(0, len(seq), per):
-                rows = seq[at:at + per]
+            per = max(1, _MAX_PARAMS // len(rows_of[0]))
+            for at in range(0, len(rows_of), per):
+                rows = rows_of[at:at + per]
                 many = one_row[0] + ", ".join([one_row[1]] * len(rows))
                 cur = self.execute(many, [v for args in rows for v in args])
             return cur
         cur = None
-        for args in seq:
+        for args in rows_of:
             cur = self.execute(sql, args)
         return cur

@@ -13,20 +13,23 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool
 
 from sealflow.store.errors import StoreError
 from sealflow.store.postgres.hotsql import CALL
+
+_T = TypeVar("_T")
 
 #: items of one statement at most; the rest wait for the next
 MAX_ITEMS = 64
 #: the items as one JSON text (a float's shortest repr is read back exactly by float8's input)
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 #: SQLSTATEs an item may be answered with that mean "run the whole operation again" (as the store's wrapper does)
-_AGAIN = {"40001": pg_errors.SerializationFailure, "40P01": pg_errors.DeadlockDetected}
+_AGAIN: dict[str, type[psycopg.Error]] = {"40001": pg_errors.SerializationFailure, "40P01": pg_errors.DeadlockDetected}
 
 
 class HotFailed(StoreError):
@@ -59,27 +62,27 @@ def is_statement_error(exc: BaseException) -> bool:
 class _Entry:
     __slots__ = ("item", "resolve", "ready", "lead", "result", "error")
 
-    def __init__(self, item: dict, resolve: Callable):
+    def __init__(self, item: dict[str, Any], resolve: Callable[[dict[str, Any]], Any]) -> None:
         self.item, self.resolve = item, resolve
         #: released once the entry is answered, or is to send the next statement (a lock held from the start: a
         #: hand-off in C, where an Event is a Condition's Python)
         self.ready = threading.Lock()
         self.ready.acquire()
         self.lead = False  # woken to send the next statement, not with its answer
-        self.result = None
+        self.result: Any = None
         self.error: BaseException | None = None
 
 
 class HotQueue:
     """The hot writes of one process (see the module docstring)."""
 
-    def __init__(self, pool: Callable[[], Any]):
+    def __init__(self, pool: Callable[[], ConnectionPool]) -> None:
         self._pool = pool
         self._lock = threading.Lock()
         self._queue: list[_Entry] = []
         self._busy = False
 
-    def submit(self, item: dict, resolve: Callable[[dict], Any]) -> Any:
+    def submit(self, item: dict[str, Any], resolve: Callable[[dict[str, Any]], _T]) -> _T:
         """Send ``item`` (in a batch); ``resolve(answer)`` makes the result of its answer, or raises (the
         change's own refusal; :class:`GoGeneral`). Raises the statement's error when the call failed whole."""
         entry = _Entry(item, resolve)
@@ -93,7 +96,7 @@ class HotQueue:
             self._send()
         if entry.error is not None:
             raise entry.error
-        return entry.result
+        return cast("_T", entry.result)  # what ``resolve`` made of its answer
 
     def _send(self) -> None:
         with self._lock:

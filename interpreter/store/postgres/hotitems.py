@@ -10,6 +10,7 @@ ways row by row, audit chain included.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sealflow.core import states
@@ -30,12 +31,17 @@ from sealflow.store.sqlite import reservations, rows
 
 dumps = rows.dumps
 
+#: an item sent to the database function, or its answer (JSON objects)
+Item = dict[str, Any]
+#: a run's results read when first used (:class:`LazyResults`)
+ResultsLoader = Callable[[frozenset[str] | None], dict[str, tuple[str, str | None]]]
+
 #: the places of a run's (rows.RUN_COLS), its changing columns' (rows.RUN_CHANGING) and an attempt's
 #: (rows.ATTEMPT_COLS) floating-point columns: a whole number comes back from the database's JSON as an int
 _RUN_FLOATS, _CHANGING_FLOATS, _ATTEMPT_FLOATS = (11, 12, 13, 19), (2, 3, 9), (7, 9, 10, 11, 12)
 
 
-def _floats(values: list, at: tuple[int, ...]) -> list:
+def _floats(values: list[Any], at: tuple[int, ...]) -> list[Any]:
     for i in at:
         if values[i] is not None:
             values[i] = float(values[i])
@@ -69,7 +75,7 @@ def commit_kind(commit: Commit) -> str | None:
     return "carry"
 
 
-def _step_end(commit: Commit, now: float) -> dict:
+def _step_end(commit: Commit, now: float) -> Item:
     step, ch, seen, led = commit.step, commit.run, commit.seen, commit.ledger
     assert step is not None and seen is not None
     charged = bool(ch.add_tokens or ch.add_cost_usd)
@@ -89,14 +95,14 @@ def _step_end(commit: Commit, now: float) -> dict:
     return item
 
 
-def commit_events(commit: Commit, now: float) -> list[tuple]:
+def commit_events(commit: Commit, now: float) -> list[tuple[Any, ...]]:
     """The audit events the shared code queues for ``commit`` (``SqlStore._commit_checked``), in its order:
     the step's end; then the next attempt scheduled and claimed in one row (carry) or the run's move (end);
     then the commit's own events."""
     step, nxt, run_id, actor = commit.step, commit.next, commit.run_id, commit.actor
     assert step is not None
     detail = {"error_class": step.error_class, "message": step.error_message} if step.error_class else None
-    out: list[tuple] = [(run_id, step.step_id, "step." + step.state, actor, "running", step.state,
+    out: list[tuple[Any, ...]] = [(run_id, step.step_id, "step." + step.state, actor, "running", step.state,
                          None if detail is None else dumps(detail), now,
                          None if step.output_json is None else {"summary": output_summary(step.output_json)})]
     if nxt is not None:
@@ -117,8 +123,8 @@ def _due(due_at: float | None, shift: float) -> float | None:
     return None if due_at is None else due_at + shift
 
 
-def carry_item(commit: Commit, now: float, token: int, lease_expires: float, events: list,
-               shift: float = 0.0) -> dict:
+def carry_item(commit: Commit, now: float, token: int, lease_expires: float, events: list[list[Any]],
+               shift: float = 0.0) -> Item:
     """A carry (``token``: the next attempt's before its claim, which makes it ``token + 1``; ``shift``: from
     the caller's clock to the database's, added to the due time the caller computed, as
     ``dbclock._shifted_commit`` does on the shared way)."""
@@ -131,20 +137,20 @@ def carry_item(commit: Commit, now: float, token: int, lease_expires: float, eve
     return item
 
 
-def end_item(commit: Commit, now: float, events: list) -> dict:
+def end_item(commit: Commit, now: float, events: list[list[Any]]) -> Item:
     item = _step_end(commit, now)
     item.update(k="end", r_state=commit.run.state, ev=events)
     return item
 
 
-def fence_found(answer: dict) -> tuple | None:
+def fence_found(answer: Item) -> tuple[Any, ...] | None:
     """What the store holds (``SqlStore._check_fence``'s ``got``) from a ``fence`` answer; None: no run."""
     found = answer.get("f")
     return None if found is None else tuple(found)
 
 
-def carry_result(commit: Commit, answer: dict, now: float, token: int, lease_expires: float,
-                 results, shift: float = 0.0) -> Committed:
+def carry_result(commit: Commit, answer: Item, now: float, token: int, lease_expires: float,
+                 results: ResultsLoader, shift: float = 0.0) -> Committed:
     """What the shared code returns for a carry: the next attempt claimed, the run read back."""
     nxt, base = commit.next, commit.carry_from
     assert nxt is not None and base is not None
@@ -159,7 +165,7 @@ def carry_result(commit: Commit, answer: dict, now: float, token: int, lease_exp
                      claimed)
 
 
-def end_result(answer: dict) -> Committed:
+def end_result(answer: Item) -> Committed:
     changing = _floats(answer["r"], _CHANGING_FLOATS)
     return Committed(changing[1], changing[0])
 
@@ -167,27 +173,28 @@ def end_result(answer: dict) -> Committed:
 # -- a claim of a message's attempt -----------------------------------------------------------------------
 
 def claim_item(run_id: str, step_id: str, attempt: int, token: int, tenant: str, owner: str, now: float,
-               events_queued: list, events_running: list) -> dict:
+               events_queued: list[list[Any]], events_running: list[list[Any]]) -> Item:
     """A claim of a ``scheduled`` attempt of a ``queued`` or ``running`` run (anything else: ``general``).
     ``events_queued``: its events when the run was queued (it moves to running too), else ``events_running``."""
     return {"k": "claim", "run": run_id, "step": step_id, "att": attempt, "tok": token, "tenant": tenant,
             "owner": owner, "now": now, "ev": events_queued, "ev_r": events_running}
 
 
-def claim_events(run_id: str, step_id: str, owner: str, now: float) -> tuple[list[tuple], list[tuple]]:
+def claim_events(run_id: str, step_id: str, owner: str, now: float
+                 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The events of a claim (``SqlStore._take``): when the run was queued, and when it was running."""
     step = (run_id, step_id, "step.running", owner, "scheduled", "running", None, now, None)
     return [step, (run_id, None, "run.running", owner, "queued", "running", None, now, None)], [step]
 
 
-def claim_result(answer: dict, results) -> Claimed:
+def claim_result(answer: Item, results: ResultsLoader) -> Claimed:
     return Claimed(rows.run(_floats(answer["r"], _RUN_FLOATS)), rows.attempt(_floats(answer["a"], _ATTEMPT_FLOATS)),
                    LazyResults(results))
 
 
 # -- a submit ---------------------------------------------------------------------------------------------
 
-def submit_events(new: NewRun, now: float) -> list[tuple]:
+def submit_events(new: NewRun, now: float) -> list[tuple[Any, ...]]:
     """The events of a submit (``SqlStore._submit``): created, queued, its first step scheduled."""
     created = {"workflow": new.workflow, "version": new.workflow_version, "plan": new.plan_digest,
                "tenant": new.tenant, "idempotency_key": new.idempotency_key,
@@ -199,7 +206,7 @@ def submit_events(new: NewRun, now: float) -> list[tuple]:
             (new.id, new.first_step, "step.scheduled", "system", "pending", "scheduled", None, now, None)]
 
 
-def submit_item(new: NewRun, now: float, token: int, plan_known: bool, events: list) -> dict:
+def submit_item(new: NewRun, now: float, token: int, plan_known: bool, events: list[list[Any]]) -> Item:
     """A submit (``plan_known``: this process stored the plan before, so its body is not sent again; should it
     be gone, the run's insert fails on its reference and the submit goes the shared way, plan included)."""
     return {"k": "submit", "id": new.id, "tenant": new.tenant, "workflow": new.workflow,

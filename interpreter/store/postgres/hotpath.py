@@ -10,15 +10,23 @@ the shared code raises it.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from sealflow.store.errors import StoreError
 from sealflow.store.postgres import hotitems
 from sealflow.store.postgres.hot import GoGeneral, HotFailed, HotQueue, is_statement_error
 from sealflow.store.sqlite import rows
 
+if TYPE_CHECKING:
+    from sealflow.store.capabilities import SqlReads
+    from sealflow.store.postgres.chainlink import PgChain
+    from sealflow.store.records import Claimed, Commit, Committed, NewRun, RunRecord
+
+_T = TypeVar("_T")
 #: what sends a change the shared way after the hot path tried it (nothing of it was written)
 _GENERAL = (GoGeneral, HotFailed)
 
@@ -27,15 +35,18 @@ class HotPathMixin:
     """Methods of :class:`~sealflow.store.postgres.store.PostgresStore` (see the module)."""
 
     _hot: HotQueue
-    _chain: Any
+    _chain: PgChain
     #: digests of the plans this process stored or saw stored (a hot submit then sends no plan body)
-    _plans_known: set
+    _plans_known: set[str]
 
-    def _hot_init(self, pool) -> None:
+    if TYPE_CHECKING:  # the store's (store.py)
+        def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+    def _hot_init(self, pool: Callable[[], ConnectionPool]) -> None:
         self._hot = HotQueue(pool)
         self._plans_known = set()
 
-    def _hot_send(self, item: dict, resolve) -> Any:
+    def _hot_send(self, item: hotitems.Item, resolve: Callable[[hotitems.Item], _T]) -> _T | None:
         """Send one item; None when it must go the shared way."""
         try:
             return self._hot.submit(item, resolve)
@@ -47,7 +58,7 @@ class HotPathMixin:
             return None  # another item's statement failed with it: the shared way, alone
 
     # -- commits ------------------------------------------------------------------------------------
-    def _hot_commit(self, commit, now: float, shift: float = 0.0):
+    def _hot_commit(self, commit: Commit, now: float, shift: float = 0.0) -> Committed | None:
         """``commit`` written the hot way, or None (the shared way); ``shift``: from the caller's clock to the
         database's (the hot items add it to the due times the caller computed)."""
         kind = hotitems.commit_kind(commit)
@@ -55,12 +66,13 @@ class HotPathMixin:
             return None
         chain = self._chain.chain
         base, step, seen = commit.carry_from, commit.step, commit.seen
+        assert step is not None and seen is not None  # (commit_kind: a commit of a step on the engine's view)
         if base is not None and base.id == commit.run_id:
             hotitems.remember(chain, base)
         events = chain.bodies(_Reads(self), hotitems.commit_events(commit, now))
         expected = (seen[0], commit.expected_rev, seen[3], step.token, seen[1], seen[2])
         if kind == "end":
-            def ended(answer: dict):
+            def ended(answer: hotitems.Item) -> Committed:
                 if answer["s"] == "fence":
                     self._check_fence(hotitems.fence_found(answer), commit, expected)  # type: ignore[attr-defined]
                     raise StoreError(f"the commit of run {commit.run_id} was not written")  # (unreachable)
@@ -68,10 +80,11 @@ class HotPathMixin:
 
             return self._hot_send(hotitems.end_item(commit, now, events), ended)
         token = rows.new_token()
+        assert commit.next is not None  # (commit_kind: a carry has a next step)
         lease_expires = now + commit.next.lease_ms / 1000.0
         results = functools.partial(self.results, commit.run_id)  # type: ignore[attr-defined]
 
-        def carried(answer: dict):
+        def carried(answer: hotitems.Item) -> Committed:
             if answer["s"] == "fence":
                 self._check_fence(hotitems.fence_found(answer), commit, expected)  # type: ignore[attr-defined]
                 raise StoreError(f"the commit of run {commit.run_id} was not written")  # (unreachable)
@@ -81,7 +94,7 @@ class HotPathMixin:
 
     # -- claims -------------------------------------------------------------------------------------
     def _hot_claim(self, run_id: str, step_id: str, attempt: int, token: int, tenant: str | None, owner: str,
-                   now: float):
+                   now: float) -> Claimed | None:
         if not tenant:  # a message naming no tenant is refused (and audited) the shared way
             return None
         chain = self._chain.chain
@@ -93,7 +106,7 @@ class HotPathMixin:
         return self._hot_send(item, lambda answer: hotitems.claim_result(answer, results))
 
     # -- submits ------------------------------------------------------------------------------------
-    def _hot_submit(self, new, now: float):
+    def _hot_submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool] | None:
         chain = self._chain.chain
         hotitems.remember(chain, new)
         if not chain.knows_tools(new.plan_digest):
@@ -115,18 +128,18 @@ class _Reads:
 
     __slots__ = ("_store",)
 
-    def __init__(self, store):
+    def __init__(self, store: SqlReads) -> None:
         self._store = store
 
-    def execute(self, sql: str, args=()):
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> _Rows:
         return _Rows(self._store._read(sql, args))
 
 
 class _Rows:
     __slots__ = ("_rows",)
 
-    def __init__(self, got: list):
+    def __init__(self, got: list[tuple[Any, ...]]) -> None:
         self._rows = got
 
-    def fetchone(self):
+    def fetchone(self) -> tuple[Any, ...] | None:
         return self._rows[0] if self._rows else None

@@ -10,7 +10,9 @@ worker threads instead, a hand-off per operation).
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 #: how long an operation waits for a pooled connection (psycopg_pool's default is 30 s) before it fails as
@@ -25,7 +27,7 @@ POOL_WAIT_S = 10.0
 CHECK_IDLE_AFTER_S = 1.0
 
 
-def _check_if_idle(conn) -> None:
+def _check_if_idle(conn: psycopg.Connection) -> None:
     if time.monotonic() - getattr(conn, "_sealflow_idle_since", 0.0) > CHECK_IDLE_AFTER_S:
         ConnectionPool.check_connection(conn)
 
@@ -33,9 +35,9 @@ def _check_if_idle(conn) -> None:
 class StorePool(ConnectionPool):
     """A :class:`ConnectionPool` whose connections are checked after :data:`CHECK_IDLE_AFTER_S` idle."""
 
-    def __init__(self, conninfo: str, **kwargs):
+    def __init__(self, conninfo: str, **kwargs: Any) -> None:
         super().__init__(conninfo, check=_check_if_idle, timeout=POOL_WAIT_S, **kwargs)
 
-    def putconn(self, conn) -> None:
-        conn._sealflow_idle_since = time.monotonic()
+    def putconn(self, conn: psycopg.Connection) -> None:
+        conn._sealflow_idle_since = time.monotonic()  # type: ignore[attr-defined]  # the pool's stamp, on the connection
         super().putconn(conn)

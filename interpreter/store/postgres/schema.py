@@ -12,6 +12,7 @@ started with migration on). Append migrations; never edit one that has shipped. 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from sealflow.store.errors import SchemaTooNew, StoreError
 from sealflow.store.postgres.chainlink import FUNCTION as CHAIN_LINK
@@ -24,6 +25,9 @@ from sealflow.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
 from sealflow.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_PG
 from sealflow.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
 from sealflow.store.sqlite.sessions import PG_SCHEMA as PG_SESSIONS
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: pg_advisory_xact_lock key of migrations ("sealflow" in ASCII, folded to 63 bits)
 _LOCK = 0x7365616C666C6F77 & 0x7FFFFFFFFFFFFFFF
@@ -249,16 +253,18 @@ class SchemaTooOld(StoreError):
     """The database's schema is older than this sealflow's; migrate it (``migrate_store``, ``?migrate=1``)."""
 
 
-def current_version(conn) -> int:
+def current_version(conn: psycopg.Connection) -> int:
     """The schema version of the database ``conn`` (psycopg, autocommit) points at; 0 when empty."""
     with conn.transaction():  # under the migrations' lock: two first openers create the table once
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, "
                      "description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)")
-        return conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+        got = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+        assert got is not None  # an aggregate: one row
+        return int(got[0])
 
 
-def check(conn, where: str, *, target: int = LATEST) -> int:
+def check(conn: psycopg.Connection, where: str, *, target: int = LATEST) -> int:
     """Refuse a schema newer than this sealflow understands; return the current version."""
     version = current_version(conn)
     if version > LATEST:
@@ -267,7 +273,7 @@ def check(conn, where: str, *, target: int = LATEST) -> int:
     return version
 
 
-def migrate(conn, where: str, *, target: int = LATEST, schema: str | None = None) -> list[int]:
+def migrate(conn: psycopg.Connection, where: str, *, target: int = LATEST, schema: str | None = None) -> list[int]:
     """Bring the database to ``target`` (each step one transaction); return the versions applied. A
     ``schema`` named in the store URL is created first when it does not exist yet."""
     if schema:
@@ -276,13 +282,15 @@ def migrate(conn, where: str, *, target: int = LATEST, schema: str | None = None
         with conn.transaction():
             conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
     check(conn, where)
-    applied = []
+    applied: list[int] = []
     for number, description, sql in MIGRATIONS:
         if number > target:
             break
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-            if conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0] >= number:
+            got = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+            assert got is not None  # an aggregate: one row
+            if got[0] >= number:
                 continue  # applied earlier, or by another process meanwhile
             conn.execute(sql)
             conn.execute("INSERT INTO schema_version (version, description, applied_at) VALUES (%s, %s, %s)",

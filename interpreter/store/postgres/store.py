@@ -41,7 +41,8 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -50,6 +51,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sealflow.core.clock import SYSTEM, Clock
 from sealflow.store.auditchain import SqliteChain
 from sealflow.store.base import operations
+from sealflow.store.deliveries import DeliveryRecord
 from sealflow.store.errors import IllegalTransition, InvalidOperation, StoreError
 from sealflow.store.postgres import schema
 from sealflow.store.postgres.batching import GroupCommit
@@ -70,12 +72,12 @@ from sealflow.store.postgres.connection import (
     own_params as _own_params,
 )
 from sealflow.store.postgres.dbclock import DbClockMixin
-from sealflow.store.postgres.dialect import PgConn
+from sealflow.store.postgres.dialect import PendingEvent, PgConn, Row
 from sealflow.store.postgres.hotpath import HotPathMixin
 from sealflow.store.postgres.pooling import StorePool
 from sealflow.store.postgres.sessions import PgSessionsMixin
 from sealflow.store.postgres.workers import WorkersMixin
-from sealflow.store.records import Due, Message, SweepReport
+from sealflow.store.records import Due, Message, RunRecord, SweepReport
 from sealflow.store.sql.store import SqlStore
 from sealflow.store.sqlite import rows
 
@@ -83,12 +85,15 @@ _CURSOR = rows.CURSOR
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 CHANNEL = "sealflow_work"
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _io(method):
+
+def _io(method: Callable[Concatenate[PostgresStore, _P], _R]) -> Callable[Concatenate[PostgresStore, _P], _R]:
     """Run a store operation; retry it whole on a serialization failure; turn I/O errors into clear ones."""
 
     @functools.wraps(method)
-    def run(self, *args, **kwargs):
+    def run(self: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         for attempt in range(self.max_retries):
             try:
                 return method(self, *args, **kwargs)
@@ -126,7 +131,6 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
             migrate = asked
         kwargs = _conn_kwargs(own)
         self._conninfo, self._kwargs = conninfo, kwargs
-        self._local = threading.local()
         # events' content hashed here, linked to their tenants' chains by the database (chainlink.py)
         self._chain = PgChain(SqliteChain(cache_heads=False))
         self._offset_at, self._offset_s = 0.0, 0.0
@@ -145,11 +149,11 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
                 f"PostgreSQL store {self.url} is at schema version {self._version}, this sealflow needs "
                 f"{schema.LATEST}; migrate it first: `sealflow store migrate --store URL`, or add "
                 "?migrate=1 to the store URL")
-        self._group = GroupCommit(self._live_pool, self._chain.append, lambda: self._pending,
-                                  self._illegal_in_batch)
+        self._group = GroupCommit(self._live_pool, self._chain.append, self._illegal_in_batch)
         self._hot_init(self._live_pool)
         size = int(pool_max or own_pool or 8)
-        self._pool = StorePool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False, name="sealflow-store")
+        self._pool: StorePool | None = StorePool(conninfo, min_size=1, max_size=size, kwargs=kwargs, open=False,
+                                                 name="sealflow-store")
         try:
             self._pool.open(wait=True, timeout=10)
         except PoolTimeout as exc:
@@ -161,12 +165,9 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
     def _connect(self) -> psycopg.Connection:
         return connect(self._conninfo, self._kwargs, self.url)
 
-    @property
-    def _pending(self) -> list:  # audit rows of this thread's transaction in progress
-        got = getattr(self._local, "pending", None)
-        if got is None:
-            got = self._local.pending = []
-        return got
+    def _pending_of(self, c: PgConn) -> list[PendingEvent]:
+        """The audit events queued in the transaction ``c`` is in: its own (``PgConn.pending``)."""
+        return c.pending
 
     def close(self) -> None:
         pool, self._pool = getattr(self, "_pool", None), None
@@ -201,8 +202,7 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
             return
         with self._conn() as raw:
             c = PgConn(raw)
-            pending = self._pending
-            pending.clear()
+            pending = c.pending
             raw.execute(f"BEGIN ISOLATION LEVEL {isolation}")
             try:
                 yield c
@@ -220,11 +220,11 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
         """The audit event of an illegal transition, in the batch transaction its operation was undone in."""
         self._chain.append(c, [self._illegal_event(exc)])
 
-    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]:
         with self._conn() as raw:
             return PgConn(raw).execute(sql, args).fetchall()
 
-    def get_run(self, run_id: str):
+    def get_run(self, run_id: str) -> RunRecord:
         with self._conn() as raw:
             return self._get_run(PgConn(raw), run_id)
 
@@ -255,13 +255,13 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
     _LOCK_DELIVERIES = " FOR UPDATE SKIP LOCKED"
 
-    def take_deliveries(self, limit: int = 50, lease: float = 60.0):
+    def take_deliveries(self, limit: int = 50, lease: float = 60.0) -> list[DeliveryRecord]:
         now = self._now()
         with self._tx("READ COMMITTED") as c:  # touches only the rows it holds locked
             return self._take_deliveries(c, now, limit, lease)
 
-    def settle_delivery(self, taken, *, state: str, next_at: float | None = None, error: str | None = None,
-                        actor: str = "notifier") -> bool:
+    def settle_delivery(self, taken: DeliveryRecord, *, state: str, next_at: float | None = None,
+                        error: str | None = None, actor: str = "notifier") -> bool:
         db, shift = self._on_db_clock(self.clock.now())  # next_at: computed on the store's clock, moved with it
         return self._settle_delivery(taken, db, state, None if next_at is None else next_at + shift, error, actor)
 
@@ -283,7 +283,8 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
                 " UNION ALL SELECT MIN(sent_at) + %(d)s FROM outbox WHERE run_id = %(r)s AND sent_at IS NOT NULL"
                 f" UNION ALL SELECT a.lease_expires FROM runs r JOIN attempts a ON {_CURSOR} WHERE r.id = %(r)s "
                 "AND a.state = 'running') t", {"r": run_id, "d": float(redeliver_after)}).fetchone()
-        return got[0]
+        assert got is not None  # an aggregate: one row
+        return cast("float | None", got[0])
 
     # -- wake-ups and heartbeats ------------------------------------------------------------------------
     def wait_for_work(self, timeout: float) -> bool:

@@ -5,7 +5,7 @@ are written once (here and in the mixins it is made of), in SQL both SQLite and 
 (:mod:`sealflow.store.sql`). A backend subclasses :class:`SqlStore` and gives it its transactions and reads:
 
 * ``_tx()``: a context manager yielding a connection (``execute``/``executemany`` with ``?`` parameters) in a
-  writing transaction, committed at its end (the queued audit events, ``_pending``, appended to their chains
+  writing transaction, committed at its end (the queued audit events, ``_pending_of(c)``, appended to their chains
   by ``_chain`` first), rolled back on an exception; an :class:`IllegalTransition` is audited after the
   rollback, in a transaction of its own (``_illegal_event`` gives the row);
 * ``_reading()``: the same, for reads in one snapshot; ``_read(sql, args)``: one read's rows;
@@ -75,8 +75,8 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
                chain: Mapping[str, Any] | None = None) -> None:
         """Queue an audit event; it is written with the transaction it belongs to, or not at all.
         ``chain``: chain columns set explicitly (tenant, decision, tool, summary, error)."""
-        self._pending.append((run_id, step_id, event, actor, before, after,
-                              None if detail is None else dumps(detail), now, chain))
+        self._pending_of(c).append((run_id, step_id, event, actor, before, after,
+                                    None if detail is None else dumps(detail), now, chain))
 
     @staticmethod
     def _illegal_event(exc: IllegalTransition) -> Row:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from sealflow.core.jsonc import dumps_record
@@ -59,7 +60,7 @@ def new_token() -> int:
     return random.getrandbits(40) + 1
 
 
-def run(row: Row) -> RunRecord:
+def run(row: Sequence[Any]) -> RunRecord:
     r = list(row)
     r[5] = loads(r[5])
     r[14] = None if r[14] is None else loads(r[14])
@@ -67,7 +68,7 @@ def run(row: Row) -> RunRecord:
     return RunRecord(*r)
 
 
-def run_over(base: RunRecord, row: Row) -> RunRecord:
+def run_over(base: RunRecord, row: Sequence[Any]) -> RunRecord:
     """``base`` (a record of the same run) with its changing columns as ``row`` (:data:`RUN_CHANGING`) has them."""
     (state, rev, updated_at, deadline, output, error_class, error_message, steps_executed, tokens, cost_usd,
      tool_calls, redrives, cursor_step, cursor_attempt, signer) = row
@@ -79,7 +80,7 @@ def run_over(base: RunRecord, row: Row) -> RunRecord:
                      base.item_index, base.item)
 
 
-def attempt(row: Row) -> AttemptRecord:
+def attempt(row: Sequence[Any]) -> AttemptRecord:
     r = list(row)
     r[13] = None if r[13] is None else loads(r[13])
     r[16] = {} if r[16] is None else loads(r[16])

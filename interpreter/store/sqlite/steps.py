@@ -92,8 +92,7 @@ class StepPathMixin:
     _fence_late = False
 
     if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its fan-out's (sealflow.store.sqlite.children)
-        @property
-        def _pending(self) -> list[Row]: ...  # the audit rows of the transaction in progress
+        def _pending_of(self, c: Any) -> list[Row]: ...  # the audit rows of ``c``'s transaction in progress
         def _tx(self) -> AbstractContextManager[Conn]: ...
         def _get_run(self, c: Conn, run_id: str) -> RunRecord: ...
         def results(self, run_id: str, only: Iterable[str] | None = None) -> dict[str, tuple[str, str | None]]: ...
@@ -160,7 +159,7 @@ class StepPathMixin:
                       None if nxt.try_no == 1 else {"attempt": carried.row()[2], "try": nxt.try_no,
                                                     "due_at": nxt.due_at})
         self._step_to(c, now, run_id, nxt.step_id, "scheduled", "running", owner)
-        self._merge_scheduled(nxt.step_id)
+        self._merge_scheduled(c, nxt.step_id)
         return carried
 
     # -- the step path -----------------------------------------------------------------------------
@@ -245,17 +244,17 @@ class StepPathMixin:
         if att.token != msg.token or att.state != "scheduled" or run.state not in states.RUN_CLAIMABLE:
             return None
         self._take(c, now, run, att, "scheduled", owner)
-        self._merge_scheduled(att.step_id)
+        self._merge_scheduled(c, att.step_id)
         run_id = run.id
         return Claimed(run, att, LazyResults(functools.partial(self.results, run_id)))
 
-    def _merge_scheduled(self, step_id: str) -> None:
+    def _merge_scheduled(self, c: Conn, step_id: str) -> None:
         """One audit row for an attempt scheduled and claimed in one transaction (commit N, claim N + 1): the
         ``step.scheduled`` row this commit queued is folded into its ``step.running`` row, which then reads
         ``pending -> running`` and names who scheduled it (``detail.scheduled_by``, with the retry's attempt,
         try and due time when there were some). Nothing is lost: the two rows could never be apart (one
         transaction, one time), and the chain covers the merged row like any other."""
-        pending = self._pending
+        pending = self._pending_of(c)
         running = pending[-1] if pending else None
         if running is None or running[1] != step_id or running[2] != "step.running":
             return

@@ -125,6 +125,10 @@ class SqliteStore(WalMixin, SqlStore):
         return StoreUnavailable(f"SQLite store {self.path}: {doing} failed, nothing was changed: {exc}; "
                                 f"{hint(exc)}")
 
+    def _pending_of(self, c: sqlite3.Connection) -> list[Row]:
+        """The audit events queued in the transaction ``c`` is in: the store's own list (one writer at a time)."""
+        return self._pending
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
