@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.limits import MAP_CONCURRENCY_MAX, MAP_ITEMS_MAX, PARALLEL_BRANCHES_MAX
 from sealflow.dsl.model import Step
@@ -33,14 +34,14 @@ class FanOutKinds:
     if TYPE_CHECKING:
         d: Definition
 
-        def error(self, code: str, message: str, pointer: tuple, hint: str | None = None, *,
+        def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
                   key: bool = False) -> None: ...
 
-        def _flow(self, steps: list[Step], base: tuple) -> list[PlanStep | None]: ...
+        def _flow(self, steps: list[Step], base: Pointer) -> list[PlanStep | None]: ...
 
-        def _flow_checks_of(self, steps: tuple[PlanStep, ...], start: str, base: tuple) -> None: ...
+        def _flow_checks_of(self, steps: tuple[PlanStep, ...], start: str, base: Pointer) -> None: ...
 
-    def _fanout_fields(self, s: Step, p: tuple) -> None:
+    def _fanout_fields(self, s: Step, p: Pointer) -> None:
         """A fan-out step carries only its id, names, ``when``, ``next``, ``on_error`` and ``lint``."""
         for name, field in Step.model_fields.items():
             key = field.alias or name
@@ -49,7 +50,7 @@ class FanOutKinds:
             self.error("C418", f"{s.kinds()[0]} step {s.id!r} does not take {key!r}: it belongs on the steps of "
                        "its sub-flow", p + (key,), f"move {key!r} into the sub-flow's steps", key=True)
 
-    def _subflow(self, steps: list[Step], base: tuple) -> tuple[str, tuple[PlanStep, ...]] | None:
+    def _subflow(self, steps: list[Step], base: Pointer) -> tuple[str, tuple[PlanStep, ...]] | None:
         compiled = self._flow(steps, base)
         if any(c is None for c in compiled):
             return None
@@ -57,7 +58,7 @@ class FanOutKinds:
         self._flow_checks_of(done, done[0].id, base)
         return done[0].id, done
 
-    def _map(self, s: Step, p: tuple) -> MapPlan | None:
+    def _map(self, s: Step, p: Pointer) -> MapPlan | None:
         m = s.map
         assert m is not None
         mp = p + ("map",)
@@ -85,7 +86,7 @@ class FanOutKinds:
         return MapPlan(items=m.items, concurrency=m.concurrency, max_items=m.max_items, tolerate_failures=count,
                        tolerate_percent=percent, start=flow[0], steps=flow[1])
 
-    def _parallel(self, s: Step, p: tuple) -> ParallelPlan | None:
+    def _parallel(self, s: Step, p: Pointer) -> ParallelPlan | None:
         par = s.parallel
         assert par is not None
         if not 2 <= len(par.branches) <= PARALLEL_BRANCHES_MAX:
@@ -100,16 +101,16 @@ class FanOutKinds:
             return None
         return ParallelPlan(branches=tuple(branches))
 
-    def _fanout(self, s: Step, kind: str, p: tuple) -> dict[str, Any] | None:
+    def _fanout(self, s: Step, kind: str, p: Pointer) -> dict[str, Any] | None:
         """The plan fields of a fan-out step, or None when its sub-flows did not compile."""
         self._fanout_fields(s, p)
         value = self._map(s, p) if kind == "map" else self._parallel(s, p)
         return None if value is None else {kind: value}
 
 
-def nested_fanout(steps: list[Step], base: tuple, inside: str | None = None) -> list[tuple[tuple, str, str]]:
+def nested_fanout(steps: list[Step], base: Pointer, inside: str | None = None) -> list[tuple[Pointer, str, str]]:
     """(pointer, step id, enclosing fan-out id) of each fan-out step inside a sub-flow (refused: C419)."""
-    found: list[tuple[tuple, str, str]] = []
+    found: list[tuple[Pointer, str, str]] = []
     for i, s in enumerate(steps):
         p = base + ("steps", i)
         kinds = [k for k in s.kinds() if traits_of(k).fans_out]
@@ -120,9 +121,9 @@ def nested_fanout(steps: list[Step], base: tuple, inside: str | None = None) -> 
     return found
 
 
-def all_model_steps(steps: list[Step], base: tuple = ()) -> list[tuple[tuple, Step]]:
+def all_model_steps(steps: list[Step], base: Pointer = ()) -> list[tuple[Pointer, Step]]:
     """Every authored step with its pointer, those of sub-flows after their fan-out step."""
-    found: list[tuple[tuple, Step]] = []
+    found: list[tuple[Pointer, Step]] = []
     for i, s in enumerate(steps):
         p = base + ("steps", i)
         found.append((p, s))

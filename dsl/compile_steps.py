@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.limits import AGENT_MAX_STEPS, APPROVAL_TIMEOUT_MAX, CAPS, QUORUM_MAX, WAIT_FOR_MAX
 from sealflow.dsl.model import (
     ActionInfo,
@@ -43,16 +44,16 @@ class StepKinds:
         diagnostics: list[Diagnostic]
         resolver: SchemaResolver
 
-        def error(self, code: str, message: str, pointer: tuple, hint: str | None = None, *,
+        def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
                   key: bool = False) -> None: ...
 
-        def duration(self, text: str | None, pointer: tuple, lo: int, hi: int, what: str) -> int | None: ...
+        def duration(self, text: str | None, pointer: Pointer, lo: int, hi: int, what: str) -> int | None: ...
 
-        def _known_action(self, name: str, pointer: tuple) -> ActionInfo | None: ...
+        def _known_action(self, name: str, pointer: Pointer) -> ActionInfo | None: ...
 
-        def _target(self, target: str, pointer: tuple, ids: Sequence[str]) -> None: ...
+        def _target(self, target: str, pointer: Pointer, ids: Sequence[str]) -> None: ...
 
-    def _action(self, s: Step, action: str, p: tuple) -> dict[str, Any]:
+    def _action(self, s: Step, action: str, p: Pointer) -> dict[str, Any]:
         info = self._known_action(action, p + ("action",))
         if info is not None:
             for perm in info.permissions:
@@ -64,7 +65,7 @@ class StepKinds:
                            p + ("action",), 'add idempotency_key: "${{ run.id }}:' + s.id + '"')
         return {"action": action}
 
-    def _replay_check(self, s: Step, kind: str, retry: RetryPolicy, p: tuple) -> None:
+    def _replay_check(self, s: Step, kind: str, retry: RetryPolicy, p: Pointer) -> None:
         """C420: a retry of ``invalid_output`` on a keyed action with ``validate`` rules replays the recorded result.
 
         The action ran (its effect happened), so the engine records its output under the key even when a rule
@@ -76,7 +77,7 @@ class StepKinds:
                 or retry.max_attempts <= 1:
             return
         own = s.retry is not None
-        at: tuple
+        at: Pointer
         if own and retry.name is None:  # an inline class: at its invalid_output
             where, at = "its inline retry class", ("retry", "on", retry.on.index("invalid_output"))
         elif own:
@@ -89,7 +90,7 @@ class StepKinds:
                    "remove invalid_output from this step's retry class (e.g. retry: {on: [timeout, network], "
                    "max_attempts: 3}), or check the output in a later step; a fresh key would repeat the effect")
 
-    def _ai(self, ai: Ai, p: tuple) -> AiPlan:
+    def _ai(self, ai: Ai, p: Pointer) -> AiPlan:
         pp = p + ("ai",)
         prompt = ai.prompt
         ref = None
@@ -104,7 +105,7 @@ class StepKinds:
                       prompt_ref=ref, system=ai.system, output_schema=schema, max_tokens=ai.max_tokens,
                       temperature=ai.temperature)
 
-    def _agent(self, s: Step, ag: Agent, p: tuple) -> AgentPlan:
+    def _agent(self, s: Step, ag: Agent, p: Pointer) -> AgentPlan:
         pp = p + ("agent",)
         if not 1 <= ag.max_steps <= AGENT_MAX_STEPS:
             self.error("C408", f"agent max_steps {ag.max_steps} is outside 1..{AGENT_MAX_STEPS}", pp + ("max_steps",))
@@ -124,7 +125,7 @@ class StepKinds:
                          max_tokens=ag.max_tokens, temperature=ag.temperature,
                          approval_required=tuple(ag.approval_required), approval=self._agent_approval(ag, pp))
 
-    def _agent_approval(self, ag: Agent, pp: tuple) -> ApprovalPlan | None:
+    def _agent_approval(self, ag: Agent, pp: Pointer) -> ApprovalPlan | None:
         """Who approves an agent's tool calls: ``agent.approval`` over the top-level ``approvals``. None when
         neither names approvers (then no tool may need approval, and irreversible tools stay refused)."""
         for j, tool in enumerate(ag.approval_required):
@@ -142,7 +143,7 @@ class StepKinds:
                         separation_of_duties=a.separation_of_duties) if a else None
         return self._approval(gate, pp + ("approval",), [])
 
-    def _switch(self, s: Step, cases: list[SwitchCase], p: tuple, ids: Sequence[str],
+    def _switch(self, s: Step, cases: list[SwitchCase], p: Pointer, ids: Sequence[str],
                 nxt: str) -> tuple[tuple[SwitchCasePlan, ...], list[Edge]]:
         edges: list[Edge] = []
         if not cases:
@@ -158,7 +159,7 @@ class StepKinds:
             edges.append(Edge(kind="next", target=nxt, label="no match"))
         return tuple(SwitchCasePlan(when=c.when, next=c.next) for c in cases), edges
 
-    def _approval(self, a: Approval | None, pointer: tuple, ids: Sequence[str],
+    def _approval(self, a: Approval | None, pointer: Pointer, ids: Sequence[str],
                   implicit: bool = False) -> ApprovalPlan | None:
         defaults = self.d.approvals or ApprovalDefaults()
         approvers = (a.approvers if a and a.approvers else None) or defaults.approvers
@@ -180,7 +181,7 @@ class StepKinds:
                             show=a.show if a else None,
                             separation_of_duties=a.separation_of_duties if a else True, implicit=implicit)
 
-    def _wait(self, w: Wait, p: tuple) -> WaitPlan | None:
+    def _wait(self, w: Wait, p: Pointer) -> WaitPlan | None:
         if (w.for_ is None) == (w.until is None):
             self.error("C418", "wait needs exactly one of 'for' or 'until'", p + ("wait",))
             return WaitPlan()

@@ -15,6 +15,7 @@ from typing import Any, overload
 from sealflow.dsl import graph
 from sealflow.dsl.compile_fanout import FanOutKinds, all_model_steps, nested_fanout
 from sealflow.dsl.compile_steps import StepKinds
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.durations import DurationError, parse_ms
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions import static_check as exprcheck
@@ -101,13 +102,13 @@ class Compiler(StepKinds, FanOutKinds):
         self.diagnostics: list[Diagnostic] = []
 
     # -- reporting ---------------------------------------------------------------------------------
-    def error(self, code: str, message: str, pointer: tuple, hint: str | None = None, *, key: bool = False) -> None:
+    def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *, key: bool = False) -> None:
         self.diagnostics.append(
             Diagnostic(code, message, self.doc.locate(pointer, key=key), hint=hint,
                        pointer="/".join(str(p) for p in pointer))
         )
 
-    def duration(self, text: str | None, pointer: tuple, lo: int, hi: int, what: str) -> int | None:
+    def duration(self, text: str | None, pointer: Pointer, lo: int, hi: int, what: str) -> int | None:
         if text is None:
             return None
         try:
@@ -124,7 +125,7 @@ class Compiler(StepKinds, FanOutKinds):
         return ms
 
     # -- retry -------------------------------------------------------------------------------------
-    def retry_policy(self, spec: str | RetryClass | None, pointer: tuple) -> RetryPolicy:
+    def retry_policy(self, spec: str | RetryClass | None, pointer: Pointer) -> RetryPolicy:
         if spec is None:
             return RetryPolicy(name=None)
         if isinstance(spec, str):
@@ -136,13 +137,13 @@ class Compiler(StepKinds, FanOutKinds):
             return self._policy(self.d.retry[spec], ("retry", spec), spec)
         return self._policy(spec, pointer, None)
 
-    def _policy(self, rc: RetryClass, pointer: tuple, name: str | None) -> RetryPolicy:
+    def _policy(self, rc: RetryClass, pointer: Pointer, name: str | None) -> RetryPolicy:
         key = (pointer, name)
         if key not in self._policies:
             self._policies[key] = self._build_policy(rc, pointer, name)
         return self._policies[key]
 
-    def _build_policy(self, rc: RetryClass, pointer: tuple, name: str | None) -> RetryPolicy:
+    def _build_policy(self, rc: RetryClass, pointer: Pointer, name: str | None) -> RetryPolicy:
         for i, cls in enumerate(rc.on):
             if cls in NEVER_RETRYABLE:
                 self.error("C407", f"retry class lists {cls!r}, which is never retried", pointer + ("on", i),
@@ -161,7 +162,7 @@ class Compiler(StepKinds, FanOutKinds):
     # -- the whole definition -----------------------------------------------------------------------
     def compile(self) -> Plan | None:
         d = self._definition_checks()
-        self._policies: dict[tuple[tuple, str | None], RetryPolicy] = {}
+        self._policies: dict[tuple[Pointer, str | None], RetryPolicy] = {}
         for name in self.d.retry:
             self.retry_policy(name, ("retry", name))
         self.default_retry = self.retry_policy(self.d.defaults.retry, ("defaults", "retry"))
@@ -235,12 +236,12 @@ class Compiler(StepKinds, FanOutKinds):
                        ("name",), f"rename the file to {expected!r}")
 
     # -- steps -------------------------------------------------------------------------------------
-    def _flow(self, steps: list[Step], base: tuple) -> list[PlanStep | None]:
+    def _flow(self, steps: list[Step], base: Pointer) -> list[PlanStep | None]:
         """The plan steps of one flow (the workflow's, or a sub-flow's under ``base``)."""
         ids = FlowIds(s.id for s in steps)
         return [self._step(i, s, ids, base) for i, s in enumerate(steps)]
 
-    def _step(self, i: int, s: Step, ids: Sequence[str], base: tuple = ()) -> PlanStep | None:
+    def _step(self, i: int, s: Step, ids: Sequence[str], base: Pointer = ()) -> PlanStep | None:
         kinds = s.kinds()
         if len(kinds) != 1:
             return None
@@ -327,7 +328,7 @@ class Compiler(StepKinds, FanOutKinds):
             budget=budget, next=None if traits_of(kind).terminal else nxt, edges=tuple(edges), **fields,
         )
 
-    def _target(self, target: str, pointer: tuple, ids: Sequence[str]) -> None:
+    def _target(self, target: str, pointer: Pointer, ids: Sequence[str]) -> None:
         if target != END and target not in ids:
             import difflib
 
@@ -335,7 +336,7 @@ class Compiler(StepKinds, FanOutKinds):
             hint = f"did you mean {close[0]!r}?" if close else "use a step id or 'end'"
             self.error("C401", f"unknown step {target!r}", pointer, hint)
 
-    def _known_action(self, name: str, pointer: tuple) -> ActionInfo | None:
+    def _known_action(self, name: str, pointer: Pointer) -> ActionInfo | None:
         if self.actions is None:
             return None
         info = self.actions.get(name)
@@ -355,7 +356,7 @@ class Compiler(StepKinds, FanOutKinds):
         return TriggerPlan(schedule=t.schedule.model_dump() if t.schedule else None,
                            event=t.event.model_dump() if t.event else None)
 
-    def _input_schema(self) -> dict | None:
+    def _input_schema(self) -> dict[str, Any] | None:
         if self.d.input is None:
             return None
         return self.resolver.schema(self.d.input.schema_, ("input", "schema"), self)
@@ -367,7 +368,7 @@ class Compiler(StepKinds, FanOutKinds):
         return BudgetPlan(max_steps=b.max_steps, max_runtime_ms=runtime, max_tokens=b.max_tokens,
                           max_cost_usd=b.max_cost_usd, max_tool_calls=b.max_tool_calls)
 
-    def _caps(self, values: dict, pointer: tuple) -> None:
+    def _caps(self, values: dict[str, Any], pointer: Pointer) -> None:
         for key, value in values.items():
             if value is not None and key in CAPS and not 0 < value <= CAPS[key]:
                 self.error("C408", f"{key} {value} is outside the allowed range (0, {CAPS[key]}]", pointer + (key,))
@@ -386,7 +387,7 @@ class Compiler(StepKinds, FanOutKinds):
     def _flow_checks(self, plan: Plan) -> None:
         self._flow_checks_of(plan.steps, plan.start, ())
 
-    def _flow_checks_of(self, steps: tuple[PlanStep, ...], start: str, base: tuple) -> None:
+    def _flow_checks_of(self, steps: tuple[PlanStep, ...], start: str, base: Pointer) -> None:
         adj = graph.adjacency_of(steps)
         index = {s.id: s.index for s in steps}
         seen = graph.reachable(adj, start)
@@ -402,7 +403,7 @@ class Compiler(StepKinds, FanOutKinds):
                            base + ("steps", index[src]), "add budget: {max_steps: N} so a runaway loop stops")
 
 
-def _where(pointer: tuple) -> str:
+def _where(pointer: Pointer) -> str:
     """``steps[2].map.steps[0]`` for a step's pointer."""
     out = ""
     for part in pointer:
@@ -410,7 +411,7 @@ def _where(pointer: tuple) -> str:
     return out
 
 
-def _first_unsafe_number(value: Any, pointer: tuple = (), depth: int = 0) -> tuple[tuple, float] | None:
+def _first_unsafe_number(value: Any, pointer: Pointer = (), depth: int = 0) -> tuple[Pointer, float] | None:
     """The first number in the document that a whole-number field would read beyond ±(2^53 - 1)."""
     if isinstance(value, float) and value.is_integer() and abs(value) > 2**53 - 1:
         return pointer, value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import Definition
@@ -20,5 +21,5 @@ class CompileContext(Protocol):
     d: Definition
     diagnostics: list[Diagnostic]
 
-    def error(self, code: str, message: str, pointer: tuple, hint: str | None = None, *,
+    def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
               key: bool = False) -> None: ...

@@ -20,12 +20,13 @@ from typing import Any
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.diff_risks import new_step_risks, step_risks, workflow_risks
 from sealflow.dsl.diff_steps import StepChecks
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.errors import Location
 from sealflow.dsl.kinds import traits_of
 from sealflow.dsl.plan import Plan, PlanStep
 
-Locate = Callable[[tuple], Location]
+Locate = Callable[[Pointer], Location]
 
 _RANK = {"review": 0, "info": 1}
 
@@ -53,7 +54,7 @@ class Finding:
         place = str(self.location) if self.location else (self.path or self.workflow)
         return f"{place}: {self.severity}[{self.code}]: {self.where}: {self.message}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         loc = self.location
         return {"code": self.code, "severity": self.severity, "workflow": self.workflow, "step": self.step,
                 "message": self.message, "old": _jsonable(self.old), "new": _jsonable(self.new),
@@ -83,13 +84,13 @@ class _Differ(StepChecks):
         self.findings: list[Finding] = []
         self.new_pointer = {s.id: p for p, s in new.all_steps()}
 
-    def add(self, code: str, message: str, pointer: tuple | None, *, step: str | None = None,
+    def add(self, code: str, message: str, pointer: Pointer | None, *, step: str | None = None,
             old: Any = None, new: Any = None) -> None:
         severity = CODES[code][0]
         loc = self.locate(pointer) if (self.locate and pointer is not None) else None
         self.findings.append(Finding(code, severity, self.new.name, message, step, old, new, loc, self.path))
 
-    def sp(self, step_id: str, *rest: Any) -> tuple:
+    def sp(self, step_id: str, *rest: Any) -> Pointer:
         """Pointer inside step ``step_id`` of the new file."""
         return (*self.new_pointer[step_id], *rest)
 
@@ -121,7 +122,7 @@ class _Differ(StepChecks):
         workflow_risks(self)
         return self.findings
 
-    def _permissions(self, old: Iterable[str], new: tuple[str, ...], pointer: tuple, step: str | None) -> None:
+    def _permissions(self, old: Iterable[str], new: tuple[str, ...], pointer: Pointer, step: str | None) -> None:
         old_set = set(old)
         for j, perm in enumerate(new):
             if perm not in old_set:
@@ -129,7 +130,7 @@ class _Differ(StepChecks):
         for perm in sorted(old_set - set(new)):
             self.add("D602", f"permission removed: {perm}", pointer, step=step, old=perm, new=None)
 
-    def _budget_fields(self, old: Any, new: Any, pointer: tuple, step: str | None, fields: dict[str, str], *,
+    def _budget_fields(self, old: Any, new: Any, pointer: Pointer, step: str | None, fields: dict[str, str], *,
                        prefix: str) -> None:
         for attr, key in fields.items():
             a, b = getattr(old, attr, None) if old is not None else None, getattr(new, attr, None)
@@ -279,11 +280,11 @@ def _output_schema(step: PlanStep) -> Any:
     return body.output_schema if body is not None else None
 
 
-def _uses(plan: Plan) -> tuple[dict[str, tuple], dict[str, tuple], dict[str, tuple]]:
+def _uses(plan: Plan) -> tuple[dict[str, Pointer], dict[str, Pointer], dict[str, Pointer]]:
     """Actions, models and agent tools used by ``plan``, each with the pointer of its first use."""
-    actions: dict[str, tuple] = {}
-    models: dict[str, tuple] = {}
-    tools: dict[str, tuple] = {}
+    actions: dict[str, Pointer] = {}
+    models: dict[str, Pointer] = {}
+    tools: dict[str, Pointer] = {}
     for p, s in plan.all_steps():
         if s.action:
             actions.setdefault(s.action, p + ("action",))
@@ -300,7 +301,7 @@ def _uses(plan: Plan) -> tuple[dict[str, tuple], dict[str, tuple], dict[str, tup
     return actions, models, tools
 
 
-def _step_of(plan: Plan, pointer: tuple) -> str | None:
+def _step_of(plan: Plan, pointer: Pointer) -> str | None:
     found = None
     for p, s in plan.all_steps():  # the innermost step whose pointer starts ``pointer``
         if pointer[:len(p)] == p:
@@ -336,7 +337,7 @@ def diff_plans(old: Plan | None, new: Plan | None, *, locate: Locate | None = No
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Per workflow, review before info, then in file order."""
-    def key(f: Finding) -> tuple:
+    def key(f: Finding) -> tuple[str, int, int, int, str]:
         loc = f.location
         return (f.workflow, _RANK.get(f.severity, 2), loc.line if loc else 0, loc.column if loc else 0, f.code)
 

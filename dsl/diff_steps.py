@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.plan import ApprovalPlan, MapPlan, PlanStep, RetryPolicy
 
@@ -18,12 +19,12 @@ class StepChecks:
     timeouts and gates; they report through its ``add``, declared here for the type checker."""
 
     if TYPE_CHECKING:
-        def add(self, code: str, message: str, pointer: tuple | None, *, step: str | None = None,
+        def add(self, code: str, message: str, pointer: Pointer | None, *, step: str | None = None,
                 old: Any = None, new: Any = None) -> None: ...
 
-        def sp(self, step_id: str, *rest: Any) -> tuple: ...
+        def sp(self, step_id: str, *rest: Any) -> Pointer: ...
 
-    def _retry(self, a: RetryPolicy, b: RetryPolicy, pointer: tuple, sid: str, label: str) -> None:
+    def _retry(self, a: RetryPolicy, b: RetryPolicy, pointer: Pointer, sid: str, label: str) -> None:
         named = f" (class {b.name})" if b.name else ""
         # the class itself changed: point at the field in its definition; else at the step's retry
         in_class = bool(b.name) and a.name == b.name and label == "retry"
@@ -71,7 +72,7 @@ class StepChecks:
                 self.add("D632", f"map {key} lowered: {shown_a} -> {shown_b}", self.sp(sid, "map", key), step=sid,
                          old=shown_a, new=shown_b)
 
-    def _timeout(self, a: int, b: int, pointer: tuple, sid: str, label: str) -> None:
+    def _timeout(self, a: int, b: int, pointer: Pointer, sid: str, label: str) -> None:
         if b > a:
             self.add("D615", f"{label} lengthened: {format_ms(a)} -> {format_ms(b)}", pointer, step=sid, old=a, new=b)
 
@@ -98,7 +99,7 @@ class StepChecks:
                          new=ns.requires_approval_if)
             self._gate(os_.gate, ns.gate, ("approvals",), sid, "approval gate")
 
-    def _gate(self, a: ApprovalPlan, b: ApprovalPlan, pointer: tuple, sid: str, label: str) -> None:
+    def _gate(self, a: ApprovalPlan, b: ApprovalPlan, pointer: Pointer, sid: str, label: str) -> None:
         added = [x for x in b.approvers if x not in a.approvers]
         removed = [x for x in a.approvers if x not in b.approvers]
         if added:

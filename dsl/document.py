@@ -14,7 +14,7 @@ from typing import Any
 from sealflow.dsl.errors import Location
 from sealflow.dsl.yaml_scalars import Pos
 
-Pointer = tuple  # of str | int
+Pointer = tuple[str | int, ...]
 
 
 @dataclasses.dataclass(frozen=True)

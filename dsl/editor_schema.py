@@ -16,7 +16,7 @@ from typing import Any
 _TEMPLATE = {"type": "string", "pattern": "\\$\\{\\{"}
 
 
-def editor_schema(base: dict, actions: list[dict[str, Any]]) -> dict:
+def editor_schema(base: dict[str, Any], actions: list[dict[str, Any]]) -> dict[str, Any]:
     """``base`` (the workflow schema) with ``actions`` (each :meth:`Action.describe`) built in."""
     schema = copy.deepcopy(base)
     defs = schema["$defs"]
@@ -49,7 +49,7 @@ def _summary(a: dict[str, Any]) -> str:
     return text
 
 
-def _with_schema(a: dict[str, Any]) -> dict | None:
+def _with_schema(a: dict[str, Any]) -> dict[str, Any] | None:
     inputs = a.get("input_schema") or {}
     params = inputs.get("properties")
     if not isinstance(params, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 Severity = Literal["error", "warning", "info"]
 
@@ -47,7 +47,7 @@ class Diagnostic:
             text += f"\n  hint: {self.hint}"
         return text
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.location.path,
             "line": self.location.line,
@@ -59,14 +59,14 @@ class Diagnostic:
             "pointer": self.pointer,
         }
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, int, str]:
         loc = self.location
         return (loc.path, _SEVERITY_RANK[self.severity], loc.line, loc.column, self.code)
 
 
 def sort_diagnostics(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
     """Errors before warnings, then in file order; duplicates removed."""
-    seen: set[tuple] = set()
+    seen: set[tuple[str, str, Location, Severity]] = set()
     unique = []
     for d in diagnostics:
         key = (d.code, d.message, d.location, d.severity)

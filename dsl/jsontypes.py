@@ -144,7 +144,7 @@ def from_schema(schema: Any, root: Any = None, depth: int = 0) -> Ty:
     return Ty(frozenset(kinds), fields=fields, closed=closed, extra=extra, items=items)
 
 
-def _kinds(schema: dict) -> set[str]:
+def _kinds(schema: dict[str, Any]) -> set[str]:
     declared = schema.get("type")
     if isinstance(declared, str):
         kinds = {declared}

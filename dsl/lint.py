@@ -16,6 +16,7 @@ from typing import Any
 from sealflow.dsl import graph
 from sealflow.dsl.codes import CODES
 from sealflow.dsl.compile_fanout import all_model_steps
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.durations import MINUTE
 from sealflow.dsl.errors import Diagnostic, Location, Severity
 from sealflow.dsl.expressions import ExpressionError, compile_cached
@@ -25,7 +26,7 @@ from sealflow.dsl.loader import Document
 from sealflow.dsl.model import ActionInfo, Definition
 from sealflow.dsl.plan import Plan
 
-Finding = tuple[str, tuple, str, str | None]  # (code, pointer, message, hint)
+Finding = tuple[str, Pointer, str, str | None]  # (code, pointer, message, hint)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +53,8 @@ class Context:
         return meta.effect if meta else None
 
 
-def _step_refs(text_values: Iterable[tuple[tuple, str]], kind: str = "template") -> Iterator[tuple[str, int, tuple]]:
+def _step_refs(text_values: Iterable[tuple[Pointer, str]],
+               kind: str = "template") -> Iterator[tuple[str, int, Pointer]]:
     """(step id, offset, pointer) for each ``steps.<id>`` reference in the given (pointer, text) pairs."""
     for pointer, text in text_values:
         try:
@@ -65,7 +67,7 @@ def _step_refs(text_values: Iterable[tuple[tuple, str]], kind: str = "template")
                     yield ref.step, base + ref.offset, pointer
 
 
-def _strings(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
+def _strings(value: Any, pointer: Pointer) -> Iterator[tuple[Pointer, str]]:
     if isinstance(value, str):
         yield pointer, value
     elif isinstance(value, dict):
@@ -249,7 +251,7 @@ RULES: dict[str, Rule] = {
 }
 
 
-def _ignores(ctx: Context) -> tuple[dict[tuple, tuple[set[str], str]], list[Diagnostic]]:
+def _ignores(ctx: Context) -> tuple[dict[Pointer, tuple[set[str], str]], list[Diagnostic]]:
     """Step pointer -> (silenced codes, reason); a fan-out step's silences cover its sub-flows too."""
     result, problems = {}, []
     for p, s in all_model_steps(ctx.d.steps):
@@ -268,7 +270,7 @@ def _ignores(ctx: Context) -> tuple[dict[tuple, tuple[set[str], str]], list[Diag
     return result, problems
 
 
-def _silenced(ignores: dict[tuple, tuple[set[str], str]], code: str, pointer: tuple) -> str | None:
+def _silenced(ignores: dict[Pointer, tuple[set[str], str]], code: str, pointer: Pointer) -> str | None:
     """The reason of the innermost step around ``pointer`` that silences ``code`` (None: not silenced): the
     pointer's prefixes are looked up, longest first, rather than every silencing step scanned per finding."""
     for length in range(len(pointer), -1, -1):
@@ -304,7 +306,7 @@ def lint(doc: Document, definition: Definition, plan: Plan, *, actions: dict[str
 _SEVERITIES: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "info"}
 
 
-def _locate(doc: Document, pointer: tuple) -> Location:
+def _locate(doc: Document, pointer: Pointer) -> Location:
     if pointer and isinstance(pointer[-1], int) and pointer[:-1] in doc.spans:
         return doc.locate_in_string(pointer[:-1], pointer[-1])
     return doc.locate(pointer)

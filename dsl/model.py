@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.kinds import StepKind
 
 #: a step's kind keys, one per kind (:class:`~sealflow.dsl.kinds.StepKind`, in its order)
@@ -264,7 +265,7 @@ class Step(_Model):
     def kinds(self) -> list[str]:
         return [k for k in KIND_KEYS if getattr(self, k) is not None]
 
-    def subflows(self) -> list[tuple[tuple, list[Step]]]:
+    def subflows(self) -> list[tuple[Pointer, list[Step]]]:
         """The sub-flows of a fan-out step: (pointer below the step, steps); empty for other kinds."""
         if self.map is not None:
             return [(("map", "steps"), self.map.steps)]

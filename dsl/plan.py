@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.kinds import kinds_with
 
 PLAN_FORMAT = 1
@@ -207,7 +208,7 @@ class PlanStep(_Frozen):
     edges: tuple[Edge, ...] = ()
 
 
-    def subflows(self) -> tuple[tuple[tuple, tuple[PlanStep, ...], str], ...]:
+    def subflows(self) -> tuple[tuple[Pointer, tuple[PlanStep, ...], str], ...]:
         """A fan-out step's sub-flows: (pointer below the step, steps, start); empty for other kinds."""
         if self.map is not None:
             return ((("map", "steps"), self.map.steps, self.map.start),)
@@ -229,7 +230,7 @@ class TriggerPlan(_Frozen):
 
 
 #: id of a plan's steps tuple -> (that tuple, step id -> step); the tuple is kept, so its id is not reused
-_STEP_INDEX: dict[int, tuple[tuple, dict[str, PlanStep]]] = {}
+_STEP_INDEX: dict[int, tuple[tuple[PlanStep, ...], dict[str, PlanStep]]] = {}
 
 
 class Plan(_Frozen):
@@ -269,7 +270,7 @@ class Plan(_Frozen):
     def step_map(self) -> dict[str, PlanStep]:
         return {s.id: s for s in self.steps}
 
-    def all_steps(self) -> Iterator[tuple[tuple, PlanStep]]:
+    def all_steps(self) -> Iterator[tuple[Pointer, PlanStep]]:
         """Every step with its definition pointer, the steps of fan-out sub-flows after their parent."""
         yield from walk(self.steps, ())
 
@@ -295,7 +296,7 @@ class Plan(_Frozen):
         return plan
 
 
-def walk(steps: tuple[PlanStep, ...], base: tuple) -> Iterator[tuple[tuple, PlanStep]]:
+def walk(steps: tuple[PlanStep, ...], base: Pointer) -> Iterator[tuple[Pointer, PlanStep]]:
     """``steps`` with their pointers (under ``base``), each fan-out step followed by its sub-flows' steps."""
     for s in steps:
         p = base + ("steps", s.index)
@@ -304,10 +305,10 @@ def walk(steps: tuple[PlanStep, ...], base: tuple) -> Iterator[tuple[tuple, Plan
             yield from walk(sub, p + below[:-1])
 
 
-def _without_absent_kinds(body: dict) -> dict:
+def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
     """The plan's JSON without the ``map: null`` and ``parallel: null`` of the steps that are neither: a plan
     that does not fan out keeps the digest it had before the language knew fan-out."""
-    def clean(steps: list) -> None:
+    def clean(steps: list[dict[str, Any]]) -> None:
         for s in steps:
             for kind in kinds_with("fans_out"):
                 if s.get(kind, 0) is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sealflow.dsl.compiling import CompileContext
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.loader import Document
 from sealflow.dsl.model import SchemaRef
 
@@ -54,7 +55,7 @@ class SchemaResolver:
         self.root = Path(root) if root else repository_root(doc.path)
         self._cache: dict[str, Any] = {}
 
-    def _read(self, rel: str, pointer: tuple, compiler: CompileContext, what: str) -> str | None:
+    def _read(self, rel: str, pointer: Pointer, compiler: CompileContext, what: str) -> str | None:
         target = (self.root / rel).resolve()
         try:
             target.relative_to(self.root.resolve())
@@ -79,7 +80,7 @@ class SchemaResolver:
                            "definition's folder)")
             return None
 
-    def schema(self, spec: Any, pointer: tuple, compiler: CompileContext) -> dict | None:
+    def schema(self, spec: Any, pointer: Pointer, compiler: CompileContext) -> dict[str, Any] | None:
         """The JSON Schema at ``pointer``, with a top-level ``$ref`` to a file inlined."""
         if spec is None:
             return None
@@ -110,6 +111,6 @@ class SchemaResolver:
             compiler.diagnostics.append(diag)
         return value
 
-    def prompt(self, prompt_id: str, version: Any, pointer: tuple, compiler: CompileContext) -> str | None:
+    def prompt(self, prompt_id: str, version: Any, pointer: Pointer, compiler: CompileContext) -> str | None:
         rel = f"prompts/{prompt_id}.v{version}.txt"
         return self._read(rel, pointer + ("id",), compiler, "prompt file")

@@ -18,9 +18,10 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from sealflow import schemas
 from sealflow.dsl.crons import cron_problem, timezone_problem
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.kinds import kinds_with
-from sealflow.dsl.loader import Document, Pointer
+from sealflow.dsl.loader import Document
 from sealflow.dsl.schema_errors import SchemaErrorMapper, rank, suggest
 
 # ---------------------------------------------------------------- validator
@@ -64,7 +65,7 @@ def _meta_validator() -> Draft202012Validator:
     return Draft202012Validator(meta, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
-def schema_for_docs() -> dict:
+def schema_for_docs() -> dict[str, Any]:
     """A copy of the workflow schema (for documentation generators and editors)."""
     return copy.deepcopy(schemas.load())
 
@@ -100,7 +101,7 @@ def validate_embedded_schema(schema: Any, doc: Document, pointer: Pointer) -> li
 
 # ---------------------------------------------------------------- helpers
 
-def _embedded_schemas(data: Any) -> Iterator[tuple[Pointer, dict]]:
+def _embedded_schemas(data: Any) -> Iterator[tuple[Pointer, dict[str, Any]]]:
     def inline(value: Any) -> bool:
         ref = value.get("$ref") if isinstance(value, dict) else None
         return isinstance(value, dict) and not (isinstance(ref, str) and not ref.startswith("#"))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from jsonschema.exceptions import ValidationError
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.errors import Diagnostic
-from sealflow.dsl.loader import Document, Pointer
+from sealflow.dsl.loader import Document
 
 DURATION_WORDS = "a whole number followed by ms, s, m, h or d, like 500ms, 30s, 15m, 24h, 7d"
 _YAML_TYPES = {"object": "map", "array": "list", "string": "string", "integer": "integer",
@@ -55,7 +56,7 @@ class SchemaErrorMapper:
         """Every diagnostic for ``errors``, best first (:func:`rank`)."""
         return rank([d for error in errors for d in self.map(error)])
 
-    def readable(self, pointer: Iterable) -> str:
+    def readable(self, pointer: Iterable[str | int]) -> str:
         """:func:`readable` with this document's root named :attr:`subject`."""
         return readable(pointer, self.subject)
 
@@ -75,7 +76,8 @@ class SchemaErrorMapper:
             return [self._duration(error, pointer)]
         if "propertyNames" in error.relative_schema_path:
             return [self._property_name(error, pointer)]
-        handler: Callable = getattr(self, "_" + str(error.validator), None) or self._other
+        handler: Callable[[ValidationError, Pointer], Iterable[Diagnostic]] = (
+            getattr(self, "_" + str(error.validator), None) or self._other)
         return list(handler(error, pointer))
 
     # -- one method per keyword family
@@ -89,7 +91,7 @@ class SchemaErrorMapper:
         words = error.message
         if error.validator == "pattern":
             words = _schema(error).get("patternErrorMessage") or f"must match the pattern {error.validator_value}"
-        key = pointer + (error.instance,)
+        key = pointer + (cast(str, error.instance),)  # (propertyNames: the instance is the key)
         message = f"{self.readable(pointer)}: {error.instance!r} is not a valid name; it {words}"
         return Diagnostic(self.code or "S204", message, self.doc.locate(key, key=True), pointer=pointer_text(key))
 
@@ -258,7 +260,7 @@ class SchemaErrorMapper:
 
     _oneOf = _anyOf
 
-    def _score(self, error: ValidationError, index: int, errs: list[ValidationError]) -> tuple:
+    def _score(self, error: ValidationError, index: int, errs: list[ValidationError]) -> tuple[int, int, int, int]:
         """Prefer the branch that knows most of the instance's keys, then the one whose problems are deepest."""
         overlap = 0
         branch = error.validator_value[index] if isinstance(error.validator_value, list) else {}
@@ -268,7 +270,7 @@ class SchemaErrorMapper:
         depth = max(len(e.relative_path) for e in errs)
         return (overlap, depth, -len(errs), -index)
 
-    def _resolve(self, schema: Any) -> dict:
+    def _resolve(self, schema: Any) -> dict[str, Any]:
         """Follow local ``$ref`` (``#/$defs/x``) through the root schema; anything else as is."""
         for _ in range(16):
             if not isinstance(schema, dict):
@@ -308,11 +310,11 @@ def rank(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
         if key not in seen:
             seen.add(key)
             unique.append(d)
-    depth = lambda d: d.pointer.count("/") + 1 if d.pointer else 0  # noqa: E731
+    depth: Callable[[Diagnostic], int] = lambda d: d.pointer.count("/") + 1 if d.pointer else 0  # noqa: E731
     return sorted(unique, key=lambda d: (depth(d), order.get(d.code, 9), d.location.line, d.location.column))
 
 
-def readable(pointer: Iterable, root: str = "workflow") -> str:
+def readable(pointer: Iterable[str | int], root: str = "workflow") -> str:
     """``("steps", 2, "retry")`` -> ``steps[2].retry``; the root is ``root`` (``workflow``)."""
     text = ""
     for part in pointer:

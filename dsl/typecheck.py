@@ -22,19 +22,21 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from sealflow.dsl import jsontypes as jt
 from sealflow.dsl.compile_fanout import all_model_steps
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions.errors import ExpressionError
-from sealflow.dsl.expressions.infer import infer
+from sealflow.dsl.expressions.infer import Roots, infer
 from sealflow.dsl.expressions.static_check import step_sites, templates_in
 from sealflow.dsl.expressions.templates import OPEN, parse_template
 from sealflow.dsl.plan import Plan, PlanStep, walk
 
 if TYPE_CHECKING:
     from sealflow.dsl.compiling import CompileContext
+    from sealflow.dsl.expressions.expression import Expression
     from sealflow.dsl.model import ActionInfo, Step
 
     class Compiler(CompileContext, Protocol):
@@ -107,8 +109,8 @@ class TypeCheck:
         return jt.UNKNOWN
 
     # -- expressions ------------------------------------------------------------------------------
-    def roots(self, own: str | None, item: jt.Ty = jt.UNKNOWN) -> Callable[[str, tuple], tuple[jt.Ty, int]]:
-        def root(name: str, keys: tuple) -> tuple[jt.Ty, int]:
+    def roots(self, own: str | None, item: jt.Ty = jt.UNKNOWN) -> Roots:
+        def root(name: str, keys: tuple[str | int, ...]) -> tuple[jt.Ty, int]:
             if name == "input":
                 return self.input, 0
             if name == "steps":
@@ -143,7 +145,7 @@ class TypeCheck:
             except ExpressionError:
                 return jt.UNKNOWN
             if template.single:
-                return infer(template.parts[0][0].text, self.roots(own))
+                return infer(cast("tuple[Expression, int]", template.parts[0])[0].text, self.roots(own))
             return jt.STRING
         if isinstance(value, dict):
             return jt.obj({str(k): self.infer_value(v, own) for k, v in value.items()})
@@ -165,13 +167,13 @@ class TypeCheck:
         for pointer, text in templates_in(self.c.d.output, ("output",)):
             self.paths_in(pointer, "template", text, None)
 
-    def paths(self, p: tuple, step: Step) -> None:
+    def paths(self, p: Pointer, step: Step) -> None:
         for pointer, kind, text, _self, _output in step_sites(step, p):
             self.paths_in(pointer, kind, text, step.id)
         if step.map is not None:
             self.paths_in(p + ("map", "items"), "expr", step.map.items, step.id)
 
-    def paths_in(self, pointer: tuple, kind: str, text: str, own: str | None) -> None:
+    def paths_in(self, pointer: Pointer, kind: str, text: str, own: str | None) -> None:
         from sealflow.dsl.expressions.expression import compile_cached
 
         try:
@@ -193,7 +195,7 @@ class TypeCheck:
                         self._unknown_field(pointer, base + ref.at[i], ref, i, before)
                         break
 
-    def _unknown_field(self, pointer: tuple, offset: int, ref: Any, i: int, holder: jt.Ty) -> None:
+    def _unknown_field(self, pointer: Pointer, offset: int, ref: Any, i: int, holder: jt.Ty) -> None:
         key = ref.path[i]
         known = sorted(holder.fields or {})
         shown = ref.root + "".join(f".{k}" if isinstance(k, str) else f"[{k}]" for k in ref.path[:i])
@@ -230,7 +232,7 @@ class TypeCheck:
             return "the keys of its set:"
         return "its output_schema"
 
-    def arguments(self, p: tuple, step_id: str, action: str, given: dict[str, Any], step_p: tuple) -> None:
+    def arguments(self, p: Pointer, step_id: str, action: str, given: dict[str, Any], step_p: Pointer) -> None:
         info = self.actions.get(action)
         schema = info.input_schema if info is not None else None
         if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
@@ -256,7 +258,7 @@ class TypeCheck:
             if name in params:
                 self.argument(p + ("with", name), action, str(name), params[name], value, step_id)
 
-    def argument(self, pointer: tuple, action: str, name: str, schema: Any, value: Any, own: str) -> None:
+    def argument(self, pointer: Pointer, action: str, name: str, schema: Any, value: Any, own: str) -> None:
         target = jt.from_schema(schema)
         if target.unknown:
             return
@@ -279,10 +281,10 @@ class TypeCheck:
                 hint="give a fallback: ${{ default(<expression>, <value>) }}, or require the field in the schema",
                 pointer="/".join(str(x) for x in pointer)))
 
-    def models_of(self, p: tuple, step: Step) -> None:
+    def models_of(self, p: Pointer, step: Step) -> None:
         if self.models is None:
             return
-        named: list[tuple[tuple, str]] = []
+        named: list[tuple[Pointer, str]] = []
         if step.ai is not None:
             named.append((p + ("ai", "model"), step.ai.model))
             named += [(p + ("ai", "fallback", i), m) for i, m in enumerate(step.ai.fallback)]
@@ -297,7 +299,7 @@ class TypeCheck:
                              + "define it under models: in sealflow.yaml or the runtime configuration "
                                "(docs/models.md)")
 
-    def secrets_of(self, p: tuple, action: str) -> None:
+    def secrets_of(self, p: Pointer, action: str) -> None:
         info = self.actions.get(action)
         if self.secret_known is None or info is None:
             return

@@ -100,14 +100,14 @@ CATALOGUE: list[tuple[str, str]] = [
 ]
 
 
-def scan(text: str) -> list:
+def scan(text: str) -> list[_Tok]:
     """A rough tokenisation of ``text`` (kind, value, start, end) for diagnosing syntax errors."""
     return [_Tok(m.lastgroup, m.group(), m.start(), m.end())
             for m in _TOKEN.finditer(text) if m.lastgroup != "ws"]
 
 
 
-def _chained(toks: list, i: int) -> bool:
+def _chained(toks: list[_Tok], i: int) -> bool:
     depth = 0
     for tok in reversed(toks[:i]):
         if tok.value in CLOSERS:
@@ -158,7 +158,7 @@ def _diagnose(text: str, pos: int, at_end: bool) -> tuple[int, str, str] | None:
                 else "a value or an operator is missing next to it")
         if here.value in _COMPARISONS and _chained(toks, i):
             return here.start, "comparisons do not chain", "write a < b and b < c"
-    stack: list = []
+    stack: list[_Tok] = []
     for tok in toks:
         if tok.start > pos:
             break
@@ -183,8 +183,8 @@ def _diagnose(text: str, pos: int, at_end: bool) -> tuple[int, str, str] | None:
             break
         if tok.kind == "name" and (n == 0 or toks[n - 1].value != "."):
             if tok.value in PYTHON_WORDS:
-                word = PYTHON_WORDS[tok.value]
-                return tok.start, f"'{tok.value}' is not a value here", f"write {word} (lowercase), not {tok.value}"
+                written = PYTHON_WORDS[tok.value]
+                return tok.start, f"'{tok.value}' is not a value here", f"write {written} (lowercase), not {tok.value}"
             if tok.value in TERNARY:
                 return tok.start, f"'{tok.value}' is not part of the language", TERNARY_HINT
     return None

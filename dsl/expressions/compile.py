@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lark import Token, Tree
+from lark import ParseTree, Token, Tree
 
 from sealflow.dsl.expressions.catalogue import KEYWORDS, PYTHON_WORDS, TERNARY, TERNARY_HINT, closest
 from sealflow.dsl.expressions.errors import ExpressionError
@@ -37,9 +37,9 @@ class Reference:
     field: str | None
     offset: int
     length: int
-    path: tuple = dataclasses.field(default=(), compare=False)
+    path: tuple[str | int, ...] = dataclasses.field(default=(), compare=False)
     #: where each key of ``path`` starts in the expression (for errors about one field of a path)
-    at: tuple = dataclasses.field(default=(), compare=False)
+    at: tuple[int, ...] = dataclasses.field(default=(), compare=False)
 
 
 #: JSON's escapes, plus \' and \0
@@ -48,36 +48,41 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0", "\
 _ESCAPE = re.compile(r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.S)
 _DYNAMIC = object()
 
+#: a compiled expression or part of one: its value in an environment
+Run = Callable[[Env], Any]
+
 
 class Compiler:
     """Turns a Lark tree into closures ``run(env) -> value``; one method per rule."""
 
     def __init__(self) -> None:
-        self.refs: list = []
-        self.funcs: list = []
+        #: each data path read, with where its step and its field start
+        self.refs: list[tuple[Reference, int, int]] = []
+        #: each function called, with where its name starts
+        self.funcs: list[tuple[str, int]] = []
 
-    def build(self, tree: Tree | Token) -> Callable:
-        rule: Callable[[Tree], Callable] = getattr(self, _tree(tree).data)
+    def build(self, tree: ParseTree | Token) -> Run:
+        rule: Callable[[ParseTree], Run] = getattr(self, _tree(tree).data)
         return rule(_tree(tree))
 
-    def or_test(self, tree: Tree) -> Callable:
+    def or_test(self, tree: ParseTree) -> Run:
         parts = [self.build(c) for c in tree.children]
         return lambda env: any(truthy(p(env)) for p in parts)
 
-    def and_test(self, tree: Tree) -> Callable:
+    def and_test(self, tree: ParseTree) -> Run:
         parts = [self.build(c) for c in tree.children]
         return lambda env: all(truthy(p(env)) for p in parts)
 
-    def not_(self, tree: Tree) -> Callable:
+    def not_(self, tree: ParseTree) -> Run:
         inner = self.build(tree.children[-1])
         return lambda env: not truthy(inner(env))
 
-    def comparison(self, tree: Tree) -> Callable:
+    def comparison(self, tree: ParseTree) -> Run:
         left, op, right = tree.children
         a, b, fn = self.build(left), self.build(right), COMPARE[" ".join(str(w) for w in _tree(op).children)]
         return lambda env: fn(a(env), b(env))
 
-    def sum(self, tree: Tree) -> Callable:
+    def sum(self, tree: ParseTree) -> Run:
         first = self.build(tree.children[0])
         rest = [(BINARY[_token(_tree(op))], self.build(x))
                 for op, x in zip(tree.children[1::2], tree.children[2::2], strict=True)]
@@ -94,11 +99,11 @@ class Compiler:
 
     product = sum
 
-    def neg(self, tree: Tree) -> Callable:
+    def neg(self, tree: ParseTree) -> Run:
         inner = self.build(tree.children[0])
         return lambda env: negate(inner(env))
 
-    def postfix(self, tree: Tree) -> Callable:
+    def postfix(self, tree: ParseTree) -> Run:
         atom, segments = _tree(tree.children[0]), [_tree(s) for s in tree.children[1:]]
         keys = [self._static_key(s) for s in segments]
         if atom.data == "name":
@@ -123,11 +128,11 @@ class Compiler:
             return value
         return run
 
-    def name(self, tree: Tree) -> Callable:
+    def name(self, tree: ParseTree) -> Run:
         self._reference(tree, [])
         return self._root_loader(tree)
 
-    def call(self, tree: Tree) -> Callable:
+    def call(self, tree: ParseTree) -> Run:
         token, args = _token(tree), tree.children[1:]
         _refuse_keyword(token)
         if token not in FUNCTIONS:
@@ -148,16 +153,16 @@ class Compiler:
             return lambda env: impl(env, one(env))
         return lambda env: impl(env, *[p(env) for p in parts])
 
-    def null(self, tree: Tree) -> Callable:
+    def null(self, tree: ParseTree) -> Run:
         return lambda env: None
 
-    def true(self, tree: Tree) -> Callable:
+    def true(self, tree: ParseTree) -> Run:
         return lambda env: True
 
-    def false(self, tree: Tree) -> Callable:
+    def false(self, tree: ParseTree) -> Run:
         return lambda env: False
 
-    def int(self, tree: Tree) -> Callable:
+    def int(self, tree: ParseTree) -> Run:
         token = _token(tree)
         value = int(token)  # at most MAX_LENGTH digits: within Python's conversion limit
         if value > MAX_INT:
@@ -165,22 +170,22 @@ class Compiler:
                                   "write a float such as 1e20")
         return lambda env: value
 
-    def float(self, tree: Tree) -> Callable:
+    def float(self, tree: ParseTree) -> Run:
         token = _token(tree)
         value = float(token)
         if not math.isfinite(value):
             raise ExpressionError("X301", "number literal out of range", _start(token))
         return lambda env: value
 
-    def string(self, tree: Tree) -> Callable:
+    def string(self, tree: ParseTree) -> Run:
         value = _unescape(_token(tree))
         return lambda env: value
 
-    def list(self, tree: Tree) -> Callable:
+    def list(self, tree: ParseTree) -> Run:
         parts = [self.build(c) for c in tree.children]
         return lambda env: [p(env) for p in parts]
 
-    def map(self, tree: Tree) -> Callable:
+    def map(self, tree: ParseTree) -> Run:
         items, seen = [], set()
         for pair in tree.children:
             token, value = _token(_tree(pair)), _tree(pair).children[1]
@@ -193,7 +198,7 @@ class Compiler:
 
     # helpers
 
-    def _static_key(self, segment: Tree) -> Any:
+    def _static_key(self, segment: ParseTree) -> Any:
         if segment.data == "field":
             return str(segment.children[0])
         inner = segment.children[0]
@@ -201,11 +206,11 @@ class Compiler:
             return _unescape(_token(inner)) if inner.data == "string" else int(_token(inner))
         return _DYNAMIC
 
-    def _root_loader(self, tree: Tree) -> Callable:
+    def _root_loader(self, tree: ParseTree) -> Run:
         root = str(tree.children[0])
         return lambda env: env.ctx.get(root)
 
-    def _reference(self, tree: Tree, static: Sequence[tuple[Any, Tree]]) -> None:
+    def _reference(self, tree: ParseTree, static: Sequence[tuple[Any, ParseTree]]) -> None:
         token = _token(tree)
         root = str(token)
         _refuse_keyword(token)
@@ -248,7 +253,7 @@ def _refuse_keyword(token: Any) -> None:
         raise ExpressionError("X301", f"'{token}' cannot appear here", _start(token), hint)
 
 
-def _key_at(segment: Tree) -> int:
+def _key_at(segment: ParseTree) -> int:
     inner = segment.children[0]
     return _start(inner) if isinstance(inner, Token) else inner.meta.start_pos
 
@@ -256,14 +261,14 @@ def _key_at(segment: Tree) -> int:
 # Lark types a tree's children as rules or terminals and a token's position as optional; the grammar fixes
 # which one each child is, and the parser positions every token. These narrow to what the grammar says.
 
-def _tree(node: Tree | Token) -> Tree:
+def _tree(node: ParseTree | Token) -> ParseTree:
     """``node``, which the grammar makes a rule (a subtree)."""
     if not isinstance(node, Tree):
         raise TypeError(f"expected a subtree, got the token {node!r}")
     return node
 
 
-def _token(tree: Tree, index: int = 0) -> Token:
+def _token(tree: ParseTree, index: int = 0) -> Token:
     """The child at ``index`` of ``tree``, which the grammar makes a terminal (a token)."""
     child = tree.children[index]
     if not isinstance(child, Token):

@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable, Collection, Container, Iterator, Mapping
 from typing import Any
 
-from lark import Tree
+from lark import ParseTree, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from sealflow.dsl.expressions.catalogue import CLOSERS, OPENERS, closest, scan, syntax_error
-from sealflow.dsl.expressions.compile import Compiler, Reference
+from sealflow.dsl.expressions.compile import Compiler, Reference, Run
 from sealflow.dsl.expressions.errors import EvaluationError, ExpressionError
 from sealflow.dsl.expressions.parser import parser as _parser
 from sealflow.dsl.expressions.values import Env, type_name
@@ -30,7 +30,7 @@ class Expression:
 
     __slots__ = ("text", "_run", "_refs", "_funcs")
 
-    def __init__(self, text: str, run: Callable, refs: list, funcs: list):
+    def __init__(self, text: str, run: Run, refs: list[tuple[Reference, int, int]], funcs: list[tuple[str, int]]):
         self.text, self._run, self._refs, self._funcs = text, run, tuple(refs), tuple(funcs)
 
     def references(self) -> list[Reference]:
@@ -39,7 +39,7 @@ class Expression:
     def functions(self) -> list[tuple[str, int]]:
         return list(self._funcs)
 
-    def evaluate(self, context: dict, *, clock: Callable[[], float] | None = None) -> Any:
+    def evaluate(self, context: dict[str, Any], *, clock: Callable[[], float] | None = None) -> Any:
         return evaluate(self, context, clock=clock)
 
     def __eq__(self, other: object) -> bool:
@@ -68,7 +68,7 @@ def _check_nesting(text: str) -> None:
             depth = max(0, depth - 1)
 
 
-def _check_depth(tree: Tree) -> None:
+def _check_depth(tree: ParseTree) -> None:
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
@@ -162,7 +162,7 @@ def _check(expr: Expression, known: Collection[str], ran: Container[str], allow_
                         (f"did you mean run.{guess}? " if guess else "") + "run has: " + ", ".join(RUN_FIELDS))
 
 
-def evaluate(expr: Expression, context: dict, *, clock: Callable[[], float] | None = None) -> Any:
+def evaluate(expr: Expression, context: dict[str, Any], *, clock: Callable[[], float] | None = None) -> Any:
     """The value of ``expr`` in ``context``; raise :class:`EvaluationError` on any runtime problem."""
     try:
         return expr._run(Env(context, clock or time.time))

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import cast
 
-from lark import Token, Tree
+from lark import ParseTree, Token, Tree
 
 from sealflow.dsl import jsontypes as jt
 from sealflow.dsl.expressions.parser import parser as _parser
 
 #: a root's type: ``roots("input", ())``, ``roots("steps", ("fetch", "output"))`` -> (type, keys consumed)
-Roots = Callable[[str, tuple], tuple[jt.Ty, int]]
+Roots = Callable[[str, tuple[str | int, ...]], tuple[jt.Ty, int]]
 
 _FUNCTIONS: dict[str, jt.Ty] = {
     "len": jt.INTEGER, "lower": jt.STRING, "upper": jt.STRING, "str": jt.STRING, "contains": jt.BOOLEAN,
@@ -27,7 +28,7 @@ _FUNCTIONS: dict[str, jt.Ty] = {
 
 
 @functools.lru_cache(maxsize=4096)
-def _tree(text: str) -> Tree:
+def _tree(text: str) -> ParseTree:
     return _parser().parse(text)
 
 
@@ -44,22 +45,22 @@ class _Infer:
     def __init__(self, roots: Roots):
         self.roots = roots
 
-    def visit(self, node: Tree | Token) -> jt.Ty:
+    def visit(self, node: ParseTree | Token) -> jt.Ty:
         if not isinstance(node, Tree):
             return jt.UNKNOWN
-        method: Callable[[Tree], jt.Ty] | None = getattr(self, "r_" + str(node.data), None)
+        method: Callable[[ParseTree], jt.Ty] | None = getattr(self, "r_" + str(node.data), None)
         if method is None:
             if len(node.children) == 1:  # a parenthesised expression
                 return self.visit(node.children[0])
             return jt.UNKNOWN
         return method(node)
 
-    def _boolean(self, node: Tree) -> jt.Ty:
+    def _boolean(self, node: ParseTree) -> jt.Ty:
         return jt.BOOLEAN
 
     r_or_test = r_and_test = r_not_ = r_comparison = _boolean
 
-    def r_sum(self, node: Tree) -> jt.Ty:
+    def r_sum(self, node: ParseTree) -> jt.Ty:
         parts = [self.visit(c) for c in node.children[0::2]]
         ops = {str(_op(c)) for c in node.children[1::2]}
         if any(p.unknown for p in parts):
@@ -76,19 +77,19 @@ class _Infer:
 
     r_product = r_sum
 
-    def r_neg(self, node: Tree) -> jt.Ty:
+    def r_neg(self, node: ParseTree) -> jt.Ty:
         inner = self.visit(node.children[0])
         return inner if not inner.unknown and inner.kinds <= {"integer", "number"} else jt.UNKNOWN
 
-    def r_postfix(self, node: Tree) -> jt.Ty:
+    def r_postfix(self, node: ParseTree) -> jt.Ty:
         atom, segments = node.children[0], node.children[1:]
         keys = [_static_key(s) for s in segments]
         if isinstance(atom, Tree) and atom.data == "name":
-            static: list = []
+            static: list[str | int] = []
             for key in keys:
                 if key is _DYNAMIC:
                     break
-                static.append(key)
+                static.append(cast("str | int", key))  # (a static key: a field name or an index)
             ty, used = self.roots(str(atom.children[0]), tuple(static))
             rest = keys[used:]
         else:
@@ -103,10 +104,10 @@ class _Infer:
             ty, _ = jt.field(ty, key)
         return ty
 
-    def r_name(self, node: Tree) -> jt.Ty:
+    def r_name(self, node: ParseTree) -> jt.Ty:
         return self.roots(str(node.children[0]), ())[0]
 
-    def r_call(self, node: Tree) -> jt.Ty:
+    def r_call(self, node: ParseTree) -> jt.Ty:
         name, args = str(node.children[0]), node.children[1:]
         if name == "default" and len(args) == 2:
             value, fallback = self.visit(args[0]), self.visit(args[1])
@@ -116,28 +117,28 @@ class _Infer:
                 if "null" in value.kinds else value
         return _FUNCTIONS.get(name, jt.UNKNOWN)
 
-    def r_null(self, node: Tree) -> jt.Ty:
+    def r_null(self, node: ParseTree) -> jt.Ty:
         return jt.NULL
 
-    def r_true(self, node: Tree) -> jt.Ty:
+    def r_true(self, node: ParseTree) -> jt.Ty:
         return jt.BOOLEAN
 
     r_false = r_true
 
-    def r_int(self, node: Tree) -> jt.Ty:
+    def r_int(self, node: ParseTree) -> jt.Ty:
         return jt.INTEGER
 
-    def r_float(self, node: Tree) -> jt.Ty:
+    def r_float(self, node: ParseTree) -> jt.Ty:
         return jt.NUMBER
 
-    def r_string(self, node: Tree) -> jt.Ty:
+    def r_string(self, node: ParseTree) -> jt.Ty:
         return jt.STRING
 
-    def r_list(self, node: Tree) -> jt.Ty:
+    def r_list(self, node: ParseTree) -> jt.Ty:
         items = [self.visit(c) for c in node.children]
         return jt.array(jt.union(*items) if items else jt.UNKNOWN)
 
-    def r_map(self, node: Tree) -> jt.Ty:
+    def r_map(self, node: ParseTree) -> jt.Ty:
         fields = {}
         for pair in node.children:
             if isinstance(pair, Tree) and isinstance(pair.children[0], Token):
@@ -148,13 +149,13 @@ class _Infer:
 _DYNAMIC = object()
 
 
-def _op(node: Tree | Token) -> str:
+def _op(node: ParseTree | Token) -> str:
     if isinstance(node, Tree) and node.children:
         return str(node.children[0])
     return str(node)
 
 
-def _static_key(segment: Tree | Token) -> object:
+def _static_key(segment: ParseTree | Token) -> object:
     if not isinstance(segment, Tree):
         return _DYNAMIC
     if segment.data == "field":

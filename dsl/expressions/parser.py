@@ -51,11 +51,13 @@ def decode(text: str) -> Any:
 
 def load(tables: Any) -> Lark:
     """A parser from tables, as :func:`build` makes it (LALR, positions propagated)."""
-    loaded: Lark = Lark._load_from_dict(tables["data"], tables["memo"], propagate_positions=True)
+    # (Lark does not annotate its loader from tables)
+    loaded: Lark = Lark._load_from_dict(  # type: ignore[no-untyped-call]
+        tables["data"], tables["memo"], propagate_positions=True)
     return loaded
 
 
-def _int_keys(pairs: list) -> dict:
+def _int_keys(pairs: list[tuple[str, Any]]) -> dict[str | int, Any]:
     return {int(key) if key.isdigit() else key: value for key, value in pairs}
 
 

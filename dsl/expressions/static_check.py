@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sealflow.dsl import graph
 from sealflow.dsl.compiling import CompileContext
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.errors import Diagnostic
 from sealflow.dsl.expressions.errors import ExpressionError
 from sealflow.dsl.expressions.expression import Expression, check, compile_cached
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
     from sealflow.dsl.loader import Document
     from sealflow.dsl.model import Step
 
-Site = tuple[tuple, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
+Site = tuple[Pointer, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
 
 
-def templates_in(value: Any, pointer: tuple) -> Iterator[tuple[tuple, str]]:
+def templates_in(value: Any, pointer: Pointer) -> Iterator[tuple[Pointer, str]]:
     """Every string inside ``value`` (recursively), with its pointer."""
     if isinstance(value, str):
         yield pointer, value
@@ -55,7 +56,7 @@ def template_syntax(doc: Document) -> list[Diagnostic]:
     return found
 
 
-def step_sites(step: Step, p: tuple) -> Iterator[tuple[tuple, str, str, bool, bool]]:
+def step_sites(step: Step, p: Pointer) -> Iterator[tuple[Pointer, str, str, bool, bool]]:
     """(pointer, kind, text, include_self, allow_output) for each expression site of a step."""
     if step.when is not None:
         yield p + ("when",), "expr", step.when, False, False
@@ -158,7 +159,7 @@ def _inner_ids(steps: tuple[PlanStep, ...]) -> dict[str, str]:
     return {inner.id: s.id for s in steps for _, sub, _ in s.subflows() for _, inner in walk(sub, ())}
 
 
-def _check_flow(compiler: CompileContext, steps: list[Step], plan_steps: tuple[PlanStep, ...], base: tuple,
+def _check_flow(compiler: CompileContext, steps: list[Step], plan_steps: tuple[PlanStep, ...], base: Pointer,
                 scope: _Scope) -> None:
     reach = graph.Reachability(graph.adjacency_of(plan_steps))
     by_id = {s.id: s for s in plan_steps}
@@ -188,7 +189,7 @@ def check_plan(compiler: CompileContext, plan: Plan) -> None:
     _check_flow(compiler, d.steps, plan.steps, (), top)
     reachable = graph.reachable(graph.adjacency(plan), plan.start) - {"end"}
 
-    def run(pointer: tuple, kind: str, text: str, ran: Container[str], allow_output: bool) -> None:
+    def run(pointer: Pointer, kind: str, text: str, ran: Container[str], allow_output: bool) -> None:
         _check_site(compiler, pointer, kind, text, top, ran, allow_output)
 
     for pointer, text in templates_in(d.output, ("output",)):
@@ -199,7 +200,7 @@ def check_plan(compiler: CompileContext, plan: Plan) -> None:
         run(("trigger", "event", "filter"), "expr", d.trigger.event.filter, set(), False)
 
 
-def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, scope: _Scope,
+def _check_site(compiler: CompileContext, pointer: Pointer, kind: str, text: str, scope: _Scope,
                 ran: Container[str], allow_output: bool) -> None:
     doc = compiler.doc
     try:
@@ -217,7 +218,7 @@ def _check_site(compiler: CompileContext, pointer: tuple, kind: str, text: str, 
             _report(compiler, doc, pointer, problem, base + problem.offset)
 
 
-def _report(compiler: CompileContext, doc: Document, pointer: tuple, exc: ExpressionError, offset: int) -> None:
+def _report(compiler: CompileContext, doc: Document, pointer: Pointer, exc: ExpressionError, offset: int) -> None:
     compiler.diagnostics.append(
         Diagnostic(exc.code, exc.message, doc.locate_in_string(pointer, offset), hint=exc.hint,
                    pointer="/".join(str(p) for p in pointer))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from sealflow.dsl.expressions.compile import Reference
 from sealflow.dsl.expressions.errors import EvaluationError, ExpressionError
@@ -35,7 +35,7 @@ class Template:
     """Parsed template: ``parts`` are ``str`` literals and ``(Expression, offset)`` pairs."""
 
     text: str
-    parts: tuple
+    parts: tuple[str | tuple[Expression, int], ...]
 
     @property
     def single(self) -> bool:
@@ -80,7 +80,7 @@ def parse_template(text: str) -> Template:
     """Split ``text`` into literals and parsed expressions; raise :class:`ExpressionError`."""
     if not isinstance(text, str):
         raise ExpressionError("X301", "a template is text", 0)
-    parts: list = []
+    parts: list[str | tuple[Expression, int]] = []
     literal, pos = [], 0
     while True:
         opened = text.find(OPEN, pos)
@@ -125,10 +125,10 @@ def _unclosed(text: str, opened: int, start: int) -> None:
     raise ExpressionError("X301", "unclosed '${{'", opened, "close the expression with }}", text)
 
 
-def render(template: Template, context: dict, *, clock: Callable[[], float] | None = None) -> Any:
+def render(template: Template, context: dict[str, Any], *, clock: Callable[[], float] | None = None) -> Any:
     """A single template's typed value, or the interpolated text."""
     if template.single:
-        return evaluate(template.parts[0][0], context, clock=clock)
+        return evaluate(cast("tuple[Expression, int]", template.parts[0])[0], context, clock=clock)
     out, size = [], 0
     for part in template.parts:
         piece = part if isinstance(part, str) else to_text(evaluate(part[0], context, clock=clock))
@@ -144,7 +144,7 @@ def _cached(text: str) -> Template:
     return parse_template(text)
 
 
-def render_value(value: Any, context: dict, *, clock: Callable[[], float] | None = None) -> Any:
+def render_value(value: Any, context: dict[str, Any], *, clock: Callable[[], float] | None = None) -> Any:
     """Render every template string inside ``value`` (dict values and list items, recursively;
     dict keys stay as they are). Templates are parsed once and cached."""
     try:
@@ -153,7 +153,7 @@ def render_value(value: Any, context: dict, *, clock: Callable[[], float] | None
         raise EvaluationError("value nested too deeply to render") from None
 
 
-def _render_value(value: Any, context: dict, clock: Any) -> Any:
+def _render_value(value: Any, context: dict[str, Any], clock: Any) -> Any:
     if isinstance(value, str):
         return render(_cached(value), context, clock=clock) if OPEN in value else value
     if isinstance(value, dict):

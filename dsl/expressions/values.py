@@ -99,7 +99,7 @@ def contains(container: Any, item: Any) -> bool:
     raise EvaluationError(f"'in' needs a list, map or string, not {type_name(container)}")
 
 
-def _ordered(symbol: str, op: Callable) -> Callable:
+def _ordered(symbol: str, op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], bool]:
     def compare(a: Any, b: Any) -> bool:
         if (_is_num(a) and _is_num(b)) or (isinstance(a, str) and isinstance(b, str)):
             return bool(op(a, b))
@@ -122,7 +122,7 @@ def _add(a: Any, b: Any) -> Any:
     raise EvaluationError(f"cannot add {type_name(a)} and {type_name(b)}{hint}")
 
 
-def _arithmetic(symbol: str, op: Callable) -> Callable:
+def _arithmetic(symbol: str, op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def apply(a: Any, b: Any) -> Any:
         if not (_is_num(a) and _is_num(b)):
             raise EvaluationError(f"'{symbol}' needs numbers, not {type_name(a)} and {type_name(b)}")
@@ -200,12 +200,14 @@ def to_text(value: Any, *, null: str = "") -> str:
 
 # ---------------------------------------------------------------- operators
 
-COMPARE = {"==": equal, "!=": lambda a, b: not equal(a, b),
-            "<": _ordered("<", operator.lt), "<=": _ordered("<=", operator.le),
-            ">": _ordered(">", operator.gt), ">=": _ordered(">=", operator.ge),
-            "in": lambda a, b: contains(b, a), "not in": lambda a, b: not contains(b, a)}
-BINARY = {"+": _add, "-": _arithmetic("-", operator.sub), "*": _arithmetic("*", operator.mul),
-           "/": _arithmetic("/", operator.truediv), "%": _arithmetic("%", operator.mod)}
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "==": equal, "!=": lambda a, b: not equal(a, b),
+    "<": _ordered("<", operator.lt), "<=": _ordered("<=", operator.le),
+    ">": _ordered(">", operator.gt), ">=": _ordered(">=", operator.ge),
+    "in": lambda a, b: contains(b, a), "not in": lambda a, b: not contains(b, a)}
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": _add, "-": _arithmetic("-", operator.sub), "*": _arithmetic("*", operator.mul),
+    "/": _arithmetic("/", operator.truediv), "%": _arithmetic("%", operator.mod)}
 
 
 class Env:
@@ -213,5 +215,5 @@ class Env:
 
     __slots__ = ("ctx", "clock")
 
-    def __init__(self, ctx: dict, clock: Callable[[], float]):
+    def __init__(self, ctx: dict[str, Any], clock: Callable[[], float]):
         self.ctx, self.clock = ctx, clock

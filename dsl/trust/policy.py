@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sealflow.dsl.document import Pointer
 from sealflow.dsl.errors import DefinitionError, Diagnostic, DslError
 from sealflow.dsl.loader import Document, load_file
 from sealflow.dsl.trust import signing
@@ -213,11 +214,11 @@ def load_policy(path: str | Path) -> TrustPolicy:
     diags = _schema_diagnostics(doc)
     if diags:
         raise PolicyError(diags)
-    data: dict = doc.data
+    data: dict[str, Any] = doc.data
     base = Path(path).parent
     diags = []
 
-    def err(code: str, message: str, pointer: tuple, hint: str | None = None, key: bool = False) -> None:
+    def err(code: str, message: str, pointer: Pointer, hint: str | None = None, key: bool = False) -> None:
         diags.append(Diagnostic(code, message, doc.locate(pointer, key=key), hint=hint,
                                 pointer="/".join(map(str, pointer))))
 

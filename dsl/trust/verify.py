@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
     from cryptography import x509
     from sigstore.models import Bundle
 
+    from sealflow.dsl.model import ActionInfo
+
 
 # ---------------------------------------------------------------- verification
 
@@ -88,7 +90,7 @@ class Verified:
         parts += [f"{k} {d[k]}" for k in ("repository", "ref") if d.get(k)]
         return f"{d.get('identity', '?')} ({', '.join(parts)})"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"verified": True, "path": self.path, "method": self.method, "signer": self.signer,
                 "details": self.details, "name": self.name, "version": self.version, "digest": self.digest,
                 "namespace": self.namespace, "signature_file": self.signature_file}
@@ -134,7 +136,7 @@ def _read(path: Path, what: str, limit: int) -> bytes:
 
 
 def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | None = None,
-                now: dt.datetime | None = None, actions: dict | None = None) -> Verified:
+                now: dt.datetime | None = None, actions: dict[str, ActionInfo] | None = None) -> Verified:
     """Verify the definition at ``path`` (its bytes read once) with its signature file or ``bundle``."""
     p = Path(path)
     try:
@@ -163,7 +165,7 @@ def verify_file(path: str | Path, policy: TrustPolicy, *, bundle: str | Path | N
 
 
 def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, *,
-                 now: dt.datetime | None = None, signature_file: str = "", actions: dict | None = None,
+                 now: dt.datetime | None = None, signature_file: str = "", actions: dict[str, ActionInfo] | None = None,
                  root: Path | None = None) -> Verified:
     """Verify ``data`` with ``signature`` (a DSSE envelope or a Sigstore bundle), then check the definition
     (its referenced files read under ``root``; None: the repository root of ``path``)."""
@@ -224,7 +226,7 @@ def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,
                   f"keys: {trusted}", "add the signer's public key to the policy's keys, after review")
 
 
-def _bundle_json(raw: bytes) -> dict:
+def _bundle_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -274,7 +276,7 @@ def verify_sigstore(data: bytes, bundle_bytes: bytes, policy: TrustPolicy) -> di
     return _claims(bundle.signing_certificate)
 
 
-def _classify(exc: Exception, data: bytes, bundle: Bundle, raw: dict, policy: TrustPolicy) -> Refused:
+def _classify(exc: Exception, data: bytes, bundle: Bundle, raw: dict[str, Any], policy: TrustPolicy) -> Refused:
     """Name the reason a Sigstore verification failed, whatever order sigstore checked in."""
     message = first_line(exc)
     recorded = (raw.get("messageSignature") or {}).get("messageDigest") or {}
@@ -342,7 +344,7 @@ def _claims(cert: x509.Certificate) -> dict[str, str]:
 
 def _check_definition(data: bytes, path: str, policy: TrustPolicy, signers: Sequence[Key | str],
                       method: Literal["key", "sigstore"],
-                      details: dict | None, signature_file: str, actions: dict | None = None,
+                      details: dict[str, Any] | None, signature_file: str, actions: dict[str, ActionInfo] | None = None,
                       root: Path | None = None) -> Verified:
     """After the signature: the same bytes compile, and a signer is allowed for their namespace."""
     from sealflow.dsl.api import check_bytes

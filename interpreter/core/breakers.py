@@ -81,7 +81,7 @@ class BreakerRecord:
         return None if self.opened_at is None or self.state == "closed" else self.opened_at + settings.cool_down
 
 
-def admit(rec: BreakerRecord | None, now: float, settings: BreakerSettings) -> tuple[Admission, dict | None]:
+def admit(rec: BreakerRecord | None, now: float, settings: BreakerSettings) -> tuple[Admission, dict[str, Any] | None]:
     """Whether a call may go through, and the changed columns to store (None: nothing changes)."""
     if rec is None or rec.state == BreakerState.CLOSED:
         return Admission(True, "closed", failures=0 if rec is None else rec.failures), None
@@ -100,7 +100,7 @@ def admit(rec: BreakerRecord | None, now: float, settings: BreakerSettings) -> t
 
 
 def record(rec: BreakerRecord | None, now: float, settings: BreakerSettings, *, error_class: str | None,
-           probe: bool, message: str | None = None, called: bool = True) -> dict | None:
+           probe: bool, message: str | None = None, called: bool = True) -> dict[str, Any] | None:
     """The columns to store after a call ended (``error_class`` None: it succeeded; ``called`` False: the
     target was not called after all, e.g. the step was skipped: a probe is handed back unused)."""
     failed = error_class in COUNTED

@@ -26,9 +26,9 @@ class Succeeded:
     ledger_key: str | None = None
     #: the output came from the ledger; the action was not called
     replayed: bool = False
-    detail: dict | None = None
+    detail: dict[str, Any] | None = None
     #: replaces the attempt's stored ``data`` (approvals record who approved)
-    data: dict | None = None
+    data: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -50,9 +50,9 @@ class Failed:
     ledger_key: str | None = None
     ledger_output: Any = None
     #: stored on the failed attempt (as ``Succeeded.data``): e.g. the tool calls an agent made
-    data: dict | None = None
+    data: dict[str, Any] | None = None
     #: audited with the failure (``step.detail``); minimised, no raw tool results
-    detail: dict | None = None
+    detail: dict[str, Any] | None = None
     #: end the run in this state at once (``failed``, ``timed_out``, ``quarantined``): no retry, no ``on_error``
     #: route; run budgets and tenant quotas (:mod:`sealflow.policy.budgets`), a poison step
     ends_run: str | None = None
@@ -90,7 +90,7 @@ class Waiting:
 
     due_at: float | None
     timer_kind: str | None
-    data: dict
+    data: dict[str, Any]
     output: Any = None
     #: what the attempt used before it had to wait (charged with the wait: a model over its rate limit)
     tokens: int = 0
@@ -98,7 +98,7 @@ class Waiting:
     tool_calls: int = 0
     #: audited with the wait (e.g. ``rate_limited``, with ``detail``)
     event: str | None = None
-    detail: dict | None = None
+    detail: dict[str, Any] | None = None
     #: child runs to start in the same commit (a fan-out step: :class:`~sealflow.store.changes.Spawn`)
     spawn: Any = None
 

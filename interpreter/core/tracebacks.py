@@ -28,6 +28,7 @@ import os
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable
 from types import FrameType, TracebackType
 
 from sealflow.core.errors import StepError, classify
@@ -155,7 +156,8 @@ def _frame(frame: FrameType, line: int | None) -> Frame:
 
 def _where(frames: list[Frame]) -> str | None:
     """The innermost frame of the user's code: outside sealflow and the libraries, else outside sealflow."""
-    for wanted in (lambda f: not f.own and not f.library, lambda f: not f.own):
+    choices: tuple[Callable[[Frame], bool], ...] = (lambda f: not f.own and not f.library, lambda f: not f.own)
+    for wanted in choices:
         found = next((f for f in reversed(frames) if wanted(f)), None)
         if found is not None:
             return found.where()
