@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
+from typing import Any
 
 WORKFLOW = "workflow.schema.json"
 
@@ -15,7 +16,8 @@ def path(name: str = WORKFLOW) -> pathlib.Path:
 
 
 @functools.cache
-def load(name: str = WORKFLOW) -> dict:
+def load(name: str = WORKFLOW) -> dict[str, Any]:
     """The parsed schema ``name``, cached: treat it as read-only (copy it before changing it)."""
     with path(name).open(encoding="utf-8") as f:
-        return json.load(f)
+        schema: dict[str, Any] = json.load(f)
+    return schema
