@@ -44,7 +44,8 @@ CODES: dict[str, tuple[str, str]] = {
     "X307": ("error", "expression too long or too deeply nested"),
     "X308": ("error", "'output' used outside validate/requires_approval_if"),
     "X309": ("error", "unknown field of a step or of run"),
-    "X310": ("error", "item or index outside a map's steps, or a step of a sub-flow read from outside it"),
+    "X310": ("error", "item or index outside a map's steps, event outside a wait's match, or a step of a sub-flow read "
+                      "from outside it"),
     "X311": ("error", "a step's output has no such field (its action's, ai's or set's declared output)"),
     "X312": ("error", "the input has no such field (input.schema declares its properties)"),
     # compiler
@@ -121,6 +122,7 @@ CODES: dict[str, tuple[str, str]] = {
     "D630": ("review", "a write or irreversible step reachable without passing an approval it passed before"),
     "D631": ("review", "fan-out widened: map concurrency, max_items or tolerate_failures raised"),
     "D632": ("info", "fan-out narrowed: map concurrency, max_items or tolerate_failures lowered"),
+    "D633": ("review", "what a wait takes from outside changed: its event's type, source, match or schema"),
 }
 
 

@@ -182,10 +182,25 @@ class StepKinds:
                             separation_of_duties=a.separation_of_duties if a else True, implicit=implicit)
 
     def _wait(self, w: Wait, p: Pointer) -> WaitPlan | None:
-        if (w.for_ is None) == (w.until is None):
-            self.error("C418", "wait needs exactly one of 'for' or 'until'", p + ("wait",))
+        given = [k for k, v in (("for", w.for_), ("until", w.until), ("event", w.event)) if v is not None]
+        if len(given) != 1:
+            self.error("C418", "wait needs exactly one of 'for', 'until' or 'event'"
+                       + (f" (it has {' and '.join(given)})" if given else ""), p + ("wait",))
             return WaitPlan()
-        ms = self.duration(w.for_, p + ("wait", "for"), 0, WAIT_FOR_MAX, "wait") if w.for_ else None
-        return WaitPlan(for_ms=ms, until=w.until)
+        if w.event is None:
+            extra = [k for k, v in (("source", w.source), ("match", w.match), ("schema", w.schema_),
+                                    ("timeout", w.timeout)) if v is not None]
+            if extra:
+                self.error("C418", f"wait.{extra[0]} goes with wait.event (a wait for an event); a wait for a time "
+                                   "takes only 'for' or 'until'", p + ("wait", extra[0]))
+            ms = self.duration(w.for_, p + ("wait", "for"), 0, WAIT_FOR_MAX, "wait") if w.for_ else None
+            return WaitPlan(for_ms=ms, until=w.until)
+        if w.timeout is None:
+            self.error("C418", "a wait for an event needs a timeout: how long it waits before the step fails with "
+                               "timeout (route it with on_error)", p + ("wait",), "add timeout: 1h")
+            return WaitPlan(event=w.event)
+        timeout = self.duration(w.timeout, p + ("wait", "timeout"), 1, WAIT_FOR_MAX, "wait")
+        schema = self.resolver.schema(w.schema_, p + ("wait", "schema"), self) if w.schema_ is not None else None
+        return WaitPlan(event=w.event, source=w.source, match=w.match, event_schema=schema, timeout_ms=timeout)
 
     # -- workflow level ----------------------------------------------------------------------------

@@ -254,6 +254,17 @@ class _Differ(StepChecks):
         self._gates(os_, ns)
         if os_.map and ns.map:
             self._map(os_.map, ns.map, sid)
+        if ns.wait is not None and ns.wait.event is not None:
+            before = os_.wait if os_.wait is not None else None
+            changed = [f for f in ("event", "source", "match", "event_schema")
+                       if getattr(before, f, None) != getattr(ns.wait, f)]
+            if changed:
+                names = ", ".join("schema" if f == "event_schema" else f for f in changed)
+                self.add("D633", f"the wait now takes a different event ({names} changed): what enters the run from "
+                         f"outside is {ns.wait.event!r}" + (f" from {ns.wait.source!r}" if ns.wait.source else
+                                                             " from any source of the tenant"),
+                         self.sp(sid, "wait"), step=sid, old=before.event if before is not None else None,
+                         new=ns.wait.event)
         if os_.idempotency_key and not ns.idempotency_key:
             self.add("D616", f"idempotency_key dropped (was {os_.idempotency_key!r}): a redelivered message may "
                      "repeat the effect", self.sp(sid), step=sid, old=os_.idempotency_key, new=None)

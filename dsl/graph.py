@@ -252,6 +252,8 @@ def _flow(steps: Iterable[PlanStep], end: str, nodes: list[Node], edges: list[Ed
             detail = "approval: " + ", ".join(s.approval.approvers)
         elif kind == "fail" and s.fail is not None:
             detail = f"fail: {s.fail.error}"
+        elif s.wait is not None and s.wait.event is not None:
+            detail = f"waits for event {s.wait.event}" + (f" from {s.wait.source}" if s.wait.source else "")
         elif s.map is not None:
             detail = f"map over {s.map.items}: {s.map.concurrency} at once, at most {s.map.max_items} items"
         elif s.parallel is not None:

@@ -177,6 +177,13 @@ class Approval(_Model):
 class Wait(_Model):
     for_: str | None = Field(default=None, alias="for")
     until: str | None = None
+    #: wait for an event of this type instead of a time (``source``, ``match`` and ``schema`` narrow it; ``timeout``
+    #: bounds it)
+    event: str | None = None
+    source: str | None = None
+    match: str | None = None
+    schema_: SchemaOrRef | None = Field(default=None, alias="schema")
+    timeout: str | None = None
 
 
 class Fail(_Model):

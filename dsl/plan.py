@@ -102,6 +102,13 @@ class AgentPlan(_Frozen):
 class WaitPlan(_Frozen):
     for_ms: int | None = None
     until: str | None = None
+    #: an event wait: the event type, its source (None: any of the tenant's sources), the expression over
+    #: ``event`` (and the run) that must hold, the JSON Schema of ``event.data``, and how long to wait
+    event: str | None = None
+    source: str | None = None
+    match: str | None = None
+    event_schema: dict[str, Any] | None = None
+    timeout_ms: int | None = None
 
 
 class FailPlan(_Frozen):

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "schemas" / "workflow.schema.json"
 
 LOCKS = "tests/interpreter/engine/test_locks_pools.py::"
+WAIT_EVENT = "tests/interpreter/runtime/test_wait_event.py::"
 
 
 def run(test: str) -> tuple[str, str]:
@@ -185,6 +186,13 @@ FIELDS: dict[str, tuple[str, str]] = {
     "onTimeout.next": run(APPR + "test_on_timeout_next_routes_to_an_escalation_step"),
     "wait.for": run(FLOW + "test_a_short_wait_is_slept_through"),
     "wait.until": run(FLOW + "test_wait_until_accepts_epoch_seconds_and_iso_timestamps"),
+    "wait.event": run(WAIT_EVENT + "test_an_event_delivered_while_the_run_waits_is_taken_once_and_becomes_the_output"),
+    "wait.source": run(WAIT_EVENT + "test_another_tenants_or_sources_event_is_never_taken"),
+    "wait.match": run(WAIT_EVENT + "test_an_event_delivered_while_the_run_waits_is_taken_once_and_becomes_the_output"),
+    "wait.schema": run(WAIT_EVENT + "test_a_matching_event_whose_data_fails_the_schema_is_refused_and_audited_and_the_"
+                                    "run_keeps_waiting"),
+    "wait.timeout": run(WAIT_EVENT + "test_no_event_within_the_timeout_fails_the_step_with_timeout_which_on_error_"
+                                     "routes"),
     "fail.error": run(FLOW + "test_fail_ends_the_run_with_its_class_and_rendered_message"),
     "fail.message": run(FLOW + "test_fail_ends_the_run_with_its_class_and_rendered_message"),
     "succeed.output": run(FLOW + "test_succeed_ends_the_run_with_its_output_or_the_plans"),

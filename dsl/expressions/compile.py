@@ -21,7 +21,7 @@ from sealflow.dsl.expressions.errors import ExpressionError
 from sealflow.dsl.expressions.functions import FUNCTION_ALIASES, FUNCTIONS, USAGE
 from sealflow.dsl.expressions.values import BINARY, COMPARE, MAX_INT, Env, lookup, negate, truthy
 
-ROOTS = ("input", "steps", "run", "output", "item", "index")
+ROOTS = ("input", "steps", "run", "output", "item", "index", "event")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,8 +226,8 @@ class Compiler:
             else:
                 guess = closest(root, ROOTS)
                 hint = (f"did you mean '{guess}'? " if guess else "") + (
-                    "data starts at input, steps.<id>.output, steps.<id>.status, run, output, or item and index in a "
-                    "map's steps")
+                    "data starts at input, steps.<id>.output, steps.<id>.status, run, output, item and index in a "
+                    "map's steps, or event in a wait's match")
             raise ExpressionError("X302", f"unknown name '{root}'", _start(token), hint)
         step = field = None
         step_at = field_at = _start(token)

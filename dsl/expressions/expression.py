@@ -112,23 +112,26 @@ def compile_cached(text: str) -> Expression:
 
 def check(expr: Expression, *, known_steps: Collection[str], ran_before: Container[str],
           allow_output: bool, allow_item: bool = False,
-          inner: Mapping[str, str] | None = None) -> list[ExpressionError]:
+          inner: Mapping[str, str] | None = None, allow_event: bool = False) -> list[ExpressionError]:
     """Every static problem of the references: X303, X304, X308, X309, X310, in text order. ``item`` and
     ``index`` are known only with ``allow_item`` (inside a map's steps); ``inner`` maps the ids of steps inside
     a fan-out sub-flow (not readable here) to their fan-out step. ``known_steps`` and ``ran_before`` are only
     asked about membership (``known_steps`` is listed for a hint on an unknown step), so views serve as well as
     sets."""
-    return sorted(_check(expr, known_steps, ran_before, allow_output, allow_item, inner or {}),
+    return sorted(_check(expr, known_steps, ran_before, allow_output, allow_item, inner or {}, allow_event),
                   key=lambda e: e.offset)
 
 
 def _check(expr: Expression, known: Collection[str], ran: Container[str], allow_output: bool, allow_item: bool,
-           inner: Mapping[str, str]) -> Iterator[ExpressionError]:
+           inner: Mapping[str, str], allow_event: bool = False) -> Iterator[ExpressionError]:
     def error(code: str, message: str, offset: int, hint: str | None = None) -> ExpressionError:
         return ExpressionError(code, message, offset, hint, expr.text)
 
     for ref, step_at, field_at in expr._refs:
-        if ref.root in ("item", "index") and not allow_item:
+        if ref.root == "event" and not allow_event:
+            yield error("X310", "'event' is only defined in a wait's match", ref.offset,
+                        "event is the event a wait step is offered (event.id, event.type, event.source, event.data)")
+        elif ref.root in ("item", "index") and not allow_item:
             yield error("X310", f"'{ref.root}' is only defined inside a map's steps", ref.offset,
                         "item is the element a map's sub-flow runs for, index its position")
         elif ref.root == "steps" and ref.step is not None and ref.step not in known and ref.step in inner:

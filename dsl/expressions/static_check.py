@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from sealflow.dsl.model import Step
 
 Site = tuple[Pointer, str, Any, bool]  # (pointer, "expr"|"template", value, include_self)
+#: the kind of a site that is an expression over ``event`` too (a wait's ``match``)
+EVENT_EXPR = "event-expr"
 
 
 def templates_in(value: Any, pointer: Pointer) -> Iterator[tuple[Pointer, str]]:
@@ -88,6 +90,8 @@ def step_sites(step: Step, p: Pointer) -> Iterator[tuple[Pointer, str, str, bool
         yield p + ("approval", "show"), "expr", step.approval.show, False, False
     if step.wait is not None and step.wait.until is not None:
         yield p + ("wait", "until"), "expr", step.wait.until, False, False
+    if step.wait is not None and step.wait.match is not None:  # (evaluated when an event is offered to the wait)
+        yield p + ("wait", "match"), EVENT_EXPR, step.wait.match, False, False
     for name, value in (step.set or {}).items():
         if isinstance(value, str):
             yield p + ("set", name), "expr", value, False, False
@@ -205,7 +209,7 @@ def _check_site(compiler: CompileContext, pointer: Pointer, kind: str, text: str
     doc = compiler.doc
     try:
         parts: list[tuple[Expression, int]]
-        if kind == "expr":
+        if kind in ("expr", EVENT_EXPR):
             parts = [(compile_cached(text), 0)]
         else:
             parts = parse_template(text).expressions()
@@ -214,7 +218,7 @@ def _check_site(compiler: CompileContext, pointer: Pointer, kind: str, text: str
         return
     for expr, base in parts:
         for problem in check(expr, known_steps=scope.known, ran_before=ran, allow_output=allow_output,
-                             allow_item=scope.allow_item, inner=scope.inner):
+                             allow_item=scope.allow_item, inner=scope.inner, allow_event=kind == EVENT_EXPR):
             _report(compiler, doc, pointer, problem, base + problem.offset)
 
 

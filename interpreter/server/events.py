@@ -22,7 +22,10 @@ considered at its latest trusted version (:func:`sealflow.server.submitting.reso
 its ``filter`` decides whether the event applies; with ``order: {key, sequence}`` an event whose sequence is
 not newer than the one already applied for its key is recorded (``out_of_order``) and not run; otherwise a
 run starts as the trigger's ``run_as`` with the event's data as input (validated against the input schema),
-idempotent by the event id. The answer lists what happened per definition and is recorded under the id.
+idempotent by the event id. Then the event is kept in the source's tenant's event inbox and offered to the runs
+that wait for it (``wait: {event: ...}``, :mod:`sealflow.runtime.hearing`): ``waiting`` in the answer lists each
+run that took it or refused it (its data failed the wait's schema). The answer lists what happened per definition
+and is recorded under the id.
 """
 
 from __future__ import annotations
@@ -69,6 +72,12 @@ def sources(config: Any) -> dict[str, Source]:
     if not isinstance(section, Mapping):
         raise ConfigError(f"{where_file}: events: expected a mapping with sources:")
     tolerance = _seconds(section.get("tolerance", DEFAULT_TOLERANCE_S), f"{where_file}: events.tolerance")
+    from sealflow.steps.wait import keep_seconds
+
+    try:
+        keep_seconds(extra)  # how long events are kept for the runs that wait for them
+    except ValueError as exc:
+        raise ConfigError(f"{where_file}: {exc}") from None
     raw_sources = section.get("sources") or {}
     if not isinstance(raw_sources, Mapping):
         raise ConfigError(f"{where_file}: events.sources: expected a mapping of source names")
@@ -162,7 +171,9 @@ def receive(rt: Any, trust: Any, source_name: str, headers: Mapping[str, str],
         return seen, True
     event_type, data = parse_body(body)
     results = [_apply(rt, trust, source, event_id, data, plan) for plan in _subscribers(rt, trust, source, event_type)]
-    answer = {"id": event_id, "source": source.name, "type": event_type, "results": results}
+    # then the runs of the source's tenant that wait for it (wait: {event: ...}); kept for those that come later
+    offered = [o.as_dict() for o in rt.offer_event(source.tenant, source.name, event_id, event_type, data)]
+    answer = {"id": event_id, "source": source.name, "type": event_type, "results": results, "waiting": offered}
     recorded = store.record_event(source.name, event_id, answer, rt.clock.now())
     return recorded, recorded is not answer
 

@@ -35,6 +35,7 @@ TYPES: dict[str, tuple[int, str]] = {
     "unsupported-media-type": (415, "Unsupported media type"),
     "invalid-request": (422, "Invalid request"),
     "invalid-input": (422, "Invalid run input"),
+    "invalid-event": (422, "Event data refused by the runs waiting for it"),
     "signature-refused": (422, "Definition not verified"),
     "model-not-configured": (422, "Model not configured"),
     "rate-limited": (429, "Too many requests"),

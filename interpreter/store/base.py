@@ -55,6 +55,7 @@ from sealflow.core.clock import Clock
 from sealflow.store.audit import AuditLog
 from sealflow.store.definitions import DefinitionRegistry
 from sealflow.store.deliveries import Deliveries, DeliveryRecord, NewDelivery  # re-exported (__all__)
+from sealflow.store.inbox import EventInbox, InboxEvent
 from sealflow.store.ledger import RunLedger
 from sealflow.store.limits import Limits
 from sealflow.store.records import (  # re-exported (__all__): the records are part of the interface
@@ -88,13 +89,13 @@ from sealflow.store.runs import RunReads
 from sealflow.store.serverstate import ServerStore
 
 #: the runtime's aggregates, of which :class:`Store` is the composition
-AGGREGATES: tuple[type, ...] = (RunLedger, RunReads, AuditLog, DefinitionRegistry, Limits, Deliveries)
+AGGREGATES: tuple[type, ...] = (RunLedger, RunReads, AuditLog, DefinitionRegistry, Limits, Deliveries, EventInbox)
 #: every store protocol a backend implements: the runtime's aggregates and the server's own store
 PROTOCOLS: tuple[type, ...] = (*AGGREGATES, ServerStore)
 
 
 @runtime_checkable
-class Store(RunLedger, RunReads, AuditLog, DefinitionRegistry, Limits, Deliveries, Protocol):
+class Store(RunLedger, RunReads, AuditLog, DefinitionRegistry, Limits, Deliveries, EventInbox, Protocol):
     """The runtime's store: every aggregate of :data:`AGGREGATES` on one backend, and its lifecycle. Every
     mutating method is one atomic operation. It declares nothing of its own besides the lifecycle below."""
 
@@ -129,6 +130,7 @@ def operations() -> frozenset[str]:
 #: the module's own names and those it re-exports
 __all__ = [
     "AGGREGATES", "PROTOCOLS", "Store", "methods", "operations", "Deliveries", "DeliveryRecord", "NewDelivery",
+    "EventInbox", "InboxEvent",
     "ApiTokenRecord", "AttemptRecord", "AuditEvent", "AuditRecord", "ChildRecord", "ChildSpec", "Claimed", "Commit",
     "Committed", "DeadLetterRecord", "DeadLetterSpec", "Due", "LedgerEntry", "LedgerRecord", "Message", "NewRun",
     "NextAttempt", "OutboxRecord", "RunChange", "RunQuery", "RunRecord", "Spawn", "StepChange", "SweepReport",

@@ -337,7 +337,7 @@ def test_d626_steps_added_and_removed_are_info_context():
 def test_every_diff_code_is_registered_with_review_or_info():
     diff_codes = {c: s for c, (s, _) in CODES.items() if c.startswith("D6")}
     assert set(diff_codes.values()) == {"review", "info"}
-    assert sorted(diff_codes) == [f"D6{n:02d}" for n in range(1, 33)]
+    assert sorted(diff_codes) == [f"D6{n:02d}" for n in range(1, 34)]
 
 
 # ---------------------------------------------------------------- matching workflows
@@ -510,3 +510,29 @@ def test_base_from_a_subfolder_and_an_invalid_old_side(capsys, repo, monkeypatch
 def test_base_with_an_unknown_ref_or_a_path_outside_the_repo_is_a_usage_error(capsys, repo, argv):
     code, out, err = run(capsys, *argv)
     assert code == 2 and "Traceback" not in out + err and err.strip()
+
+
+WAITING = """\
+sealflow: 1
+name: scan-wait
+version: 1
+owner: team:t
+input: {schema: {type: object, required: [file_id], properties: {file_id: {type: string}}}}
+steps:
+  - id: verdict
+    wait: {event: scan.finished, source: scanner, match: "event.data.file_id == input.file_id", timeout: 1h}
+"""
+
+
+@pytest.mark.parametrize(("old", "new", "named"), [
+    ("source: scanner", "source: other", "source"),
+    ("event: scan.finished", "event: scan.done", "event"),
+    ("match: \"event.data.file_id == input.file_id\"", "match: \"true\"", "match"),
+    ("timeout: 1h}", "timeout: 1h, schema: {type: object}}", "schema"),
+])
+def test_d633_a_change_in_what_a_wait_takes_from_outside_needs_review(old, new, named):
+    # Given a wait for the scanner's verdict, and the same definition with its event changed
+    found = findings(change(old, new, WAITING), WAITING)
+    # Then the change is reported for review, naming what changed
+    (d,) = only(found, "D633")
+    assert f"{named} changed" in d.message and needs_review(found)

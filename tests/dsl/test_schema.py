@@ -393,12 +393,12 @@ def test_any_of_picks_the_branch_matching_the_type():
                          "(there is no auto-approve), got 'approve'")
 
 
-def test_wait_needs_exactly_one_of_for_and_until():
-    for body in ("{}", "{for: 1m, until: 'now()'}"):
-        d = only(workflow(f"- {{id: a, wait: {body}}}\n"))
-        assert d.code == "S205"
-        assert d.message == ("steps[0].wait: wait takes exactly one of 'for' (a duration) "
-                             "or 'until' (an expression giving a timestamp)")
+def test_wait_needs_one_of_for_until_and_event():
+    # (two of them at once is the compiler's C418: tests/cases/invalid/c418-wait-event-and-for.yaml)
+    d = only(workflow("- {id: a, wait: {}}\n"))
+    assert d.code == "S205"
+    assert d.message == ("steps[0].wait: wait takes exactly one of 'for' (a duration), 'until' (an expression "
+                         "giving a timestamp) or 'event' (with a timeout)")
 
 
 def test_step_id_end_is_reserved():

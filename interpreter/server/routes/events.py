@@ -29,5 +29,11 @@ async def receive(source: str, request: Request) -> JSONResponse:
         raise Problem(exc.kind, exc.message) from None
     if metrics is not None:
         metrics.events.labels(source, "duplicate" if duplicate else "accepted").inc()
+    waiting = answer.get("waiting") or []
+    applied = any(r.get("result") == "started" for r in answer.get("results") or []) \
+        or any(w.get("result") == "taken" for w in waiting)
+    if not applied and any(w.get("result") == "refused" for w in waiting):  # it matched a wait, its data did not
+        refused = next(w for w in waiting if w.get("result") == "refused")
+        raise Problem("invalid-event", str(refused.get("error")), waiting=waiting, id=answer.get("id"))
     return JSONResponse(answer, status_code=202,
                         headers={"Sealflow-Event-Duplicate": "true"} if duplicate else None)

@@ -21,6 +21,7 @@ from sealflow.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
 from sealflow.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
 from sealflow.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
 from sealflow.store.sqlite.events import PG_SCHEMA as PG_EVENTS
+from sealflow.store.sqlite.inbox import PG_SCHEMA as PG_INBOX
 from sealflow.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
 from sealflow.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_PG
 from sealflow.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
@@ -245,6 +246,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
          "statement a batch: submits, claims, carried steps, runs' ends (sealflow_hot_batch)",
      CHAIN_LINK + HOT_FUNCTIONS),
     (20, "attempts.error_trace: the traceback of the exception an attempt's code raised", _V20_ERROR_TRACE),
+    (21, "the event inbox: events kept for the runs that wait for them (wait: {event: ...})", PG_INBOX),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -48,6 +48,7 @@ from sealflow.store.sqlite.breakers import BreakersMixin
 from sealflow.store.sqlite.children import STOPPING, ChildrenMixin
 from sealflow.store.sqlite.deliveries import DeliveriesMixin
 from sealflow.store.sqlite.events import EventsMixin
+from sealflow.store.sqlite.inbox import InboxMixin
 from sealflow.store.sqlite.queries import QueriesMixin
 from sealflow.store.sqlite.ratelimits import RateLimitsMixin
 from sealflow.store.sqlite.reads import Reads
@@ -62,7 +63,8 @@ _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
 
 
 class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin,
-               EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads):
+               EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads,
+               InboxMixin):
     """The statement code of the SQL backends (see the module); not a store by itself. Its backends satisfy the
     store's protocols structurally (sealflow.testing.conformance checks it)."""
 

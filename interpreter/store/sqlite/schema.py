@@ -208,6 +208,12 @@ def _events(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _inbox(conn: sqlite3.Connection) -> None:
+    from sealflow.store.sqlite.inbox import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _reservations(conn: sqlite3.Connection) -> None:
     from sealflow.store.sqlite.reservations import SCHEMA
 
@@ -277,6 +283,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
      _audit_rowid),
     (22, "attempts.error_trace: the traceback of the exception an attempt's code raised",
      _statements(_V22_ERROR_TRACE)),
+    (23, "the event inbox: events kept for the runs that wait for them (wait: {event: ...})", _inbox),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -102,6 +102,8 @@ def _end(result: CaseResult) -> str:
 def _cell(result: CaseResult, wanted: tuple[str, ...], *, step: str | None = None,
           step_state: str | None = None, tries: int | None = None, at_most: int | None = None) -> Cell:
     problems = list(result.violations)
+    # a write the base case does not answer and may not make for real: say so (the cell cannot mean much without it)
+    problems += list(dict.fromkeys(what for _, what in result.problems if what.startswith("unanswered:")))
     states = result.attempts.get(step or "", [])
     if result.state not in wanted:
         problems.append(f"expected the run to end {' or '.join(wanted)}, it ended {_end(result)}")
@@ -118,13 +120,13 @@ def _cell(result: CaseResult, wanted: tuple[str, ...], *, step: str | None = Non
 
 
 def derive(plan: Plan, cases: tuple[Case, ...] = (), *, registry: Registry = REGISTRY,
-           world: World | None = None) -> Matrix:
+           world: World | None = None, real_actions: frozenset[str] = frozenset()) -> Matrix:
     """Run every scenario of every step of ``plan`` (see the module docstring) and return the table. ``cases``
     (the definition's test file's) give the base of each step: the first case whose run reaches it (so a branch
     only some inputs take is tested too); for a gate, the first such case that approves it (so that a gate opened
     only under a condition opens)."""
     bases = [_case(c, "normal", approvals=_approve_all(plan, c), faults=(), cancel_at=None)
-             for c in (cases or (base_case((), plan),))]
+             for c in (cases or (base_case((), plan, real_actions),))]
     normals = [(c, run_case(plan, c, registry=registry, world=world)) for c in bases]
     rows: dict[str, dict[str, Cell]] = {}
     gates = _gates(plan)
@@ -269,12 +271,13 @@ def _after(plan: Plan, step_id: str) -> set[str]:
     return seen
 
 
-def base_case(cases: tuple[Case, ...], plan: Plan) -> Case:
-    """The first case of the definition's test file, else an empty input with no answers."""
+def base_case(cases: tuple[Case, ...], plan: Plan, real_actions: frozenset[str] = frozenset()) -> Case:
+    """The first case of the definition's test file, else an empty input with no answers (a write or irreversible
+    action of the project's then runs only if ``real_actions`` lists it: a test does not act on the world)."""
     if cases:
         return cases[0]
     return Case(name="base", location=Location(f"<{plan.name}>", 0, 0), input={}, actions={}, steps={}, answers={},
-                faults=(), approvals={}, cancel_at=None, expect={}, expect_at={})
+                faults=(), approvals={}, cancel_at=None, expect={}, expect_at={}, real_actions=real_actions)
 
 
 def render(matrix: Matrix) -> str:

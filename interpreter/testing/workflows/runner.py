@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -47,7 +48,7 @@ from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.facade import Runtime
 from sealflow.runtime.status import RunStatus
 from sealflow.store import auditverify
-from sealflow.testing.workflows.spec import Answer, Case
+from sealflow.testing.workflows.spec import Answer, Case, Event
 
 INITIATOR = "user:sealflow-test"
 #: approvers are distinct people, one more for each approval a quorum needs: the gate's named users first, then
@@ -60,6 +61,8 @@ MALFORMED_VALUE = "Sure! Here is the answer you asked for {"
 DEMO_PACKAGE = "sealflow.demo."
 #: the fault that delivers a step's messages again once the run has ended
 DUPLICATE = "duplicate"
+#: the source of an event a case delivers, when neither it nor the wait names one
+TEST_SOURCE = "sealflow-test"
 #: the fault that kills the worker running the step after the step's work, before its result is committed
 CRASH = "crash"
 #: faults that are not a call failing (the script does not raise them at the call)
@@ -463,19 +466,33 @@ def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], call
 
 def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseResult,
            access: _Access) -> RunStatus | None:
+    events = list(case.events)
+    # with events to deliver, a run stops at its waits (their timeouts are not slept through until none is left)
+    until = "settled" if events else "final"
     try:
         if case.revoke_before is None:
-            status = rt.run(plan, case.input, initiator=INITIATOR, until="final")
+            status = rt.run(plan, case.input, initiator=INITIATOR, until=until)
         else:  # submitted with every permission; the step's are revoked once the run is about to reach it
             run_id = rt.submit(plan, case.input, initiator=INITIATOR)
             access.armed = access.armed or case.revoke_before == plan.start  # (else by the commit before: _Faults)
-            status = rt.drive(run_id, until="final")
+            status = rt.drive(run_id, until=until)
     except SealflowError as exc:  # refused at submit (its input, a limit): `expect: {state: refused}` says so
         result.fail(case.location, f"the run was refused at submit: {exc}")
         return None
     approvals: Counter[str] = Counter()
     for _ in range(MAX_ROUNDS):
         waiting = status.waiting
+        if events and status.state not in states.RUN_FINAL \
+                and (waiting is None or waiting.get("kind") != "approval"):
+            # events left to deliver: the run settled at a wait (or a timer before one). Deliver those due at the
+            # wait it is at, else move the clock to its next timer (a wait's timeout when no event is given)
+            if not _deliver(rt, plan, status, events):
+                due = (waiting or {}).get("due_at")
+                if due is None:
+                    return status
+                clock.advance(max(0.0, float(due) - clock.now()) + 0.001)
+            status = rt.drive(status.run.id, until="settled" if events else "final")
+            continue
         if status.state != "waiting" or waiting is None or waiting.get("kind") != "approval":
             return status
         step = str(waiting["step"]).split("@", 1)[0]
@@ -497,9 +514,25 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
         if decision == "expire":
             due = waiting.get("due_at")
             clock.advance(max(0.0, (due or clock.now()) - clock.now()) + 1.0)
-        status = rt.drive(status.run.id, until="final")
+        status = rt.drive(status.run.id, until="settled" if events else "final")
     result.fail(case.location, f"the run still waits after {MAX_ROUNDS} answered approvals")
     return status
+
+
+def _deliver(rt: Runtime, plan: Plan, status: RunStatus, events: list[Event]) -> bool:
+    """Deliver the case's events for the wait the run is at (removing them from ``events``); whether any was."""
+    active = rt.store.active_attempt(status.run.id)
+    if active is None or active.state != "waiting" or not active.data.get("event"):
+        return False
+    step = active.step_id.split("@", 1)[0]
+    due = [e for e in events if e.step == step]
+    for event in due:
+        events.remove(event)
+        spec = plan.step(step).wait
+        rt.offer_event(status.run.tenant or "default", event.source or (spec.source if spec else None) or TEST_SOURCE,
+                       event.id or f"sealflow-test-{uuid.uuid4().hex}", event.type or (spec.event if spec else "")
+                       or "", event.data)
+    return bool(due)
 
 
 def _redeliver(rt: Runtime, status: RunStatus, step: str, calls: _Calls) -> list[str]:

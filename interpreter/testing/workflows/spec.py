@@ -53,6 +53,17 @@ class Fault:
 
 
 @dataclasses.dataclass(frozen=True)
+class Event:
+    """An event delivered to the run when it waits at ``step`` (a wait for an event); None: the wait's own."""
+
+    step: str
+    data: Any
+    id: str | None = None
+    type: str | None = None
+    source: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Case:
     name: str
     location: Location
@@ -76,6 +87,8 @@ class Case:
     #: write and irreversible actions that may act for real when the case leaves them unanswered (the file's
     #: ``real_actions``)
     real_actions: frozenset[str] = frozenset()
+    #: events delivered to the run's waits, in order
+    events: tuple[Event, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +182,9 @@ def load(path: str | Path) -> TestFile:
             approvals=dict(raw.get("approvals", {})), cancel_at=raw.get("cancel_at"), expect=dict(expect),
             expect_at={k: doc.locate((*at, "expect", k)) for k in expect}, revoke_before=raw.get("revoke_before"),
             recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base), refs=tuple(refs),
-            real_actions=frozenset(real)))
+            real_actions=frozenset(real),
+            events=tuple(Event(e["step"], e["data"], e.get("id"), e.get("type"), e.get("source"))
+                         for e in raw.get("events", []))))
     return TestFile(path=path, definition=definition, cases=tuple(cases))
 
 
@@ -182,6 +197,7 @@ def _named(raw: dict[str, Any]) -> list[tuple[str, str, tuple[Any, ...]]]:
     out += [("step", f["step"], ("faults", i, "step")) for i, f in enumerate(raw.get("faults", []))]
     out += [("gate", k, ("approvals", k)) for k in raw.get("approvals", {})]
     out += [("step", raw[k], (k,)) for k in ("cancel_at", "revoke_before") if raw.get(k) is not None]
+    out += [("event wait", e["step"], ("events", i, "step")) for i, e in enumerate(raw.get("events", []))]
     expect = raw["expect"]
     for key in ("ran", "not_ran"):
         out += [("step", name, ("expect", key, i)) for i, name in enumerate(expect.get(key, []))]
@@ -195,6 +211,7 @@ def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
     ``ai`` step, an approval gate): a typo would otherwise inject nothing, answer nothing, or expect nothing."""
     steps: dict[str, str] = {}
     gates: set[str] = set()
+    event_waits: set[str] = set()
     actions: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -203,6 +220,8 @@ def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
                 steps[node["id"]] = node["kind"]
                 if node.get("approval") is not None or node.get("requires_approval_if") is not None:
                     gates.add(node["id"])
+                if isinstance(node.get("wait"), dict) and node["wait"].get("event"):
+                    event_waits.add(node["id"])
             if isinstance(node.get("action"), str):
                 actions.add(node["action"])
             if isinstance(node.get("tools"), list):
@@ -215,16 +234,17 @@ def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
 
     walk(plan.model_dump(mode="json"))
     known = {"step": set(steps), "action": actions, "call": set(steps) | actions,
-             "ai": {k for k, kind in steps.items() if kind == "ai"}, "gate": gates}
+             "ai": {k for k, kind in steps.items() if kind == "ai"}, "gate": gates, "event wait": event_waits}
     what_is = {"step": "step", "action": "action", "call": "step or action", "ai": "ai step",
-               "gate": "approval gate"}
+               "gate": "approval gate", "event wait": "wait for an event"}
     out: list[Diagnostic] = []
     for case in spec.cases:
         for what, name, where in case.refs:
             if name in known[what]:
                 continue
-            wrong_kind = what in ("ai", "gate") and name in steps
-            message = (f"step {name!r} of {plan.name} is not an {what_is[what]}" if wrong_kind else
+            wrong_kind = what in ("ai", "gate", "event wait") and name in steps
+            article = "an" if what_is[what][0] in "aeiou" else "a"
+            message = (f"step {name!r} of {plan.name} is not {article} {what_is[what]}" if wrong_kind else
                        f"{plan.name} has no {what_is[what]} {name!r}")
             close = difflib.get_close_matches(name, sorted(known[what]), n=1)
             hint = f"did you mean {close[0]!r}?" if close else \

@@ -98,7 +98,7 @@ def test_a_gate_that_lets_the_run_go_on_when_it_expires_is_flagged() -> None:
     plan = compile_bytes(ESCALATING.encode(), "<escalating>",
                          actions={name: action_info(act) for name, act in LOCAL.items()})
     # When its matrix is derived
-    table = matrix.derive(plan, registry=LOCAL)
+    table = matrix.derive(plan, registry=LOCAL, real_actions=frozenset({"t.send"}))
     # Then the retry scenarios hold, and the expiry is flagged: the gate did not fail closed and the write ran
     assert table.rows["fetch"]["retry"].ok and table.rows["fetch"]["exhausted"].ok
     expire = table.rows["review"]["expire"]
@@ -128,7 +128,7 @@ def test_a_crash_flags_a_write_without_a_key_and_holds_an_action_that_cannot_ded
     plan = compile_bytes(UNKEYED.encode(), "<unkeyed>",
                          actions={name: action_info(act) for name, act in LOCAL.items()})
     # When its matrix is derived
-    table = matrix.derive(plan, registry=LOCAL)
+    table = matrix.derive(plan, registry=LOCAL, real_actions=frozenset({"t.send", "t.sms"}))
     # Then a crash after the write is flagged: it wrote again, with no key for its target to apply it once
     crash = table.rows["send"]["crash"]
     assert not crash.ok and any("applied twice" in p and "idempotency_key" in p for p in crash.problems), \
@@ -149,3 +149,15 @@ def test_every_shipped_definition_survives_its_matrix(definition: str) -> None:
     table = matrix.derive(compile_file(path), cases_for(path), world=demo_world)
     # Then every scenario of every step holds (a crash, a revocation, a rejected gate, ...)
     assert table.ok, table.problems()
+
+
+def test_a_matrix_over_an_unanswered_write_says_it_was_not_called_and_how_to_allow_it() -> None:
+    # Given a project's write action that no test file answers and real_actions does not list
+    plan = compile_bytes(UNKEYED.encode(), "<unkeyed>",
+                         actions={name: action_info(act) for name, act in LOCAL.items()})
+    # When its matrix is derived
+    table = matrix.derive(plan, registry=LOCAL)
+    # Then its cells fail, saying the action was not called and how to answer or allow it
+    problems = table.problems()
+    assert not table.ok and any("unanswered: step send calls t.send (write)" in p and "real_actions" in p
+                                for p in problems), problems

@@ -409,3 +409,54 @@ def test_real_actions_naming_an_action_the_definition_lacks_is_a_located_error(t
     result = _compiled_with_own(path)
     assert not result.cases and "has no action 'own.sned'; did you mean 'own.send'?" in result.errors[0].message
     assert result.errors[0].format().startswith(f"{path}:3:")
+
+
+SCAN_WAIT = """\
+sealflow: 1
+name: scan-wait
+version: 1
+owner: team:t
+input: {schema: {type: object, required: [file_id], properties: {file_id: {type: string}}}}
+steps:
+  - id: verdict
+    wait:
+      event: scan.finished
+      match: "event.data.file_id == input.file_id"
+      schema: {type: object, required: [clean], properties: {clean: {type: boolean}}}
+      timeout: 1h
+  - id: done
+    succeed: {output: "${{ steps.verdict.output }}"}
+"""
+
+
+def _scan_test(tmp_path: Path, cases: str) -> Path:
+    (tmp_path / "scan.yaml").write_text(SCAN_WAIT, encoding="utf-8")
+    path = tmp_path / "scan.test.yaml"
+    path.write_text(f"sealflow_test: 1\ndefinition: scan.yaml\ncases:\n{cases}", encoding="utf-8")
+    return path
+
+
+def test_an_event_a_case_delivers_at_a_wait_is_taken_when_it_matches(tmp_path: Path) -> None:
+    # Given a case delivering, at the wait, a verdict on another file and then one on this file
+    path = _scan_test(tmp_path, "  - name: verdict\n    input: {file_id: f1}\n    events:\n"
+                                "      - {step: verdict, data: {file_id: f2, clean: true}}\n"
+                                "      - {step: verdict, data: {file_id: f1, clean: false}}\n"
+                                "    expect: {state: completed, output: {file_id: f1, clean: false}}\n")
+    # When it runs / Then the run took the matching one and completed with it
+    (case,) = run_file(path).cases
+    assert case.passed, case.failures
+
+
+def test_a_wait_given_no_event_times_out_in_virtual_time(tmp_path: Path) -> None:
+    path = _scan_test(tmp_path, "  - name: silence\n    input: {file_id: f1}\n"
+                                "    expect: {state: failed, error: timeout}\n")
+    (case,) = run_file(path).cases
+    assert case.passed, case.failures
+    assert case.virtual_seconds >= 3600
+
+
+def test_an_event_for_a_step_that_waits_for_none_is_a_located_error(tmp_path: Path) -> None:
+    path = _scan_test(tmp_path, "  - name: wrong\n    input: {file_id: f1}\n    events:\n"
+                                "      - {step: done, data: {}}\n    expect: {state: completed}\n")
+    result = run_file(path)
+    assert not result.cases and "step 'done' of scan-wait is not a wait for an event" in result.errors[0].message

@@ -180,3 +180,47 @@ def test_given_an_invalid_events_section_when_serve_starts_then_it_stops_with_th
     code = main(["--config", str(config), "serve", "--allow-open", "--store", f"sqlite:///{tmp_path}/s.db"])
     err = capsys.readouterr().err
     assert code == 2 and "events.sources.crm.secret" in err and "inline-secret" not in err
+
+
+WAITS = b"""\
+sealflow: 1
+name: scan-wait
+version: 1
+owner: team:t
+input: {schema: {type: object, required: [file_id], properties: {file_id: {type: string}}}}
+steps:
+  - id: verdict
+    wait:
+      event: scan.finished
+      match: "event.data.file_id == input.file_id"
+      schema: {type: object, required: [clean], properties: {clean: {type: boolean}}}
+      timeout: 1h
+"""
+
+
+def test_a_signed_event_resumes_the_run_waiting_for_it_and_a_repeat_changes_nothing(client, runtime):
+    # Given a run waiting for a scanner's verdict (its events come through the crm source's tenant)
+    from sealflow.dsl.api import compile_bytes
+
+    waiting = runtime.run(compile_bytes(WAITS, "<scan-wait>"), {"file_id": "f1"}, initiator="user:a")
+    assert waiting.state == "waiting"
+    # When the verdict arrives, signed, and is delivered again
+    first = deliver(client, {"file_id": "f1", "clean": True}, event_id="scan_1", event_type="scan.finished")
+    again = deliver(client, {"file_id": "f1", "clean": True}, event_id="scan_1", event_type="scan.finished")
+    # Then the run took it (the answer says so) and completed with the data; the repeat got the same answer
+    assert first.status_code == 202, first.text
+    assert first.json()["waiting"] == [{"run_id": waiting.run.id, "step": "verdict", "result": "taken"}]
+    assert again.status_code == 202 and again.headers.get("Sealflow-Event-Duplicate") == "true"
+    done = runtime.drive(waiting.run.id, until="final")
+    assert done.state == "completed" and runtime.status(waiting.run.id).output is None
+    assert [a.output for a in done.attempts if a.step_id == "verdict"] == [{"file_id": "f1", "clean": True}]
+
+
+def test_a_signed_event_whose_data_fails_the_waiting_steps_schema_is_a_422_and_the_run_waits_on(client, runtime):
+    from sealflow.dsl.api import compile_bytes
+
+    waiting = runtime.run(compile_bytes(WAITS, "<scan-wait>"), {"file_id": "f1"}, initiator="user:a")
+    r = deliver(client, {"file_id": "f1"}, event_id="scan_bad", event_type="scan.finished")
+    assert r.status_code == 422 and r.json()["type"].endswith("invalid-event"), r.text
+    assert "'clean' is a required property" in r.json()["detail"]
+    assert runtime.status(waiting.run.id).state == "waiting"

@@ -1,0 +1,120 @@
+"""Runs that hear the world: an event offered to the runs that wait for it (``wait: {event: ...}``).
+
+:meth:`Hearing.offer_event` is what the signed events endpoint (``POST /v1/events/{source}``) calls for each
+delivery it verified, after the ``trigger.event`` definitions it starts: the event is kept in the tenant's event
+inbox (for waits the runs reach later: :mod:`sealflow.store.inbox`), then offered to every run of the tenant whose
+active attempt waits for an event of its type (and source). Each such attempt is resolved through the engine as an
+approval is (fenced, re-read on conflict): it takes the event when the wait's ``match`` holds and its data passes
+the wait's ``schema`` (the step succeeds with the data as its output), refuses it when the data fails the schema
+(audited ``event_refused``; the run keeps waiting), and otherwise leaves it. A delivery repeated under the same id
+is one event: it is kept once and offered once. The inbox keeps the last ``events.keep`` seconds (default an
+hour): older events are dropped as new ones arrive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from sealflow.core.ids import split_step_id
+from sealflow.core.outcomes import Outcome
+from sealflow.steps import wait
+from sealflow.store.errors import InvalidOperation, NotFound
+from sealflow.store.inbox import InboxEvent
+from sealflow.store.records import AuditEvent, Message
+
+if TYPE_CHECKING:
+    from sealflow.core.clock import Clock
+    from sealflow.engine.engine import Engine
+    from sealflow.execution.context import Execution
+    from sealflow.runtime.config import RuntimeConfig
+    from sealflow.store.base import Store
+
+#: the most waiting runs of a tenant one event is offered to
+OFFER_LIMIT = 10_000
+
+
+class _Left(Exception):
+    """The waiting attempt does not take the event (not for this run, or refused): nothing is committed."""
+
+    def __init__(self, verdict: str, why: str | None):
+        super().__init__(why or verdict)
+        self.verdict, self.why = verdict, why
+
+
+@dataclasses.dataclass(frozen=True)
+class Offered:
+    """What one waiting run did with an offered event."""
+
+    run_id: str
+    step_id: str
+    #: ``taken`` (the step succeeded with the event's data) or ``refused`` (the data failed the wait's schema)
+    result: str
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"run_id": self.run_id, "step": self.step_id, "result": self.result}
+        return out if self.error is None else {**out, "error": self.error}
+
+
+class Hearing:
+    """Methods of :class:`~sealflow.runtime.facade.Runtime` (see this module)."""
+
+    if TYPE_CHECKING:
+        store: Store
+        engine: Engine
+        clock: Clock
+        config: RuntimeConfig
+
+        def send(self, message: Message, priority: str | None = None) -> None: ...
+
+    def offer_event(self, tenant: str, source: str, event_id: str, type: str, data: Any) -> list[Offered]:
+        """Keep the event for ``tenant``'s waits and offer it to the runs waiting for it now (this module); what
+        each waiting run it applied to did. A repeated (tenant, source, id) is not offered again: []."""
+        now = self.clock.now()
+        event = InboxEvent(tenant, source, event_id, type, data, now)
+        # the inbox holds the last events.keep seconds of events, no more: older ones go as a new one comes
+        self.store.inbox_prune(now - wait.keep_seconds(self.config))
+        if not self.store.inbox_put(event):
+            return []
+        out: list[Offered] = []
+        for run in self.store.list_runs(states=("waiting",), tenant=tenant, limit=OFFER_LIMIT):
+            att = self.store.active_attempt(run.id)
+            if att is None or att.state != "waiting" or att.data.get("event") != type \
+                    or att.data.get("source") not in (None, source):
+                continue
+            got = self._offer(run.id, att.step_id, event)
+            if got is not None:
+                out.append(got)
+        return out
+
+    def _offer(self, run_id: str, step_id: str, event: InboxEvent) -> Offered | None:
+        def decide(x: Execution) -> tuple[Outcome, tuple[AuditEvent, ...]]:
+            spec = x.step.wait
+            if spec is None or spec.event is None or (event.source, event.id) in wait.taken_before(x):
+                raise _Left(wait.UNMATCHED, None)
+            verdict, why = wait.offer(x, spec, event)
+            if verdict != wait.TAKEN:
+                raise _Left(verdict, why)
+            return wait.taken(x, event), (AuditEvent("event.taken", x.step_id, f"event:{event.source}",
+                                                     detail={"event": _named(event)}),)
+
+        try:
+            messages = self.engine.resolve(run_id, split_step_id(step_id)[0], decide, actor=f"event:{event.source}",
+                                           event=True)
+        except _Left as left:
+            if left.verdict == wait.REFUSED:
+                self.store.append_audit(AuditEvent("event_refused", step_id, f"event:{event.source}", run_id=run_id,
+                                                   detail={"event": _named(event), "why": left.why}),
+                                        self.clock.now())
+                return Offered(run_id, step_id, wait.REFUSED, left.why)
+            return None
+        except (InvalidOperation, NotFound):  # it moved on meanwhile (timed out, cancelled, taken another event)
+            return None
+        for message in messages:
+            self.send(message)
+        return Offered(run_id, step_id, wait.TAKEN)
+
+
+def _named(event: InboxEvent) -> dict[str, str]:
+    return {"id": event.id, "source": event.source, "type": event.type}
