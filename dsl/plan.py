@@ -312,14 +312,29 @@ def walk(steps: tuple[PlanStep, ...], base: Pointer) -> Iterator[tuple[Pointer, 
             yield from walk(sub, p + below[:-1])
 
 
+#: fields added to a plan node after plans were first signed and stored, left out of its JSON while absent (None),
+#: so that a plan not using them keeps the digest (and the signatures, and the stored plans) it had before them:
+#: node -> its added fields
+ADDED_FIELDS: dict[str, tuple[str, ...]] = {
+    "wait": ("event", "source", "match", "event_schema", "timeout_ms"),  # a wait for an event (issue 35)
+}
+
+
 def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
-    """The plan's JSON without the ``map: null`` and ``parallel: null`` of the steps that are neither: a plan
-    that does not fan out keeps the digest it had before the language knew fan-out."""
+    """The plan's JSON without the ``map: null`` and ``parallel: null`` of the steps that are neither, and without
+    the absent fields of :data:`ADDED_FIELDS`: a plan that does not fan out keeps the digest it had before the
+    language knew fan-out, one that does not wait for an event the digest it had before waits could."""
     def clean(steps: list[dict[str, Any]]) -> None:
         for s in steps:
             for kind in kinds_with("fans_out"):
                 if s.get(kind, 0) is None:
                     del s[kind]
+            for node, added in ADDED_FIELDS.items():
+                fields = s.get(node)
+                if isinstance(fields, dict):
+                    for name in added:
+                        if fields.get(name, 0) is None:
+                            del fields[name]
             if s.get("map"):
                 clean(s["map"]["steps"])
             for b in (s.get("parallel") or {}).get("branches", ()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,18 @@ def test_given_isolation_on_a_step_when_compiled_then_the_plan_carries_it_and_a_
           - {id: a, set: {x: "1"}, isolation: fork}
         """)
     assert not wrong.ok and "fork" in wrong.diagnostics[0].format()
+
+
+def test_a_plan_that_does_not_use_a_later_field_keeps_the_digest_and_stored_json_it_had_before_it():
+    # Given a wait for a time (the language knew it before waits for events) and its compiled plan
+    from sealflow.dsl.api import compile_bytes
+    from sealflow.dsl.plan import Plan
+
+    plan = compile_bytes(b"sealflow: 1\nname: pause\nversion: 1\nowner: team:t\nsteps:\n"
+                         b"  - id: cool_down\n    wait: {for: 10m}\n", "<pause>")
+    stored = json.loads(plan.to_json())
+    # Then its JSON carries none of the event wait's fields (null or not)
+    assert set(stored["steps"][0]["wait"]) == {"for_ms", "until"}
+    assert b"timeout_ms" not in plan.canonical_json().split(b'"wait"')[1].split(b"}")[0]
+    # And a plan stored before those fields existed loads with its recorded digest
+    assert Plan.from_json(json.dumps(stored)).digest == plan.digest
