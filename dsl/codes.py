@@ -123,6 +123,7 @@ CODES: dict[str, tuple[str, str]] = {
     "D631": ("review", "fan-out widened: map concurrency, max_items or tolerate_failures raised"),
     "D632": ("info", "fan-out narrowed: map concurrency, max_items or tolerate_failures lowered"),
     "D633": ("review", "what a wait takes from outside changed: its event's type, source, match or schema"),
+    "D634": ("review", "a callback added, removed or changed: the step's result comes from outside"),
 }
 
 

@@ -45,6 +45,7 @@ from sealflow.dsl.plan import (
     END,
     ActionMeta,
     BudgetPlan,
+    CallbackPlan,
     CompensationPlan,
     Edge,
     ErrorRoutePlan,
@@ -315,6 +316,15 @@ class Compiler(StepKinds, FanOutKinds):
             )
         budget = StepBudgetPlan(**(s.budget.model_dump() if s.budget else {}))
         self._caps(budget.model_dump(), p + ("budget",))
+        callback = None
+        if s.callback is not None:
+            if kind != "action":
+                self.error("C418", f"callback goes with an action step (the action hands the callback to the system "
+                                   f"it calls); step {s.id!r} is {kind}", p + ("callback",), key=True)
+            waits = self.duration(s.callback.timeout, p + ("callback", "timeout"), 1, APPROVAL_TIMEOUT_MAX, "callback")
+            schema = self.resolver.schema(s.callback.schema_, p + ("callback", "schema"), self) \
+                if s.callback.schema_ is not None else None
+            callback = CallbackPlan(timeout_ms=waits or 1, result_schema=schema)
         return PlanStep(
             id=s.id, index=i, kind=kind, args=dict(s.with_), when=s.when,
             timeout_ms=timeout or self.default_timeout, retry=retry, permissions=tuple(s.permissions),
@@ -324,7 +334,7 @@ class Compiler(StepKinds, FanOutKinds):
             requires_approval_if=s.requires_approval_if, gate=gate,
             on_error=tuple(ErrorRoutePlan(errors=tuple(r.errors), next=r.next) for r in s.on_error),
             compensate=comp, concurrency=s.concurrency, lock=s.lock, circuit_breaker=s.circuit_breaker,
-            isolation=s.isolation,
+            isolation=s.isolation, callback=callback,
             budget=budget, next=None if traits_of(kind).terminal else nxt, edges=tuple(edges), **fields,
         )
 

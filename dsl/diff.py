@@ -254,6 +254,13 @@ class _Differ(StepChecks):
         self._gates(os_, ns)
         if os_.map and ns.map:
             self._map(os_.map, ns.map, sid)
+        if os_.callback != ns.callback:
+            what = "added: the step's result now comes from outside, posted with a token" if os_.callback is None else \
+                "removed: the action's return value is the result again" if ns.callback is None else \
+                "changed (its timeout or the schema of the posted result)"
+            self.add("D634", f"callback {what}", self.sp(sid, "callback") if ns.callback else self.sp(sid), step=sid,
+                     old=None if os_.callback is None else os_.callback.timeout_ms,
+                     new=None if ns.callback is None else ns.callback.timeout_ms)
         if ns.wait is not None and ns.wait.event is not None:
             before = os_.wait if os_.wait is not None else None
             changed = [f for f in ("event", "source", "match", "event_schema")

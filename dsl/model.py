@@ -186,6 +186,11 @@ class Wait(_Model):
     timeout: str | None = None
 
 
+class Callback(_Model):
+    timeout: str
+    schema_: SchemaOrRef | None = Field(default=None, alias="schema")
+
+
 class Fail(_Model):
     error: str = "internal"
     message: str = ""
@@ -266,6 +271,7 @@ class Step(_Model):
     circuit_breaker: str | None = None
     isolation: Literal["thread", "process"] | None = None
     budget: StepBudget | None = None
+    callback: Callback | None = None
     next: str | None = None
     lint: LintIgnore | None = None
 

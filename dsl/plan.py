@@ -133,6 +133,14 @@ class CompensationPlan(_Frozen):
     retry: RetryPolicy
 
 
+class CallbackPlan(_Frozen):
+    """An action step's result posted later by the system it called (``callback:``)."""
+
+    timeout_ms: int
+    #: JSON Schema of the posted result (None: any JSON)
+    result_schema: dict[str, Any] | None = None
+
+
 class StepBudgetPlan(_Frozen):
     max_tokens: int | None = None
     max_cost_usd: float | None = None
@@ -210,6 +218,8 @@ class PlanStep(_Frozen):
     #: where the action runs: ``thread`` / ``process`` as written (None: the action's, else the worker's default)
     isolation: Literal["thread", "process"] | None = None
     budget: StepBudgetPlan = Field(default_factory=StepBudgetPlan)
+    #: the action's result is posted later by the system it called (None: the action's return value is it)
+    callback: CallbackPlan | None = None
     #: where control goes after success (or skip): a step id or ``end``; None for terminal kinds
     next: str | None = None
     edges: tuple[Edge, ...] = ()
@@ -318,6 +328,8 @@ def walk(steps: tuple[PlanStep, ...], base: Pointer) -> Iterator[tuple[Pointer, 
 ADDED_FIELDS: dict[str, tuple[str, ...]] = {
     "wait": ("event", "source", "match", "event_schema", "timeout_ms"),  # a wait for an event (issue 35)
 }
+#: the same, of a step itself
+ADDED_STEP_FIELDS: tuple[str, ...] = ("callback",)  # an action's result posted later (issue 35)
 
 
 def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
@@ -329,6 +341,9 @@ def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
             for kind in kinds_with("fans_out"):
                 if s.get(kind, 0) is None:
                     del s[kind]
+            for name in ADDED_STEP_FIELDS:
+                if s.get(name, 0) is None:
+                    del s[name]
             for node, added in ADDED_FIELDS.items():
                 fields = s.get(node)
                 if isinstance(fields, dict):

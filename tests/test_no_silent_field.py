@@ -27,6 +27,7 @@ SCHEMA = ROOT / "schemas" / "workflow.schema.json"
 
 LOCKS = "tests/interpreter/engine/test_locks_pools.py::"
 WAIT_EVENT = "tests/interpreter/runtime/test_wait_event.py::"
+CALLBACK = "tests/interpreter/runtime/test_callbacks.py::"
 
 
 def run(test: str) -> tuple[str, str]:
@@ -186,6 +187,11 @@ FIELDS: dict[str, tuple[str, str]] = {
     "onTimeout.next": run(APPR + "test_on_timeout_next_routes_to_an_escalation_step"),
     "wait.for": run(FLOW + "test_a_short_wait_is_slept_through"),
     "wait.until": run(FLOW + "test_wait_until_accepts_epoch_seconds_and_iso_timestamps"),
+    "step.callback": run(CALLBACK + "test_the_action_hands_out_a_url_and_token_and_the_posted_result_completes_the_"
+                                    "step"),
+    "callback.timeout": run(CALLBACK + "test_a_callback_that_never_comes_times_out_the_retry_gets_a_new_token_and_the_"
+                                       "old_one_is_dead"),
+    "callback.schema": run(CALLBACK + "test_a_result_failing_the_schema_is_refused_and_the_step_keeps_waiting"),
     "wait.event": run(WAIT_EVENT + "test_an_event_delivered_while_the_run_waits_is_taken_once_and_becomes_the_output"),
     "wait.source": run(WAIT_EVENT + "test_another_tenants_or_sources_event_is_never_taken"),
     "wait.match": run(WAIT_EVENT + "test_an_event_delivered_while_the_run_waits_is_taken_once_and_becomes_the_output"),

@@ -456,11 +456,13 @@ class Engine(Claiming):
     # -- human decisions on a waiting attempt ------------------------------------------------------
     def resolve(self, run_id: str, step_id: str | None,
                 decide: Callable[[Execution], Outcome | tuple[Outcome, tuple[AuditEvent, ...]]], *,
-                actor: str, lost: bool = False, event: bool = False) -> tuple[Message, ...]:
+                actor: str, lost: bool = False, event: bool = False, callback: bool = False) -> tuple[Message, ...]:
         """Apply an approval or rejection to the run's waiting approval (fenced, re-read on conflict); with
         ``lost``, a person's decision on a lost attempt whose outcome is unknown (engine.poison); with ``event``,
-        an event taken by a wait for one (:mod:`sealflow.runtime.hearing`)."""
-        what = "decision on a lost attempt" if lost else "wait for an event" if event else "approval"
+        an event taken by a wait for one, with ``callback`` a result posted for an action step's callback
+        (:mod:`sealflow.runtime.hearing`)."""
+        what = "decision on a lost attempt" if lost else "wait for an event" if event else \
+            "wait for a callback" if callback else "approval"
 
         def build() -> Commit:
             run = self.store.get_run(run_id)
@@ -472,7 +474,7 @@ class Engine(Claiming):
             if step_id is not None and step_id not in (att.step_id, base):
                 raise InvalidOperation(f"run {run_id} is waiting at step {att.step_id!r}, not {step_id!r}")
             x = self.execution(run, att, self.store.results(run_id), resumed=False)
-            poison.check_waits_for(x, lost=lost, event=event)
+            poison.check_waits_for(x, lost=lost, event=event, callback=callback)
             decided = decide(x)  # an outcome, or (outcome, audit events of the decision)
             outcome, events = decided if isinstance(decided, tuple) else (decided, ())
             commit = flow.decide(x, outcome, actor=actor, counts_step=False)

@@ -132,11 +132,16 @@ def _undecided(x: Execution) -> Failed:
                   no_retry=True, detail={"decision": "outcome_unknown_expired", "lost": gate.get("lost")})
 
 
-def check_waits_for(x: Execution, *, lost: bool, event: bool = False) -> None:
+def check_waits_for(x: Execution, *, lost: bool, event: bool = False, callback: bool = False) -> None:
     """Refuse (:class:`InvalidOperation`) a decision that is not what the waiting attempt ``x`` waits for: an
-    approval's (``lost`` False), a lost attempt's unknown outcome (``lost`` True), or (``event``) an event's."""
+    approval's (``lost`` False), a lost attempt's unknown outcome (``lost`` True), an event's (``event``) or a
+    callback's (``callback``)."""
     run_id, base = x.run.id, x.step.id
     unknown = OUTCOME_UNKNOWN in x.attempt.data
+    if callback:
+        if unknown or x.gate or x.step.callback is None or "callback" not in x.attempt.data:
+            raise InvalidOperation(f"run {run_id} is waiting at step {base!r}, which does not wait for a callback")
+        return
     if event:
         if unknown or x.gate or x.step.wait is None or x.step.wait.event is None:
             raise InvalidOperation(f"run {run_id} is waiting at step {base!r}, which does not wait for an event")

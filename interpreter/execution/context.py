@@ -26,6 +26,7 @@ from sealflow.dsl import expressions
 from sealflow.dsl.expressions import templates
 from sealflow.dsl.plan import Plan, PlanStep
 from sealflow.execution.actions import Registry
+from sealflow.execution.callbacks import CallbackHandle
 from sealflow.execution.secrets import SecretChain
 from sealflow.execution.timeouts import AttemptRunner
 from sealflow.store.base import AttemptRecord, RunRecord, Store
@@ -145,7 +146,7 @@ class Execution:
     """
 
     __slots__ = ("services", "plan", "step", "run", "attempt", "now", "resumed", "gate", "_results", "_outputs",
-                 "_context", "fencing_token")
+                 "_context", "fencing_token", "callback")
 
     def __init__(self, services: Services, plan: Plan, step: PlanStep, run: RunRecord, attempt: AttemptRecord,
                  context: dict[str, Any] | None, now: float, *, resumed: bool = False, gate: bool = False,
@@ -159,6 +160,8 @@ class Execution:
         self._results, self._outputs, self._context = results, outputs, context
         #: the fencing token of the step's lock for this attempt (None: no lock), see policy/coordination.py
         self.fencing_token: int | None = None
+        #: an action step with ``callback:``: where the called system posts the result (execution/callbacks.py)
+        self.callback: CallbackHandle | None = None
 
     @property
     def context(self) -> dict[str, Any]:
@@ -201,7 +204,7 @@ class StepContext:
     """The ``ctx`` argument of an action (DSL.md "Actions")."""
 
     __slots__ = ("run_id", "step_id", "attempt", "idempotency_key", "tenant", "deadline", "secrets", "_temp",
-                 "_log", "_cancelled", "fencing_token", "fence")
+                 "_log", "_cancelled", "fencing_token", "fence", "callback")
 
     def __init__(self, x: Execution, idempotency_key: str | None, cancelled: Callable[[], bool]):
         self.run_id = x.run.id
@@ -217,6 +220,9 @@ class StepContext:
         #: the same attempt run again after its lease was lost); pass it with writes keyed by the step's
         #: idempotency key so the target can refuse a zombie's (docs/runtime.md, "Zombies")
         self.fence: int = fence_of(x.attempt)
+        #: a step with ``callback:``: the URL and the single-use token the called system posts the result with
+        #: (hand both to it; never log the token); None for other steps
+        self.callback: CallbackHandle | None = x.callback
         self.secrets: Mapping[str, str] = _EMPTY
         # execution.tempfiles.TempArea, attached by execution.sandbox
         self._temp = None

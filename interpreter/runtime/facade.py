@@ -46,7 +46,7 @@ from sealflow.runtime.actors import QUEUE, CarryWatch, declare_step_actors, embe
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.dispatcher import Dispatcher
 from sealflow.runtime.driving import Driving
-from sealflow.runtime.hearing import Hearing
+from sealflow.runtime.hearing import CallbackHearing, Hearing
 from sealflow.runtime.inline import Inline
 from sealflow.runtime.liveness import BrokerUnavailable
 from sealflow.runtime.reading import Reading
@@ -95,7 +95,7 @@ def _one_clock(store: Any, clock: Clock | None) -> Clock:
     return cast(Clock, held)  # (a clock: it has a callable ``now``)
 
 
-class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing):
+class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing, CallbackHearing):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,

@@ -1,4 +1,5 @@
-"""Runs that hear the world: an event offered to the runs that wait for it (``wait: {event: ...}``).
+"""Runs that hear the world: an event offered to the runs that wait for it (``wait: {event: ...}``), and the
+result of an action step's callback (``callback:``, :meth:`Hearing.complete_callback`).
 
 :meth:`Hearing.offer_event` is what the signed events endpoint (``POST /v1/events/{source}``) calls for each
 delivery it verified, after the ``trigger.event`` definitions it starts: the event is kept in the tenant's event
@@ -14,10 +15,16 @@ hour): older events are dropped as new ones arrive.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 from typing import TYPE_CHECKING, Any
 
+from jsonschema import Draft202012Validator
+
+from sealflow.core.errors import ERROR_CLASSES
 from sealflow.core.ids import split_step_id
-from sealflow.core.outcomes import Outcome
+from sealflow.core.outcomes import Failed, Outcome, Succeeded
+from sealflow.execution import callbacks
+from sealflow.execution.callbacks import CallbackRefused
 from sealflow.steps import wait
 from sealflow.store.errors import InvalidOperation, NotFound
 from sealflow.store.inbox import InboxEvent
@@ -114,6 +121,86 @@ class Hearing:
         for message in messages:
             self.send(message)
         return Offered(run_id, step_id, wait.TAKEN)
+
+
+class CallbackHearing:
+    """Methods of :class:`~sealflow.runtime.facade.Runtime`: a result posted for an action step's callback."""
+
+    if TYPE_CHECKING:
+        store: Store
+        engine: Engine
+        clock: Clock
+
+        def send(self, message: Message, priority: str | None = None) -> None: ...
+
+    def complete_callback(self, token: str, *, data: Any = None, failed: str | None = None, message: str = "",
+                          actor: str = "callback", tenant: str | None = None) -> dict[str, Any]:
+        """Complete the step the callback ``token`` names with ``data`` (checked against the step's callback
+        ``schema``), or fail it with the error class ``failed``. :class:`CallbackRefused` (audited
+        ``callback_refused``, never with the token) when the token is malformed, names no waiting attempt of a run
+        (of ``tenant``, when given), is another attempt's or a used one, does not match, has expired, or the data
+        fails the schema (``invalid``: the step keeps waiting)."""
+        token_digest = callbacks.digest(token)
+        shown = callbacks.shown(token_digest)
+        run_id: str | None = None
+
+        def refuse(reason: str, why: str, step: str | None = None) -> CallbackRefused:
+            self.store.append_audit(AuditEvent("callback_refused", step, actor, run_id=run_id,
+                                               detail={"reason": reason, "token": shown, "why": why}),
+                                    self.clock.now())
+            return CallbackRefused(reason, why)
+
+        if failed is not None and failed not in ERROR_CLASSES:
+            raise CallbackRefused("malformed", f"failed: {failed!r} is not an error class; use one of "
+                                               f"{', '.join(sorted(ERROR_CLASSES))}")
+        try:
+            run_id, step_id, attempt = callbacks.parse(token)
+        except CallbackRefused as exc:
+            raise refuse(exc.reason, exc.message) from None
+        try:
+            run = self.store.get_run(run_id)
+        except NotFound:
+            run_id = None
+            raise refuse("unknown", "no run waits for this callback") from None
+        if tenant is not None and run.tenant != tenant:
+            raise refuse("foreign_tenant", "no run waits for this callback", step_id)
+
+        def check(att: Any) -> dict[str, Any]:
+            """The callback the attempt waits for, if it is this token's (else the refusal, raised)."""
+            waited = att.data.get(callbacks.CALLBACK) if att is not None else None
+            if att is None or att.step_id != step_id or att.attempt != attempt or att.state != "waiting" \
+                    or not isinstance(waited, dict):
+                raise refuse("superseded", "the step this callback was for has moved on (completed, timed out, "
+                                           "retried or cancelled): the callback is used or stale", step_id)
+            if not hmac.compare_digest(str(waited.get("digest", "")), token_digest):
+                raise refuse("forged", "no run waits for this callback", step_id)
+            if self.clock.now() > float(waited.get("expires_at") or 0.0):
+                raise refuse("expired", "the callback's timeout has passed", step_id)
+            return waited
+
+        check(self.store.active_attempt(run_id))
+
+        def decide(x: Execution) -> tuple[Outcome, tuple[AuditEvent, ...]]:
+            check(x.attempt)  # again, on the attempt the commit is decided on (fenced)
+            detail = {"token": shown, "result": "failed" if failed else "completed"}
+            done = AuditEvent("callback.completed", x.step_id, actor, detail=detail)
+            if failed is not None:
+                return Failed(failed, message or f"the called system reported {failed}"), (done,)
+            spec = x.step.callback
+            if spec is not None and spec.result_schema is not None:
+                errors = sorted(Draft202012Validator(spec.result_schema).iter_errors(data), key=lambda e: list(e.path))
+                if errors:
+                    where = "/".join(str(p) for p in errors[0].absolute_path) or "(the result)"
+                    raise refuse("invalid", f"the posted result at {where}: {errors[0].message}", x.step_id)
+            return Succeeded(data, detail={"callback": {"token": shown}}), (done,)
+
+        try:
+            messages = self.engine.resolve(run_id, split_step_id(step_id)[0], decide, actor=actor, callback=True)
+        except InvalidOperation:
+            raise refuse("superseded", "the step this callback was for has moved on", step_id) from None
+        for m in messages:
+            self.send(m)
+        return {"run_id": run_id, "step": step_id, "result": "failed" if failed else "completed"}
 
 
 def _named(event: InboxEvent) -> dict[str, str]:

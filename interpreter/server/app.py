@@ -27,6 +27,7 @@ from sealflow.server.oidc import OidcVerifier
 from sealflow.server.ratelimit import RateLimiter
 from sealflow.server.routes import (
     approvals,
+    callbacks,
     definitions,
     dlq,
     events,
@@ -133,7 +134,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
     if runtime is not None:  # a test client may skip the lifespan: be usable at once
         _bind(app, settings, runtime, oidc, login)
     problems.install(app)
-    for module in (runs, approvals, dlq, definitions, notifications, health, metrics, events):
+    for module in (runs, approvals, dlq, definitions, notifications, health, metrics, events, callbacks):
         app.include_router(module.router)
     if settings.ui:  # the server-rendered pages for people (docs/operations.md "The approvals page")
         from sealflow.server.ui import login as login_routes

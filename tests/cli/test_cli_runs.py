@@ -131,3 +131,50 @@ def test_given_a_definition_that_is_not_there_when_run_or_submitted_then_that_al
         # Then it is a usage error naming the path, with no warning about verifying what is not there
         assert code == 2 and err.endswith("sealflow: error: definitions/nothere.v1.yaml: no such file\n"), err
         assert "not verified" not in err
+
+
+HANDOUT_ACTIONS = '''
+from pathlib import Path
+from sealflow import action
+
+@action("cbcli.render", permissions=[], effect="write")
+def render(ctx, out: str):
+    Path(out).write_text(ctx.callback.token)   # the called system receives the token
+    return {"job": "queued"}
+'''
+
+HANDOUT_WORKFLOW = """\
+sealflow: 1
+name: cbcli
+version: 1
+owner: team:test
+steps:
+  - id: render
+    action: cbcli.render
+    with: {out: "TOKEN_FILE"}
+    callback: {timeout: 1h, schema: {type: object, required: [url]}}
+  - {id: done, succeed: {output: "${{ steps.render.output.url }}"}}
+"""
+
+
+def test_given_a_run_waiting_for_a_callback_when_completed_from_the_cli_then_it_ends_with_the_result(
+        capsys, tmp_path, monkeypatch):
+    # Given a run whose action handed its callback token to "the renderer" (a file here)
+    token_file = tmp_path / "token"
+    (tmp_path / "cb_actions.py").write_text(HANDOUT_ACTIONS)
+    (tmp_path / "cbcli.v1.yaml").write_text(HANDOUT_WORKFLOW.replace("TOKEN_FILE", str(token_file)))
+    actions = str(tmp_path / "cb_actions.py")
+    code, out, _ = run(capsys, "run", str(tmp_path / "cbcli.v1.yaml"), "--actions", actions)
+    assert code == 3 and "state: waiting" in out
+    # When a wrong result, then the right one, is posted with the token read from stdin
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(token_file.read_text() + "\n"))
+    code, _, err = run(capsys, "callbacks", "complete", token_file.read_text(), "--data", '{"nope": 1}',
+                       "--actions", actions)
+    assert code == 1 and "callback invalid" in err and "'url' is a required property" in err
+    code, out, _ = run(capsys, "callbacks", "complete", "-", "--data", '{"url": "https://img/1.png"}',
+                       "--actions", actions)
+    # Then the run completed with it; the same token again is refused
+    assert code == 0 and "state: completed" in out and "https://img/1.png" in out
+    code, _, err = run(capsys, "callbacks", "complete", token_file.read_text(), "--data", '{"url": "x"}',
+                       "--actions", actions)
+    assert code == 1 and "callback superseded" in err

@@ -337,7 +337,7 @@ def test_d626_steps_added_and_removed_are_info_context():
 def test_every_diff_code_is_registered_with_review_or_info():
     diff_codes = {c: s for c, (s, _) in CODES.items() if c.startswith("D6")}
     assert set(diff_codes.values()) == {"review", "info"}
-    assert sorted(diff_codes) == [f"D6{n:02d}" for n in range(1, 34)]
+    assert sorted(diff_codes) == [f"D6{n:02d}" for n in range(1, 35)]
 
 
 # ---------------------------------------------------------------- matching workflows
@@ -536,3 +536,22 @@ def test_d633_a_change_in_what_a_wait_takes_from_outside_needs_review(old, new, 
     # Then the change is reported for review, naming what changed
     (d,) = only(found, "D633")
     assert f"{named} changed" in d.message and needs_review(found)
+
+
+CALLING = """\
+sealflow: 1
+name: render
+version: 1
+owner: team:t
+steps:
+  - id: generate
+    action: t.generate
+    callback: {timeout: 30m}
+"""
+
+
+def test_d634_a_callback_added_or_changed_needs_review():
+    without = CALLING.replace("    callback: {timeout: 30m}\n", "")
+    (added,) = only(findings(CALLING, without), "D634")
+    (changed,) = only(findings(change("30m", "2h", CALLING), CALLING), "D634")
+    assert "added" in added.message and "changed" in changed.message

@@ -77,6 +77,8 @@ ROWS = [
     Row("#/$defs/wait", m.Wait, p.WaitPlan,
         renamed={"for": ("for_ms",), "schema": ("event_schema",), "timeout": ("timeout_ms",)}),
     Row("#/$defs/fail", m.Fail, p.FailPlan),
+    Row("#/$defs/callback", m.Callback, p.CallbackPlan,
+        renamed={"schema": ("result_schema",), "timeout": ("timeout_ms",)}),
     Row("#/$defs/succeed", m.Succeed, None),
     Row("#/$defs/map", m.Map, p.MapPlan, renamed={"tolerate_failures": ("tolerate_failures", "tolerate_percent")},
         derived={"start": "the sub-flow's first step"}),

@@ -224,3 +224,40 @@ def test_a_signed_event_whose_data_fails_the_waiting_steps_schema_is_a_422_and_t
     assert r.status_code == 422 and r.json()["type"].endswith("invalid-event"), r.text
     assert "'clean' is a required property" in r.json()["detail"]
     assert runtime.status(waiting.run.id).state == "waiting"
+
+
+CALLS_BACK = b"""\
+sealflow: 1
+name: render
+version: 1
+owner: team:t
+steps:
+  - id: generate
+    action: t.handout
+    callback: {timeout: 30m, schema: {type: object, required: [image_url]}}
+"""
+
+
+def test_a_callback_posted_to_its_url_completes_the_step_and_a_bad_one_is_a_404_or_422(client, runtime, registry):
+    # Given a run whose action handed out its callback
+    from sealflow.dsl.api import compile_bytes
+
+    handed = []
+
+    @action("t.handout", registry=registry)
+    def handout(ctx):
+        handed.append(ctx.callback.token)
+        return {}
+
+    waiting = runtime.run(compile_bytes(CALLS_BACK, "<render>"), {}, initiator="user:a")
+    (token,) = handed
+    # When a forged token, then a result failing the schema, then the right result are posted (no API token)
+    forged = client.post(f"/v1/callbacks/{token[:-4]}AAAA", json={"data": {"image_url": "x"}})
+    invalid = client.post(f"/v1/callbacks/{token}", json={"data": {"url": "x"}})
+    done = client.post(f"/v1/callbacks/{token}", json={"data": {"image_url": "https://img/cat.png"}})
+    again = client.post(f"/v1/callbacks/{token}", json={"data": {"image_url": "https://evil"}})
+    # Then the forgery and the replay look like nothing waits (404), the invalid result is a 422, the right one done
+    assert forged.status_code == 404 and again.status_code == 404, (forged.text, again.text)
+    assert invalid.status_code == 422 and "'image_url' is a required property" in invalid.json()["detail"]
+    assert done.status_code == 200 and done.json()["result"] == "completed", done.text
+    assert runtime.drive(waiting.run.id, until="final").state == "completed"
