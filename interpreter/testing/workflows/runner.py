@@ -38,6 +38,7 @@ from sealflow.dsl.errors import Location
 from sealflow.dsl.plan import Plan
 from sealflow.engine.hooks import EngineHooks
 from sealflow.execution.actions import REGISTRY, Action, Registry
+from sealflow.execution.callbacks import CallbackRefused
 from sealflow.policy.access import ALL, POLICY
 from sealflow.policy.coordination import ANY_POOL, DEFAULT_POOL_LIMIT
 from sealflow.providers.base import ModelRequest, ModelResult, Provider
@@ -48,7 +49,7 @@ from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.facade import Runtime
 from sealflow.runtime.status import RunStatus
 from sealflow.store import auditverify
-from sealflow.testing.workflows.spec import Answer, Case, Event
+from sealflow.testing.workflows.spec import Answer, CallbackResult, Case, Event
 
 INITIATOR = "user:sealflow-test"
 #: approvers are distinct people, one more for each approval a quorum needs: the gate's named users first, then
@@ -140,6 +141,8 @@ class _Script:
         self.misses: list[str] = []
         #: write and irreversible calls the case left unanswered and may not make for real (not called)
         self.unanswered: list[str] = []
+        #: step id -> the callback token its action was last given (a step with ``callback:``)
+        self.tokens: dict[str, str] = {}
 
     def may_act(self, act: Action) -> bool:
         """Whether ``act`` may run for real when the case does not answer it: it only reads, it acts on the demo
@@ -174,6 +177,9 @@ class _Script:
         def scripted(ctx: Any, **kwargs: Any) -> Any:
             step = str(ctx.step_id).split("@", 1)[0]
             key = getattr(ctx, "idempotency_key", None)
+            handle = getattr(ctx, "callback", None)
+            if handle is not None:  # the token the called system would get: the case posts its result with it
+                script.tokens[step] = handle.token
             if script.before(step, real.name, key):
                 script.calls.made.append((step, real.name, key, False))
                 return MALFORMED_VALUE
@@ -382,7 +388,7 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         for name in _CRASH_LOGGERS:
             logging.getLogger(name).addFilter(quiet)
         try:
-            status = _drive(rt, plan, case, clock, result, access)
+            status = _drive(rt, plan, case, clock, result, access, script.tokens)
             if status is not None:
                 for fault in case.faults:
                     if fault.error == DUPLICATE:
@@ -465,8 +471,8 @@ def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], call
 
 
 def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseResult,
-           access: _Access) -> RunStatus | None:
-    events = list(case.events)
+           access: _Access, tokens: dict[str, str]) -> RunStatus | None:
+    events: list[Event | CallbackResult] = [*case.events, *case.callbacks]
     # with events to deliver, a run stops at its waits (their timeouts are not slept through until none is left)
     until = "settled" if events else "final"
     try:
@@ -486,7 +492,7 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
                 and (waiting is None or waiting.get("kind") != "approval"):
             # events left to deliver: the run settled at a wait (or a timer before one). Deliver those due at the
             # wait it is at, else move the clock to its next timer (a wait's timeout when no event is given)
-            if not _deliver(rt, plan, status, events):
+            if not _deliver(rt, plan, status, events, tokens):
                 due = (waiting or {}).get("due_at")
                 if due is None:
                     return status
@@ -519,13 +525,28 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
     return status
 
 
-def _deliver(rt: Runtime, plan: Plan, status: RunStatus, events: list[Event]) -> bool:
-    """Deliver the case's events for the wait the run is at (removing them from ``events``); whether any was."""
+def _deliver(rt: Runtime, plan: Plan, status: RunStatus, events: list[Event | CallbackResult],
+             tokens: dict[str, str]) -> bool:
+    """Deliver the case's events (or post its callback results) for what the run waits for now, removing them from
+    ``events``; whether any was."""
     active = rt.store.active_attempt(status.run.id)
-    if active is None or active.state != "waiting" or not active.data.get("event"):
+    if active is None or active.state != "waiting":
         return False
     step = active.step_id.split("@", 1)[0]
-    due = [e for e in events if e.step == step]
+    if active.data.get("callback"):
+        result = next((e for e in events if isinstance(e, CallbackResult) and e.step == step), None)
+        if result is None or step not in tokens:
+            return False
+        events.remove(result)
+        try:
+            rt.complete_callback(tokens[step], data=result.data, failed=result.error, message=result.message,
+                                 actor=INITIATOR)
+        except CallbackRefused:  # (a result failing the step's schema: audited; the step keeps waiting)
+            pass
+        return True
+    if not active.data.get("event"):
+        return False
+    due = [e for e in events if isinstance(e, Event) and e.step == step]
     for event in due:
         events.remove(event)
         spec = plan.step(step).wait

@@ -64,6 +64,16 @@ class Event:
 
 
 @dataclasses.dataclass(frozen=True)
+class CallbackResult:
+    """A result posted for the callback of action step ``step`` (``data``, or a failure of class ``error``)."""
+
+    step: str
+    data: Any = None
+    error: str | None = None
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Case:
     name: str
     location: Location
@@ -89,6 +99,8 @@ class Case:
     real_actions: frozenset[str] = frozenset()
     #: events delivered to the run's waits, in order
     events: tuple[Event, ...] = ()
+    #: results posted for callbacks, in order
+    callbacks: tuple[CallbackResult, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +196,9 @@ def load(path: str | Path) -> TestFile:
             recording=_recording(doc, at, raw.get("recording") or data.get("recording"), base), refs=tuple(refs),
             real_actions=frozenset(real),
             events=tuple(Event(e["step"], e["data"], e.get("id"), e.get("type"), e.get("source"))
-                         for e in raw.get("events", []))))
+                         for e in raw.get("events", [])),
+            callbacks=tuple(CallbackResult(c["step"], c.get("data"), c.get("error"), c.get("message", ""))
+                            for c in raw.get("callbacks", []))))
     return TestFile(path=path, definition=definition, cases=tuple(cases))
 
 
@@ -198,6 +212,7 @@ def _named(raw: dict[str, Any]) -> list[tuple[str, str, tuple[Any, ...]]]:
     out += [("gate", k, ("approvals", k)) for k in raw.get("approvals", {})]
     out += [("step", raw[k], (k,)) for k in ("cancel_at", "revoke_before") if raw.get(k) is not None]
     out += [("event wait", e["step"], ("events", i, "step")) for i, e in enumerate(raw.get("events", []))]
+    out += [("callback", c["step"], ("callbacks", i, "step")) for i, c in enumerate(raw.get("callbacks", []))]
     expect = raw["expect"]
     for key in ("ran", "not_ran"):
         out += [("step", name, ("expect", key, i)) for i, name in enumerate(expect.get(key, []))]
@@ -212,6 +227,7 @@ def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
     steps: dict[str, str] = {}
     gates: set[str] = set()
     event_waits: set[str] = set()
+    with_callback: set[str] = set()
     actions: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -222,6 +238,8 @@ def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
                     gates.add(node["id"])
                 if isinstance(node.get("wait"), dict) and node["wait"].get("event"):
                     event_waits.add(node["id"])
+                if node.get("callback"):
+                    with_callback.add(node["id"])
             if isinstance(node.get("action"), str):
                 actions.add(node["action"])
             if isinstance(node.get("tools"), list):
@@ -234,15 +252,17 @@ def unknown_names(spec: TestFile, plan: Plan) -> list[Diagnostic]:
 
     walk(plan.model_dump(mode="json"))
     known = {"step": set(steps), "action": actions, "call": set(steps) | actions,
-             "ai": {k for k, kind in steps.items() if kind == "ai"}, "gate": gates, "event wait": event_waits}
+             "ai": {k for k, kind in steps.items() if kind == "ai"}, "gate": gates, "event wait": event_waits,
+             "callback": with_callback}
     what_is = {"step": "step", "action": "action", "call": "step or action", "ai": "ai step",
-               "gate": "approval gate", "event wait": "wait for an event"}
+               "gate": "approval gate", "event wait": "wait for an event",
+               "callback": "step with a callback"}
     out: list[Diagnostic] = []
     for case in spec.cases:
         for what, name, where in case.refs:
             if name in known[what]:
                 continue
-            wrong_kind = what in ("ai", "gate", "event wait") and name in steps
+            wrong_kind = what in ("ai", "gate", "event wait", "callback") and name in steps
             article = "an" if what_is[what][0] in "aeiou" else "a"
             message = (f"step {name!r} of {plan.name} is not {article} {what_is[what]}" if wrong_kind else
                        f"{plan.name} has no {what_is[what]} {name!r}")

@@ -460,3 +460,45 @@ def test_an_event_for_a_step_that_waits_for_none_is_a_located_error(tmp_path: Pa
                                 "      - {step: done, data: {}}\n    expect: {state: completed}\n")
     result = run_file(path)
     assert not result.cases and "step 'done' of scan-wait is not a wait for an event" in result.errors[0].message
+
+
+RENDER = """\
+sealflow: 1
+name: render
+version: 1
+owner: team:t
+steps:
+  - id: generate
+    action: own.render
+    with: {prompt: cat}
+    callback: {timeout: 30m, schema: {type: object, required: [image_url]}}
+  - id: done
+    succeed: {output: "${{ steps.generate.output.image_url }}"}
+"""
+
+
+@action("own.render", registry=OWN)
+def own_render(ctx: object, prompt: str) -> dict:
+    return {"job": "queued"}
+
+
+def _render_test(tmp_path: Path, cases: str) -> Path:
+    (tmp_path / "render.yaml").write_text(RENDER, encoding="utf-8")
+    path = tmp_path / "render.test.yaml"
+    path.write_text(f"sealflow_test: 1\ndefinition: render.yaml\ncases:\n{cases}", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("posted", "expect"), [
+    ("{step: generate, data: {image_url: 'https://img/cat.png'}}", "{state: completed, output: 'https://img/cat.png'}"),
+    ("{step: generate, error: unavailable, message: renderer down}", "{state: failed, error: unavailable}"),
+    ("{step: generate, data: {url: wrong}}", "{state: failed, error: timeout, audit: [callback_refused]}"),
+])
+def test_a_callback_result_a_case_posts_completes_or_fails_the_step(tmp_path: Path, posted: str, expect: str) -> None:
+    # Given a step whose action hands out a callback, and a case posting its result (or a wrong one: then it waits
+    # on until its timeout)
+    path = _render_test(tmp_path, f"  - name: called back\n    input: {{}}\n    callbacks: [{posted}]\n"
+                                  f"    expect: {expect}\n")
+    # When it runs / Then the run ends as the result says
+    (case,) = _compiled_with_own(path).cases
+    assert case.passed, case.failures
