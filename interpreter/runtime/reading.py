@@ -21,6 +21,9 @@ from sealflow.store.errors import NotFound, StoreError
 from sealflow.store.records import AuditEvent, RunQuery, RunRecord
 from sealflow.store.serverstate import ServerStore, SignedEvents, server_store
 
+#: the most items one read of a run's feed returns
+FEED_BATCH = 200
+
 if TYPE_CHECKING:
     from sealflow.core.clock import Clock
     from sealflow.dsl.plan import Plan
@@ -58,6 +61,16 @@ class Reading:
         if run.initiator != initiator or run.tenant != tenant:
             raise NotFound(f"no run {run_id!r}")
         return run
+
+    def feed(self, run_id: str, *, after: int = 0, limit: int = FEED_BATCH) -> tuple[list[dict[str, Any]], str]:
+        """What happened to run ``run_id`` since audit event ``after`` (the live feed, ``GET /v1/runs/{id}/events``:
+        the caller has been authorised to read the run), at most ``limit`` items, oldest first, and the run's
+        state now. Each item is what a reader of the run may see: the event, its step, who, when, and the state it
+        moved from and to (not the audit's detail, which needs ``audit:read``)."""
+        state = self.store.get_run(run_id).state
+        rows = self.store.audit(run_id, after=after, limit=limit)
+        return [{"id": r.id, "event": r.event, "step": r.step_id, "actor": r.actor, "at": r.ts,
+                 "from": r.state_before, "to": r.state_after} for r in rows], state
 
     # -- definitions ---------------------------------------------------------------------------------
     def plan(self, digest: str) -> Plan:

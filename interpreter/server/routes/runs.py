@@ -8,10 +8,17 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response
+import anyio
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 
+from sealflow.core.states import RUN_FINAL
+from sealflow.policy.operations import Operation
 from sealflow.runtime import readiness
 from sealflow.runtime.status import status_json
 from sealflow.server import submitting
@@ -144,3 +151,38 @@ def resolve(run_id: RunId, body: ResolveRequest, caller: Caller, rt: Runtime) ->
 @router.get("/{run_id}/audit", response_model=list[dict[str, Any]], summary="A run's audit trail")
 def audit(run_id: RunId, caller: Caller, rt: Runtime) -> list[dict[str, Any]]:
     return [dataclasses.asdict(a) for a in rt.audit(run_id, tenant=caller.tenant, actor=caller.principal)]
+
+
+#: how often the live feed looks for what is new (seconds), and how long one connection lasts at most (then the
+#: client reconnects with Last-Event-ID and misses nothing)
+FEED_POLL_S = 0.5
+FEED_MAX_S = 900.0
+
+
+def _readable(run_id: RunId, caller: Caller, rt: Runtime) -> str:
+    """The run's id, once the caller may read it (else the unknown-run answer, before the stream begins)."""
+    rt.authorize(run_id, actor=caller.principal, tenant=caller.tenant, operation=Operation.READ)
+    return run_id
+
+
+@router.get("/{run_id}/events", response_class=EventSourceResponse, summary="Follow a run live (Server-Sent Events)")
+async def follow(run_id: Annotated[str, Depends(_readable)], rt: Runtime, request: Request,
+                 last_event_id: Annotated[str | None, Header(max_length=20)] = None) -> AsyncIterator[ServerSentEvent]:
+    """What happens to the run, as it happens: each audit event of the run (its state changes, steps, waits,
+    approvals) as an SSE event named after it, with its audit id as the SSE id, so a client that reconnects with
+    ``Last-Event-ID`` misses nothing; an ``end`` event once the run is final. One connection lasts at most
+    15 minutes; authorised like ``GET /v1/runs/{id}`` (``runs:read``, or its initiator)."""
+    after = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0
+    began = time.monotonic()
+    while True:
+        items, state = await run_in_threadpool(rt.feed, run_id, after=after)
+        for item in items:
+            after = item["id"]
+            yield ServerSentEvent(id=str(item["id"]), event=item["event"], data=item)
+        if not items and state in RUN_FINAL:
+            yield ServerSentEvent(event="end", data={"run_id": run_id, "state": state})
+            return
+        if time.monotonic() - began > FEED_MAX_S or await request.is_disconnected():
+            return
+        if not items:
+            await anyio.sleep(FEED_POLL_S)
