@@ -177,9 +177,16 @@ class StepKinds:
         if a is not None and a.on_timeout != "reject":
             on_timeout = a.on_timeout.next
             self._target(on_timeout, pointer + ("on_timeout", "next"), ids)
+        editable = None
+        if a is not None and a.editable is not None:
+            if a.show is None:
+                self.error("C418", "editable needs show: what an approver may edit is the gate's show value",
+                           pointer + ("editable",), "add show: <the value to review and edit>")
+            editable = self.resolver.schema(a.editable.schema_, pointer + ("editable", "schema"), self)
         return ApprovalPlan(approvers=tuple(approvers), quorum=quorum, timeout_ms=timeout, on_timeout=on_timeout,
                             show=a.show if a else None,
-                            separation_of_duties=a.separation_of_duties if a else True, implicit=implicit)
+                            separation_of_duties=a.separation_of_duties if a else True, implicit=implicit,
+                            editable_schema=editable)
 
     def _wait(self, w: Wait, p: Pointer) -> WaitPlan | None:
         given = [k for k, v in (("for", w.for_), ("until", w.until), ("event", w.event)) if v is not None]

@@ -127,6 +127,11 @@ class StepChecks:
         if a.show and not b.show:
             self.add("D608", f"{label}: show removed: the approval no longer binds to what is approved",
                      pointer, step=sid, old=a.show, new=None)
+        if b.editable_schema is not None and a.editable_schema != b.editable_schema:
+            what = "made editable: an approver may change what is approved" if a.editable_schema is None else \
+                "editable schema changed: approvers may change what is approved in other ways"
+            self.add("D608", f"{label}: {what}", pointer + ("editable",), step=sid,
+                     old=a.editable_schema, new=b.editable_schema)
         if b.timeout_ms > a.timeout_ms:  # a longer window to approve a stale request: a weaker gate
             self.add("D608", f"{label}: timeout lengthened: {format_ms(a.timeout_ms)} -> {format_ms(b.timeout_ms)}",
                      pointer + ("timeout",), step=sid, old=a.timeout_ms, new=b.timeout_ms)

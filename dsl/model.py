@@ -165,6 +165,10 @@ class TimeoutRoute(_Model):
     next: str
 
 
+class Editable(_Model):
+    schema_: SchemaOrRef = Field(alias="schema")
+
+
 class Approval(_Model):
     approvers: list[str] | None = None
     quorum: int | None = None
@@ -172,6 +176,7 @@ class Approval(_Model):
     on_timeout: Literal["reject"] | TimeoutRoute = "reject"
     show: str | None = None
     separation_of_duties: bool = True
+    editable: Editable | None = None
 
 
 class Wait(_Model):

@@ -82,6 +82,8 @@ class ApprovalPlan(_Frozen):
     separation_of_duties: bool = True
     #: True when the gate comes from ``requires_approval_if`` on an effect step
     implicit: bool = False
+    #: the JSON Schema an approver's edit of the show value must pass (``editable``; None: not editable)
+    editable_schema: dict[str, Any] | None = None
 
 
 class AgentPlan(_Frozen):
@@ -344,6 +346,9 @@ def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
             for name in ADDED_STEP_FIELDS:
                 if s.get(name, 0) is None:
                     del s[name]
+            for gate in (s.get("approval"), s.get("gate"), (s.get("agent") or {}).get("approval")):
+                if isinstance(gate, dict) and gate.get("editable_schema", 0) is None:
+                    del gate["editable_schema"]  # (an editable gate: issue 35)
             for node, added in ADDED_FIELDS.items():
                 fields = s.get(node)
                 if isinstance(fields, dict):

@@ -28,6 +28,7 @@ SCHEMA = ROOT / "schemas" / "workflow.schema.json"
 LOCKS = "tests/interpreter/engine/test_locks_pools.py::"
 WAIT_EVENT = "tests/interpreter/runtime/test_wait_event.py::"
 CALLBACK = "tests/interpreter/runtime/test_callbacks.py::"
+EDIT = "tests/interpreter/runtime/test_edit_approve.py::"
 
 
 def run(test: str) -> tuple[str, str]:
@@ -187,6 +188,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "onTimeout.next": run(APPR + "test_on_timeout_next_routes_to_an_escalation_step"),
     "wait.for": run(FLOW + "test_a_short_wait_is_slept_through"),
     "wait.until": run(FLOW + "test_wait_until_accepts_epoch_seconds_and_iso_timestamps"),
+    "approval.editable": run(EDIT + "test_an_approver_edits_the_draft_and_the_step_after_sends_the_edit"),
+    "editable.schema": run(EDIT + "test_an_edit_failing_the_schema_is_refused_and_changes_nothing"),
     "step.callback": run(CALLBACK + "test_the_action_hands_out_a_url_and_token_and_the_posted_result_completes_the_"
                                     "step"),
     "callback.timeout": run(CALLBACK + "test_a_callback_that_never_comes_times_out_the_retry_gets_a_new_token_and_the_"

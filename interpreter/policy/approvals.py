@@ -72,6 +72,18 @@ def show_hash(shown: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical(shown)).hexdigest()
 
 
+#: attempt data of an edited gate: ``{"value", "hash", "by", "at", "before_hash"}``
+EDIT = "edit"
+
+
+def shown(data: dict[str, Any]) -> tuple[Any, Any]:
+    """What a gate shows now and its hash: an approver's edit of the show value, else the value it opened on."""
+    edited = data.get(EDIT)
+    if isinstance(edited, dict):
+        return edited.get("value"), edited.get("hash")
+    return data.get("show"), data.get("show_hash")
+
+
 def plan_of(x: Execution) -> ApprovalPlan:
     if x.gate:
         found = x.step.gate
@@ -124,8 +136,10 @@ def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict[str, Any] | None:
         changes["show_hash"] = {"recorded": recorded_hash, "now": now_hash}
     if x.run.plan_digest != recorded_plan or x.plan.digest != x.run.plan_digest:
         changes["plan_digest"] = {"recorded": recorded_plan, "now": x.run.plan_digest}
+    edit_hash = (data.get(EDIT) or {}).get("hash")  # approvals given before an edit approved another payload
     stale = [a.get("actor") for a in data.get("approvals", ())
-             if a.get("show_hash") != recorded_hash or a.get("plan_digest", recorded_plan) != recorded_plan]
+             if a.get("show_hash") != recorded_hash or a.get("plan_digest", recorded_plan) != recorded_plan
+             or a.get("edit_hash") != edit_hash]
     if stale:
         changes["approvals_bound_elsewhere"] = stale
     return changes or None
@@ -184,13 +198,23 @@ def _check_decider(x: Execution, ap: ApprovalPlan, actor: str, roles: frozenset[
 
 # ---------------------------------------------------------------- decisions
 
+#: no edit given with an approval
+NO_EDIT: Any = object()
+
+
 def grant(x: Execution, actor: str, roles: frozenset[str], comment: str | None,
-          void: list[Any]) -> tuple[Outcome, tuple[AuditEvent, ...]]:
+          void: list[Any], edit: Any = NO_EDIT) -> tuple[Outcome, tuple[AuditEvent, ...]]:
     """Record ``actor``'s approval (succeed at quorum), or re-open the gate if its binding changed.
-    ``roles``: what ``actor`` acts under in the run's tenant (:func:`acting_roles`)."""
+    ``roles``: what ``actor`` acts under in the run's tenant (:func:`acting_roles`). ``edit``: the show value as
+    the approver changed it (an ``editable`` gate): checked against the gate's schema, it replaces what the gate
+    shows, earlier approvals (of the value before) no longer count, and this approval binds to its hash."""
     ap = plan_of(x)
     via = _check_decider(x, ap, actor, roles, "approve")
     data = x.attempt.data
+    events: list[AuditEvent] = []
+    if edit is not NO_EDIT:
+        data, edited = _edited(x, ap, actor, data, edit)
+        events.append(edited)
     changed = _binding_changed(x, ap)
     if changed is not None:
         fresh = opening(x, ap, x.now)
@@ -206,23 +230,53 @@ def grant(x: Execution, actor: str, roles: frozenset[str], comment: str | None,
             "why": "the approved payload or plan changed; the gate was re-opened"})
         return Waiting(x.attempt.due_at, None, fresh), (event,)
     approvals = list(data.get("approvals", ()))
-    if any(a.get("actor") == actor for a in approvals):
+    if edit is NO_EDIT and any(a.get("actor") == actor for a in approvals):
         raise Refusal("already_approved", InvalidOperation(
             f"{actor} already approved step {x.step_id!r} of run {x.run.id}; the quorum of {ap.quorum} needs "
             "distinct approvers"), x.step_id)
+    value, value_hash = shown(data)
     record = {"actor": actor, "as": via, "at": x.now, "comment": comment, "show_hash": data.get("show_hash"),
               "plan_digest": data.get("plan_digest")}
+    if EDIT in data:
+        record["edit_hash"] = value_hash
     approvals.append(record)
     new = dict(data)
     new["approvals"] = approvals
-    event = AuditEvent("approval_granted", x.step_id, actor, detail={
-        "as": via, "show_hash": record["show_hash"], "plan_digest": record["plan_digest"], "comment": comment,
-        "count": len(approvals), "quorum": ap.quorum})
+    events.append(AuditEvent("approval_granted", x.step_id, actor, detail={
+        "as": via, "show_hash": value_hash, "plan_digest": record["plan_digest"], "comment": comment,
+        "count": len(approvals), "quorum": ap.quorum}))
     if len(approvals) < ap.quorum:
-        return Waiting(x.attempt.due_at, None, new), (event,)
-    return Succeeded({"approved": True, "approvals": approvals, "show": data.get("show"),
-                      "show_hash": data.get("show_hash"), "plan_digest": data.get("plan_digest")}, data=new,
-                     detail={"approved_by": [a["actor"] for a in approvals]}), (event,)
+        return Waiting(x.attempt.due_at, None, new), tuple(events)
+    output = {"approved": True, "approvals": approvals, "show": value, "show_hash": value_hash,
+              "plan_digest": data.get("plan_digest")}
+    if EDIT in data:
+        output["edited"] = {"by": data[EDIT]["by"], "before_hash": data[EDIT]["before_hash"]}
+    return Succeeded(output, data=new, detail={"approved_by": [a["actor"] for a in approvals]}), tuple(events)
+
+
+def _edited(x: Execution, ap: ApprovalPlan, actor: str, data: dict[str, Any],
+            value: Any) -> tuple[dict[str, Any], AuditEvent]:
+    """The gate's data with ``actor``'s edit of its show value (checked), and its audit event (before and after);
+    a :class:`Refusal` when the gate is not editable or the value fails its schema."""
+    from jsonschema import Draft202012Validator
+
+    if ap.editable_schema is None:
+        raise Refusal("not_editable", InvalidOperation(
+            f"the approval of step {x.step_id!r} of run {x.run.id} is not editable (its definition declares no "
+            "editable: {schema}); approve it as it is, or reject it with a reason"), x.step_id)
+    errors = sorted(Draft202012Validator(ap.editable_schema).iter_errors(value), key=lambda e: list(e.path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(the value)"
+        raise Refusal("invalid_edit", InvalidOperation(
+            f"the edit of step {x.step_id!r} does not pass its editable schema at {where}: {errors[0].message}"),
+            x.step_id)
+    before, before_hash = shown(data)
+    after_hash = show_hash(value)
+    new = dict(data)
+    new[EDIT] = {"value": value, "hash": after_hash, "by": actor, "at": x.now, "before_hash": before_hash}
+    new["approvals"] = []  # the approvals of the value before were of another payload
+    return new, AuditEvent("approval_edited", x.step_id, actor, detail={
+        "before_hash": before_hash, "after_hash": after_hash, "before": before, "after": value})
 
 
 def deny(x: Execution, actor: str, roles: frozenset[str],

@@ -18,6 +18,7 @@ from sealflow.core.outcomes import Outcome
 from sealflow.core.redaction import REDACTOR
 from sealflow.policy import access as acc
 from sealflow.policy.approvals import (
+    NO_EDIT,
     ApprovalVoid,
     Refusal,
     acting_roles,
@@ -25,6 +26,7 @@ from sealflow.policy.approvals import (
     eligible_as,
     grant,
     may_decide,
+    shown,
 )
 from sealflow.policy.authz import scoped_run
 from sealflow.policy.operations import Operation
@@ -62,11 +64,12 @@ def _decide(desk: Desk, run_id: str, step_id: str | None, *, actor: str, tenant:
 
 
 def approve(desk: Desk, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
-            roles: Iterable[str] | None = None, comment: str | None = None) -> None:
+            roles: Iterable[str] | None = None, comment: str | None = None, edit: Any = NO_EDIT) -> None:
     claimed = None if roles is None else tuple(roles)
     void: list[Any] = []
     _decide(desk, run_id, step_id, actor=actor, tenant=tenant, verb="approve",
-            decide=lambda x: grant(x, actor, acting_roles(desk.access, x.run.tenant, actor, claimed), comment, void))
+            decide=lambda x: grant(x, actor, acting_roles(desk.access, x.run.tenant, actor, claimed), comment, void,
+                                   edit))
     if void:
         what = " and ".join({"show_hash": "the approved payload", "plan_digest": "the plan"}.get(k, k)
                             for k in void[-1] if k != "approvals_bound_elsewhere") or "an earlier approval's binding"
@@ -109,8 +112,8 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "tenant": run.tenant, "initiator": run.initiator, "step": att.step_id,
                     "for_step": split_step_id(att.step_id)[0], "as": via, "approvers": data.get("approvers"),
                     "quorum": data.get("quorum"), "approvals": len(data.get("approvals", ())),
-                    "input": REDACTOR.value(run.input), "show": REDACTOR.value(data.get("show")),
-                    "show_hash": data.get("show_hash"),
+                    "input": REDACTOR.value(run.input), "show": REDACTOR.value(shown(data)[0]),
+                    "show_hash": shown(data)[1],
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
                     "due_at": att.due_at})
         if run.parent_run_id is not None:  # an item of a fan-out: the item is what the approver decides on

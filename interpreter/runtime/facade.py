@@ -39,6 +39,7 @@ from sealflow.execution.actions import REGISTRY
 from sealflow.execution.timeouts import AttemptRunner
 from sealflow.operations import notifications
 from sealflow.policy.access import AccessProvider, OpenAccess, is_open
+from sealflow.policy.approvals import NO_EDIT
 from sealflow.policy.operations import Operation, authorize_run
 from sealflow.policy.trustgate import TrustGate
 from sealflow.runtime import approvals, liveness, outcomes, priority, readiness, takeover, telemetry
@@ -268,13 +269,16 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing, Ca
         return run_status(self.store, run_id, children_offset=children_offset)
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
-                roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None) -> RunStatus:
+                roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None,
+                edit: Any = NO_EDIT) -> RunStatus:
         """Approve the run's waiting approval as ``actor`` (see :mod:`sealflow.policy.approvals`; ``roles``,
-        when given, narrows the roles ``actor`` acts under). A process that would execute the run's next steps
-        but lacks what they need is refused first (:class:`~sealflow.runtime.readiness.NotReady`)."""
+        when given, narrows the roles ``actor`` acts under; ``edit``, the gate's show value as the approver
+        changed it, for an ``editable`` gate). A process that would execute the run's next steps but lacks what
+        they need is refused first (:class:`~sealflow.runtime.readiness.NotReady`)."""
         self._ready(run_id, tenant, actor, Operation.DECIDE, "approve")
         comment = None if comment is None else _persons_text(comment, "the approval's comment")
-        approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment)
+        approvals.approve(self._desk(), run_id, step_id, actor=actor, tenant=tenant, roles=roles, comment=comment,
+                          edit=edit)
         return self.status(run_id)
 
     def reject(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,

@@ -9,6 +9,7 @@ from sealflow.core import states
 from sealflow.core.ids import split_step_id
 from sealflow.core.redaction import REDACTOR
 from sealflow.engine.poison import OUTCOME_UNKNOWN
+from sealflow.policy.approvals import EDIT, shown
 from sealflow.store.records import AttemptRecord, ChildRecord, RunRecord
 from sealflow.store.runs import RunReads
 
@@ -72,8 +73,10 @@ def run_status(store: RunReads, run_id: str, *, children_offset: int = 0,
         if isinstance(limited, dict):
             waiting.update({k: limited.get(k) for k in ("model", "models", "reason")})
         if kind == "approval":
-            waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "show", "show_hash",
-                                                             "plan_digest")})
+            waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "plan_digest")})
+            waiting["show"], waiting["show_hash"] = shown(active.data)  # (an approver's edit, if any)
+            if isinstance(active.data.get(EDIT), dict):
+                waiting["edited_by"] = active.data[EDIT].get("by")
         unknown = active.data.get(OUTCOME_UNKNOWN) if active.state == "waiting" else None
         if isinstance(unknown, dict):  # a lost attempt whose outcome a person decides (engine/poison.py)
             waiting.update(kind="outcome_unknown", action=unknown.get("action"), lost=unknown.get("lost"),
@@ -104,7 +107,8 @@ def _fanout(store: RunReads, status: RunStatus, offset: int, limit: int) -> None
 def _gate(data: dict[str, Any]) -> dict[str, Any]:
     """What an approver needs of a gate (opened or decided): what it showed (redacted), its binding, who
     may and who did decide."""
-    return {"show": REDACTOR.value(data.get("show")), "show_hash": data.get("show_hash"),
+    value, value_hash = shown(data)
+    return {"show": REDACTOR.value(value), "show_hash": value_hash,
             "approvers": data.get("approvers"), "quorum": data.get("quorum"),
             "approvals": [{"actor": a.get("actor"), "as": a.get("as")} for a in data.get("approvals", ())]}
 

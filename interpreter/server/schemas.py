@@ -87,6 +87,8 @@ class Decision(Strict):
     decision: Literal["approve", "reject"]
     reason: str = Field("", max_length=MAX_REASON_CHARS, description="Required to reject; a comment when approving.")
     payload_hash: str = Field(pattern=HASH, description="The show_hash of the payload you reviewed.")
+    edit: Any = Field(None, description="With approve, at an editable gate: the payload as you changed it (checked "
+                                        "by the gate's editable schema); the approval binds to it.")
 
 
 class Health(BaseModel):

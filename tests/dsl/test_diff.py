@@ -555,3 +555,11 @@ def test_d634_a_callback_added_or_changed_needs_review():
     (added,) = only(findings(CALLING, without), "D634")
     (changed,) = only(findings(change("30m", "2h", CALLING), CALLING), "D634")
     assert "added" in added.message and "changed" in changed.message
+
+
+def test_d608_a_gate_made_editable_needs_review():
+    gated = CALLING.replace("    action: t.generate\n    callback: {timeout: 30m}\n",
+                            "    approval: {approvers: [role:m], timeout: 1h, show: input}\n")
+    editable = gated.replace("show: input}", "show: input, editable: {schema: {type: object}}}")
+    (found,) = only(findings(editable, gated), "D608")
+    assert "made editable" in found.message

@@ -194,13 +194,24 @@ def status(run_id: str, actions: tuple[str, ...], store_url: str | None, princip
 @click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @click.option("--step", "step_id", metavar="STEP", help="The approval step (default: the one waiting).")
 @click.option("--comment", help="Why you approve (recorded in the audit trail).")
+@click.option("--edit", "edit_json", metavar="JSON", help="At an editable gate: the payload as you changed it (JSON, "
+              "checked by the gate's editable schema); you approve the edited payload.")
 @on_a_store(actions=True)
-def approve(run_id: str, step_id: str | None, comment: str | None, actions: tuple[str, ...], store_url: str | None,
-            principal: str, tenant: str, access_path: str | None, as_json: bool) -> None:
+def approve(run_id: str, step_id: str | None, comment: str | None, edit_json: str | None, actions: tuple[str, ...],
+            store_url: str | None, principal: str, tenant: str, access_path: str | None, as_json: bool) -> None:
     """Approve a run waiting at an approval gate, then drive it on."""
+    from sealflow.policy.approvals import NO_EDIT
+
+    edit = NO_EDIT
+    if edit_json is not None:
+        try:
+            edit = json.loads(edit_json)
+        except ValueError as exc:
+            fail_usage(f"--edit is not JSON: {exc}")
     with open_runtime(store_url, actions, access=access_path) as rt:
         act_then_drive(rt, run_id, principal, tenant, as_json,
-                       lambda rt: rt.approve(run_id, step_id, actor=principal, tenant=tenant, comment=comment))
+                       lambda rt: rt.approve(run_id, step_id, actor=principal, tenant=tenant, comment=comment,
+                                             edit=edit))
 
 
 @click.command()

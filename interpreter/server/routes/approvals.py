@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
+from sealflow.policy.approvals import NO_EDIT
 from sealflow.policy.operations import Operation
 from sealflow.runtime.status import status_json
 from sealflow.server.deps import Caller, Runtime
@@ -39,7 +40,9 @@ def decide(run_id: Annotated[str, Path(pattern=RUN_ID)], step_id: Annotated[str,
         raise Problem("payload-changed", f"the payload of {step_id} is not the one you reviewed (its hash is now "
                                          f"{gate.get('show_hash')}); review it again", show_hash=gate.get("show_hash"))
     if body.decision == "approve":
-        after = rt.approve(run_id, step_id, actor=caller.principal, tenant=caller.tenant, comment=body.reason or None)
+        edit = body.edit if "edit" in body.model_fields_set else NO_EDIT
+        after = rt.approve(run_id, step_id, actor=caller.principal, tenant=caller.tenant, comment=body.reason or None,
+                           edit=edit)
     else:
         after = rt.reject(run_id, step_id, actor=caller.principal, tenant=caller.tenant, reason=body.reason)
     return status_json(after)

@@ -70,3 +70,50 @@ def test_the_feed_of_a_waiting_run_follows_it_live_until_it_ends(client, mint, r
     assert not reader.is_alive()
     names = [e for _, e, _ in got]
     assert "run.completed" in names and names[-1] == "end"
+
+
+def test_an_approver_edits_an_editable_gate_through_the_api(client, mint, rt, registry):
+    # Given a run of alice's waiting at an editable review of a drafted email
+    from sealflow.dsl.api import compile_bytes
+    from sealflow.execution.actions import action
+
+    sent = []
+
+    @action("t.send", registry=registry, effect="write")
+    def send(ctx, to, subject, body):
+        sent.append(body)
+        return {}
+
+    plan = compile_bytes(b"""\
+sealflow: 1
+name: outreach
+version: 1
+owner: team:t
+steps:
+  - id: draft
+    set: {subject: "'Hello'", body: "'buy now!!!'"}
+  - id: review
+    approval:
+      approvers: [role:manager]
+      timeout: 24h
+      show: "steps.draft.output"
+      editable: {schema: {type: object, required: [subject, body]}}
+  - id: send
+    action: t.send
+    with: {to: "${{ input.to }}", subject: "${{ steps.review.output.show.subject }}",
+           body: "${{ steps.review.output.show.body }}"}
+""", "<outreach>")
+    run_id = rt.submit(plan, {"to": "c@example.com"}, initiator="user:alice", tenant="acme")
+    rt.drive(run_id)
+    bob = mint("user:bob")
+    (gate,) = [g for g in client.get("/v1/approvals", headers=bob).json() if g["run_id"] == run_id]
+    # When bob approves it with the body fixed, bound to the payload he reviewed; then an edit failing the schema
+    bad = client.post(f"/v1/approvals/{run_id}/review", headers=bob,
+                      json={"decision": "approve", "payload_hash": gate["show_hash"], "edit": {"body": "no subject"}})
+    good = client.post(f"/v1/approvals/{run_id}/review", headers=bob, json={
+        "decision": "approve", "payload_hash": gate["show_hash"], "edit": {"subject": "Hi", "body": "Fixed."}})
+    # Then the bad edit is refused and the good one sent
+    assert bad.status_code == 409 and "editable schema" in bad.json()["detail"], bad.text
+    assert good.status_code == 200, good.text
+    rt.drive(run_id, until="final")
+    assert sent == ["Fixed."]
