@@ -53,6 +53,7 @@ from sealflow.engine.engine import Engine
 from sealflow.engine.hooks import EngineConfig
 from sealflow.engine.poison import OUTCOME_UNKNOWN
 from sealflow.execution.actions import Registry, action
+from sealflow.execution.callbacks import CallbackRefused
 from sealflow.runtime.config import RuntimeConfig
 from sealflow.runtime.facade import Runtime
 from sealflow.store import auditverify
@@ -125,6 +126,37 @@ steps:
     idempotency_key: "${{ run.id }}:deliver"
     requires_approval_if: "input.n > 7"
 output: "${{ steps.deliver.output }}"
+"""
+
+
+#: a run that hears the world: its render's result is called back, then it waits for the scanner's event
+HEARING = """\
+sealflow: 1
+name: sim-hearing
+version: 1
+owner: team:sim
+permissions: [sim:work]
+budget: {max_steps: 30}
+defaults: {timeout: 10m}
+retry:
+  again: {on: [timeout, unavailable], max_attempts: 2}
+steps:
+  - id: render
+    action: sim.render
+    with: {n: "${{ input.n }}"}
+    permissions: [sim:work]
+    retry: again
+    callback: {timeout: 1h, schema: {type: object, required: [n], properties: {n: {type: integer}}}}
+  - id: verdict
+    wait:
+      event: sim.scanned
+      match: "event.data.n == input.n"
+      schema: {type: object, required: [n, clean], properties: {clean: {type: boolean}}}
+      timeout: 2h
+    on_error:
+      - {errors: [timeout], next: done}
+  - id: done
+    succeed: {}
 """
 
 
@@ -250,6 +282,13 @@ class World:
         self.reruns_of_completed: list[str] = []
         self.commit_errors = 0
         self.current: Worker | None = None
+        #: the renderer's inbox: run -> the callback tokens it was given, in order
+        self.tokens: dict[str, list[str]] = defaultdict(list)
+        #: the scanner's verdicts sent: event id -> its data
+        self.verdicts: dict[str, dict] = {}
+        #: callback refusals by reason, and results accepted (run -> tokens completed)
+        self.callback_refusals: Counter = Counter()
+        self.called_back: dict[str, list[str]] = defaultdict(list)
 
     # -- the world's actions ----------------------------------------------------------------------
     def _actions(self) -> None:
@@ -290,6 +329,17 @@ class World:
                 world.undone[ctx.idempotency_key] = ctx.run_id
             world.point(me, "after_effect")
             return {"undone": n}
+
+        @action("sim.render", permissions=["sim:work"], effect="write", registry=self.registry)
+        def render(ctx, n: int) -> dict:
+            me = world.enter(ctx)
+            world.point(me, "before_effect")
+            failure = world.rng_failure(me)
+            if failure == "unavailable":
+                raise StepError(failure, "simulated 503")
+            world.tokens[ctx.run_id].append(ctx.callback.token)  # the renderer got the token
+            world.point(me, "after_effect")
+            return {"queued": n}
 
         @action("sim.sms", permissions=["sim:notify"], effect="irreversible", honours_idempotency_key=False,
                 registry=self.registry)
@@ -548,6 +598,48 @@ class World:
                 self.note(f"person refused: {exc}")
             return
 
+    def outside(self, *, chaos: bool) -> None:
+        """The world outside answers one run that hears it: the renderer calls back (or an impostor tries a forged
+        or a stale token), or the scanner sends its verdict (for this run, another, again, or before it waits)."""
+        hearing = [r for r in self.runs if self.plan_name(r) == "sim-hearing"
+                   and self.store.get_run(r).state not in states.RUN_FINAL]
+        if not hearing:
+            return
+        run_id = self.rng.choice(hearing)
+        n = self.store.get_run(run_id).input["n"]
+        active = self.store.active_attempt(run_id)
+        tokens = self.tokens.get(run_id) or []
+        roll = self.rng.random() if chaos else 0.0
+        if active is not None and active.state == "waiting" and "callback" in active.data and tokens:
+            token = tokens[-1]
+            if roll > 0.8:
+                token = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")  # an impostor
+            elif roll > 0.65 and len(tokens) > 1:
+                token = tokens[0]  # a stale attempt's
+            try:
+                self.control.complete_callback(token, data={"n": n})
+                self.called_back[run_id].append(token)
+                self.note(f"callback run#{self.index[run_id]} completed")
+            except CallbackRefused as exc:
+                self.callback_refusals[exc.reason] += 1
+                self.note(f"callback run#{self.index[run_id]} refused: {exc.reason}")
+            return
+        if chaos and roll > 0.7 and self.verdicts:  # a delivery repeated
+            event_id = self.rng.choice(sorted(self.verdicts))
+            data = self.verdicts[event_id]
+        else:
+            event_id = f"scan-{len(self.verdicts)}"
+            data = {"n": n if roll < 0.75 else (n % 11) + 1, "clean": roll < 0.5}
+            if chaos and roll > 0.9:
+                data = {"n": n}  # a verdict missing its field: the wait refuses it
+            self.verdicts[event_id] = data
+        offered = self.control.offer_event(self.tenant, "scanner", event_id, "sim.scanned", data)
+        self.note(f"verdict {event_id} n={data['n']} -> {[(o.run_id[-6:], o.result) for o in offered]}")
+
+    def plan_name(self, run_id: str) -> str:
+        digest = self.store.get_run(run_id).plan_digest
+        return next(p.name for p in self.plans.values() if p.digest == digest)
+
     def typo(self, run_id: str) -> None:
         """A person marks the lost SMS succeeded with an output its action's declaration refuses (a typo): it must
         be refused and change nothing."""
@@ -590,8 +682,10 @@ class World:
                 self.note(f"clock -{back:.1f}s")
             elif roll < 0.84 and paused:
                 self.resume(self.rng.choice(paused))
-            elif roll < 0.896:
+            elif roll < 0.87:
                 self.persons(chaos=True)
+            elif roll < 0.896:
+                self.outside(chaos=True)
             elif roll < 0.90 and self.runs:
                 self.cancel(self.rng.choice(self.runs))
             elif roll < 0.93:
@@ -611,6 +705,7 @@ class World:
                 self.deliver(chaos=False)
                 self.dispatch()
             self.persons(chaos=False)
+            self.outside(chaos=False)
             if all(self.store.get_run(r).state in states.RUN_FINAL for r in self.runs):
                 return
             self.sweep()
@@ -692,6 +787,24 @@ def check(world: World) -> dict:
         # no waiting gate left behind
         if any(OUTCOME_UNKNOWN in (a.data or {}) and a.state == "waiting" for a in attempts):
             problems.append(f"{label} left an outcome-unknown gate waiting")
+        # what the world said is heard once, and as it was said
+        if plan.name == "sim-hearing":
+            tokens = world.called_back.get(run_id, [])
+            if len(tokens) != len(set(tokens)):
+                problems.append(f"{label}: a callback token completed its step twice")
+            taken = [e for e in store.audit(run_id) if e.event == "event.taken"]
+            if len(taken) > 1:
+                problems.append(f"{label}: {len(taken)} events taken by one wait")
+            for e in taken:
+                data = world.verdicts.get(e.detail["event"]["id"]) or {}
+                if data.get("n") != run.input["n"] or "clean" not in data:
+                    problems.append(f"{label} took event {e.detail['event']['id']} ({data}), which its match or "
+                                    "schema refuses")
+            verdict = [a for a in attempts if a.step_id == "verdict" and a.state == "succeeded"]
+            if verdict and verdict[-1].output.get("n") != run.input["n"]:
+                problems.append(f"{label}: its verdict step's output is another run's: {verdict[-1].output}")
+    if set(world.callback_refusals) - {"forged", "superseded", "expired"}:
+        problems.append(f"callbacks refused for an unexpected reason: {dict(world.callback_refusals)}")
     if world.reruns_of_completed:
         problems.append(f"completed steps ran again: {world.reruns_of_completed[:5]}")
     # a step's executions are fenced in the order they started
@@ -708,12 +821,15 @@ def check(world: World) -> dict:
         raise Violation(f"seed {seed}: " + "; ".join(problems) + "\n" + world.tail())
     return {"runs": len(world.runs), **{f"runs_{k}": v for k, v in finals.items()},
             "deliveries": sum(world.deliveries.values()), "stale_refused": world.stale_refused,
+            "called_back": sum(len(t) for t in world.called_back.values()),
+            "callbacks_refused": sum(world.callback_refusals.values()),
+            "events_taken": sum(1 for r in world.runs for e in store.audit(r) if e.event == "event.taken"),
             "events": len(world.trace)}
 
 
 def compile_plans(world_registry_infos: dict) -> dict:
     return {name: compile_bytes(text.encode(), f"<{name}>", actions=world_registry_infos)
-            for name, text in (("pipeline", PIPELINE), ("gated", GATED))}
+            for name, text in (("pipeline", PIPELINE), ("gated", GATED), ("hearing", HEARING))}
 
 
 def run_schedule(store: Any, seed: int, *, tenant: str, plans: dict | None = None) -> tuple[dict, list[str]]:
