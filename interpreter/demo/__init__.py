@@ -58,6 +58,11 @@ Images (:mod:`.media`, the image-upload-pipeline example):
   urls}`` [cdn:publish] irreversible, once
 - ``images.reject(image_id, quarantine_key, reason, retain_days?) -> {image_id,
   quarantine_key, status, reason, retain_days}`` [quarantine:write] write, once
+- ``images.generate(prompt, size?) -> {job_id}`` [images:generate] write, once: queues a render at
+  the demo provider, which keeps the step's callback URL and token (``render_jobs``) and calls
+  back (the image-generation example)
+- ``images.request_scan(image_url) -> {scan_id}`` [malware:scan] write, once: the demo scanner
+  answers later with a ``scan.finished`` event (``scan_requests``)
 - ``notifications.send(user_id, template, data?) -> {notification_id}`` [notify:send]
   irreversible, once; templates ``image_published``, ``image_rejected``
 

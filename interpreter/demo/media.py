@@ -213,3 +213,35 @@ def notify(ctx: Any, user_id: str, template: str, data: dict[str, Any] | None = 
         return {"notification_id": notification_id}
 
     return store.once(ctx, "notifications.send", {"user_id": user_id, "template": template, "data": data}, perform)
+
+
+# -- the image-generation example: a provider that calls back, a scanner that sends an event ----------------
+
+RENDERER = "https://render.demo.invalid"
+
+
+@action("images.generate", permissions=["images:generate"], effect="write")
+def generate(ctx: Any, prompt: str, size: str = "1024x1024") -> dict[str, Any]:
+    """Queue a render at the demo provider, which calls back when the image is ready (the step declares
+    ``callback:``): the provider keeps the callback's URL and token in its queue (``render_jobs``); returns
+    ``{job_id}`` at once. Once per ``ctx.idempotency_key``."""
+    if ctx.callback is None:
+        raise StepError("configuration", "images.generate is called back: its step needs callback: {timeout: ...}")
+    job_id = "job_" + hashlib.sha256(f"{ctx.idempotency_key or ctx.run_id}:{prompt}".encode()).hexdigest()[:12]
+    with store.connect(write=True) as conn:
+        conn.execute("INSERT INTO render_jobs VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (idempotency_key) DO UPDATE "
+                     "SET callback_url = excluded.callback_url, callback_token = excluded.callback_token",
+                     (job_id, prompt, size, ctx.callback.url, ctx.callback.token, ctx.run_id,
+                      ctx.idempotency_key or job_id))
+    return {"job_id": job_id}
+
+
+@action("images.request_scan", permissions=["malware:scan"], effect="write")
+def request_scan(ctx: Any, image_url: str) -> dict[str, Any]:
+    """Ask the demo scanner to scan ``image_url``; it answers later with a signed ``scan.finished`` event from
+    the ``scanner`` source (``{image_url, clean}``). Returns ``{scan_id}``; once per ``ctx.idempotency_key``."""
+    scan_id = "scan_" + hashlib.sha256(f"{ctx.idempotency_key or ctx.run_id}:{image_url}".encode()).hexdigest()[:12]
+    with store.connect(write=True) as conn:
+        conn.execute("INSERT INTO scan_requests VALUES (?, ?, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING",
+                     (scan_id, image_url, ctx.run_id, ctx.idempotency_key or scan_id))
+    return {"scan_id": scan_id}

@@ -64,11 +64,15 @@ CREATE TABLE IF NOT EXISTS incident_catalogue (id INTEGER PRIMARY KEY, severity 
     duration_minutes INTEGER);
 CREATE TABLE IF NOT EXISTS report_archive (id INTEGER PRIMARY KEY, archive_id TEXT UNIQUE, kind TEXT, period TEXT,
     report TEXT, message_id TEXT, run_id TEXT, idempotency_key TEXT);
+CREATE TABLE IF NOT EXISTS render_jobs (job_id TEXT PRIMARY KEY, prompt TEXT, size TEXT, callback_url TEXT,
+    callback_token TEXT, run_id TEXT, idempotency_key TEXT UNIQUE);
+CREATE TABLE IF NOT EXISTS scan_requests (scan_id TEXT PRIMARY KEY, image_url TEXT, run_id TEXT,
+    idempotency_key TEXT UNIQUE);
 """
 TABLES = ("meta", "effects", "leads", "lead_notes", "outbox", "documents", "doc_texts", "doc_chunks", "vectors",
           "index_entries", "doc_status", "uploads", "quarantine", "processed", "stored_images", "publications",
           "notifications", "tickets", "ticket_replies", "kb_articles", "orders", "metric_baselines",
-          "incident_catalogue", "report_archive")
+          "incident_catalogue", "report_archive", "render_jobs", "scan_requests")
 _JSON_COLUMNS = {"record", "vars", "data", "metadata", "keys", "vector", "args", "result", "dims", "values", "report"}
 
 _configured: Path | None = None

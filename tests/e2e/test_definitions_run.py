@@ -44,6 +44,10 @@ SCENARIOS = {
     "weekly-report.v1.yaml": [
         ({}, ["user:lee", "user:dana"], "completed", None),
     ],
+    # the render waits for the provider's callback (`sealflow callbacks complete`; its test file completes it)
+    "image-generation.v1.yaml": [
+        ({"prompt": "a lighthouse at dawn", "requester": "usr_alice"}, [], "waiting", None),
+    ],
     "support-triage.v1.yaml": [
         ({"ticket_id": "tkt_1001"}, [], "completed", None),   # the agent finds the order: a public reply
         ({"ticket_id": "tkt_1005"}, [], "completed", None),   # a prompt injection: handed to a human
@@ -78,6 +82,15 @@ def test_given_a_definition_when_run_then_it_reaches_its_end_state(capsys, name,
     for who in approvers:
         assert result["state"] == "waiting" and code == 3, result
         code, result = cli(capsys, "approve", result["run_id"], "--as", who, "--json")
+    if name == "image-generation.v1.yaml":  # the demo provider renders: it calls back with the token it was given
+        from sealflow.demo import rows
+
+        (job,) = rows("render_jobs")
+        code, result = cli(capsys, "callbacks", "complete", job["callback_token"], "--json", "--data",
+                           json.dumps({"image_url": "https://render.demo.invalid/1.png", "width": 8, "height": 8}))
+        # (then the run waits for the scanner's signed event, which comes through a server: its test file sends it)
+        assert [s["id"] for s in result["steps"] if s["state"] == "waiting"] == ["verdict"], result["steps"]
+        result["steps"] = [s for s in result["steps"] if s["state"] != "waiting"]
     # Then it ends where expected, with the exit code that says so
     assert result["state"] == expected, result
     assert code == EXIT[expected]

@@ -449,8 +449,11 @@ def invariants(plan: Plan, case: Case, status: RunStatus, audit: list[Any], call
         out.append(f"{run.steps_executed} steps executed, over max_steps {plan.budget.max_steps}")
     # a call whose attempt crashed before committing was never completed as far as the engine knows: running it
     # again under the same key is recovery (its target applies the key once), not a completed effect repeated
+    # (an action whose step waits for a callback completes nothing when it returns: a retry after the callback's
+    # timeout calls it again under the same key, to hand the provider the new attempt's callback)
+    called_back = {s.id for s in plan.steps if s.callback is not None}
     done = Counter((c[1], c[2]) for i, c in enumerate(calls.made) if c[3] and c[2] is not None
-                   and i not in calls.lost)
+                   and i not in calls.lost and c[0] not in called_back)
     again = [key for key, n in done.items() if n > 1]
     if again:
         out.append(f"{again[0][0]} completed twice with the same idempotency key {again[0][1]!r}: a completed "
@@ -493,7 +496,8 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
             # events left to deliver: the run settled at a wait (or a timer before one). Deliver those due at the
             # wait it is at, else move the clock to its next timer (a wait's timeout when no event is given)
             if not _deliver(rt, plan, status, events, tokens):
-                due = (waiting or {}).get("due_at")
+                # (a wait's timeout, a retry's backoff, or a crashed attempt's lease: whatever comes first)
+                due = rt.store.next_due(status.run.id, redeliver_after=rt.redeliver_after)
                 if due is None:
                     return status
                 clock.advance(max(0.0, float(due) - clock.now()) + 0.001)
