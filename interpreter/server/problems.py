@@ -8,6 +8,7 @@ anything unexpected is logged and answered as ``internal`` without its details (
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -68,7 +69,7 @@ class Problem(Exception):
         return out
 
     def response(self, request: Request | None = None) -> JSONResponse:
-        return JSONResponse(jsonable_encoder(self.body(request.url.path if request is not None else None)),
+        return JSONResponse(jsonable_encoder(self.body(shown_path(request.url.path) if request is not None else None)),
                             status_code=self.status, media_type=MEDIA_TYPE, headers=self.headers)
 
 
@@ -122,6 +123,15 @@ def from_exception(exc: BaseException) -> Problem | None:
     return None
 
 
+#: paths that carry a capability (a callback's token): never written out as they are
+_CAPABILITY_PATH = re.compile(r"^(/v1/callbacks/)[^/]+")
+
+
+def shown_path(path: str) -> str:
+    """``path`` as logs and problem bodies show it: a callback's token replaced (it is a capability)."""
+    return _CAPABILITY_PATH.sub(r"\1<token>", path)
+
+
 def count(request: Request, exc: BaseException, problem: Problem) -> None:
     """Count a refusal in the runtime's metrics (``docs/operations.md``, "Metrics"): another tenant's run,
     approval or dead letter answered as an unknown one (``tenant_denied``) as a cross-tenant attempt; a
@@ -164,7 +174,7 @@ def install(app: FastAPI) -> None:
         kind = _http_kind(exc.status_code)
         detail = exc.detail if isinstance(exc.detail, str) else TYPES[kind][1]
         if kind == "not-found" and detail == "Not Found":
-            detail = f"no such resource: {request.method} {request.url.path}"
+            detail = f"no such resource: {request.method} {shown_path(request.url.path)}"
         elif exc.status_code == 400 and detail == _UNPARSED:  # FastAPI's words for any body json cannot read
             detail = ("the request body is not JSON this API can read: send UTF-8 JSON text, nested less than "
                       "about a thousand levels deep, with numbers of at most 4,300 digits")
@@ -195,7 +205,7 @@ def install(app: FastAPI) -> None:
 
 def internal(request: Request, exc: BaseException) -> JSONResponse:
     """A bug of ours: logged with its traceback, answered without it."""
-    logging.getLogger("sealflow.server").error("internal error on %s %s", request.method, request.url.path,
+    logging.getLogger("sealflow.server").error("internal error on %s %s", request.method, shown_path(request.url.path),
                                                exc_info=exc)
     return Problem("internal", "an internal error occurred; it was logged on the server").response(request)
 

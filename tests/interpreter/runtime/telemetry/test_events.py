@@ -258,6 +258,7 @@ def test_a_callback_posted_to_its_url_completes_the_step_and_a_bad_one_is_a_404_
     again = client.post(f"/v1/callbacks/{token}", json={"data": {"image_url": "https://evil"}})
     # Then the forgery and the replay look like nothing waits (404), the invalid result is a 422, the right one done
     assert forged.status_code == 404 and again.status_code == 404, (forged.text, again.text)
+    assert again.json()["instance"] == "/v1/callbacks/<token>" and token not in again.text  # (a capability)
     assert invalid.status_code == 422 and "'image_url' is a required property" in invalid.json()["detail"]
     assert done.status_code == 200 and done.json()["result"] == "completed", done.text
     assert runtime.drive(waiting.run.id, until="final").state == "completed"
