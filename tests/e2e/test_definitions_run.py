@@ -44,6 +44,9 @@ SCENARIOS = {
     "weekly-report.v1.yaml": [
         ({}, ["user:lee", "user:dana"], "completed", None),
     ],
+    "lead-outreach.v1.yaml": [
+        ({"lead_id": "lead_midco"}, ["user:ben"], "completed", None),   # approved as the model drafted it
+    ],
     # the render waits for the provider's callback (`sealflow callbacks complete`; its test file completes it)
     "image-generation.v1.yaml": [
         ({"prompt": "a lighthouse at dawn", "requester": "usr_alice"}, [], "waiting", None),

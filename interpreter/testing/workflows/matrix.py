@@ -91,7 +91,12 @@ def _gates(plan: Plan) -> set[str]:
     return {s.id for s in plan.steps if s.approval is not None or s.requires_approval_if is not None}
 
 
-def _approve_all(plan: Plan, base: Case) -> dict[str, str]:
+def _approves(answer: Any) -> bool:
+    """Whether a case's answer to a gate approves it (as it is, or edited)."""
+    return answer == "approve" or isinstance(answer, dict)
+
+
+def _approve_all(plan: Plan, base: Case) -> dict[str, Any]:
     return {**{gate: "approve" for gate in _gates(plan)}, **base.approvals}
 
 
@@ -148,7 +153,7 @@ def derive(plan: Plan, cases: tuple[Case, ...] = (), *, registry: Registry = REG
         row["crash"] = _crash(plan, step, base, normal, registry, world)
         if step.id in gates:
             opener = next((b for b, written, (_, r) in zip(bases, cases, normals, strict=False)
-                           if written.approvals.get(step.id) == "approve" and step.id in r.steps), base)
+                           if _approves(written.approvals.get(step.id)) and step.id in r.steps), base)
             row.update(_gate(plan, step, opener, registry, world))
         rows[step.id] = row
     return Matrix(plan.name, rows)

@@ -514,12 +514,15 @@ def _drive(rt: Runtime, plan: Plan, case: Case, clock: FakeClock, result: CaseRe
         approver = _approver(waiting.get("approvers") or [], approvals[step])
         approvals[step] += 1
         try:
-            if decision == "approve":
+            if isinstance(decision, dict):  # approve with the show value edited
+                rt.approve(status.run.id, waiting["step"], actor=approver, edit=decision.get("edit"))
+            elif decision == "approve":
                 rt.approve(status.run.id, waiting["step"], actor=approver)
             elif decision == "reject":
                 rt.reject(status.run.id, waiting["step"], actor=approver, reason="rejected by the test")
         except SealflowError as exc:
-            result.fail(case.location, f"{decision} at {step} as {approver} was refused: {exc}")
+            verb = "approve with an edit" if isinstance(decision, dict) else decision
+            result.fail(case.location, f"{verb} at {step} as {approver} was refused: {exc}")
             return status
         if decision == "expire":
             due = waiting.get("due_at")

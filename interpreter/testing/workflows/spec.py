@@ -82,7 +82,8 @@ class Case:
     steps: dict[str, Answer]
     answers: dict[str, Any]
     faults: tuple[Fault, ...]
-    approvals: dict[str, str]
+    #: step id -> approve | reject | expire, or {"edit": VALUE} (approve with the show value edited)
+    approvals: dict[str, Any]
     cancel_at: str | None
     expect: dict[str, Any]
     #: where each expectation is written (for messages): key -> location
