@@ -8,7 +8,7 @@ of its prompt) and are lowered to the real figure when it ends (settled), so the
 
 When a call does not fit, :func:`free_at` says when it would: the moment enough of the oldest grants
 leave the window. The store takes and records grants in one transaction
-(:mod:`sealflow.store.sqlite.ratelimits`).
+(:mod:`sealflow.store.sql.ratelimits`).
 """
 
 from __future__ import annotations

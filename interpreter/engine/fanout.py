@@ -12,7 +12,7 @@ When a ``map`` or ``parallel`` step fails (more failures than tolerated, a budge
 redrive), the commit that ends its attempt cancels the children still in flight (the store does that) and,
 built here, the first compensation attempt of every *completed* child whose sub-flow has completed steps with
 ``compensate:``. The store undoes those children one at a time, newest completed first, across items
-(:meth:`~sealflow.store.sqlite.children.ChildrenMixin._undo_next`): the newest goes
+(:meth:`~sealflow.store.sql.children.ChildrenMixin._undo_next`): the newest goes
 ``completed -> compensating`` in that commit, each next one in the transaction that ends the previous one's
 undo. Within a child it is :mod:`sealflow.engine.compensation` unchanged: newest completed step
 first, each through the ledger under ``<child run>:<step>:compensate``, retried by ``compensate.retry``, a

@@ -5,7 +5,7 @@ out of memory, a segfault), stalled past its lease, or could not reach the store
 read-only, the database away); under ``isolation: process`` when its child process died. A loss says nothing
 about the step, so it never consumes the step's ``max_attempts``:
 
-* the sweeper (:mod:`sealflow.store.sqlite.sweep`) puts a lost attempt back to ``scheduled`` under a
+* the sweeper (:mod:`sealflow.store.sql.sweep`) puts a lost attempt back to ``scheduled`` under a
   new token, counts it in ``attempts.leases_lost`` and records what it observed in the attempt's
   ``error_message``; the worker that claims it **runs it again** (:func:`lost` returns None);
 * an isolated child's death is seen at once: the attempt is recorded ``failed`` (``worker_lost``) and the same

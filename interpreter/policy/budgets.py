@@ -218,7 +218,7 @@ def reserve(x: Execution, tokens: int, cost_usd: float) -> Failed | None:
     (``budget_exceeded``; a quota ends the run) means the call must not be made.
 
     The tenant's reservation is one row per attempt in the store, taken in one transaction with the
-    quota check (:mod:`sealflow.store.sqlite.reservations`), so concurrent calls cannot pass
+    quota check (:mod:`sealflow.store.sql.reservations`), so concurrent calls cannot pass
     the quota together; the step's commit settles it with the real figure."""
     own = x.step.budget
     for name, cap, more in (("max_tokens", own.max_tokens, tokens), ("max_cost_usd", own.max_cost_usd, cost_usd)):

@@ -5,7 +5,7 @@ Before each call an ``ai`` step or an ``agent`` turn makes to a model configured
 :mod:`sealflow.providers.config`), :func:`take` asks the store for one request and the call's
 worst case in tokens (the same estimate the quota reservation uses: an upper bound of the prompt plus
 ``max_tokens``), counted over the last 60 seconds by every worker sharing the store
-(:mod:`sealflow.store.sqlite.ratelimits`; PostgreSQL on the database clock). When the call
+(:mod:`sealflow.store.sql.ratelimits`; PostgreSQL on the database clock). When the call
 ends, :func:`settle` lowers the grant to the tokens really used, so the unused part frees at once; a call the
 model's circuit breaker refused was not made, and :func:`release` gives its grant back whole.
 

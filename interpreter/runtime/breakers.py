@@ -1,7 +1,7 @@
 """Operating circuit breakers: list them with their settings, reset one (audited).
 
 The breakers themselves are :mod:`sealflow.core.breakers` (rules),
-:mod:`sealflow.store.sqlite.breakers` (state in the store) and
+:mod:`sealflow.store.sql.breakers` (state in the store) and
 :mod:`sealflow.execution.breakers` (calls through them).
 """
 

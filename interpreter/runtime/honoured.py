@@ -17,7 +17,7 @@ from sealflow.dsl.plan import Plan
 NOT_YET: dict[str, str] = {
     # every declared control of the language is enforced by this build (locks, pools, run-level
     # concurrency: policy/coordination.py; priority: service/priority.py; breakers: execution/breakers.py;
-    # fan-out, map and parallel: steps/fanout.py with child runs, store/sqlite/children.py)
+    # fan-out, map and parallel: steps/fanout.py with child runs, store/sql/children.py)
 }
 
 def uses(plan: Plan) -> list[tuple[str, str | None]]:

@@ -6,7 +6,7 @@ element that is not JSON fails the step with ``invalid_request``. Otherwise the 
 its commit creates the children (:class:`~sealflow.store.changes.Spawn`), each running the
 sub-flow's nested plan (:func:`child_plan`, stored content-addressed like any plan). No worker is held while
 they run: the store promotes pending children and wakes the attempt when every child has ended or more have
-failed than tolerated (:mod:`sealflow.store.sqlite.children`).
+failed than tolerated (:mod:`sealflow.store.sql.children`).
 
 When woken (:func:`collect`): more failures than tolerated fail the step with the class of the first failure
 (the one that ended first; its ``on_error`` route, if any, is taken; a fan-out step is never retried whole);

@@ -53,7 +53,7 @@ class WorkNotification(Protocol):
 
 @runtime_checkable
 class UsageReservations(Protocol):
-    """Reservations of model usage against a tenant's daily quota (:mod:`.sqlite.reservations`)."""
+    """Reservations of model usage against a tenant's daily quota (:mod:`.sql.reservations`)."""
 
     def reserve_usage(self, key: str, run_id: str, tenant: str, day: int, tokens: int, cost_usd: float, now: float,
                       expires_at: float, *, max_tokens: int | None, max_cost_usd: float | None

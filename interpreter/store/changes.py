@@ -140,7 +140,7 @@ class ChildSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Spawn:
-    """The child runs a fan-out attempt creates in its own commit (:mod:`sealflow.store.sqlite.children`):
+    """The child runs a fan-out attempt creates in its own commit (:mod:`sealflow.store.sql.children`):
     the first ``concurrency`` queued, the rest pending until a sibling ends."""
 
     children: tuple[ChildSpec, ...]

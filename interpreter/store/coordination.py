@@ -23,7 +23,7 @@ first waiters' outbox rows due at once; every waiter's row is also due again whe
 lease ends (and at most :data:`RECHECK_S` later), so a holder that died wakes its waiters without any
 process noticing.
 
-The SQL lives in :mod:`sealflow.store.sqlite.slots` (shared by the PostgreSQL store).
+The SQL lives in :mod:`sealflow.store.sql.slots` (shared by the PostgreSQL store).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ class Limits(Protocol):
     def tenant_usage(self, tenant: str, day: int) -> tuple[int, float]:
         """Tokens and cost (USD) charged to ``tenant`` on UTC day number ``day``."""
 
-    # -- per-model rate limits (see :mod:`sealflow.store.sqlite.ratelimits`) ----------------------------------
+    # -- per-model rate limits (see :mod:`sealflow.store.sql.ratelimits`) ----------------------------------
     def rate_take(self, model: str, key: str, now: float, limit: Limit, tokens: int) -> float | None:
         """Grant call ``key`` against ``model``'s rate ``limit`` at ``now`` (None), else when it would fit."""
 
@@ -32,7 +32,7 @@ class Limits(Protocol):
     def rate_usage(self, model: str, now: float, window: float = WINDOW_S) -> tuple[int, int]:
         """The requests and tokens granted to ``model`` in the window ending at ``now``."""
 
-    # -- circuit breakers (see :mod:`sealflow.store.sqlite.breakers`) ------------------------------------------
+    # -- circuit breakers (see :mod:`sealflow.store.sql.breakers`) ------------------------------------------
     def breaker_admit(self, name: str, now: float, settings: BreakerSettings) -> Admission:
         """In one transaction: may a call behind breaker ``name`` go through now? An open breaker past its
         cool-down becomes half-open and gives this caller the one probe."""

@@ -4,8 +4,8 @@ API tokens (their secrets' hashes), ``/ui`` sessions (their ids' hashes), OIDC l
 finished, the server's own rate-limit grants (keys under :data:`RATE_PREFIX`), and signed events received
 (:mod:`sealflow.server.events`). The runtime's :class:`~sealflow.store.base.Store` does not carry them: the
 server reaches them through :class:`ServerStore` and :class:`SignedEvents`, which each backend also
-implements (SQLite: :mod:`.sqlite.tokens`, :mod:`.sqlite.sessions`, :mod:`.sqlite.events`; PostgreSQL the
-same SQL, its times on the database clock). :func:`server_store` types a store the server was handed.
+implements (the shared SQL: :mod:`.sql.tokens`, :mod:`.sql.sessions`, :mod:`.sql.events`; PostgreSQL's
+times on the database clock). :func:`server_store` types a store the server was handed.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class SessionRow:
 class ServerStore(Protocol):
     """API tokens, ``/ui`` sessions, OIDC logins and the server's request rate limits."""
 
-    # -- API tokens (see :mod:`sealflow.store.sqlite.tokens`) ---------------------------------------------------
+    # -- API tokens (see :mod:`sealflow.store.sql.tokens`) ---------------------------------------------------
     def create_api_token(self, token: ApiTokenRecord, now: float) -> ApiTokenRecord:
         """Record a new token (its secret's hash only); audited as ``api_token.created``."""
 
@@ -57,7 +57,7 @@ class ServerStore(Protocol):
     def revoke_api_token(self, token_id: str, now: float, *, actor: str) -> ApiTokenRecord:
         """Revoke a token (again: nothing changes); an unknown id raises :class:`InvalidOperation`."""
 
-    # -- sign-in state (see :mod:`sealflow.store.sqlite.sessions`) ----------------------------------------------
+    # -- sign-in state (see :mod:`sealflow.store.sql.sessions`) ----------------------------------------------
     def session_put(self, row: SessionRow, *, sweep: int = 100) -> None:
         """Record a new ``/ui`` session (its id's hash, never the id); sweep ended ones."""
 
@@ -85,7 +85,7 @@ class ServerStore(Protocol):
 
 @runtime_checkable
 class SignedEvents(Protocol):
-    """Signed events received (``POST /v1/events/{source}``, see :mod:`sealflow.store.sqlite.events`)."""
+    """Signed events received (``POST /v1/events/{source}``, see :mod:`sealflow.store.sql.events`)."""
 
     def event_answer(self, source: str, event_id: str) -> dict[str, Any] | None:
         """The answer recorded for event ``event_id`` of ``source`` (None: not seen)."""

@@ -133,7 +133,7 @@ class DbClockMixin(_Shared):
             deadline = None if deadline is None else deadline + shift
         return super().redrive(run_id, next_attempt, now, actor=actor, deadline=deadline)
 
-    # per-model rate limits (sqlite/ratelimits.py): the model's row locked, the window on the database clock
+    # per-model rate limits (sql/ratelimits.py): the model's row locked, the window on the database clock
     _LOCK_LIMIT = " FOR UPDATE"
 
     def rate_take(self, model: str, key: str, now: float, limit: Limit, tokens: int) -> float | None:

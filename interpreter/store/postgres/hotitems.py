@@ -3,7 +3,7 @@
 For each kind, ``*_item`` builds the item the database function reads (its audit events included, as
 :meth:`SqliteChain.bodies` gives them: the content hashed here, linked by the database) and ``*_result`` turns
 an ``ok`` answer into what the shared code returns for the same change. The events are the shared code's
-(:mod:`sealflow.store.sqlite.steps`, ``store.py``), built here in its order; a test compares the two
+(:mod:`sealflow.store.sql.steps`, ``store.py``), built here in its order; a test compares the two
 ways row by row, audit chain included.
 """
 
@@ -27,7 +27,7 @@ from sealflow.store.records import (
     NewRun,
     RunRecord,
 )
-from sealflow.store.sqlite import reservations, rows
+from sealflow.store.sql import reservations, rows
 
 dumps = rows.dumps
 

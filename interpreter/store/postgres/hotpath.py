@@ -19,7 +19,7 @@ from psycopg_pool import ConnectionPool
 from sealflow.store.errors import StoreError
 from sealflow.store.postgres import hotitems
 from sealflow.store.postgres.hot import GoGeneral, HotFailed, HotQueue, is_statement_error
-from sealflow.store.sqlite import rows
+from sealflow.store.sql import rows
 
 if TYPE_CHECKING:
     from sealflow.store.capabilities import SqlReads

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 from sealflow.store.errors import SchemaTooNew, StoreError
 from sealflow.store.postgres.chainlink import FUNCTION as CHAIN_LINK
 from sealflow.store.postgres.hotsql import FUNCTIONS as HOT_FUNCTIONS
-from sealflow.store.sqlite.breakers import PG_SCHEMA as PG_BREAKERS
-from sealflow.store.sqlite.children import PG_SCHEMA as PG_CHILDREN
-from sealflow.store.sqlite.deliveries import PG_SCHEMA as PG_DELIVERIES
-from sealflow.store.sqlite.events import PG_SCHEMA as PG_EVENTS
-from sealflow.store.sqlite.inbox import PG_SCHEMA as PG_INBOX
-from sealflow.store.sqlite.ratelimits import PG_SCHEMA as PG_RATELIMITS
-from sealflow.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_PG
-from sealflow.store.sqlite.reservations import PG_SCHEMA as PG_RESERVATIONS
-from sealflow.store.sqlite.sessions import PG_SCHEMA as PG_SESSIONS
+from sealflow.store.sql.breakers import PG_SCHEMA as PG_BREAKERS
+from sealflow.store.sql.children import PG_SCHEMA as PG_CHILDREN
+from sealflow.store.sql.deliveries import PG_SCHEMA as PG_DELIVERIES
+from sealflow.store.sql.events import PG_SCHEMA as PG_EVENTS
+from sealflow.store.sql.inbox import PG_SCHEMA as PG_INBOX
+from sealflow.store.sql.ratelimits import PG_SCHEMA as PG_RATELIMITS
+from sealflow.store.sql.ratelimits import TOTALS_BACKFILL, TOTALS_PG
+from sealflow.store.sql.reservations import PG_SCHEMA as PG_RESERVATIONS
+from sealflow.store.sql.sessions import PG_SCHEMA as PG_SESSIONS
 
 if TYPE_CHECKING:
     import psycopg
@@ -185,7 +185,7 @@ _V20_ERROR_TRACE = """
 ALTER TABLE attempts ADD COLUMN error_trace TEXT;
 """
 
-# locks and pools (store/sqlite/slots.py holds the SQL they run)
+# locks and pools (store/sql/slots.py holds the SQL they run)
 _V6_SLOTS = """
 CREATE TABLE slot_names (
   name TEXT PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0, ticket BIGINT NOT NULL DEFAULT 0,

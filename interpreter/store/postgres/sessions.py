@@ -1,4 +1,4 @@
-"""The server's sign-in state on PostgreSQL (:mod:`sealflow.store.sqlite.sessions`), with every
+"""The server's sign-in state on PostgreSQL (:mod:`sealflow.store.sql.sessions`), with every
 time stamped on the database's clock (``clock=db``): a session started by a server on one host expires at
 the same moment for a server on another, whatever their clocks say."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sealflow.store.sqlite.sessions import RATE_PREFIX, SessionRow, SessionsMixin
+from sealflow.store.sql.sessions import RATE_PREFIX, SessionRow, SessionsMixin
 
 
 class PgSessionsMixin(SessionsMixin):

@@ -78,8 +78,8 @@ from sealflow.store.postgres.pooling import StorePool
 from sealflow.store.postgres.sessions import PgSessionsMixin
 from sealflow.store.postgres.workers import WorkersMixin
 from sealflow.store.records import Due, Message, RunRecord, SweepReport
+from sealflow.store.sql import rows
 from sealflow.store.sql.store import SqlStore
-from sealflow.store.sqlite import rows
 
 _CURSOR = rows.CURSOR
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
@@ -116,7 +116,7 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
 
     max_retries = 50
     rides_out_outages = True  # a server that restarts or fails over comes back (Store.rides_out_outages)
-    _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sqlite/steps.py)
+    _fence_late = True  # Commit.seen: the fence's read arrives with the commit's others (sql/steps.py)
 
     def __init__(self, url: str, *, migrate: bool | None = None, clock: Clock | None = None,
                  clock_mode: str | None = None, pool_max: int | None = None):
@@ -265,7 +265,7 @@ class PostgresStore(HotPathMixin, DbClockMixin, PgSessionsMixin, WorkersMixin, S
         db, shift = self._on_db_clock(self.clock.now())  # next_at: computed on the store's clock, moved with it
         return self._settle_delivery(taken, db, state, None if next_at is None else next_at + shift, error, actor)
 
-    # the sweep is the SQLite store's (sqlite/sweep.py), on the database clock, taking due rows with
+    # the sweep is the SQLite store's (sql/sweep.py), on the database clock, taking due rows with
     # FOR UPDATE ... SKIP LOCKED so that concurrent sweepers never take the same one
     _LOCK_EXPIRED = " FOR UPDATE OF a, r SKIP LOCKED"
     _LOCK_TIMERS = " FOR UPDATE SKIP LOCKED"

@@ -11,7 +11,7 @@ it done.
 
 from __future__ import annotations
 
-from sealflow.store.sqlite import rows
+from sealflow.store.sql import rows
 
 _CURSOR = rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"

@@ -39,24 +39,24 @@ from sealflow.store.definitions import DefinitionRefused, DefinitionsMixin, Regi
 from sealflow.store.errors import IdempotencyConflict, IllegalTransition, NotFound
 from sealflow.store.prune import PruneMixin
 from sealflow.store.records import LazyResults, Message
+from sealflow.store.sql import admission as sqlite_admission
+from sealflow.store.sql import rows
+from sealflow.store.sql import slots as sqlite_slots
+from sealflow.store.sql.breakers import BreakersMixin
+from sealflow.store.sql.children import STOPPING, ChildrenMixin
 from sealflow.store.sql.conn import Conn, Row
+from sealflow.store.sql.deliveries import DeliveriesMixin
+from sealflow.store.sql.events import EventsMixin
+from sealflow.store.sql.inbox import InboxMixin
+from sealflow.store.sql.queries import QueriesMixin
+from sealflow.store.sql.ratelimits import RateLimitsMixin
+from sealflow.store.sql.reads import Reads
+from sealflow.store.sql.reservations import ReservationsMixin
+from sealflow.store.sql.sessions import SessionsMixin
 from sealflow.store.sql.statements import PLAN_PUT
-from sealflow.store.sqlite import admission as sqlite_admission
-from sealflow.store.sqlite import rows
-from sealflow.store.sqlite import slots as sqlite_slots
-from sealflow.store.sqlite.breakers import BreakersMixin
-from sealflow.store.sqlite.children import STOPPING, ChildrenMixin
-from sealflow.store.sqlite.deliveries import DeliveriesMixin
-from sealflow.store.sqlite.events import EventsMixin
-from sealflow.store.sqlite.inbox import InboxMixin
-from sealflow.store.sqlite.queries import QueriesMixin
-from sealflow.store.sqlite.ratelimits import RateLimitsMixin
-from sealflow.store.sqlite.reads import Reads
-from sealflow.store.sqlite.reservations import ReservationsMixin
-from sealflow.store.sqlite.sessions import SessionsMixin
-from sealflow.store.sqlite.steps import StepPathMixin
-from sealflow.store.sqlite.sweep import SweepMixin
-from sealflow.store.sqlite.tokens import TokensMixin
+from sealflow.store.sql.steps import StepPathMixin
+from sealflow.store.sql.sweep import SweepMixin
+from sealflow.store.sql.tokens import TokensMixin
 
 dumps = rows.dumps
 _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
@@ -113,7 +113,7 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
     def _run_to(self, c: Conn, now: float, run_id: str, before: str, after: str, actor: str = "system",
                 detail: Mapping[str, Any] | None = None, out: list[Message] | None = None) -> None:
         """Move a run. ``out``: the messages of the commit in progress that dispatches inline (a fan-out's
-        promoted child, its woken parent: store/sqlite/children.py), else None."""
+        promoted child, its woken parent: store/sql/children.py), else None."""
         if not states.run_can(before, after) or (before == "completed" and after != before and c.execute(
                 "SELECT parent_run_id FROM runs WHERE id = ?", (run_id,)).fetchone()[0] is None):
             # (completed -> compensating: a fan-out child's items undone, never a top-level run)
@@ -125,7 +125,7 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
             sqlite_slots.release_run(c, now, run_id)
         if ends or (after in STOPPING and before != after):
             # a fan-out child ended: count it, promote the next, wake the parent; a parent stopping: its
-            # children in flight stop too (store/sqlite/children.py)
+            # children in flight stop too (store/sql/children.py)
             self._fanout_moved(c, now, run_id, after, ends, (detail or {}).get("error_class"), actor, out)
 
     def slots(self, now: float, name: str | None = None) -> list[SlotHolder]:

@@ -191,67 +191,67 @@ def _definition_sources(conn: sqlite3.Connection) -> None:
 
 
 def _slots(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.slots import SCHEMA
+    from sealflow.store.sql.slots import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _api(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.tokens import SCHEMA
+    from sealflow.store.sql.tokens import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _events(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.events import SCHEMA
+    from sealflow.store.sql.events import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _inbox(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.inbox import SCHEMA
+    from sealflow.store.sql.inbox import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _reservations(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.reservations import SCHEMA
+    from sealflow.store.sql.reservations import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _ratelimits(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.ratelimits import SCHEMA
+    from sealflow.store.sql.ratelimits import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _rate_totals(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.ratelimits import TOTALS_BACKFILL, TOTALS_SQLITE
+    from sealflow.store.sql.ratelimits import TOTALS_BACKFILL, TOTALS_SQLITE
 
     _statements(TOTALS_SQLITE + TOTALS_BACKFILL)(conn)
 
 
 def _deliveries(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.deliveries import SCHEMA
+    from sealflow.store.sql.deliveries import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _sessions(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.sessions import SCHEMA
+    from sealflow.store.sql.sessions import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _children(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.children import SCHEMA
+    from sealflow.store.sql.children import SCHEMA
 
     _statements(SCHEMA)(conn)
 
 
 def _breakers(conn: sqlite3.Connection) -> None:
-    from sealflow.store.sqlite.breakers import SCHEMA
+    from sealflow.store.sql.breakers import SCHEMA
 
     _statements(SCHEMA)(conn)
 

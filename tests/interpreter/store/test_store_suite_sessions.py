@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from sealflow.core.ratelimits import Limit
-from sealflow.store.sqlite.sessions import RATE_PREFIX, SessionRow
+from sealflow.store.sql.sessions import RATE_PREFIX, SessionRow
 
 T0 = 1_700_000_000.0
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from sealflow.core import states
 from sealflow.core.fingerprints import fingerprint
 from sealflow.store.records import DeadLetterSpec, Due, Message, SweepReport
+from sealflow.store.sql import rows
 from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import OUTBOX_PUT
-from sealflow.store.sqlite import rows
 
 _ACTIVE, _CURSOR = rows.ACTIVE, rows.CURSOR
 _LIVE = "('queued','running','waiting','cancelling','compensating')"
@@ -38,7 +38,7 @@ class SweepMixin:
     #: is an outbox row due (a read, before a write transaction is begun for nothing)
     _OUTBOX_DUE = "SELECT 1 FROM outbox WHERE sent_at IS NULL AND due_at <= ? LIMIT 1"
 
-    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its step path's (sealflow.store.sqlite.steps)
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its step path's (sealflow.store.sql.steps)
         def _tx(self) -> AbstractContextManager[Conn]: ...
         def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
         def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sealflow.store.records import RunQuery, RunRecord
+from sealflow.store.sql import rows
 from sealflow.store.sql.conn import Row
-from sealflow.store.sqlite import rows
 
 #: the most runs one page may hold
 MAX_PAGE = 500

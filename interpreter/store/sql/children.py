@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 from sealflow.core import states
 from sealflow.store.errors import ConcurrencyError
 from sealflow.store.records import ChildRecord, Message, NextAttempt, RunRecord, Spawn
+from sealflow.store.sql import rows
 from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import OUTBOX_PUT, PLAN_PUT
-from sealflow.store.sqlite import rows
 
 SCHEMA = """
 ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
@@ -72,7 +72,7 @@ def child_id(parent: str, step_id: str, attempt: int, index: int) -> str:
 
 
 class ChildrenMixin:
-    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its step path's (sealflow.store.sqlite.steps)
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its step path's (sealflow.store.sql.steps)
         def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]: ...
         def _get_run(self, c: Conn, run_id: str) -> RunRecord: ...
         def _audit(self, c: Conn, now: float, run_id: str | None, step_id: str | None, event: str,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sealflow.store.deliveries import DELIVERY_STATES, DeliveryRecord, NewDelivery
 from sealflow.store.sql.conn import Conn, Row
-from sealflow.store.sqlite.rows import where
+from sealflow.store.sql.rows import where
 
 _COLS = "id, channel, kind, run_id, step_id, tenant, payload, state, attempts, next_at, created_at, updated_at, " \
         "last_error"

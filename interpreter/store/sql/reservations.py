@@ -5,7 +5,7 @@ A mixin of :class:`SqliteStore` (and so of the PostgreSQL store). Before a model
 transaction that also reads the tenant's usage and every live reservation: the reservation is refused
 when used + reserved + worst case would pass a quota, so concurrent calls cannot overshoot it together.
 The step's commit charges the real usage and drops the attempt's reservation in the same transaction
-(:mod:`sealflow.store.sqlite.steps`); a reservation whose attempt died expires at
+(:mod:`sealflow.store.sql.steps`); a reservation whose attempt died expires at
 ``expires_at`` (the attempt's deadline plus a margin).
 """
 

@@ -44,10 +44,10 @@ from sealflow.store.records import (
     Spawn,
     StepChange,
 )
+from sealflow.store.sql import admission as sqlite_admission
+from sealflow.store.sql import deliveries, reservations, rows
+from sealflow.store.sql import slots as sqlite_slots
 from sealflow.store.sql.conn import Conn, Cursor, Row
-from sealflow.store.sqlite import admission as sqlite_admission
-from sealflow.store.sqlite import deliveries, reservations, rows
-from sealflow.store.sqlite import slots as sqlite_slots
 
 dumps = rows.dumps
 _SET_RUN = ("rev = rev + 1, updated_at = ?, output = COALESCE(?, output), "
@@ -91,7 +91,7 @@ class StepPathMixin:
     #: reading it first costs a round trip (PostgreSQL); SQLite reads it first, for nothing
     _fence_late = False
 
-    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its fan-out's (sealflow.store.sqlite.children)
+    if TYPE_CHECKING:  # the store's (sealflow.store.sql.store) and its fan-out's (sealflow.store.sql.children)
         def _pending_of(self, c: Any) -> list[Row]: ...  # the audit rows of ``c``'s transaction in progress
         def _tx(self) -> AbstractContextManager[Conn]: ...
         def _get_run(self, c: Conn, run_id: str) -> RunRecord: ...

@@ -14,10 +14,10 @@ from sealflow.store.base import (
     OutboxRecord,
     TimerRecord,
 )
+from sealflow.store.sql import admission as sqlite_admission
+from sealflow.store.sql import rows
 from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import tenant_args, tenant_is
-from sealflow.store.sqlite import admission as sqlite_admission
-from sealflow.store.sqlite import rows
 
 
 class _OneConnection(Protocol):
