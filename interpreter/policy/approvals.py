@@ -115,7 +115,7 @@ def opening(x: Execution, ap: ApprovalPlan, now: float) -> dict[str, Any]:
     return {"opened_at": now, "approvers": list(ap.approvers), "quorum": ap.quorum, "show": shown,
             "show_hash": show_hash(shown), "plan_digest": x.run.plan_digest,
             "separation_of_duties": ap.separation_of_duties, "approvals": [],
-            "gate_for": x.step.id if x.gate else None}
+            "gate_for": x.step.id if x.gate else None, "editable": ap.editable_schema is not None}
 
 
 def _binding_changed(x: Execution, ap: ApprovalPlan) -> dict[str, Any] | None:

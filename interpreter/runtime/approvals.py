@@ -115,6 +115,7 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "input": REDACTOR.value(run.input), "show": REDACTOR.value(shown(data)[0]),
                     "show_hash": shown(data)[1],
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
+                    "editable": bool(data.get("editable")), "edited_by": (data.get("edit") or {}).get("by"),
                     "due_at": att.due_at})
         if run.parent_run_id is not None:  # an item of a fan-out: the item is what the approver decides on
             out[-1].update(input=REDACTOR.value(desk.store.get_run(run.parent_run_id).input),

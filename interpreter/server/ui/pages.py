@@ -231,6 +231,17 @@ def approvals(request: Request, notice: str | None = None) -> Response:
                  notice={"approved": "Approved.", "rejected": "Rejected."}.get(notice or ""))
 
 
+def _edited(text: str | None, rt: Any, session: Session, run_id: str, step_id: str) -> tuple[Any] | None:
+    """The payload an approver sent back from an editable gate's field, when it differs from what the gate shows
+    (None: approved as shown); ValueError when it is not JSON."""
+    if text is None or not text.strip():
+        return None
+    value = json.loads(text)  # (a ValueError: refused as a bad form, nothing decided)
+    shown = next((g.get("show") for g in rt.approvals_waiting(session.principal, session.tenant)
+                  if g.get("run_id") == run_id and g.get("step") in (step_id, f"{step_id}@gate")), None)
+    return None if value == shown else (value,)
+
+
 @router.post("/approvals/{run_id}/{step_id}")
 async def decide(request: Request, run_id: str, step_id: str) -> Response:
     session = _session(request)
@@ -242,6 +253,17 @@ async def decide(request: Request, run_id: str, step_id: str) -> Response:
     try:
         body = Decision(decision=form.get("decision", ""), reason=form.get("reason", ""),
                         payload_hash=form.get("payload_hash", ""))
+    except ValueError:
+        return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
+                     error="refused: the decision must be approve or reject, with the payload hash shown")
+    try:
+        edited = _edited(form.get("edit"), rt, session, run_id, step_id) if body.decision == "approve" else None
+    except ValueError as exc:
+        return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
+                     error=f"refused: the edited payload is not JSON ({exc}); nothing was decided")
+    try:
+        if edited is not None:
+            body = Decision(decision=body.decision, reason=body.reason, payload_hash=body.payload_hash, edit=edited[0])
     except ValueError:
         return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
                      error="refused: the decision must be approve or reject, with the payload hash shown")

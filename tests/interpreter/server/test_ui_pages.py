@@ -180,3 +180,50 @@ def test_revoking_the_token_signed_in_with_ends_the_session(client, rt):
     rt.store.revoke_api_token(text.split("_")[1], rt.clock.now(), actor="user:root")
     # Then his next page sends him to sign in
     assert client.get("/ui/runs", follow_redirects=False).headers["location"] == "/ui/signin"
+
+
+EDITABLE = b"""\
+sealflow: 1
+name: outreach
+version: 1
+owner: team:t
+steps:
+  - id: draft
+    set: {subject: "'Hello'", body: "'buy now!!!'"}
+  - id: review
+    approval:
+      approvers: [role:manager]
+      timeout: 24h
+      show: "steps.draft.output"
+      editable:
+        schema: {type: object, required: [subject, body], additionalProperties: false,
+                 properties: {subject: {type: string}, body: {type: string}}}
+"""
+
+
+def test_an_editable_gate_is_corrected_from_the_page_and_a_bad_edit_changes_nothing(client, rt):
+    # Given alice's run waiting at an editable review, and bob signed in
+    from sealflow.dsl.api import compile_bytes
+
+    run_id = rt.submit(compile_bytes(EDITABLE, "<outreach>"), {}, initiator="user:alice", tenant="acme")
+    rt.drive(run_id)
+    sign_in(client, token(rt))
+    page = client.get("/ui/approvals").text
+    assert 'name="edit"' in page and "buy now!!!" in page  # the field, filled with what the gate shows
+    show_hash = re.search(r'name="payload_hash" value="([^"]+)"', page).group(1)
+    url = f"/ui/approvals/{run_id}/review"
+    # When he sends an edit that is not JSON, then one the schema refuses, then a right one
+    garbled = client.post(url, data={"csrf_token": csrf_of(page), "decision": "approve", "payload_hash": show_hash,
+                                     "edit": "{not json"})
+    refused = client.post(url, data={"csrf_token": csrf_of(page), "decision": "approve", "payload_hash": show_hash,
+                                     "edit": '{"subject": "Hi"}'})
+    done = client.post(url, data={"csrf_token": csrf_of(page), "decision": "approve", "payload_hash": show_hash,
+                                  "edit": '{"subject": "Hi", "body": "Thanks for your time."}'},
+                       follow_redirects=False)
+    # Then only the last counts, and the run goes on with the edited value
+    assert garbled.status_code == 422 and "the edited payload is not JSON" in garbled.text
+    assert refused.status_code == 409 and "editable schema" in refused.text
+    assert done.status_code == 303, done.text
+    finished = rt.drive(run_id, until="final")
+    review = [a for a in finished.attempts if a.step_id == "review"][-1]
+    assert finished.state == "completed" and review.output["show"] == {"subject": "Hi", "body": "Thanks for your time."}
