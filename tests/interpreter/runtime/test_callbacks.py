@@ -138,3 +138,11 @@ def test_a_callback_that_never_comes_times_out_the_retry_gets_a_new_token_and_th
     assert rt.drive(waiting.run.id, until="final").output == "https://img/second.png"
     # And once it completed the step, the second token is used: nothing more is accepted
     assert refusal(rt, second.token, data={"image_url": "again"}) == "superseded"
+
+
+def test_a_run_cancelled_while_it_waits_for_its_callback_refuses_the_late_result(rt, plan, handed):
+    waiting = rt.run(plan, {}, initiator="user:a")
+    rt.cancel(waiting.run.id, reason="no longer needed")
+    assert rt.drive(waiting.run.id, until="final").state == "cancelled"
+    assert refusal(rt, handed[0].token, data={"image_url": "https://img/late.png"}) == "superseded"
+    assert rt.status(waiting.run.id).state == "cancelled"

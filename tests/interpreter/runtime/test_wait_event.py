@@ -120,3 +120,41 @@ def test_an_event_delivered_as_the_wait_begins_is_found_by_its_second_look(rt, p
     # Then the wait's second look takes it
     done = rt.drive(waiting, until="final")
     assert done.state == "completed" and done.output == {"file_id": "f5", "clean": True}
+
+
+def test_each_item_of_a_map_waits_for_its_own_event(rt):
+    # Given a map whose items each wait for the verdict on their file
+    fanned = compile_bytes(b"""\
+sealflow: 1
+name: many-scans
+version: 1
+owner: team:t
+steps:
+  - id: each
+    map:
+      items: "['f1', 'f2']"
+      concurrency: 2
+      max_items: 2
+      steps:
+        - id: verdict
+          wait: {event: scan.finished, match: "event.data.file_id == item", timeout: 1h}
+""", "<many-scans>")
+    waiting = rt.run(fanned, {}, initiator="user:a")
+    # When the verdicts come, the second item's first
+    (second,) = rt.offer_event("default", "scanner", "v2", "scan.finished", {"file_id": "f2"})
+    (first,) = rt.offer_event("default", "scanner", "v1", "scan.finished", {"file_id": "f1"})
+    # Then each child run took its own, and the map completed with them in item order
+    assert second.run_id.endswith(".each.1") and first.run_id.endswith(".each.0")
+    done = rt.drive(waiting.run.id, until="final")
+    each = [a for a in done.attempts if a.step_id == "each"][-1]
+    assert done.state == "completed" and each.output == [{"file_id": "f1"}, {"file_id": "f2"}]
+
+
+def test_a_run_cancelled_while_it_waits_takes_no_event_after(rt, plan):
+    # Given a run waiting for its verdict, cancelled
+    waiting = rt.run(plan, {"file_id": "f1"}, initiator="user:a")
+    rt.cancel(waiting.run.id, reason="no longer needed")
+    assert rt.drive(waiting.run.id, until="final").state == "cancelled"
+    # When the verdict arrives / Then nothing takes it, and the run stays cancelled
+    assert rt.offer_event("default", "scanner", "late", "scan.finished", {"file_id": "f1", "clean": True}) == []
+    assert rt.status(waiting.run.id).state == "cancelled"
