@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.dsl.errors import DslError
 from sealflow.dsl.plan import ApprovalPlan
+from sealflow.execution import schemacheck
 from sealflow.policy import access as acc
 from sealflow.policy.authz import Unauthorized
 from sealflow.store.base import AttemptRecord, AuditEvent, RunRecord
@@ -258,18 +259,14 @@ def _edited(x: Execution, ap: ApprovalPlan, actor: str, data: dict[str, Any],
             value: Any) -> tuple[dict[str, Any], AuditEvent]:
     """The gate's data with ``actor``'s edit of its show value (checked), and its audit event (before and after);
     a :class:`Refusal` when the gate is not editable or the value fails its schema."""
-    from jsonschema import Draft202012Validator
-
     if ap.editable_schema is None:
         raise Refusal("not_editable", InvalidOperation(
             f"the approval of step {x.step_id!r} of run {x.run.id} is not editable (its definition declares no "
             "editable: {schema}); approve it as it is, or reject it with a reason"), x.step_id)
-    errors = sorted(Draft202012Validator(ap.editable_schema).iter_errors(value), key=lambda e: list(e.path))
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(the value)"
+    broken = schemacheck.problem(x, ap.editable_schema, value, "editable")
+    if broken is not None:
         raise Refusal("invalid_edit", InvalidOperation(
-            f"the edit of step {x.step_id!r} does not pass its editable schema at {where}: {errors[0].message}"),
-            x.step_id)
+            f"the edit of step {x.step_id!r} does not pass its editable schema {broken}"), x.step_id)
     before, before_hash = shown(data)
     after_hash = show_hash(value)
     new = dict(data)

@@ -18,12 +18,10 @@ import dataclasses
 import hmac
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-
 from sealflow.core.errors import ERROR_CLASSES
 from sealflow.core.ids import split_step_id
 from sealflow.core.outcomes import Failed, Outcome, Succeeded
-from sealflow.execution import callbacks
+from sealflow.execution import callbacks, schemacheck
 from sealflow.execution.callbacks import CallbackRefused
 from sealflow.steps import wait
 from sealflow.store.errors import InvalidOperation, NotFound
@@ -187,11 +185,9 @@ class CallbackHearing:
             if failed is not None:
                 return Failed(failed, message or f"the called system reported {failed}"), (done,)
             spec = x.step.callback
-            if spec is not None and spec.result_schema is not None:
-                errors = sorted(Draft202012Validator(spec.result_schema).iter_errors(data), key=lambda e: list(e.path))
-                if errors:
-                    where = "/".join(str(p) for p in errors[0].absolute_path) or "(the result)"
-                    raise refuse("invalid", f"the posted result at {where}: {errors[0].message}", x.step_id)
+            broken = schemacheck.problem(x, spec.result_schema if spec is not None else None, data, "callback")
+            if broken is not None:
+                raise refuse("invalid", f"the posted result {broken}", x.step_id)
             return Succeeded(data, detail={"callback": {"token": shown}}), (done,)
 
         try:

@@ -9,34 +9,23 @@ from typing import Any
 
 from sealflow.core.outcomes import Failed
 from sealflow.dsl import expressions
+from sealflow.execution import schemacheck
 from sealflow.execution.context import Execution
 
 
 def schema_failure(x: Execution, schema: dict[str, Any] | None, output: Any) -> str | None:
     """The best-matching schema error for ``output``, or None when it conforms."""
-    if schema is None:
-        return None
-    key = (x.plan.digest, x.step.id, "schema")
-    validator = x.services.validators.get(key)
-    if validator is None:
-        import jsonschema
-
-        cls = jsonschema.validators.validator_for(schema)
-        validator = x.services.validators[key] = cls(schema)
-    error = jsonschema_best(validator, output)
-    return error
+    found = schemacheck.problem(x, schema, output, "schema")
+    return None if found is None else f"output does not match output_schema {found}"
 
 
 def jsonschema_best(validator: Any, output: Any) -> str | None:
-    errors = list(validator.iter_errors(output))
-    if not errors:
+    found = schemacheck.best_error(validator, output)
+    if found is None:
         return None
-    import jsonschema
-
-    best = jsonschema.exceptions.best_match(errors)
-    where = "/".join(str(p) for p in best.absolute_path) or "(root)"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"output does not match output_schema at {where}: {best.message}{more}"
+    where, why, count = found
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return f"output does not match output_schema at {where}: {why}{more}"
 
 
 def validation_failure(x: Execution, output: Any) -> Failed | None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from sealflow.core.outcomes import Failed, Outcome, Succeeded, Waiting
 from sealflow.dsl import expressions
 from sealflow.dsl.durations import format_ms
 from sealflow.dsl.plan import WaitPlan
+from sealflow.execution import schemacheck
 from sealflow.execution.context import Execution
 from sealflow.steps.sections import section
 from sealflow.store.inbox import DEFAULT_KEEP_S, InboxEvent
@@ -79,11 +78,9 @@ def offer(x: Execution, spec: WaitPlan, event: InboxEvent) -> tuple[str, str | N
             return UNMATCHED, f"match could not be evaluated on it: {exc}"
         if not matched:
             return UNMATCHED, "match is false"
-    if spec.event_schema is not None:
-        errors = sorted(Draft202012Validator(spec.event_schema).iter_errors(event.data), key=lambda e: list(e.path))
-        if errors:
-            where = "/".join(str(p) for p in errors[0].absolute_path) or "(the data)"
-            return REFUSED, f"event {event.id} ({event.type}) data at {where}: {errors[0].message}"
+    broken = schemacheck.problem(x, spec.event_schema, event.data, "event_schema")
+    if broken is not None:
+        return REFUSED, f"event {event.id} ({event.type}) data {broken}"
     return TAKEN, None
 
 
