@@ -261,6 +261,10 @@ class Compiler(StepKinds, FanOutKinds):
                            p + ("permissions", j), f"add {perm!r} to the top-level permissions, for review")
         timeout = self.duration(s.timeout, p + ("timeout",), *STEP_TIMEOUT_MS, "timeout") if s.timeout else None
         retry = self.retry_policy(s.retry, p + ("retry",)) if s.retry is not None else self.default_retry
+        if s.retry is not None and s.wait is not None and s.wait.event is not None:
+            self.error("C418", f"step {s.id!r} waits for an event: it is not retried (its timeout is its bound, and "
+                               "a retry would wait again for an event that did not come)", p + ("retry",),
+                       "wait longer with a longer wait.timeout, and route the timeout with on_error")
         self._replay_check(s, kind, retry, p)
         fields: dict[str, Any] = {}
         edges: list[Edge] = []

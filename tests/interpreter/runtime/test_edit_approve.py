@@ -118,3 +118,14 @@ def test_a_gate_that_is_not_editable_refuses_an_edit(rt, sent):
     waiting = rt.run(compile_bytes(text, "<plain>"), {"to": "c@example.com"}, initiator="user:a")
     with pytest.raises(InvalidOperation, match="is not editable"):
         rt.approve(waiting.run.id, "review", actor="user:bob", edit=EDITED)
+
+
+def test_the_initiator_may_not_edit_its_own_runs_gate_and_nothing_changes(rt, sent):
+    # Given alice's run at the review (separation of duties: she may not approve her own run)
+    waiting = rt.run(plan(), {"to": "c@example.com"}, initiator="user:alice")
+    # When she tries to approve it with her own edit
+    with pytest.raises(Exception, match="initiator|separation"):
+        rt.approve(waiting.run.id, "review", actor="user:alice", edit=EDITED)
+    # Then the gate still shows the draft, unedited
+    status = rt.status(waiting.run.id)
+    assert status.waiting["show"]["body"] == "Dear customer, buy now!!!" and "edited_by" not in status.waiting
