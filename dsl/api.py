@@ -87,7 +87,11 @@ def check_document(doc: Document, *, actions: dict[str, ActionInfo] | None = Non
     if definition is None:
         result.diagnostics = sort_diagnostics(diags + _template_syntax(doc))
         return result
-    plan, diags = compile_definition(doc, definition, actions=actions, root=root, facts=facts)
+    def check_called(data: bytes, path: str) -> CheckResult:  # a workflow this one calls, compiled alike
+        return check_bytes(data, path, actions=actions, root=root, facts=facts)
+
+    plan, diags = compile_definition(doc, definition, actions=actions, root=root, facts=facts,
+                                     check_called=check_called)
     result.plan = plan
     if lint and plan is not None:
         from sealflow.dsl.lint import lint as run_lint

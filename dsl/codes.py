@@ -76,6 +76,9 @@ CODES: dict[str, tuple[str, str]] = {
     "C425": ("warning", "a value that may be null flows into a parameter that does not take null"),
     "C426": ("error", "a model the project does not configure"),
     "C427": ("warning", "an action needs a secret that nothing here provides"),
+    "C428": ("error", "a called workflow cannot be found or does not compile"),
+    "C429": ("error", "a called workflow declares permissions its caller does not (least privilege widened)"),
+    "C430": ("error", "a call cycle, or calls nested deeper than the bound"),
     # lint
     "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
     "L501": ("warning", "model output flows into an irreversible action unchecked"),
@@ -124,6 +127,7 @@ CODES: dict[str, tuple[str, str]] = {
     "D632": ("info", "fan-out narrowed: map concurrency, max_items or tolerate_failures lowered"),
     "D633": ("review", "what a wait takes from outside changed: its event's type, source, match or schema"),
     "D634": ("review", "a callback added, removed or changed: the step's result comes from outside"),
+    "D635": ("review", "a called workflow changed: another workflow, version or digest runs as the step's child"),
 }
 
 

@@ -43,10 +43,7 @@ class FanOutKinds:
 
     def _fanout_fields(self, s: Step, p: Pointer) -> None:
         """A fan-out step carries only its id, names, ``when``, ``next``, ``on_error`` and ``lint``."""
-        for name, field in Step.model_fields.items():
-            key = field.alias or name
-            if key in FANOUT_STEP_FIELDS or name not in s.model_fields_set:
-                continue
+        for key in fields_beyond(s, FANOUT_STEP_FIELDS):
             self.error("C418", f"{s.kinds()[0]} step {s.id!r} does not take {key!r}: it belongs on the steps of "
                        "its sub-flow", p + (key,), f"move {key!r} into the sub-flow's steps", key=True)
 
@@ -106,6 +103,12 @@ class FanOutKinds:
         self._fanout_fields(s, p)
         value = self._map(s, p) if kind == "map" else self._parallel(s, p)
         return None if value is None else {kind: value}
+
+
+def fields_beyond(s: Step, allowed: frozenset[str]) -> list[str]:
+    """The fields ``s`` sets (as written: ``with``, not ``with_``) that are not in ``allowed``."""
+    return [field.alias or name for name, field in Step.model_fields.items()
+            if name in s.model_fields_set and (field.alias or name) not in allowed]
 
 
 def nested_fanout(steps: list[Step], base: Pointer, inside: str | None = None) -> list[tuple[Pointer, str, str]]:

@@ -8,11 +8,12 @@ returns a :class:`Plan` only when there are none. Expression checks live in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
 from sealflow.dsl import graph
+from sealflow.dsl.compile_call import CallKinds
 from sealflow.dsl.compile_fanout import FanOutKinds, all_model_steps, nested_fanout
 from sealflow.dsl.compile_steps import StepKinds
 from sealflow.dsl.document import Pointer
@@ -92,10 +93,13 @@ class FlowIds(Sequence[str]):
         return step in self._members
 
 
-class Compiler(StepKinds, FanOutKinds):
+class Compiler(StepKinds, FanOutKinds, CallKinds):
     def __init__(self, doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
-                 root: Path | None = None, facts: ProjectFacts | None = None):
+                 root: Path | None = None, facts: ProjectFacts | None = None,
+                 check_called: Callable[[bytes, str], Any] | None = None):
         self.doc = doc
+        #: compiles a workflow a ``call`` names (dsl.api.check_bytes with this compile's settings; None: no calls)
+        self.check_called = check_called
         self.d = definition
         self.actions = actions
         self.facts = facts or ProjectFacts()
@@ -220,6 +224,11 @@ class Compiler(StepKinds, FanOutKinds):
                     self.error("C403", f"step {s.id!r} has no kind key", p, "add one of: " + ", ".join(KIND_KEYS))
         for p, sid, inside in nested_fanout(self.d.steps, ()):
             failed = True
+            if p[-1] == "call":
+                self.error("C419", f"step {sid!r} calls a workflow inside {inside!r}, which fans out; a call does "
+                           "not sit in a map or parallel sub-flow", p, key=True,
+                           hint="call one workflow that maps over the items instead")
+                continue
             self.error("C419", f"step {sid!r} fans out inside {inside!r}, which already fans out; fan-out does not "
                        "nest (the product of two bounds is no declared bound)", p, key=True,
                        hint="map over one flat list (built by the step before), or fan out again in a later step")
@@ -289,6 +298,11 @@ class Compiler(StepKinds, FanOutKinds):
             fields["fail"] = FailPlan(error=s.fail.error, message=s.fail.message)
         elif s.succeed is not None:
             fields["succeed_output"] = s.succeed.output
+        elif s.call is not None:
+            call = self._call(s, p)
+            if call is None:
+                return None
+            fields["call"] = call
         else:  # map, parallel
             fanout = self._fanout(s, kind, p)
             if fanout is None:
@@ -440,8 +454,9 @@ def _first_unsafe_number(value: Any, pointer: Pointer = (), depth: int = 0) -> t
 
 
 def compile_definition(doc: Document, definition: Definition, *, actions: dict[str, ActionInfo] | None = None,
-                       root: Path | None = None, facts: ProjectFacts | None = None
+                       root: Path | None = None, facts: ProjectFacts | None = None,
+                       check_called: Callable[[bytes, str], Any] | None = None
                        ) -> tuple[Plan | None, list[Diagnostic]]:
-    compiler = Compiler(doc, definition, actions=actions, root=root, facts=facts)
+    compiler = Compiler(doc, definition, actions=actions, root=root, facts=facts, check_called=check_called)
     plan = compiler.compile()
     return plan, compiler.diagnostics

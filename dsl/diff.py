@@ -94,6 +94,18 @@ class _Differ(StepChecks):
         """Pointer inside step ``step_id`` of the new file."""
         return (*self.new_pointer[step_id], *rest)
 
+    def _call(self, old: PlanStep, new: PlanStep, sid: str) -> None:
+        """D635: the workflow a step calls changed (its digest: every change inside it); the called workflow's own
+        findings follow, each named by the call."""
+        what, inner = _called(old, new)
+        n = new.call
+        self.add("D635", f"called workflow {what}: what runs as this step's child changed", self.sp(sid, "call")
+                 if n is not None else self.sp(sid), step=sid, old=None if old.call is None else old.call.digest,
+                 new=None if n is None else n.digest)
+        for f in inner:
+            self.add(f.code, f"in {n.workflow if n else '?'} (called by step {sid!r}): {f.message}",
+                     self.sp(sid, "call"), step=sid, old=f.old, new=f.new)
+
     # -- the whole workflow ------------------------------------------------------------------------
     def run(self) -> list[Finding]:
         o, n = self.old, self.new
@@ -261,6 +273,8 @@ class _Differ(StepChecks):
             self.add("D634", f"callback {what}", self.sp(sid, "callback") if ns.callback else self.sp(sid), step=sid,
                      old=None if os_.callback is None else os_.callback.timeout_ms,
                      new=None if ns.callback is None else ns.callback.timeout_ms)
+        if (os_.call is None) != (ns.call is None) or (os_.call and ns.call and os_.call.digest != ns.call.digest):
+            self._call(os_, ns, sid)
         if ns.wait is not None and ns.wait.event is not None:
             before = os_.wait if os_.wait is not None else None
             changed = [f for f in ("event", "source", "match", "event_schema")
@@ -291,6 +305,17 @@ class _Differ(StepChecks):
             self.add("D622", "output_schema removed: model output is no longer checked against a schema",
                      self.sp(sid, ns.kind), step=sid, old=_output_schema(os_), new=None)
 
+
+
+def _called(old: PlanStep, new: PlanStep) -> tuple[str, list[Finding]]:
+    """What changed in a call (a message), and the changes inside the called workflow when both call one."""
+    o, n = old.call, new.call
+    if o is None or n is None:
+        return ("added: this step now runs " + f"{n.workflow} v{n.version} ({n.digest[:19]}...)" if n is not None
+                else "removed"), []
+    inner = diff_plans(o.plan, n.plan) if o.workflow == n.workflow else []
+    return (f"{o.workflow} v{o.version} ({o.digest[:19]}...) -> {n.workflow} v{n.version} ({n.digest[:19]}...)",
+            inner)
 
 
 def _output_schema(step: PlanStep) -> Any:

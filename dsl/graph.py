@@ -218,6 +218,7 @@ _SHAPES = {
     "terminal": ('(["', '"])', "box, style=\"rounded,bold\""),
     "fanout": ('[/"', '"\\]', "trapezium"),
     "join": ('[\\"', '"/]', "invtrapezium"),
+    "call": ('[["', '"]]', "box, peripheries=2"),
 }
 _DASHED = ("error", "timeout", "skip")
 
@@ -246,7 +247,7 @@ def _flow(steps: Iterable[PlanStep], end: str, nodes: list[Node], edges: list[Ed
     for s in steps:
         kind = str(s.kind)
         shape = {"approval": "approval", "wait": "wait", "switch": "switch", "succeed": "terminal",
-                 "fail": "terminal", "map": "fanout", "parallel": "fanout"}.get(kind, "step")
+                 "fail": "terminal", "map": "fanout", "parallel": "fanout", "call": "call"}.get(kind, "step")
         detail = s.action or kind
         if kind == "approval" and s.approval is not None:
             detail = "approval: " + ", ".join(s.approval.approvers)
@@ -258,6 +259,8 @@ def _flow(steps: Iterable[PlanStep], end: str, nodes: list[Node], edges: list[Ed
             detail = f"map over {s.map.items}: {s.map.concurrency} at once, at most {s.map.max_items} items"
         elif s.parallel is not None:
             detail = f"parallel: {len(s.parallel.branches)} branches"
+        elif s.call is not None:
+            detail = f"calls {s.call.workflow} v{s.call.version} ({s.call.digest[:19]}...)"
         nodes.append((s.id, shape, s.id, detail))
         source = s.id
         if s.subflows():

@@ -32,6 +32,7 @@ class StepKind(StrEnum):
     SUCCEED = "succeed"
     MAP = "map"
     PARALLEL = "parallel"
+    CALL = "call"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,8 +51,9 @@ class KindTraits:
     #: its effect is that of the actions it calls (an ``action``'s, an ``agent``'s tools'): reauthorisation and
     #: the security diff judge it by them; other kinds act on nothing outside the run
     has_effect: bool = False
-    #: runs sub-flows (``map``, ``parallel``): no code, timeout or retry of its own (its children have theirs);
-    #: its commit closes the fan-out; an attempt lost with its worker is simply run again
+    #: runs child runs (``map``, ``parallel``: sub-flows; ``call``: another workflow): no code, timeout or retry
+    #: of its own (its children have theirs); its commit closes the fan-out; an attempt lost with its worker is
+    #: simply run again
     fans_out: bool = False
     #: parks the run until a person decides or a time comes (``approval``, ``wait``)
     waits: bool = False
@@ -82,6 +84,7 @@ TRAITS: Mapping[str, KindTraits] = MappingProxyType({
     StepKind.SUCCEED: KindTraits(terminal=True),
     StepKind.MAP: KindTraits(fans_out=True),
     StepKind.PARALLEL: KindTraits(fans_out=True),
+    StepKind.CALL: KindTraits(fans_out=True),
 })
 
 

@@ -21,3 +21,5 @@ QUORUM_MAX = 10
 MAP_CONCURRENCY_MAX = 100
 MAP_ITEMS_MAX = 10_000
 PARALLEL_BRANCHES_MAX = 20
+#: how deep calls nest: a workflow that calls one that calls one ... (the caller is depth 0)
+CALL_DEPTH_MAX = 4

@@ -140,6 +140,8 @@ def check_unused_permissions(ctx: Context) -> Iterator[Finding]:
     used = {p for _, s in ctx.plan.all_steps() for p in s.permissions}
     for meta in ctx.plan.actions.values():
         used.update(meta.permissions)
+    for _, call in ctx.plan.called():  # a called workflow's permissions are its caller's to declare (C429)
+        used.update(call.plan.permissions)
     for j, perm in enumerate(ctx.d.permissions):
         if perm not in used:
             yield ("L503", ("permissions", j), f"permission {perm!r} is declared but no step uses it",

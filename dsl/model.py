@@ -196,6 +196,14 @@ class Callback(_Model):
     schema_: SchemaOrRef | None = Field(default=None, alias="schema")
 
 
+class Call(_Model):
+    """``call:``: run another definition as a child run (found beside this one at compile time, pinned by digest)."""
+
+    workflow: str
+    version: int
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
 class Fail(_Model):
     error: str = "internal"
     message: str = ""
@@ -257,6 +265,7 @@ class Step(_Model):
     succeed: Succeed | None = None
     map: Map | None = None
     parallel: Parallel | None = None
+    call: Call | None = None
     # common fields
     name: str | None = None
     description: str | None = None

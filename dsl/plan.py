@@ -23,7 +23,8 @@ from sealflow.dsl.kinds import kinds_with
 PLAN_FORMAT = 1
 
 #: the kinds of :class:`sealflow.dsl.kinds.StepKind`, as the plan's field type (tests/dsl/test_kinds.py: they agree)
-StepKind = Literal["action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed", "map", "parallel"]
+StepKind = Literal["action", "ai", "agent", "switch", "approval", "wait", "set", "fail", "succeed", "map", "parallel",
+                   "call"]
 END = "end"
 
 
@@ -179,6 +180,18 @@ class ParallelPlan(_Frozen):
     branches: tuple[BranchPlan, ...]
 
 
+class CallPlan(_Frozen):
+    """A ``call``: run the definition ``workflow`` v``version`` (compiled beside this one; its plan is ``plan``,
+    pinned by ``digest``) with ``input`` (templates over this run). The parent's digest covers ``digest``, not
+    the child's body: a changed child changes the parent's digest through it."""
+
+    workflow: str
+    version: int
+    digest: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    plan: Plan
+
+
 class ActionMeta(_Frozen):
     permissions: tuple[str, ...] = ()
     effect: Literal["read", "write", "irreversible"] = "read"
@@ -200,6 +213,7 @@ class PlanStep(_Frozen):
     succeed_output: Any = None
     map: MapPlan | None = None
     parallel: ParallelPlan | None = None
+    call: CallPlan | None = None
     args: dict[str, Any] = Field(default_factory=dict)
     when: str | None = None
     timeout_ms: int
@@ -294,7 +308,8 @@ class Plan(_Frozen):
         yield from walk(self.steps, ())
 
     def canonical_json(self) -> bytes:
-        return canonical_bytes(_without_absent_kinds(self.model_dump(mode="json", exclude={"digest", "actions"})))
+        return canonical_bytes(_without_absent_kinds(self.model_dump(mode="json", exclude={"digest", "actions"}),
+                                                     canonical=True))
 
     def compute_digest(self) -> str:
         return "sha256:" + hashlib.sha256(self.canonical_json()).hexdigest()
@@ -312,7 +327,17 @@ class Plan(_Frozen):
         plan = cls.model_validate_json(text)
         if plan.digest and plan.digest != plan.compute_digest():
             raise ValueError(f"plan digest mismatch: recorded {plan.digest}, computed {plan.compute_digest()}")
+        for _, s in plan.all_steps():  # a called workflow's plan is what its pinned digest says
+            if s.call is not None and not (s.call.digest == s.call.plan.digest == s.call.plan.compute_digest()):
+                raise ValueError(f"plan digest mismatch: step {s.id!r} pins {s.call.workflow} v{s.call.version} "
+                                 f"as {s.call.digest}, but the plan it carries computes {s.call.plan.compute_digest()}")
         return plan
+
+    def called(self) -> Iterator[tuple[PlanStep, CallPlan]]:
+        """Every ``call`` step of this plan (sub-flows included) with its call; not the called plans' own."""
+        for _, s in self.all_steps():
+            if s.call is not None:
+                yield s, s.call
 
 
 def walk(steps: tuple[PlanStep, ...], base: Pointer) -> Iterator[tuple[Pointer, PlanStep]]:
@@ -334,7 +359,7 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {
 ADDED_STEP_FIELDS: tuple[str, ...] = ("callback",)  # an action's result posted later (issue 35)
 
 
-def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
+def _without_absent_kinds(body: dict[str, Any], *, canonical: bool = False) -> dict[str, Any]:
     """The plan's JSON without the ``map: null`` and ``parallel: null`` of the steps that are neither, and without
     the absent fields of :data:`ADDED_FIELDS`: a plan that does not fan out keeps the digest it had before the
     language knew fan-out, one that does not wait for an event the digest it had before waits could."""
@@ -355,6 +380,12 @@ def _without_absent_kinds(body: dict[str, Any]) -> dict[str, Any]:
                     for name in added:
                         if fields.get(name, 0) is None:
                             del fields[name]
+            call = s.get("call")
+            if isinstance(call, dict):  # (a call: issue 35) the digest stands for the called plan's body
+                if canonical:
+                    del call["plan"]
+                else:
+                    call["plan"] = _without_absent_kinds(call["plan"])
             if s.get("map"):
                 clean(s["map"]["steps"])
             for b in (s.get("parallel") or {}).get("branches", ()):
@@ -372,4 +403,5 @@ def canonical_bytes(value: Any) -> bytes:
 
 
 MapPlan.model_rebuild()
+CallPlan.model_rebuild()
 BranchPlan.model_rebuild()

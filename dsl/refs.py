@@ -40,6 +40,23 @@ def recording() -> Iterator[dict[str, str]]:
         _RECORDING.reset(token)
 
 
+def read_recorded(root: Path, rel: str) -> str | None:
+    """The text of ``root/rel`` (None: unreadable), recorded like a referenced file (a called definition, its
+    signature files): an executing process verifying signed bytes finds them again among the stored files."""
+    try:
+        target = (root / rel).resolve()
+        target.relative_to(root.resolve())
+        if target.stat().st_size > MAX_REF_BYTES:
+            return None
+        text = target.read_bytes().decode("utf-8")  # (as written: a signature covers the exact bytes)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    files = _RECORDING.get()
+    if files is not None:
+        files[rel] = text
+    return text
+
+
 def repository_root(path: str | Path) -> Path:
     """The nearest ancestor of the definition holding ``.git``; without one, the definition's folder."""
     p = Path(path).resolve().parent

@@ -29,6 +29,8 @@ LOCKS = "tests/interpreter/engine/test_locks_pools.py::"
 WAIT_EVENT = "tests/interpreter/runtime/test_wait_event.py::"
 CALLBACK = "tests/interpreter/runtime/test_callbacks.py::"
 EDIT = "tests/interpreter/runtime/test_edit_approve.py::"
+CALL = "tests/interpreter/engine/test_call_runs.py::"
+CALL_RUNS = CALL + "test_the_called_workflow_runs_as_a_child_with_its_own_input_and_its_output_is_the_steps"
 
 
 def run(test: str) -> tuple[str, str]:
@@ -223,6 +225,10 @@ FIELDS: dict[str, tuple[str, str]] = {
     "map.max_items": run(FAN + "test_items_that_are_not_a_list_or_too_many_fail_the_step_as_invalid_request"),
     "map.tolerate_failures": run(FAN + "test_tolerated_failures_give_null_outputs_and_are_listed"),
     "map.steps": run(FAN + "test_items_see_item_index_and_the_steps_before_the_map"),
+    "step.call": run(CALL_RUNS),
+    "call.workflow": run(CALL_RUNS),
+    "call.version": run(CALL + "test_a_trust_gated_worker_runs_only_the_child_its_caller_pins"),
+    "call.input": run(CALL + "test_an_input_that_breaks_the_called_workflows_schema_fails_the_step_before_any_child"),
     "parallel.branches": run(FAN + "test_parallel_branches_all_run_and_give_their_outputs_in_branch_order"),
     "branch.steps": run(FAN + "test_parallel_branches_all_run_and_give_their_outputs_in_branch_order"),
     # -- retry classes and backoff -------------------------------------------------------------------

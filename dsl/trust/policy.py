@@ -57,6 +57,7 @@ REASONS = {
     "invalid-definition": "the signed bytes are not a valid definition",
     "bad-policy": "the trust policy (or its trusted root) cannot be used",
     "sigstore-missing": "a Sigstore bundle, but the sigstore package is not installed",
+    "untrusted-child": "a workflow it calls is not signed, or not trusted under the same policy",
 }
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # sigstore is optional at run time (the sigstore extra)
     from sigstore.models import Bundle
 
     from sealflow.dsl.model import ActionInfo
+    from sealflow.dsl.plan import Plan
 
 
 # ---------------------------------------------------------------- verification
@@ -178,7 +179,48 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
     else:
         signers, method, details = [SIGSTORE], "sigstore", verify_sigstore(data, signature, policy)
     verified = _check_definition(data, path, policy, signers, method, details, signature_file, actions, root)
+    if verified.plan is not None:
+        _check_called(verified.plan, path, policy, now=now, actions=actions, root=root)
     return dataclasses.replace(verified, source=data, envelope=signature)
+
+
+def _check_called(plan: Plan, path: str, policy: TrustPolicy, *, now: dt.datetime | None,
+                  actions: dict[str, ActionInfo] | None, root: Path | None) -> None:
+    """Every workflow ``plan`` calls is signed and trusted under the same ``policy``, and is the plan its call
+    pins (each checks its own calls in turn). The files are read as the compile found them (beside the caller,
+    in definitions/, under the root) and recorded: an executing process verifies them again from the store."""
+    from sealflow.dsl.compile_call import find_called
+    from sealflow.dsl.refs import read_recorded, repository_root
+
+    base = root if root is not None else repository_root(path)
+    for step, call in plan.called():
+        what = f"{plan.name} v{plan.version} calls {call.workflow} v{call.version} (step {step.id!r})"
+        found, why = find_called(path, base, call.workflow, call.version)
+        rel = None if found is None else str(found.resolve().relative_to(base.resolve()))
+        text = None if rel is None else read_recorded(base, rel)
+        if rel is None or text is None:
+            raise Refused("untrusted-child", f"{what}, which cannot be read: {why or rel}")
+        signatures = [s for s in (read_recorded(base, rel + suffix) for suffix in (SIGSTORE_SUFFIX, DSSE_SUFFIX))
+                      if s is not None]
+        if not signatures:
+            raise Refused("untrusted-child", f"{what}, which is not signed: neither {rel}{SIGSTORE_SUFFIX} nor "
+                          f"{rel}{DSSE_SUFFIX} exists", "sign the called workflow too (sealflow sign), in the same "
+                                                        "review")
+        refusals: list[Refused] = []
+        for signature in signatures:
+            try:
+                v = verify_bytes(text.encode(), str(found), signature.encode(), policy, now=now, actions=actions,
+                                 root=root)
+            except Refused as exc:
+                refusals.append(exc)
+                continue
+            if v.digest != call.digest:
+                raise Refused("untrusted-child", f"{what}: the signed file compiles to {v.digest[:19]}..., not the "
+                              f"{call.digest[:19]}... the caller pins", "compile and sign both again")
+            return
+        first = next((r for r in refusals if not r.unsupported), refusals[0])
+        raise Refused("untrusted-child", f"{what}, which this trust policy does not trust: [{first.reason}] "
+                      f"{first.message}", first.hint)
 
 
 def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,

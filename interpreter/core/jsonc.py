@@ -10,6 +10,7 @@ escapes it, :func:`clean_text` replaces what cannot be stored.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -80,6 +81,12 @@ def too_large(text: str, limit: int) -> int | None:
         return None
     size = utf8_size(text)
     return size if size > limit else None
+
+
+def input_hash(value: Any) -> str:
+    """The hash idempotent submit compares (and a called run records): sha256 of the input's canonical JSON."""
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                 ensure_ascii=False).encode()).hexdigest()
 
 
 def over_payload_limit(text: str, limit: int) -> str | None:

@@ -64,7 +64,7 @@ Images (:mod:`.media`, the image-upload-pipeline example):
 - ``images.request_scan(image_url) -> {scan_id}`` [malware:scan] write, once: the demo scanner
   answers later with a ``scan.finished`` event (``scan_requests``)
 - ``notifications.send(user_id, template, data?) -> {notification_id}`` [notify:send]
-  irreversible, once; templates ``image_published``, ``image_rejected``
+  irreversible, once; templates ``image_published``, ``image_rejected``, ``report_ready``
 
 Support desk (:mod:`.support`, the support-triage example; the agent's tools only read):
 

@@ -18,7 +18,7 @@ from sealflow.execution.actions import action
 
 CDN = "https://cdn.demo.invalid"
 PREVIEW = "https://media.demo.invalid/processing"
-NOTIFICATION_TEMPLATES = ("image_published", "image_rejected")
+NOTIFICATION_TEMPLATES = ("image_published", "image_rejected", "report_ready")
 _EXT = {"image/jpeg": "jpg", "image/png": "png", "image/webp": "webp"}
 
 

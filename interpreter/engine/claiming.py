@@ -211,7 +211,7 @@ class Claiming:
         step = steps[split_step_id(att.step_id)[0]]
         if not coordination.needs_slots(plan, step):
             return ()
-        seen = results() if run.parent_run_id is None else {**self.parents.adopt(run), **results()}
+        seen = results() if run.parent_run_id is None or run.called else {**self.parents.adopt(run), **results()}
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=seen, outputs=self.outputs)
         try:
             return coordination.requests(plan, step, run, att.step_id, x.render, self.pools)

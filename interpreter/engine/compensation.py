@@ -200,6 +200,29 @@ def cancel(store: Store, plans: Plans, clock: Clock, run_id: str, *, actor: str,
     return _start_while_idle(store, plans, clock, run_id, build)
 
 
+def stop_called(store: Store, plans: Plans, clock: Clock, run_id: str, *, actor: str, why: str,
+                depth: int = 16) -> None:
+    """The runs ``run_id``'s ``call`` steps started that are still in flight are cancelled first, each as a run
+    of its own (:func:`cancel`: its completed steps undone with their compensations, or ``cancelling`` while an
+    attempt runs), its own called runs before it. Called before the caller is cancelled or timed out: the store
+    would otherwise stop them plainly, as it stops a fan-out's items (store/sql/children.py)."""
+    from sealflow.core.states import RUN_FINAL
+    from sealflow.store.errors import IllegalTransition
+    from sealflow.store.records import CALL_INDEX
+
+    if depth <= 0:
+        return
+    for kid in store.children(run_id):
+        if kid.index != CALL_INDEX or kid.state in RUN_FINAL or kid.state in ("cancelling", "compensating"):
+            continue
+        stop_called(store, plans, clock, kid.id, actor=actor, why=why, depth=depth - 1)
+        try:
+            if not cancel(store, plans, clock, kid.id, actor=actor, reason=why):
+                store.cancel(kid.id, clock.now(), actor=actor, reason=why)
+        except IllegalTransition:  # it ended meanwhile
+            continue
+
+
 def deadline(store: Store, plans: Plans, clock: Clock, run_id: str) -> bool:
     """A run past its deadline whose completed steps need undoing, while none of its attempts runs: its
     pending attempt (a timer, a backoff, an approval) ends and compensation starts, then the run ends

@@ -134,7 +134,7 @@ class Engine(Claiming):
         # the engine's own gates first (engine.gates), then the configuration's middleware, in order
         own: list[EngineHooks] = [] if config.trust_gate is None else [gates.TrustHook(config.trust_gate, store,
                                                                                          self.plan)]
-        own += [gates.BudgetHook(), gates.AccessHook(config.access), gates.BreakerHook()]
+        own += [gates.BudgetHook(self.plan), gates.AccessHook(config.access), gates.BreakerHook()]
         self.hooks: tuple[EngineHooks, ...] = (*own, *config.hooks)
         self._on_refused = hooks.overrides(self.hooks, "claim_refused")
         self._on_deferred = hooks.overrides(self.hooks, "claim_deferred")
@@ -219,7 +219,7 @@ class Engine(Claiming):
         step = self._steps_of(run.plan_digest)[base]
         if isinstance(results, LazyResults):  # not read yet: read only the results the step can name
             results.narrow(named_results(plan, step))
-        if run.parent_run_id is not None:  # a fan-out child: see the parent's steps, spend the parent's budget
+        if run.parent_run_id is not None and not run.called:  # a fan-out child: the parent's steps and budget
             results = self.parents.child_view(run, plan, results)
         return Execution(self.services, plan, step, run, attempt, None, self.clock.now(), resumed=resumed, gate=gate,
                          results=results, outputs=self.outputs)
@@ -420,7 +420,7 @@ class Engine(Claiming):
         plan = self.plan(run.plan_digest)
         step = plan.step(StepRef.parse(att.step_id).step)
         results = claimed.results
-        if run.parent_run_id is not None:  # a fan-out child undoing its steps sees the parent's too
+        if run.parent_run_id is not None and not run.called:  # a fan-out child undoing its steps sees the parent's
             results = {**self.parents.adopt(run), **results}
         x = Execution(self.services, plan, step, run, att, None, self.clock.now(), results=results,
                       outputs=self.outputs)

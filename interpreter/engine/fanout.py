@@ -74,31 +74,55 @@ class Parents:
         return {**self.adopt(child), **results}
 
 
+def derived(plan: Plan, step_id: str | None) -> set[str]:
+    """The plan digests a child of ``plan``'s step ``step_id`` may run: a map's sub-flow, a parallel's branches,
+    the workflow a call pins (empty: no such step, or one that starts no children)."""
+    fan = plan.step_map().get(step_id or "")
+    if fan is None:
+        return set()
+    if fan.call is not None:
+        return {fan.call.digest}
+    branches: tuple[None] | range = (None,) if fan.map is not None else \
+        range(len(fan.parallel.branches)) if fan.parallel is not None else range(0)
+    return {child_plan(plan, fan, b).digest for b in branches}
+
+
+#: how many parents a child's trust walks up (calls nest at most CALL_DEPTH_MAX deep, each may fan out once)
+_MAX_CHAIN = 16
+
+
 def trusted(gate: trustgate.TrustGate | None, store: Store, plan_of: Callable[[str], Plan],
             x: Execution) -> Failed | None:
-    """The trust gate's refusal of the run; a fan-out child is trusted as its parent run, provided its plan
-    is the sub-flow the parent's (verified) plan derives for it (:func:`steps.fanout.child_plan`)."""
+    """The trust gate's refusal of the run. A child run (a fan-out's item or branch, a called workflow) is trusted
+    as its root run, provided each run between is what its parent's (verified) plan derives for it: a sub-flow
+    (:func:`steps.fanout.child_plan`) or the digest a ``call`` pins (whose signature the root's verification
+    checked under the same trust policy: sealflow.dsl.trust)."""
     if gate is None or x.run.parent_run_id is None:
         return trustgate.check(gate, x)
-    parent = store.get_run(x.run.parent_run_id)
-    refused = trustgate.check(gate, x, run=parent)
+    chain: list[tuple[RunRecord, RunRecord]] = []
+    run = x.run
+    while run.parent_run_id is not None:
+        if len(chain) >= _MAX_CHAIN:
+            return Failed("unauthorized", f"run {x.run.id}: its parents nest deeper than {_MAX_CHAIN}; refused")
+        parent = store.get_run(run.parent_run_id)
+        chain.append((run, parent))
+        run = parent
+    refused = trustgate.check(gate, x, run=run)
     if refused is not None:
         return refused
-    plan = plan_of(parent.plan_digest)
-    fan = plan.step_map().get(x.run.parent_step_id or "")
-    branches: tuple[None] | tuple[()] | range = (None,) if fan is None or fan.map is not None else \
-        range(len(fan.parallel.branches)) if fan.parallel is not None else ()
-    if fan is None or x.run.plan_digest not in {child_plan(plan, fan, b).digest for b in branches}:
-        return Failed("unauthorized", f"run {x.run.id}: its plan is not a sub-flow of its parent run's verified "
-                                      "plan; refused")
+    for child, parent in reversed(chain):
+        if child.plan_digest not in derived(plan_of(parent.plan_digest), child.parent_step_id):
+            what = "the workflow its step calls" if child.called else "a sub-flow"
+            return Failed("unauthorized", f"run {child.id}: its plan is not {what} of its parent run's verified "
+                                          "plan; refused")
     return None
 
 
 def undo_completed(x: Execution, commit: Commit) -> Commit:
     """``commit`` (ending a fan-out attempt) with the compensations of its completed children to start."""
     step = commit.step
-    if not commit.close_fanout or step is None or step.state not in _FAILED:
-        return commit
+    if not commit.close_fanout or step is None or step.state not in _FAILED or x.step.call is not None:
+        return commit  # (a failed call's child did not complete: it undid its own steps as it failed)
     store = x.services.store
     undo: list[tuple[str, NextAttempt]] = []
     seen, undoable = 0, False

@@ -39,11 +39,15 @@ class TrustHook(EngineHooks):
 class BudgetHook(EngineHooks):
     name, gating = "budgets", True
 
+    def __init__(self, plan_of: Callable[[str], Plan]):
+        self.plan_of = plan_of
+
     def before_execute(self, x: Execution) -> Failed | None:
-        """Why the claimed attempt must not start: the run is being cancelled, or it would exceed a budget."""
+        """Why the claimed attempt must not start: the run is being cancelled, or it would exceed a budget (its
+        own, or one of a run that called it)."""
         if x.run.state == "cancelling":
             return Failed("cancelled", f"the run is being cancelled; step {x.step.id!r} did not start")
-        return budgets.before(x)
+        return budgets.before(x) or budgets.callers(x, self.plan_of)
 
     def after_execute(self, x: Execution, outcome: Outcome) -> Outcome:
         return budgets.after(x, outcome)

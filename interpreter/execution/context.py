@@ -83,7 +83,7 @@ def expression_context(run: RunRecord, results: Mapping[str, tuple[str, str | No
                 "initiator": run.initiator, "tenant": run.tenant, "attempt": run.redrives + 1},
         "output": None,
     }
-    if run.parent_run_id is not None:  # a fan-out child: its item and position; `run` is the parent run
+    if run.parent_run_id is not None and not run.called:  # a fan-out child: its item, position; `run` is the parent
         context["item"], context["index"] = run.item, run.item_index
         context["run"]["id"] = run.parent_run_id
     return context

@@ -30,6 +30,8 @@ tenant's daily usage, read only for model steps of a tenant with a quota.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sealflow.core.clock import DAY_S, day_of, quota_reset_in  # noqa: F401 - re-exported
@@ -38,7 +40,7 @@ from sealflow.core.outcomes import Failed, Outcome, Succeeded
 from sealflow.dsl.durations import format_ms
 
 if TYPE_CHECKING:
-    from sealflow.dsl.plan import BudgetPlan, PlanStep
+    from sealflow.dsl.plan import BudgetPlan, Plan, PlanStep
     from sealflow.execution.context import Execution
     from sealflow.store.base import RunRecord
 
@@ -92,6 +94,39 @@ def before(x: Execution) -> Failed | None:
             return Failed("budget_exceeded", f"step {step.id!r} may use up to {more} ({name.split('_', 1)[1]}), over "
                                              f"its budget.{name} of {cap}; lower the step's limit or raise its budget")
     return _tenant_quota(x, tokens)
+
+
+#: run id -> whether it is a called workflow's run (the parents of fan-out items seen here; bounded)
+_CALLED: dict[str, bool] = {}
+
+
+def callers(x: Execution, plan_of: Callable[[str], Plan], depth: int = 16) -> Failed | None:
+    """Why attempt ``x`` of a called workflow's run must not run because of a budget of a run that called it (its
+    caller, the caller's caller, ...): their counters hold the child's usage (the store adds it up the chain), so
+    a child can spend no more than its callers may. None: every caller's budget allows it (or ``x``'s run was not
+    called). A fan-out child (an item of a map inside a called workflow) is checked from its parent up."""
+    run, store = x.run, x.services.store
+    if run.parent_run_id is not None and not run.called:  # an item: its parent's budget is its own already
+        if _CALLED.get(run.parent_run_id) is False:  # (whether a run was called never changes)
+            return None
+        run = store.get_run(run.parent_run_id)
+        if len(_CALLED) >= 4096:
+            _CALLED.clear()
+        _CALLED[run.id] = run.called
+    while run.called and run.parent_run_id is not None and depth > 0:
+        depth -= 1
+        parent = store.get_run(run.parent_run_id)
+        from sealflow.execution.context import Execution
+
+        view = Execution(x.services, plan_of(parent.plan_digest), x.step, parent, x.attempt, None, x.now,
+                         resumed=x.resumed, gate=x.gate)
+        refused = before(view)
+        if refused is not None:
+            return dataclasses.replace(refused, message=f"run {parent.id} ({parent.workflow} "
+                                                        f"v{parent.workflow_version}), which called this one: "
+                                                        f"{refused.message}")
+        run = parent
+    return None
 
 
 def _tenant_quota(x: Execution, worst_tokens: int | None) -> Failed | None:

@@ -117,7 +117,7 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
                     "plan_digest": data.get("plan_digest"), "opened_at": data.get("opened_at"),
                     "editable": bool(data.get("editable")), "edited_by": (data.get("edit") or {}).get("by"),
                     "due_at": att.due_at})
-        if run.parent_run_id is not None:  # an item of a fan-out: the item is what the approver decides on
+        if run.parent_run_id is not None and not run.called:  # an item of a fan-out: the approver decides on it
             out[-1].update(input=REDACTOR.value(desk.store.get_run(run.parent_run_id).input),
                            item={"parent": run.parent_run_id, "step": run.parent_step_id, "index": run.item_index,
                                  "value": REDACTOR.value(run.item)})

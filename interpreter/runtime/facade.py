@@ -181,6 +181,8 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing, Ca
     # -- lifecycle ---------------------------------------------------------------------------------
     def _past_deadline(self, run_id: str) -> bool:
         try:
+            compensation.stop_called(self.store, self.engine.plan, self.clock, run_id, actor="sweeper",
+                                     why=f"its caller {run_id} passed its deadline")
             return compensation.deadline(self.store, self.engine.plan, self.clock, run_id)
         except PlanTampered as exc:  # no compensation from a plan not to be believed: the sweep times it out
             logging.getLogger("sealflow.runtime").error("run %s passed its deadline and is timed out without "
@@ -337,8 +339,11 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing, Ca
             self._refuse_cancel(run, who)
         if run.state in states.RUN_ACTIVE:  # its compensations would come from its plan: refused if tampered
             readiness.require_trusted(self, run_id, "cancel")
-        # completed steps to undo and nothing running: cancel and start compensating in one commit
+        # completed steps to undo and nothing running: cancel and start compensating in one commit; the runs its
+        # call steps started first, each undoing its own
         try:
+            compensation.stop_called(self.store, self.engine.plan, self.clock, run_id, actor=who,
+                                     why=f"its caller {run_id} was cancelled" + (f": {reason}" if reason else ""))
             if not compensation.cancel(self.store, self.engine.plan, self.clock, run_id, actor=who, reason=reason):
                 self.store.cancel(run_id, self.clock.now(), actor=who, reason=reason)
         except IllegalTransition:  # it ended meanwhile

@@ -7,15 +7,13 @@ Every refusal writes no run, no definition, no pin and uses no quota; only its a
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sealflow.core.errors import ConfigError, StepError
-from sealflow.core.jsonc import NotUnicode, dumps, over_payload_limit, short_message
+from sealflow.core.jsonc import NotUnicode, dumps, input_hash, over_payload_limit, short_message
 from sealflow.dsl.plan import Plan
 from sealflow.engine.decide import lease_ms
 from sealflow.policy import authz, coordination
@@ -36,12 +34,6 @@ if TYPE_CHECKING:
 
 #: the permission a pin (``--pin-version``: a rollback to an older signed version) needs, beyond submitting
 PIN_PERMISSION = "definitions:pin"
-
-
-def input_hash(value: Any) -> str:
-    """The hash idempotent submit compares: sha256 of the input's canonical JSON."""
-    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
-                                                 ensure_ascii=False).encode()).hexdigest()
 
 
 def new_run_id() -> str:

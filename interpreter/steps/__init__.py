@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sealflow.core.kinds import StepKind
 from sealflow.core.outcomes import Outcome
 from sealflow.execution.context import Execution
-from sealflow.steps import action, ai, approval, fail, fanout, succeed, switch, wait
+from sealflow.steps import action, ai, approval, call, fail, fanout, succeed, switch, wait
 from sealflow.steps import set as set_
 from sealflow.steps.agent import step as agent
 
@@ -28,6 +28,7 @@ EXECUTORS: dict[str, Callable[[Execution], Outcome]] = {
     StepKind.SUCCEED: succeed.execute,
     StepKind.MAP: fanout.execute,
     StepKind.PARALLEL: fanout.execute,
+    StepKind.CALL: call.execute,
 }
 
 __all__ = ["EXECUTORS"]

@@ -136,6 +136,20 @@ class ChildSpec:
     first_step: str
     first_lease_ms: int
     item_json: str = "null"
+    #: a called workflow's run (a ``call`` step's child, index ``CALL_INDEX``): its own name, version and input
+    call: CalledRun | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CalledRun:
+    """What a ``call`` step's child run is, beyond a fan-out child: another workflow, with its own input."""
+
+    workflow: str
+    version: int
+    input_json: str
+    input_hash: str
+    #: when the child's own ``budget.max_runtime`` ends (None: it declares none; its caller's still bounds it)
+    deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sealflow.store.changes import (  # re-exported (__all__): the records of a write
     AuditEvent,
+    CalledRun,
     ChildSpec,
     Commit,
     DeadLetterSpec,
@@ -43,6 +44,10 @@ class Due(NamedTuple):
 
     message: Message
     priority: str
+
+
+#: the ``item_index`` of a called workflow's run (a ``call`` step's one child): never an item's or a branch's position
+CALL_INDEX = -1
 
 
 @dataclasses.dataclass(slots=True)
@@ -90,6 +95,11 @@ class RunRecord:
     def acting(self) -> str:
         """Whose permissions the run acts with: ``acting_as`` when set, else its initiator."""
         return self.acting_as or self.initiator
+
+    @property
+    def called(self) -> bool:
+        """A called workflow's run (a ``call`` step's child): its own input, steps and budget, not its parent's."""
+        return self.parent_run_id is not None and self.item_index == CALL_INDEX
 
 
 @dataclasses.dataclass(slots=True)
@@ -313,6 +323,7 @@ class RunQuery:
 __all__ = [
     "Message", "Due", "RunRecord", "AttemptRecord", "LazyResults", "Claimed", "ChildRecord", "Committed",
     "SweepReport", "TimerRecord", "OutboxRecord", "LedgerRecord", "DeadLetterRecord", "AuditRecord",
-    "ApiTokenRecord", "RunQuery", "AuditEvent", "ChildSpec", "Commit", "DeadLetterSpec", "LedgerEntry", "NewRun",
+    "ApiTokenRecord", "RunQuery", "AuditEvent", "CALL_INDEX", "CalledRun",
+    "ChildSpec", "Commit", "DeadLetterSpec", "LedgerEntry", "NewRun",
     "NextAttempt", "RunChange", "Spawn", "StepChange",
 ]

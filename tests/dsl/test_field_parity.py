@@ -86,6 +86,8 @@ ROWS = [
         derived={"start": "the sub-flow's first step"}),
     Row("#/$defs/branch", m.Branch, p.BranchPlan, derived={"start": "the sub-flow's first step"}),
     Row("#/$defs/parallel", m.Parallel, p.ParallelPlan),
+    Row("#/$defs/call", m.Call, p.CallPlan,
+        derived={"digest": "the called plan's digest (pinned)", "plan": "the called workflow, compiled"}),
     Row("#/$defs/validateRule", m.ValidateRule, p.ValidateRulePlan),
     Row("#/$defs/onErrorRoute", m.ErrorRoute, p.ErrorRoutePlan),
     Row("#/$defs/compensate", m.Compensate, p.CompensationPlan,

@@ -25,6 +25,7 @@ EXPECTED: dict[str, set[str]] = {
     "succeed": {"terminal"},
     "map": {"fans_out", "follows_next"},
     "parallel": {"fans_out", "follows_next"},
+    "call": {"fans_out", "follows_next"},
 }
 
 TRAIT_NAMES = [f.name for f in dataclasses.fields(KindTraits)] + ["follows_next"]

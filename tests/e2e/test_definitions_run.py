@@ -51,6 +51,13 @@ SCENARIOS = {
     "image-generation.v1.yaml": [
         ({"prompt": "a lighthouse at dawn", "requester": "usr_alice"}, [], "waiting", None),
     ],
+    # the notification goes out through team-notification, called as a child run
+    "ops-report.v1.yaml": [
+        ({"owner": "usr_alice"}, [], "completed", None),
+    ],
+    "team-notification.v1.yaml": [
+        ({"user_id": "usr_alice", "template": "report_ready", "key": "day-1"}, [], "completed", None),
+    ],
     "support-triage.v1.yaml": [
         ({"ticket_id": "tkt_1001"}, [], "completed", None),   # the agent finds the order: a public reply
         ({"ticket_id": "tkt_1005"}, [], "completed", None),   # a prompt injection: handed to a human

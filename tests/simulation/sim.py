@@ -39,15 +39,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import tempfile
 import threading
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, TypedDict
 
 from sealflow.cli.actions_loader import action_info
 from sealflow.core import states
 from sealflow.core.clock import FakeClock
 from sealflow.core.errors import StepError
-from sealflow.dsl.api import compile_bytes
+from sealflow.dsl.api import compile_bytes, compile_file
 from sealflow.dsl.model import ActionInfo
 from sealflow.engine.engine import Engine
 from sealflow.engine.hooks import EngineConfig
@@ -155,6 +157,51 @@ steps:
       timeout: 2h
     on_error:
       - {errors: [timeout], next: done}
+  - id: done
+    succeed: {}
+"""
+
+
+#: a run that calls another workflow (a child run): the callee works, then delivers under the child's key; the
+#: caller's budget bounds both, and a cancelled caller undoes the callee's completed work
+CALLEE = """\
+sealflow: 1
+name: sim-callee
+version: 1
+owner: team:sim
+input:
+  schema: {type: object, required: [n], properties: {n: {type: integer}}}
+permissions: [sim:work, sim:deliver]
+defaults: {timeout: 10m}
+retry:
+  flaky: {on: [unavailable, timeout], max_attempts: 3, backoff: {initial: 1s, factor: 2, max: 10s, jitter: full}}
+steps:
+  - id: prepare
+    action: sim.work
+    with: {n: "${{ input.n }}"}
+    permissions: [sim:work]
+    retry: flaky
+    compensate: {action: sim.undo, with: {n: "${{ input.n }}"}}
+  - id: hand_over
+    action: sim.deliver
+    with: {n: "${{ input.n }}"}
+    permissions: [sim:deliver]
+    idempotency_key: "${{ run.id }}:deliver"
+    retry: flaky
+output: "${{ steps.hand_over.output }}"
+"""
+
+CALLING = """\
+sealflow: 1
+name: sim-calling
+version: 1
+owner: team:sim
+permissions: [sim:work, sim:deliver]
+budget: {max_steps: 30, max_runtime: 8h}
+defaults: {timeout: 10m}
+steps:
+  - id: handle
+    call: {workflow: sim-callee, version: 1, input: {n: "${{ input.n }}"}}
   - id: done
     succeed: {}
 """
@@ -803,6 +850,20 @@ def check(world: World) -> dict:
             verdict = [a for a in attempts if a.step_id == "verdict" and a.state == "succeeded"]
             if verdict and verdict[-1].output.get("n") != run.input["n"]:
                 problems.append(f"{label}: its verdict step's output is another run's: {verdict[-1].output}")
+        # a called workflow's run: one child per call attempt, each ended; a completed caller's child completed
+        # with its hand-over applied once (under the child's key); a child's completed work undone unless it completed
+        if plan.name == "sim-calling":
+            kids = store.children(run_id)
+            for kid in kids:
+                if kid.state not in states.RUN_FINAL:
+                    problems.append(f"{label}: its called run {kid.id} is {kid.state} after the caller ended")
+                prepared = any(a.step_id == "prepare" and a.state == "succeeded" for a in store.attempts(kid.id))
+                if kid.state in ("failed", "cancelled") and prepared and f"{kid.id}:prepare:compensate" not in \
+                        world.undone:
+                    problems.append(f"{label}: its called run {kid.id} ended {kid.state} with its work not undone")
+            if run.state == "completed" and not any(k.state == "completed" and f"{k.id}:deliver" in world.applied
+                                                    for k in kids):
+                problems.append(f"{label} completed without a completed called run whose hand-over was applied")
     if set(world.callback_refusals) - {"forged", "superseded", "expired"}:
         problems.append(f"callbacks refused for an unexpected reason: {dict(world.callback_refusals)}")
     if world.reruns_of_completed:
@@ -828,8 +889,13 @@ def check(world: World) -> dict:
 
 
 def compile_plans(world_registry_infos: dict) -> dict:
-    return {name: compile_bytes(text.encode(), f"<{name}>", actions=world_registry_infos)
-            for name, text in (("pipeline", PIPELINE), ("gated", GATED), ("hearing", HEARING))}
+    plans = {name: compile_bytes(text.encode(), f"<{name}>", actions=world_registry_infos)
+             for name, text in (("pipeline", PIPELINE), ("gated", GATED), ("hearing", HEARING))}
+    with tempfile.TemporaryDirectory() as folder:  # a call finds its callee beside it
+        (Path(folder) / "sim-callee.v1.yaml").write_text(CALLEE)
+        (Path(folder) / "sim-calling.v1.yaml").write_text(CALLING)
+        plans["calling"] = compile_file(Path(folder) / "sim-calling.v1.yaml", actions=world_registry_infos)
+    return plans
 
 
 def run_schedule(store: Any, seed: int, *, tenant: str, plans: dict | None = None) -> tuple[dict, list[str]]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sealflow.core import states
 from sealflow.store.errors import ConcurrencyError
-from sealflow.store.records import ChildRecord, Message, NextAttempt, RunRecord, Spawn
+from sealflow.store.records import CALL_INDEX, ChildRecord, Message, NextAttempt, RunRecord, Spawn
 from sealflow.store.sql import rows
 from sealflow.store.sql.conn import Conn, Row
 from sealflow.store.sql.statements import OUTBOX_PUT, PLAN_PUT
@@ -66,9 +66,10 @@ _OPEN = "('created','queued','running','waiting','cancelling','compensating')"
 
 
 def child_id(parent: str, step_id: str, attempt: int, index: int) -> str:
-    """A child run's id: readable, and the same for the same item of the same attempt."""
+    """A child run's id: readable, and the same for the same item of the same attempt (a called workflow's run,
+    index ``CALL_INDEX``: no index, ``<parent>.<step>``)."""
     step = step_id if len(parent) + len(step_id) < 100 else hashlib.sha256(step_id.encode()).hexdigest()[:12]
-    return f"{parent}.{step}{'' if attempt == 1 else f'~{attempt}'}.{index}"
+    return f"{parent}.{step}{'' if attempt == 1 else f'~{attempt}'}" + ("" if index == CALL_INDEX else f".{index}")
 
 
 class ChildrenMixin:
@@ -148,16 +149,22 @@ class ChildrenMixin:
         for child in spawn.children:
             cid = child_id(run_id, step_id, attempt, child.index)
             queued = child.index < started
+            called = child.call
+            # a fan-out child's input is its parent's (read with the parent's results); a called run has its own
+            workflow, version, input_json, input_hash, deadline = (parent[1], parent[2], "null", parent[5], None) \
+                if called is None else (called.workflow, called.version, called.input_json, called.input_hash,
+                                        called.deadline)
             c.execute("INSERT INTO runs (id, tenant, workflow, workflow_version, plan_digest, input, state, rev, "
                       "initiator, input_hash, created_at, updated_at, cursor_step, cursor_attempt, priority, "
                       "acting_as, access_mode, signer, parent_run_id, parent_step_id, parent_attempt, item_index, "
-                      "item) VALUES (?,?,?,?,?,?,?,1,?,?,?,?,?,1,?,?,?,?,?,?,?,?,?)",
-                      (cid, parent[0], parent[1], parent[2], child.plan_digest, "null",  # input: the parent's
-                       "queued" if queued else "created", parent[4], parent[5], now, now, child.first_step,
+                      "item, deadline) VALUES (?,?,?,?,?,?,?,1,?,?,?,?,?,1,?,?,?,?,?,?,?,?,?,?)",
+                      (cid, parent[0], workflow, version, child.plan_digest, input_json,
+                       "queued" if queued else "created", parent[4], input_hash, now, now, child.first_step,
                        parent[6], parent[7], parent[8], parent[9], run_id, step_id, attempt, child.index,
-                       child.item_json))
+                       child.item_json, deadline))
             self._audit(c, now, cid, None, "run.created", actor, None, "created",
-                        {"parent": run_id, "step": step_id, "index": child.index, "plan": child.plan_digest})
+                        {"parent": run_id, "step": step_id, "index": child.index, "plan": child.plan_digest,
+                         **({} if called is None else {"workflow": workflow, "version": version})})
             if queued:
                 self._run_to(c, now, cid, "created", "queued", actor)
                 _, msg = self._insert_attempt(c, now, cid, NextAttempt(child.first_step, 1, "scheduled", now,
@@ -184,9 +191,11 @@ class ChildrenMixin:
                         "WHERE r.id = ?", (run_id,)).fetchone()
         if got is None:
             return
-        if got[0] is None:  # not a child (fan-out does not nest): maybe a parent
+        if got[0] is None:  # not a child: maybe a parent
             self._cancel_children(c, now, run_id, actor, out)
             return
+        if state in STOPPING and state != "completed":  # a called run stopping stops its own children too
+            self._cancel_children(c, now, run_id, actor, out)
         if not ended or got[3] is None:
             return
         parent, step_id, attempt = got[:3]

@@ -71,6 +71,12 @@ def _next_attempt(columns: str, returning: str) -> str:
             f"{marks} FROM attempts WHERE run_id = ? AND step_id = ? RETURNING {returning}")
 
 
+#: the ids of a run (the ``?``) and of every run above it (its parent, the parent's parent, ...; bounded)
+_ANCESTORS = ("WITH RECURSIVE up(id, depth) AS (SELECT CAST(? AS TEXT), 0 UNION ALL SELECT r.parent_run_id, "
+              "up.depth + 1 FROM runs r JOIN up ON r.id = up.id WHERE r.parent_run_id IS NOT NULL AND up.depth < 16) "
+              "SELECT id FROM up")
+
+
 class _Carried:
     """The attempt :meth:`StepPathMixin._insert_claimed` inserted, its row read on first use."""
 
@@ -391,10 +397,11 @@ class StepPathMixin:
                                   + (rows.RUN_CHANGING if base is not None else rows.RUN_COLS),
                                   (*set_run, run_id, cursor[0], run_id))
         if got[5] is not None and (ch.add_steps or ch.add_tokens or ch.add_cost_usd or ch.add_tool_calls):
-            # a fan-out child's usage counts against its parent's (the root run's) budget: added, never
-            # written whole, and without moving the parent's revision (its waiting attempt is not disturbed)
+            # a child's usage (a fan-out item's, a called workflow's) counts against every run above it, up to
+            # the root: added, never written whole, and without moving their revisions (their waiting attempts
+            # are not disturbed)
             c.execute("UPDATE runs SET steps_executed = steps_executed + ?, tokens = tokens + ?, "
-                      "cost_usd = cost_usd + ?, tool_calls = tool_calls + ? WHERE id = ?",
+                      "cost_usd = cost_usd + ?, tool_calls = tool_calls + ? WHERE id IN (" + _ANCESTORS + ")",
                       (ch.add_steps, ch.add_tokens, ch.add_cost_usd, ch.add_tool_calls, got[5]))
         if ch.add_tokens or ch.add_cost_usd:  # the tenant's daily usage (quotas)
             c.execute(sqlite_admission.USAGE_UPSERT, (day_of(now), ch.add_tokens, ch.add_cost_usd, run_id))

@@ -1,0 +1,195 @@
+"""``call`` at run time, on every store: another workflow runs as the step's child run with its own input and
+steps; its output is the step's; its failure is the step's with its class; the caller's budget bounds it;
+cancelling the caller cancels it and undoes its completed steps; a trust-gated worker runs only the digest the
+caller's plan pins. (Compile-time checks: tests/dsl/test_call.py.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fanout_helpers import World, serving, store_url, wait_for, world_runtime
+from interp_helpers import BACKENDS
+
+from sealflow.core.states import RUN_FINAL
+from sealflow.dsl.api import compile_file
+
+USER = "user:ana"
+
+CHILD = """sealflow: 1
+name: child
+version: 1
+owner: team:t
+input:
+  schema: {type: object, required: [label], properties: {label: {type: string}}, additionalProperties: false}
+budget: {max_steps: 10}
+steps:
+  - id: first
+    action: t.record
+    with: {label: "${{ input.label }}-1"}
+    idempotency_key: "${{ run.id }}:first"
+    retry: {max_attempts: 1}
+    compensate: {action: t.record, with: {label: "undo-${{ input.label }}"}}
+  - id: second
+    action: t.record
+    with: {label: "${{ input.label }}"}
+    idempotency_key: "${{ run.id }}:second"
+    retry: {max_attempts: 1}
+output: {said: "${{ steps.second.output }}"}
+"""
+
+PARENT = """sealflow: 1
+name: parent
+version: 1
+owner: team:t
+{budget}steps:
+  - id: first
+    set: {{label: "input.label"}}
+  - id: call
+    call: {{workflow: child, version: 1, input: {{label: "${{{{ steps.first.output.label }}}}"}}}}
+{route}  - id: after
+    set: {{got: "steps.call.output.said"}}
+"""
+
+
+def parent_plan(tmp_path: Path, *, budget: str = "", route: str = "", child: str = CHILD):
+    folder = tmp_path / "defs"
+    folder.mkdir(exist_ok=True)
+    (folder / "child.v1.yaml").write_text(child)
+    (folder / "parent.v1.yaml").write_text(PARENT.format(budget=budget, route=route))
+    return compile_file(folder / "parent.v1.yaml")
+
+
+@pytest.fixture(params=BACKENDS)
+def world(request, tmp_path):
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
+        yield w
+
+
+def result(rt, run_id: str, step: str):
+    status, out = rt.store.results(run_id)[step]
+    return status, None if out is None else json.loads(out)
+
+
+def test_the_called_workflow_runs_as_a_child_with_its_own_input_and_its_output_is_the_steps(world, tmp_path):
+    # Given a parent that calls child v1 with a label taken from its own step
+    plan = parent_plan(tmp_path)
+    # When it runs
+    status = world.rt.run(plan, {"label": "a"}, initiator=USER, until="final")
+    # Then it completed; the call step's output is the child's declared output, and the next step read it
+    assert status.run.state == "completed", status.run.error_message
+    assert result(world.rt, status.run.id, "call") == ("succeeded", {"said": "done:a"})
+    assert result(world.rt, status.run.id, "after") == ("succeeded", {"got": "done:a"})
+    # and the child is a run of child v1 with its own input (not the parent's), in the parent's tenant
+    [kid] = world.rt.store.children(status.run.id)
+    child = world.rt.store.get_run(kid.id)
+    assert (child.workflow, child.workflow_version, child.input, child.called) == ("child", 1, {"label": "a"}, True)
+    assert child.tenant == status.run.tenant and child.initiator == USER
+    # and its steps ran once each; the parent's counters hold the child's steps too
+    assert sorted(r[0] for r in world.rows("SELECT label FROM intervals")) == ["a", "a-1"]
+    assert world.rt.store.get_run(status.run.id).steps_executed >= 2 + 3
+
+
+def test_a_failing_child_fails_the_step_with_its_class_and_the_route_is_taken(world, tmp_path):
+    # Given a parent whose call routes internal failures to its next step, and a child whose second step fails
+    plan = parent_plan(tmp_path, route="    on_error: [{errors: [internal], next: after}]\n")
+    # When it runs with a label the child's action fails on
+    status = world.rt.run(plan, {"label": "fail"}, initiator=USER, until="final")
+    # Then the call step failed with the child's error class, naming the child run, and the route was taken
+    call_status, _ = result(world.rt, status.run.id, "call")
+    assert call_status == "failed"
+    [kid] = world.rt.store.children(status.run.id)
+    assert kid.state == "failed" and kid.error_class == "internal"
+    att = [a for a in world.rt.store.attempts(status.run.id) if a.step_id == "call"][-1]
+    assert att.error_class == "internal" and kid.id in (att.error_message or "")
+    assert status.run.state == "completed"
+
+
+def test_without_a_route_the_childs_failure_fails_the_run_and_only_the_parent_is_dead_lettered(world, tmp_path):
+    # Given a parent with no route for the call
+    plan = parent_plan(tmp_path)
+    # When the child fails
+    status = world.rt.run(plan, {"label": "fail"}, initiator=USER, until="final")
+    # Then the run failed with the child's class, and the dead-letter list holds the parent, not the child
+    assert status.run.state == "failed" and status.run.error_class == "internal"
+    assert [d.run_id for d in world.rt.store.dead_letters()] == [status.run.id]
+
+
+def test_an_input_that_breaks_the_called_workflows_schema_fails_the_step_before_any_child(world, tmp_path):
+    # Given a parent passing a number where the child's schema wants a string
+    plan = parent_plan(tmp_path)
+    # When it runs
+    status = world.rt.run(plan, {"label": 7}, initiator=USER, until="final")
+    # Then the call failed as invalid_request, saying where, and no child run exists
+    assert status.run.state == "failed" and status.run.error_class == "invalid_request"
+    assert "input schema" in status.run.error_message and "label" in status.run.error_message
+    assert world.rt.store.children(status.run.id) == []
+
+
+def test_the_callers_budget_bounds_the_childs_steps(world, tmp_path):
+    # Given a caller allowing 3 step attempts in all, and a child of 2 steps (itself allowing 10)
+    plan = parent_plan(tmp_path, budget="budget: {max_steps: 3}\n")
+    # When it runs: first (1), the call (2), the child's first step (3), then the child's second
+    status = world.rt.run(plan, {"label": "b"}, initiator=USER, until="final")
+    # Then the child stopped with budget_exceeded naming its caller, and so did the caller
+    [kid] = world.rt.store.children(status.run.id)
+    assert kid.error_class == "budget_exceeded" and status.run.id in (kid.error_message or "")
+    assert status.run.state == "failed" and status.run.error_class == "budget_exceeded"
+    # and the child's one completed step was undone as it failed (a child's saga is its own)
+    assert [r[0] for r in world.rows("SELECT label FROM intervals")] == ["b-1", "undo-b"]
+
+
+def test_cancelling_the_caller_cancels_the_child_and_undoes_its_completed_steps(world, tmp_path):
+    # Given a worker, and a parent whose child's first step holds until released (labels "hold..." hold)
+    plan = parent_plan(tmp_path)
+    with serving(world) as w:
+        rt = w.rt
+        run_id = rt.submit(plan, {"label": "hold"}, initiator=USER)
+        wait_for(lambda: "hold-1" in w.started)
+        [kid] = rt.store.children(run_id)
+        # When the caller is cancelled, then the held action is released
+        rt.cancel(run_id, actor=USER)
+        w.release.set()
+        wait_for(lambda: rt.store.get_run(kid.id).state in RUN_FINAL and
+                 rt.store.get_run(run_id).state in RUN_FINAL)
+        # Then the child ended cancelled, its first step (completed as it was released) undone by its compensation,
+        # and its second step never started
+        assert rt.store.get_run(kid.id).state == "cancelled"
+        assert rt.store.get_run(run_id).state == "cancelled"
+        assert sorted(r[0] for r in w.rows("SELECT label FROM intervals")) == ["hold-1", "undo-hold"]
+
+
+@pytest.fixture(name="gated", params=BACKENDS)
+def gated_world(request, tmp_path):
+    """The world with a worker that has a trust gate (unsigned runs allowed)."""
+    from sealflow.policy.trustgate import TrustGate
+
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path),
+                       trust_gate=TrustGate(allow_unsigned=True)) as w:
+        yield w
+
+
+def test_a_trust_gated_worker_runs_only_the_child_its_caller_pins(gated, tmp_path, monkeypatch):
+    # Given a trust-gated worker and a caller: the pinned child runs
+    from sealflow.steps import call
+
+    plan = parent_plan(tmp_path)
+    assert gated.rt.run(plan, {"label": "c"}, initiator=USER, until="final").state == "completed"
+    # When the call starts another plan than the one it pins (a forged child recording "forged")
+    forged = plan.step("call").call.plan
+    steps = tuple(s.model_copy(update={"args": {"label": "forged"}}) for s in forged.steps)
+    forged = forged.model_copy(update={"steps": steps}).with_digest()
+    real = call.start
+
+    def forging(x):
+        swapped = x.step.call.model_copy(update={"plan": forged, "digest": forged.digest})
+        x.step = x.step.model_copy(update={"call": swapped})
+        return real(x)
+
+    monkeypatch.setattr(call, "start", forging)
+    status = gated.rt.run(plan, {"label": "d"}, initiator=USER, until="final")
+    # Then the child was refused as unauthorized before any step of it ran, and so the call failed
+    assert status.state == "failed" and status.run.error_class == "unauthorized"
+    assert "forged" not in {r[0] for r in gated.rows("SELECT label FROM intervals")}
