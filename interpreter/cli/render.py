@@ -297,6 +297,30 @@ class LiveTimeline:
                 print_timeline(type(status)(status.run, [a], status.waiting))
 
 
+def follow_live(rt: Runtime, run_id: str, *, poll: float = 0.5, echo: bool = True) -> RunStatus:
+    """Follow the run's live feed (what ``GET /v1/runs/{id}/events`` streams: each state change of the run and
+    its steps, in order), printing each item (``echo``), until the run ends or waits for a person; the final
+    status. The workers run the steps: this process only reads."""
+    import time
+
+    from sealflow.core.states import RUN_FINAL
+
+    after = 0
+    while True:
+        items, state = rt.feed(run_id, after=after)
+        for item in items:
+            after = max(after, int(item["id"]))
+            if not echo:
+                continue
+            moved = f"{item['from'] or '-'} -> {item['to']}" if item["to"] else ""
+            when = time.strftime("%H:%M:%S", time.localtime(item["at"]))
+            click.echo(f"  {when}  {item['event']:<22} {item['step'] or '':<24} {moved}".rstrip())
+        if not items and (state in RUN_FINAL or rt.awaits_human(run_id)):
+            return rt.status(run_id)
+        if not items:
+            time.sleep(poll)
+
+
 def drive_live(rt: Runtime, run_id: str, *, until: str = "settled") -> RunStatus:
     """Drive the run on a background thread, printing its steps as they start and end; the final status.
     ``until="final"`` (``run --follow``, ``status --watch``) sleeps through timers of any length: it stops

@@ -216,6 +216,10 @@ class Driving:
         active = self.store.active_attempt(run_id)
         return active is not None and active.state == "scheduled"
 
+    def awaits_human(self, run_id: str) -> bool:
+        """Whether the run's current attempt waits for a person (an approval gate, an outcome-unknown gate)."""
+        return self._awaits_human(run_id)
+
     def _awaits_human(self, run_id: str) -> bool:
         active = self.store.active_attempt(run_id)
         return active is not None and active.state == "waiting" and (

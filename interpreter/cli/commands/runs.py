@@ -170,10 +170,12 @@ def submit(file: str, raw_input: str | None, actions: tuple[str, ...], store_url
 @click.argument("run_id", metavar="RUN", shell_complete=run_ids)
 @on_a_store(click.option("--watch", is_flag=True, help="Drive the run on and show its progress live until it ends "
                          "or waits for a human."),
+            click.option("--follow", is_flag=True, help="Follow the run's live feed (what GET /v1/runs/{id}/events "
+                         "streams) until it ends or waits for a human, running nothing here: the workers run it."),
             click.option("--children-offset", type=click.IntRange(min=0), default=0, metavar="N",
                          help="With --json: list a fan-out's child runs from the N-th (100 per page)."), actions=True)
 def status(run_id: str, actions: tuple[str, ...], store_url: str | None, principal: str, tenant: str,
-           access_path: str | None, watch: bool, children_offset: int, as_json: bool) -> None:
+           access_path: str | None, watch: bool, follow: bool, children_offset: int, as_json: bool) -> None:
     """Show a run: its state, steps, attempts, errors and what it waits for; a map or parallel step's items
     as a count by state with the failures listed (--json: every child run, 100 per page). A step due but
     waiting for a process that has what it needs says what this process lacks too."""
@@ -182,6 +184,15 @@ def status(run_id: str, actions: tuple[str, ...], store_url: str | None, princip
     with open_runtime(store_url, actions, access=access_path) as rt:
         # (find_run authorised reading the run: its failed steps' tracebacks are shown)
         found = note_left(rt, find_run(rt, run_id, tenant, principal, children_offset=children_offset))
+        if watch and follow:
+            fail_usage("--watch drives the run here, --follow only follows it: choose one")
+        if follow and found.state not in render.FAILED_STATES | {"completed"}:
+            if not as_json:
+                render.print_header(found)
+                click.echo(f"following {run_id}: the workers run its steps (sealflow worker), nothing runs here; "
+                           "Ctrl-C stops following, not the run (--watch drives it here instead)", err=True)
+            followed = render.follow_live(rt, run_id, echo=not as_json)
+            render.finish(note_left(rt, followed), as_json, header=as_json, traces=True)
         if watch and found.state not in render.FAILED_STATES | {"completed"}:
             if as_json:
                 render.finish(rt.drive(run_id, until="final"), as_json, traces=True)
