@@ -25,7 +25,7 @@ from sealflow.execution import callbacks, schemacheck
 from sealflow.execution.callbacks import CallbackRefused
 from sealflow.steps import wait
 from sealflow.store.errors import InvalidOperation, NotFound
-from sealflow.store.inbox import InboxEvent
+from sealflow.store.inbox import WAITING_PAGE, InboxEvent
 from sealflow.store.records import AuditEvent, Message
 
 if TYPE_CHECKING:
@@ -34,10 +34,6 @@ if TYPE_CHECKING:
     from sealflow.execution.context import Execution
     from sealflow.runtime.config import RuntimeConfig
     from sealflow.store.base import Store
-
-#: the most waiting runs of a tenant one event is offered to
-OFFER_LIMIT = 10_000
-
 
 class _Left(Exception):
     """The waiting attempt does not take the event (not for this run, or refused): nothing is committed."""
@@ -83,15 +79,20 @@ class Hearing:
         if not self.store.inbox_put(event):
             return []
         out: list[Offered] = []
-        for run in self.store.list_runs(states=("waiting",), tenant=tenant, limit=OFFER_LIMIT):
-            att = self.store.active_attempt(run.id)
-            if att is None or att.state != "waiting" or att.data.get("event") != type \
-                    or att.data.get("source") not in (None, source):
-                continue
-            got = self._offer(run.id, att.step_id, event)
-            if got is not None:
-                out.append(got)
-        return out
+        after = ""
+        while True:  # every run waiting for this type, a page at a time (by run id)
+            page = self.store.inbox_waiting(tenant, type, after=after, limit=WAITING_PAGE)
+            for run_id, _ in page:
+                att = self.store.active_attempt(run_id)
+                if att is None or att.state != "waiting" or att.data.get("event") != type \
+                        or att.data.get("source") not in (None, source):
+                    continue
+                got = self._offer(run_id, att.step_id, event)
+                if got is not None:
+                    out.append(got)
+            if len(page) < WAITING_PAGE:
+                return out
+            after = page[-1][0]
 
     def _offer(self, run_id: str, step_id: str, event: InboxEvent) -> Offered | None:
         def decide(x: Execution) -> tuple[Outcome, tuple[AuditEvent, ...]]:

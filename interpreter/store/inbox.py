@@ -17,6 +17,10 @@ DEFAULT_KEEP_S = 3600.0
 FIND_LIMIT = 200
 
 
+#: how many waiting runs one read of :meth:`EventInbox.inbox_waiting` returns
+WAITING_PAGE = 500
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class InboxEvent:
     """An event as a wait sees it: ``event.id``, ``event.type``, ``event.source``, ``event.data``."""
@@ -49,4 +53,11 @@ class EventInbox(Protocol):
 
     def inbox_prune(self, before: float) -> int:
         """Drop the events received before ``before``; how many were dropped."""
+        ...
+
+    def inbox_waiting(self, tenant: str, type: str, *, after: str = "", limit: int = WAITING_PAGE
+                      ) -> list[tuple[str, str]]:
+        """``(run id, step id)`` of ``tenant``'s runs whose current attempt waits for an event of ``type`` (maybe
+        a few more: the caller checks each), by run id, those after run ``after``, at most ``limit``: page
+        through them all, never only the first ten thousand waiting runs."""
         ...

@@ -6,7 +6,7 @@ import json
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from sealflow.store.inbox import FIND_LIMIT, InboxEvent
+from sealflow.store.inbox import FIND_LIMIT, WAITING_PAGE, InboxEvent
 from sealflow.store.sql.conn import Conn, Row
 
 SCHEMA = """
@@ -51,6 +51,16 @@ class InboxMixin:
             args += (source,)
         rows = self._read(sql + " ORDER BY received_at, event_id LIMIT ?", (*args, limit))
         return [InboxEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), float(r[5])) for r in rows]
+
+    def inbox_waiting(self, tenant: str, type: str, *, after: str = "", limit: int = WAITING_PAGE
+                      ) -> list[tuple[str, str]]:
+        # the waiting attempt is the run's cursor; its data (compact JSON) names the event type it waits for
+        like = '%"event":' + json.dumps(type).replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+        rows = self._read("SELECT r.id, a.step_id FROM runs r JOIN attempts a ON a.run_id = r.id "
+                          "AND a.step_id = r.cursor_step AND a.attempt = r.cursor_attempt WHERE r.tenant = ? "
+                          "AND r.state = 'waiting' AND a.state = 'waiting' AND a.data LIKE ? ESCAPE '!' "
+                          "AND r.id > ? ORDER BY r.id LIMIT ?", (tenant, like, after, limit))
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def inbox_prune(self, before: float) -> int:
         with self._tx() as c:

@@ -158,3 +158,24 @@ def test_a_run_cancelled_while_it_waits_takes_no_event_after(rt, plan):
     # When the verdict arrives / Then nothing takes it, and the run stays cancelled
     assert rt.offer_event("default", "scanner", "late", "scan.finished", {"file_id": "f1", "clean": True}) == []
     assert rt.status(waiting.run.id).state == "cancelled"
+
+
+def test_an_event_reaches_every_waiting_run_of_its_type_page_after_page_and_no_run_waiting_for_another(rt, plan,
+                                                                                                      monkeypatch):
+    # Given five runs waiting for the same file's verdict, read two at a time, and one waiting for another type
+    from sealflow.runtime import hearing
+
+    monkeypatch.setattr(hearing, "WAITING_PAGE", 2)
+    pages = []
+    read = rt.store.inbox_waiting
+    monkeypatch.setattr(rt.store, "inbox_waiting", lambda *a, **k: pages.append(k["after"]) or read(*a, **k))
+    waiting = [rt.run(plan, {"file_id": "shared"}, initiator="user:a").run.id for _ in range(5)]
+    other = compile_bytes(WORKFLOW.replace(b"name: scan-wait", b"name: scan-other")
+                          .replace(b"event: scan.finished", b"event: scan.finished_late"), "<other>")
+    elsewhere = rt.run(other, {"file_id": "shared"}, initiator="user:a").run.id
+    # When the verdict comes
+    taken = rt.offer_event("default", "scanner", "v1", "scan.finished", {"file_id": "shared", "clean": True})
+    # Then every one of the five took it (read in three pages), and the run waiting for another type did not
+    assert sorted(t.run_id for t in taken) == sorted(waiting) and {t.result for t in taken} == {"taken"}
+    assert len(pages) == 3
+    assert rt.status(elsewhere).state == "waiting"
