@@ -193,3 +193,35 @@ def test_a_trust_gated_worker_runs_only_the_child_its_caller_pins(gated, tmp_pat
     # Then the child was refused as unauthorized before any step of it ran, and so the call failed
     assert status.state == "failed" and status.run.error_class == "unauthorized"
     assert "forged" not in {r[0] for r in gated.rows("SELECT label FROM intervals")}
+
+
+def test_a_redriven_caller_starts_a_new_child_that_replays_the_effects_keyed_on_its_input(world, tmp_path):
+    # Given a child whose steps key their effects on its input (not on run.id), whose second step fails once
+    from sealflow.execution.actions import action
+
+    calls: list[str] = []
+
+    @action("t.flaky", registry=world.registry)
+    def flaky(ctx, label: str):
+        calls.append(label)
+        if label == "b" and calls.count("b") == 1:
+            raise ValueError("b fails once")
+        return f"ok:{label}"
+
+    child = CHILD.replace("    compensate: {action: t.record, with: {label: \"undo-${{ input.label }}\"}}\n", "").replace(
+        "action: t.record", "action: t.flaky").replace(
+        '"${{ run.id }}:first"', '"child:${{ input.label }}:first"').replace(
+        '"${{ run.id }}:second"', '"child:${{ input.label }}:second"')
+    assert "compensate" not in child
+    plan = parent_plan(tmp_path, child=child)
+    # When it runs, the child fails, and so the caller fails into the dead letters
+    failed = world.rt.run(plan, {"label": "b"}, initiator=USER, until="final")
+    assert failed.run.state == "failed" and [d.run_id for d in world.rt.store.dead_letters()] == [failed.run.id]
+    # When the caller is redriven
+    world.rt.dlq_redrive(failed.run.id, actor=USER)
+    done = world.rt.drive(failed.run.id, until="final")
+    # Then it completes through a second child run, whose first step's effect came from the ledger (not run again)
+    assert done.run.state == "completed", done.run.error_message
+    kids = world.rt.store.children(failed.run.id)
+    assert [k.state for k in kids] == ["failed", "completed"] and kids[1].id.endswith("~2")
+    assert calls == ["b-1", "b", "b"]
