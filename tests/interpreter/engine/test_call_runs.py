@@ -208,8 +208,8 @@ def test_a_redriven_caller_starts_a_new_child_that_replays_the_effects_keyed_on_
             raise ValueError("b fails once")
         return f"ok:{label}"
 
-    child = CHILD.replace("    compensate: {action: t.record, with: {label: \"undo-${{ input.label }}\"}}\n", "").replace(
-        "action: t.record", "action: t.flaky").replace(
+    undo = "    compensate: {action: t.record, with: {label: \"undo-${{ input.label }}\"}}\n"
+    child = CHILD.replace(undo, "").replace("action: t.record", "action: t.flaky").replace(
         '"${{ run.id }}:first"', '"child:${{ input.label }}:first"').replace(
         '"${{ run.id }}:second"', '"child:${{ input.label }}:second"')
     assert "compensate" not in child
