@@ -193,6 +193,9 @@ def print_outcome(status: RunStatus) -> None:
         elif w.get("kind") == "fanout":
             click.echo(f"waiting for the child runs of {w['step']} (items below); `sealflow recover{flags}` drives "
                        f"them on; an item waiting for approval is listed by `sealflow approvals list{flags}`")
+        elif w.get("kind") == "call":
+            click.echo(f"waiting for {w.get('workflow')} v{w.get('version')}, which {w['step']} called: run "
+                       f"{w.get('child')} ({w.get('child_state')}); `sealflow status {w.get('child')}` shows it")
         else:
             click.echo(f"waiting ({w.get('kind')}) at {w['step']}; `sealflow recover{flags}` drives it on when due")
     print_items(status)

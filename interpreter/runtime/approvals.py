@@ -121,6 +121,8 @@ def waiting_for(desk: Desk, principal: str, tenant: str, *, limit: int = 1000) -
             out[-1].update(input=REDACTOR.value(desk.store.get_run(run.parent_run_id).input),
                            item={"parent": run.parent_run_id, "step": run.parent_step_id, "index": run.item_index,
                                  "value": REDACTOR.value(run.item)})
+        elif run.called:  # a called workflow's run: which run called it, at which step
+            out[-1]["called_by"] = {"run_id": run.parent_run_id, "step": run.parent_step_id}
     return out
 
 

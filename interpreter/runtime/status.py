@@ -65,6 +65,7 @@ def run_status(store: RunReads, run_id: str, *, children_offset: int = 0,
         _, gate = split_step_id(active.step_id)
         kind = "approval" if gate or "opened_at" in active.data else ("retry" if active.state == "retry_wait"
                                                                      else "fanout" if "fanout" in active.data
+                                                                     else "call" if "call" in active.data
                                                                      else "wait")
         limited = active.data.get("rate_limit") if active.state == "waiting" else None
         if isinstance(limited, dict):  # a model over its rate limit (policy/limits.py)
@@ -72,6 +73,11 @@ def run_status(store: RunReads, run_id: str, *, children_offset: int = 0,
         waiting = {"step": active.step_id, "kind": kind, "due_at": active.due_at}
         if isinstance(limited, dict):
             waiting.update({k: limited.get(k) for k in ("model", "models", "reason")})
+        if kind == "call":  # a called workflow's run: which, and where it is
+            called = active.data["call"]
+            kids = store.children(run.id, active.step_id, active.attempt)
+            waiting.update(workflow=called.get("workflow"), version=called.get("version"),
+                           child=kids[0].id if kids else None, child_state=kids[0].state if kids else None)
         if kind == "approval":
             waiting.update({k: active.data.get(k) for k in ("approvers", "quorum", "approvals", "plan_digest")})
             waiting["show"], waiting["show_hash"] = shown(active.data)  # (an approver's edit, if any)

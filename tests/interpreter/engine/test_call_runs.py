@@ -225,3 +225,22 @@ def test_a_redriven_caller_starts_a_new_child_that_replays_the_effects_keyed_on_
     kids = world.rt.store.children(failed.run.id)
     assert [k.state for k in kids] == ["failed", "completed"] and kids[1].id.endswith("~2")
     assert calls == ["b-1", "b", "b"]
+
+
+def test_status_says_a_waiting_caller_waits_for_its_called_run_and_names_it(world, tmp_path):
+    # Given a caller whose child waits at an approval gate
+    from sealflow.runtime.status import run_status
+
+    child = CHILD.replace("  - id: second\n", "  - id: ask\n    approval: {approvers: [\"user:boss\"]}\n  - id: second\n")
+    plan = parent_plan(tmp_path, child=child)
+    status = world.rt.run(plan, {"label": "w"}, initiator=USER, until="final")
+    # When its status is read
+    shown = run_status(world.rt.store, status.run.id)
+    # Then it waits for the call, naming the workflow and the child run, which waits for its approval
+    [kid] = world.rt.store.children(status.run.id)
+    assert shown.waiting["kind"] == "call" and shown.waiting["workflow"] == "child"
+    assert shown.waiting["child"] == kid.id and shown.waiting["child_state"] == "waiting"
+    assert run_status(world.rt.store, kid.id).waiting["kind"] == "approval"
+    # and the approver's list shows the child's gate with the run that called it
+    [gate] = [g for g in world.rt.approvals_waiting("user:boss", "default") if g["run_id"] == kid.id]
+    assert gate["called_by"] == {"run_id": status.run.id, "step": "call"} and gate["input"] == {"label": "w"}
