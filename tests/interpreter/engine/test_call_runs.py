@@ -231,7 +231,8 @@ def test_status_says_a_waiting_caller_waits_for_its_called_run_and_names_it(worl
     # Given a caller whose child waits at an approval gate
     from sealflow.runtime.status import run_status
 
-    child = CHILD.replace("  - id: second\n", "  - id: ask\n    approval: {approvers: [\"user:boss\"]}\n  - id: second\n")
+    gate = "  - id: ask\n    approval: {approvers: [\"user:boss\"]}\n"
+    child = CHILD.replace("  - id: second\n", gate + "  - id: second\n")
     plan = parent_plan(tmp_path, child=child)
     status = world.rt.run(plan, {"label": "w"}, initiator=USER, until="final")
     # When its status is read
