@@ -333,6 +333,18 @@ class Plan(_Frozen):
                                  f"as {s.call.digest}, but the plan it carries computes {s.call.plan.compute_digest()}")
         return plan
 
+    def with_called(self) -> Iterator[Plan]:
+        """This plan, then every plan it calls (the called plans' own calls too), each once."""
+        seen: set[str] = set()
+        todo: list[Plan] = [self]
+        while todo:
+            plan = todo.pop(0)
+            if plan.digest and plan.digest in seen:
+                continue
+            seen.add(plan.digest)
+            yield plan
+            todo.extend(call.plan for _, call in plan.called())
+
     def called(self) -> Iterator[tuple[PlanStep, CallPlan]]:
         """Every ``call`` step of this plan (sub-flows included) with its call; not the called plans' own."""
         for _, s in self.all_steps():

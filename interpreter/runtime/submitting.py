@@ -97,9 +97,10 @@ class Submitting:
             plan = plan.with_digest()
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
-        self._check_models(plan)
-        self._check_arguments(plan)
-        honoured.check(plan)  # a declared control this build cannot enforce is refused, never ignored
+        for each in plan.with_called():  # the workflows it calls are checked as it is: they run under it
+            self._check_models(each)
+            self._check_arguments(each)
+            honoured.check(each)  # a declared control this build cannot enforce is refused, never ignored
         try:
             input_json = dumps(input)
         except NotUnicode as exc:
@@ -122,7 +123,8 @@ class Submitting:
             self._authorize_pin(plan, initiator, tenant)
         registration = Registration(plan.name, plan.version, plan.digest, signer, source, pin, initiator) \
             if signed and signer is not None else None  # (signed: it has a signer)
-        coordination.check_plan(plan, self.config.pools)  # warns about a pool the configuration does not list
+        for each in plan.with_called():  # warns about a pool the configuration does not list
+            coordination.check_plan(each, self.config.pools)
         now = self.clock.now()
         budget = plan.budget.max_runtime_ms
         first = plan.step(plan.start)

@@ -245,3 +245,16 @@ def test_status_says_a_waiting_caller_waits_for_its_called_run_and_names_it(worl
     # and the approver's list shows the child's gate with the run that called it
     [gate] = [g for g in world.rt.approvals_waiting("user:boss", "default") if g["run_id"] == kid.id]
     assert gate["called_by"] == {"run_id": status.run.id, "step": "call"} and gate["input"] == {"label": "w"}
+
+
+def test_a_caller_whose_child_names_an_unconfigured_model_is_refused_at_submit(world, tmp_path):
+    # Given a child with an ai step naming a model this runtime does not configure
+    from sealflow.runtime.submitting import ModelNotConfigured
+
+    child = CHILD.replace("  - id: second\n", "  - id: think\n    ai: {model: no-such-model, prompt: {template: hi}}\n"
+                                               "  - id: second\n")
+    plan = parent_plan(tmp_path, child=child)
+    # When the caller is submitted, Then it is refused before any run exists, naming the model
+    with pytest.raises(ModelNotConfigured, match="no-such-model"):
+        world.rt.submit(plan, {"label": "m"}, initiator=USER)
+    assert world.rt.store.list_runs() == []
