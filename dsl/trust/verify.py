@@ -68,6 +68,8 @@ class Verified:
     #: the verified bytes and the signature file's bytes (DSSE envelope or Sigstore bundle)
     source: bytes = dataclasses.field(default=b"", compare=False, repr=False)
     envelope: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+    #: the workflows the plan calls, each verified under the same policy (each with its own calls)
+    called: tuple[Verified, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def envelope_kind(self) -> str:
@@ -179,13 +181,13 @@ def verify_bytes(data: bytes, path: str, signature: bytes, policy: TrustPolicy, 
     else:
         signers, method, details = [SIGSTORE], "sigstore", verify_sigstore(data, signature, policy)
     verified = _check_definition(data, path, policy, signers, method, details, signature_file, actions, root)
-    if verified.plan is not None:
+    called = () if verified.plan is None else \
         _check_called(verified.plan, path, policy, now=now, actions=actions, root=root)
-    return dataclasses.replace(verified, source=data, envelope=signature)
+    return dataclasses.replace(verified, source=data, envelope=signature, called=called)
 
 
 def _check_called(plan: Plan, path: str, policy: TrustPolicy, *, now: dt.datetime | None,
-                  actions: dict[str, ActionInfo] | None, root: Path | None) -> None:
+                  actions: dict[str, ActionInfo] | None, root: Path | None) -> tuple[Verified, ...]:
     """Every workflow ``plan`` calls is signed and trusted under the same ``policy``, and is the plan its call
     pins (each checks its own calls in turn). The files are read as the compile found them (beside the caller,
     in definitions/, under the root) and recorded: an executing process verifies them again from the store."""
@@ -193,7 +195,10 @@ def _check_called(plan: Plan, path: str, policy: TrustPolicy, *, now: dt.datetim
     from sealflow.dsl.refs import read_recorded, repository_root
 
     base = root if root is not None else repository_root(path)
+    verified: dict[str, Verified] = {}
     for step, call in plan.called():
+        if call.digest in verified:  # (called twice: verified once)
+            continue
         what = f"{plan.name} v{plan.version} calls {call.workflow} v{call.version} (step {step.id!r})"
         found, why = find_called(path, base, call.workflow, call.version)
         rel = None if found is None else str(found.resolve().relative_to(base.resolve()))
@@ -217,10 +222,13 @@ def _check_called(plan: Plan, path: str, policy: TrustPolicy, *, now: dt.datetim
             if v.digest != call.digest:
                 raise Refused("untrusted-child", f"{what}: the signed file compiles to {v.digest[:19]}..., not the "
                               f"{call.digest[:19]}... the caller pins", "compile and sign both again")
-            return
-        first = next((r for r in refusals if not r.unsupported), refusals[0])
-        raise Refused("untrusted-child", f"{what}, which this trust policy does not trust: [{first.reason}] "
-                      f"{first.message}", first.hint)
+            verified[call.digest] = v
+            break
+        else:
+            first = next((r for r in refusals if not r.unsupported), refusals[0])
+            raise Refused("untrusted-child", f"{what}, which this trust policy does not trust: [{first.reason}] "
+                          f"{first.message}", first.hint)
+    return tuple(verified.values())
 
 
 def verify_envelope(data: bytes, envelope_bytes: bytes, policy: TrustPolicy, *,

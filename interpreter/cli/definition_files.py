@@ -150,9 +150,10 @@ def try_load(path: str, action_specs: tuple[str, ...], *, trust: str | None, bun
         raise NotLoaded(f"{path} holds {verified.name} v{verified.version}, which is not what its file name says",
                         reason="untrusted",
                         hint=f"a signed definition is loaded by its name: call the file {expected}")
-    from sealflow.store.definitions import DefinitionSource
+    from sealflow.store.definitions import DefinitionSource, called_registrations
 
-    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind, dict(refs) or None)
+    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind, dict(refs) or None,
+                              called_registrations(verified, dict(refs) or None))
     return Loaded(verified.plan, verified.principal(), verified.who(), source)
 
 

@@ -73,11 +73,12 @@ def _signed(rt: Any, body: SubmitRequest, trust: Any, actor: str) -> Resolved:
     if body.definition is None or body.signature is None:
         raise Problem("invalid-request", "a signed definition needs both definition and signature")
     from sealflow.dsl.trust.verify import verify_bytes
-    from sealflow.store.definitions import DefinitionSource
+    from sealflow.store.definitions import DefinitionSource, called_registrations
 
     verified = verify_bytes(body.definition.encode(), "request:definition", body.signature.encode(), trust)
     plan = verified.plan if verified.plan.digest else verified.plan.with_digest()
     # nothing is written here: Runtime.submit authorises first, then records the definition, its bytes and
     # envelope with the run in one transaction (a refused request leaves nothing behind)
-    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind)
+    source = DefinitionSource(verified.source, verified.envelope, verified.envelope_kind,
+                              called=called_registrations(verified, None))
     return Resolved(plan, verified.principal(), source)

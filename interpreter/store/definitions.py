@@ -74,6 +74,9 @@ class DefinitionSource:
     #: the files the compile read beside it ($ref schemas, prompts; path relative to the repository root ->
     #: text): not signed (the signature covers the definition file), but the compiled digest covers them
     refs: dict[str, str] | None = None
+    #: the workflows it calls, as verified with it (each signed under the same policy): recorded in the registry
+    #: in the same transaction (a second digest for a recorded (name, version) of one of them is refused too)
+    called: tuple[Registration, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def key(self) -> str:
@@ -98,6 +101,16 @@ class Registration:
     source: DefinitionSource | None = None
     pin: bool = False
     actor: str = "system"
+
+
+def called_registrations(verified: Any, refs: dict[str, str] | None) -> tuple[Registration, ...]:
+    """What the registry records of the workflows a verified definition (``sealflow.dsl.trust.Verified``) calls:
+    each as it was verified with it (its bytes, signature and signer; the files its caller's compile read, which
+    hold its own), with the workflows it calls in turn."""
+    return tuple(Registration(v.name, v.version, v.digest, v.principal(),
+                              DefinitionSource(v.source, v.envelope, v.envelope_kind, refs,
+                                               called_registrations(v, refs)))
+                 for v in verified.called)
 
 
 SCHEMA = """
@@ -216,6 +229,8 @@ class DefinitionsMixin:
         else:  # a refused mark stays until an executor verifies this digest (a submitter cannot clear it)
             c.execute("UPDATE definitions SET last_seen = ?, loads = loads + 1 WHERE name = ? AND version = ?",
                       (now, name, version))
+        for child in reg.source.called if reg.source is not None else ():  # the workflows it calls, alike
+            self._register(c, dataclasses.replace(child, actor=actor), now)
         if reg.source is not None:
             src = reg.source
             c.execute("INSERT INTO definition_sources (digest, source_key, name, version, source, envelope, "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from sealflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +65,26 @@ def test_a_caller_verifies_only_with_its_child_signed_and_a_gated_worker_runs_bo
         assert status.run.state == "completed", (status.run.error_message, status.waiting)
         [kid] = rt.store.children(status.run.id)
         assert kid.state == "completed" and kid.output == {"notification_id": "ntf_000001"}
+        # and the registry records the called workflow with the caller, signed by the same key
+        recorded = {(d.name, d.version): d for d in rt.store.definitions()}
+        child_plan = loaded.plan.step("notify").call.plan
+        assert recorded[("team-notification", 1)].digest == child_plan.digest
+        assert recorded[("team-notification", 1)].signer == loaded.signer
+        # When another team-notification v1 (changed, signed by the same key) comes with ops-report v2 calling it
+        child = folder / "team-notification.v1.yaml"
+        child.write_text(child.read_text().replace("budget: {max_steps: 5", "budget: {max_steps: 6"))
+        assert main(["sign", str(child), "--key", str(folder / "ops.pem")]) == 0
+        v2 = folder / "ops-report.v2.yaml"
+        v2.write_text(caller.read_text().replace("\nversion: 1\n", "\nversion: 2\n", 1))
+        assert main(["sign", str(v2), "--key", str(folder / "ops.pem")]) == 0
+        again = try_load(str(v2), (), trust=str(policy))
+        # Then its submit is refused: a signed (name, version) never changes, a called one neither
+        from sealflow.store.definitions import DefinitionRefused
+
+        with pytest.raises(DefinitionRefused, match="team-notification v1 is already recorded"):
+            rt.submit(again.plan, {"owner": "usr_bob"}, initiator="user:ana", signer=again.signer,
+                      source=again.source)
+        assert len(rt.store.list_runs()) == 2  # (the caller and its child: nothing new)
     finally:
         rt.close()
         rt.store.close()
