@@ -71,15 +71,17 @@ say "base $base_tag ($(($(date +%s) - started)) s)"
 ctx=$OUT/context
 rm -rf "$ctx" && mkdir -p "$ctx/wheels"
 cp tools/deploy/healthcheck.py "$ctx/"
-"$PY" -m pip wheel --quiet --no-deps -w "$ctx/wheels" . 2>&1 | grep -v '^WARNING: Location' >&2 || true
+pip_quietly() {  # pip, its output kept in $OUT/pip.log and shown only when it fails
+  "$PY" -m pip "$@" > "$OUT/pip.log" 2>&1 || { grep -v '^WARNING: Location' "$OUT/pip.log" >&2; say "pip $1 failed"; exit 1; }
+}
+pip_quietly wheel --quiet --no-deps -w "$ctx/wheels" .
 platforms=()
 for v in 36 35 34 33 32 31 30 29 28 27 26 25 24 17 12 5; do platforms+=(--platform "manylinux_2_${v}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
 # (async-timeout: redis needs it below Python 3.11.3, which pip cannot tell from --python-version alone)
-"$PY" -m pip download --quiet --only-binary=:all: --python-version 3.11.2 --implementation cp --abi cp311 \
+pip_quietly download --quiet --only-binary=:all: --python-version 3.11.2 --implementation cp --abi cp311 \
   --abi abi3 --abi none "${platforms[@]}" -d "$ctx/wheels" \
-  "$(ls "$ctx"/wheels/sealflow-$VERSION-*.whl)[redis,rabbitmq]" 'async-timeout>=4.0.3' cyclonedx-bom \
-  2>&1 | grep -v '^WARNING: Location' >&2 || true
+  "$(ls "$ctx"/wheels/sealflow-$VERSION-*.whl)[redis,rabbitmq]" 'async-timeout>=4.0.3' cyclonedx-bom
 ls "$ctx"/wheels/sealflow-$VERSION-*.whl >/dev/null
 say "$(ls "$ctx/wheels" | wc -l) wheels ($(($(date +%s) - started)) s)"
 

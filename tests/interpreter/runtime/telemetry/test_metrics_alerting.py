@@ -3,6 +3,9 @@ about to time out, workers alive by store heartbeat, store errors. Real stores, 
 
 from __future__ import annotations
 
+import threading
+import time
+
 from interp_helpers import S, approval, make_plan
 from prometheus_client.parser import text_string_to_metric_families
 from test_metrics import value
@@ -72,3 +75,27 @@ def test_a_store_that_fails_its_reads_at_scrape_time_is_counted_as_store_errors(
     assert "sealflow_dead_letters" not in families
     assert value(families, "sealflow_store_errors_total", where="scrape") >= 3
     assert value(families, "sealflow_store_errors_total", where="round") == 0
+
+
+def test_a_worker_round_the_store_refuses_is_counted_as_a_store_error(tmp_path):
+    # Given a long-lived worker loop serving a SQLite store
+    rt = Runtime(open_store(f"sqlite:///{tmp_path}/s.db"))
+    stop = threading.Event()
+    loop = threading.Thread(target=rt.serve, args=(stop,), kwargs={"allow_open": True, "interval": 0.05}, daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while getattr(rt, "_left_steps", None) is None and time.monotonic() < deadline:  # (serving its rounds)
+            time.sleep(0.02)
+        # When its store stops answering (closed under it: every round's read fails with a store error)
+        rt.store.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and value(families_of(rt.telemetry.metrics), "sealflow_store_errors_total",
+                                                    where="round") == 0:
+            time.sleep(0.05)
+        # Then the failed rounds are counted (and the loop keeps going)
+        assert value(families_of(rt.telemetry.metrics), "sealflow_store_errors_total", where="round") >= 1
+        assert loop.is_alive()
+    finally:
+        stop.set()
+        loop.join(10)
