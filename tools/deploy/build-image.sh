@@ -86,8 +86,12 @@ ls "$ctx"/wheels/sealflow-$VERSION-*.whl >/dev/null
 say "$(ls "$ctx/wheels" | wc -l) wheels ($(($(date +%s) - started)) s)"
 
 # -- 3. the image -------------------------------------------------------------------------------------------
+previous=$(buildah inspect --format '{{.FromImageID}}' "$IMAGE" 2>/dev/null || true)
 buildah bud --quiet --isolation chroot --format docker --build-arg "BASE=$base_tag" \
   -f tools/deploy/Containerfile -t "$IMAGE" "$ctx" >/dev/null
+if [ -n "$previous" ] && [ "$previous" != "$(buildah inspect --format '{{.FromImageID}}' "$IMAGE")" ]; then
+  buildah rmi "$previous" >/dev/null 2>&1 || true  # the image this tag named before, now untagged
+fi
 say "built $IMAGE $(buildah inspect --format '{{.FromImageID}}' "$IMAGE") ($(($(date +%s) - started)) s)"
 [ "${SEALFLOW_IMAGE_SMOKE:-1}" = 1 ] || exit 0
 
