@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sealflow.runtime.config import RuntimeConfig
     from sealflow.runtime.dispatcher import Dispatcher
     from sealflow.runtime.sweeper import Sweeper
+    from sealflow.runtime.telemetry.hooks import Telemetry
     from sealflow.store.base import Store
     from sealflow.store.capabilities import Capabilities
 
@@ -51,6 +52,7 @@ class Serving:
         owner: str
         dispatcher: Dispatcher
         sweeper: Sweeper
+        telemetry: Telemetry
         heartbeat_every: float
         _heartbeats: liveness.Heartbeats | None
         _recovered: bool
@@ -125,6 +127,7 @@ class Serving:
             except BrokerUnavailable as exc:  # a send failed: resend what was taken once the broker answers
                 watch.lost(exc)
             except StoreError as exc:  # the store's disk or database: say what, once, and keep trying
+                self.telemetry.metrics.store_error("round")  # sealflow_store_errors_total{where="round"}
                 rounds.failed("dispatch/sweep round failed: %s; retrying", exc)
             except Exception:  # noqa: BLE001 - a long-lived worker outlives a busy store; the next round redoes it
                 logging.getLogger("sealflow.runtime").exception("dispatch/sweep round failed; retrying")

@@ -15,7 +15,8 @@ def install(runtime: Any, *, tracer_provider: Any = None) -> Any:
     from sealflow.runtime.telemetry.hooks import Telemetry
     from sealflow.runtime.telemetry.metrics import Metrics
 
-    metrics = Metrics(runtime.store, runtime.broker, runtime.queue_names, capabilities=runtime.capabilities)
+    metrics = Metrics(runtime.store, runtime.broker, runtime.queue_names, capabilities=runtime.capabilities,
+                      now=runtime.clock.now)
     hooks = Telemetry(metrics, runtime.store, clock=runtime.clock, tracer_provider=tracer_provider)
     if not any(type(m).__name__ == "TraceMiddleware" for m in runtime.broker.middleware):
         runtime.broker.add_middleware(tracing.trace_middleware())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -40,6 +40,11 @@ DENIAL_CLASSES = frozenset({"unauthorized", "policy_denied", "budget_exceeded"})
 SCHEDULE_ERRORS = frozenset({"invalid_schedule", "invalid_definition", "untrusted", "slot_failed"})
 #: the ``via`` of ``sealflow_cross_tenant_attempts_total``: a step message, an API request
 VIAS_CROSS_TENANT = ("message", "api")
+#: where ``sealflow_store_errors_total`` counts a failed store operation: a worker's round, a scrape's read
+STORE_ERROR_WHERE = ("round", "scrape")
+#: a worker (a process executing steps) whose store heartbeat is older than this is not counted alive (the
+#: same 15 s after which other workers take over its leases: ``sealflow worker``'s ``dead_after``)
+ALIVE_WITHIN_S = 15.0
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -67,7 +72,7 @@ class Metrics:
     """The counters and histograms of one runtime, on :attr:`registry`."""
 
     def __init__(self, store: Any = None, broker: Any = None, queues: tuple[str, ...] = (), *,
-                 capabilities: Capabilities | None = None):
+                 capabilities: Capabilities | None = None, now: Callable[[], float] = time.time):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.step_attempts = Counter("sealflow_step_attempts", "Step attempts executed, by kind, outcome and "
@@ -114,7 +119,14 @@ class Metrics:
                                        "reason (invalid_schedule, invalid_definition, untrusted, slot_failed)",
                                        ["reason"], registry=r)
         if store is not None:
-            r.register(StoreCollector(store, broker, queues, capabilities=capabilities))
+            r.register(StoreCollector(store, broker, queues, capabilities=capabilities, now=now,
+                                      on_error=lambda: self.store_error("scrape")))
+        # (registered after the store's collector, so a scrape whose reads fail already counts them)
+        self.store_errors = Counter("sealflow_store_errors", "Store operations that failed, by where: a worker's "
+                                    "dispatch/sweep round (round), a read at scrape time (scrape)", ["where"],
+                                    registry=r)
+        for where in STORE_ERROR_WHERE:  # exposed at 0 from the start: an alert on its rate needs the series
+            self.store_errors.labels(where)
         #: (metric, label values) -> its child: ``labels()`` takes a lock and checks the values at every call
         self._children: dict[tuple[Any, ...], Any] = {}
 
@@ -191,6 +203,14 @@ class Metrics:
         """A scheduled definition ``sealflow scheduler`` skipped: one of :data:`SCHEDULE_ERRORS` (a bounded label)."""
         self.schedule_errors.labels(reason if reason in SCHEDULE_ERRORS else "other").inc()
 
+    def store_error(self, where: str) -> None:
+        """A store operation failed (the database down, a disk full, a timeout): ``where`` one of
+        :data:`STORE_ERROR_WHERE`. Never raises."""
+        try:
+            self.store_errors.labels(where if where in STORE_ERROR_WHERE else "other").inc()
+        except Exception:  # noqa: BLE001 - telemetry must never fail a round
+            log.debug("metrics: store error not counted", exc_info=True)
+
     def deferred(self, exc: Any) -> None:
         self.claims_deferred.labels("slot" if hasattr(exc, "position") else "bulkhead").inc()
 
@@ -204,19 +224,27 @@ class StoreCollector(Collector):
     with raw SQL reads (``capabilities``: the runtime's, else the store's, decided here)."""
 
     def __init__(self, store: Any, broker: Any = None, queues: tuple[str, ...] = (), *,
-                 capabilities: Capabilities | None = None):
+                 capabilities: Capabilities | None = None, on_error: Callable[[], None] | None = None,
+                 now: Callable[[], float] = time.time):
         self.store, self.broker, self.queues = store, broker, queues
+        #: the runtime's clock: a gate's timeout is on it
+        self.now = now
         self.capabilities = capabilities if capabilities is not None else Capabilities.of(store)
+        #: called once per failed read (``sealflow_store_errors_total{where="scrape"}``)
+        self.on_error = on_error
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []  # families are produced at collect time only
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        for read in (self._runs, self._dead_letters, self._breakers, self._outbox, self._queues):
+        for read in (self._runs, self._dead_letters, self._breakers, self._outbox, self._queues, self._gates,
+                     self._workers):
             try:
                 yield from read()
             except Exception:  # noqa: BLE001 - a scrape must not fail because one read did
                 log.warning("metrics: %s not collected", read.__name__.strip("_"), exc_info=True)
+                if self.on_error is not None and read.__name__ != "_queues":  # (the broker's, not the store's)
+                    self.on_error()
 
     def _runs(self) -> Iterator[GaugeMetricFamily]:
         reads = self.capabilities.sql_reads
@@ -257,6 +285,33 @@ class StoreCollector(Collector):
         sent = [o.sent_at for o in rows if o.sent_at is not None]
         yield GaugeMetricFamily("sealflow_queue_oldest_age_seconds", "Age of the oldest step message sent to the "
                                 "broker and not yet claimed", value=max(0.0, now - min(sent)) if sent else 0.0)
+
+    def _gates(self) -> Iterator[GaugeMetricFamily]:
+        """Gates waiting for a person with a timeout (approvals, lost attempts whose outcome is unknown): how many,
+        and the seconds until the soonest one times out (no sample while none is open)."""
+        reads = self.capabilities.sql_reads
+        if reads is None:
+            return
+        rows = reads._read("SELECT COUNT(*), MIN(fire_at) FROM timers WHERE kind = 'approval_timeout'")
+        count, soonest = rows[0] if rows else (0, None)
+        yield GaugeMetricFamily("sealflow_approval_gates_open", "Gates waiting for a person's decision with a "
+                                "timeout (approvals, lost attempts of unknown outcome)", value=int(count or 0))
+        g = GaugeMetricFamily("sealflow_approval_gate_soonest_expiry_seconds", "Seconds until the soonest open "
+                              "gate times out (negative: overdue, the sweeper has not fired it yet)")
+        if soonest is not None:
+            g.add_metric([], float(soonest) - self.now())
+        yield g
+
+    def _workers(self) -> Iterator[GaugeMetricFamily]:
+        """Processes executing steps whose store heartbeat is under :data:`ALIVE_WITHIN_S` old (stores with
+        heartbeats: PostgreSQL)."""
+        reads = self.capabilities.sql_reads
+        if reads is None or self.capabilities.heartbeats is None:
+            return
+        rows = reads._read("SELECT COUNT(*) FROM workers WHERE heartbeat_at > now() - make_interval(secs => ?)",
+                           (ALIVE_WITHIN_S,))
+        yield GaugeMetricFamily("sealflow_workers_alive", "Processes executing steps whose store heartbeat is "
+                                f"under {ALIVE_WITHIN_S:.0f} s old", value=int(rows[0][0]) if rows else 0)
 
     def _queues(self) -> Iterator[GaugeMetricFamily]:
         if self.broker is None or not self.queues:

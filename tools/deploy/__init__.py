@@ -1,0 +1,1 @@
+"""Deployment files: the image, compose, Kubernetes, dashboards and alerts (docs/deployment.md)."""
