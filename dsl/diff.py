@@ -195,8 +195,8 @@ class _Differ(StepChecks):
 
     def _inventory(self) -> None:
         """Actions, models and tools the workflow did not use before."""
-        old_actions, old_models, old_tools = _uses(self.old)
-        new_actions, new_models, new_tools = _uses(self.new)
+        old_actions, old_models, old_tools = uses(self.old)
+        new_actions, new_models, new_tools = uses(self.new)
         for name, pointer in new_actions.items():
             if name in old_actions:
                 continue
@@ -323,7 +323,7 @@ def _output_schema(step: PlanStep) -> Any:
     return body.output_schema if body is not None else None
 
 
-def _uses(plan: Plan) -> tuple[dict[str, Pointer], dict[str, Pointer], dict[str, Pointer]]:
+def uses(plan: Plan) -> tuple[dict[str, Pointer], dict[str, Pointer], dict[str, Pointer]]:
     """Actions, models and agent tools used by ``plan``, each with the pointer of its first use."""
     actions: dict[str, Pointer] = {}
     models: dict[str, Pointer] = {}
@@ -362,7 +362,7 @@ def diff_plans(old: Plan | None, new: Plan | None, *, locate: Locate | None = No
         return [Finding("D624", CODES["D624"][0], old.name, f"workflow removed: {old.name} v{old.version}",
                         old=old.version, path=old_path)]
     if old is None:
-        actions, models, tools = _uses(new)
+        actions, models, tools = uses(new)
         parts = [f"permissions [{', '.join(new.permissions)}]" if new.permissions else "no permissions"]
         if actions:
             parts.append(f"actions [{', '.join(actions)}]")

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -224,12 +224,18 @@ def _sign_keyless(items: list[_Item], staging: bool) -> None:
 @click.option("--bundle", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
               help="The signature file (DSSE envelope or Sigstore bundle); default FILE.sigstore.json or "
                    "FILE.dsse.json beside FILE.")
+@click.option("--bom", is_flag=True, help="Show each verified definition's bill of materials: the files it read "
+              "(sha256), the workflows it calls, the actions (module and version, with --actions) and models "
+              "(provider and model id, from the configuration) it uses.")
+@actions_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def verify(paths: tuple[str, ...], policy_path: str, bundle: str | None, as_json: bool) -> None:
+def verify(paths: tuple[str, ...], policy_path: str, bundle: str | None, bom: bool, actions: tuple[str, ...],
+           as_json: bool) -> None:
     """Verify signed definitions against a trust policy, offline.
 
     Exit 0 when every file verifies (prints who signed), 1 when any is refused (prints why), 2 usage.
     """
+    from sealflow.dsl.refs import recording
     from sealflow.dsl.trust import PolicyError, Refused, load_policy, verify_file
 
     files = expand_paths(paths)
@@ -243,16 +249,23 @@ def verify(paths: tuple[str, ...], policy_path: str, bundle: str | None, as_json
         fail(f"refused: the trust policy {policy_path} is invalid ({len(exc.diagnostics)} "
              f"error{'s' if len(exc.diagnostics) != 1 else ''}); nothing verified")
     results: list[Verified | tuple[str, Refused]] = []
+    bills: dict[int, dict[str, Any]] = {}
+    materials = _Materials(actions) if bom else None
+    metadata = load_action_metadata(actions) if actions else None  # (their effects and permissions, checked too)
     for f in files:
         try:
-            results.append(verify_file(f, policy, bundle=bundle))
+            with recording() as read:
+                results.append(verify_file(f, policy, bundle=bundle, actions=metadata))
         except Refused as exc:
             results.append((str(f), exc))
+            continue
+        if materials is not None:
+            bills[len(results) - 1] = materials.bill(results[-1], dict(read))
     ok = all(not isinstance(r, tuple) for r in results)
     if as_json:
-        rows = [r.as_dict() if not isinstance(r, tuple) else
+        rows = [{**r.as_dict(), **({"bom": bills[i]} if i in bills else {})} if not isinstance(r, tuple) else
                 {"verified": False, "path": r[0], "reason": r[1].reason, "message": r[1].message, "hint": r[1].hint}
-                for r in results]
+                for i, r in enumerate(results)]
         click.echo(json.dumps({"ok": ok, "results": rows}, indent=2))
     else:
         for r in results:
@@ -264,7 +277,76 @@ def verify(paths: tuple[str, ...], policy_path: str, bundle: str | None, as_json
             else:
                 click.echo(f"verified: {r.path}: {r.name} v{r.version} ({r.digest}), namespace {r.namespace}, "
                            f"signed by {r.who()}")
+        for i in sorted(bills):
+            _print_bill(bills[i], "  ")
     sys.exit(0 if ok else 1)
+
+
+class _Materials:
+    """What ``verify --bom`` adds to a bill from this environment: each action's module and the version of the
+    distribution that ships it (the ``--actions`` and project modules), each model's provider and model id."""
+
+    def __init__(self, actions: tuple[str, ...]):
+        from sealflow.cli.session import import_actions, load_config
+        from sealflow.execution.actions import REGISTRY
+        from sealflow.providers.loader import list_models
+
+        import_actions(actions, demo=True)
+        self.registry = REGISTRY
+        config = load_config()
+        self.models = {row["name"]: row for row in list_models(config.extra, source=config.source)}
+
+    def bill(self, verified: Any, files: dict[str, str]) -> dict[str, Any]:
+        from sealflow.dsl.bom import bill_of_materials
+
+        return self._enrich(bill_of_materials(verified, files))
+
+    def _enrich(self, bill: dict[str, Any]) -> dict[str, Any]:
+        for row in bill["actions"]:
+            act = self.registry.get(row["name"])
+            module = None if act is None else getattr(act.fn, "__module__", None)
+            row.update(module=module, distribution=_distribution(module))
+        bill["models"] = [{"name": name, "provider": (self.models.get(name) or {}).get("provider"),
+                           "model": (self.models.get(name) or {}).get("model")} for name in bill["models"]]
+        for child in bill["calls"]:
+            self._enrich(child)
+        return bill
+
+
+def _distribution(module: str | None) -> str | None:
+    """``name version`` of the installed distribution that ships ``module`` (None: none does, e.g. a file)."""
+    if not module:
+        return None
+    from importlib import metadata
+
+    dists = metadata.packages_distributions().get(module.split(".")[0]) or []
+    if not dists:
+        return None
+    try:
+        return f"{dists[0]} {metadata.version(dists[0])}"
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _print_bill(bill: dict[str, Any], indent: str) -> None:
+    d = bill["definition"]
+    click.echo(f"{indent}bill of materials of {d['name']} v{d['version']} ({d['digest']}), signed by {d['signer']}:")
+    for f in bill.get("files", ()):
+        click.echo(f"{indent}  file    {f['path']}  sha256:{f['sha256']}  {f['bytes']} bytes")
+    for a in bill["actions"]:
+        what = ", ".join(x for x in (a.get("effect"), " ".join(a.get("permissions") or ())) if x)
+        where = a.get("module") or "not registered here (--actions MODULE)"
+        click.echo(f"{indent}  action  {a['name']}" + (f" ({what})" if what else "") + f"  from {where}"
+                   + (f" [{a['distribution']}]" if a.get("distribution") else ""))
+    for t in bill["agent_tools"]:
+        click.echo(f"{indent}  tool    {t}")
+    for m in bill["models"]:
+        click.echo(f"{indent}  model   {m['name']}  " + (f"{m['provider']}:{m['model']}" if m.get("provider")
+                                                         else "not configured here"))
+    for child in bill["calls"]:
+        c = child["definition"]
+        click.echo(f"{indent}  calls   {c['name']} v{c['version']} ({c['digest']})")
+        _print_bill({**child, "files": []}, indent + "    ")
 
 
 # ---------------------------------------------------------------- diff
