@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from sealflow.server import problems
+from sealflow.server import openapi, problems
 from sealflow.server.auth import Authenticator
 from sealflow.server.middleware import BodyLimit, OpenBanner
 from sealflow.server.oidc import OidcVerifier
@@ -36,7 +36,6 @@ from sealflow.server.routes import (
     notifications,
     runs,
 )
-from sealflow.server.schemas import Problem
 from sealflow.server.settings import ServerSettings
 
 log = logging.getLogger("sealflow.server")
@@ -126,8 +125,8 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
                 rt.close()
 
     app = FastAPI(title="Sealflow API", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url="/openapi.json", responses={
-                      status: {"model": Problem, **spec} for status, spec in problems.documented().items()})
+                  openapi_url="/openapi.json")
+    app.openapi = openapi.document(app)  # type: ignore[method-assign]
     app.state.runtime = runtime
     app.state.trust = trust
     app.state.oidc_login = login
@@ -143,6 +142,7 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
         app.include_router(pages.router)
         app.include_router(login_routes.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
+    app.add_middleware(openapi.Options, router=app)
     if settings.allow_open:
         app.add_middleware(OpenBanner)
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import secrets
 import urllib.parse
 from importlib import resources
@@ -87,6 +88,20 @@ def _when(epoch: float | None) -> str | None:
     if epoch is None:
         return None
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+#: what a message written for the command line says, as a page says it
+_CLI_WORDS = ((re.compile(r"\s*\((?:--[a-z-]+(?: [A-Z]+)?(?:, | or )?)+\)"), ""),
+              (re.compile(r"`sealflow runs list`"), "the Runs page"),
+              (re.compile(r"`sealflow dlq redrive [^`]*`"), "redrive it from the Dead letters page"),
+              (re.compile(r"`sealflow approvals list`"), "the Approvals page"))
+
+
+def speak(text: str) -> str:
+    """A runtime's message as a page says it: without command-line flags, naming pages instead of commands."""
+    for pattern, words in _CLI_WORDS:
+        text = pattern.sub(words, text)
+    return text
 
 
 def _json(value: Any) -> str:
@@ -276,7 +291,7 @@ async def decide(request: Request, run_id: str, step_id: str) -> Response:
             raise
         problems.count(request, exc, problem)
         return _page("approvals.html", problem.status, session=session, gates=_gates(rt, session),
-                     error=f"refused: {problem.detail}")
+                     error=f"refused: {speak(problem.detail)}")
     done = "approved" if body.decision == "approve" else "rejected"
     return secure(RedirectResponse(f"/ui/approvals?notice={done}", status_code=303))
 

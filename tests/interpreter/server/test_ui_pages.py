@@ -142,8 +142,9 @@ def test_a_rejection_from_the_page_needs_a_reason(client, rt, waiting_run):
     # When he rejects without a reason, then with one
     bare = client.post(url, data=form)
     done = client.post(url, data=dict(form, reason="over budget"), follow_redirects=False)
-    # Then the first is refused and the second rejects the gate
-    assert bare.status_code >= 400 and "refused" in bare.text
+    # Then the first is refused, in the page's words (no command-line flag), and the second rejects the gate
+    assert bare.status_code >= 400 and "refused: a rejection needs a reason" in bare.text
+    assert "--reason" not in bare.text
     assert done.status_code == 303 and done.headers["location"] == "/ui/approvals?notice=rejected"
     assert rt.drive(waiting_run).state != "waiting"
 
