@@ -5,7 +5,7 @@ and, per operation, only the problem responses that operation can give (:func:`r
 a credential (health, a signed event, a callback) say so with ``security: []``.
 
 ``OPTIONS`` on a path of the API answers 204 with ``Allow`` listing every method some route serves on it
-(:class:`Options`), and a 405 lists the same (:func:`allowed`): not just the methods of the first route whose
+(:class:`Options`), and a 405 lists the same (:func:`.problems.allowed`): not just the methods of the first route whose
 path matched.
 """
 
@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sealflow.server import problems
@@ -82,19 +81,6 @@ def _problem_schema() -> dict[str, Any]:
     return Problem.model_json_schema()
 
 
-#: the methods a route may serve
-METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-
-
-def allowed(app: ASGIApp, scope: Scope) -> list[str]:
-    """Every method some route of ``app`` serves on the request's path (and OPTIONS): each
-    method is tried against every route (a route that holds others, an included router, answers for them)."""
-    routes = getattr(app, "routes", ())
-    methods = {m for m in METHODS
-               if any(route.matches({**scope, "method": m, "type": "http"})[0] is Match.FULL for route in routes)}
-    return sorted(methods | {"OPTIONS"}) if methods else []
-
-
 class Options:
     """Answer ``OPTIONS`` on the API's paths: 204 with ``Allow`` (no credential needed: it tells nothing a
     405 would not); a path no route serves falls through (404)."""
@@ -107,7 +93,7 @@ class Options:
         if scope["type"] != "http" or scope["method"] != "OPTIONS" or self.router is None:
             await self.app(scope, receive, send)
             return
-        methods = allowed(self.router.router, scope)
+        methods = problems.allowed(self.router.router, scope)
         if not methods:
             await self.app(scope, receive, send)
             return

@@ -16,6 +16,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Scope
 
 MEDIA_TYPE = "application/problem+json"
 #: the prefix of every problem type; docs/operations.md lists the types
@@ -154,6 +156,19 @@ def count(request: Request, exc: BaseException, problem: Problem) -> None:
         metrics.api_denied("unauthorized")
 
 
+#: the methods a route may serve
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed(app: ASGIApp, scope: Scope) -> list[str]:
+    """Every method some route of ``app`` serves on the request's path (and OPTIONS): each
+    method is tried against every route (a route that holds others, an included router, answers for them)."""
+    routes = getattr(app, "routes", ())
+    methods = {m for m in METHODS
+               if any(route.matches({**scope, "method": m, "type": "http"})[0] is Match.FULL for route in routes)}
+    return sorted(methods | {"OPTIONS"}) if methods else []
+
+
 def _http_kind(status: int) -> str:
     return {404: "not-found", 405: "method-not-allowed", 413: "body-too-large",
             415: "unsupported-media-type"}.get(status, "http-error")
@@ -177,8 +192,6 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else TYPES[kind][1]
         headers = dict(exc.headers or {})
         if kind == "method-not-allowed":  # every method served on the path, not only the first route's
-            from sealflow.server.openapi import allowed
-
             headers["Allow"] = ", ".join(allowed(request.app.router, request.scope)) or headers.get("Allow", "")
             detail = f"{request.method} is not served on {shown_path(request.url.path)}; use {headers['Allow']}"
         if kind == "not-found" and detail == "Not Found":
