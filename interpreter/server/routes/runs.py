@@ -173,6 +173,13 @@ async def follow(run_id: Annotated[str, Depends(_readable)], rt: Runtime, reques
     ``Last-Event-ID`` misses nothing; an ``end`` event once the run is final. One connection lasts at most
     15 minutes; authorised like ``GET /v1/runs/{id}`` (``runs:read``, or its initiator)."""
     after = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0
+    async for event in feed(rt, run_id, request, after):
+        yield event
+
+
+async def feed(rt: Any, run_id: str, request: Request, after: int) -> AsyncIterator[ServerSentEvent]:
+    """The run's live feed from audit event ``after`` on, for a caller authorised to read it (the API's, and the
+    run page's: :mod:`sealflow.server.ui.runs`)."""
     began = time.monotonic()
     while True:
         items, state = await run_in_threadpool(rt.feed, run_id, after=after)
