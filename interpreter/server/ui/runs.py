@@ -25,7 +25,6 @@ from sealflow.server.ui.graph import svg
 from sealflow.server.ui.pages import page, posted, secure, session_of, speak, to_signin
 from sealflow.server.ui.sessions import Session
 from sealflow.store.errors import PlanTampered
-from sealflow.store.records import RunQuery
 
 router = APIRouter(prefix="/ui/runs", include_in_schema=False)
 
@@ -51,18 +50,6 @@ def _plan(rt: Any, digest: str) -> tuple[Any, str | None]:
         return None, "not shown: the run's stored plan does not match its digest, so it is not to be trusted"
     except Exception:  # noqa: BLE001 - a page still shows the run without its graph
         return None, "the plan is not available"
-
-
-@router.get("")
-def runs(request: Request) -> Response:
-    session = session_of(request)
-    if session is None:
-        return to_signin()
-    rt = request.app.state.runtime
-    found = rt.runs(RunQuery(tenant=session.tenant, limit=100), actor=session.principal)
-    rows = [{"id": r.id, "workflow": r.workflow, "workflow_version": r.workflow_version, "state": r.state,
-             "initiator": r.initiator, "created": runview.when(r.created_at)} for r in found]
-    return page("runs.html", session=session, runs=rows)
 
 
 @router.get("/{run_id}")
