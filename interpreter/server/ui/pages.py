@@ -244,11 +244,20 @@ async def signout(request: Request) -> Response:
 
 
 def _gates(rt: Any, session: Session) -> list[dict[str, Any]]:
+    """The gates the session may decide, each with what a reviewer needs to judge it (``review``)."""
+    from sealflow.server.ui.runview import seconds
+
     gates = []
-    for gate in rt.approvals_waiting(session.principal, session.tenant):
+    for gate in rt.approvals_to_review(session.principal, session.tenant):
+        review = gate["review"]
+        will_run = review.get("will_run")
         gates.append(dict(gate, asked_at=when(gate.get("opened_at")), expires_at=when(gate.get("due_at")),
                           show_text=pretty(gate.get("show")), input_text=pretty(gate.get("input")),
-                          message=gate.get("message")))
+                          message=gate.get("message"), time_left=seconds(review.get("time_left_s")),
+                          args_text=pretty(will_run["args"]) if will_run and will_run.get("args") is not None else None,
+                          proposals=[dict(p, answer_text=pretty(p["answer"]) if p["answer"] is not None
+                                          else (p["answer_truncated"] or {}).get("preview"))
+                                     for p in review.get("proposals", ())]))
     return gates
 
 
