@@ -54,6 +54,7 @@ from sealflow.runtime.reading import Reading
 from sealflow.runtime.repair import Repair
 from sealflow.runtime.review import Reviewing
 from sealflow.runtime.serving import Serving
+from sealflow.runtime.shared import Shared
 from sealflow.runtime.status import RunStatus, run_status
 from sealflow.runtime.stepview import reader_detail
 from sealflow.runtime.submitting import Submitting
@@ -98,7 +99,7 @@ def _one_clock(store: Any, clock: Clock | None) -> Clock:
     return cast(Clock, held)  # (a clock: it has a callable ``now``)
 
 
-class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Reviewing, Hearing, CallbackHearing):
+class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Reviewing, Shared, Hearing, CallbackHearing):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,

@@ -137,10 +137,11 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
         app.include_router(module.router)
     if settings.ui:  # the pages for people (docs/operations.md "The console: approvals and runs pages")
         from sealflow.server.ui import login as login_routes
-        from sealflow.server.ui import pages, runlist
+        from sealflow.server.ui import operate, pages, runlist
         from sealflow.server.ui import runs as run_pages
 
         app.include_router(pages.router)
+        app.include_router(operate.router)
         app.include_router(runlist.router)
         app.include_router(run_pages.router)
         app.include_router(login_routes.router)

@@ -77,6 +77,14 @@ def session_of(request: Request) -> Session | None:
     return session
 
 
+def viewer(request: Request) -> tuple[Session, Any] | Response:
+    """The session and the runtime of a page's request; without a session, the way to sign in."""
+    session = session_of(request)
+    if session is None:
+        return to_signin()
+    return session, request.app.state.runtime
+
+
 def to_signin() -> Response:
     return secure(RedirectResponse("/ui/signin", status_code=303))
 
@@ -263,10 +271,10 @@ def _gates(rt: Any, session: Session) -> list[dict[str, Any]]:
 
 @router.get("/approvals")
 def approvals(request: Request, notice: str | None = None) -> Response:
-    session = session_of(request)
-    if session is None:
-        return to_signin()
-    rt = request.app.state.runtime
+    got = viewer(request)
+    if isinstance(got, Response):
+        return got
+    session, rt = got
     return page("approvals.html", session=session, gates=_gates(rt, session),
                  notice={"approved": "Approved.", "rejected": "Rejected."}.get(notice or ""))
 

@@ -18,7 +18,7 @@ from sealflow.server.problems import Problem
 from sealflow.server.routes.runs import encode_cursor, parse_cursor
 from sealflow.server.schemas import NAME, RUN_ID
 from sealflow.server.ui import runview
-from sealflow.server.ui.pages import page, secure, session_of, to_signin
+from sealflow.server.ui.pages import page, secure, viewer
 from sealflow.store.records import RunQuery
 
 router = APIRouter(prefix="/ui/runs", include_in_schema=False)
@@ -82,9 +82,10 @@ def link(shown: dict[str, Any], **more: str) -> str:
 
 @router.get("")
 def runs(request: Request) -> Response:
-    session = session_of(request)
-    if session is None:
-        return to_signin()
+    got = viewer(request)
+    if isinstance(got, Response):
+        return got
+    session, rt = got
     wanted = request.query_params.get("run", "").strip()
     if wanted:  # a run by id: its page (which says when there is none the session may read)
         if not _RUN_ID.match(wanted):
@@ -92,7 +93,6 @@ def runs(request: Request) -> Response:
                         error=f"{wanted[:80]!r} is not a run id", next_link=None,
                         first_link=None, total=0, sought=wanted)
         return secure(RedirectResponse(f"/ui/runs/{wanted}", status_code=303))
-    rt = request.app.state.runtime
     try:
         query, shown = query_of(request.query_params, session.tenant)
     except (Refused, OverflowError) as exc:

@@ -22,7 +22,7 @@ from sealflow.server.problems import Problem
 from sealflow.server.routes import runs as runs_api
 from sealflow.server.ui import runview
 from sealflow.server.ui.graph import svg
-from sealflow.server.ui.pages import page, posted, secure, session_of, speak, to_signin
+from sealflow.server.ui.pages import page, posted, secure, session_of, speak, viewer
 from sealflow.server.ui.sessions import Session
 from sealflow.store.errors import PlanTampered
 
@@ -54,10 +54,10 @@ def _plan(rt: Any, digest: str) -> tuple[Any, str | None]:
 
 @router.get("/{run_id}")
 def run_page(request: Request, run_id: str, notice: str | None = None) -> Response:
-    session = session_of(request)
-    if session is None:
-        return to_signin()
-    rt = request.app.state.runtime
+    got = viewer(request)
+    if isinstance(got, Response):
+        return got
+    session, rt = got
     try:
         status = rt.status(run_id, tenant=session.tenant, actor=session.principal)
     except Exception as exc:  # noqa: BLE001 - unknown and unreadable runs look the same
