@@ -98,16 +98,16 @@ def svg(plan: Plan, states: dict[str, str]) -> Markup:
     for node, (x, y) in where.items():
         title, detail = titles.get(node, (node, ""))
         state = states.get(node, "pending" if node not in (START, END) else "none")
-        label = escape(f"{node}: {state}" + (f" ({detail})" if detail else ""))
+        # (the state is written, not only coloured; the link's name is its visible text)
+        second = "" if node in (START, END) else (f"{state} · {detail}" if detail else state)
         box = (f'<rect x="{x:.0f}" y="{y:.0f}" width="{WIDTH}" height="{HEIGHT}" rx="6" class="node state-{state}"/>'
                f'<text x="{x + WIDTH / 2:.0f}" y="{y + 19:.0f}" class="node-title">{escape(_cut(title, 24))}</text>'
-               f'<text x="{x + WIDTH / 2:.0f}" y="{y + 36:.0f}" class="node-detail">'
-               f'{escape(_cut(detail if node not in (START, END) else "", 28))}</text>')
+               f'<text x="{x + WIDTH / 2:.0f}" y="{y + 36:.0f}" class="node-detail"> {escape(_cut(second, 28))}</text>')
         if node in (START, END):
             out.append(f"<g><title>{escape(title)}</title>{box}</g>")
         else:
-            out.append(f'<a href="#{escape(anchor(node))}" aria-label="{label}" data-step="{escape(node)}">'
-                       f"<title>{label}</title>{box}</a>")
+            out.append(f'<a href="#{escape(anchor(node))}" data-step="{escape(node)}">'
+                       f"<title>{escape(f'{node}: {state}' + (f' ({detail})' if detail else ''))}</title>{box}</a>")
     out.append("</svg>")
     return Markup("".join(out))
 

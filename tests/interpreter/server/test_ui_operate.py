@@ -7,20 +7,12 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
 from interp_helpers import S, make_plan
 from test_ui_pages import csrf_of, sign_in, token
 
 from sealflow.core.breakers import BreakerSettings
 from sealflow.dsl.plan import TriggerPlan
 from sealflow.execution.actions import action
-
-
-@pytest.fixture
-def operator(policy):
-    """The policy with ``user:root`` as its operator (and acme's members as before)."""
-    policy.path.write_text(yaml.safe_dump({"operators": ["user:root"], "tenants": policy.tenants}))
-    return "user:root"
 
 
 @pytest.fixture

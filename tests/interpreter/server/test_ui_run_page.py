@@ -58,7 +58,7 @@ def test_the_run_page_shows_steps_traceback_answer_graph_budgets_and_trail(clien
     assert "prompts/classify.md v2" in page
     # And the graph is SVG, each node coloured by its state and linked to its step's section
     assert '<svg xmlns="http://www.w3.org/2000/svg" id="graph"' in page
-    assert re.search(r'<a href="#step-file" aria-label="file: failed[^"]*" data-step="file">.*?'
+    assert re.search(r'<a href="#step-file" data-step="file"><title>file: failed \(t.file\)</title>.*?'
                      r'class="node state-failed"', page)
     assert 'id="step-file"' in page and 'id="step-classify"' in page
     # And the budget used against its limit, and the audit trail grouped by step with its details folded

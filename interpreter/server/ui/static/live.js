@@ -8,8 +8,9 @@
   var source = new EventSource(main.dataset.live);
   function badge(el, state) {
     if (!el) { return; }
-    el.className = el.className.replace(/\bstate-\S+/g, "") + " state-" + state;
-    if (el.tagName.toLowerCase() !== "rect") { el.textContent = state; }
+    var rect = el.tagName.toLowerCase() === "rect";  // (an SVG element's className is not a string)
+    var classes = (rect ? el.getAttribute("class") : el.className).replace(/\bstate-\S+/g, "") + " state-" + state;
+    if (rect) { el.setAttribute("class", classes); } else { el.className = classes; el.textContent = state; }
   }
   function onEvent(e) {
     var item;
@@ -18,8 +19,12 @@
     if (item.step) {
       var row = document.querySelector('#steps tr[data-step="' + CSS.escape(item.step) + '"] .badge');
       badge(row, item.to);
-      var node = document.querySelector('#graph a[data-step="' + CSS.escape(item.step) + '"] rect');
-      badge(node, item.to);
+      var node = document.querySelector('#graph a[data-step="' + CSS.escape(item.step) + '"]');
+      if (node) {
+        badge(node.querySelector("rect"), item.to);
+        var detail = node.querySelector(".node-detail");
+        if (detail) { detail.textContent = detail.textContent.replace(/^\s*[a-z_]+/, " " + item.to); }
+      }
     } else {
       badge(document.getElementById("state"), item.to);
     }
