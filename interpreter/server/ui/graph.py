@@ -50,8 +50,9 @@ def _layers(first: str, nodes: list[str], edges: list[tuple[str, str]]) -> dict[
     return layer
 
 
-def svg(plan: Plan, states: dict[str, str]) -> Markup:
-    """The plan's graph as an inline ``<svg>`` (``states``: step id -> the state of its latest attempt)."""
+def svg(plan: Plan, states: dict[str, str], links: dict[str, str] | None = None) -> Markup:
+    """The plan's graph as an inline ``<svg>`` (``states``: step id -> the state of its latest attempt; ``links``:
+    step id -> where its node links to, by default its section ``#step-...``)."""
     nodes, edges, _ = drawing(plan)
     titles = {n[0]: (n[2], n[3]) for n in nodes}
     order = [START] + [n[0] for n in nodes] + [END]
@@ -61,8 +62,12 @@ def svg(plan: Plan, states: dict[str, str]) -> Markup:
     rows: dict[int, list[str]] = {}
     row_of: dict[str, int] = {}
     row = -1
-    for depth in sorted(set(layer.values())):
-        members = [n for n in order if layer.get(n) == depth]
+    by_depth: dict[int, list[str]] = {}
+    for n in order:  # (one pass: a 1,000-step chain has 1,000 layers)
+        if n in layer:
+            by_depth.setdefault(layer[n], []).append(n)
+    for depth in sorted(by_depth):
+        members = by_depth[depth]
         for i in range(0, len(members), MAX_ACROSS):
             row += 1
             rows[row] = members[i:i + MAX_ACROSS]
@@ -106,7 +111,8 @@ def svg(plan: Plan, states: dict[str, str]) -> Markup:
         if node in (START, END):
             out.append(f"<g><title>{escape(title)}</title>{box}</g>")
         else:
-            out.append(f'<a href="#{escape(anchor(node))}" data-step="{escape(node)}">'
+            href = (links or {}).get(node) or f"#{anchor(node)}"
+            out.append(f'<a href="{escape(href)}" data-step="{escape(node)}">'
                        f"<title>{escape(f'{node}: {state}' + (f' ({detail})' if detail else ''))}</title>{box}</a>")
     out.append("</svg>")
     return Markup("".join(out))

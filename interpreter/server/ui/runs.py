@@ -53,7 +53,7 @@ def _plan(rt: Any, digest: str) -> tuple[Any, str | None]:
 
 
 @router.get("/{run_id}")
-def run_page(request: Request, run_id: str, notice: str | None = None) -> Response:
+def run_page(request: Request, run_id: str, notice: str | None = None, step: str | None = None) -> Response:
     got = viewer(request)
     if isinstance(got, Response):
         return got
@@ -74,12 +74,15 @@ def run_page(request: Request, run_id: str, notice: str | None = None) -> Respon
     run = status_json(readiness.note_left(rt, status, here=False), traces=True)
     plan, plan_note = _plan(rt, status.run.plan_digest)
     steps = runview.steps(run, plan)
+    unsectioned = runview.sectioned(steps, step)
     operator = {"cancel": run["state"] not in RUN_FINAL and bool(may(rt.access, status.run, session.principal,
                                                                        Operation.CANCEL)),
                 "redrive": run["state"] == "failed" and bool(may(rt.access, status.run, session.principal,
                                                                    Operation.REDRIVE))}
     return page("run.html", session=session, run=run, steps=steps, plan_note=plan_note,
-                graph=svg(plan, {s["id"]: s["state"] for s in steps}) if plan is not None else None,
+                graph=svg(plan, {s["id"]: s["state"] for s in steps}, {s["id"]: s["href"] for s in steps})
+                if plan is not None else None, unsectioned=unsectioned, hrefs={s["id"]: s["href"] for s in steps},
+                audit_shown=min(len(trail), runview.MAX_EVENTS), audit_total=len(trail),
                 input_text=runview.pretty(run["input"]), output_text=runview.pretty(run.get("output")),
                 calls=[dict(c, step=s["id"], anchor=s["anchor"]) for s in steps for c in s["calls"]],
                 budgets=runview.budgets(run, plan, (status.run.created_at, status.run.updated_at)),

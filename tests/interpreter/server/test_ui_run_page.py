@@ -134,3 +134,18 @@ def test_the_pages_feed_follows_the_run_on_the_session_only(client, rt, failing)
     assert "event: end" in text and '"to":"failed"' in text.replace(" ", "")
     assert "event: step." not in text
     assert "data:" not in anonymous.text
+
+
+def test_a_long_run_shows_sections_only_for_the_steps_that_need_one(client, rt, failing, monkeypatch):
+    # Given pages that give at most one step a section of its own, and an auditor signed in
+    from sealflow.server.ui import runview
+
+    monkeypatch.setattr(runview, "MAX_SECTIONS", 1)
+    sign_in(client, token(rt, "user:ida"))
+    # When she opens the failed run (two steps that both need a section), then asks for its failing step
+    first = client.get(f"/ui/runs/{failing}").text
+    asked = client.get(f"/ui/runs/{failing}", params={"step": "file"}).text
+    # Then the first page has one section, says so, and links the other step to a page that shows it
+    assert 'id="step-classify"' in first and 'id="step-file"' not in first
+    assert '1 of the 2 steps' in first and 'href="?step=file#step-file"' in first
+    assert 'id="step-file"' in asked and 'id="trace-file"' in asked
