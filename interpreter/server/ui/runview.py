@@ -83,7 +83,7 @@ def steps(run: dict[str, Any], plan: Plan | None) -> list[dict[str, Any]]:
     """One row per step: its kind, state, attempts, duration, worker, error, traceback, output (made pretty by
     :func:`sectioned` for the steps shown with a section), model calls and each attempt, with the anchor of its
     section."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for step in run.get("steps", ()):
         error = step.get("error") or {}
         cut = step.get("output_truncated")
