@@ -177,3 +177,19 @@ def test_a_reviewer_judges_the_gate_and_approves_it_with_the_keyboard(served, ch
     ui.arrive(chromium, served + "/ui/approvals?notice=approved")
     # Then the quorum is met and the run pays the refund
     assert rt.drive(waiting).state == "completed" and paid == [(120, "c-42")]
+
+
+def test_a_run_page_follows_the_run_live(served, chromium, rt, known, notes):
+    # Given alice on the page of her run waiting at its approval gate
+    run_id = rt.submit(known, {"amount": 5}, initiator="user:alice", tenant="acme")
+    assert rt.drive(run_id).state == "waiting"
+    ui.sign_in(chromium, served, ui.token(rt, "user:alice"))
+    chromium.get(f"{served}/ui/runs/{run_id}")
+    assert chromium.find_element(By.ID, "state").text == "waiting"
+    # When bob approves it elsewhere and it runs to its end
+    rt.approve(run_id, "ask", actor="user:bob", tenant="acme")
+    assert rt.drive(run_id).state == "completed"
+    # Then her page, not reloaded by her, shows the run completed and its last step succeeded
+    ui.WebDriverWait(chromium, 20).until(lambda b: b.find_element(By.ID, "state").text == "completed")
+    row = chromium.find_element(By.CSS_SELECTOR, '#steps tr[data-step="act"] .badge')
+    assert row.text == "succeeded"
