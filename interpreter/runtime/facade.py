@@ -271,7 +271,7 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Reviewing, 
         readers see of each step (outputs, attempts, model calls: :mod:`.stepview`)."""
         self._scoped(run_id, tenant, actor, Operation.READ)
         found = run_status(self.store, run_id, children_offset=children_offset)
-        found.detail = reader_detail(self.store, run_id)
+        found.read_detail = lambda: reader_detail(self.store, run_id)  # (read only when shown: status_json)
         return found
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,

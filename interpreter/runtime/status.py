@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from sealflow.core import states
@@ -31,9 +32,10 @@ class RunStatus:
     children: list[ChildRecord] = dataclasses.field(default_factory=list)
     children_offset: int = 0
     children_next: int | None = None
-    #: what the audit trail adds for a reader of the run (model calls, workers): set by ``Runtime.status``, which
-    #: authorised reading the run; None elsewhere (what answers another operation carries none of it)
-    detail: ReaderDetail | None = None
+    #: reads what the audit trail adds for a reader of the run (model calls, workers), when it is shown: set by
+    #: ``Runtime.status``, which authorised reading the run; None elsewhere (what answers another operation
+    #: carries none of it)
+    read_detail: Callable[[], ReaderDetail] | None = None
 
     @property
     def state(self) -> str:
@@ -144,9 +146,10 @@ def _steps(status: RunStatus, traces: bool) -> list[dict[str, Any]]:
                 entry["error"]["trace"] = a.error_trace
         elif "error" in entry and a.state == "succeeded":
             del entry["error"]
-    if traces and status.detail is not None:
+    if traces and status.read_detail is not None:
+        detail = status.read_detail()
         for step_id, entry in steps.items():
-            add_detail(entry, by_step[step_id], status.detail)
+            add_detail(entry, by_step[step_id], detail)
     return list(steps.values())
 
 
