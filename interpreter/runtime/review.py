@@ -1,8 +1,8 @@
 """What a reviewer needs to judge an approval gate, beyond what it shows: what the model steps before it proposed
 (their answers, redacted and bounded, and the reasons they gave), the checks those answers passed, the step
-that runs once it is approved and its arguments (as the workflow writes them; for a ``requires_approval_if`` gate,
-the gate's payload is the gated step's rendered arguments), the rule that asked for the approval, who approved
-and how many more must, and the time left.
+that runs once it is approved and its arguments (rendered from what the run holds now; for a
+``requires_approval_if`` gate, the gate's payload is the gated step's rendered arguments), the rule that asked for
+the approval, who approved and how many more must, and the time left.
 
 Given only to a principal who may decide the gate now (:meth:`Reviewing.approvals_to_review` starts from
 :func:`~sealflow.runtime.approvals.waiting_for`): what the model proposed is what it is asked to judge, even
@@ -11,11 +11,15 @@ without ``runs:read`` on the run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sealflow.core.ids import split_step_id
 from sealflow.core.redaction import REDACTOR
+from sealflow.dsl.errors import DslError
+from sealflow.dsl.expressions import templates
 from sealflow.dsl.plan import END
+from sealflow.execution.context import expression_context
 from sealflow.runtime.stepview import bounded, reader_detail
 from sealflow.store.errors import PlanTampered
 
@@ -83,9 +87,11 @@ def _proposals(plan: Plan, attempts: list[AttemptRecord], detail: Any) -> list[d
     return out[-MAX_PROPOSALS:]
 
 
-def _will_run(plan: Plan, gate: dict[str, Any], then: str | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(the step that runs once approved, with its arguments as the workflow writes them; the rule that asked for
-    the approval). ``then``: where a ``requires_approval_if`` gate goes once approved."""
+def _will_run(plan: Plan, gate: dict[str, Any], then: str | None,
+              render: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(the step that runs once approved, with its arguments rendered by ``render`` from what the run holds now
+    (as the workflow writes them when they cannot be: ``rendered`` False); the rule that asked for the
+    approval). ``then``: where a ``requires_approval_if`` gate goes once approved."""
     base, is_gate = split_step_id(gate["step"])
     step = plan.step(base)
     if step.agent is not None and not is_gate:  # an agent's tool call: the exact call, fixed when proposed
@@ -100,8 +106,12 @@ def _will_run(plan: Plan, gate: dict[str, Any], then: str | None) -> tuple[dict[
     if nxt is None or nxt == END:
         return None, rule
     after = plan.step(nxt)
-    return ({"step": after.id, "kind": str(after.kind), "action": after.action,
-             "args": REDACTOR.value(dict(after.args)), "rendered": False}, rule)
+    try:
+        args, rendered = render(dict(after.args)), True
+    except DslError:  # (an expression that cannot be evaluated before the step runs: shown as written)
+        args, rendered = dict(after.args), False
+    return ({"step": after.id, "kind": str(after.kind), "action": after.action, "args": REDACTOR.value(args),
+             "rendered": rendered}, rule)
 
 
 class Reviewing:
@@ -113,6 +123,12 @@ class Reviewing:
         clock: Clock
 
         def approvals_waiting(self, principal: str, tenant: str) -> list[dict[str, Any]]: ...
+
+    def _renderer(self, run_id: str) -> Callable[[dict[str, Any]], Any]:
+        """Render a step's arguments from what run ``run_id`` holds now (its input, its steps' outputs), as the
+        step would render them if it ran now."""
+        context = expression_context(self.store.get_run(run_id), self.store.results(run_id))
+        return lambda args: templates.render_value(args, context, clock=self.clock.now)
 
     def approvals_to_review(self, principal: str, tenant: str) -> list[dict[str, Any]]:
         """The gates ``principal`` may decide now (as :meth:`approvals_waiting`), each with ``review``: the
@@ -137,7 +153,7 @@ class Reviewing:
                 review["proposals"] = _proposals(plan, attempts, reader_detail(self.store, gate["run_id"]))
                 try:
                     then = (active.data or {}).get("then") if active is not None else None
-                    review["will_run"], review["rule"] = _will_run(plan, gate, then)
+                    review["will_run"], review["rule"] = _will_run(plan, gate, then, self._renderer(gate["run_id"]))
                 except KeyError:  # (a step the plan does not name: shown without it)
                     review["will_run"], review["rule"] = None, None
             out.append(dict(gate, review=review))

@@ -55,7 +55,8 @@ def test_a_reviewer_sees_the_proposal_its_checks_the_rule_the_next_step_and_the_
     # And the rule that asked, the step that runs once approved with its arguments, who approved and who must
     assert "<code>output.amount &gt; 100</code>, which held" in section
     assert re.search(r'Step <strong>pay</strong> \(action <code>t.pay</code>\)', section)
-    assert "&#34;to&#34;: &#34;${{ input.customer }}&#34;" in section
+    assert "&#34;to&#34;: &#34;c-42&#34;" in section and "&#34;amount&#34;: 120" in section  # (rendered now)
+    assert "filled in from what the run holds now" in section
     assert re.search(r'class="quorum">1 of 2: approved by user:bob[^;]*;\s*1 more from role:manager', section)
     assert re.search(r'class="time-left">1 h 0 min \(until ', section)  # (the gate's one hour, on a still clock)
 
