@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 WIDTH, HEIGHT, GAP_X, GAP_Y, MARGIN = 176, 46, 24, 40, 12
 #: the most nodes drawn side by side; a wider layer wraps onto more rows
 MAX_ACROSS = 6
+#: a plan of more steps than this is drawn only when asked (its page links to the drawing)
+MAX_DRAWN = 300
 START = "start"
 
 

@@ -21,7 +21,7 @@ from sealflow.server import problems
 from sealflow.server.problems import Problem
 from sealflow.server.routes import runs as runs_api
 from sealflow.server.ui import runview
-from sealflow.server.ui.graph import svg
+from sealflow.server.ui.graph import MAX_DRAWN, svg
 from sealflow.server.ui.pages import page, posted, secure, session_of, speak, viewer
 from sealflow.server.ui.sessions import Session
 from sealflow.store.errors import PlanTampered
@@ -53,7 +53,8 @@ def _plan(rt: Any, digest: str) -> tuple[Any, str | None]:
 
 
 @router.get("/{run_id}")
-def run_page(request: Request, run_id: str, notice: str | None = None, step: str | None = None) -> Response:
+def run_page(request: Request, run_id: str, notice: str | None = None, step: str | None = None,
+             graph: str | None = None) -> Response:
     got = viewer(request)
     if isinstance(got, Response):
         return got
@@ -75,13 +76,15 @@ def run_page(request: Request, run_id: str, notice: str | None = None, step: str
     plan, plan_note = _plan(rt, status.run.plan_digest)
     steps = runview.steps(run, plan)
     unsectioned = runview.sectioned(steps, step)
+    drawn = plan is not None and (len(plan.steps) <= MAX_DRAWN or graph == "all")
     operator = {"cancel": run["state"] not in RUN_FINAL and bool(may(rt.access, status.run, session.principal,
                                                                        Operation.CANCEL)),
                 "redrive": run["state"] == "failed" and bool(may(rt.access, status.run, session.principal,
                                                                    Operation.REDRIVE))}
+    hrefs = {s["id"]: s["href"] for s in steps}
     return page("run.html", session=session, run=run, steps=steps, plan_note=plan_note,
-                graph=svg(plan, {s["id"]: s["state"] for s in steps}, {s["id"]: s["href"] for s in steps})
-                if plan is not None else None, unsectioned=unsectioned, hrefs={s["id"]: s["href"] for s in steps},
+                graph=svg(plan, {s["id"]: s["state"] for s in steps}, hrefs) if drawn else None,
+                graph_size=len(plan.steps) if plan is not None else 0, unsectioned=unsectioned, hrefs=hrefs,
                 audit_shown=min(len(trail), runview.MAX_EVENTS), audit_total=len(trail),
                 input_text=runview.pretty(run["input"]), output_text=runview.pretty(run.get("output")),
                 calls=[dict(c, step=s["id"], anchor=s["anchor"]) for s in steps for c in s["calls"]],

@@ -3,8 +3,8 @@ audit trail: pure functions of those values, so the page and its tests read the 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from sealflow.core.ids import is_compensation, split_step_id
@@ -39,7 +39,7 @@ class Row(dict[str, Any]):
 def when(epoch: float | None) -> str | None:
     if epoch is None:
         return None
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
 def pretty(value: Any) -> str:
@@ -90,14 +90,13 @@ def steps(run: dict[str, Any], plan: Plan | None) -> list[dict[str, Any]]:
         rows.append(Row({
             "id": step["id"], "anchor": anchor(step["id"]), "kind": kind_of(plan, step["id"]),
             "state": step["state"], "attempts": step.get("attempts", 0),
-            "duration": seconds(step.get("duration_s")), "started": when(step.get("started_at")),
+            "duration": seconds(step.get("duration_s")), "started_at": step.get("started_at"),
             "worker": step.get("worker") or "", "error_class": error.get("class"),
             "error_message": error.get("message"), "trace": error.get("trace"),
             "output": None, "value": step.get("output"), "has_output": "output" in step,
             "preview": cut["preview"] if cut else None,
             "output_cut": cut["chars"] if cut else None,
-            "history": [Row(a, started=when(a.get("started_at")), duration=seconds(a.get("duration_s")))
-                        for a in step.get("history", ())],
+            "attempts_seen": step.get("history", ()), "history": [],
             "calls": [Row(c, at_text=when(c.get("at"))) for c in step.get("model_calls", ())],
             "usage": step.get("usage"), "approval": step.get("approval")}))
     return rows
@@ -117,6 +116,8 @@ def sectioned(rows: list[dict[str, Any]], asked: str | None) -> int:
         row["section"] = row["id"] in keep
         if row["section"]:  # (made pretty only where shown: a page of a 1,000-step run shows few)
             row["output"] = pretty(row["value"]) if row["has_output"] else row["preview"]
+            row["history"] = [Row(a, started=when(a.get("started_at")), duration=seconds(a.get("duration_s")))
+                              for a in row["attempts_seen"]]
         row["href"] = f"#{row['anchor']}" if row["section"] else f"?step={row['id']}#{row['anchor']}"
     return len(rows) - len(keep)
 

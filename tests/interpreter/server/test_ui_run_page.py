@@ -149,3 +149,18 @@ def test_a_long_run_shows_sections_only_for_the_steps_that_need_one(client, rt, 
     assert 'id="step-classify"' in first and 'id="step-file"' not in first
     assert '1 of the 2 steps' in first and 'href="?step=file#step-file"' in first
     assert 'id="step-file"' in asked and 'id="trace-file"' in asked
+
+
+def test_a_large_plan_is_drawn_when_asked(client, rt, failing, monkeypatch):
+    # Given pages that draw plans of at most one step at once, and an auditor signed in
+    from sealflow.server.ui import runs
+
+    monkeypatch.setattr(runs, "MAX_DRAWN", 1)
+    sign_in(client, token(rt, "user:ida"))
+    # When she opens the failed run (two steps), then follows the link to draw its graph
+    first = client.get(f"/ui/runs/{failing}").text
+    drawn = client.get(f"/ui/runs/{failing}", params={"graph": "all"}).text
+    # Then the first page links to the drawing instead of drawing it, and the second draws it
+    assert '<svg xmlns="http://www.w3.org/2000/svg" id="graph"' not in first
+    assert 'Its 2 steps make a large drawing: <a href="?graph=all#graph" id="draw">' in first
+    assert '<svg xmlns="http://www.w3.org/2000/svg" id="graph"' in drawn
