@@ -243,6 +243,11 @@ def _nodes_and_edges(plan: Plan) -> tuple[list[Node], list[EdgeRow], list[Group]
     return nodes, edges, groups
 
 
+def drawing(plan: Plan) -> tuple[list[Node], list[EdgeRow], list[Group]]:
+    """What ``sealflow graph`` draws, as data (:func:`_nodes_and_edges`): the /ui run page draws it as SVG."""
+    return _nodes_and_edges(plan)
+
+
 def _flow(steps: Iterable[PlanStep], end: str, nodes: list[Node], edges: list[EdgeRow], groups: list[Group]) -> None:
     for s in steps:
         kind = str(s.kind)

@@ -173,7 +173,7 @@ class RunHidden(NotFound):
 
 def unknown_run(store: Store, run_id: str) -> NotFound:
     """The error for a run that does not exist -- word for word what the store says."""
-    return NotFound(f"no run {run_id!r} in {store.url}; list runs with `sealflow status`")
+    return NotFound(f"no run {run_id!r} in this store; `sealflow runs list` lists the runs you may see")
 
 
 def authorize_run(store: Store, access: AccessProvider, now: float, run_id: str, *, actor: str | None,

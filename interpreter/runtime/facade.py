@@ -52,8 +52,11 @@ from sealflow.runtime.inline import Inline
 from sealflow.runtime.liveness import BrokerUnavailable
 from sealflow.runtime.reading import Reading
 from sealflow.runtime.repair import Repair
+from sealflow.runtime.review import Reviewing
 from sealflow.runtime.serving import Serving
+from sealflow.runtime.shared import Shared
 from sealflow.runtime.status import RunStatus, run_status
+from sealflow.runtime.stepview import reader_detail
 from sealflow.runtime.submitting import Submitting
 from sealflow.runtime.sweeper import Sweeper
 from sealflow.store import open_store
@@ -96,7 +99,7 @@ def _one_clock(store: Any, clock: Clock | None) -> Clock:
     return cast(Clock, held)  # (a clock: it has a callable ``now``)
 
 
-class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing, CallbackHearing):
+class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Reviewing, Shared, Hearing, CallbackHearing):
     """Submit, drive and operate runs on one store (see the module docstring)."""
 
     def __init__(self, store: Store | str | None = None, registry: Any = None, providers: Any = None, *,
@@ -266,9 +269,12 @@ class Runtime(Submitting, Inline, Repair, Driving, Serving, Reading, Hearing, Ca
     def status(self, run_id: str, *, tenant: str | None = None, actor: str | None = None,
                children_offset: int = 0) -> RunStatus:
         """The run, its attempts (oldest first) and what it waits for (``runs:read``, or its initiator); a run
-        that fans out also its items by state and a page of its child runs from ``children_offset``."""
+        that fans out also its items by state and a page of its child runs from ``children_offset``; with what its
+        readers see of each step (outputs, attempts, model calls: :mod:`.stepview`)."""
         self._scoped(run_id, tenant, actor, Operation.READ)
-        return run_status(self.store, run_id, children_offset=children_offset)
+        found = run_status(self.store, run_id, children_offset=children_offset)
+        found.read_detail = lambda: reader_detail(self.store, run_id)  # (read only when shown: status_json)
+        return found
 
     def approve(self, run_id: str, step_id: str | None = None, *, actor: str, tenant: str | None = None,
                 roles: tuple[str, ...] | list[str] | None = None, comment: str | None = None,

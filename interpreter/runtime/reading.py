@@ -54,6 +54,12 @@ class Reading:
         _, member = member_permissions(self.access, query.tenant or "", actor)
         return self.store.query_runs(query) if member else []
 
+    def run_counts(self, query: RunQuery, *, actor: str) -> dict[str, int]:
+        """State -> how many runs ``query`` selects in its tenant whatever their state (none unless ``actor`` is
+        a member of that tenant)."""
+        _, member = member_permissions(self.access, query.tenant or "", actor)
+        return self.store.count_runs(query) if member else {}
+
     def submitted(self, run_id: str, *, initiator: str, tenant: str) -> RunRecord:
         """The run ``initiator`` has just submitted in ``tenant`` (what a submit answers with); :class:`NotFound`
         for any other run."""

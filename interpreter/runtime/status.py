@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from sealflow.core import states
@@ -10,6 +11,7 @@ from sealflow.core.ids import split_step_id
 from sealflow.core.redaction import REDACTOR
 from sealflow.engine.poison import OUTCOME_UNKNOWN
 from sealflow.policy.approvals import EDIT, shown
+from sealflow.runtime.stepview import ReaderDetail, add_detail
 from sealflow.store.records import AttemptRecord, ChildRecord, RunRecord
 from sealflow.store.runs import RunReads
 
@@ -30,6 +32,10 @@ class RunStatus:
     children: list[ChildRecord] = dataclasses.field(default_factory=list)
     children_offset: int = 0
     children_next: int | None = None
+    #: reads what the audit trail adds for a reader of the run (model calls, workers), when it is shown: set by
+    #: ``Runtime.status``, which authorised reading the run; None elsewhere (what answers another operation
+    #: carries none of it)
+    read_detail: Callable[[], ReaderDetail] | None = None
 
     @property
     def state(self) -> str:
@@ -121,9 +127,13 @@ def _gate(data: dict[str, Any]) -> dict[str, Any]:
 
 def _steps(status: RunStatus, traces: bool) -> list[dict[str, Any]]:
     """One entry per step (gates included), in the order they first ran; a gate carries its ``approval``, a
-    failure its attempt's traceback when ``traces`` (the caller may read the run) and the attempt kept one."""
+    failure its attempt's traceback when ``traces`` (the caller may read the run) and the attempt kept one, and
+    then too, when the status was read for a reader (``detail``), its output, attempts and model calls
+    (:mod:`.stepview`)."""
     steps: dict[str, dict[str, Any]] = {}
+    by_step: dict[str, list[AttemptRecord]] = {}
     for a in status.attempts:
+        by_step.setdefault(a.step_id, []).append(a)
         entry = steps.setdefault(a.step_id, {"id": a.step_id, "state": a.state, "attempts": 0})
         entry["attempts"] = max(entry["attempts"], a.attempt)
         entry["state"] = a.state
@@ -142,6 +152,10 @@ def _steps(status: RunStatus, traces: bool) -> list[dict[str, Any]]:
                 entry["error"]["trace"] = a.error_trace
         elif "error" in entry and a.state == "succeeded":
             del entry["error"]
+    if traces and status.read_detail is not None:
+        detail = status.read_detail()
+        for step_id, entry in steps.items():
+            add_detail(entry, by_step[step_id], detail)
     return list(steps.values())
 
 

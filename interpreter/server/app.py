@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from sealflow.server import problems
+from sealflow.server import openapi, problems
 from sealflow.server.auth import Authenticator
 from sealflow.server.middleware import BodyLimit, OpenBanner
 from sealflow.server.oidc import OidcVerifier
@@ -36,7 +36,6 @@ from sealflow.server.routes import (
     notifications,
     runs,
 )
-from sealflow.server.schemas import Problem
 from sealflow.server.settings import ServerSettings
 
 log = logging.getLogger("sealflow.server")
@@ -126,8 +125,8 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
                 rt.close()
 
     app = FastAPI(title="Sealflow API", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url="/openapi.json", responses={
-                      status: {"model": Problem, **spec} for status, spec in problems.documented().items()})
+                  openapi_url="/openapi.json")
+    app.openapi = openapi.document(app)  # type: ignore[method-assign]
     app.state.runtime = runtime
     app.state.trust = trust
     app.state.oidc_login = login
@@ -136,13 +135,18 @@ def create_app(settings: ServerSettings, runtime: Any = None, *, trust: Any = No
     problems.install(app)
     for module in (runs, approvals, dlq, definitions, notifications, health, metrics, events, callbacks):
         app.include_router(module.router)
-    if settings.ui:  # the server-rendered pages for people (docs/operations.md "The approvals page")
+    if settings.ui:  # the pages for people (docs/operations.md "The console: approvals and runs pages")
         from sealflow.server.ui import login as login_routes
-        from sealflow.server.ui import pages
+        from sealflow.server.ui import operate, pages, runlist
+        from sealflow.server.ui import runs as run_pages
 
         app.include_router(pages.router)
+        app.include_router(operate.router)
+        app.include_router(runlist.router)
+        app.include_router(run_pages.router)
         app.include_router(login_routes.router)
     app.add_middleware(BodyLimit, limit=settings.max_body)
+    app.add_middleware(openapi.Options, router=app)
     if settings.allow_open:
         app.add_middleware(OpenBanner)
     return app

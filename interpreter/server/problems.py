@@ -16,6 +16,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Scope
 
 MEDIA_TYPE = "application/problem+json"
 #: the prefix of every problem type; docs/operations.md lists the types
@@ -94,8 +96,8 @@ def from_exception(exc: BaseException) -> Problem | None:
     text = getattr(exc, "message", None) or str(exc)
     if isinstance(exc, Unauthorized):
         return Problem("forbidden", f"unauthorized: {text}", missing=list(exc.missing))
-    if isinstance(exc, NotFound):
-        return Problem("not-found", text)
+    if isinstance(exc, NotFound):  # (never the store's URL: a path or a host of the operator's)
+        return Problem("not-found", _STORE_URL.sub("this store", text))
     if isinstance(exc, IdempotencyConflict):
         return Problem("idempotency-conflict", text)
     if isinstance(exc, AdmissionRefused):
@@ -123,6 +125,8 @@ def from_exception(exc: BaseException) -> Problem | None:
     return None
 
 
+#: a store URL in a message (sqlite:///path, postgresql://host/...)
+_STORE_URL = re.compile(r"\b(?:sqlite|postgres(?:ql)?|redis)(?:\+\w+)?://\S+?(?=[;,]?(?:\s|$))")
 #: paths that carry a capability (a callback's token): never written out as they are
 _CAPABILITY_PATH = re.compile(r"^(/v1/callbacks/)[^/]+")
 
@@ -152,6 +156,19 @@ def count(request: Request, exc: BaseException, problem: Problem) -> None:
         metrics.api_denied("unauthorized")
 
 
+#: the methods a route may serve
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed(app: ASGIApp, scope: Scope) -> list[str]:
+    """Every method some route of ``app`` serves on the request's path (and OPTIONS): each
+    method is tried against every route (a route that holds others, an included router, answers for them)."""
+    routes = getattr(app, "routes", ())
+    methods = {m for m in METHODS
+               if any(route.matches({**scope, "method": m, "type": "http"})[0] is Match.FULL for route in routes)}
+    return sorted(methods | {"OPTIONS"}) if methods else []
+
+
 def _http_kind(status: int) -> str:
     return {404: "not-found", 405: "method-not-allowed", 413: "body-too-large",
             415: "unsupported-media-type"}.get(status, "http-error")
@@ -173,13 +190,17 @@ def install(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = _http_kind(exc.status_code)
         detail = exc.detail if isinstance(exc.detail, str) else TYPES[kind][1]
+        headers = dict(exc.headers or {})
+        if kind == "method-not-allowed":  # every method served on the path, not only the first route's
+            headers["Allow"] = ", ".join(allowed(request.app.router, request.scope)) or headers.get("Allow", "")
+            detail = f"{request.method} is not served on {shown_path(request.url.path)}; use {headers['Allow']}"
         if kind == "not-found" and detail == "Not Found":
             detail = f"no such resource: {request.method} {shown_path(request.url.path)}"
         elif exc.status_code == 400 and detail == _UNPARSED:  # FastAPI's words for any body json cannot read
             detail = ("the request body is not JSON this API can read: send UTF-8 JSON text, nested less than "
                       "about a thousand levels deep, with numbers of at most 4,300 digits")
         return Problem(kind, detail, status=exc.status_code if kind == "http-error" else None,
-                       headers=dict(exc.headers or {})).response(request)
+                       headers=headers).response(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -317,6 +317,8 @@ class RunQuery:
     created_before: float | None = None
     after: tuple[float, str] | None = None
     limit: int = 50
+    #: the workflow's version (with or without ``workflow``)
+    version: int | None = None
 
 
 #: the module's own names and those it re-exports

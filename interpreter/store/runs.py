@@ -35,6 +35,9 @@ class RunReads(Protocol):
         """The runs of ``query.tenant`` that match its filters, newest first (``created_at``, then ``id``),
         strictly after ``query.after`` (keyset pagination), at most ``query.limit``."""
 
+    def count_runs(self, query: RunQuery) -> dict[str, int]:
+        """State -> how many runs of ``query.tenant`` match its filters, whatever its ``states`` and page."""
+
     def attempts(self, run_id: str) -> list[AttemptRecord]:
         """Every attempt of the run, oldest first."""
 

@@ -67,7 +67,7 @@ def submit(body: SubmitRequest, caller: Caller, rt: Runtime, trust: Trust, respo
                      plan_digest=run.plan_digest)
 
 
-def _cursor(text: str | None) -> tuple[float, str] | None:
+def parse_cursor(text: str | None) -> tuple[float, str] | None:
     if text is None:
         return None
     try:
@@ -79,7 +79,7 @@ def _cursor(text: str | None) -> tuple[float, str] | None:
     return float(at), run_id
 
 
-def _encode(at: float, run_id: str) -> str:
+def encode_cursor(at: float, run_id: str) -> str:
     return base64.urlsafe_b64encode(json.dumps([at, run_id]).encode()).decode().rstrip("=")
 
 
@@ -98,6 +98,7 @@ def list_runs(caller: Caller, rt: Runtime,
               tenant: Annotated[str | None, Query(max_length=63, description="Only the caller's tenant has runs.")
                                 ] = None,
               initiator: Annotated[str | None, Query(max_length=200)] = None,
+              version: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="The workflow's version.")] = None,
               created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
               limit: Annotated[int, Query(ge=1, le=200)] = 50,
               cursor: Annotated[str | None, Query(max_length=400)] = None) -> RunPage:
@@ -105,12 +106,12 @@ def list_runs(caller: Caller, rt: Runtime,
     bad = [s for s in state or () if s not in STATES]
     if bad:
         raise Problem("invalid-request", f"state: {bad[0][:40]!r} is not a run state; use one of {', '.join(STATES)}")
-    after = _cursor(cursor)
+    after = parse_cursor(cursor)
     if tenant is not None and tenant != caller.tenant:  # another tenant's runs look like none
         return RunPage(runs=[])
     try:
         query = RunQuery(tenant=caller.tenant, workflow=workflow, states=tuple(state) if state else None,
-                         initiator=initiator, created_after=_epoch(created_after),
+                         initiator=initiator, version=version, created_after=_epoch(created_after),
                          created_before=_epoch(created_before), after=after, limit=limit)
     except (OverflowError, ValueError):
         raise Problem("invalid-request", "created_after/created_before: not a time this API can compare") from None
@@ -119,7 +120,7 @@ def list_runs(caller: Caller, rt: Runtime,
                        initiator=r.initiator, created_at=r.created_at, updated_at=r.updated_at,
                        error_class=r.error_class) for r in runs]
     last = runs[-1] if len(runs) == limit else None
-    return RunPage(runs=page, next_cursor=_encode(last.created_at, last.id) if last is not None else None)
+    return RunPage(runs=page, next_cursor=encode_cursor(last.created_at, last.id) if last is not None else None)
 
 
 @router.get("/{run_id}", response_model=dict[str, Any], summary="Show a run (as `sealflow status --json`)")
@@ -173,6 +174,13 @@ async def follow(run_id: Annotated[str, Depends(_readable)], rt: Runtime, reques
     ``Last-Event-ID`` misses nothing; an ``end`` event once the run is final. One connection lasts at most
     15 minutes; authorised like ``GET /v1/runs/{id}`` (``runs:read``, or its initiator)."""
     after = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0
+    async for event in feed(rt, run_id, request, after):
+        yield event
+
+
+async def feed(rt: Any, run_id: str, request: Request, after: int) -> AsyncIterator[ServerSentEvent]:
+    """The run's live feed from audit event ``after`` on, for a caller authorised to read it (the API's, and the
+    run page's: :mod:`sealflow.server.ui.runs`)."""
     began = time.monotonic()
     while True:
         items, state = await run_in_threadpool(rt.feed, run_id, after=after)

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from sealflow.server.oidc_login import PENDING_FOR, STATE_COOKIE, LoginFlow, LoginRefused
-from sealflow.server.ui.pages import _https, _page, open_session, secure, sign_in_failed
+from sealflow.server.ui.pages import _https, open_session, page, secure, sign_in_failed
 
 router = APIRouter(prefix="/ui/oidc", include_in_schema=False)
 _PATH = "/ui/oidc"
@@ -31,7 +31,7 @@ def _flow(request: Request) -> LoginFlow | None:
 def login(request: Request) -> Response:
     flow = _flow(request)
     if flow is None:
-        return _page("base.html", 404, error="the OIDC sign-in is not configured on this server; sign in with an "
+        return page("base.html", 404, error="the OIDC sign-in is not configured on this server; sign in with an "
                                              "API token")
     state, url = flow.begin()
     response = secure(RedirectResponse(url, status_code=303))
@@ -45,7 +45,7 @@ def callback(request: Request, code: str | None = None, state: str | None = None
              error: str | None = None) -> Response:
     flow = _flow(request)
     if flow is None:
-        return _page("base.html", 404, error="the OIDC sign-in is not configured on this server")
+        return page("base.html", 404, error="the OIDC sign-in is not configured on this server")
     try:
         if error:
             raise LoginRefused("issuer-error", f"the identity provider refused the sign-in ({error[:80]})")
@@ -58,13 +58,13 @@ def callback(request: Request, code: str | None = None, state: str | None = None
     except LoginRefused as exc:
         sign_in_failed(request, exc.reason, "oidc")
         status = 403 if exc.reason in ("wrong-state", "unknown-state") else 401
-        response = _page("base.html", status, error=f"sign-in refused: {exc}")
+        response = page("base.html", status, error=f"sign-in refused: {exc}")
         response.delete_cookie(STATE_COOKIE, path=_PATH)
         return response
     # a page, not a redirect: this answers the issuer's cross-site navigation, and the session's SameSite=Strict
     # cookie is sent from the next, same-site navigation (its meta refresh or link)
     expires_at = request.app.state.runtime.clock.now() + left
-    response = open_session(request, _page("signedin.html", principal=principal, tenant=tenant), principal, tenant,
+    response = open_session(request, page("signedin.html", principal=principal, tenant=tenant), principal, tenant,
                             "oidc", expires_at=expires_at)
     response.delete_cookie(STATE_COOKIE, path=_PATH)
     return response

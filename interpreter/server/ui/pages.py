@@ -1,5 +1,6 @@
 """The ``/ui`` routes: sign-in with an API token, the approvals waiting for me (approve or reject bound to
-the payload hash shown), the run list and a run's page (steps, graph, audit trail).
+the payload hash shown), and what every page shares (:func:`page`, :func:`session_of`, :func:`form_of`); the
+runs pages are :mod:`.runs`.
 
 Every response carries :data:`CSP` and the other headers of :func:`secure`; every form post is checked
 against the session's CSRF token before anything else; a decision goes through the API's own rules
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import secrets
 import urllib.parse
 from importlib import resources
@@ -18,7 +20,6 @@ import jinja2
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from sealflow.runtime import readiness
 from sealflow.server import problems, tokens
 from sealflow.server.auth import Credential
 from sealflow.server.problems import Problem
@@ -27,15 +28,16 @@ from sealflow.server.schemas import Decision
 from sealflow.server.tokens import TokenRejected
 from sealflow.server.ui.sessions import COOKIE, Session, Sessions
 from sealflow.store.base import AuditEvent
-from sealflow.store.errors import PlanTampered
-from sealflow.store.records import RunQuery
 
-CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+#: scripts only from the server itself (the run page's live update: static/live.js, progressive enhancement)
+CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 #: the CSRF token of the sign-in form (no session yet): a double-submit cookie
 PRE_COOKIE = "sealflow_signin"
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.server.ui", "templates"),
                           autoescape=True)
 _CSS = resources.files("sealflow.server.ui").joinpath("static/ui.css").read_bytes()
+_JS = resources.files("sealflow.server.ui").joinpath("static/live.js").read_bytes()
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -49,7 +51,7 @@ def secure(response: Response) -> Response:
     return response
 
 
-def _page(name: str, status: int = 200, **values: Any) -> Response:
+def page(name: str, status: int = 200, **values: Any) -> Response:
     values.setdefault("session", None)
     values.setdefault("notice", None)
     values.setdefault("error", None)
@@ -61,7 +63,7 @@ def _sessions(request: Request) -> Sessions:
     return sessions
 
 
-def _session(request: Request) -> Session | None:
+def session_of(request: Request) -> Session | None:
     """The request's session, while the token it was started with is still usable."""
     session = _sessions(request).get(request.cookies.get(COOKIE))
     if session is None or session.token_id is None:
@@ -75,7 +77,15 @@ def _session(request: Request) -> Session | None:
     return session
 
 
-def _to_signin() -> Response:
+def viewer(request: Request) -> tuple[Session, Any] | Response:
+    """The session and the runtime of a page's request; without a session, the way to sign in."""
+    session = session_of(request)
+    if session is None:
+        return to_signin()
+    return session, request.app.state.runtime
+
+
+def to_signin() -> Response:
     return secure(RedirectResponse("/ui/signin", status_code=303))
 
 
@@ -83,13 +93,27 @@ def _https(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def _when(epoch: float | None) -> str | None:
+def when(epoch: float | None) -> str | None:
     if epoch is None:
         return None
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _json(value: Any) -> str:
+#: what a message written for the command line says, as a page says it
+_CLI_WORDS = ((re.compile(r"\s*\((?:--[a-z-]+(?: [A-Z]+)?(?:, | or )?)+\)"), ""),
+              (re.compile(r"`sealflow runs list`"), "the Runs page"),
+              (re.compile(r"`sealflow dlq redrive [^`]*`"), "redrive it from the Dead letters page"),
+              (re.compile(r"`sealflow approvals list`"), "the Approvals page"))
+
+
+def speak(text: str) -> str:
+    """A runtime's message as a page says it: without command-line flags, naming pages instead of commands."""
+    for pattern, words in _CLI_WORDS:
+        text = pattern.sub(words, text)
+    return text
+
+
+def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
@@ -101,18 +125,28 @@ async def _fields(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True, max_num_fields=20).items()}
 
 
-async def _form(request: Request, session: Session | None) -> dict[str, str] | Response:
+async def form_of(request: Request, session: Session | None) -> dict[str, str] | Response:
     """The posted form, or the refusal of a post without the session's CSRF token."""
     try:
         form = await _fields(request)
     except ValueError:
         form = {}
     if session is None:
-        return _to_signin()
+        return to_signin()
     if not session.csrf_ok(form.get("csrf_token")):
-        return _page("base.html", 403, session=session, error="refused: the form's CSRF token is missing or wrong "
+        return page("base.html", 403, session=session, error="refused: the form's CSRF token is missing or wrong "
                                                                 "(reload the page and try again)")
     return form
+
+
+async def posted(request: Request) -> tuple[Session, dict[str, str]] | Response:
+    """The session and the form of a post that carries its CSRF token; else the refusal to answer with."""
+    session = session_of(request)
+    form = await form_of(request, session)
+    if isinstance(form, Response):
+        return form
+    assert session is not None  # (form_of sends a post without a session to sign in)
+    return session, form
 
 
 def sign_in_failed(request: Request, reason: str, method: str, token_id: str | None = None) -> None:
@@ -155,15 +189,20 @@ def css() -> Response:
     return secure(Response(_CSS, media_type="text/css", headers={"Cache-Control": "max-age=3600"}))
 
 
+@router.get("/static/live.js")
+def live_js() -> Response:
+    return secure(Response(_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=3600"}))
+
+
 @router.get("")
 def home(request: Request) -> Response:
-    return secure(RedirectResponse("/ui/approvals" if _session(request) else "/ui/signin", status_code=303))
+    return secure(RedirectResponse("/ui/approvals" if session_of(request) else "/ui/signin", status_code=303))
 
 
 @router.get("/signin")
 def signin_form(request: Request) -> Response:
     csrf = secrets.token_urlsafe(32)
-    response = _page("signin.html", csrf=csrf, oidc=getattr(request.app.state, "oidc_login", None) is not None)
+    response = page("signin.html", csrf=csrf, oidc=getattr(request.app.state, "oidc_login", None) is not None)
     response.set_cookie(PRE_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request), path="/ui/signin")
     return response
 
@@ -176,7 +215,7 @@ async def signin(request: Request) -> Response:
         form = {}
     sent, expected = form.get("csrf_token", ""), request.cookies.get(PRE_COOKIE, "")
     if not expected or not secrets.compare_digest(sent.encode(), expected.encode()):
-        return _page("base.html", 403, error="refused: the sign-in form's CSRF token is missing or wrong "
+        return page("base.html", 403, error="refused: the sign-in form's CSRF token is missing or wrong "
                                              "(reload the sign-in page)")
     rt = request.app.state.runtime
     token = form.get("token", "").strip()
@@ -187,7 +226,7 @@ async def signin(request: Request) -> Response:
     except TokenRejected as exc:
         sign_in_failed(request, exc.reason, "token", exc.token_id)
         csrf = secrets.token_urlsafe(32)
-        response = _page("signin.html", 401, csrf=csrf, error=f"sign-in refused: {exc}",
+        response = page("signin.html", 401, csrf=csrf, error=f"sign-in refused: {exc}",
                          oidc=getattr(request.app.state, "oidc_login", None) is not None)
         response.set_cookie(PRE_COOKIE, csrf, httponly=True, samesite="strict", secure=_https(request),
                             path="/ui/signin")
@@ -200,34 +239,43 @@ async def signin(request: Request) -> Response:
 
 @router.post("/signout")
 async def signout(request: Request) -> Response:
-    session = _session(request)
-    form = await _form(request, session)
+    session = session_of(request)
+    form = await form_of(request, session)
     if isinstance(form, Response):
         return form
     assert session is not None
     _sessions(request).end(session.id)
     _audit_session(request, "ui_signed_out", session)
-    response = _to_signin()
+    response = to_signin()
     response.delete_cookie(COOKIE, path="/ui")
     return response
 
 
 def _gates(rt: Any, session: Session) -> list[dict[str, Any]]:
+    """The gates the session may decide, each with what a reviewer needs to judge it (``review``)."""
+    from sealflow.server.ui.runview import seconds
+
     gates = []
-    for gate in rt.approvals_waiting(session.principal, session.tenant):
-        gates.append(dict(gate, asked_at=_when(gate.get("opened_at")), expires_at=_when(gate.get("due_at")),
-                          show_text=_json(gate.get("show")), input_text=_json(gate.get("input")),
-                          message=gate.get("message")))
+    for gate in rt.approvals_to_review(session.principal, session.tenant):
+        review = gate["review"]
+        will_run = review.get("will_run")
+        gates.append(dict(gate, asked_at=when(gate.get("opened_at")), expires_at=when(gate.get("due_at")),
+                          show_text=pretty(gate.get("show")), input_text=pretty(gate.get("input")),
+                          message=gate.get("message"), time_left=seconds(review.get("time_left_s")),
+                          args_text=pretty(will_run["args"]) if will_run and will_run.get("args") is not None else None,
+                          proposals=[dict(p, answer_text=pretty(p["answer"]) if p["answer"] is not None
+                                          else (p["answer_truncated"] or {}).get("preview"))
+                                     for p in review.get("proposals", ())]))
     return gates
 
 
 @router.get("/approvals")
 def approvals(request: Request, notice: str | None = None) -> Response:
-    session = _session(request)
-    if session is None:
-        return _to_signin()
-    rt = request.app.state.runtime
-    return _page("approvals.html", session=session, gates=_gates(rt, session),
+    got = viewer(request)
+    if isinstance(got, Response):
+        return got
+    session, rt = got
+    return page("approvals.html", session=session, gates=_gates(rt, session),
                  notice={"approved": "Approved.", "rejected": "Rejected."}.get(notice or ""))
 
 
@@ -244,28 +292,27 @@ def _edited(text: str | None, rt: Any, session: Session, run_id: str, step_id: s
 
 @router.post("/approvals/{run_id}/{step_id}")
 async def decide(request: Request, run_id: str, step_id: str) -> Response:
-    session = _session(request)
-    form = await _form(request, session)
-    if isinstance(form, Response):
-        return form
-    assert session is not None
+    got = await posted(request)
+    if isinstance(got, Response):
+        return got
+    session, form = got
     rt = request.app.state.runtime
     try:
         body = Decision(decision=form.get("decision", ""), reason=form.get("reason", ""),
                         payload_hash=form.get("payload_hash", ""))
     except ValueError:
-        return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
+        return page("approvals.html", 422, session=session, gates=_gates(rt, session),
                      error="refused: the decision must be approve or reject, with the payload hash shown")
     try:
         edited = _edited(form.get("edit"), rt, session, run_id, step_id) if body.decision == "approve" else None
     except ValueError as exc:
-        return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
+        return page("approvals.html", 422, session=session, gates=_gates(rt, session),
                      error=f"refused: the edited payload is not JSON ({exc}); nothing was decided")
     try:
         if edited is not None:
             body = Decision(decision=body.decision, reason=body.reason, payload_hash=body.payload_hash, edit=edited[0])
     except ValueError:
-        return _page("approvals.html", 422, session=session, gates=_gates(rt, session),
+        return page("approvals.html", 422, session=session, gates=_gates(rt, session),
                      error="refused: the decision must be approve or reject, with the payload hash shown")
     caller = Credential(session.principal, session.tenant, session.method)
     try:
@@ -275,64 +322,7 @@ async def decide(request: Request, run_id: str, step_id: str) -> Response:
         if problem is None:
             raise
         problems.count(request, exc, problem)
-        return _page("approvals.html", problem.status, session=session, gates=_gates(rt, session),
-                     error=f"refused: {problem.detail}")
+        return page("approvals.html", problem.status, session=session, gates=_gates(rt, session),
+                     error=f"refused: {speak(problem.detail)}")
     done = "approved" if body.decision == "approve" else "rejected"
     return secure(RedirectResponse(f"/ui/approvals?notice={done}", status_code=303))
-
-
-@router.get("/runs")
-def runs(request: Request) -> Response:
-    session = _session(request)
-    if session is None:
-        return _to_signin()
-    rt = request.app.state.runtime
-    found = rt.runs(RunQuery(tenant=session.tenant, limit=100), actor=session.principal)
-    rows = [{"id": r.id, "workflow": r.workflow, "workflow_version": r.workflow_version, "state": r.state,
-             "initiator": r.initiator, "created": _when(r.created_at)} for r in found]
-    return _page("runs.html", session=session, runs=rows)
-
-
-def _graph(rt: Any, digest: str) -> str:
-    from sealflow.dsl.graph import adjacency
-
-    try:
-        plan = rt.plan(digest)
-    except PlanTampered:  # nothing of a plan that is not what its digest says is shown (engine/integrity.py)
-        return "(not shown: the run's stored plan does not match its digest, so it is not to be trusted)"
-    except Exception:  # noqa: BLE001 - a page still shows the run without its graph
-        return "(the plan is not available)"
-    return "\n".join(f"{node} -> {', '.join(nexts) or '(end)'}" for node, nexts in adjacency(plan).items())
-
-
-@router.get("/runs/{run_id}")
-def run_page(request: Request, run_id: str) -> Response:
-    session = _session(request)
-    if session is None:
-        return _to_signin()
-    rt = request.app.state.runtime
-    from sealflow.runtime.status import status_json
-
-    try:
-        status = rt.status(run_id, tenant=session.tenant, actor=session.principal)
-    except Exception as exc:  # noqa: BLE001 - unknown and unreadable runs look the same
-        problem = problems.from_exception(exc)
-        if problem is None:
-            raise
-        problems.count(request, exc, problem)
-        return _page("base.html", 404, session=session, error=f"no run {run_id[:80]} that you may read")
-    try:
-        trail = rt.audit(run_id, tenant=session.tenant, actor=session.principal)
-        audit_note = None
-    except Exception as exc:  # noqa: BLE001 - reading the audit trail needs audit:read
-        # (not counted as a denial: the page shows the run it may read, and notes the trail it may not)
-        if problems.from_exception(exc) is None:
-            raise
-        trail, audit_note = [], "You may not read this run's audit trail (audit:read)."
-    # (a tampered plan: said in place of a wait; tracebacks: rt.status authorised runs:read)
-    run = status_json(readiness.note_left(rt, status, here=False), traces=True)
-    audit = [{"seq": a.seq, "at": _when(a.ts), "kind": a.event, "actor": a.actor, "step": a.step_id,
-              "detail": json.dumps(a.detail, sort_keys=True, default=str) if a.detail else ""} for a in trail]
-    return _page("run.html", session=session, run=run, input_text=_json(run["input"]),
-                 output_text=_json(run.get("output")), graph_text=_graph(rt, status.run.plan_digest), audit=audit,
-                 audit_note=audit_note)

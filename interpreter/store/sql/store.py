@@ -153,7 +153,7 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
     def _get_run(self, c: Conn, run_id: str) -> RunRecord:
         row = c.execute(f"SELECT {rows.RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
-            raise NotFound(f"no run {run_id!r} in {self.url}; list runs with `sealflow status`")
+            raise NotFound(f"no run {run_id!r} in this store; `sealflow runs list` lists the runs you may see")
         return rows.run(row)
 
     def list_runs(self, *, states: tuple[str, ...] | None = None, limit: int = 100,

@@ -17,8 +17,9 @@ against it (in the spirit of LangGraph's ``checkpoint-conformance``)::
 
 The checks: the store implements every store protocol (:data:`sealflow.store.base.PROTOCOLS`), declares exactly
 the capabilities it says (:class:`~sealflow.store.capabilities.Capabilities`), and keeps the contract of submit
-and idempotency, claim and fencing, and the definition registry. The repository runs it for SQLite and
-PostgreSQL (``tests/interpreter/store/test_store_conformance.py``); the rest of its backend suite
+and idempotency, claim and fencing, reading runs (keyset pages, counts by state), and the definition registry.
+The repository runs it for SQLite and PostgreSQL (``tests/interpreter/store/test_store_conformance.py``); the
+rest of its backend suite
 (``tests/interpreter/store/test_store_suite*.py``) moves here check by check.
 """
 
@@ -35,7 +36,7 @@ from sealflow.store.errors import (
     IdempotencyConflict,
     MessageRefused,
 )
-from sealflow.store.records import LedgerEntry
+from sealflow.store.records import LedgerEntry, RunQuery
 from sealflow.testing.conformance import protocol_gaps
 from sealflow.testing.conformance.helpers import T0, new_run, snapshot, submit_and_claim, succeed_and_go
 
@@ -74,6 +75,22 @@ class StoreConformance:
     def test_it_keeps_time_on_the_clock_it_was_opened_on(self, store: Store, clock: FakeClock) -> None:
         # Given the backend's store opened on the kit's clock / Then that is its clock
         assert store.clock is clock
+
+    # -- reading runs -------------------------------------------------------------------------------------
+
+    def test_runs_are_listed_by_keyset_pages_and_counted_by_state(self, store: Store) -> None:
+        # Given three runs of one tenant, one of them cancelled, and one run of another tenant
+        for i, tenant in enumerate(("acme", "acme", "acme", "globex")):
+            store.submit(new_run(f"r{i}", tenant=tenant), T0 + i)
+        store.cancel("r1", T0 + 5, actor="user:ana")
+        # When acme's runs are read a page of two at a time, and counted by state
+        first = store.query_runs(RunQuery(tenant="acme", limit=2))
+        rest = store.query_runs(RunQuery(tenant="acme", limit=2, after=(first[-1].created_at, first[-1].id)))
+        counts = store.count_runs(RunQuery(tenant="acme", states=("queued",)))
+        # Then every acme run comes once, newest first, and the counts cover every state whatever is asked
+        assert [r.id for r in first + rest] == ["r2", "r1", "r0"]
+        assert sum(counts.values()) == 3 and counts["queued"] == 2
+        assert store.count_runs(RunQuery(tenant="acme", version=2)) == {}
 
     # -- submit and idempotency --------------------------------------------------------------------------
 

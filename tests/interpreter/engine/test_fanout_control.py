@@ -104,6 +104,10 @@ def test_status_counts_items_by_state_lists_failures_and_pages_child_runs(world)
     # and run lists show the top-level run only
     listed = world.rt.store.query_runs(RunQuery(tenant="default"))
     assert [r.id for r in listed] == [status.run.id]
+    # and so do their counts by state, unfiltered and filtered
+    assert world.rt.store.count_runs(RunQuery(tenant="default")) == {status.run.state: 1}
+    assert world.rt.store.count_runs(RunQuery(tenant="default", workflow=status.run.workflow)) == {
+        status.run.state: 1}
 
 
 def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):

@@ -70,6 +70,15 @@ def mint(rt):
 
 
 @pytest.fixture
+def operator(policy):
+    """The access policy with ``user:root`` as its operator (acme's and globex's members as before)."""
+    import yaml
+
+    policy.path.write_text(yaml.safe_dump({"operators": ["user:root"], "tenants": policy.tenants}))
+    return "user:root"
+
+
+@pytest.fixture
 def settings():
     return ServerSettings(rate=0)
 

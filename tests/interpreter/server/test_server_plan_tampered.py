@@ -115,7 +115,7 @@ def test_given_a_run_whose_plan_was_tampered_when_its_ui_page_is_read_then_it_sh
     page = client.get(f"/ui/runs/{tampered_waiting}")
     # Then it shows the run, says why it will not go on, and shows nothing of its plan
     assert page.status_code == 200
-    assert 'id="state" class="state-waiting"' in page.text
+    assert 'id="state" class="badge state-waiting"' in page.text
     refused = re.search(r'<p id="refused">([^<]*)</p>', page.text)
     assert refused is not None and "does not match its digest" in refused.group(1)
     assert "(not shown: the run&#39;s stored plan does not match its digest" in page.text

@@ -54,6 +54,11 @@ def serving(rt, settings: ServerSettings, port: int | None = None):
 
 @pytest.fixture
 def browser(tmp_path):
+    yield from open_browser(tmp_path)
+
+
+def open_browser(tmp_path):
+    """Headless Chromium driven by ChromeDriver (a generator: quit when resumed)."""
     if CHROMIUM is None or DRIVER is None:
         pytest.skip("no chromium/chromedriver (apt-get install -y chromium chromium-driver; .ci/run does)")
     options = webdriver.ChromeOptions()

@@ -88,8 +88,9 @@ def test_an_approval_from_the_page_needs_the_csrf_token_and_the_hash_shown(clien
     assert rt.drive(waiting_run).state == "completed"
     sign_in(client, token(rt, "user:ida"))  # an auditor reads the run and its trail
     run_page = client.get(f"/ui/runs/{waiting_run}").text
-    assert 'id="state" class="state-completed"' in run_page
-    assert re.search(r"<td>[a-z_]*approv[a-z_]*</td><td>user:bob</td>", run_page)  # the audit trail names bob
+    assert 'id="state" class="badge state-completed"' in run_page
+    # the audit trail names bob, with the approval
+    assert re.search(r'<strong>[a-z_.]*approv[a-z_.]*</strong>\s*by <span class="actor">user:bob</span>', run_page)
 
 
 def test_the_initiator_cannot_approve_and_a_rejection_needs_a_reason(client, rt, waiting_run):
@@ -142,8 +143,9 @@ def test_a_rejection_from_the_page_needs_a_reason(client, rt, waiting_run):
     # When he rejects without a reason, then with one
     bare = client.post(url, data=form)
     done = client.post(url, data=dict(form, reason="over budget"), follow_redirects=False)
-    # Then the first is refused and the second rejects the gate
-    assert bare.status_code >= 400 and "refused" in bare.text
+    # Then the first is refused, in the page's words (no command-line flag), and the second rejects the gate
+    assert bare.status_code >= 400 and "refused: a rejection needs a reason" in bare.text
+    assert "--reason" not in bare.text
     assert done.status_code == 303 and done.headers["location"] == "/ui/approvals?notice=rejected"
     assert rt.drive(waiting_run).state != "waiting"
 

@@ -12,8 +12,8 @@ from sealflow.store.records import ApiTokenRecord, RunQuery
 T0 = 1_700_000_000.0
 
 
-def _run(store, run_id, *, tenant="acme", workflow="wf", initiator="user:ana", now=T0):
-    store.submit(NewRun(id=run_id, tenant=tenant, workflow=workflow, workflow_version=1,
+def _run(store, run_id, *, tenant="acme", workflow="wf", initiator="user:ana", now=T0, version=1):
+    store.submit(NewRun(id=run_id, tenant=tenant, workflow=workflow, workflow_version=version,
                         plan_digest=f"sha256:{workflow}", plan_json='{"plan": true}', input_json="{}",
                         input_hash="{}", initiator=initiator, idempotency_key=None, deadline=None,
                         first_step="a", first_lease_ms=30_000), now)
@@ -63,6 +63,22 @@ def test_runs_are_listed_newest_first_by_tenant_and_filters_and_pages_never_repe
     assert [r.id for r in store.query_runs(RunQuery(tenant="acme", states=("queued",), created_after=T0 + 1,
                                                     created_before=T0 + 3))] == ["r2", "r1"]
     assert store.query_runs(RunQuery(tenant="acme", states=("completed",))) == []
+
+
+def test_runs_are_filtered_by_version_and_counted_by_state_whatever_the_states_asked(store):
+    # Given three runs of wf (versions 1, 2, 2) in acme, one cancelled, and one of another tenant
+    for i, version in enumerate((1, 2, 2)):
+        _run(store, f"r{i}", version=version, now=T0 + i)
+    _run(store, "x1", tenant="globex", version=2)
+    store.cancel("r2", T0 + 5, actor="user:ana")
+    # When runs of version 2 are listed, and counted by state, once with a state filter
+    listed = store.query_runs(RunQuery(tenant="acme", version=2))
+    counts = store.count_runs(RunQuery(tenant="acme", version=2, states=("queued",), after=(T0 + 9, "r9"), limit=1))
+    # Then the list has only version 2, and the counts cover every state of version 2 in acme
+    assert [r.id for r in listed] == ["r2", "r1"]
+    assert sum(counts.values()) == 2 and counts.get("queued") == 1 and set(counts) - {"queued"} <= {
+        "cancelled", "cancelling"}
+    assert store.count_runs(RunQuery(tenant="nobody")) == {}
 
 
 def test_plan_digests_name_the_plans_stored_for_a_workflow(store):
