@@ -29,7 +29,8 @@ from sealflow.server.tokens import TokenRejected
 from sealflow.server.ui.sessions import COOKIE, Session, Sessions
 from sealflow.store.base import AuditEvent
 
-#: scripts only from the server itself (the run page's live update: static/live.js, progressive enhancement)
+#: scripts only from the server itself (the run page's live update, static/live.js, and the runs list's refresh,
+#: static/listrefresh.js: progressive enhancement)
 CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 #: the CSRF token of the sign-in form (no session yet): a double-submit cookie
@@ -38,6 +39,7 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("sealflow.server.ui", "tem
                           autoescape=True)
 _CSS = resources.files("sealflow.server.ui").joinpath("static/ui.css").read_bytes()
 _JS = resources.files("sealflow.server.ui").joinpath("static/live.js").read_bytes()
+_LIST_JS = resources.files("sealflow.server.ui").joinpath("static/listrefresh.js").read_bytes()
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -192,6 +194,11 @@ def css() -> Response:
 @router.get("/static/live.js")
 def live_js() -> Response:
     return secure(Response(_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=3600"}))
+
+
+@router.get("/static/listrefresh.js")
+def list_refresh_js() -> Response:
+    return secure(Response(_LIST_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=3600"}))
 
 
 @router.get("")

@@ -80,6 +80,10 @@ def link(shown: dict[str, Any], **more: str) -> str:
     return "/ui/runs" + ("?" + urllib.parse.urlencode(pairs) if pairs else "")
 
 
+#: seconds between two refreshes of the runs list, when its "Refresh automatically" box is ticked
+REFRESH_S = 15
+
+
 @router.get("")
 def runs(request: Request) -> Response:
     got = viewer(request)
@@ -110,4 +114,12 @@ def runs(request: Request) -> Response:
                                            if kv[0] in RUN_STATES else 99)],
                 total=sum(counts.values()), sought="",
                 next_link=link(shown, cursor=encode_cursor(last.created_at, last.id)) if last is not None else None,
-                first_link=link(shown) if query.after is not None else None)
+                first_link=link(shown) if query.after is not None else None,
+                refresh=None if query.after is not None else _refresh_every(request))
+
+
+def _refresh_every(request: Request) -> int:
+    """How often the first page of runs refreshes itself when asked to (``?refresh=N`` seconds, 2..300; else
+    :data:`REFRESH_S`). A later page (a cursor) does not: what it lists is fixed by its cursor."""
+    raw = request.query_params.get("refresh", "")
+    return max(2, min(300, int(raw))) if raw.isdigit() else REFRESH_S

@@ -193,3 +193,21 @@ def test_a_run_page_follows_the_run_live(served, chromium, rt, known, notes):
     ui.WebDriverWait(chromium, 20).until(lambda b: b.find_element(By.ID, "state").text == "completed")
     row = chromium.find_element(By.CSS_SELECTOR, '#steps tr[data-step="act"] .badge')
     assert row.text == "succeeded"
+
+
+def test_the_runs_list_refreshes_itself_when_asked_and_remembers_it(served, chromium, rt, known):
+    # Given alice on the list of runs, refreshing every 2 seconds once she ticks the box (shown only with script)
+    first = rt.submit(known, {"amount": 5}, initiator="user:alice", tenant="acme")
+    ui.sign_in(chromium, served, ui.token(rt, "user:alice"))
+    chromium.get(f"{served}/ui/runs?refresh=2")
+    box = chromium.find_element(By.ID, "auto-refresh")
+    assert box.is_displayed() and not box.is_selected()
+    box.click()
+    assert first in chromium.find_element(By.ID, "runs-body").text
+    # When a run is submitted meanwhile, elsewhere
+    second = rt.submit(known, {"amount": 6}, initiator="user:alice", tenant="acme")
+    # Then it appears in her list, not reloaded by her
+    ui.WebDriverWait(chromium, 20).until(lambda b: second in b.find_element(By.ID, "runs-body").text)
+    # and the box stays ticked when she comes back to the list
+    chromium.get(f"{served}/ui/runs?refresh=2")
+    assert chromium.find_element(By.ID, "auto-refresh").is_selected()
