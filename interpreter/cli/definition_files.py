@@ -166,7 +166,7 @@ def _refusal_reason(exc: Refused) -> str:
 
 
 def submit(rt: Runtime, loaded: Loaded, value: Any, *, initiator: str, tenant: str, idempotency_key: str | None = None,
-           pin: bool = False, run_as: str | None = None) -> str:
+           pin: bool = False, run_as: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Submit a run of a loaded definition, recording a signed one (its bytes, envelope and any pin) in the
     store's registry in the same transaction; a refused registration (second digest, rollback) exits 1
     and, like every other refusal, leaves nothing written."""
@@ -176,6 +176,6 @@ def submit(rt: Runtime, loaded: Loaded, value: Any, *, initiator: str, tenant: s
         fail_usage("--pin-version needs --trust: only signed versions are recorded and pinned")
     try:
         return rt.submit(loaded.plan, value, initiator=initiator, tenant=tenant, idempotency_key=idempotency_key,
-                         run_as=run_as, signer=loaded.signer, source=loaded.source, pin=pin)
+                         run_as=run_as, signer=loaded.signer, source=loaded.source, pin=pin, tags=tags)
     except DefinitionRefused as exc:
         refuse(f"[{exc.reason}] {exc}")

@@ -157,6 +157,20 @@ idempotency_option = click.option("--idempotency-key", metavar="KEY",
                                   help="Submitting again with the same key returns the same run.")
 
 
+def parse_tags(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--tag NAME=VALUE`` options as (name, value) pairs; a bad one is a usage error saying why."""
+    from sealflow.store.tags import parse_tag
+
+    try:
+        return tuple(parse_tag(v) for v in values)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+tag_option = click.option("--tag", "tags", multiple=True, metavar="NAME=VALUE", callback=parse_tags,
+                          help="Label the run, to find it by (runs list --tag, GET /v1/runs?tag=); repeatable.")
+
+
 def trust_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--trust POLICY, --bundle PATH, --pin-version: load only what a trusted signer signed (docs/trust.md)."""
     return stack(

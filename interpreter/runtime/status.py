@@ -36,6 +36,8 @@ class RunStatus:
     #: ``Runtime.status``, which authorised reading the run; None elsewhere (what answers another operation
     #: carries none of it)
     read_detail: Callable[[], ReaderDetail] | None = None
+    #: the tags the run was submitted with (name -> value)
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -93,7 +95,7 @@ def run_status(store: RunReads, run_id: str, *, children_offset: int = 0,
         if isinstance(unknown, dict):  # a lost attempt whose outcome a person decides (engine/poison.py)
             waiting.update(kind="outcome_unknown", action=unknown.get("action"), lost=unknown.get("lost"),
                            observed=unknown.get("observed"))
-    status = RunStatus(run, attempts, waiting)
+    status = RunStatus(run, attempts, waiting, tags=store.run_tags(run_id))
     if any("fanout" in (a.data or {}) for a in attempts):
         _fanout(store, status, children_offset, children_limit)
     return status
@@ -169,6 +171,8 @@ def status_json(status: RunStatus, *, traces: bool = False) -> dict[str, Any]:
     out = {"run_id": run.id, "state": run.state, "workflow": run.workflow, "version": run.workflow_version,
            "plan_digest": run.plan_digest, "tenant": run.tenant, "initiator": run.initiator,
            "input": REDACTOR.value(run.input), "output": run.output, "steps": _steps(status, traces)}
+    if status.tags:
+        out["tags"] = status.tags
     if run.signer:
         out["signer"] = run.signer
     if run.acting != run.initiator:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sealflow.core.errors import ConfigError, StepError
@@ -23,6 +23,7 @@ from sealflow.runtime.readiness import plan_models
 from sealflow.store.base import AuditEvent, Claimed, NewRun
 from sealflow.store.definitions import DefinitionSource, Registration
 from sealflow.store.errors import AdmissionRefused
+from sealflow.store.tags import check_tags
 
 if TYPE_CHECKING:
     from sealflow.core.clock import Clock
@@ -74,7 +75,8 @@ class Submitting:
 
     def submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
                idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
-               source: DefinitionSource | None = None, pin: bool = False) -> str:
+               source: DefinitionSource | None = None, pin: bool = False,
+               tags: Mapping[str, Any] | None = None) -> str:
         """Create a run of ``plan`` (idempotent by ``idempotency_key``) and return its id.
 
         The acting identity (``initiator``, or ``run_as`` for a scheduled run) must hold every permission
@@ -83,18 +85,24 @@ class Submitting:
         registry with its ``source`` (exact bytes and signature envelope) and, with ``pin``, its pin, in the
         same transaction as the run: every refusal (authorisation, invalid input, the registry's
         :class:`~sealflow.store.definitions.DefinitionRefused`, admission, an idempotency
-        conflict) writes no run, no definition, no pin and uses no quota; only its audit event."""
+        conflict) writes no run, no definition, no pin and uses no quota; only its audit event. ``tags``: the
+        submitter's ``name=value`` labels, written with the run (invalid tags: ``invalid_request``)."""
         return self._submit(plan, input, initiator=initiator, tenant=tenant, idempotency_key=idempotency_key,
-                            run_as=run_as, signer=signer, source=source, pin=pin)[0]
+                            run_as=run_as, signer=signer, source=source, pin=pin, tags=tags)[0]
 
     def _submit(self, plan: Plan, input: Any, *, initiator: str, tenant: str = "default",
                 idempotency_key: str | None = None, run_as: str | None = None, signer: str | None = None,
                 source: DefinitionSource | None = None, pin: bool = False,
-                claim_for: Callable[[Plan, str | None], str | None] | None = None) -> tuple[str, Claimed | None]:
+                claim_for: Callable[[Plan, str | None], str | None] | None = None,
+                tags: Mapping[str, Any] | None = None) -> tuple[str, Claimed | None]:
         """:meth:`submit`; ``claim_for(plan, signer)``: the owner to claim the new run's first attempt for in
         the same transaction (:mod:`.inline`), or None; returns the run's id and that claim."""
         if not plan.digest:
             plan = plan.with_digest()
+        try:
+            labels = check_tags(tags or {})
+        except ValueError as exc:
+            raise StepError("invalid_request", f"tags of a run of {plan.name} v{plan.version}: {exc}") from None
         acting = authz.authorize_submit(self.store, self.access, self.clock.now(), plan, initiator=initiator,
                                         tenant=tenant, run_as=run_as)
         for each in plan.with_called():  # the workflows it calls are checked as it is: they run under it
@@ -136,7 +144,7 @@ class Submitting:
                      input_json=input_json, input_hash=input_hash(input), initiator=initiator,
                      idempotency_key=idempotency_key, deadline=None if budget is None else now + budget / 1000.0,
                      first_step=plan.start, first_lease_ms=lease_ms(first), priority=plan.priority,
-                     acting_as=acting, access_mode=mode_of(self.access), signer=signer)
+                     acting_as=acting, access_mode=mode_of(self.access), signer=signer, tags=labels)
         limits = self.config.limits(tenant)
         admit = None if limits.admits_all else limits
         self.engine.remember(plan)  # (before the claim is decided: it reads the plan's steps)

@@ -40,6 +40,9 @@ class SubmitRequest(Strict):
     signature: str | None = Field(None, max_length=256_000,
                                   description="Its DSSE envelope or Sigstore bundle (JSON text).")
     input: Any = Field(default_factory=dict, description="The run's input (JSON).")
+    tags: dict[str, str | int | float] | None = Field(
+        None, description="Labels to find the run by (name -> value; at most 16, names as workflow names, values "
+                          "1 to 200 characters): `GET /v1/runs?tag=name=value`.")
 
 
 class Submitted(BaseModel):

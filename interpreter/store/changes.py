@@ -10,6 +10,7 @@ these names too.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from sealflow.store.deliveries import NewDelivery
@@ -35,6 +36,8 @@ class NewRun:
     access_mode: str | None = None
     #: who signed the definition (a key id, ``sigstore:...``), or ``unsigned`` (development mode)
     signer: str | None = None
+    #: the submitter's tags (name -> value, checked: store/sql/tags.py), written with the run
+    tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from sealflow.core.states import RUN_FINAL
 BATCH = 200
 _FINAL = "(" + ",".join(f"'{s}'" for s in sorted(RUN_FINAL)) + ")"
 _DEPENDENT = ("attempts", "results", "outbox", "timers", "ledger", "slot_holders", "slot_waiters", "dead_letters",
-              "notifications", "fanouts")
+              "notifications", "fanouts", "run_tags")
 #: a fan-out child goes with its parent: never while the parent run is still in progress (it reads its children)
 _CHILD_DONE = (f" AND (parent_run_id IS NULL OR NOT EXISTS (SELECT 1 FROM runs p WHERE p.id = runs.parent_run_id "
                f"AND p.state NOT IN {_FINAL}))")

@@ -319,6 +319,8 @@ class RunQuery:
     limit: int = 50
     #: the workflow's version (with or without ``workflow``)
     version: int | None = None
+    #: (name, value) tags every run listed carries
+    tags: tuple[tuple[str, str], ...] = ()
 
 
 #: the module's own names and those it re-exports

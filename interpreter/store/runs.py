@@ -38,6 +38,9 @@ class RunReads(Protocol):
     def count_runs(self, query: RunQuery) -> dict[str, int]:
         """State -> how many runs of ``query.tenant`` match its filters, whatever its ``states`` and page."""
 
+    def run_tags(self, run_id: str) -> dict[str, str]:
+        """The tags run ``run_id`` was submitted with (name -> value; empty: none)."""
+
     def attempts(self, run_id: str) -> list[AttemptRecord]:
         """Every attempt of the run, oldest first."""
 

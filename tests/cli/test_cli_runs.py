@@ -178,3 +178,25 @@ def test_given_a_run_waiting_for_a_callback_when_completed_from_the_cli_then_it_
     code, _, err = run(capsys, "callbacks", "complete", token_file.read_text(), "--data", '{"url": "x"}',
                        "--actions", actions)
     assert code == 1 and "callback superseded" in err
+
+
+def test_given_tags_when_runs_are_submitted_then_runs_list_finds_them_by_tag(capsys, tmp_path):
+    import json
+
+    # Given two runs queued with tags on one store, one of them for customer c-42
+    store = f"sqlite:///{tmp_path}/s.db"
+    code, out, _ = run(capsys, "submit", EXAMPLE, "--store", store, "--json", "--input", '{"lead_id": "lead_acme"}',
+                       "--tag", "customer=c-42", "--tag", "source=web")
+    assert code == 0, out
+    tagged = json.loads(out)["run_id"]
+    assert run(capsys, "submit", EXAMPLE, "--store", store, "--input", '{"lead_id": "lead_midco"}',
+               "--tag", "customer=c-7")[0] == 0
+    # When the runs are listed by the tag
+    code, out, _ = run(capsys, "runs", "list", "--store", store, "--tag", "customer=c-42", "--json")
+    # Then only the tagged run is listed, and its status shows its tags
+    assert code == 0 and [r["run_id"] for r in json.loads(out)] == [tagged]
+    code, out, _ = run(capsys, "status", tagged, "--store", store, "--json")
+    assert json.loads(out)["tags"] == {"customer": "c-42", "source": "web"}
+    # and a tag that is not NAME=VALUE is a usage error saying so
+    code, _, err = run(capsys, "submit", EXAMPLE, "--store", store, "--tag", "customer")
+    assert code == 2 and "NAME=VALUE" in err

@@ -17,7 +17,7 @@ import click
 from sealflow.cli import definition_files, render
 from sealflow.cli.completion import run_ids
 from sealflow.cli.exits import fail_usage, refuse
-from sealflow.cli.options import idempotency_option, input_option, on_a_store, trust_options
+from sealflow.cli.options import idempotency_option, input_option, on_a_store, tag_option, trust_options
 from sealflow.cli.session import (
     act_then_drive,
     find_run,
@@ -74,7 +74,7 @@ def _finite(text: str) -> float:
 
 
 def _submit(rt: Runtime, loaded: Loaded, value: Any, *, principal: str, tenant: str, idempotency_key: str | None,
-            pin_version: bool) -> str:
+            pin_version: bool, tags: tuple[tuple[str, str], ...] = ()) -> str:
     """Submit a run of the loaded definition (recording it, atomically); refusals exit 1, invalid input exits 2."""
     from sealflow.core.errors import StepError
     from sealflow.policy.authz import Unauthorized
@@ -83,7 +83,7 @@ def _submit(rt: Runtime, loaded: Loaded, value: Any, *, principal: str, tenant: 
 
     try:
         return definition_files.submit(rt, loaded, value, initiator=principal, tenant=tenant,
-                                       idempotency_key=idempotency_key, pin=pin_version)
+                                       idempotency_key=idempotency_key, pin=pin_version, tags=dict(tags))
     except Unauthorized as exc:
         refuse(f"unauthorized: {exc.message}")
     except StepError as exc:
@@ -122,10 +122,11 @@ detach_option = click.option("--detach", is_flag=True, help="Queue the run and r
 @click.command()
 @click.argument("file", metavar="FILE")
 @input_option
-@on_a_store(idempotency_option, trust_options, follow_option, detach_option, *models_options, actions=True)
+@on_a_store(idempotency_option, tag_option, trust_options, follow_option, detach_option, *models_options, actions=True)
 def run(file: str, raw_input: str | None, actions: tuple[str, ...], store_url: str | None, principal: str, tenant: str,
-        access_path: str | None, idempotency_key: str | None, trust: str | None, bundle: str | None, pin_version: bool,
-        follow: bool, detach: bool, record: str | None, replay: str | None, as_json: bool) -> None:
+        access_path: str | None, idempotency_key: str | None, tags: tuple[tuple[str, str], ...], trust: str | None,
+        bundle: str | None, pin_version: bool, follow: bool, detach: bool, record: str | None, replay: str | None,
+        as_json: bool) -> None:
     """Run a definition to its end (or until it waits for a person or a long timer), whichever process
     executes its steps; --detach queues it and returns at once."""
     value = parse_input(raw_input)
@@ -135,7 +136,7 @@ def run(file: str, raw_input: str | None, actions: tuple[str, ...], store_url: s
         if not detach:
             _ready(rt, plan)
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
-                         pin_version=pin_version)
+                         pin_version=pin_version, tags=tags)
         if detach:
             click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
             return
@@ -150,10 +151,10 @@ def run(file: str, raw_input: str | None, actions: tuple[str, ...], store_url: s
 @click.command()
 @click.argument("file", metavar="FILE")
 @input_option
-@on_a_store(idempotency_option, trust_options, actions=True)
+@on_a_store(idempotency_option, tag_option, trust_options, actions=True)
 def submit(file: str, raw_input: str | None, actions: tuple[str, ...], store_url: str | None, principal: str,
-           tenant: str, access_path: str | None, idempotency_key: str | None, trust: str | None, bundle: str | None,
-           pin_version: bool, as_json: bool) -> None:
+           tenant: str, access_path: str | None, idempotency_key: str | None, tags: tuple[tuple[str, str], ...],
+           trust: str | None, bundle: str | None, pin_version: bool, as_json: bool) -> None:
     """Queue a run without driving it; `sealflow recover` (or a worker) drives it."""
     value = parse_input(raw_input)
     provider = load_access(access_path)
@@ -162,7 +163,7 @@ def submit(file: str, raw_input: str | None, actions: tuple[str, ...], store_url
     loaded = _load(file, actions, trust, bundle)
     with open_runtime(store_url, actions, access=provider, trust=trust) as rt:
         run_id = _submit(rt, loaded, value, principal=principal, tenant=tenant, idempotency_key=idempotency_key,
-                         pin_version=pin_version)
+                         pin_version=pin_version, tags=tags)
         click.echo(json.dumps({"run_id": run_id, "state": rt.status(run_id).state}) if as_json else run_id)
 
 

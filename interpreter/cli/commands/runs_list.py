@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from sealflow.cli.exits import refuse
-from sealflow.cli.options import on_a_store
+from sealflow.cli.options import on_a_store, parse_tags
 from sealflow.cli.session import load_access, open_store
 
 STATES = ("queued", "running", "waiting", "cancelling", "compensating", "completed", "failed", "cancelled",
@@ -26,9 +26,12 @@ def runs() -> None:
                          "(repeatable)."),
             click.option("--workflow", metavar="NAME", help="Only runs of this workflow."),
             click.option("--initiator", metavar="PRINCIPAL", help="Only runs this principal submitted."),
+            click.option("--tag", "tags", multiple=True, metavar="NAME=VALUE", callback=parse_tags,
+                         help="Only runs submitted with this tag (repeatable: every one)."),
             click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500)))
 def list_(store_url: str | None, principal: str, tenant: str, access_path: str | None, states: tuple[str, ...],
-          workflow: str | None, initiator: str | None, limit: int, as_json: bool) -> None:
+          workflow: str | None, initiator: str | None, tags: tuple[tuple[str, str], ...], limit: int,
+          as_json: bool) -> None:
     """The runs of the tenant, newest first (a principal who is not a member of it sees none)."""
     from sealflow.policy.authz import Unauthorized, member_permissions
     from sealflow.store.records import RunQuery
@@ -40,7 +43,7 @@ def list_(store_url: str | None, principal: str, tenant: str, access_path: str |
     store = open_store(store_url)
     try:
         found = store.query_runs(RunQuery(tenant=tenant, workflow=workflow, states=tuple(states) or None,
-                                          initiator=initiator, limit=limit)) if member else []
+                                          initiator=initiator, limit=limit, tags=tags)) if member else []
     finally:
         store.close()
     rows: list[dict[str, Any]] = [

@@ -35,6 +35,7 @@ from sealflow.server.schemas import (
     Submitted,
 )
 from sealflow.store.records import RunQuery
+from sealflow.store.tags import parse_tag
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
@@ -60,7 +61,8 @@ def submit(body: SubmitRequest, caller: Caller, rt: Runtime, trust: Trust, respo
     value = _json_input(body.input)
     resolved = submitting.resolve(rt, body, trust, caller.principal)
     run_id = rt.submit(resolved.plan, value, initiator=caller.principal, tenant=caller.tenant,
-                       idempotency_key=idempotency_key, signer=resolved.signer, source=resolved.source)
+                       idempotency_key=idempotency_key, signer=resolved.signer, source=resolved.source,
+                       tags=body.tags)
     run = rt.submitted(run_id, initiator=caller.principal, tenant=caller.tenant)
     response.headers["Location"] = f"/v1/runs/{run_id}"
     return Submitted(run_id=run.id, state=run.state, workflow=run.workflow, version=run.workflow_version,
@@ -99,6 +101,8 @@ def list_runs(caller: Caller, rt: Runtime,
                                 ] = None,
               initiator: Annotated[str | None, Query(max_length=200)] = None,
               version: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="The workflow's version.")] = None,
+              tag: Annotated[list[str] | None, Query(max_length=300, description="name=value: only runs submitted "
+                                                     "with this tag; repeatable (every one must match).")] = None,
               created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
               limit: Annotated[int, Query(ge=1, le=200)] = 50,
               cursor: Annotated[str | None, Query(max_length=400)] = None) -> RunPage:
@@ -107,12 +111,16 @@ def list_runs(caller: Caller, rt: Runtime,
     if bad:
         raise Problem("invalid-request", f"state: {bad[0][:40]!r} is not a run state; use one of {', '.join(STATES)}")
     after = parse_cursor(cursor)
+    try:
+        tags = tuple(parse_tag(t) for t in tag or ())
+    except ValueError as exc:
+        raise Problem("invalid-request", f"tag: {exc}") from None
     if tenant is not None and tenant != caller.tenant:  # another tenant's runs look like none
         return RunPage(runs=[])
     try:
         query = RunQuery(tenant=caller.tenant, workflow=workflow, states=tuple(state) if state else None,
                          initiator=initiator, version=version, created_after=_epoch(created_after),
-                         created_before=_epoch(created_before), after=after, limit=limit)
+                         created_before=_epoch(created_before), after=after, limit=limit, tags=tags)
     except (OverflowError, ValueError):
         raise Problem("invalid-request", "created_after/created_before: not a time this API can compare") from None
     runs = rt.runs(query, actor=caller.principal)

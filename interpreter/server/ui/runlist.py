@@ -20,12 +20,13 @@ from sealflow.server.schemas import NAME, RUN_ID
 from sealflow.server.ui import runview
 from sealflow.server.ui.pages import page, secure, viewer
 from sealflow.store.records import RunQuery
+from sealflow.store.tags import parse_tag
 
 router = APIRouter(prefix="/ui/runs", include_in_schema=False)
 
 PAGE = 50
 #: the filters of the form, as query parameters (``state`` may repeat)
-FILTERS = ("state", "workflow", "version", "initiator", "after", "before")
+FILTERS = ("state", "workflow", "version", "initiator", "tag", "after", "before")
 _RUN_ID = re.compile(RUN_ID)
 _NAME = re.compile(NAME)
 
@@ -61,6 +62,12 @@ def query_of(params: Any, tenant: str) -> tuple[RunQuery, dict[str, Any]]:
         if not shown["version"].isdigit() or not 0 < int(shown["version"]) < 2**31:
             raise Refused(f"version: {shown['version'][:20]!r} is not a version number")
         version = int(shown["version"])
+    tags: tuple[tuple[str, str], ...] = ()
+    if shown["tag"]:
+        try:
+            tags = (parse_tag(shown["tag"]),)
+        except ValueError as exc:
+            raise Refused(f"tag: {exc}") from None
     try:
         after = parse_cursor(params.get("cursor") or None)
     except Problem:
@@ -68,7 +75,7 @@ def query_of(params: Any, tenant: str) -> tuple[RunQuery, dict[str, Any]]:
     query = RunQuery(tenant=tenant, workflow=shown["workflow"] or None, states=tuple(states) or None,
                      initiator=shown["initiator"][:200] or None, version=version,
                      created_after=_time("from", shown["after"]), created_before=_time("until", shown["before"]),
-                     after=after, limit=PAGE)
+                     after=after, limit=PAGE, tags=tags)
     return query, shown
 
 

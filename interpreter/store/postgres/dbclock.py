@@ -94,7 +94,7 @@ class DbClockMixin(_Shared):
     def submit(self, new: NewRun, now: float, limits: Any = None, definition: Registration | None = None
                ) -> tuple[RunRecord, bool]:
         new, now = self._shifted_run(new, now)
-        if limits is None and definition is None:  # nothing to admit or register: one statement (hotpath.py)
+        if limits is None and definition is None and not new.tags:  # nothing else to write: one statement
             done = self._hot_submit(new, now)
             if done is not None:
                 return done

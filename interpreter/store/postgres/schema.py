@@ -26,6 +26,7 @@ from sealflow.store.sql.ratelimits import PG_SCHEMA as PG_RATELIMITS
 from sealflow.store.sql.ratelimits import TOTALS_BACKFILL, TOTALS_PG
 from sealflow.store.sql.reservations import PG_SCHEMA as PG_RESERVATIONS
 from sealflow.store.sql.sessions import PG_SCHEMA as PG_SESSIONS
+from sealflow.store.sql.tags import SCHEMA as RUN_TAGS
 
 if TYPE_CHECKING:
     import psycopg
@@ -247,6 +248,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
      CHAIN_LINK + HOT_FUNCTIONS),
     (20, "attempts.error_trace: the traceback of the exception an attempt's code raised", _V20_ERROR_TRACE),
     (21, "the event inbox: events kept for the runs that wait for them (wait: {event: ...})", PG_INBOX),
+    (22, "run tags: the submitter's name=value labels of a run, to find it by", RUN_TAGS),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sealflow.store.records import RunQuery, RunRecord
-from sealflow.store.sql import rows
+from sealflow.store.sql import rows, tags
 from sealflow.store.sql.conn import Row
 
 #: the most runs one page may hold
@@ -74,7 +74,8 @@ class QueriesMixin:
         if query.created_before is not None:
             where.append("created_at < ?")
             args.append(query.created_before)
-        return where, args
+        more, more_args = tags.filters(query.tags)
+        return where + more, args + more_args
 
     def stored_plans(self) -> list[tuple[str, int, str, float]]:
         """``(workflow, version, digest, stored_at)`` of every plan stored, by name, version, then time."""

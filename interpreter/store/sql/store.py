@@ -42,6 +42,7 @@ from sealflow.store.records import LazyResults, Message
 from sealflow.store.sql import admission as sqlite_admission
 from sealflow.store.sql import rows
 from sealflow.store.sql import slots as sqlite_slots
+from sealflow.store.sql import tags as run_tags
 from sealflow.store.sql.breakers import BreakersMixin
 from sealflow.store.sql.children import STOPPING, ChildrenMixin
 from sealflow.store.sql.conn import Conn, Row
@@ -64,7 +65,7 @@ _A_COLS, _CURSOR, _ACTIVE = rows.A_COLS, rows.CURSOR, rows.ACTIVE
 
 class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, BreakersMixin, TokensMixin, QueriesMixin,
                EventsMixin, PruneMixin, ReservationsMixin, RateLimitsMixin, DeliveriesMixin, SessionsMixin, Reads,
-               InboxMixin):
+               InboxMixin, run_tags.TagsMixin):
     """The statement code of the SQL backends (see the module); not a store by itself. Its backends satisfy the
     store's protocols structurally (sealflow.testing.conformance checks it)."""
 
@@ -220,6 +221,8 @@ class SqlStore(StepPathMixin, ChildrenMixin, SweepMixin, DefinitionsMixin, Break
             if limits is not None:
                 sqlite_admission.admit(c, new.tenant, now, limits)  # AdmissionRefused: nothing is written
             c.execute(PLAN_PUT, (new.plan_digest, new.workflow, new.workflow_version, new.plan_json, now))
+            if new.tags:
+                run_tags.insert(c, new.id, new.tenant, new.tags)
             # claimed for ``owner``: the run is running at its second revision, as its first claim leaves it
             state, rev = ("queued", 1) if owner is None else ("running", 2)
             created = c.execute(

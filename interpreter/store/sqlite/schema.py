@@ -208,6 +208,12 @@ def _events(conn: sqlite3.Connection) -> None:
     _statements(SCHEMA)(conn)
 
 
+def _tags(conn: sqlite3.Connection) -> None:
+    from sealflow.store.sql.tags import SCHEMA
+
+    _statements(SCHEMA)(conn)
+
+
 def _inbox(conn: sqlite3.Connection) -> None:
     from sealflow.store.sql.inbox import SCHEMA
 
@@ -284,6 +290,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (22, "attempts.error_trace: the traceback of the exception an attempt's code raised",
      _statements(_V22_ERROR_TRACE)),
     (23, "the event inbox: events kept for the runs that wait for them (wait: {event: ...})", _inbox),
+    (24, "run tags: the submitter's name=value labels of a run, to find it by", _tags),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -330,3 +330,18 @@ def test_a_lost_attempts_unknown_outcome_is_decided_through_the_api_by_a_holder_
     assert decided.status_code == 200, decided.text
     assert rt.drive(run_id).state == "completed" and rt.store.get_run(run_id).output == {"sent": True}
     assert sent == []
+
+
+def test_runs_submitted_with_tags_are_found_by_them_and_show_them(client, mint, rt):
+    # Given alice submits two runs with a customer's tag, one without, and one with a tag that is no name
+    alice = mint("user:alice", "acme")
+    tagged = [submit(client, alice, tags={"customer": "c-42", "batch": 3}).json()["run_id"] for _ in range(2)]
+    submit(client, alice)
+    bad = submit(client, alice, tags={"Customer": "c-42"})
+    # Then the bad one is refused (nothing created), and the tagged runs are listed by their tags
+    assert "is not a name" in problem_of(bad, "invalid-input", 422)["detail"]
+    assert len(rt.store.list_runs()) == 3
+    found = client.get("/v1/runs", params=[("tag", "customer=c-42"), ("tag", "batch=3")], headers=alice).json()
+    assert sorted(r["run_id"] for r in found["runs"]) == sorted(tagged)
+    assert client.get(f"/v1/runs/{tagged[0]}", headers=alice).json()["tags"] == {"batch": "3", "customer": "c-42"}
+    problem_of(client.get("/v1/runs", params={"tag": "customer"}, headers=alice), "invalid-request", 422)

@@ -114,3 +114,21 @@ def test_the_api_filters_by_version_too(client, rt, runs, mint):
     got = client.get("/v1/runs", params={"workflow": "ok-flow", "version": 2}, headers=mint("user:ida"))
     # Then only that version's run is listed
     assert got.status_code == 200 and [r["run_id"] for r in got.json()["runs"]] == runs["ok2"]
+
+
+def test_a_tag_finds_the_runs_submitted_with_it_here_and_in_the_api(client, rt, registry, runs):
+    # Given two runs of acme submitted with a customer's tag, and one without
+    action("t.tagged", registry=registry)(lambda ctx: {"ok": True})
+    plan = make_plan(S("a", "action", action="t.tagged"), name="tag-flow")
+    tagged = [rt.submit(plan, {}, initiator="user:alice", tenant="acme", tags={"customer": "c-42"}) for _ in range(2)]
+    rt.submit(plan, {}, initiator="user:alice", tenant="acme")
+    sign_in(client, token(rt, "user:ida"))
+    # When the list is filtered by that tag
+    page = client.get("/ui/runs", params={"tag": "customer=c-42"}).text
+    # Then only those two are listed, and the form shows the filter back
+    assert sorted(listed(page)) == sorted(tagged) and 'name="tag" value="customer=c-42"' in page
+    # and a run's page shows its tags, each a link to the runs carrying it
+    assert 'href="/ui/runs?tag=customer%3Dc-42"' in client.get(f"/ui/runs/{tagged[0]}").text
+    # and a tag that is not name=value is refused in the page's words
+    bad = client.get("/ui/runs", params={"tag": "customer"})
+    assert bad.status_code == 422 and "tag:" in bad.text and "NAME=VALUE" in bad.text
