@@ -105,7 +105,7 @@ def project_actions(actions: tuple[str, ...]) -> tuple[str, ...]:
 
 def load_config(path: str | None = None) -> RuntimeConfig:
     """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else the project's
-    ``config:``, else defaults), with the project's ``models:`` when that file has no ``models:`` section."""
+    ``config:``, else defaults), with the project's ``models:`` and ``mcp:`` when that file has no such section."""
     from sealflow.runtime.config import ConfigError, RuntimeConfig
 
     if path is None:
@@ -115,15 +115,16 @@ def load_config(path: str | None = None) -> RuntimeConfig:
     path = path or os.environ.get("SEALFLOW_CONFIG") or _from_project("config")
     try:
         config = RuntimeConfig.from_env(path)
-        models = _from_project("models")
-        if models is not None and "models" not in config.extra:
+        added = {key: value for key in ("models", "mcp")
+                 if (value := _from_project(key)) is not None and key not in config.extra}
+        if added:
             import yaml
 
             raw: dict[str, Any] = {}
             if path:
                 with open(path, encoding="utf-8") as fh:
                     raw = yaml.safe_load(fh) or {}
-            config = RuntimeConfig.from_dict({**raw, "models": models}, source=path or str(_from_project("path")))
+            config = RuntimeConfig.from_dict({**raw, **added}, source=path or str(_from_project("path")))
         return config
     except ConfigError as exc:
         fail_usage(str(exc))
