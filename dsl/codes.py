@@ -76,6 +76,7 @@ CODES: dict[str, tuple[str, str]] = {
     "C425": ("warning", "a value that may be null flows into a parameter that does not take null"),
     "C426": ("error", "a model the project does not configure"),
     "C427": ("warning", "an action needs a secret that nothing here provides"),
+    "C428": ("error", "an MCP tool that sealflow.mcp.lock does not pin (or no readable lock)"),
     # lint
     "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
     "L501": ("warning", "model output flows into an irreversible action unchecked"),

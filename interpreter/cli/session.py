@@ -327,6 +327,8 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
 
     try:
         config = load_config()
+        if demo:  # the demo world's MCP server (the carrier), unless this project names one of that name
+            config = with_demo_mcp(config)
         # the trust gate of a process that executes steps, made with the engine's actor name
         rt = Runtime(url, access=provider, config=config, providers=model_calls(config, record, replay),
                      trust_gate=(lambda actor: executor_gate(trust, actor)) if gate else None)
@@ -339,6 +341,19 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
         yield rt
     finally:
         rt.close()
+
+
+def with_demo_mcp(config: RuntimeConfig) -> RuntimeConfig:
+    """``config`` with the demo world's MCP servers (:data:`sealflow.demo.mcp_carrier.SERVERS`) added under
+    ``mcp:`` where it does not name a server of the same name."""
+    import dataclasses
+
+    from sealflow.demo.mcp_carrier import SERVERS
+
+    mine = config.extra.get("mcp") or {}
+    if not isinstance(mine, dict) or set(SERVERS) <= set(mine):
+        return config
+    return dataclasses.replace(config, extra={**config.extra, "mcp": {**SERVERS, **mine}})
 
 
 def model_calls(config: RuntimeConfig, record: str | None, replay: str | None) -> ProviderRegistry | None:

@@ -13,12 +13,18 @@ order answers with an error result (``isError``), as an MCP tool reports a failu
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+#: the demo world's ``mcp:`` servers: what the embedded quick start configures when nothing names them
+SERVERS: dict[str, dict[str, Any]] = {
+    "carrier": {"command": sys.executable, "args": ["-m", "sealflow.demo.mcp_carrier"], "timeout": "30s"},
+}
 
 SHIPMENTS: dict[str, dict[str, Any]] = {
     "ord_5521": {"carrier": "DemoPost", "status": "held_at_depot",
                  "events": ["label created", "picked up", "held at depot: address incomplete"]},
-    "ord_5530": {"carrier": "DemoPost", "status": "delivered", "events": ["label created", "picked up", "delivered"]},
+    "ord_5600": {"carrier": "DemoPost", "status": "delivered", "events": ["label created", "picked up", "delivered"]},
 }
 
 
