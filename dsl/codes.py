@@ -125,6 +125,7 @@ CODES: dict[str, tuple[str, str]] = {
     "D632": ("info", "fan-out narrowed: map concurrency, max_items or tolerate_failures lowered"),
     "D633": ("review", "what a wait takes from outside changed: its event's type, source, match or schema"),
     "D634": ("review", "a callback added, removed or changed: the step's result comes from outside"),
+    "D635": ("review", "an agent's MCP tool added, or its pinned description/schema, effect or permissions changed"),
 }
 
 
