@@ -242,3 +242,84 @@ def test_permissions_are_re_checked_for_the_principal_before_each_call(tmp_path,
     finally:
         runtime.close()
         runtime.store.close()
+
+
+def _reference(tmp_path, clock, registry, providers, spec: dict) -> tuple[Runtime, dict[str, LockedTool]]:
+    server = parse_servers({"ref": spec}, locate=str)["ref"]
+    pinned_tools = {t.name: LockedTool("ref", t.name, t.description, t.input_schema, t.output_schema)
+                    for t in list_tools(server)}
+    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db", clock=clock), registry, providers,
+                      rng=random.Random(7), worker_timeout_ms=20,
+                      config=RuntimeConfig.from_dict({"mcp": {"ref": spec}}))
+    return runtime, pinned_tools
+
+
+def _pinned_ref(locked, name):
+    t = locked[name]
+    d = t.digests
+    return McpToolPlan(server="ref", tool=name, name=f"mcp.ref.{name}", effect="read", permissions=(),
+                       description=t.description, input_schema=t.input_schema, description_digest=d["description"],
+                       input_schema_digest=d["input_schema"], output_schema_digest=d["output_schema"])
+
+
+def test_the_reference_time_server_answers_a_pinned_call(tmp_path, registry, providers, clock):
+    from tests.mcp_helpers import BIN
+
+    # Given mcp-server-time (PyPI) pinned, and a model asking it for the time in UTC
+    runtime, locked_now = _reference(tmp_path, clock, registry, providers, {
+        "command": str(BIN / "mcp-server-time"), "args": ["--local-timezone", "UTC"], "timeout": "30s"})
+    providers["m"] = model = ScriptedAgent(Call("mcp.ref.get_current_time", timezone="UTC"), {"answer": "now"})
+    try:
+        status = run(runtime, mcp_step(_pinned_ref(locked_now, "get_current_time"), permissions=()))
+        # Then the call ran and the model got the server's answer as framed data
+        assert status.state == "completed", status.run.error
+        result = model.requests[1].transcript[-1]["result"]
+        assert result["source"] == "mcp:ref/get_current_time" and "UTC" in json.dumps(result["data"])
+    finally:
+        runtime.close()
+        runtime.store.close()
+
+
+def test_the_reference_git_server_answers_a_pinned_call(tmp_path, registry, providers, clock):
+    import subprocess
+
+    from tests.mcp_helpers import BIN
+
+    # Given mcp-server-git (PyPI) on a real repository, pinned, and a model asking for its status
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "notes.txt").write_text("hello\n")
+    runtime, locked_now = _reference(tmp_path, clock, registry, providers, {
+        "command": str(BIN / "mcp-server-git"), "args": ["--repository", str(repo)], "timeout": "30s"})
+    providers["m"] = model = ScriptedAgent(Call("mcp.ref.git_status", repo_path=str(repo)), {"answer": "dirty"})
+    try:
+        status = run(runtime, mcp_step(_pinned_ref(locked_now, "git_status"), permissions=()))
+        # Then the untracked file is in what the model got
+        assert status.state == "completed", status.run.error
+        assert "notes.txt" in json.dumps(model.requests[1].transcript[-1]["result"]["data"])
+    finally:
+        runtime.close()
+        runtime.store.close()
+
+
+def test_a_pinned_tool_over_streamable_http_with_a_secret_header(tmp_path, registry, providers, clock, locked,
+                                                                  monkeypatch):
+    from tests.mcp_helpers import http_server
+
+    # Given the tests' own server over HTTP on 127.0.0.1, wanting a bearer token given as {secret: NAME}
+    monkeypatch.setenv("SEALFLOW_SECRET_OWN_HTTP_TOKEN", "Bearer http-token-0042")
+    with http_server("http-token-0042") as url:
+        config = RuntimeConfig.from_dict({"mcp": {"own": {"url": url, "headers": {
+            "Authorization": {"secret": "OWN_HTTP_TOKEN"}}}}})
+        runtime = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db", clock=clock), registry, providers,
+                          rng=random.Random(7), worker_timeout_ms=20, config=config)
+        providers["m"] = model = ScriptedAgent(Call("mcp.own.lookup", order_id="ord_7"), {"answer": "shipped"})
+        try:
+            # When the agent runs with the tool as locked over stdio (the same server code)
+            status = run(runtime, mcp_step(pinned(locked, "lookup")))
+        finally:
+            runtime.close()
+            runtime.store.close()
+    # Then it verified and called the tool over HTTP
+    assert status.state == "completed", status.run.error
+    assert model.requests[1].transcript[-1]["result"]["data"] == {"order_id": "ord_7", "status": "shipped"}
