@@ -37,6 +37,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_listening(proc: subprocess.Popen, port: int) -> None:
+    """Until the child process listens on 127.0.0.1:``port`` (its stderr in the error if it exits first)."""
+    for _ in range(400):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {proc.stderr.read().decode()[-3000:] if proc.stderr else ''}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not listen on port {port}")
+
+
 @contextlib.contextmanager
 def http_server(token: str, variant: str = "base") -> Iterator[str]:
     """The tests' own server over Streamable HTTP on 127.0.0.1 (a random port), requiring ``Bearer token``."""
@@ -45,13 +57,7 @@ def http_server(token: str, variant: str = "base") -> Iterator[str]:
                             env={**os.environ, "MCP_TEST_VARIANT": variant}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
-        for _ in range(300):  # until it listens (or died)
-            if proc.poll() is not None:
-                raise RuntimeError(f"the test MCP server exited: {proc.stderr.read().decode()[-2000:]}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+        wait_listening(proc, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
