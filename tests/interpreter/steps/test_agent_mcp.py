@@ -204,12 +204,15 @@ def test_max_tool_calls_counts_mcp_calls(mcp_runtime, providers, locked):
     assert status.run.error_class == "budget_exceeded" and status.run.tool_calls == 1
 
 
-def test_a_server_this_process_does_not_configure_is_a_configuration_failure(runtime, providers, locked):
+def test_a_server_this_process_does_not_configure_is_left_for_a_process_that_does(runtime, providers, locked):
     # Given the default runtime, which names no MCP server
-    providers["m"] = ScriptedAgent({"answer": "x"})
+    providers["m"] = model = ScriptedAgent({"answer": "x"})
+    # When a run's agent uses one
     status = run(runtime, mcp_step(pinned(locked, "lookup")))
-    assert status.run.error_class == "configuration"
-    assert "MCP server 'own'" in attempt_of(status).error_message
+    # Then this process does not claim the step (nothing failed, nothing asked): it lacks the server
+    assert status.run.error_class is None and model.requests == []
+    assert [a.state for a in status.attempts] == ["scheduled"]
+    assert status.waiting["lacks"] == [["mcp", "own"]] and "name the MCP server under mcp:" in status.waiting["how"][0]
 
 
 def test_permissions_are_re_checked_for_the_principal_before_each_call(tmp_path, registry, clock, locked):
@@ -323,3 +326,21 @@ def test_a_pinned_tool_over_streamable_http_with_a_secret_header(tmp_path, regis
     # Then it verified and called the tool over HTTP
     assert status.state == "completed", status.run.error
     assert model.requests[1].transcript[-1]["result"]["data"] == {"order_id": "ord_7", "status": "shipped"}
+
+
+def test_a_server_whose_secret_is_not_held_here_is_left_naming_the_secret(tmp_path, registry, providers, clock,
+                                                                           locked, monkeypatch):
+    # Given a server configured with a header secret this process does not hold
+    monkeypatch.delenv("SEALFLOW_SECRET_NOT_HERE_TOKEN", raising=False)
+    config = RuntimeConfig.from_dict({"mcp": {"own": {"url": "http://127.0.0.1:9/mcp", "headers": {
+        "Authorization": {"secret": "NOT_HERE_TOKEN"}}}}})
+    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db", clock=clock), registry, providers,
+                      rng=random.Random(7), worker_timeout_ms=20, config=config)
+    providers["m"] = ScriptedAgent({"answer": "x"})
+    try:
+        status = run(runtime, mcp_step(pinned(locked, "lookup")))
+        # Then the step is left, naming the secret (never a value)
+        assert status.waiting["lacks"] == [["secret", "NOT_HERE_TOKEN"]]
+    finally:
+        runtime.close()
+        runtime.store.close()
