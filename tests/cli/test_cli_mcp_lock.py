@@ -100,6 +100,7 @@ def test_lock_over_streamable_http_sends_the_secret_header(tmp_path, capsys, mon
     ({"t": {"url": "ftp://x"}}, ":3:10", "mcp.t.url"),
     ({"t": {"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": {"secrt": "X"}}}}, ":6:9", "{secret"),
     ({"t": {"command": "x", "cwd": "/"}}, ":3:5", "unknown key 'cwd'"),
+    ({"t": {"command": "x", "calls_per_minute": 0}}, ":4:23", "mcp.t.calls_per_minute"),
 ])
 def test_a_bad_mcp_section_is_a_located_usage_error(tmp_path, capsys, monkeypatch, servers, where, message):
     # Given a project whose mcp: section is wrong

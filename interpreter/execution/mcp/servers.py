@@ -9,7 +9,8 @@
 A stdio server has ``command`` (and ``args``, ``env``); a Streamable HTTP server has ``url`` (and ``headers``).
 ``env`` and ``headers`` values are text or ``{secret: NAME}``, resolved by the secret chain when the server is
 reached (:mod:`sealflow.execution.secrets`), never written anywhere. ``timeout`` bounds connecting and each
-request (default 30s). Errors name the server and the key; ``locate`` turns a key path into ``file:line:column``.
+request (default 30s). ``calls_per_minute`` bounds the tool calls every worker sharing the store makes to it.
+Errors name the server and the key; ``locate`` turns a key path into ``file:line:column``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _SECRET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _HEADER = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-STDIO_KEYS = ("command", "args", "env", "timeout")
-HTTP_KEYS = ("url", "headers", "timeout")
+STDIO_KEYS = ("command", "args", "env", "timeout", "calls_per_minute")
+HTTP_KEYS = ("url", "headers", "timeout", "calls_per_minute")
 DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 600_000
 
@@ -55,6 +56,8 @@ class McpServer:
     url: str | None = None
     headers: tuple[tuple[str, Value], ...] = ()
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    #: tool calls this server takes per minute from every worker sharing the store (None: no limit)
+    calls_per_minute: int | None = None
 
     @property
     def transport(self) -> str:
@@ -100,6 +103,10 @@ def _server(name: str, spec: Any, where: tuple[str, ...], locate: Locate) -> Mcp
     except ConfigError as exc:
         raise ConfigError(f"{locate(where)}: {exc}") from None
     timeout = _timeout(data.get("timeout"), (*where, "timeout"), label, locate)
+    rate = data.get("calls_per_minute")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= 1_000_000):
+        raise ConfigError(f"{locate((*where, 'calls_per_minute'))}: {label}.calls_per_minute: must be a whole number "
+                          f"from 1 to 1000000, not {rate!r}")
     if "command" in data:
         command = data["command"]
         if not isinstance(command, str) or not command.strip():
@@ -109,13 +116,14 @@ def _server(name: str, spec: Any, where: tuple[str, ...], locate: Locate) -> Mcp
                                                  for a in args):
             raise ConfigError(f"{locate((*where, 'args'))}: {label}.args: must be a list of texts")
         env = _values(data.get("env"), (*where, "env"), f"{label}.env", _ENV, locate)
-        return McpServer(name, command=command, args=tuple(str(a) for a in args), env=env, timeout_ms=timeout)
+        return McpServer(name, command=command, args=tuple(str(a) for a in args), env=env, timeout_ms=timeout,
+                         calls_per_minute=rate)
     url = data["url"]
     if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
         raise ConfigError(f"{locate((*where, 'url'))}: {label}.url: must be an http:// or https:// URL of the "
                           "server's Streamable HTTP endpoint")
     headers = _values(data.get("headers"), (*where, "headers"), f"{label}.headers", _HEADER, locate)
-    return McpServer(name, url=url, headers=headers, timeout_ms=timeout)
+    return McpServer(name, url=url, headers=headers, timeout_ms=timeout, calls_per_minute=rate)
 
 
 def _timeout(raw: Any, where: tuple[str, ...], label: str, locate: Locate) -> int:

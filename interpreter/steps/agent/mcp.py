@@ -14,7 +14,8 @@ description, input schema and output schema with the plan's locked digests: a to
 or is gone fails the step with ``policy_denied``, naming the server, the tool and what changed; nothing is
 offered and nothing is called. A result is handed to the model as data, framed as untrusted tool output
 (:func:`frame`), never in the system prompt. A server's breaker is ``circuit_breakers: {"mcp:SERVER": ...}`` in
-the runtime configuration (when present), around the listing and every call.
+the runtime configuration (when present), around the listing and every call; its ``calls_per_minute`` is taken
+before every call (:func:`pace`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def _caller(x: Execution, server: McpServer, t: McpToolPlan) -> Callable[..., An
 
     def call(ctx: Any, **arguments: Any) -> Any:
         recheck(x, t)
+        pace(x, server)
         result = call_tool(server, t.tool, arguments, chain, deadline_s=ctx.deadline - clock.now())
         if result.is_error:
             text = " ".join(str(b.get("text", "")) for b in result.content if b.get("type") == "text")
@@ -115,6 +117,28 @@ def _caller(x: Execution, server: McpServer, t: McpToolPlan) -> Callable[..., An
         return frame(t, result.structured if result.structured is not None else _content(result.content))
 
     return call
+
+
+def pace(x: Execution, server: McpServer) -> None:
+    """Take one call from the server's ``calls_per_minute`` (shared through the store by every worker); over it,
+    ``rate_limited`` (the call is not made; the model is told when it may call again)."""
+    if server.calls_per_minute is None:
+        return
+    import uuid
+
+    from sealflow.core.ratelimits import Limit
+
+    now = x.services.clock.now()
+    key = f"{x.run.id}:{x.step_id}:{x.attempt.attempt}:mcp:{uuid.uuid4().hex[:12]}"
+    try:
+        wait = x.services.store.rate_take(f"mcp:{server.name}", key, now, Limit(requests=server.calls_per_minute), 0)
+    except Exception as exc:  # noqa: BLE001 - the limit is enforced: no answer, no call
+        raise StepError("unavailable", f"the store did not answer the rate limiter of MCP server {server.name!r}, so "
+                                       f"it was not called: {type(exc).__name__}") from None
+    if wait is not None:
+        raise StepError("rate_limited", f"MCP server {server.name!r} is at its limit of {server.calls_per_minute} "
+                                        f"calls per minute (shared by every worker); it may be called again in "
+                                        f"{max(wait - now, 0.0):.1f}s", retry_after=max(wait - now, 0.001))
 
 
 def recheck(x: Execution, t: McpToolPlan) -> None:

@@ -344,3 +344,22 @@ def test_a_server_whose_secret_is_not_held_here_is_left_naming_the_secret(tmp_pa
     finally:
         runtime.close()
         runtime.store.close()
+
+
+def test_a_servers_calls_per_minute_holds_across_calls(tmp_path, registry, providers, clock, locked):
+    # Given a server that takes one call per minute
+    config = RuntimeConfig.from_dict({"mcp": {"own": {**stdio_spec("base"), "calls_per_minute": 1}}})
+    runtime = Runtime(open_store(f"sqlite:///{tmp_path}/rt.db", clock=clock), registry, providers,
+                      rng=random.Random(7), worker_timeout_ms=20, config=config)
+    providers["m"] = model = ScriptedAgent(Call("mcp.own.lookup", order_id="a"), Call("mcp.own.lookup", order_id="b"),
+                                           {"answer": "one"})
+    try:
+        status = run(runtime, mcp_step(pinned(locked, "lookup")))
+        # Then the first call ran and the second, within the minute, was not made: the model is told so
+        assert status.state == "completed", status.run.error
+        first, second = model.requests[2].transcript
+        assert first["status"] == "ok" and second["error"]["class"] == "rate_limited"
+        assert "1 calls per minute" in second["error"]["message"]
+    finally:
+        runtime.close()
+        runtime.store.close()
