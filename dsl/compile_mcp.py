@@ -2,9 +2,13 @@
 a :class:`~sealflow.dsl.plan.McpToolPlan` holding the locked description, input schema and digests (so the plan
 digest covers them), with the effect and permissions the definition declares.
 
-The lock is the project's (:attr:`ProjectFacts.mcp_lock`, given by the command line) or, when none was given,
-the nearest ``sealflow.mcp.lock`` in the definition's folder or above. A tool missing from it, a lock that cannot
-be read and a tool named twice are located errors (C428); a permission the step does not hold is C413.
+The lock is the caller's (:attr:`ProjectFacts.mcp_lock`: ``sealflow diff --base`` gives the lock as it was at
+the ref), else ``sealflow.mcp.lock`` in the folder the caller named as the compile's root (an executor
+re-verifying stored signed bytes: the lock was stored with them), else the nearest ``sealflow.mcp.lock`` in the
+definition's folder or above. The lock read is recorded with the referenced files
+(:func:`~sealflow.dsl.refs.recording`), so signed bytes are stored with the lock they were compiled against. A
+tool missing from it, a lock that cannot be read and a tool named twice are located errors (C428); a permission
+the step does not hold is C413.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from sealflow.dsl import mcp_lock
 from sealflow.dsl.document import Pointer
 from sealflow.dsl.plan import McpToolPlan
+from sealflow.dsl.refs import record
 
 if TYPE_CHECKING:
     from sealflow.dsl.loader import Document
@@ -28,6 +33,7 @@ class Compiler(Protocol):
 
     doc: Document
     facts: ProjectFacts
+    root: Path | None
 
     def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
               key: bool = False) -> None: ...
@@ -39,14 +45,25 @@ def _lock(c: Compiler) -> tuple[Mapping[str, mcp_lock.LockedTool] | None, str]:
     """The lock and where it came from; None with the reason when there is none to read."""
     if c.facts.mcp_lock is not None:
         return c.facts.mcp_lock, "the project's sealflow.mcp.lock"
-    folder = Path(c.doc.path).resolve().parent if c.doc.path and not c.doc.path.startswith("<") else Path.cwd()
-    found = mcp_lock.find(folder)
-    if found is None:
-        return None, f"no {mcp_lock.NAME} in {folder} or a folder above it"
+    if c.root is not None:  # the folder the caller named (stored signed bytes with their refs): only its lock
+        found = c.root / mcp_lock.NAME
+        if not found.is_file():
+            return None, f"no {mcp_lock.NAME} was stored with these signed bytes (in {c.root})"
+    else:
+        folder = Path(c.doc.path).resolve().parent if c.doc.path and not c.doc.path.startswith("<") else Path.cwd()
+        nearest = mcp_lock.find(folder)
+        if nearest is None:
+            return None, f"no {mcp_lock.NAME} in {folder} or a folder above it"
+        found = nearest
     try:
-        return mcp_lock.read(found), str(found)
+        text = found.read_text(encoding="utf-8")
+        lock = mcp_lock.parse(text, str(found))
+    except OSError as exc:
+        return None, f"cannot read {found}: {exc.strerror or exc}"
     except mcp_lock.LockError as exc:
         return None, str(exc)
+    record(mcp_lock.NAME, text)  # stored with signed bytes, so an executor compiles the same plan
+    return lock, str(found)
 
 
 def mcp_tools(c: Compiler, s: Step, ag: Agent, pp: Pointer) -> tuple[McpToolPlan, ...] | None:

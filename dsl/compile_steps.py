@@ -28,6 +28,8 @@ from sealflow.dsl.plan import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sealflow.dsl.errors import Diagnostic
     from sealflow.dsl.loader import Document
     from sealflow.dsl.model import Definition
@@ -45,6 +47,7 @@ class StepKinds:
         diagnostics: list[Diagnostic]
         resolver: SchemaResolver
         facts: ProjectFacts
+        root: Path | None
 
         def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
                   key: bool = False) -> None: ...

@@ -331,15 +331,15 @@ def diff(paths: tuple[str, ...], base: str | None, actions: tuple[str, ...], fmt
     sys.exit(2 if any(f.severity == "review" for f in findings) else 0)
 
 
-def _old_lock(top: Path, base: str, name: str) -> ProjectFacts | None:
+def _old_lock(top: Path, base: str, name: str) -> ProjectFacts:
     """The MCP lock a definition at ``base`` was compiled against (the lock as it was at ``base``), as facts."""
     from sealflow.cli.git_files import lock_at_ref
     from sealflow.dsl import mcp_lock
     from sealflow.dsl.typecheck import ProjectFacts
 
     data = lock_at_ref(top, base, name)
-    if data is None:
-        return None
+    if data is None:  # none at the ref: an MCP tool the old side names is not pinned (not the working tree's)
+        return ProjectFacts(mcp_lock={})
     try:
         return ProjectFacts(mcp_lock=mcp_lock.parse(data.decode("utf-8", "replace"), f"{base}:sealflow.mcp.lock"))
     except mcp_lock.LockError as exc:

@@ -255,7 +255,7 @@ class AgentLoop:
         if tool is not None and tool.server is not None:  # an MCP tool: the audit names its server and tool
             entry.update(server=tool.server, mcp_tool=name.split(".", 2)[2])
         if tool is None:
-            allowed = ", ".join(self.agent.tools) or "(none)"
+            allowed = ", ".join(self.tools) or "(none)"  # actions, then MCP tools
             return self.refuse(entry, turn, "not_allowed", f"tool {name!r} is not allowed here; allowed: {allowed}")
         if tool.denied is not None:
             entry["outcome"] = f"denied:{tool.denied}"
