@@ -93,7 +93,8 @@ def tools(x: Execution, agent: AgentPlan) -> dict[str, Tool] | Failed:
         key = (x.plan.digest, x.step_id, f"mcp:{t.name}")
         validator = x.services.validators.get(key)
         if validator is None:
-            validator = x.services.validators[key] = jsonschema.Draft202012Validator(t.input_schema)
+            cls = jsonschema.validators.validator_for(t.input_schema, default=jsonschema.Draft202012Validator)
+            validator = x.services.validators[key] = cls(t.input_schema)  # the draft its $schema names
         gated = agent.approval is not None and needs_approval(agent, t.name, t.effect)
         denied = "irreversible" if t.effect == "irreversible" and not gated else \
             "permissions" if not set(t.permissions) <= held else None
