@@ -128,3 +128,22 @@ def test_a_hand_edited_lock_is_refused():
     # When it is read, then it is refused naming the tool and the part
     with pytest.raises(mcp_lock.LockError, match="servers.own.tools.lookup: description_digest"):
         mcp_lock.parse(text, "sealflow.mcp.lock")
+
+
+@pytest.mark.parametrize("spec, said", [
+    ({"command": "/bin/sh", "args": ["-c", "echo boom: no config >&2; exit 3"]}, "closed the connection"),
+    ({"command": "/nonexistent/mcp-server"}, "cannot be reached"),
+    ({"command": "/bin/sleep", "args": ["30"], "timeout": "1s"}, "did not answer within 1s"),
+    ({"url": "http://127.0.0.1:9/mcp", "timeout": "3s"}, "cannot be reached"),
+])
+def test_a_server_that_cannot_be_listed_fails_the_lock_saying_why(tmp_path, capsys, monkeypatch, spec, said):
+    # Given a server that exits at once (saying why on stderr), does not exist, never answers, or does not listen
+    write_project(tmp_path, {"srv": spec})
+    monkeypatch.chdir(tmp_path)
+    # When the tools are locked
+    code, out, err = cli(capsys, "mcp", "lock")
+    # Then it fails naming the server and what happened (its stderr's end when it said something); nothing written
+    assert code == 1 and "MCP server 'srv'" in err and said in err and "Traceback" not in err
+    assert not (tmp_path / "sealflow.mcp.lock").exists()
+    if "boom" in str(spec):
+        assert "boom: no config" in err

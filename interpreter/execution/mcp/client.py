@@ -14,7 +14,6 @@ server is reached, and are remembered for redaction like every resolved secret.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -62,13 +61,20 @@ def _values(pairs: tuple[tuple[str, str | Secret], ...], chain: SecretChain | No
 def _run(server: McpServer, chain: SecretChain | None, deadline_s: float | None,
          work: Callable[[ClientSession], Awaitable[T]]) -> T:
     """Open a session with ``server``, run ``work`` in it and close it, within the timeout."""
-    import anyio
+    import tempfile
 
     timeout = server.timeout_ms / 1000
     if deadline_s is not None:
         timeout = min(timeout, max(deadline_s, 0.001))
     env = _values(server.env, chain)
     headers = _values(server.headers, chain)  # resolved before connecting: a missing secret is `configuration`
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errlog:  # a stdio server's stderr
+        return _session(server, work, timeout, env, headers, errlog)
+
+
+def _session(server: McpServer, work: Callable[[ClientSession], Awaitable[T]], timeout: float, env: dict[str, str],
+             headers: dict[str, str], errlog: Any) -> T:
+    import anyio
 
     async def session() -> T:
         from mcp import ClientSession
@@ -78,11 +84,10 @@ def _run(server: McpServer, chain: SecretChain | None, deadline_s: float | None,
                 from mcp.client.stdio import StdioServerParameters, stdio_client
 
                 params = StdioServerParameters(command=server.command, args=list(server.args), env=env or None)
-                with open(os.devnull, "w", encoding="utf-8") as errlog:
-                    async with stdio_client(params, errlog=errlog) as (read, write), \
-                            ClientSession(read, write, read_timeout_seconds=timedelta(seconds=timeout)) as s:
-                        await s.initialize()
-                        return await work(s)
+                async with stdio_client(params, errlog=errlog) as (read, write), \
+                        ClientSession(read, write, read_timeout_seconds=timedelta(seconds=timeout)) as s:
+                    await s.initialize()
+                    return await work(s)
             import httpx
             from mcp.client.streamable_http import streamable_http_client
 
@@ -99,7 +104,20 @@ def _run(server: McpServer, chain: SecretChain | None, deadline_s: float | None,
     except BaseException as exc:  # noqa: BLE001 - classified below; KeyboardInterrupt and SystemExit go on
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        raise _classify(server, exc, timeout) from None
+        failed = _classify(server, exc, timeout)
+        said = _tail(errlog)
+        raise StepError(failed.error_class, failed.message + (f" (its stderr ends: {said})" if said else "")) \
+            from None
+
+
+def _tail(errlog: Any, chars: int = 300) -> str:
+    """The last ``chars`` of what a stdio server wrote to its stderr, on one line."""
+    try:
+        errlog.seek(0)
+        text = errlog.read()
+    except (OSError, ValueError):
+        return ""
+    return " ".join(text.split())[-chars:]
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -124,7 +142,13 @@ def _classify(server: McpServer, exc: BaseException, timeout: float) -> StepErro
             code = getattr(getattr(e, "error", None), "code", None)
             if code == -32001 or "timed out" in str(e).lower():
                 return StepError("timeout", f"{what} did not answer within {timeout:g}s")
+            if code == -32000 or "connection closed" in str(e).lower():
+                return StepError("unavailable", f"{what} closed the connection (did it start?)")
             return StepError("invalid_request", f"{what} answered with an error: {str(e)[:300]}")
+    import anyio
+
+    if isinstance(first, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)):
+        return StepError("unavailable", f"{what} closed the connection (did it start?)")
     if isinstance(first, (OSError, ConnectionError)) or type(first).__module__.startswith(("httpx", "httpcore")):
         return StepError("unavailable", f"{what} cannot be reached: {type(first).__name__}: {str(first)[:200]}")
     return StepError("unavailable", f"{what} failed: {type(first).__name__}: {str(first)[:200]}")
