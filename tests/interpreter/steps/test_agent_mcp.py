@@ -363,3 +363,16 @@ def test_a_servers_calls_per_minute_holds_across_calls(tmp_path, registry, provi
     finally:
         runtime.close()
         runtime.store.close()
+
+
+def test_an_agents_mcp_tools_count_in_its_effect_for_reauthorisation_and_the_diff(locked):
+    from sealflow.dsl.diff_gates import sensitive
+    from sealflow.execution.actions import Registry
+    from sealflow.policy.authz import step_effect
+
+    # Given an agent whose only tool is an MCP tool declared write
+    step = make_plan(S("research", "agent", **{k: v for k, v in mcp_step(
+        pinned(locked, "echo", effect="write")).items() if k in ("agent", "permissions")})).steps[0]
+    # Then the step is a write for reauthorisation before it runs, and for the diff's gate checks
+    assert step_effect(Registry(), step) == "write"
+    assert sensitive(step) == (True, "agent with write tools")
