@@ -52,7 +52,8 @@ recorded in the ledger and replayed, like an action's.
 transcript: per call its number, tool name, a hash of the arguments and the outcome;
 never arguments or results. Secret values known to the process are redacted from tool
 results and error messages before the model sees them. A tool name the model invented that is not a well-formed
-action name is recorded as a hash too.
+action name is recorded as a hash too. MCP tools (``agent.mcp_tools``) pass the same checks, after the live
+server is compared with the lock (:mod:`sealflow.steps.agent.mcp`).
 """
 
 from __future__ import annotations
