@@ -38,6 +38,8 @@ class Compiler(Protocol):
     def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
               key: bool = False) -> None: ...
 
+#: the diagnostic of a tool the lock does not pin (dsl/codes.py)
+NOT_PINNED = "C428"
 HINT = "run `sealflow mcp lock` beside sealflow.yaml (it lists the servers under mcp:), review and commit the lock"
 
 
@@ -84,13 +86,14 @@ def mcp_tools(c: Compiler, s: Step, ag: Agent, pp: Pointer) -> tuple[McpToolPlan
                 c.error("C413", f"MCP tool {ref.tool!r} needs permission {perm!r}; step {s.id!r} does not list it",
                         at + ("permissions",), f"add {perm!r} to the step's permissions")
         if lock is None:
-            c.error("C428", f"MCP tool {ref.tool!r} cannot be checked against a lock: {source}", at + ("tool",), HINT)
+            c.error(NOT_PINNED, f"MCP tool {ref.tool!r} cannot be checked against a lock: {source}", at + ("tool",),
+                    HINT)
             continue
         locked = lock.get(ref.tool)
         if locked is None:
             server = ref.tool.split("/", 1)[0]
             known = sorted(k for k in lock if k.startswith(server + "/"))
-            c.error("C428", f"MCP tool {ref.tool!r} is not pinned in {source}"
+            c.error(NOT_PINNED, f"MCP tool {ref.tool!r} is not pinned in {source}"
                             + (f" (it pins {', '.join(known[:8])})" if known else f" (no tools of server {server!r})"),
                     at + ("tool",), HINT)
             continue

@@ -9,6 +9,8 @@ from typing import Any
 
 from sealflow.dsl.plan import McpToolPlan, PlanStep
 
+#: the finding (dsl/codes.py)
+CODE = "D635"
 PINNED = (("description", "description_digest"), ("input schema", "input_schema_digest"),
           ("output schema", "output_schema_digest"))
 
@@ -25,16 +27,16 @@ def mcp_changes(d: Any, os_: PlanStep | None, ns: PlanStep) -> None:
         at = d.sp(ns.id, "agent", "mcp_tools", index)
         before = old.get(key)
         if before is None:
-            d.add("D635", f"new MCP tool {key} (effect {t.effect}): the model may now call it", at, step=ns.id,
+            d.add(CODE, f"new MCP tool {key} (effect {t.effect}): the model may now call it", at, step=ns.id,
                   new=key)
             continue
         changed = [(what, getattr(before, field)[:19], getattr(t, field)[:19]) for what, field in PINNED
                    if getattr(before, field) != getattr(t, field)]
         if changed:
-            d.add("D635", f"MCP tool {key}: its pinned " + ", ".join(f"{w} changed ({a} -> {b})" for w, a, b in changed)
+            d.add(CODE, f"MCP tool {key}: its pinned " + ", ".join(f"{w} changed ({a} -> {b})" for w, a, b in changed)
                   + " (sealflow.mcp.lock was written again: review what the server now tells the model)", at,
                   step=ns.id, old=[c[1] for c in changed], new=[c[2] for c in changed])
         if (before.effect, before.permissions) != (t.effect, t.permissions):
-            d.add("D635", f"MCP tool {key}: declared effect/permissions changed ({before.effect} "
+            d.add(CODE, f"MCP tool {key}: declared effect/permissions changed ({before.effect} "
                   f"{list(before.permissions)} -> {t.effect} {list(t.permissions)})", at, step=ns.id,
                   old=before.effect, new=t.effect)

@@ -13,6 +13,7 @@ import pytest
 
 from sealflow.cli import main
 from sealflow.dsl import mcp_lock
+from sealflow.dsl.diff_mcp import CODE
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE = ROOT / "tests" / "cases" / "valid" / "agent-mcp-tools.yaml"
@@ -53,7 +54,7 @@ def test_a_relocked_tool_that_changed_needs_a_security_reviewer(tmp_path, capsys
     code, report = diff(capsys, str(old), str(new))
     # Then D635 names the tool and what changed, and the diff fails for review
     assert code == 2 and report["needs_review"]
-    (found,) = [f for f in report["findings"] if f["code"] == "D635"]
+    (found,) = [f for f in report["findings"] if f["code"] == CODE]
     assert "carrier/track_shipment" in found["message"] and expected in found["message"]
     assert found["severity"] == "review" and found["line"] == 17
 
@@ -68,13 +69,13 @@ def test_a_new_mcp_tool_needs_a_security_reviewer(tmp_path, capsys):
         "        - {tool: carrier/reroute_shipment, effect: write, permissions: [shipping:read]}\n"))
     code, report = diff(capsys, str(old), str(new))
     assert code == 2
-    assert any(f["code"] == "D635" and "new MCP tool carrier/reroute_shipment" in f["message"]
+    assert any(f["code"] == CODE and "new MCP tool carrier/reroute_shipment" in f["message"]
                for f in report["findings"])
 
 
 def test_an_unchanged_lock_is_no_finding(tmp_path, capsys):
     code, report = diff(capsys, str(side(tmp_path, "old")), str(side(tmp_path, "new")))
-    assert code == 0 and not [f for f in report["findings"] if f["code"] == "D635"]
+    assert code == 0 and not [f for f in report["findings"] if f["code"] == CODE]
 
 
 def test_diff_against_a_git_ref_reads_the_lock_at_that_ref(tmp_path, capsys, monkeypatch):
@@ -93,4 +94,4 @@ def test_diff_against_a_git_ref_reads_the_lock_at_that_ref(tmp_path, capsys, mon
     code, report = diff(capsys, "--base", "HEAD", "definitions")
     # Then the changed description is a finding for a security reviewer
     assert code == 2
-    assert [f["code"] for f in report["findings"] if f["severity"] == "review"] == ["D635"]
+    assert [f["code"] for f in report["findings"] if f["severity"] == "review"] == [CODE]

@@ -9,6 +9,7 @@ import json
 import subprocess
 
 from sealflow.cli import main
+from sealflow.dsl.diff_mcp import CODE
 from tests.mcp_helpers import stdio_spec, write_project
 
 DEFINITION = """\
@@ -70,4 +71,4 @@ def test_a_pinned_tool_runs_then_a_changed_one_is_refused_and_the_relock_needs_r
     # When someone re-locks, then the diff against the reviewed commit needs a security reviewer (exit 2)
     assert cli(capsys, "mcp", "lock")[0] == 0
     code, out, err = cli(capsys, "diff", "--base", "HEAD", "definitions", "--format", "json")
-    assert code == 2 and any(f["code"] == "D635" for f in json.loads(out)["findings"])
+    assert code == 2 and any(f["code"] == CODE for f in json.loads(out)["findings"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sealflow.dsl import mcp_lock
 from sealflow.dsl.api import check_bytes, check_file
+from sealflow.dsl.compile_mcp import NOT_PINNED
 from sealflow.dsl.typecheck import ProjectFacts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,4 +53,4 @@ def test_without_a_lock_a_named_tool_is_a_located_error(tmp_path):
     result = check_file(copy)
     # Then C428 says there is no lock, at the tool
     (error,) = result.errors
-    assert error.code == "C428" and "no sealflow.mcp.lock" in error.message and error.location.line == 17
+    assert error.code == NOT_PINNED and "no sealflow.mcp.lock" in error.message and error.location.line == 17
