@@ -29,6 +29,7 @@ def bill_of_materials(verified: Any, files: dict[str, str] | None = None) -> dic
         "permissions": list(plan.permissions),
         "actions": [_action(plan, name) for name in actions],
         "agent_tools": list(tools),
+        "mcp_tools": _mcp_tools(plan),
         "models": list(models),
         "calls": [bill_of_materials(v, files) for v in verified.called],
     }
@@ -36,6 +37,18 @@ def bill_of_materials(verified: Any, files: dict[str, str] | None = None) -> dic
         bill["files"] = [{"path": path, "sha256": hashlib.sha256(text.encode()).hexdigest(),
                           "bytes": len(text.encode())} for path, text in sorted(files.items())]
     return bill
+
+
+def _mcp_tools(plan: Any) -> list[dict[str, Any]]:
+    """Each MCP tool an agent may call, as pinned in ``sealflow.mcp.lock`` (its digests) and declared here."""
+    seen: dict[str, dict[str, Any]] = {}
+    for _, step in plan.all_steps():
+        for t in (step.agent.mcp_tools or ()) if step.agent is not None else ():
+            seen.setdefault(f"{t.server}/{t.tool}", {
+                "tool": f"{t.server}/{t.tool}", "effect": t.effect, "permissions": list(t.permissions),
+                "description_digest": t.description_digest, "input_schema_digest": t.input_schema_digest,
+                "output_schema_digest": t.output_schema_digest})
+    return list(seen.values())
 
 
 def _action(plan: Any, name: str) -> dict[str, Any]:

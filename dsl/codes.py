@@ -79,6 +79,7 @@ CODES: dict[str, tuple[str, str]] = {
     "C428": ("error", "a called workflow cannot be found or does not compile"),
     "C429": ("error", "a called workflow declares permissions its caller does not (least privilege widened)"),
     "C430": ("error", "a call cycle, or calls nested deeper than the bound"),
+    "C431": ("error", "an MCP tool that sealflow.mcp.lock does not pin (or no readable lock)"),
     # lint
     "L500": ("error", "lint ignore without a reason, or naming an unknown rule"),
     "L501": ("warning", "model output flows into an irreversible action unchecked"),
@@ -128,6 +129,7 @@ CODES: dict[str, tuple[str, str]] = {
     "D633": ("review", "what a wait takes from outside changed: its event's type, source, match or schema"),
     "D634": ("review", "a callback added, removed or changed: the step's result comes from outside"),
     "D635": ("review", "a called workflow changed: another workflow, version or digest runs as the step's child"),
+    "D636": ("review", "an agent's MCP tool added, or its pinned description/schema, effect or permissions changed"),
 }
 
 

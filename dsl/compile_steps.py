@@ -28,10 +28,13 @@ from sealflow.dsl.plan import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sealflow.dsl.errors import Diagnostic
     from sealflow.dsl.loader import Document
     from sealflow.dsl.model import Definition
     from sealflow.dsl.refs import SchemaResolver
+    from sealflow.dsl.typecheck import ProjectFacts
 
 
 class StepKinds:
@@ -43,6 +46,8 @@ class StepKinds:
         d: Definition
         diagnostics: list[Diagnostic]
         resolver: SchemaResolver
+        facts: ProjectFacts
+        root: Path | None
 
         def error(self, code: str, message: str, pointer: Pointer, hint: str | None = None, *,
                   key: bool = False) -> None: ...
@@ -120,7 +125,10 @@ class StepKinds:
                         self.error("C413", f"tool {tool!r} needs permission {perm!r}; step {s.id!r} does not list it",
                                    pp + ("tools", j), f"add {perm!r} to the step's permissions")
         schema = self.resolver.schema(ag.output_schema, pp + ("output_schema",), self)
-        return AgentPlan(model=ag.model, goal=ag.goal, tools=tuple(ag.tools), max_steps=ag.max_steps,
+        from sealflow.dsl.compile_mcp import mcp_tools
+
+        return AgentPlan(model=ag.model, goal=ag.goal, tools=tuple(ag.tools),
+                         mcp_tools=mcp_tools(self, s, ag, pp), max_steps=ag.max_steps,
                          max_tool_calls=ag.max_tool_calls, output_schema=schema, system=ag.system,
                          max_tokens=ag.max_tokens, temperature=ag.temperature,
                          approval_required=tuple(ag.approval_required), approval=self._agent_approval(ag, pp))

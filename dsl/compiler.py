@@ -103,6 +103,8 @@ class Compiler(StepKinds, FanOutKinds, CallKinds):
         self.d = definition
         self.actions = actions
         self.facts = facts or ProjectFacts()
+        #: the folder referenced files are read from, when the caller named one (stored signed bytes: their refs)
+        self.root = root
         self.resolver = SchemaResolver(doc, root)
         self.diagnostics: list[Diagnostic] = []
 

@@ -75,6 +75,7 @@ def sensitive(step: PlanStep, *plans: Plan) -> tuple[bool, str]:
         return effect in ("write", "irreversible"), effect
     if step.kind == "agent" and step.agent is not None:
         effects = [effect_of(tool, *plans) for tool in step.agent.tools]
+        effects += [t.effect for t in step.agent.mcp_tools or ()]  # as the definition declares them
         if any(e is None for e in effects):
             return True, "agent with tools of unknown effect"
         worst = "irreversible" if "irreversible" in effects else ("write" if "write" in effects else "read")

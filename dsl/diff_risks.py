@@ -9,7 +9,8 @@ Each function takes the running :class:`~sealflow.dsl.diff._Differ` and adds fin
 * ``reauthorize: false`` written where the default applied (D621), a ``when:`` added to or changed on an
   approval step, ``show`` changed or made constant (D608), compensation removed (D628), retries added to an
   irreversible step (D605), ``output_schema`` or the input schema loosened (D622, D627), the run
-  concurrency limit raised or removed (D629).
+  concurrency limit raised or removed (D629); an agent's MCP tool added or its pinned entry changed (D636,
+  :mod:`sealflow.dsl.diff_mcp`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from sealflow.dsl.diff_gates import effect_of, gates_before, sensitive
+from sealflow.dsl.diff_mcp import mcp_changes
 from sealflow.dsl.diff_schemas import loosened
 from sealflow.dsl.plan import PlanStep
 
@@ -24,6 +26,7 @@ from sealflow.dsl.plan import PlanStep
 def step_risks(d: Any, os_: PlanStep, ns: PlanStep) -> None:
     """Risky changes to a step present on both sides (same id)."""
     sid = ns.id
+    mcp_changes(d, os_, ns)
     if ns.reauthorize is False and os_.reauthorize is None:
         effect = effect_of(ns.action, d.new, d.old)
         if effect != "read":
@@ -59,6 +62,7 @@ def step_risks(d: Any, os_: PlanStep, ns: PlanStep) -> None:
 
 def new_step_risks(d: Any, ns: PlanStep) -> None:
     _retries_on_irreversible(d, None, ns)
+    mcp_changes(d, None, ns)
 
 
 def workflow_risks(d: Any) -> None:

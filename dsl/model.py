@@ -142,10 +142,19 @@ class AgentApproval(_Model):
     separation_of_duties: bool = True
 
 
+class McpTool(_Model):
+    """An MCP tool an agent may call: ``SERVER/TOOL`` as locked, with the effect and permissions declared here."""
+
+    tool: str
+    effect: Literal["read", "write", "irreversible"]
+    permissions: list[str] = Field(default_factory=list)
+
+
 class Agent(_Model):
     model: str
     goal: str
     tools: list[str] = Field(default_factory=list)
+    mcp_tools: list[McpTool] = Field(default_factory=list)
     max_steps: int
     max_tool_calls: int | None = None
     output_schema: SchemaOrRef | None = None

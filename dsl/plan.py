@@ -87,10 +87,29 @@ class ApprovalPlan(_Frozen):
     editable_schema: dict[str, Any] | None = None
 
 
+class McpToolPlan(_Frozen):
+    """An MCP tool as the agent may call it: the declared effect and permissions, and the locked description,
+    input schema and digests (from ``sealflow.mcp.lock``: the plan digest covers them). ``name`` is what the
+    model sees: ``mcp.SERVER.TOOL``."""
+
+    server: str
+    tool: str
+    name: str
+    effect: str
+    permissions: tuple[str, ...] = ()
+    description: str
+    input_schema: dict[str, Any]
+    description_digest: str
+    input_schema_digest: str
+    output_schema_digest: str
+
+
 class AgentPlan(_Frozen):
     model: str
     goal: str
     tools: tuple[str, ...] = ()
+    #: MCP tools (issue 36); None when the agent names none, so that older plans keep their digests
+    mcp_tools: tuple[McpToolPlan, ...] | None = None
     max_steps: int
     max_tool_calls: int | None = None
     output_schema: dict[str, Any] | None = None
@@ -366,6 +385,7 @@ def walk(steps: tuple[PlanStep, ...], base: Pointer) -> Iterator[tuple[Pointer, 
 #: node -> its added fields
 ADDED_FIELDS: dict[str, tuple[str, ...]] = {
     "wait": ("event", "source", "match", "event_schema", "timeout_ms"),  # a wait for an event (issue 35)
+    "agent": ("mcp_tools",),  # MCP tools (issue 36)
 }
 #: the same, of a step itself
 ADDED_STEP_FIELDS: tuple[str, ...] = ("callback",)  # an action's result posted later (issue 35)

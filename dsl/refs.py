@@ -57,6 +57,13 @@ def read_recorded(root: Path, rel: str) -> str | None:
     return text
 
 
+def record(rel: str, text: str) -> None:
+    """Record a file a compile read (relative to its root) when a :func:`recording` is on."""
+    files = _RECORDING.get()
+    if files is not None:
+        files[rel] = text
+
+
 def repository_root(path: str | Path) -> Path:
     """The nearest ancestor of the definition holding ``.git``; without one, the definition's folder."""
     p = Path(path).resolve().parent

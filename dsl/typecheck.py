@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from sealflow.dsl import jsontypes as jt
@@ -37,6 +37,7 @@ from sealflow.dsl.plan import Plan, PlanStep, walk
 if TYPE_CHECKING:
     from sealflow.dsl.compiling import CompileContext
     from sealflow.dsl.expressions.expression import Expression
+    from sealflow.dsl.mcp_lock import LockedTool
     from sealflow.dsl.model import ActionInfo, Step
 
     class Compiler(CompileContext, Protocol):
@@ -47,10 +48,13 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class ProjectFacts:
     """What the project around a definition provides, when known: the configured model names (None: not known,
-    no model is checked) and whether a secret name resolves here (None: not checked)."""
+    no model is checked), whether a secret name resolves here (None: not checked) and the pinned MCP tools."""
 
     models: frozenset[str] | None = None
     secret_known: Callable[[str], bool] | None = None
+    #: the project's pinned MCP tools ("server/tool" -> entry; :mod:`sealflow.dsl.mcp_lock`); None: the nearest
+    #: ``sealflow.mcp.lock`` in the definition's folder or above is read when the definition names an MCP tool
+    mcp_lock: Mapping[str, LockedTool] | None = None
 
 
 _RUN_TYPES = {"id": jt.STRING, "workflow": jt.STRING, "version": jt.INTEGER, "initiator": jt.STRING,

@@ -53,6 +53,7 @@ BUDG = "tests/interpreter/policy/test_security_budgets.py::"
 AI = "tests/interpreter/steps/test_runtime_ai.py::"
 AGENT = "tests/interpreter/steps/test_agent_steps.py::"
 AGENT_GATES = "tests/interpreter/steps/test_agent_approvals.py::"
+MCP = "tests/interpreter/steps/test_agent_mcp.py::"
 OPTS = "tests/interpreter/steps/test_model_options.py::"
 SAGA = "tests/interpreter/engine/test_security_saga.py::"
 REAUTH = "tests/interpreter/policy/test_security_reauth.py::"
@@ -166,6 +167,10 @@ FIELDS: dict[str, tuple[str, str]] = {
     "agent.model": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
     "agent.goal": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
     "agent.tools": run(AGENT + "test_a_tool_outside_the_allow_list_is_refused_and_not_executed"),
+    "agent.mcp_tools": run(MCP + "test_a_locked_tool_is_called_and_its_result_framed_as_untrusted_data_and_audited"),
+    "mcpTool.tool": run(MCP + "test_a_tool_changed_since_the_lock_is_refused_before_the_model_sees_any_tool"),
+    "mcpTool.effect": run(MCP + "test_an_irreversible_tool_waits_for_approval_of_the_exact_call"),
+    "mcpTool.permissions": run(MCP + "test_a_tool_needing_a_permission_the_step_lacks_is_withheld_and_refused"),
     "agent.system": run(AGENT + "test_an_agent_calls_allowed_tools_and_finishes_with_schema_valid_output"),
     "agent.max_steps": run(AGENT + "test_max_steps_exceeded_is_budget_exceeded"),
     "agent.approval_required": run(AGENT_GATES + "test_an_approved_call_runs_once_with_its_idempotency_key_and_"

@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("keygen", "sign", "verify", "diff"), "commands.trust"),
     **{group: f"commands.{group}" for group in (
         "approvals", "dlq", "audit", "worker", "definitions", "scheduler", "models", "store", "serve", "tokens",
-        "breakers", "events", "init", "notifications", "doctor", "callbacks")},
+        "breakers", "events", "init", "notifications", "doctor", "callbacks", "mcp")},
     "runs": "commands.runs_list",
     **dict.fromkeys(("actions", "schema"), "commands.actions"),
     "test": "commands.test",

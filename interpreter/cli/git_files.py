@@ -60,3 +60,19 @@ def working_files(paths: list[str]) -> list[Path]:
         elif p.is_file():
             out.append(p)
     return out
+
+
+def lock_at_ref(top: Path, ref: str, name: str) -> bytes | None:
+    """The ``sealflow.mcp.lock`` a definition at ``ref`` (repo-relative ``name``) was compiled against: the nearest
+    one in its folder or above, as it was at ``ref`` (None: there was none)."""
+    from posixpath import dirname, join
+
+    folder = dirname(name)
+    while True:
+        try:
+            return _git(["show", f"{ref}:{join(folder, 'sealflow.mcp.lock') if folder else 'sealflow.mcp.lock'}"],
+                        top)
+        except GitError:
+            if not folder:
+                return None
+            folder = dirname(folder)

@@ -11,6 +11,8 @@ policy, trust policy, action modules and models without repeating flags.
     trust: trust.yaml           # the trust policy (runs execute only definitions it verifies)
     actions: [actions/hello.py] # action modules: .py files or dotted names (importable from the project root)
     models: {}                  # the models: section of the runtime configuration, if that file has none
+    mcp:                        # MCP servers whose tools agents may use, pinned in sealflow.mcp.lock beside this file
+      time: {command: mcp-server-time, args: ["--local-timezone", "UTC"], timeout: 10s}
 
 Relative paths are relative to the folder of ``sealflow.yaml``. Precedence, highest first: a flag, its
 ``SEALFLOW_*`` environment variable, ``sealflow.yaml``, the built-in default (docs/project.md). ``--actions``
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 NAME = "sealflow.yaml"
-KEYS = ("sealflow", "store", "config", "access", "trust", "actions", "models")
+KEYS = ("sealflow", "store", "config", "access", "trust", "actions", "models", "mcp")
 
 
 class ProjectError(Exception):
@@ -43,6 +45,8 @@ class Project:
     trust: str | None = None
     actions: tuple[str, ...] = ()
     models: dict[str, Any] | None = None
+    #: the ``mcp:`` section as written (checked when read: :func:`sealflow.execution.mcp.servers.parse_servers`)
+    mcp: dict[str, Any] | None = None
 
     @property
     def root(self) -> Path:
@@ -52,6 +56,11 @@ class Project:
     def default_store(self) -> str:
         """The store when none is named: ``.sealflow/state.db`` beside ``sealflow.yaml``."""
         return f"sqlite:///{self.root / '.sealflow' / 'state.db'}"
+
+    @property
+    def mcp_lock(self) -> Path:
+        """Where ``sealflow mcp lock`` writes the pinned MCP tools: ``sealflow.mcp.lock`` beside this file."""
+        return self.root / "sealflow.mcp.lock"
 
 
 def find(start: str | os.PathLike[str] | None = None) -> Path | None:
@@ -99,7 +108,8 @@ def read(path: str | os.PathLike[str]) -> Project:
     path = Path(path).resolve()
     where = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise ProjectError(f"cannot read the project file {where}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -129,8 +139,38 @@ def read(path: str | os.PathLike[str]) -> Project:
     if models is not None and not isinstance(models, dict):
         raise ProjectError(f"{where}: models: must be a map, as the runtime configuration's models: section "
                            "(docs/models.md)")
+    mcp = data.get("mcp")
+    if mcp is not None:
+        _check_mcp(mcp, path, text)
     return Project(path=path, store=_store(data.get("store"), root, where),
                    config=_path(data.get("config"), "config", root, where),
                    access=_path(data.get("access"), "access", root, where),
                    trust=_path(data.get("trust"), "trust", root, where),
-                   actions=tuple(_action(a, root, where) for a in actions), models=models)
+                   actions=tuple(_action(a, root, where) for a in actions), models=models, mcp=mcp)
+
+
+def _check_mcp(mcp: Any, path: Path, text: str) -> None:
+    """The ``mcp:`` section's servers, checked now: an error names ``file:line:column`` of the bad value."""
+    from sealflow.core.errors import ConfigError
+    from sealflow.execution.mcp.servers import parse_servers
+
+    try:
+        parse_servers(mcp, locate=lambda keys: f"{path}{_position(text, keys)}")
+    except ConfigError as exc:
+        raise ProjectError(str(exc)) from None
+
+
+def _position(text: str, keys: tuple[str, ...]) -> str:
+    """``:line:column`` of the value at ``keys`` in the YAML ``text`` (of its nearest parent that exists)."""
+    import yaml
+
+    node: Any = yaml.compose(text)
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        found = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+        if found is None:
+            break
+        node = found
+    mark = node.start_mark if node is not None else None
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

@@ -105,7 +105,7 @@ def project_actions(actions: tuple[str, ...]) -> tuple[str, ...]:
 
 def load_config(path: str | None = None) -> RuntimeConfig:
     """The runtime configuration of this command (``--config``, else ``$SEALFLOW_CONFIG``, else the project's
-    ``config:``, else defaults), with the project's ``models:`` when that file has no ``models:`` section."""
+    ``config:``, else defaults), with the project's ``models:`` and ``mcp:`` when that file has no such section."""
     from sealflow.runtime.config import ConfigError, RuntimeConfig
 
     if path is None:
@@ -115,15 +115,16 @@ def load_config(path: str | None = None) -> RuntimeConfig:
     path = path or os.environ.get("SEALFLOW_CONFIG") or _from_project("config")
     try:
         config = RuntimeConfig.from_env(path)
-        models = _from_project("models")
-        if models is not None and "models" not in config.extra:
+        added = {key: value for key in ("models", "mcp")
+                 if (value := _from_project(key)) is not None and key not in config.extra}
+        if added:
             import yaml
 
             raw: dict[str, Any] = {}
             if path:
                 with open(path, encoding="utf-8") as fh:
                     raw = yaml.safe_load(fh) or {}
-            config = RuntimeConfig.from_dict({**raw, "models": models}, source=path or str(_from_project("path")))
+            config = RuntimeConfig.from_dict({**raw, **added}, source=path or str(_from_project("path")))
         return config
     except ConfigError as exc:
         fail_usage(str(exc))
@@ -326,6 +327,8 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
 
     try:
         config = load_config()
+        if demo:  # the demo world's MCP server (the carrier), unless this project names one of that name
+            config = with_demo_mcp(config)
         # the trust gate of a process that executes steps, made with the engine's actor name
         rt = Runtime(url, access=provider, config=config, providers=model_calls(config, record, replay),
                      trust_gate=(lambda actor: executor_gate(trust, actor)) if gate else None)
@@ -338,6 +341,19 @@ def _runtime(store_url: str | None, actions: tuple[str, ...], *, access: Any, de
         yield rt
     finally:
         rt.close()
+
+
+def with_demo_mcp(config: RuntimeConfig) -> RuntimeConfig:
+    """``config`` with the demo world's MCP servers (:data:`sealflow.demo.mcp_carrier.SERVERS`) added under
+    ``mcp:`` where it does not name a server of the same name."""
+    import dataclasses
+
+    from sealflow.demo.mcp_carrier import SERVERS
+
+    mine = config.extra.get("mcp") or {}
+    if not isinstance(mine, dict) or set(SERVERS) <= set(mine):
+        return config
+    return dataclasses.replace(config, extra={**config.extra, "mcp": {**SERVERS, **mine}})
 
 
 def model_calls(config: RuntimeConfig, record: str | None, replay: str | None) -> ProviderRegistry | None:

@@ -1,4 +1,4 @@
-"""What this process lacks to execute a step: an action module, a model, a secret or a trust policy.
+"""What this process lacks to execute a step: an action module, a model, an MCP server, a secret or a trust policy.
 
 A process picks up work it did not submit: the sweep of ``sealflow run`` of workflow A hands it the step of
 run B whose lease expired, a ``sealflow worker`` takes whatever message the broker holds, the step actor
@@ -27,7 +27,8 @@ from sealflow.core.ids import StepRef
 from sealflow.execution.secrets import SecretChain, env_name
 from sealflow.providers.loader import Misconfigured
 
-#: (kind, name): ("action", "crm.update"), ("model", "gpt-x"), ("secret", "crm_api_key"), ("trust", why)
+#: (kind, name): ("action", "crm.update"), ("model", "gpt-x"), ("secret", "crm_api_key"), ("mcp", "carrier"),
+#: ("trust", why)
 Lack = tuple[str, str]
 #: the audit event a process appends when it leaves an attempt (detail: attempt, owner, lacks), once per
 #: process and attempt: what any other process reads to say why the step waits (:func:`left_elsewhere`)
@@ -40,6 +41,7 @@ HOW = {
              "or $SEALFLOW_CONFIG; docs/models.md)",
     "secret": "set the environment variable {env}, or put a file named {name!r} in the secrets folder "
               "(secrets.dir in the runtime configuration, or $SEALFLOW_SECRETS_DIR; docs/security.md)",
+    "mcp": "name the MCP server under mcp: in sealflow.yaml or the runtime configuration (docs/project.md)",
     "trust": "pass the trust policy the run was signed for: --trust POLICY, trust: in sealflow.yaml, "
              "or $SEALFLOW_TRUST (docs/trust.md)",
 }
@@ -94,6 +96,29 @@ def lacks_of(actions: list[str], models: list[str], registry: Any, provider_for:
     return list(missing)
 
 
+def mcp_lacks(steps: list[Any], services: Any) -> list[Lack]:
+    """The MCP servers the agents of ``steps`` use that this process does not configure, and the secrets the
+    configured ones need that it does not hold."""
+    needed = sorted({t.server for s in steps if s.agent is not None for t in s.agent.mcp_tools or ()})
+    if not needed:
+        return []
+    from sealflow.core.errors import ConfigError
+    from sealflow.execution.mcp.servers import servers_of
+
+    try:
+        servers = servers_of(getattr(services, "config", None))
+    except ConfigError:
+        servers = {}
+    missing: dict[Lack, None] = {}
+    for name in needed:
+        if name not in servers:
+            missing[("mcp", name)] = None
+        elif servers[name].secrets:
+            missing.update(dict.fromkeys(("secret", x) for x in secrets_missing(servers[name].secrets,
+                                                                                  chain_of(services))))
+    return list(missing)
+
+
 def trust_lack(gate: Any, run: Any) -> Lack | None:
     """A gate without a policy cannot verify a signed run: a lack (a process with the policy can). Any other
     refusal is the gate's verdict, not a lack."""
@@ -121,6 +146,8 @@ def step_lacks(engine: Any, run: Any, step_id: str) -> list[Lack]:
     actions, models = step_needs(step, ref)
     missing = lacks_of(actions, models, services.registry, services.provider_for, services) \
         if actions or models else []
+    if step.agent is not None and step.agent.mcp_tools and not ref.is_gate and not ref.is_compensation:
+        missing += mcp_lacks([step], services)
     trust = trust_lack(engine.trust_gate, run)
     return missing + [trust] if trust is not None else missing
 
@@ -161,6 +188,7 @@ def plan_lacks(engine: Any, run: Any) -> list[Lack]:
     actions, models = plan_needs(engine.plan(run.plan_digest))
     services = engine.services
     missing = lacks_of(actions, models, services.registry, services.provider_for, services)
+    missing += mcp_lacks([s for _, s in engine.plan(run.plan_digest).all_steps()], services)
     trust = trust_lack(engine.trust_gate, run)
     return missing + [trust] if trust is not None else missing
 

@@ -127,7 +127,8 @@ class Engine(Claiming):
         self.parents = fanout.Parents(store)  # what a fan-out child sees of its parent run
         self.services = Services(store, registry, provider_lookup(providers), clock, runner or AttemptRunner(),
                                  rng or random.Random(), self.is_cancelled, config=config.settings,
-                                 capabilities=capabilities if capabilities is not None else Capabilities.of(store))
+                                 capabilities=capabilities if capabilities is not None else Capabilities.of(store),
+                                 access=config.access)
         #: run id -> what this process lacks for the step it left unclaimed (engine.capability); drive reads it
         self.left: dict[str, list[capability.Lack]] = {}
         self._runs: dict[str, RunRecord] = {}  # run id -> its record as first read (digest, signer: immutable)

@@ -128,6 +128,9 @@ class Services:
     #: the optional capabilities ``store`` declares (heartbeats, usage reservations, ...), decided once (here,
     #: unless the caller decided them already)
     capabilities: Capabilities = None  # type: ignore[assignment]
+    #: who holds which permissions now (:class:`sealflow.policy.access.AccessProvider`; None: not checked
+    #: here): an agent re-checks an MCP tool's permissions for the run's principal before each call
+    access: Any = None
 
     def __post_init__(self) -> None:
         if self.capabilities is None:

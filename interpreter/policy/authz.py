@@ -121,7 +121,7 @@ def authorize_submit(store: AuditLog, access: AccessProvider, now: float, plan: 
 
 def step_effect(registry: Any, step: PlanStep) -> str | None:
     """The effect of what the step calls, from the live registry: its action's, or for an agent the
-    strongest of its tools'; None for steps that call nothing."""
+    strongest of its tools' (its MCP tools' as declared); None for steps that call nothing."""
     if not traits_of(step.kind).has_effect:
         return None
     names: tuple[str, ...] = ()
@@ -129,11 +129,12 @@ def step_effect(registry: Any, step: PlanStep) -> str | None:
         names = (step.action,)
     elif step.kind == "agent" and step.agent is not None:
         names = tuple(step.agent.tools)
+    effects = [getattr(registry.get(name), "effect", "irreversible") for name in names]
+    # (an action missing from the registry fails the step anyway; it counts as irreversible meanwhile)
+    if step.kind == "agent" and step.agent is not None:  # MCP tools: the effect the definition declares
+        effects += [t.effect for t in step.agent.mcp_tools or ()]
     effect = None
-    for name in names:
-        act = registry.get(name)
-        # an action missing from the registry fails the step anyway; treat it as sensitive meanwhile
-        e = getattr(act, "effect", "irreversible") if act is not None else "irreversible"
+    for e in effects:
         if effect is None or _EFFECT_RANK.get(e, 2) > _EFFECT_RANK.get(effect, 2):
             effect = e
     return effect

@@ -137,6 +137,10 @@ class RuntimeConfig:
                               f"times in a row a step's attempt may be lost before it is poison), not {lost!r}")
         unknown = _duration_ms(data.pop("outcome_unknown_timeout", None), DEFAULT_OUTCOME_UNKNOWN_TIMEOUT_MS,
                                f"{where}: outcome_unknown_timeout")
+        if data.get("mcp") is not None:  # the MCP servers (kept in extra, read by the agent step): checked now
+            from sealflow.execution.mcp.servers import parse_servers
+
+            parse_servers(data["mcp"], locate=lambda keys: f"{where}: {'.'.join(keys)}")
         return cls(tenant_limits=limits, tempdir_max_bytes=max_bytes, tempdir_root=temp.get("root"),
                    payload_max_bytes=payload_max, secrets_dir=secrets.get("dir"), source=source, extra=data,
                    pools=pools, lost_attempts=lost, outcome_unknown_timeout_ms=unknown)

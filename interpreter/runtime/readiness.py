@@ -222,9 +222,10 @@ def refused_entry(run: Any, exc: PlanTampered) -> dict[str, Any]:
 def missing_secrets(runtime: Any, *, files: bool = True) -> list[tuple[str, str]]:
     """``(secret, where it is referenced)`` for every secret this process needs and cannot resolve: the
     ``api_key`` of each model the runtime configuration defines, each secret an action it loaded declares
-    (those it executes), and the URL and signing secret of each approval notification channel (its deliverer
-    posts to them). Names only, never a value; empty when every one resolves. ``files=False`` leaves out
-    the paths of the configuration and the action modules (``/readyz`` answers anonymous callers)."""
+    (those it executes), the ``{secret: NAME}`` values of each MCP server's ``env`` and ``headers``, and the URL
+    and signing secret of each approval notification channel (its deliverer posts to them). Names only, never a
+    value; empty when every one resolves. ``files=False`` leaves out the paths of the configuration and the
+    action modules (``/readyz`` answers anonymous callers)."""
     from sealflow.providers.config import parse_models
 
     services = runtime.engine.services
@@ -240,6 +241,11 @@ def missing_secrets(runtime: Any, *, files: bool = True) -> list[tuple[str, str]
             refs.setdefault(channel.url_secret, []).append(f"url of {where}")
         if channel.secret:
             refs.setdefault(channel.secret, []).append(f"signing secret of {where}")
+    from sealflow.execution.mcp.servers import servers_of
+
+    for name, server in servers_of(runtime.config).items():
+        for secret in server.secrets:
+            refs.setdefault(secret, []).append(f"env or headers of MCP server {name!r} (mcp.{name}){source}")
     for name, act in services.registry.items():
         code = getattr(act.fn, "__code__", None)
         where = f" in {code.co_filename if code is not None else act.fn.__module__}" if files else ""

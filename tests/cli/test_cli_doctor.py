@@ -131,3 +131,18 @@ def test_a_trust_policy_path_that_does_not_exist_says_so_and_where_it_is_named(c
     code, out, err = doctor(capsys)
     assert code == 1 and f"missing  trust policy   {project / 'nope.yaml'} does not exist" in out, (out, err)
     assert "trust: in sealflow.yaml" in out and "is invalid" not in out and "ok       store" in out
+
+
+def test_doctor_names_the_mcp_servers_and_a_secret_one_needs(capsys, project, monkeypatch):
+    # Given the project names an MCP server whose header is a secret no provider holds
+    monkeypatch.delenv("SEALFLOW_SECRET_DOC_MCP_TOKEN", raising=False)
+    (project / "sealflow.yaml").write_text(
+        "sealflow: 1\nconfig: config.yaml\nactions: [doc_actions.py]\nmcp:\n  tickets:\n"
+        "    url: http://127.0.0.1:9/mcp\n    headers: {Authorization: {secret: DOC_MCP_TOKEN}}\n")
+    # When doctor checks it
+    code, out, err = doctor(capsys, "--json")
+    # Then the server is listed, and its missing secret named with where it is referenced
+    checks = json.loads(out)["checks"]
+    assert code == 1
+    assert any(c["what"] == "mcp servers" and "tickets" in c["detail"] for c in checks)
+    assert any("'DOC_MCP_TOKEN' (env or headers of MCP server 'tickets'" in c["detail"] for c in checks)

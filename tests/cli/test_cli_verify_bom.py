@@ -73,3 +73,22 @@ def test_the_text_bill_lists_each_action_with_the_module_that_registers_it(tmp_p
     # Then the text bill lists the action with the module that registers it (the demo world, loaded by default)
     assert code == 0 and "bill of materials of team-notification v1" in out
     assert "action  notifications.send" in out and "sealflow.demo.media" in out
+
+
+def test_the_bill_names_each_mcp_tool_with_the_digests_the_lock_pins(tmp_path, capsys):
+    # Given shipment-check (an agent with a locked MCP tool) signed, beside the lock
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    shutil.copy(ROOT / "definitions" / "sealflow.mcp.lock", folder / "sealflow.mcp.lock")
+    assert main(["keygen", "--out", str(folder / "ops")]) == 0
+    (folder / "policy.yaml").write_text("keys:\n  - id: ops\n    public_key: ops.pub.pem\n")
+    shutil.copy(ROOT / "definitions" / "shipment-check.v1.yaml", folder / "shipment-check.v1.yaml")
+    assert main(["sign", str(folder / "shipment-check.v1.yaml"), "--key", str(folder / "ops.pem")]) == 0
+    capsys.readouterr()
+    bill = bom(capsys, folder, "shipment-check.v1.yaml")
+    # Then each MCP tool is listed with its effect and the digests pinned for it, and the lock among the files
+    lock = json.loads((folder / "sealflow.mcp.lock").read_text())
+    assert bill["mcp_tools"] and all(t["description_digest"].startswith("sha256:") for t in bill["mcp_tools"])
+    server, tool = bill["mcp_tools"][0]["tool"].split("/")
+    assert lock["servers"][server]["tools"][tool]["description_digest"] == bill["mcp_tools"][0]["description_digest"]
+    assert "sealflow.mcp.lock" in {f["path"] for f in bill["files"]}

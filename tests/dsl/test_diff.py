@@ -337,7 +337,7 @@ def test_d626_steps_added_and_removed_are_info_context():
 def test_every_diff_code_is_registered_with_review_or_info():
     diff_codes = {c: s for c, (s, _) in CODES.items() if c.startswith("D6")}
     assert set(diff_codes.values()) == {"review", "info"}
-    assert sorted(diff_codes) == [f"D6{n:02d}" for n in range(1, 36)]
+    assert sorted(diff_codes) == [f"D6{n:02d}" for n in range(1, 37)]
 
 
 # ---------------------------------------------------------------- matching workflows

@@ -58,6 +58,11 @@ SCENARIOS = {
     "team-notification.v1.yaml": [
         ({"user_id": "usr_alice", "template": "report_ready", "key": "day-1"}, [], "completed", None),
     ],
+    # the agent asks the demo carrier's MCP server (python -m sealflow.demo.mcp_carrier), pinned in the lock
+    "shipment-check.v1.yaml": [
+        ({"order_id": "ord_5600"}, [], "completed", None),   # both systems answer: the agent's answer
+        ({"order_id": "ord_9999"}, [], "completed", None),   # neither knows it: handed to a person
+    ],
     "support-triage.v1.yaml": [
         ({"ticket_id": "tkt_1001"}, [], "completed", None),   # the agent finds the order: a public reply
         ({"ticket_id": "tkt_1005"}, [], "completed", None),   # a prompt injection: handed to a human

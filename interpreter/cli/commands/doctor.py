@@ -58,6 +58,8 @@ def doctor(actions: tuple[str, ...], store_url: str | None, access_path: str | N
                      else "none of your own (the demo world's only; actions: in sealflow.yaml)"))
         models = sorted(rt.config.extra.get("models") or {})
         rows.append(("models", "ok", ", ".join(models) if models else "the local model only"))
+        servers = sorted(rt.config.extra.get("mcp") or {})
+        rows.append(("mcp servers", "ok", ", ".join(servers) if servers else "none (mcp: in sealflow.yaml)"))
         channels = sorted(rt.notify.channels)
         rows.append(("notifications", "ok", f"channels {', '.join(channels)}" if channels
                      else "no channels (notifications: in the runtime configuration)"))
@@ -65,8 +67,8 @@ def doctor(actions: tuple[str, ...], store_url: str | None, access_path: str | N
         if missing:
             rows += [("secret", "missing", line) for line in describe_missing_secrets(missing).splitlines()]
         else:
-            rows.append(("secrets", "ok", "every secret the models, actions and notification channels need "
-                                          "resolves"))
+            rows.append(("secrets", "ok", "every secret the models, actions, MCP servers and notification channels "
+                                          "need resolves"))
     ready = all(state != "missing" for _, state, _ in rows)
     if as_json:
         click.echo(json.dumps({"ready": ready, "checks": [{"what": w, "state": s, "detail": d} for w, s, d in rows]},

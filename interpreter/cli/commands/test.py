@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -140,16 +140,29 @@ def _matrix(paths: tuple[str, ...], meta: dict[str, ActionInfo] | None, fmt: str
     return 0 if all(m.ok for m in tables) else 1
 
 
-@contextlib.contextmanager
-def demo_world(folder: Path) -> Iterator[None]:
-    """A fresh demo world for each case (its CRM, outbox, documents...), in the case's folder."""
-    from sealflow.demo import store as demo_store
+class DemoWorld:
+    """A fresh demo world for each case (its CRM, outbox, documents...), in the case's folder; ``mcp``: the
+    demo's MCP servers (the carrier) with the project's (sealflow.yaml's ``mcp:``) over them."""
 
-    demo_store.configure(folder / "demo.db")
-    try:
-        yield
-    finally:
-        demo_store.configure(None)
+    @contextlib.contextmanager
+    def __call__(self, folder: Path) -> Iterator[None]:
+        from sealflow.demo import store as demo_store
+
+        demo_store.configure(folder / "demo.db")
+        try:
+            yield
+        finally:
+            demo_store.configure(None)
+
+    @property
+    def mcp(self) -> dict[str, Any]:
+        from sealflow.cli.session import load_config, with_demo_mcp
+
+        servers: dict[str, Any] = with_demo_mcp(load_config()).extra.get("mcp") or {}
+        return servers
+
+
+demo_world = DemoWorld()
 
 
 def register(group: click.Group) -> None:

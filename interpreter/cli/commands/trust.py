@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the CLI imports the language lazily, per command
     from sealflow.dsl.diff import Finding, Side
     from sealflow.dsl.plan import Plan
     from sealflow.dsl.trust import Refused, Verified
+    from sealflow.dsl.typecheck import ProjectFacts
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -340,6 +341,9 @@ def _print_bill(bill: dict[str, Any], indent: str) -> None:
                    + (f" [{a['distribution']}]" if a.get("distribution") else ""))
     for t in bill["agent_tools"]:
         click.echo(f"{indent}  tool    {t}")
+    for m in bill.get("mcp_tools", ()):
+        click.echo(f"{indent}  mcp     {m['tool']} ({m['effect']})  description {m['description_digest'][:19]}...  "
+                   f"input schema {m['input_schema_digest'][:19]}...")
     for m in bill["models"]:
         click.echo(f"{indent}  model   {m['name']}  " + (f"{m['provider']}:{m['model']}" if m.get("provider")
                                                          else "not configured here"))
@@ -386,7 +390,8 @@ def diff(paths: tuple[str, ...], base: str | None, actions: tuple[str, ...], fmt
             top, old_files = files_at_ref(base, targets)
         except GitError as exc:
             fail_usage(str(exc))
-        old_results = [check_bytes(data, f"{base}:{name}", actions=metadata, root=top) for name, data in old_files]
+        old_results = [check_bytes(data, f"{base}:{name}", actions=metadata, root=top,
+                                   facts=_old_lock(top, base, name)) for name, data in old_files]
         new_results = [check_file(p, actions=metadata) for p in working_files(targets)]
         if not old_results and not new_results:
             fail_usage(f"no .yaml files under {', '.join(targets)} in the working tree or at {base}")
@@ -409,6 +414,21 @@ def diff(paths: tuple[str, ...], base: str | None, actions: tuple[str, ...], fmt
     findings = [dataclasses.replace(f, severity=levels[f.code]) if f.code in levels else f for f in findings]
     _emit_findings(findings, fmt, base)
     sys.exit(2 if any(f.severity == "review" for f in findings) else 0)
+
+
+def _old_lock(top: Path, base: str, name: str) -> ProjectFacts:
+    """The MCP lock a definition at ``base`` was compiled against (the lock as it was at ``base``), as facts."""
+    from sealflow.cli.git_files import lock_at_ref
+    from sealflow.dsl import mcp_lock
+    from sealflow.dsl.typecheck import ProjectFacts
+
+    data = lock_at_ref(top, base, name)
+    if data is None:  # none at the ref: an MCP tool the old side names is not pinned (not the working tree's)
+        return ProjectFacts(mcp_lock={})
+    try:
+        return ProjectFacts(mcp_lock=mcp_lock.parse(data.decode("utf-8", "replace"), f"{base}:sealflow.mcp.lock"))
+    except mcp_lock.LockError as exc:
+        fail_usage(str(exc))
 
 
 def _emit_findings(findings: list[Finding], fmt: str, base: str | None) -> None:

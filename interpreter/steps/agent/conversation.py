@@ -27,6 +27,8 @@ class Tool:
     validator: Any
     denied: str | None = None
     approval: bool = False  # each call waits for a person's approval
+    #: the MCP server of an MCP tool (steps/agent/mcp.py); None: a registered action
+    server: str | None = None
 
 
 class Conversation(Protocol):

@@ -52,7 +52,8 @@ recorded in the ledger and replayed, like an action's.
 transcript: per call its number, tool name, a hash of the arguments and the outcome;
 never arguments or results. Secret values known to the process are redacted from tool
 results and error messages before the model sees them. A tool name the model invented that is not a well-formed
-action name is recorded as a hash too.
+action name is recorded as a hash too. MCP tools (``agent.mcp_tools``) pass the same checks, after the live
+server is compared with the lock (:mod:`sealflow.steps.agent.mcp`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sealflow.core.errors import StepError
@@ -72,9 +72,9 @@ from sealflow.execution.calls import call
 from sealflow.execution.context import Execution, StepContext
 from sealflow.execution.idempotency import ledger_lookup
 from sealflow.policy import limits as rate_limits
-from sealflow.steps.agent import approval, pacing
+from sealflow.steps.agent import approval, mcp, pacing
 from sealflow.steps.agent.conversation import Tool
-from sealflow.steps.agent.tools import digest, safe_name, tools_for
+from sealflow.steps.agent.tools import digest, safe_name, tools_for, unpack
 from sealflow.steps.checks import jsonschema_best, schema_failure, validation_failure
 from sealflow.steps.sections import section
 
@@ -131,6 +131,10 @@ class AgentLoop:
         self.tools = tools
         if x.resumed and "opened_at" in x.attempt.data:  # a tool call's approval timed out: fail closed
             return approval.timed_out(self)
+        if agent.mcp_tools:  # each MCP tool as locked, before the model sees any tool (steps/agent/mcp.py)
+            refused = mcp.verify(x, agent)
+            if refused is not None:
+                return self.fail(refused.error_class, refused.message, refused.retry_after)
         try:
             provider = x.services.provider_for(agent.model)
         except StepError as exc:
@@ -238,7 +242,7 @@ class AgentLoop:
 
     # -- one proposed call -------------------------------------------------------------------------
     def propose(self, proposed: Any) -> Outcome | None:
-        name, arguments, call_id = _unpack(proposed)
+        name, arguments, call_id = unpack(proposed)
         number = len(self.calls) + 1
         entry = {"n": number, "tool": safe_name(name), "args": digest(arguments)}
         self.calls.append(entry)
@@ -249,8 +253,10 @@ class AgentLoop:
             return self.refuse(entry, turn, "malformed_call",
                                "a tool call needs a tool name (text) and arguments (a map)")
         tool = self.tools.get(name)
+        if tool is not None and tool.server is not None:  # an MCP tool: the audit names its server and tool
+            entry.update(server=tool.server, mcp_tool=name.split(".", 2)[2])
         if tool is None:
-            allowed = ", ".join(self.agent.tools) or "(none)"
+            allowed = ", ".join(self.tools) or "(none)"  # actions, then MCP tools
             return self.refuse(entry, turn, "not_allowed", f"tool {name!r} is not allowed here; allowed: {allowed}")
         if tool.denied is not None:
             entry["outcome"] = f"denied:{tool.denied}"
@@ -293,7 +299,10 @@ class AgentLoop:
         def run_tool(ctx: StepContext) -> Any:
             return act(ctx, **own)
 
-        outcome = call(x, run_tool, key, act=act)
+        def calling() -> Succeeded | Failed:
+            return call(x, run_tool, key, act=act)
+
+        outcome = calling() if tool.server is None else mcp.guarded(x, tool.server, calling)  # its breaker
         if isinstance(outcome, Failed):
             if outcome.timed_out:
                 entry["outcome"] = "timeout"
@@ -318,6 +327,8 @@ class AgentLoop:
             return None
         entry["outcome"] = "ok"
         result: Any = json.loads(text)
+        if tool.server is not None:
+            entry["result"] = mcp.result_digest(result)
         if len(text) > MAX_RESULT_CHARS:
             result = {"truncated": True, "chars": len(text), "preview": text[:MAX_RESULT_CHARS]}
         turn.update(status="ok", result=REDACTOR.value(result))  # a secret never reaches the model
@@ -373,18 +384,6 @@ class AgentLoop:
         if withheld:
             out["withheld"] = withheld
         return out
-
-
-def _unpack(proposed: Any) -> tuple[Any, Any, Any]:
-    """``(name, arguments, id)`` of a :class:`ToolCall` or a map; missing parts are None."""
-    if isinstance(proposed, Mapping):
-        name, arguments, call_id = proposed.get("name"), proposed.get("arguments", {}), proposed.get("id")
-    else:
-        name, arguments = getattr(proposed, "name", None), getattr(proposed, "arguments", None)
-        call_id = getattr(proposed, "id", None)
-    if isinstance(arguments, Mapping) and not isinstance(arguments, dict):
-        arguments = dict(arguments)
-    return name, arguments, call_id if isinstance(call_id, (str, int)) else None
 
 
 def run(x: Execution) -> Outcome:

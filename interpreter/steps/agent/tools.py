@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from sealflow.core.outcomes import Failed
@@ -69,4 +70,23 @@ def tools_for(x: Execution) -> dict[str, Tool] | Failed:
         elif not set(act.permissions) <= held:
             denied = "permissions"
         out[name] = Tool(name, act, spec, validator, denied, gated)
+    if agent.mcp_tools:  # pinned MCP tools, as actions of their own (steps/agent/mcp.py)
+        from sealflow.steps.agent import mcp
+
+        more = mcp.tools(x, agent)
+        if isinstance(more, Failed):
+            return more
+        out.update(more)
     return out
+
+
+def unpack(proposed: Any) -> tuple[Any, Any, Any]:
+    """``(name, arguments, id)`` of a :class:`ToolCall` or a map; missing parts are None."""
+    if isinstance(proposed, Mapping):
+        name, arguments, call_id = proposed.get("name"), proposed.get("arguments", {}), proposed.get("id")
+    else:
+        name, arguments = getattr(proposed, "name", None), getattr(proposed, "arguments", None)
+        call_id = getattr(proposed, "id", None)
+    if isinstance(arguments, Mapping) and not isinstance(arguments, dict):
+        arguments = dict(arguments)
+    return name, arguments, call_id if isinstance(call_id, (str, int)) else None

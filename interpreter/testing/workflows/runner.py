@@ -355,6 +355,13 @@ class _ScriptedProviders(ProviderRegistry):
 #: sets up the world the real actions act on for one case, in the case's own folder (the CLI's: a fresh demo
 #: world), and tears it down
 World = Callable[[Path], AbstractContextManager[None]]
+#: a world may name the MCP servers its definitions' agents reach (an ``mcp:`` section: ``world.mcp``), as the
+#: demo world names its carrier; MCP calls are not scripted: they reach the named servers
+
+
+def _config(world: World | None) -> RuntimeConfig:
+    servers = getattr(world, "mcp", None)
+    return RuntimeConfig(pools={ANY_POOL: DEFAULT_POOL_LIMIT}, extra={"mcp": dict(servers)} if servers else {})
 
 
 def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: World | None = None) -> CaseResult:
@@ -381,7 +388,7 @@ def run_case(plan: Plan, case: Case, *, registry: Registry = REGISTRY, world: Wo
         # the run is driven in this thread; the embedded worker's threads only idle, so they poll briefly
         rt = Runtime(f"sqlite:///{Path(tmp) / 'test.db'}", scripted, providers, clock=clock, access=access,
                      # (one run at a time: every pool at the default limit, said so, so nothing warns of it)
-                     config=RuntimeConfig(pools={ANY_POOL: DEFAULT_POOL_LIMIT}), worker_threads=1, worker_timeout_ms=10,
+                     config=_config(world), worker_threads=1, worker_timeout_ms=10,
                      hooks=(faults,))
         holder["rt"] = rt
         quiet = _QuietCrashes()
