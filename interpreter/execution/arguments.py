@@ -20,24 +20,27 @@ from typing import Any
 from sealflow.dsl.jsontypes import subscripts
 
 _lock = threading.Lock()
-#: (action name, id of its function) -> (input validator, output validator or None, converters)
-_cache: dict[tuple[str, int], tuple[Any, Any, dict[str, Any]]] = {}
+#: (action name, id of its function) -> (that function, input validator, output validator or None, converters).
+#: The function is kept with its entry and compared on every hit: an id is only unique among live objects, and
+#: another action registered under the same name later (a module reloaded, a test's) may get the id of one
+#: that was freed, whose validators would otherwise be taken for its own
+_cache: dict[tuple[str, int], tuple[Any, Any, Any, dict[str, Any]]] = {}
 
 
 def _compiled(act: Any) -> tuple[Any, Any, dict[str, Any]]:
     key = (act.name, id(act.fn))
     found = _cache.get(key)
-    if found is not None:
-        return found
+    if found is not None and found[0] is act.fn:
+        return found[1], found[2], found[3]
     import jsonschema
 
     inputs = jsonschema.Draft202012Validator(act.input_schema)
     output = act.output_schema
     outputs = jsonschema.Draft202012Validator(output) if isinstance(output, dict) else None
-    found = (inputs, outputs, _converters(act.fn))
+    converters = _converters(act.fn)
     with _lock:
-        _cache[key] = found
-    return found
+        _cache[key] = (act.fn, inputs, outputs, converters)
+    return inputs, outputs, converters
 
 
 def _converters(fn: Any) -> dict[str, Any]:

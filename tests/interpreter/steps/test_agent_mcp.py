@@ -79,7 +79,7 @@ def test_a_locked_tool_is_called_and_its_result_framed_as_untrusted_data_and_aud
     # When the agent runs
     status = run(mcp_runtime, mcp_step(pinned(locked, "lookup")))
     # Then the model was offered the locked tool and got the result as data, labelled untrusted, not in its system
-    assert status.state == "completed", status.run.error
+    assert status.state == "completed", status.run.error_message
     offered = model.requests[0].tools
     assert [t.name for t in offered] == ["mcp.own.lookup"] and offered[0].parameters == locked["lookup"].input_schema
     turn = model.requests[1].transcript[-1]
@@ -162,7 +162,7 @@ def test_an_irreversible_tool_waits_for_approval_of_the_exact_call(mcp_runtime, 
     # When another person approves, then the call runs once and the loop completes
     mcp_runtime.approve(status.run.id, actor="user:ben")
     status = mcp_runtime.drive(status.run.id)
-    assert status.state == "completed", status.run.error
+    assert status.state == "completed", status.run.error_message
     call = attempt_of(status).data["agent"]["calls"][0]
     assert call["outcome"] == "ok" and call["approved_by"] == ["user:ben"] and status.run.tool_calls == 1
 
@@ -187,7 +187,7 @@ def test_a_large_result_is_bounded_and_a_secret_in_it_redacted(tmp_path, registr
                                            {"answer": "done"})
     try:
         status = run(runtime, mcp_step(pinned(locked, "big"), pinned(locked, "leak")))
-        assert status.state == "completed", status.run.error
+        assert status.state == "completed", status.run.error_message
         # Then the big result reached the model truncated, and the secret never reached it
         big, leak = model.requests[2].transcript
         assert big["result"]["truncated"] is True and len(big["result"]["preview"]) == 16_000
@@ -275,7 +275,7 @@ def test_the_reference_time_server_answers_a_pinned_call(tmp_path, registry, pro
     try:
         status = run(runtime, mcp_step(_pinned_ref(locked_now, "get_current_time"), permissions=()))
         # Then the call ran and the model got the server's answer as framed data
-        assert status.state == "completed", status.run.error
+        assert status.state == "completed", status.run.error_message
         result = model.requests[1].transcript[-1]["result"]
         assert result["source"] == "mcp:ref/get_current_time" and "UTC" in json.dumps(result["data"])
     finally:
@@ -298,7 +298,7 @@ def test_the_reference_git_server_answers_a_pinned_call(tmp_path, registry, prov
     try:
         status = run(runtime, mcp_step(_pinned_ref(locked_now, "git_status"), permissions=()))
         # Then the untracked file is in what the model got
-        assert status.state == "completed", status.run.error
+        assert status.state == "completed", status.run.error_message
         assert "notes.txt" in json.dumps(model.requests[1].transcript[-1]["result"]["data"])
     finally:
         runtime.close()
@@ -324,7 +324,7 @@ def test_a_pinned_tool_over_streamable_http_with_a_secret_header(tmp_path, regis
             runtime.close()
             runtime.store.close()
     # Then it verified and called the tool over HTTP
-    assert status.state == "completed", status.run.error
+    assert status.state == "completed", status.run.error_message
     assert model.requests[1].transcript[-1]["result"]["data"] == {"order_id": "ord_7", "status": "shipped"}
 
 
@@ -356,7 +356,7 @@ def test_a_servers_calls_per_minute_holds_across_calls(tmp_path, registry, provi
     try:
         status = run(runtime, mcp_step(pinned(locked, "lookup")))
         # Then the first call ran and the second, within the minute, was not made: the model is told so
-        assert status.state == "completed", status.run.error
+        assert status.state == "completed", status.run.error_message
         first, second = model.requests[2].transcript
         assert first["status"] == "ok" and second["error"]["class"] == "rate_limited"
         assert "1 calls per minute" in second["error"]["message"]

@@ -42,7 +42,7 @@ def test_the_npm_reference_server_answers_a_pinned_call_and_never_sees_our_secre
         status = run(runtime, mcp_step(_pinned_ref(locked, "get-sum"), _pinned_ref(locked, "get-env"),
                                        permissions=()))
         # Then the sum came back as framed data, and the server's environment holds none of ours
-        assert status.state == "completed", status.run.error
+        assert status.state == "completed", status.run.error_message
         total, env = model.requests[2].transcript
         assert total["status"] == "ok" and "5" in json.dumps(total["result"]["data"])
         assert env["status"] == "ok" and "do-not-leak-0042" not in json.dumps(env["result"])
