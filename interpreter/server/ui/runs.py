@@ -20,7 +20,7 @@ from sealflow.runtime.status import status_json
 from sealflow.server import problems
 from sealflow.server.problems import Problem
 from sealflow.server.routes import runs as runs_api
-from sealflow.server.ui import runview
+from sealflow.server.ui import runview, timeline
 from sealflow.server.ui.graph import MAX_DRAWN, svg
 from sealflow.server.ui.pages import page, posted, secure, session_of, speak, viewer
 from sealflow.server.ui.sessions import Session
@@ -82,7 +82,9 @@ def run_page(request: Request, run_id: str, notice: str | None = None, step: str
                 "redrive": run["state"] == "failed" and bool(may(rt.access, status.run, session.principal,
                                                                    Operation.REDRIVE))}
     hrefs = {s["id"]: s["href"] for s in steps}
+    drawn_timeline, timeline_left_out = timeline.svg(run, now=rt.clock.now())
     return page("run.html", session=session, run=run, steps=steps, plan_note=plan_note,
+                timeline=drawn_timeline, timeline_left_out=timeline_left_out,
                 graph=svg(plan, {s["id"]: s["state"] for s in steps}, hrefs) if drawn else None,
                 graph_size=len(plan.steps) if plan is not None else 0, unsectioned=unsectioned, hrefs=hrefs,
                 audit_shown=min(len(trail), runview.MAX_EVENTS), audit_total=len(trail),

@@ -164,3 +164,23 @@ def test_a_large_plan_is_drawn_when_asked(client, rt, failing, monkeypatch):
     assert '<svg xmlns="http://www.w3.org/2000/svg" id="graph"' not in first
     assert 'Its 2 steps make a large drawing: <a href="?graph=all#graph" id="draw">' in first
     assert '<svg xmlns="http://www.w3.org/2000/svg" id="graph"' in drawn
+
+
+def test_the_timeline_draws_each_attempt_and_the_time_between_two_of_one_step(client, rt, failing, clock):
+    # Given the failed run redriven 30 s later, so its step `file` has two attempts (failed, then passed)
+    sign_in(client, token(rt, "user:ops"))
+    clock.advance(30)
+    rt.dlq_redrive(failing, actor="user:ops", tenant="acme")
+    assert rt.drive(failing).state == "completed"
+    # When its page is read
+    page = client.get(f"/ui/runs/{failing}").text
+    # Then the timeline has a bar per attempt, each coloured by its state and titled with what it was
+    drawn = page[page.index('<svg xmlns="http://www.w3.org/2000/svg" id="timeline"'):]
+    drawn = drawn[:drawn.index("</svg>")]
+    bars = re.findall(r'class="bar state-(\w+)"><title>([^<]+)</title>', drawn)
+    assert [s for s, t in bars if t.startswith("file ")] == ["failed", "succeeded"]
+    assert any(t.startswith("classify attempt 1") for _, t in bars)
+    assert "KeyError" in next(t for s, t in bars if s == "failed")
+    # and the time between the two attempts of `file` is drawn, saying how long
+    assert re.search(r'class="gap"><title>file: 30.0 s between attempts</title>', drawn)
+    assert 'role="img"' in drawn and "aria-label=" in drawn
