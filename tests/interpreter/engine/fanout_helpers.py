@@ -18,6 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+from interp_helpers import BACKENDS
+
 from sealflow.dsl.api import compile_bytes
 from sealflow.execution.actions import Registry, action
 from sealflow.runtime.facade import Runtime
@@ -188,3 +191,22 @@ def finish(proc: subprocess.Popen) -> None:
     """Waits (bounded) for ``proc`` and asserts it succeeded, showing its output if not."""
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, out + err
+
+
+# -- fixtures the fan-out and call tests share (a module imports them by name: ``world``, ``gated``) ------------
+
+@pytest.fixture(name="world", params=BACKENDS)
+def fanout_world(request: Any, tmp_path: Path) -> Iterator[Any]:
+    """A recording :class:`World` with a runtime on each store (SQLite file, fresh PostgreSQL schema)."""
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
+        yield w
+
+
+@pytest.fixture(name="gated", params=BACKENDS)
+def gated_world(request: Any, tmp_path: Path) -> Iterator[Any]:
+    """The world with a worker that has a trust gate (unsigned runs allowed)."""
+    from sealflow.policy.trustgate import TrustGate
+
+    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path),
+                       trust_gate=TrustGate(allow_unsigned=True)) as w:
+        yield w

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fanout_helpers import World, serving, store_url, wait_for, world_runtime
-from interp_helpers import BACKENDS
+from fanout_helpers import serving, wait_for
 
 from sealflow.core.states import RUN_FINAL
 from sealflow.dsl.api import compile_file
+from sealflow.store import NotFound
 
 USER = "user:ana"
 
@@ -60,12 +60,6 @@ def parent_plan(tmp_path: Path, *, budget: str = "", route: str = "", child: str
     (folder / "child.v1.yaml").write_text(child)
     (folder / "parent.v1.yaml").write_text(PARENT.format(budget=budget, route=route))
     return compile_file(folder / "parent.v1.yaml")
-
-
-@pytest.fixture(params=BACKENDS)
-def world(request, tmp_path):
-    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
-        yield w
 
 
 def result(rt, run_id: str, step: str):
@@ -161,16 +155,6 @@ def test_cancelling_the_caller_cancels_the_child_and_undoes_its_completed_steps(
         assert sorted(r[0] for r in w.rows("SELECT label FROM intervals")) == ["hold-1", "undo-hold"]
 
 
-@pytest.fixture(name="gated", params=BACKENDS)
-def gated_world(request, tmp_path):
-    """The world with a worker that has a trust gate (unsigned runs allowed)."""
-    from sealflow.policy.trustgate import TrustGate
-
-    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path),
-                       trust_gate=TrustGate(allow_unsigned=True)) as w:
-        yield w
-
-
 def test_a_trust_gated_worker_runs_only_the_child_its_caller_pins(gated, tmp_path, monkeypatch):
     # Given a trust-gated worker and a caller: the pinned child runs
     from sealflow.steps import call
@@ -258,3 +242,41 @@ def test_a_caller_whose_child_names_an_unconfigured_model_is_refused_at_submit(w
     with pytest.raises(ModelNotConfigured, match="no-such-model"):
         world.rt.submit(plan, {"label": "m"}, initiator=USER)
     assert world.rt.store.list_runs() == []
+
+
+GATED_CHILD = """sealflow: 1
+name: child
+version: 1
+owner: team:t
+steps:
+  - id: ask
+    approval: {approvers: [role:manager], timeout: 1h}
+"""
+
+
+def test_an_outsider_cannot_see_cancel_or_approve_a_called_run(rt, tmp_path):
+    # Given (under the ACME policy) alice's caller whose called run waits at a manager's gate
+    status = rt.run(parent_plan(tmp_path, child=GATED_CHILD), {"label": "x"}, initiator="user:alice", tenant="acme")
+    [kid] = rt.store.children(status.run.id)
+    # When eve of another tenant names the called run, Then there is no such run to read, cancel or approve
+    for operation in (lambda: rt.status(kid.id, actor="user:eve"), lambda: rt.cancel(kid.id, actor="user:eve"),
+                      lambda: rt.approve(kid.id, actor="user:eve")):
+        with pytest.raises(NotFound):
+            operation()
+    assert rt.store.get_run(kid.id).state == "waiting"
+    # and bob, a manager of acme, approves it; the caller then completes with the child's output
+    rt.approve(kid.id, actor="user:bob", tenant="acme")
+    assert rt.drive(status.run.id, until="final").state == "completed"
+
+
+def test_cancelling_the_called_run_alone_fails_the_callers_step_with_cancelled(world, tmp_path):
+    # Given a caller whose called run waits at a gate
+    status = world.rt.run(parent_plan(tmp_path, child=GATED_CHILD.replace("[role:manager]", '["user:boss"]')),
+                          {"label": "y"}, initiator=USER, until="final")
+    [kid] = world.rt.store.children(status.run.id)
+    # When the called run is cancelled by itself (not its caller)
+    world.rt.cancel(kid.id, actor=USER)
+    done = world.rt.drive(status.run.id, until="final")
+    # Then the call step fails with the child's class, cancelled, and the caller fails with it (no route)
+    assert world.rt.store.get_run(kid.id).state == "cancelled"
+    assert done.run.state == "failed" and done.run.error_class == "cancelled", done.run.error_message

@@ -7,8 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fanout_helpers import World, map_of, map_over, serving, store_url, wait_for, world_runtime
-from interp_helpers import BACKENDS
+from fanout_helpers import map_of, map_over, serving, wait_for
 
 from sealflow.core.states import RUN_FINAL
 from sealflow.runtime.status import status_json
@@ -16,12 +15,6 @@ from sealflow.store import NotFound
 from sealflow.store.records import RunQuery
 
 USER = "user:ana"
-
-
-@pytest.fixture(params=BACKENDS)
-def world(request, tmp_path):
-    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
-        yield w
 
 
 @pytest.fixture(name="serving")
@@ -129,16 +122,6 @@ def test_an_outsider_cannot_see_or_cancel_a_child_run(rt, registry):
     assert rt.status(kids[0].id, actor="user:alice").state == "waiting"
     rt.approve(kids[0].id, actor="user:bob")
     assert rt.store.get_run(kids[0].id).state in ("running", "queued", "completed")
-
-
-@pytest.fixture(name="gated", params=BACKENDS)
-def gated_world(request, tmp_path):
-    """The world with a worker that has a trust gate (unsigned runs allowed)."""
-    from sealflow.policy.trustgate import TrustGate
-
-    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path),
-                       trust_gate=TrustGate(allow_unsigned=True)) as w:
-        yield w
 
 
 def test_a_trust_gated_worker_runs_children_of_a_trusted_run_and_refuses_a_child_plan_not_derived(gated, monkeypatch):

@@ -9,18 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from fanout_helpers import World, definition, map_of, map_over, most_at_once, store_url, world_runtime
-from interp_helpers import BACKENDS
+from fanout_helpers import definition, map_of, map_over, most_at_once
 
 from sealflow.steps import fanout
 
 USER = "user:ana"
-
-
-@pytest.fixture(params=BACKENDS)
-def world(request, tmp_path):
-    with world_runtime(World(str(tmp_path / "world.db")), store_url(request, tmp_path)) as w:
-        yield w
 
 
 def output_of(rt, run_id: str, step: str):
